@@ -1,0 +1,109 @@
+"""Input checks shared by the whole package.
+
+Every public function validates its arguments with these helpers so that bad input fails early
+with a message that names the argument, says what was given and what is expected.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = [
+    "as_float_array",
+    "check_int",
+    "check_positive",
+    "check_in_interval",
+    "check_choice",
+    "as_generator",
+]
+
+
+def as_float_array(x, name: str, *, ndim: int | tuple[int, ...] | None = None,
+                   shape: tuple | None = None, finite: bool = True) -> np.ndarray:
+    """Return ``x`` as a float64 ndarray, checking dimensions, shape and finiteness.
+
+    ``shape`` may contain ``None`` for free axes. Raises ``TypeError`` for non-numeric input and
+    ``ValueError`` naming ``name`` otherwise.
+    """
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}") from exc
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if arr.ndim not in allowed:
+            want = " or ".join(str(a) for a in allowed)
+            raise ValueError(f"{name} must have {want} dimensions, got shape {arr.shape}")
+    if shape is not None:
+        if arr.ndim != len(shape) or any(s is not None and s != a for s, a in zip(shape, arr.shape)):
+            want = "(" + ", ".join("?" if s is None else str(s) for s in shape) + ")"
+            raise ValueError(f"{name} must have shape {want}, got {arr.shape}")
+    if finite and not np.all(np.isfinite(arr)):
+        bad = int(np.size(arr) - np.count_nonzero(np.isfinite(arr)))
+        raise ValueError(f"{name} must be finite, got {bad} non-finite entries (NaN or inf)")
+    return arr
+
+
+def check_int(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Return ``value`` as an int, requiring ``minimum <= value <= maximum``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
+
+
+def check_positive(value, name: str, *, strict: bool = True) -> float:
+    """Return ``value`` as a float, requiring ``value > 0`` (or ``>= 0`` if not ``strict``)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not np.isfinite(value) or (value <= 0 if strict else value < 0):
+        want = "> 0" if strict else ">= 0"
+        raise ValueError(f"{name} must be finite and {want}, got {value}")
+    return value
+
+
+def check_in_interval(value, name: str, low: float, high: float, *, closed: str = "both") -> float:
+    """Return ``value`` as a float in the interval from ``low`` to ``high``.
+
+    ``closed`` is one of ``"both"``, ``"left"``, ``"right"``, ``"neither"``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    left_ok = value >= low if closed in ("both", "left") else value > low
+    right_ok = value <= high if closed in ("both", "right") else value < high
+    if not (np.isfinite(value) and left_ok and right_ok):
+        lb = "[" if closed in ("both", "left") else "("
+        rb = "]" if closed in ("both", "right") else ")"
+        raise ValueError(f"{name} must lie in {lb}{low}, {high}{rb}, got {value}")
+    return value
+
+
+def check_choice(value, name: str, choices) -> str:
+    """Require ``value`` to be one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)!r}, got {value!r}")
+    return value
+
+
+def as_generator(seed) -> np.random.Generator:
+    """Turn ``seed`` (int, ``SeedSequence``, ``Generator`` or ``None``) into a ``Generator``.
+
+    ``None`` draws fresh OS entropy (not reproducible); every other input is deterministic.
+    A ``Generator`` is returned as is, so callers can share one stream.
+    """
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if seed is None or isinstance(seed, np.random.SeedSequence):
+        return np.random.default_rng(seed)
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        if seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed}")
+        return np.random.default_rng(int(seed))
+    raise TypeError(f"seed must be an int, numpy SeedSequence or Generator, got {type(seed).__name__}")

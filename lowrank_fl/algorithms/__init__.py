@@ -1,0 +1,1 @@
+"""lowrank_fl.algorithms (public names are re-exported here)."""

@@ -1,0 +1,1 @@
+"""lowrank_fl.clair (public names are re-exported here)."""

@@ -1,0 +1,47 @@
+"""The ``lowrank-fl`` command.
+
+Sub-commands::
+
+    lowrank-fl clair fit W_hat.npz --rank R --lam-L X --lam-S Y --out DIR     (lowrank_fl.clair.cli)
+    lowrank-fl verify [--paper P] [--claim ID ...] [--scale S] --out DIR       (verify.cli)
+    lowrank-fl claims                                                          (verify.cli)
+    lowrank-fl conditions <paper> [--instance FILE.npz | --param k=v ...]     (verify.cli)
+
+The verifier commands live in the top-level ``verify`` package, which sits above ``lowrank_fl``;
+they are imported lazily here so that ``lowrank_fl`` itself never imports ``verify``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lowrank-fl", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    from .clair import cli as clair_cli
+
+    clair_cli.add_parser(sub)
+    try:
+        from verify import cli as verify_cli
+    except ImportError:  # the library installed without the verifier package
+        verify_cli = None
+    if verify_cli is not None:
+        verify_cli.add_parsers(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError, KeyError) as exc:
+        print(f"lowrank-fl: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

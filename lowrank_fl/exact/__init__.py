@@ -1,0 +1,1 @@
+"""lowrank_fl.exact (public names are re-exported here)."""

@@ -1,0 +1,1 @@
+"""lowrank_fl.problems (public names are re-exported here)."""

@@ -1,0 +1,138 @@
+"""Result objects and errors shared by every solver and federated algorithm.
+
+* :class:`SolverResult` is the base of every convex-solver result (iterative or CVXPY): objective,
+  duality gap, iterations, status. Problem-specific results subclass it and add the solution.
+* :class:`Trace` is what every iterative federated method returns: per-round metrics and the final
+  parameters.
+* :class:`SolverError` is raised when a solver fails; it carries the solver's status.
+
+Status vocabulary (strings, so results serialize to JSON as they are):
+
+``"optimal"``            converged to the requested tolerance (CVXPY: status ``optimal``)
+``"optimal_inaccurate"`` CVXPY reported reduced accuracy (never silently taken as exact)
+``"max_iter"``           the iteration cap was hit before the tolerance (a warning is issued)
+``"completed"``          a fixed number of iterations/rounds was run as requested (no tolerance)
+``"diverged"``           a non-finite value or a blow-up stopped the run; see ``diverged_at``
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["SolverError", "ConvergenceWarning", "SolverResult", "Trace", "STATUSES"]
+
+STATUSES = ("optimal", "optimal_inaccurate", "max_iter", "completed", "diverged")
+
+
+class SolverError(RuntimeError):
+    """A solver failed or could not certify its answer.
+
+    Attributes
+    ----------
+    status : str or None
+        The solver's own status string (e.g. CVXPY's ``"infeasible"`` or ``"optimal_inaccurate"``).
+    """
+
+    def __init__(self, message: str, status: str | None = None):
+        super().__init__(message if status is None else f"{message} (status: {status})")
+        self.status = status
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative method stopped at its iteration cap before reaching its tolerance."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SolverResult:
+    """Outcome of a convex solve.
+
+    Attributes
+    ----------
+    objective : float
+        Primal objective value at the returned point.
+    gap : float
+        Duality gap (primal minus a feasible dual value; ``nan`` where not available).
+    iterations : int
+        Iterations performed (CVXPY: the solver's count when reported, else -1).
+    status : str
+        One of :data:`STATUSES`.
+    solver : str
+        Which method produced it (``"fista"``, ``"proxgrad"``, ``"cvxpy:CLARABEL"``, ...).
+    seconds : float
+        Wall-clock time of the solve.
+    history : mapping of str to ndarray
+        Per-iteration diagnostics (e.g. ``"objective"``, ``"gap"``); may be empty.
+    """
+
+    objective: float
+    gap: float
+    iterations: int
+    status: str
+    solver: str
+    seconds: float = 0.0
+    history: Mapping[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def relative_gap(self) -> float:
+        """``gap / max(1, |objective|)``."""
+        return float(self.gap) / max(1.0, abs(float(self.objective)))
+
+    @property
+    def converged(self) -> bool:
+        return self.status == "optimal"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trace:
+    """Per-round record of an iterative federated method.
+
+    Attributes
+    ----------
+    method : str
+        Name of the algorithm and variant (e.g. ``"fedrep"``, ``"flute[main]"``).
+    distance : ndarray, shape (T+1,)
+        Subspace distance to the ground truth at rounds 0..T (``nan`` where no truth is known).
+        Entries after a divergence are ``nan``.
+    loss : ndarray, shape (T+1,)
+        Global loss at rounds 0..T (population loss where available, else empirical).
+    bytes_up, bytes_down : ndarray, shape (T,)
+        Bytes sent client→server and server→client in each round (float64 = 8 bytes per entry,
+        summed over participating clients).
+    status : str
+        ``"completed"``, ``"optimal"`` (stopped on a tolerance) or ``"diverged"``.
+    diverged_at : int or None
+        The round at which a non-finite value appeared.
+    B, heads, a, b : ndarray or None
+        Final parameters, as they apply to the method: representation ``B`` (d, k), per-client
+        heads (n, k), LoRA factors ``a``/``b``.
+    extra : mapping
+        Further per-round arrays or final quantities specific to the method.
+    """
+
+    method: str
+    distance: np.ndarray
+    loss: np.ndarray
+    bytes_up: np.ndarray
+    bytes_down: np.ndarray
+    status: str = "completed"
+    diverged_at: int | None = None
+    B: np.ndarray | None = None
+    heads: np.ndarray | None = None
+    a: np.ndarray | None = None
+    b: np.ndarray | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def rounds(self) -> int:
+        """Number of rounds requested (``len(distance) - 1``)."""
+        return len(self.distance) - 1
+
+    @property
+    def final_distance(self) -> float:
+        return float(self.distance[-1])
+
+    @property
+    def total_bytes(self) -> float:
+        return float(np.sum(self.bytes_up) + np.sum(self.bytes_down))

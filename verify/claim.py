@@ -1,0 +1,271 @@
+"""Claims, evidence, verdicts and the registry.
+
+A claim is data plus one experiment::
+
+    @claim("fedrep.thm1.rate", paper="fedrep", reference="Theorem 1, eq. (7)",
+           statement="The principal-angle distance contracts linearly at rate 1 - E0 sigma_min^2 / ...",
+           kind="rate")
+    def _(ctx: Context, *, algorithm=fedrep) -> Evidence:
+        n = ctx.pick(smoke=100, quick=400, full=2000)
+        results = ctx.map(_one_run, [{"n": n, "algorithm": algorithm}], replicates=ctx.pick(2, 5, 20))
+        ...
+        return Evidence(verdict=..., summary=..., measured=..., predicted=...)
+
+* ``ctx.pick(smoke, quick, full)`` chooses a size by scale.
+* ``ctx.map(task, grid, replicates)`` runs ``task(seed=<int>, **params)`` for every grid point and
+  replicate through the sweep (cached, resumable, any backend) and returns a list (one per grid
+  point) of lists (one per replicate). ``task`` must be a module-level function (picklable).
+  Seeds are derived with ``SeedSequence`` from the base seed, the claim id, the grid index and the
+  replicate index, so results do not depend on the backend or on the order of execution.
+* Keyword options of the experiment (``algorithm=...`` above) are the injection points through
+  which tests feed a deliberately broken variant and check that the verdict turns to "fails".
+* ``ctx.save_figure(fig)`` stores a matplotlib figure for the report and returns its relative path.
+
+Claims the toolkit does not implement are registered with :func:`omit` and a reason; the report
+lists them.
+"""
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+__all__ = [
+    "KINDS", "VERDICTS", "SCALES", "PAPERS",
+    "Evidence", "Claim", "Omitted", "Context",
+    "claim", "omit", "REGISTRY", "OMITTED", "verdict_from",
+]
+
+KINDS = ("identity", "bound", "rate", "scaling", "comparison", "phase transition", "erratum")
+VERDICTS = ("holds", "fails", "inconclusive", "erratum confirmed")
+SCALES = ("smoke", "quick", "full")
+PAPERS = {
+    "clair": "CLAIR: Federated LoRA fine-tuning via collaborative alignment",
+    "fedrep": "FedRep: Exploiting shared representations for personalized FL",
+    "flute": "FLUTE: Federated representation learning in the under-parameterized regime",
+    "rolora": "RoLoRA: Robust federated finetuning via alternating optimization of LoRA",
+    "fedavg_ft": "FedAvg with fine tuning: local updates lead to representation learning",
+}
+
+
+def verdict_from(passed: bool | None, *, erratum: bool = False) -> str:
+    """Map a pass/fail outcome to a verdict.
+
+    ``passed=None`` means the experiment could not decide (``"inconclusive"``). For an erratum
+    claim, "passed" means the paper's error was reproduced (``"erratum confirmed"``).
+    """
+    if passed is None:
+        return "inconclusive"
+    if erratum:
+        return "erratum confirmed" if passed else "fails"
+    return "holds" if passed else "fails"
+
+
+def _jsonable(x: Any) -> Any:
+    """Convert numpy scalars/arrays (and nested containers) to plain JSON types."""
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return _jsonable(x.tolist())
+    if isinstance(x, (np.bool_, bool)):
+        return bool(x)
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, (np.floating, float)):
+        v = float(x)
+        return v if np.isfinite(v) else str(v)
+    return x
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What one run of a claim's experiment found.
+
+    Attributes
+    ----------
+    verdict : str
+        One of :data:`VERDICTS`.
+    summary : str
+        One-line evidence for the summary table ("slope -1.08 ± 0.05 <= -0.5").
+    measured, predicted : dict
+        JSON-able values: what was measured and what the paper (or an analytic formula) predicts.
+    table : list of dict, optional
+        Rows for a side-by-side table (e.g. paper's number, ours, analytic prediction).
+    figure : str, optional
+        Path of the figure relative to the report directory (set through ``ctx.save_figure``).
+    seeds : list of int
+        Every seed the experiment used (filled in by :meth:`Claim.run`).
+    seconds : float
+        Runtime (filled in by :meth:`Claim.run`).
+    notes : str
+        Caveats, e.g. why a verdict is inconclusive or which erratum is involved.
+    """
+
+    verdict: str
+    summary: str
+    measured: dict = field(default_factory=dict)
+    predicted: dict = field(default_factory=dict)
+    table: list | None = None
+    figure: str | None = None
+    seeds: list = field(default_factory=list)
+    seconds: float = 0.0
+    notes: str = ""
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict must be one of {VERDICTS}, got {self.verdict!r}")
+        if not isinstance(self.summary, str) or not self.summary:
+            raise ValueError("summary must be a non-empty string")
+
+    def to_dict(self) -> dict:
+        return _jsonable({
+            "verdict": self.verdict, "summary": self.summary, "measured": self.measured,
+            "predicted": self.predicted, "table": self.table, "figure": self.figure,
+            "seeds": self.seeds, "seconds": self.seconds, "notes": self.notes,
+        })
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A checkable statement of a paper with its experiment.
+
+    ``experiment(ctx, **options) -> Evidence``; ``erratum=True`` marks claims where the paper is
+    known to be wrong (the experiment then shows the error and answers "erratum confirmed").
+    """
+
+    id: str
+    paper: str
+    reference: str
+    statement: str
+    kind: str
+    experiment: Callable[..., Evidence]
+    erratum: bool = False
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if self.paper not in PAPERS:
+            raise ValueError(f"paper must be one of {sorted(PAPERS)}, got {self.paper!r}")
+        if not self.id.startswith(self.paper + "."):
+            raise ValueError(f"claim id {self.id!r} must start with its paper {self.paper!r}")
+
+    def run(self, ctx: "Context | None" = None, **options) -> Evidence:
+        """Run the experiment under ``ctx`` (default: smoke scale, sequential, no cache)."""
+        ctx = (ctx or Context()).for_claim(self.id)
+        start = time.perf_counter()
+        evidence = self.experiment(ctx, **options)
+        if not isinstance(evidence, Evidence):
+            raise TypeError(f"claim {self.id} returned {type(evidence).__name__}, expected Evidence")
+        return replace(evidence, seeds=sorted(set(ctx.seeds_used)),
+                       seconds=round(time.perf_counter() - start, 3))
+
+
+@dataclass(frozen=True)
+class Omitted:
+    """A claim from the notes that the toolkit does not check, with the reason."""
+
+    id: str
+    paper: str
+    reference: str
+    statement: str
+    reason: str
+
+
+REGISTRY: dict[str, Claim] = {}
+OMITTED: dict[str, Omitted] = {}
+
+
+def claim(id: str, *, paper: str, reference: str, statement: str, kind: str, erratum: bool = False):
+    """Decorator registering ``experiment`` as the claim ``id``."""
+
+    def register(experiment: Callable[..., Evidence]) -> Claim:
+        if id in REGISTRY:
+            raise ValueError(f"claim {id!r} is registered twice")
+        c = Claim(id=id, paper=paper, reference=reference, statement=statement, kind=kind,
+                  experiment=experiment, erratum=erratum)
+        REGISTRY[id] = c
+        return c
+
+    return register
+
+
+def omit(id: str, *, paper: str, reference: str, statement: str, reason: str) -> Omitted:
+    """Register a claim that is left out, with the reason (listed in the report)."""
+    o = Omitted(id=id, paper=paper, reference=reference, statement=statement, reason=reason)
+    OMITTED[id] = o
+    return o
+
+
+def _seed_for(base_seed: int, claim_id: str, point: int, replicate: int) -> int:
+    """Deterministic per-task seed: SeedSequence(base, spawn_key=(crc32(claim), point, replicate))."""
+    key = (zlib.crc32(claim_id.encode()), point, replicate)
+    ss = np.random.SeedSequence(base_seed, spawn_key=key)
+    return int(ss.generate_state(1, dtype=np.uint32)[0])
+
+
+@dataclass
+class Context:
+    """Execution context of a claim: scale, sweep runner, figure directory, base seed.
+
+    ``sweep`` is a :class:`verify.sweep.Sweep` (default: sequential, no cache).
+    """
+
+    scale: str = "smoke"
+    sweep: Any = None
+    out_dir: Path | None = None
+    base_seed: int = 0
+    claim_id: str = ""
+    seeds_used: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if self.scale not in SCALES:
+            raise ValueError(f"scale must be one of {SCALES}, got {self.scale!r}")
+        if self.sweep is None:
+            from .sweep import Sweep
+
+            self.sweep = Sweep(backend="sequential")
+
+    def for_claim(self, claim_id: str) -> "Context":
+        return Context(scale=self.scale, sweep=self.sweep, out_dir=self.out_dir,
+                       base_seed=self.base_seed, claim_id=claim_id, seeds_used=[])
+
+    def pick(self, smoke, quick, full):
+        """The value for the current scale."""
+        return {"smoke": smoke, "quick": quick, "full": full}[self.scale]
+
+    def seed(self, point: int = 0, replicate: int = 0) -> int:
+        """The seed of one task (recorded in the evidence)."""
+        s = _seed_for(self.base_seed, self.claim_id, point, replicate)
+        self.seeds_used.append(s)
+        return s
+
+    def map(self, task: Callable, grid: Sequence[Mapping], replicates: int) -> list[list]:
+        """Run ``task(seed=..., **params)`` for every grid point × replicate.
+
+        Returns ``out[i][j]`` = result of grid point ``i``, replicate ``j``.
+        """
+        grid = [dict(g) for g in grid]
+        seeds = [[self.seed(i, j) for j in range(replicates)] for i in range(len(grid))]
+        return self.sweep.map(task, grid, seeds, label=self.claim_id)
+
+    def save_figure(self, fig, name: str | None = None) -> str | None:
+        """Save a matplotlib figure as ``figures/<name or claim id>.png``; returns the relative path.
+
+        Without an output directory the figure is closed and ``None`` returned.
+        """
+        import matplotlib.pyplot as plt
+
+        path = None
+        if self.out_dir is not None:
+            rel = Path("figures") / f"{(name or self.claim_id).replace('/', '_')}.png"
+            (Path(self.out_dir) / rel).parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(Path(self.out_dir) / rel, dpi=110, bbox_inches="tight")
+            path = rel.as_posix()
+        plt.close(fig)
+        return path

@@ -1,0 +1,1 @@
+"""Report writers: Markdown, self-contained HTML, figures and JSON, rendered from Evidence."""
