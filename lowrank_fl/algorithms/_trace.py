@@ -1,0 +1,95 @@
+"""Shared per-round bookkeeping for the iterative federated methods.
+
+Every algorithm records, per round, the subspace distance to the truth, the global loss and the
+bytes communicated, and stops with status ``"diverged"`` at the first non-finite value. This module
+holds that logic once::
+
+    rec = TraceRecorder("fedrep", rounds, truth=problem.B_star)
+    rec.record(0, B, loss0)
+    for t in range(1, rounds + 1):
+        ...
+        rec.communicate(t, up=n_clients * d * k, down=n_clients * d * k)   # entries, not bytes
+        if not rec.record(t, B, loss):      # False once diverged: stop iterating
+            break
+    return rec.finish(B=B, heads=W)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..linalg import subspace_distance
+from ..results import Trace
+
+BYTES_PER_ENTRY = 8  # float64
+
+__all__ = ["TraceRecorder", "BYTES_PER_ENTRY"]
+
+
+class TraceRecorder:
+    """Collects per-round metrics and builds the :class:`~lowrank_fl.results.Trace`.
+
+    Parameters
+    ----------
+    method : str
+        Name stored in the trace.
+    rounds : int
+        Number of rounds T; arrays have T+1 entries (distance, loss) or T entries (bytes).
+    truth : ndarray (d, k) or None
+        Ground-truth representation; the distance is ``subspace_distance(truth, B)``.
+    divergence_threshold : float
+        A loss or parameter norm above this counts as divergence (besides NaN/inf).
+    """
+
+    def __init__(self, method: str, rounds: int, truth=None, *, divergence_threshold: float = 1e150):
+        self.method = method
+        self.truth = None if truth is None else np.asarray(truth, dtype=np.float64)
+        self.distance = np.full(rounds + 1, np.nan)
+        self.loss = np.full(rounds + 1, np.nan)
+        self.bytes_up = np.zeros(rounds)
+        self.bytes_down = np.zeros(rounds)
+        self.threshold = divergence_threshold
+        self.diverged_at: int | None = None
+        self.extra: dict[str, np.ndarray] = {}
+
+    def communicate(self, t: int, *, up: float, down: float) -> None:
+        """Record ``up``/``down`` float64 *entries* sent in round ``t`` (1-based)."""
+        self.bytes_up[t - 1] = BYTES_PER_ENTRY * up
+        self.bytes_down[t - 1] = BYTES_PER_ENTRY * down
+
+    def record(self, t: int, rep=None, loss: float = np.nan, *, distance: float | None = None,
+               **params) -> bool:
+        """Record round ``t``; returns False (and marks divergence) on a non-finite or huge value.
+
+        ``rep`` is the current representation (its distance to ``truth`` is computed) unless an
+        explicit ``distance`` is given. Extra keyword arrays are checked for finiteness too.
+        """
+        values = [np.asarray(loss, dtype=float)] + [np.asarray(v, dtype=float) for v in params.values()]
+        if rep is not None:
+            values.append(np.asarray(rep, dtype=float))
+        bad = any(not np.all(np.isfinite(v)) or (v.size and np.max(np.abs(v)) > self.threshold)
+                  for v in values)
+        if bad:
+            self.diverged_at = t
+            return False
+        self.loss[t] = loss
+        if distance is not None:
+            self.distance[t] = distance
+        elif rep is not None and self.truth is not None:
+            self.distance[t] = subspace_distance(self.truth, rep)
+        return True
+
+    def record_extra(self, name: str, t: int, value, length: int | None = None) -> None:
+        """Store a per-round scalar under ``extra[name]`` (array of T+1 entries by default)."""
+        if name not in self.extra:
+            self.extra[name] = np.full(length or len(self.distance), np.nan)
+        self.extra[name][t] = value
+
+    def finish(self, **final) -> Trace:
+        """Build the trace; ``final`` holds the final parameters (``B``, ``heads``, ``a``, ``b``)
+        and any other entries for ``Trace.extra``."""
+        known = {k: final.pop(k) for k in ("B", "heads", "a", "b") if k in final}
+        extra = {**self.extra, **final}
+        return Trace(method=self.method, distance=self.distance, loss=self.loss,
+                     bytes_up=self.bytes_up, bytes_down=self.bytes_down,
+                     status="diverged" if self.diverged_at is not None else "completed",
+                     diverged_at=self.diverged_at, extra=extra, **known)

@@ -1,0 +1,69 @@
+"""Properties of the linear-algebra building blocks (closed forms, invariances)."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from lowrank_fl import linalg as la
+
+seeds = st.integers(0, 2**31 - 1)
+
+
+@given(seeds, st.integers(2, 8), st.integers(1, 4))
+@settings(max_examples=40, deadline=None)
+def test_subspace_distance_invariant_to_basis_and_equals_projector_gap(seed, extra, k):
+    rng = np.random.default_rng(seed)
+    d = k + extra
+    U, V = rng.normal(size=(d, k)), rng.normal(size=(d, k))
+    M = rng.normal(size=(k, k)) + 3 * np.eye(k)
+    assert la.subspace_distance(U, U @ M) < 1e-10
+    dist = la.subspace_distance(U, V)
+    assert abs(dist - la.subspace_distance(V @ M, U)) < 1e-10
+    assert abs(dist - la.projector_distance(la.projector(U), la.projector(V))) < 1e-10
+
+
+def test_subspace_distance_small_angle_is_accurate():
+    # rotate e1 by angle 1e-9: sin(angle) must come out to ~1e-9, not 0 (sqrt(1 - cos^2) gives 0).
+    a = 1e-9
+    U = np.array([[1.0], [0.0], [0.0]])
+    V = np.array([[np.cos(a)], [np.sin(a)], [0.0]])
+    assert la.subspace_distance(U, V) == pytest.approx(np.sin(a), rel=1e-6)
+
+
+def test_row_projector_matches_formula_for_non_orthonormal_A():
+    rng = np.random.default_rng(1)
+    A = rng.uniform(-1, 1, size=(2, 7))
+    P = la.row_projector(A)
+    assert np.allclose(P, A.T @ np.linalg.solve(A @ A.T, A), atol=1e-12)
+
+
+def test_svt_is_prox_of_nuclear_norm():
+    rng = np.random.default_rng(2)
+    M = rng.normal(size=(30, 5))
+    X, s = la.svt(M, 1.5)
+    sv = np.linalg.svd(M, compute_uv=False)
+    assert np.allclose(s, np.maximum(sv - 1.5, 0))
+    assert la.nuclear_norm(X) == pytest.approx(s.sum(), rel=1e-12)
+    # optimality: M - X = tau * (U V^T + W) has spectral norm <= tau
+    assert la.spectral_norm(M - X) <= 1.5 * (1 + 1e-12)
+
+
+def test_block_soft_threshold_matches_per_block_formula():
+    rng = np.random.default_rng(3)
+    M = rng.normal(size=(6, 2, 3))
+    tau = 1.7
+    out = la.block_soft_threshold(M, tau)
+    for g in range(6):
+        nrm = np.linalg.norm(M[g])
+        expect = max(0.0, 1 - tau / nrm) * M[g]
+        assert np.allclose(out[g], expect, atol=1e-14)
+
+
+def test_errors_name_the_argument():
+    with pytest.raises(ValueError, match="U must have full column rank"):
+        la.subspace_distance(np.zeros((4, 2)), np.eye(4)[:, :2])
+    with pytest.raises(ValueError, match="same space"):
+        la.subspace_distance(np.eye(4)[:, :2], np.eye(5)[:, :2])
+    with pytest.raises(ValueError, match="rank must be <= 3"):
+        la.truncated_svd(np.ones((3, 5)), 4)
+    with pytest.raises(ValueError, match="M must be finite"):
+        la.thin_svd(np.array([[np.nan, 1.0]]))
