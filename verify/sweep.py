@@ -1,26 +1,347 @@
 """Grids × seeds on joblib, cached on disk and resumable.
 
-(Interface; the verifier-infrastructure work completes backends, caching and progress bars.)
-
 ``Sweep(backend, n_jobs, cache_dir, scheduler, progress).map(task, grid, seeds, label)`` runs
-``task(seed=seeds[i][j], **grid[i])`` for every i, j and returns ``out[i][j]``.
+``task(seed=seeds[i][j], **grid[i])`` for every ``i, j`` and returns ``out[i][j]``.
+
+Backends
+--------
+``"sequential"``
+    In-process loop (the default of :class:`verify.claim.Context`).
+``"loky"``
+    joblib's process pool; ``n_jobs=-1`` uses every core (the CLI's default).
+``"dask"``
+    joblib's dask backend on a ``distributed.Client``: connected to ``scheduler="tcp://HOST:PORT"``,
+    or to an in-process ``distributed.LocalCluster`` started on first use (``cluster_options`` are
+    passed to it) when no scheduler is given; an existing client can be passed as ``client=``.
+
+Seeds are fixed by the caller (``SeedSequence`` in :mod:`verify.claim`), so every backend returns
+the same numbers, bit for bit.
+
+Cache and resume
+----------------
+With ``cache_dir`` set, every finished task is pickled to
+``cache_dir/<label>/<task module.qualname>/<key>.pkl`` as soon as its result reaches the parent
+(atomic rename), so an interrupted sweep loses at most the tasks in flight, and the next run
+recomputes only what is missing. The key is ``joblib.hash`` of the label (claim id), the task's
+module and qualname, its parameters, its seed and a code version: ``lowrank_fl.__version__`` plus
+a hash of the source of every ``lowrank_fl`` module, of the task's own module and of the ``verify``
+modules it imports names from (editing the library or the experiment invalidates the cache;
+override with ``code_version=``). Tasks whose parameters cannot be hashed (e.g. a lambda passed as
+an option) are run without caching.
+
+Errors
+------
+A task that raises stops the sweep (results that finished are already cached) and raises
+:class:`SweepTaskError` whose message names the label (claim id), the task, its parameters and
+seed, and the original exception type and message; the original exception is its ``__cause__``
+when it could be transported back from the worker.
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+import functools
+import hashlib
+import os
+import pickle
+import re
+import sys
+import tempfile
+import traceback
+import types
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
 
-__all__ = ["Sweep"]
+import joblib
+
+__all__ = ["Sweep", "SweepTaskError", "BACKENDS", "code_version"]
+
+BACKENDS = ("sequential", "loky", "dask")
+
+
+class SweepTaskError(RuntimeError):
+    """A task of a sweep raised; the message names the claim, task, parameters and seed."""
+
+
+# ----------------------------------------------------------------------------- code version
+@functools.lru_cache(maxsize=None)
+def _library_digest() -> str:
+    import lowrank_fl
+
+    h = hashlib.sha256(lowrank_fl.__version__.encode())
+    root = Path(lowrank_fl.__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _file_digest(module_name: str) -> str:
+    source = getattr(sys.modules.get(module_name), "__file__", None)
+    if source is None or not Path(source).is_file():
+        return "no-source"
+    return hashlib.sha256(Path(source).read_bytes()).hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _module_digest(module_name: str) -> str:
+    """Hash of a module's source and of the verifier modules it imports names from.
+
+    A task in ``verify/claims/clair.py`` that calls helpers of ``verify/claims/_clair_support.py``
+    depends on both; ``lowrank_fl`` is covered by :func:`_library_digest`.
+    """
+    module = sys.modules.get(module_name)
+    deps = {module_name}
+    for value in vars(module).values() if module is not None else ():
+        dep = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if isinstance(dep, str) and dep.split(".")[0] == "verify" and dep in sys.modules:
+            deps.add(dep)
+    h = hashlib.sha256()
+    for dep in sorted(deps):
+        h.update(dep.encode() + _file_digest(dep).encode())
+    return h.hexdigest()
+
+
+def code_version(task: Callable) -> str:
+    """Version of the code a task's result depends on: the library plus the task's module."""
+    return f"{_library_digest()[:16]}-{_module_digest(task.__module__)[:16]}"
+
+
+# ----------------------------------------------------------------------------- worker side
+def _execute(task: Callable, params: Mapping, seed: int, index: int):
+    """Run one task in a worker; exceptions come back as data so the parent decides."""
+    try:
+        return index, True, task(seed=seed, **params)
+    except Exception as exc:  # noqa: BLE001 - reported to the parent with its traceback
+        try:
+            pickle.dumps(exc)
+            transported = exc
+        except Exception:  # noqa: BLE001 - unpicklable exceptions travel as text only
+            transported = None
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return index, False, (type(exc).__name__, str(exc), tb, transported)
+
+
+# ----------------------------------------------------------------------------- the sweep
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "_"
+
+
+def _short(params: Mapping, limit: int = 300) -> str:
+    text = repr(dict(params))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Sweep:
+    """Runs grids × seeds through joblib, with an on-disk cache and progress bars.
+
+    Parameters
+    ----------
+    backend : {"sequential", "loky", "dask"}
+        Execution backend (see module docstring).
+    n_jobs : int
+        Number of workers for "loky" (-1: all cores) and of the LocalCluster started for "dask"
+        (-1: all cores). Ignored by "sequential".
+    cache_dir : str or Path, optional
+        Directory of the result cache; ``None`` disables caching (and resuming).
+    scheduler : str, optional
+        Address ``tcp://HOST:PORT`` of a dask scheduler (backend "dask" only).
+    progress : bool
+        Show a tqdm bar per map (only when stderr is a terminal, and only on runs lasting more
+        than a second).
+    client : distributed.Client, optional
+        Use this client for backend "dask" (not closed by :meth:`close`).
+    cluster_options : dict, optional
+        Keyword arguments for the ``distributed.LocalCluster`` started when neither ``scheduler``
+        nor ``client`` is given.
+    code_version : str, optional
+        Fixed code version for the cache key instead of the source hash.
+    """
+
     def __init__(self, backend: str = "sequential", n_jobs: int = 1, cache_dir=None,
-                 scheduler: str | None = None, progress: bool = False):
+                 scheduler: str | None = None, progress: bool = False, *, client=None,
+                 cluster_options: Mapping | None = None, code_version: str | None = None):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0 or n_jobs < -1:
+            raise ValueError(f"n_jobs must be a positive int or -1 (all cores), got {n_jobs!r}")
+        if (scheduler is not None or client is not None or cluster_options) and backend != "dask":
+            raise ValueError(f"scheduler/client/cluster_options need backend='dask', got backend={backend!r}")
+        if scheduler is not None and not re.match(r"^[a-z]+://\S+$", str(scheduler)):
+            raise ValueError(f"scheduler must be an address like 'tcp://HOST:PORT', got {scheduler!r}")
         self.backend = backend
         self.n_jobs = n_jobs
-        self.cache_dir = cache_dir
+        self.cache_dir = None if cache_dir is None else Path(cache_dir)
         self.scheduler = scheduler
-        self.progress = progress
+        self.progress = bool(progress)
+        self.cluster_options = dict(cluster_options or {})
+        self.code_version = code_version
+        self._client = client
+        self._own_client = None
+        self._own_cluster = None
+        self.executed = 0  # tasks run (not served from cache) by this sweep, for reporting
+        self.reused = 0    # tasks served from the cache
 
+    # -- lifecycle ---------------------------------------------------------------------------
+    def __enter__(self) -> "Sweep":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the dask client/cluster this sweep started (no-op otherwise)."""
+        if self._own_client is not None:
+            self._own_client.close()
+            self._own_client = None
+        if self._own_cluster is not None:
+            self._own_cluster.close()
+            self._own_cluster = None
+
+    def __repr__(self) -> str:
+        return (f"Sweep(backend={self.backend!r}, n_jobs={self.n_jobs}, cache_dir={self.cache_dir}, "
+                f"scheduler={self.scheduler!r})")
+
+    def _dask_client(self):
+        if self._client is not None:
+            return self._client
+        if self._own_client is None:
+            try:
+                from distributed import Client, LocalCluster
+            except ImportError as exc:  # pragma: no cover - depends on the installation
+                raise ImportError("backend='dask' needs dask[distributed]: pip install 'lowrank_fl[dask]'") from exc
+            if self.scheduler is not None:
+                self._own_client = Client(self.scheduler, set_as_default=False)
+            else:
+                opts = {"n_workers": os.cpu_count() if self.n_jobs == -1 else self.n_jobs,
+                        "threads_per_worker": 1, "dashboard_address": ":0"}
+                opts.update(self.cluster_options)
+                self._own_cluster = LocalCluster(**opts)
+                self._own_client = Client(self._own_cluster, set_as_default=False)
+        return self._own_client
+
+    # -- cache -------------------------------------------------------------------------------
+    def _path(self, task: Callable, label: str, params: Mapping, seed: int) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        version = self.code_version or code_version(task)
+        name = f"{task.__module__}.{task.__qualname__}"
+        try:
+            key = joblib.hash((label, name, dict(params), int(seed), version))
+        except Exception:  # noqa: BLE001 - unhashable option (lambda, local object): no caching
+            return None
+        return self.cache_dir / _safe(label or "_") / _safe(name) / f"{key}.pkl"
+
+    @staticmethod
+    def _load(path: Path | None):
+        if path is None or not path.is_file():
+            return False, None
+        try:
+            with open(path, "rb") as fh:
+                return True, pickle.load(fh)["result"]
+        except Exception:  # noqa: BLE001 - a corrupt entry is recomputed
+            return False, None
+
+    @staticmethod
+    def _store(path: Path | None, result: Any, params: Mapping, seed: int) -> None:
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                pickle.dump({"result": result, "params": _short(params), "seed": int(seed)}, fh,
+                            protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def cached(self, task: Callable, grid: Sequence[Mapping], seeds: Sequence[Sequence[int]],
+               label: str = "") -> list[list[bool]]:
+        """Which tasks of a map are in the cache, as ``mask[i][j]``."""
+        return [[self._load(self._path(task, label, params, s))[0] for s in row]
+                for params, row in zip(grid, seeds)]
+
+    # -- map ---------------------------------------------------------------------------------
     def map(self, task: Callable, grid: Sequence[Mapping], seeds: Sequence[Sequence[int]],
             label: str = "") -> list[list]:
-        return [[task(seed=s, **params) for s in row] for params, row in zip(grid, seeds)]
+        """Run ``task(seed=seeds[i][j], **grid[i])`` for every ``i, j``; returns ``out[i][j]``.
+
+        Parameters
+        ----------
+        task : callable
+            Module-level function (picklable for process backends).
+        grid : sequence of mappings, length G
+            Parameters of each grid point.
+        seeds : sequence of G sequences of int
+            Seeds of each grid point's replicates (rows may differ in length).
+        label : str
+            Claim id; part of the cache key and of error messages.
+        """
+        if not callable(task):
+            raise TypeError(f"task must be callable, got {type(task).__name__}")
+        if len(grid) != len(seeds):
+            raise ValueError(f"seeds must have one row per grid point: {len(grid)} points, {len(seeds)} rows")
+        jobs = [(i, j, dict(params), int(s)) for i, (params, row) in enumerate(zip(grid, seeds))
+                for j, s in enumerate(row)]
+        out: list[list] = [[None] * len(row) for row in seeds]
+        paths = {}
+        todo = []
+        for n, (i, j, params, s) in enumerate(jobs):
+            path = self._path(task, label, params, s)
+            hit, value = self._load(path)
+            if hit:
+                out[i][j] = value
+                self.reused += 1
+            else:
+                paths[n] = path
+                todo.append(n)
+        if todo:
+            self._run(task, jobs, todo, paths, out, label)
+        return out
+
+    def _results(self, task, jobs, todo):
+        calls = (joblib.delayed(_execute)(task, jobs[n][2], jobs[n][3], n) for n in todo)
+        # one task on a local pool gains nothing from a worker but pays the transfer
+        in_process = self.backend == "sequential" or (
+            len(todo) == 1 and self.scheduler is None and self._client is None)
+        if in_process:
+            return (_execute(task, jobs[n][2], jobs[n][3], n) for n in todo)
+        if self.backend == "loky":
+            return joblib.Parallel(n_jobs=self.n_jobs, backend="loky",
+                                   return_as="generator_unordered")(calls)
+        client = self._dask_client()
+
+        def run_dask():
+            with joblib.parallel_config(backend="dask", client=client):
+                yield from joblib.Parallel(n_jobs=-1, return_as="generator_unordered")(calls)
+
+        return run_dask()
+
+    def _run(self, task, jobs, todo, paths, out, label) -> None:
+        from tqdm.auto import tqdm
+
+        name = f"{task.__module__}.{task.__qualname__}"
+        bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc=label or name, unit="task",
+                   leave=False, delay=1.0, disable=(not self.progress) or None, file=sys.stderr)
+        results = self._results(task, jobs, todo)
+        try:
+            for n, ok, value in results:
+                i, j, params, s = jobs[n]
+                if not ok:
+                    type_name, message, tb, exc = value
+                    err = SweepTaskError(
+                        f"claim {label or '?'}: task {name}(seed={s}, **{_short(params)}) raised "
+                        f"{type_name}: {message}\n--- worker traceback ---\n{tb}")
+                    raise err from exc
+                self._store(paths[n], value, params, s)
+                out[i][j] = value
+                self.executed += 1
+                bar.update(1)
+        finally:
+            close = getattr(results, "close", None)
+            if close is not None:
+                with warnings.catch_warnings():  # joblib notes the in-flight results we drop
+                    warnings.filterwarnings("ignore", message=r".*successfully executed\s+but not used")
+                    close()  # abort what is still queued when we stop early
+            bar.close()

@@ -1,0 +1,412 @@
+"""FedAvg with local updates on a global two-layer linear model, D-GD, and fine-tuning.
+
+Collins, Hassani, Mokhtari, Shakkottai (2022), "FedAvg with fine tuning: local updates lead to
+representation learning". One *global* pair ``(B, w)`` (``B`` (d, k), ``w`` (k,)) predicts
+``x -> <B w, x>``; there are no per-client heads during training.
+
+* :func:`fedavg` -- eqs. (2)-(3) as analysed in App. B.1: each of the m sampled clients runs
+  ``tau`` simultaneous gradient steps on ``(B, w)`` with one step size alpha (``s = 0..tau-1``; the
+  paper's "s = 1..tau-1" in (2) is an off-by-one, notes Sec. 3.9), then the server averages both
+  ``B`` and ``w`` with equal weights. Population gradients (the theory and the Sec. 5.1 experiment)
+  use ``f_i = 1/2 ||B w - B* w_i*||^2``; the finite-sample mode uses full-batch gradients of
+  ``f_i = 1/(2 n) sum_j (y_ij - <B w, x_ij>)^2`` (eq. (5)).
+* :func:`dgd` -- the named special case ``tau = 1``, full participation (eq. (70)); the paper's
+  experiments call it "D-SGD".
+* :func:`fine_tune` -- a new client (eq. (4), App. C.1): full ``(B, w)`` gradient descent (200 steps,
+  lr 0.01, the paper's) and head-only least squares on ``orth(B)`` (notes Sec. 6.4), both reported.
+
+Batching: the local models of all sampled clients differ from the global ``B_t`` by a rank-<= s
+update, ``B_{t,i,s} = B_t - alpha sum_{r<s} g_{t,i,r} w_{t,i,r}^T`` (``g`` the gradient with respect
+to the product ``B w``). The round keeps only the (m, tau, d) gradients and (m, tau+1, k) heads, so
+it never forms m copies of ``B``; the τ local steps are a loop over steps, not over clients. With
+``n <= d`` samples per client the finite-sample round runs in sample space (Gram matrices
+``X_i X_i^T``, cached by :func:`fedavg`), keeping only (m, n) residuals.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import (as_float_array, as_generator, check_choice, check_int,
+                           check_positive)
+from ..exact.fedavg_ft import head_only_least_squares
+from ..linalg import orth
+from ..problems.multitask import MultitaskProblem
+from ..results import Trace
+from ._trace import TraceRecorder
+
+__all__ = ["fedavg", "dgd", "fedavg_round", "fine_tune", "FineTuneResult", "MAX_LOCAL_STEPS"]
+
+#: Upper bound on tau: beyond it a round is effectively local training to convergence and the
+#: (m, tau, d) local path would dominate memory; use more rounds instead.
+MAX_LOCAL_STEPS = 10_000
+MODES = ("population", "empirical")
+
+
+# ----------------------------------------------------------------------------- one round
+def fedavg_round(B, w, local_steps: int, step_size: float, *, targets=None, X=None, y=None,
+                 gram=None, return_path: bool = False):
+    """One FedAvg round on m clients (App. B.1, Sec. 2.2 of the notes), batched over clients.
+
+    For each client ``i`` and ``s = 0..tau-1`` (simultaneous update from the old ``(B, w)``)::
+
+        e      = B_{i,s} w_{i,s} - beta_i*        (population)   or  (1/n) X_i^T (X_i B w - y_i)
+        B_{i,s+1} = B_{i,s} - alpha e w_{i,s}^T,    w_{i,s+1} = w_{i,s} - alpha B_{i,s}^T e
+
+    then ``B_{t+1} = mean_i B_{i,tau}``, ``w_{t+1} = mean_i w_{i,tau}`` (eq. (3), equal weights).
+
+    Parameters
+    ----------
+    B : ndarray, shape (d, k);  w : ndarray, shape (k,)
+        Global model ``(B_t, w_t)``.
+    local_steps : int
+        tau >= 1.
+    step_size : float
+        alpha > 0.
+    targets : ndarray, shape (m, d), optional
+        Population mode: the clients' ``beta_i* = B* w_i*``.
+    X : ndarray, shape (m, n, d);  y : ndarray, shape (m, n), optional
+        Finite-sample mode: the clients' datasets (full-batch gradients). With ``n <= d`` the round
+        runs in sample space (kernel form, below), never forming a (m, d) gradient.
+    gram : ndarray, shape (m, n, n), optional
+        ``X_i X_i^T`` for the kernel form (computed if not given; :func:`fedavg` caches it).
+    return_path : bool
+        Also return the local path: ``{"w": (m, tau+1, k) w_{t,i,s}, "B": (m, tau+1, d, k)
+        B_{t,i,s}, "grad": (m, tau, d) the gradients e}``.
+
+    Returns
+    -------
+    B_next : ndarray, shape (d, k);  w_next : ndarray, shape (k,)
+    path : dict (only with ``return_path``)
+    """
+    alpha = float(step_size)
+    tau = int(local_steps)
+    if targets is None and X.shape[1] <= B.shape[0]:
+        return _kernel_round(B, w, tau, alpha, X, y, gram, return_path)
+    population = targets is not None
+    m = targets.shape[0] if population else X.shape[0]
+    d, k = B.shape
+    # step-major layout: Ws[s] (m, k) and Gs[s] (m, d) are contiguous blocks, so the rank-s
+    # corrections below are a few fused (m, d) multiply-adds per earlier step
+    Ws = np.empty((tau + 1, m, k))
+    Gs = np.empty((tau, m, d))
+    Ws[0] = w
+    for s in range(tau):
+        ws = Ws[s]
+        beta = ws @ B.T                                  # B_t w_{i,s}, (m, d)
+        for r in range(s):       # local B_{i,s} = B_t - alpha sum_{r<s} g_r w_r^T
+            beta -= (alpha * np.einsum("mk,mk->m", Ws[r], ws))[:, None] * Gs[r]
+        if population:
+            g = beta - targets
+        else:
+            resid = np.einsum("mnd,md->mn", X, beta) - y
+            g = np.einsum("mnd,mn->md", X, resid) / X.shape[1]
+        Btg = g @ B                                      # B_t^T g, (m, k)
+        for r in range(s):
+            Btg -= (alpha * np.einsum("md,md->m", Gs[r], g))[:, None] * Ws[r]
+        Gs[s] = g
+        np.subtract(ws, alpha * Btg, out=Ws[s + 1])
+    B_next = B - (alpha / m) * (Gs.reshape(tau * m, d).T @ Ws[:tau].reshape(tau * m, k))
+    w_next = Ws[tau].mean(axis=0)
+    if not return_path:
+        return B_next, w_next
+    return B_next, w_next, _path(B, alpha, Ws, Gs)
+
+
+def _path(B, alpha, Ws, Gs):
+    """Materialize the local path from the step-major heads (tau+1, m, k) and gradients (tau, m, d)."""
+    tau, m, d = Gs.shape
+    k = B.shape[1]
+    Wc = np.ascontiguousarray(np.swapaxes(Ws, 0, 1))    # (m, tau+1, k)
+    Gc = np.ascontiguousarray(np.swapaxes(Gs, 0, 1))    # (m, tau, d)
+    steps = np.einsum("msd,msk->msdk", Gc, Wc[:, :tau])
+    Bpath = np.empty((m, tau + 1, d, k))
+    Bpath[:, 0] = B
+    Bpath[:, 1:] = B - alpha * np.cumsum(steps, axis=1)
+    return {"w": Wc, "B": Bpath, "grad": Gc}
+
+
+def _kernel_round(B, w, tau, alpha, X, y, gram, return_path):
+    """Finite-sample round in sample space (n <= d): with ``g_{i,s} = X_i^T r_{i,s} / n``,
+
+    ``X_i B_{i,s} w_s = (X_i B) w_s - alpha sum_{r<s} (K_i r_r / n)(w_r . w_s)``,
+    ``B_{i,s}^T g_s = (X_i B)^T r_s / n - alpha sum_{r<s} w_r (r_r . K_i r_s) / n^2`` with
+    ``K_i = X_i X_i^T``; only (m, n) residuals and (m, k) heads are kept. Same iterates as the
+    direct form up to rounding.
+    """
+    m, n, d = X.shape
+    k = B.shape[1]
+    if gram is None:
+        gram = np.einsum("mad,mbd->mab", X, X)
+    XB = (X.reshape(m * n, d) @ B).reshape(m, n, k)
+    Ws = np.empty((tau + 1, m, k))
+    R = np.empty((tau, m, n))            # residuals X B w - y
+    KR = np.empty((tau, m, n))           # X g = K r / n
+    Ws[0] = w
+    for s in range(tau):
+        ws = Ws[s]
+        xb = np.einsum("mnk,mk->mn", XB, ws)
+        for r in range(s):
+            xb -= (alpha * np.einsum("mk,mk->m", Ws[r], ws))[:, None] * KR[r]
+        R[s] = xb - y
+        KR[s] = np.einsum("mab,mb->ma", gram, R[s]) / n
+        Btg = np.einsum("mnk,mn->mk", XB, R[s]) / n
+        for r in range(s):
+            Btg -= (alpha * np.einsum("mn,mn->m", R[r], KR[s]) / n)[:, None] * Ws[r]
+        np.subtract(ws, alpha * Btg, out=Ws[s + 1])
+    # B_next = B - alpha/m sum_{i,s} g_{i,s} w_{i,s}^T = B - alpha/(m n) sum_i X_i^T sum_s r_s w_s^T
+    RW = R[0][:, :, None] * Ws[0][:, None, :]
+    for s in range(1, tau):
+        RW += R[s][:, :, None] * Ws[s][:, None, :]
+    B_next = B - (alpha / (m * n)) * (RW.reshape(m * n, k).T @ X.reshape(m * n, d)).T
+    w_next = Ws[tau].mean(axis=0)
+    if not return_path:
+        return B_next, w_next
+    Gs = np.einsum("mnd,smn->smd", X, R) / n
+    return B_next, w_next, _path(B, alpha, Ws, Gs)
+
+
+# ----------------------------------------------------------------------------- validation
+def _check_problem(problem) -> MultitaskProblem:
+    if not isinstance(problem, MultitaskProblem):
+        raise TypeError(f"problem must be a MultitaskProblem (lowrank_fl.problems.multitask), "
+                        f"got {type(problem).__name__}")
+    return problem
+
+
+def _initial(init, problem, alpha, rng):
+    d, k = problem.d, problem.k
+    if isinstance(init, str):
+        check_choice(init, "init", ("paper",))
+        return orth(rng.standard_normal((d, k))) / np.sqrt(alpha), np.zeros(k)
+    if not isinstance(init, (tuple, list)) or len(init) != 2:
+        raise TypeError(f"init must be 'paper' or a pair (B0, w0), got {type(init).__name__}")
+    B0 = as_float_array(init[0], "init B0", shape=(d, k))
+    w0 = as_float_array(init[1], "init w0", shape=(k,))
+    orth(B0, name="init B0")                      # rejects a rank-deficient B0
+    return B0.copy(), w0.copy()
+
+
+# ----------------------------------------------------------------------------- FedAvg
+def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: float, *,
+           clients_per_round: int | None = None, init="paper", mode: str = "population",
+           seed=None, method: str | None = None) -> Trace:
+    """FedAvg with ``tau`` local GD steps on the global ``(B, w)`` (eqs. (2)-(3), App. B.1).
+
+    Parameters
+    ----------
+    problem : MultitaskProblem
+        ``B_star`` (d, k), ``heads`` (M, k); ``X`` (M, n, d) / ``y`` (M, n) for ``mode="empirical"``.
+    rounds : int
+        T >= 1.
+    local_steps : int
+        tau, ``1 <= tau <= MAX_LOCAL_STEPS`` (10 000); ``tau = 1`` is D-GD.
+    step_size : float
+        alpha > 0, the same for ``B`` and ``w`` (the paper has a single step size).
+    clients_per_round : int, optional
+        m in ``[1, M]``, sampled uniformly without replacement each round (the model of Lemma 1);
+        default ``M`` (full participation, deterministic).
+    init : "paper" or (B0, w0)
+        ``"paper"``: ``B_0 = orth(N(0,1)^{d x k}) / sqrt(alpha)``, ``w_0 = 0`` (App. C.1, so
+        ``Delta_0 = 0``); or explicit arrays (d, k) and (k,).
+    mode : {"population", "empirical"}
+        Population gradients (theory, Sec. 5.1) or full-batch gradients of (5) on ``problem.X``.
+    seed : int or Generator
+        Draw order: the ``"paper"`` init, then the client sample of each round.
+    method : str, optional
+        Name stored in the trace (default ``"fedavg[tau=...]"``).
+
+    Returns
+    -------
+    Trace
+        ``distance`` (T+1,) = ``dist(B_t, B*)``; ``loss`` (T+1,) = objective (7)
+        ``(1/M) sum_i ||B_t w_t - B* w_i*||^2`` (distance 1 if ``B_t`` loses rank); bytes per round ``m (dk + k)`` each way; ``B`` the
+        final ``B_T``; ``extra``: ``"w"`` (k,) final head, per-round ``"grad_norm"`` (Fig. 3 left
+        formula), ``"w_norm"``, ``"delta_norm"`` ``||I - alpha B_t^T B_t||``, ``"complement_norm"``
+        ``||(I - B* B*^T) B_t||_2`` (= ``||B*_perp^T B_t||``), and ``"empirical_loss"`` (eq. (5))
+        in the empirical mode. A NaN/inf stops the run with status ``"diverged"``.
+    """
+    problem = _check_problem(problem)
+    rounds = check_int(rounds, "rounds", minimum=1)
+    tau = check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
+    alpha = check_positive(step_size, "step_size")
+    M = problem.n_clients
+    m = M if clients_per_round is None else check_int(clients_per_round, "clients_per_round",
+                                                      minimum=1, maximum=M)
+    check_choice(mode, "mode", MODES)
+    if mode == "empirical" and problem.X is None:
+        raise ValueError("mode='empirical' needs a problem with a fixed dataset "
+                         "(samples_per_client=...), got a population-only problem")
+    rng = as_generator(seed)
+    B, w = _initial(init, problem, alpha, rng)
+    Bs = problem.B_star
+    theta = problem.theta
+    wbar = problem.heads.mean(axis=0)
+    target = Bs @ wbar
+    gamma2 = float(np.mean(np.sum((problem.heads - wbar) ** 2, axis=1)))
+    name = method or ("dgd" if tau == 1 and m == M else f"fedavg[tau={tau}]")
+    rec = TraceRecorder(name, rounds, truth=Bs)
+    eye = np.eye(problem.k)
+    gram = None
+    if mode == "empirical" and problem.X.shape[1] <= problem.d:
+        gram = np.einsum("mad,mbd->mab", problem.X, problem.X)     # fixed data: once per run
+
+    def record(t):
+        e = B @ w - target
+        if not rec.record(t, None, float(e @ e) + gamma2, distance=_distance(Bs, B), B=B, w=w):
+            return False
+        gB2 = float(e @ e) * float(w @ w)
+        gw = B.T @ e
+        rec.record_extra("grad_norm", t, np.sqrt(gB2 + gw @ gw))
+        rec.record_extra("w_norm", t, np.linalg.norm(w))
+        rec.record_extra("delta_norm", t, np.linalg.norm(eye - alpha * B.T @ B, 2))
+        rec.record_extra("complement_norm", t, np.linalg.norm(B - Bs @ (Bs.T @ B), 2))
+        if mode == "empirical":
+            resid = problem.y - np.einsum("nmd,d->nm", problem.X, B @ w)
+            rec.record_extra("empirical_loss", t, 0.5 * float(np.mean(resid * resid)))
+        return True
+
+    entries = m * (problem.d * problem.k + problem.k)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if record(0):
+            for t in range(1, rounds + 1):
+                idx = np.arange(M) if m == M else np.sort(rng.choice(M, size=m, replace=False))
+                if mode == "population":
+                    B, w = fedavg_round(B, w, tau, alpha, targets=theta[idx])
+                else:
+                    B, w = fedavg_round(B, w, tau, alpha, X=problem.X[idx], y=problem.y[idx],
+                                        gram=None if gram is None else gram[idx])
+                rec.communicate(t, up=entries, down=entries)
+                if not record(t):
+                    break
+    return rec.finish(B=B, w=w)
+
+
+def _distance(B_star, B) -> float:
+    """``dist(B, B*)`` (sine of the largest principal angle, ``B_star`` orthonormal).
+
+    A numerically rank-deficient ``B`` (``min |R_ii| <= 1e-12 max |R_ii|``; FedAvg can collapse
+    a column with a large step and few clients) spans less than k dimensions, so some direction of
+    ``col(B*)`` is orthogonal to it: the distance is 1.
+    """
+    if not np.all(np.isfinite(B)):
+        return np.nan
+    Q, R = np.linalg.qr(B)
+    diag = np.abs(np.diagonal(R))
+    if np.min(diag) <= 1e-12 * max(np.max(diag), np.finfo(float).tiny):
+        return 1.0
+    return min(float(np.linalg.norm(Q - B_star @ (B_star.T @ Q), 2)), 1.0)
+
+
+def dgd(problem: MultitaskProblem, rounds: int, step_size: float, *, init="paper",
+        mode: str = "population", seed=None) -> Trace:
+    """D-GD: FedAvg with one local step and full participation (eq. (70); "D-SGD" in App. C).
+
+    ``B_{t+1} = B_t - alpha (B_t w_t - B* wbar*) w_t^T``, ``w_{t+1} = w_t - alpha B_t^T (B_t w_t -
+    B* wbar*)``. Same parameters and trace as :func:`fedavg` (method name ``"dgd"``).
+    """
+    return fedavg(problem, rounds, 1, step_size, clients_per_round=None, init=init, mode=mode,
+                  seed=seed, method="dgd")
+
+
+# ----------------------------------------------------------------------------- fine-tuning
+@dataclass(frozen=True)
+class FineTuneResult:
+    """Fine-tuning of a trained ``(B, w)`` on a new client, both variants.
+
+    Attributes
+    ----------
+    head_ls_beta : ndarray, shape (d,)
+        ``Q w_hat``: head-only least squares on ``Q = orth(B)`` (closed form, notes Sec. 6.4).
+    head_ls_w : ndarray, shape (k,)
+        ``w_hat`` in the basis ``Q``.
+    full_B : ndarray, shape (d, k);  full_w : ndarray, shape (k,)
+        After ``steps`` full-batch GD steps on ``(B, w)`` (eq. (4), App. C.1).
+    full_loss : ndarray, shape (steps + 1,)
+        Empirical loss ``1/(2n) ||X B w - y||^2`` along the GD run (``nan`` after a divergence).
+    head_ls_error, full_error : float
+        ``||beta_hat - beta*||^2`` when the client's ``beta*`` is known, else ``nan``.
+    status : str
+        ``"completed"`` or ``"diverged"`` (full GD).
+    diverged_at : int or None
+        GD step at which a non-finite value appeared.
+    """
+
+    head_ls_beta: np.ndarray
+    head_ls_w: np.ndarray
+    full_B: np.ndarray
+    full_w: np.ndarray
+    full_loss: np.ndarray
+    head_ls_error: float
+    full_error: float
+    status: str = "completed"
+    diverged_at: int | None = None
+
+    @property
+    def full_beta(self) -> np.ndarray:
+        """``B w`` after full fine-tuning, shape (d,)."""
+        return self.full_B @ self.full_w
+
+
+def _client_data(client):
+    if hasattr(client, "X") and hasattr(client, "y"):
+        return client.X, client.y, getattr(client, "beta", None)
+    if isinstance(client, (tuple, list)) and len(client) in (2, 3):
+        return client[0], client[1], client[2] if len(client) == 3 else None
+    raise TypeError("client must be a NewClient (lowrank_fl.problems.fedavg_ft.new_client) or a "
+                    f"tuple (X, y) / (X, y, beta_star), got {type(client).__name__}")
+
+
+def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01) -> FineTuneResult:
+    """Fine-tune ``(B, w)`` on a new client's data (eq. (4); App. C.1) and, beside it, fit the head
+    alone by least squares on ``orth(B)``.
+
+    Parameters
+    ----------
+    client : NewClient or tuple
+        ``X`` (n, d), ``y`` (n,) and optionally ``beta*`` (d,) for the reported errors.
+    B : array_like, shape (d, k);  w : array_like, shape (k,)
+        The trained global model.
+    steps : int
+        tau' full-batch GD iterations on ``(B, w)`` (200 in the paper).
+    step_size : float
+        Fine-tuning learning rate (0.01 in the paper).
+
+    Returns
+    -------
+    FineTuneResult
+    """
+    X, y, beta = _client_data(client)
+    X = as_float_array(X, "X", ndim=2)
+    n, d = X.shape
+    y = as_float_array(y, "y", shape=(n,))
+    B = as_float_array(B, "B", shape=(d, None))
+    k = B.shape[1]
+    w = as_float_array(w, "w", shape=(k,))
+    if beta is not None:
+        beta = as_float_array(beta, "beta_star", shape=(d,))
+    steps = check_int(steps, "steps", minimum=0)
+    lr = check_positive(step_size, "step_size")
+
+    _, w_hat, beta_ls = head_only_least_squares(X, y, B)
+    loss = np.full(steps + 1, np.nan)
+    Bf, wf = B.copy(), w.copy()
+    status, at = "completed", None
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(steps + 1):
+            r = X @ (Bf @ wf) - y
+            val = 0.5 * float(r @ r) / n
+            if not np.isfinite(val) or not np.all(np.isfinite(Bf)):
+                status, at = "diverged", s
+                break
+            loss[s] = val
+            if s == steps:
+                break
+            g = X.T @ r / n                                   # gradient w.r.t. the product B w
+            Bf, wf = Bf - lr * np.outer(g, wf), wf - lr * (Bf.T @ g)
+    err = (lambda b: float(np.sum((b - beta) ** 2))) if beta is not None else (lambda b: np.nan)
+    return FineTuneResult(head_ls_beta=beta_ls, head_ls_w=w_hat, full_B=Bf, full_w=wf,
+                          full_loss=loss, head_ls_error=err(beta_ls),
+                          full_error=err(Bf @ wf) if status == "completed" else np.nan,
+                          status=status, diverged_at=at)

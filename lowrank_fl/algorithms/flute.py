@@ -1,0 +1,216 @@
+"""FLUTE, linear case: Algorithm 1 of Liu, Shen & Yang (ICML 2024).
+
+Each round every client sends the gradients of its local loss with respect to ``B`` and its head
+``w_i`` at the current iterate (clients do not update locally); the server takes the data step
+eq. (5) — summing the client gradients — and then the regularizer step eq. (6), whose gradients
+are evaluated at the OLD iterate ``(B^(t-1), W^(t-1))`` (note §7.15: a simultaneous step, not a
+proximal or sequential one). Together this is one full gradient step on eq. (4).
+
+Options that the paper leaves open (note §7) are named:
+
+* ``normalization``: ``"appendix"`` (default, App. A.1, what Theorems 5.1/5.5 analyse): data
+  gradient ``(1/N) X_i^T (X_i B w_i - y_i) w_i^T`` without a factor 2; ``"main"``: the main text's
+  ``L_i = (1/N) ||.||^2`` whose gradient carries the 2. For ``g1 = 2 g2`` the fixed points agree,
+  rates differ by 2 in the data term.
+* ``aggregation``: ``"sum"`` (default, eq. (5)) or ``"mean"`` (eq. (4)'s 1/M read literally).
+* data: population gradients (``Q = Q~ = 0``, App. A.1) when the problem has no dataset and no
+  ``samples`` are given; else fresh samples every round (``fresh_samples=True``, what the
+  concentration lemmas A.13/A.14 assume, note §2.6) or the problem's fixed dataset reused every
+  round (``fresh_samples=False``, what the experiments presumably do).
+
+The trace records, per round: ``distance`` = sine of the largest principal angle between
+``col(B)`` and ``span(U_k)`` (note §3.5: the paper's theorems use a model error instead, recorded
+in ``extra``), ``loss`` = population mean squared prediction error
+``(1/M) ||BW - Phi||_F^2 + noise^2``, and in ``extra``:
+
+* ``error_target``: ``(1/M) sum_i ||B w_i - Phi_k e_i||`` (the metric of eqs. (7)-(8));
+* ``error_truth``: ``(1/M) sum_i ||B w_i - phi_i||`` (the synthetic experiments' metric, App. C);
+* ``frob_target``: ``||BW - Phi_k||_F``; ``balance``: ``||B^T B - W W^T||_F``;
+* with ``record_theta=True``: ``sigma1``, ``sigma1_res``, ``sigmak_k`` of the embedding
+  ``Theta`` (App. A.2, regions R / R_s).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .._validation import (as_float_array, as_generator, check_choice, check_int,
+                           check_positive)
+from ..exact.flute import (AGGREGATIONS, NORMALIZATIONS, _data_gradients, _padded_svd,
+                           _regularizer_gradients, data_weight)
+from ..problems.underparameterized import UnderparameterizedProblem
+from ._trace import TraceRecorder
+
+__all__ = ["flute", "flute_init"]
+
+
+def flute_init(d: int, k: int, n_clients: int, init_scale: float, seed=None):
+    """Data-independent initialization of Alg. 1: entries of ``B^0`` (d, k) and ``W^0`` (k, M)
+    i.i.d. ``N(0, init_scale^2)`` (Remark 4.1; theory: ``alpha <~ 1/(10 d)``)."""
+    rng = as_generator(seed)
+    init_scale = check_positive(init_scale, "init_scale")
+    return (init_scale * rng.standard_normal((d, k)),
+            init_scale * rng.standard_normal((k, n_clients)))
+
+
+def _samples_schedule(samples, rounds):
+    """Per-round fresh sample sizes, (rounds,) ints."""
+    if np.isscalar(samples):
+        return np.full(rounds, check_int(samples, "samples", minimum=1))
+    arr = np.asarray(samples)
+    if arr.shape != (rounds,) or not np.issubdtype(arr.dtype, np.integer) or np.any(arr < 1):
+        raise ValueError(f"samples must be a positive int or a sequence of {rounds} positive ints "
+                         f"(one per round), got {samples!r}")
+    return arr
+
+
+def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
+          gamma1: float = 0.25, gamma2: float = 0.125, step_size_reg: float | None = None,
+          init_scale: float | None = None, normalization: str = "appendix",
+          aggregation: str = "sum", fresh_samples: bool = True,
+          samples: int | Sequence[int] | None = None, init=None, record_theta: bool = False,
+          record_every: int = 1, divergence_threshold: float = 1e100, seed=None):
+    """Run FLUTE linear (Algorithm 1, eqs. (5)-(6)) for ``rounds`` rounds.
+
+    Parameters
+    ----------
+    problem : UnderparameterizedProblem
+    rounds : int
+        Number of rounds T (>= 1).
+    step_size : float
+        ``eta_l`` of eq. (5) (App. C: 0.03; theory: ``eta <~ Delta^2 / (288 lambda_1^3)``).
+    gamma1, gamma2 : float
+        Penalty weights of eq. (4); theory ``1/4, 1/8``.
+    step_size_reg : float, optional
+        ``eta_r`` of eq. (6); default ``step_size`` (``eta_l = eta_r`` in the theorems).
+    init_scale : float, optional
+        ``alpha``; default ``1 / (10 d)`` (App. C).
+    normalization : {"appendix", "main"}
+    aggregation : {"sum", "mean"}
+    fresh_samples : bool
+        With data: draw fresh samples every round (True) or reuse ``problem.X``/``problem.y``.
+    samples : int or sequence of int, optional
+        Fresh samples per client: one number, or one per round (Thm 5.5's growing ``N_t``).
+        Default ``problem.samples_per_client``; population gradients if both are absent.
+    init : tuple (B0 (d, k), W0 (k, M)), optional
+        Start here instead of the random initialization.
+    record_theta : bool
+        Record the region quantities of ``Theta`` (App. A.2) every round.
+    record_every : int
+        Compute the metrics every ``record_every`` rounds (and at the last round); entries in
+        between are ``nan``. Divergence is still checked every round.
+    divergence_threshold : float
+        An entry above this in absolute value stops the run with status ``"diverged"``.
+    seed : int or Generator
+        Initialization and fresh samples.
+
+    Returns
+    -------
+    Trace
+        ``B`` (d, k), ``heads`` (M, k) (= ``W^T``), per-round metrics (see module docstring);
+        ``extra["W"]`` (k, M), ``extra["data_mode"]``. Bytes per round: each client receives
+        ``B, w_i`` and sends ``grad_B L_i, grad_w L_i``: ``M (dk + k)`` entries each way.
+    """
+    if not isinstance(problem, UnderparameterizedProblem):
+        raise TypeError(f"problem must be an UnderparameterizedProblem, got {type(problem).__name__}")
+    rounds = check_int(rounds, "rounds", minimum=1)
+    eta = check_positive(step_size, "step_size")
+    eta_r = eta if step_size_reg is None else check_positive(step_size_reg, "step_size_reg")
+    gamma1 = check_positive(gamma1, "gamma1", strict=False)
+    gamma2 = check_positive(gamma2, "gamma2", strict=False)
+    check_choice(normalization, "normalization", NORMALIZATIONS)
+    check_choice(aggregation, "aggregation", AGGREGATIONS)
+    d, M, k = problem.d, problem.n_clients, problem.k
+    alpha = 1.0 / (10 * d) if init_scale is None else check_positive(init_scale, "init_scale")
+    record_every = check_int(record_every, "record_every", minimum=1)
+    divergence_threshold = check_positive(divergence_threshold, "divergence_threshold")
+    rng = as_generator(seed)
+
+    if not fresh_samples:
+        if problem.X is None:
+            raise ValueError("fresh_samples=False needs a problem with a fixed dataset "
+                             "(build it with samples_per_client=N)")
+        if samples is not None:
+            raise ValueError("samples applies to fresh samples only; got fresh_samples=False")
+        mode = "fixed"
+    elif samples is None and problem.samples_per_client is None:
+        mode = "population"
+    else:
+        mode = "fresh"
+        schedule = _samples_schedule(problem.samples_per_client if samples is None else samples,
+                                     rounds)
+
+    if init is None:
+        B, W = flute_init(d, k, M, alpha, rng)
+    else:
+        if not isinstance(init, (tuple, list)) or len(init) != 2:
+            raise TypeError(f"init must be a tuple (B0, W0), got {type(init).__name__}")
+        B = as_float_array(init[0], "init[0] (B0)", shape=(d, k)).copy()
+        W = as_float_array(init[1], "init[1] (W0)", shape=(k, M)).copy()
+
+    scale = 2.0 * data_weight(normalization, aggregation, M)
+    Phi, Phi_k = problem.Phi, problem.target
+    noise2 = problem.noise ** 2
+    if record_theta:
+        U_s, _, V_s = _padded_svd(Phi)
+        D = U_s.shape[0]
+
+    rec = TraceRecorder(f"flute[{normalization}]", rounds, truth=problem.U_k,
+                        divergence_threshold=divergence_threshold)
+
+    U_k = problem.U_k
+
+    def record(t):
+        if t % record_every and t != rounds:
+            # cheap divergence check between recorded rounds (NaN fails the comparison)
+            if np.max(np.abs(B)) <= divergence_threshold and np.max(np.abs(W)) <= divergence_threshold:
+                return True
+            return rec.record(t, None, np.nan, B=B, W=W)
+        Z = B @ W
+        loss = float(np.sum((Z - Phi) ** 2)) / M + noise2
+        if not (np.isfinite(loss) and np.all(np.isfinite(B)) and np.all(np.isfinite(W))):
+            return rec.record(t, None, loss, B=B, W=W)
+        # sine of the largest principal angle; QR (not linalg.orth) so that a numerically
+        # rank-deficient B on its way to divergence does not raise
+        Q = np.linalg.qr(B)[0]
+        dist = min(1.0, float(np.linalg.norm(Q - U_k @ (U_k.T @ Q), 2)))
+        if not rec.record(t, None, loss, distance=dist, B=B, W=W):
+            return False
+        rec.record_extra("error_target", t, float(np.mean(np.linalg.norm(Z - Phi_k, axis=0))))
+        rec.record_extra("error_truth", t, float(np.mean(np.linalg.norm(Z - Phi, axis=0))))
+        rec.record_extra("frob_target", t, float(np.linalg.norm(Z - Phi_k)))
+        rec.record_extra("balance", t, float(np.linalg.norm(B.T @ B - W @ W.T)))
+        if record_theta:
+            Bs = np.zeros((D, k))
+            Bs[:d] = B
+            Ws = np.zeros((D, k))
+            Ws[:M] = W.T
+            Bt, Wt = U_s.T @ Bs, V_s.T @ Ws
+            top, bot = (Bt + Wt) / np.sqrt(2), (Bt - Wt) / np.sqrt(2)
+            theta = np.vstack([top, bot])
+            rec.record_extra("sigma1", t, np.linalg.norm(theta, 2))
+            rec.record_extra("sigma1_res", t, np.linalg.norm(theta[k:], 2))
+            rec.record_extra("sigmak_k", t, np.linalg.svd(theta[:k], compute_uv=False)[-1])
+        return True
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        ok = record(0)
+        for t in range(1, rounds + 1):
+            if not ok:
+                break
+            # client messages: gradients of L_i at (B^(t-1), w_i^(t-1)), summed for B (eq. (5))
+            if mode == "population":
+                R = B @ W - Phi
+                gB, gW = scale * (R @ W.T), scale * (B.T @ R)
+            else:
+                if mode == "fresh":
+                    X, y = problem.sample(int(schedule[t - 1]), rng)
+                else:
+                    X, y = problem.X, problem.y
+                gB, gW = _data_gradients(B, W, X, y, scale)
+            rB, rW = _regularizer_gradients(B, W, gamma1, gamma2)   # eq. (6): at the OLD iterate
+            B, W = B - eta * gB - eta_r * rB, W - eta * gW - eta_r * rW
+            rec.communicate(t, up=M * (d * k + k), down=M * (d * k + k))
+            ok = record(t)
+    return rec.finish(B=B, heads=W.T, W=W, data_mode=mode)

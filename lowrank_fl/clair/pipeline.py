@@ -1,0 +1,609 @@
+"""The CLAIR pipeline after the convex program: subspace, detection (8), refinement (9).
+
+``fit`` runs Algorithm 1's whole procedure (§3.1, §4): contrasts (5)–(6) → penalized program (7)
+→ ``P_Â`` from ``L̂`` → canonical components ``Ŝ_{A⊥} = D̂ P_{Â⊥}`` → collaborative set (8) →
+refined estimates (9). Also here: the closed form (S4.3) of (9), the "largest-gap" threshold
+(never defined by the paper; our reading is documented in :func:`largest_gap_threshold`), a
+λ-path scan for choosing ``λ_S/λ_L``, the §7 baselines (local, FedAvg, oracle FedAvg) and the
+Table 2 detection counts.
+
+The output depends on (7) only through ``P_Â`` (notes §0 and §8 flag 7): ``Ŝ`` is never used
+downstream, although the paper says "we use Ŝ for active-set identification" — (8) uses
+``D̂ P_{Â⊥}``.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._validation import (as_float_array, check_choice, check_in_interval, check_int,
+                           check_positive)
+from ..linalg import block_norms as _block_norms
+from ..linalg import thin_svd
+from .contrasts import as_blocks, check_weights, contrasts, pair_matrix, pair_values_to_matrix
+
+__all__ = [
+    "ClairFit",
+    "LambdaPath",
+    "DetectionCounts",
+    "TAU_RULES",
+    "fit",
+    "subspace_projector",
+    "numerical_rank",
+    "collaborative_set",
+    "largest_gap_threshold",
+    "refine",
+    "refine_closed_form",
+    "lambda_path",
+    "local",
+    "fedavg",
+    "oracle_fedavg",
+    "detection_counts",
+]
+
+#: Data-adaptive rules accepted by ``tau`` (besides a number ``tau >= 0``).
+TAU_RULES = ("largest-gap", "largest-log-gap")
+RANK_MODES = ("top", "numerical")
+REFINEMENTS = ("eq9", "closed-form")
+
+
+# ---------------------------------------------------------------------------------------------
+# validation helpers
+def _check_W_hat(W_hat) -> np.ndarray:
+    W = as_float_array(W_hat, "W_hat", ndim=3)
+    if W.shape[0] < 2:
+        raise ValueError(f"W_hat must hold at least K = 2 clients (shape (K, q, p)), "
+                         f"got shape {W.shape}")
+    return W
+
+
+def _check_rank(rank, q: int, p: int) -> int:
+    rank = check_int(rank, "rank", minimum=1)
+    if rank >= min(p, q):
+        raise ValueError(f"rank must satisfy 1 <= rank < min(p, q) = {min(p, q)}, got {rank}")
+    return rank
+
+
+def _check_benign(benign, K: int, name: str = "benign") -> np.ndarray:
+    b = np.asarray(benign)
+    if b.dtype != bool:
+        raise TypeError(f"{name} must be a boolean array of shape ({K},), got dtype {b.dtype}")
+    if b.shape != (K,):
+        raise ValueError(f"{name} must have shape ({K},) (one flag per client), got {b.shape}")
+    return b
+
+
+def _check_projector(projector, p: int) -> np.ndarray:
+    return as_float_array(projector, "projector", shape=(p, p))
+
+
+def _check_tau(tau):
+    if isinstance(tau, str):
+        return check_choice(tau, "tau", TAU_RULES)
+    return check_positive(tau, "tau", strict=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+@dataclass(frozen=True, eq=False)
+class ClairFit:
+    """Output of :func:`fit`.
+
+    Attributes
+    ----------
+    projector : ndarray, shape (p, p)
+        ``P_Â`` from the right singular subspace of ``L̂``.
+    benign : ndarray of bool, shape (K,)
+        Estimated collaborative set ``Ĉ_α`` (8).
+    refined : ndarray, shape (K, q, p)
+        Refined estimates ``W̃^(k)`` (9) for ``k in Ĉ``; excluded clients keep ``Ŵ^(k)``.
+    solution : PenalizedResult
+        The solve of (7) (``.L``, ``.S``, ``.objective``, ``.gap``, ``.status``, ...).
+    tau : float
+        Block-norm threshold ``τ_n`` used (the number given, or the rule's value).
+    block_norms : ndarray, shape (G,)
+        ``||Ŝ_{A⊥}^{(j,k)}||_F`` with ``Ŝ_{A⊥} = D̂ P_{Â⊥}``, pairs in eq. (6) order.
+    votes : ndarray, shape (K,)
+        Fraction of the other ``K - 1`` clients whose pair block is ``<= τ`` (the average in (8)).
+    rank : int
+        Dimension of ``P_Â`` (``rank`` in ``"top"`` mode, the numerical rank in ``"numerical"``).
+    numerical_rank : int
+        ``#{i : σ_i(L̂) > rank_threshold ||D̂||_op}``.
+    singular_values : ndarray
+        Singular values of ``L̂``.
+    alpha : float
+        Majority fraction of (8).
+    tau_rule : str
+        ``"fixed"`` or the data-adaptive rule's name.
+    """
+
+    projector: np.ndarray
+    benign: np.ndarray
+    refined: np.ndarray
+    solution: Any
+    tau: float
+    block_norms: np.ndarray
+    votes: np.ndarray
+    rank: int
+    numerical_rank: int
+    singular_values: np.ndarray
+    alpha: float
+    tau_rule: str = "fixed"
+
+
+@dataclass(frozen=True, eq=False)
+class LambdaPath:
+    """Output of :func:`lambda_path`. Arrays are indexed ``[i, j]`` = (``lam_L[i]``,
+    ``ratios[j]``).
+
+    Attributes
+    ----------
+    lam_L : ndarray, shape (n_L,)
+    ratios : ndarray, shape (n_R,)
+        ``λ_S / λ_L``, strictly increasing.
+    lam_S : ndarray, shape (n_L, n_R)
+    numerical_rank : ndarray of int, shape (n_L, n_R)
+        rank(L̂) with threshold relative to ``||D̂||_op`` (notes §7.7).
+    projector_error : ndarray, shape (n_L, n_R)
+        ``||P_Â - P_A||_op`` for the top-``rank`` subspace when ``truth_projector`` was given,
+        else NaN.
+    objective, gap : ndarray, shape (n_L, n_R)
+    iterations : ndarray of int, shape (n_L, n_R)
+    status : ndarray of str, shape (n_L, n_R)
+    rank : int
+        Target rank ``r``.
+    bands : tuple of ((float, float) or None), length n_L
+        Per ``λ_L``, the longest contiguous run of ratios with rank(L̂) = ``r`` as
+        (lowest ratio, highest ratio), or None if no ratio gives rank ``r``.
+    """
+
+    lam_L: np.ndarray
+    ratios: np.ndarray
+    lam_S: np.ndarray
+    numerical_rank: np.ndarray
+    projector_error: np.ndarray
+    objective: np.ndarray
+    gap: np.ndarray
+    iterations: np.ndarray
+    status: np.ndarray
+    rank: int
+    bands: tuple = field(default_factory=tuple)
+
+    @property
+    def band(self):
+        """The band of the first (usually the only) ``λ_L``: (low, high) ratio, or None."""
+        return self.bands[0]
+
+
+@dataclass(frozen=True)
+class DetectionCounts:
+    """Table 2 counts; benign is the positive class (notes §5.1).
+
+    ``tp`` benign kept, ``tn`` contaminated excluded, ``fp`` contaminated kept, ``fn`` benign
+    excluded. ``accuracy = (tp + tn) / K``; ``contaminated_recall = tn / |C^c|`` (the paper's
+    "recall", NaN without contaminated clients); ``benign_recall = tp / |C|``;
+    ``false_exclusion_rate = 1 - benign_recall``; ``exact``: ``Ĉ = C``.
+    """
+
+    tp: int
+    tn: int
+    fp: int
+    fn: int
+    accuracy: float
+    contaminated_recall: float
+    benign_recall: float
+    false_exclusion_rate: float
+    exact: bool
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+# ---------------------------------------------------------------------------------------------
+# building blocks
+def numerical_rank(singular_values, reference: float, threshold: float = 1e-6) -> int:
+    """Number of singular values ``> threshold * reference``.
+
+    Pass ``reference = ||D̂||_op`` (notes §7.7): a threshold relative to ``σ_1(L̂)`` reports
+    "full rank" on pure noise when ``L̂ ≈ 0``.
+    """
+    s = as_float_array(singular_values, "singular_values", ndim=1)
+    threshold = check_positive(threshold, "threshold")
+    reference = check_positive(reference, "reference", strict=False)
+    return int(np.count_nonzero(s > threshold * reference))
+
+
+def subspace_projector(L, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """``P_Â = Â Â^T`` from the top-``dim`` right singular vectors of ``L`` (Alg. 1 / Thm 2).
+
+    Parameters
+    ----------
+    L : array_like, shape (m, p)
+    dim : int
+        ``0 <= dim <= p``; ``dim = 0`` gives the zero projector.
+
+    Returns
+    -------
+    projector : ndarray, shape (p, p)
+    singular_values : ndarray, shape (min(m, p),)
+    """
+    L = as_float_array(L, "L", ndim=2)
+    dim = check_int(dim, "dim", minimum=0, maximum=min(L.shape))
+    _, s, Vt = thin_svd(L, name="L")
+    V = Vt[:dim].T
+    return V @ V.T, s
+
+
+def largest_gap_threshold(norms, *, log: bool = False) -> float:
+    """The "largest-gap" threshold ``τ_n`` of §7 (our reading; the paper never defines it).
+
+    Sort the block norms, find the largest gap between consecutive sorted values and return its
+    midpoint. With ``log=True`` the gap is measured on a log scale (largest ratio between
+    consecutive values) and the geometric midpoint is returned; values below
+    ``1e-12 * max(norms)`` are floored there so exact zeros (noiseless benign pairs) work.
+    Ties go to the smallest gap position. With fewer than two distinct values there is no gap:
+    the largest norm is returned, so every pair counts as collaborative.
+
+    Parameters
+    ----------
+    norms : array_like, shape (G,)
+        Non-negative block norms ``||Ŝ_{A⊥}^{(g)}||_F``.
+
+    Returns
+    -------
+    float
+    """
+    x = as_float_array(norms, "norms", ndim=1)
+    if x.size == 0:
+        raise ValueError("norms must contain at least one value, got an empty array")
+    if np.any(x < 0):
+        raise ValueError(f"norms must be non-negative, got minimum {x.min()}")
+    x = np.sort(x)
+    if x.size < 2 or x[-1] == x[0]:
+        return float(x[-1])
+    if log:
+        if x[-1] == 0.0:
+            return 0.0
+        y = np.log(np.maximum(x, 1e-12 * x[-1]))
+        i = int(np.argmax(np.diff(y)))
+        return float(np.exp(0.5 * (y[i] + y[i + 1])))
+    i = int(np.argmax(np.diff(x)))
+    return float(0.5 * (x[i] + x[i + 1]))
+
+
+def collaborative_set(block_norms, K: int, tau: float, alpha: float = 0.5):
+    """Majority-vote collaborative set (8).
+
+    ``Ĉ_α = {k : (1/(K-1)) Σ_{j≠k} 1{||Ŝ_{A⊥}^{(j,k)}||_F <= τ} >= α}``.
+
+    Parameters
+    ----------
+    block_norms : array_like, shape (G,)
+        Pair block norms in eq. (6) order, ``G = K(K-1)/2``.
+    K : int
+    tau : float
+        ``τ_n >= 0``.
+    alpha : float in [0.5, 1)
+
+    Returns
+    -------
+    benign : ndarray of bool, shape (K,)
+    votes : ndarray, shape (K,)
+        The fractions compared with ``α``.
+    """
+    K = check_int(K, "K", minimum=2)
+    G = K * (K - 1) // 2
+    norms = as_float_array(block_norms, "block_norms", shape=(G,))
+    tau = check_positive(tau, "tau", strict=False)
+    alpha = check_in_interval(alpha, "alpha", 0.5, 1.0, closed="left")
+    close = pair_values_to_matrix((norms <= tau).astype(np.float64), K, fill=0.0)
+    votes = close.sum(axis=1) / (K - 1)
+    return votes >= alpha, votes
+
+
+def refine(W_hat, projector, benign) -> np.ndarray:
+    """Refined estimates, eq. (9), written as the paper writes them.
+
+    For ``k in Ĉ``: ``W̃^(k) = (1/|Ĉ|) Σ_{j in Ĉ} (Ŵ^(j) - L̂_A^{(j,k)})`` with the antisymmetric
+    corrections ``L̂_A^{(j,k)} = (D̂ P_Â)^{(j,k)}`` for ``j < k``, ``-(D̂ P_Â)^{(k,j)}`` for
+    ``j > k`` and 0 for ``j = k`` (blocks of ``D̂ P_Â`` in eq. (6) order). Clients outside ``Ĉ``
+    keep their local estimate (the paper leaves them undefined; Table 1 is consistent with this,
+    notes §2 step 6). Memory ``O(|Ĉ|^2 q p)``; :func:`refine_closed_form` is the cheap equivalent.
+
+    Parameters
+    ----------
+    W_hat : array_like, shape (K, q, p)
+    projector : array_like, shape (p, p)
+        ``P_Â`` (any p x p matrix is accepted; (9) is linear in it).
+    benign : array_like of bool, shape (K,)
+        ``Ĉ``.
+
+    Returns
+    -------
+    ndarray, shape (K, q, p)
+    """
+    W = _check_W_hat(W_hat)
+    K, q, p = W.shape
+    P = _check_projector(projector, p)
+    C = np.flatnonzero(_check_benign(benign, K))
+    out = W.copy()
+    if C.size == 0:
+        return out
+    DP = as_blocks(contrasts(W) @ P, q)                     # (G, q, p): (D̂ P_Â)^(j,k), j < k
+    g = pair_matrix(K)[np.ix_(C, C)]                        # (m, m) pair index, -1 on diagonal
+    sign = np.sign(C[None, :] - C[:, None]).astype(np.float64)   # +1 if j < k, -1 if j > k, 0
+    LA = sign[:, :, None, None] * DP[g]                     # LA[a, b] = L̂_A^{(C_a, C_b)}
+    # W̃^(k) = mean_j Ŵ^(j) - mean_j L̂_A^{(j,k)}   (j runs over the first axis)
+    out[C] = W[C].mean(axis=0) - LA.mean(axis=0)
+    return out
+
+
+def refine_closed_form(W_hat, projector, benign) -> np.ndarray:
+    """Closed form (S4.3) of (9): ``W̃^(k) = Ŵ^(k) P_Â + W̄_Ĉ (I - P_Â)`` for ``k in Ĉ``.
+
+    Same arguments and result as :func:`refine` (excluded clients keep ``Ŵ^(k)``); cost
+    ``O(K q p^2)``.
+    """
+    W = _check_W_hat(W_hat)
+    K, q, p = W.shape
+    P = _check_projector(projector, p)
+    b = _check_benign(benign, K)
+    out = W.copy()
+    if not np.any(b):
+        return out
+    mean = W[b].mean(axis=0)
+    out[b] = W[b] @ P + mean - mean @ P
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the pipeline
+def _solve(D, q, lam_L, lam_S, weights, method, solver_options):
+    from .penalized import solve_penalized  # deferred: the solver module sits beside this one
+
+    return solve_penalized(D, q, lam_L, lam_S, weights=weights, method=method, **solver_options)
+
+
+def fit(W_hat, rank: int, lam_L: float, lam_S: float, alpha: float = 0.5, tau="largest-gap",
+        weights=None, method: str = "fista", rank_mode: str = "top",
+        rank_threshold: float = 1e-6, refinement: str = "eq9", **solver_options) -> ClairFit:
+    """Run CLAIR (Algorithm 1 and §3.1) on local estimates.
+
+    Steps: contrasts ``D̂`` (5)–(6); solve (7) with
+    :func:`lowrank_fl.clair.penalized.solve_penalized`; ``P_Â`` from the right singular vectors
+    of ``L̂``; ``Ŝ_{A⊥} = D̂ P_{Â⊥}`` and its block norms; collaborative set (8); refined
+    estimates (9).
+
+    The result depends on the program (7) **only through** ``P_Â`` (with ``τ`` and ``α``):
+    ``Ŝ`` is never used downstream, (8) uses ``D̂ P_{Â⊥}`` (notes §8 flag 7). Clients outside
+    ``Ĉ`` keep their local estimate in ``.refined`` ((9) leaves them undefined; the paper's
+    Table 1 is consistent with this choice, notes §5.1).
+
+    Parameters
+    ----------
+    W_hat : array_like, shape (K, q, p)
+        Local estimates, ``K >= 2``, finite.
+    rank : int
+        ``r``, ``1 <= rank < min(p, q)``.
+    lam_L, lam_S : float
+        Penalties of (7), > 0.
+    alpha : float in [0.5, 1)
+        Majority fraction of (8).
+    tau : float >= 0 or {"largest-gap", "largest-log-gap"}
+        Threshold ``τ_n`` of (8), or a rule applied to the block norms (see
+        :func:`largest_gap_threshold`; §7 uses a "largest-gap" rule it does not define).
+    weights : None or array_like, shape (G,)
+        Pair weights ``w_g > 0``; None means ``1/K`` (§7).
+    method : str
+        Passed to ``solve_penalized`` (``"fista"``, ``"proxgrad"``, ``"cvxpy"``).
+    rank_mode : {"top", "numerical"}
+        ``"top"``: ``P_Â`` spans the top-``rank`` right singular vectors (Thm 2). A warning is
+        issued if ``L̂`` has numerical rank below ``rank`` (the subspace is then partly
+        arbitrary). ``"numerical"``: the compact SVD of §3.1/Alg. 1, i.e. all singular values
+        ``> rank_threshold * ||D̂||_op`` — relative to ``D̂``, not to ``L̂`` (notes §7.7).
+    rank_threshold : float > 0
+    refinement : {"eq9", "closed-form"}
+        Evaluate (9) literally (:func:`refine`) or by (S4.3) (:func:`refine_closed_form`); equal
+        up to rounding.
+    **solver_options
+        Forwarded to ``solve_penalized`` (``tol``, ``max_iter``, ``solver``, ...).
+
+    Returns
+    -------
+    ClairFit
+    """
+    W = _check_W_hat(W_hat)
+    K, q, p = W.shape
+    G = K * (K - 1) // 2
+    rank = _check_rank(rank, q, p)
+    lam_L = check_positive(lam_L, "lam_L")
+    lam_S = check_positive(lam_S, "lam_S")
+    alpha = check_in_interval(alpha, "alpha", 0.5, 1.0, closed="left")
+    tau = _check_tau(tau)
+    w = check_weights(weights, G)
+    rank_mode = check_choice(rank_mode, "rank_mode", RANK_MODES)
+    rank_threshold = check_positive(rank_threshold, "rank_threshold")
+    refinement = check_choice(refinement, "refinement", REFINEMENTS)
+
+    D = contrasts(W)
+    sol = _solve(D, q, lam_L, lam_S, w, method, solver_options)
+    _, s, Vt = thin_svd(np.asarray(sol.L, dtype=np.float64), name="L")
+    D_op = float(np.linalg.norm(D, 2))
+    nrank = int(np.count_nonzero(s > rank_threshold * D_op))
+    if rank_mode == "top":
+        dim = rank
+        if nrank < rank:
+            warnings.warn(f"L_hat has numerical rank {nrank} < rank={rank} (threshold "
+                          f"{rank_threshold:g} * ||D_hat||_op): the top-{rank} subspace is partly "
+                          "arbitrary; lam_S/lam_L is probably too small", RuntimeWarning,
+                          stacklevel=2)
+    else:
+        dim = nrank
+    V = Vt[:dim].T
+    P = V @ V.T
+    S_perp = as_blocks(D - D @ P, q)
+    norms = _block_norms(S_perp)
+    if isinstance(tau, str):
+        tau_value = largest_gap_threshold(norms, log=(tau == "largest-log-gap"))
+        rule = tau
+    else:
+        tau_value, rule = tau, "fixed"
+    benign, votes = collaborative_set(norms, K, tau_value, alpha)
+    refiner = refine if refinement == "eq9" else refine_closed_form
+    refined = refiner(W, P, benign)
+    return ClairFit(projector=P, benign=benign, refined=refined, solution=sol, tau=tau_value,
+                    block_norms=norms, votes=votes, rank=dim, numerical_rank=nrank,
+                    singular_values=s, alpha=alpha, tau_rule=rule)
+
+
+def lambda_path(W_hat, rank: int, lam_L, ratios, *, weights=None, method: str = "fista",
+                rank_threshold: float = 1e-6, truth_projector=None, warm_start: bool = False,
+                **solver_options) -> LambdaPath:
+    """Scan ``λ_S/λ_L`` (and ``λ_L``) and report where rank(L̂) = r.
+
+    The paper's λ constants are unreported and recovery holds only in a band of ``λ_S/λ_L``
+    (below it ``L̂ = 0``, above it the rank inflates; notes §2.3). For every (``λ_L``, ratio)
+    this solves (7) and records rank(L̂) (threshold relative to ``||D̂||_op``), the objective,
+    duality gap and status, and ``||P_Â - P_A||_op`` (top-``rank`` subspace) when the truth is
+    known.
+
+    Parameters
+    ----------
+    W_hat : array_like, shape (K, q, p)
+    rank : int
+        Target ``r``.
+    lam_L : float or array_like, shape (n_L,)
+        Positive.
+    ratios : array_like, shape (n_R,)
+        ``λ_S/λ_L`` values, positive and strictly increasing.
+    weights, method, **solver_options
+        As in :func:`fit`.
+    rank_threshold : float
+        Relative to ``||D̂||_op``.
+    truth_projector : array_like, shape (p, p), optional
+        True ``P_A``.
+    warm_start : bool
+        Start each solve along the ratio axis from the previous ``(L̂, Ŝ)`` (iterative methods;
+        same optimum, usually fewer iterations). Off by default so every point is computed
+        exactly as a stand-alone :func:`fit` would.
+
+    Returns
+    -------
+    LambdaPath
+    """
+    W = _check_W_hat(W_hat)
+    K, q, p = W.shape
+    G = K * (K - 1) // 2
+    rank = _check_rank(rank, q, p)
+    lam_L = as_float_array(lam_L, "lam_L", ndim=(0, 1)).reshape(-1)
+    if lam_L.size == 0 or np.any(lam_L <= 0):
+        raise ValueError(f"lam_L must be > 0 (a number or a non-empty 1-D array), got {lam_L}")
+    ratios = as_float_array(ratios, "ratios", ndim=1)
+    if ratios.size == 0 or np.any(ratios <= 0) or np.any(np.diff(ratios) <= 0):
+        raise ValueError(f"ratios must be a non-empty, positive, strictly increasing 1-D array, "
+                         f"got {ratios}")
+    w = check_weights(weights, G)
+    rank_threshold = check_positive(rank_threshold, "rank_threshold")
+    P_true = (None if truth_projector is None
+              else as_float_array(truth_projector, "truth_projector", shape=(p, p)))
+
+    D = contrasts(W)
+    D_op = float(np.linalg.norm(D, 2))
+    shape = (lam_L.size, ratios.size)
+    nrank = np.zeros(shape, dtype=int)
+    iters = np.zeros(shape, dtype=int)
+    err, obj, gap = (np.full(shape, np.nan) for _ in range(3))
+    status = np.empty(shape, dtype=object)
+    lam_S = lam_L[:, None] * ratios[None, :]
+    if warm_start and method == "cvxpy":
+        raise ValueError("warm_start=True needs an iterative method ('fista' or 'proxgrad'), "
+                         "got method='cvxpy'")
+    for i, lL in enumerate(lam_L):
+        prev = None
+        for j, lS in enumerate(lam_S[i]):
+            opts = solver_options if prev is None else dict(solver_options, init=prev)
+            sol = _solve(D, q, float(lL), float(lS), w, method, opts)
+            if warm_start:
+                prev = (sol.L, sol.S)
+            _, s, Vt = thin_svd(np.asarray(sol.L, dtype=np.float64), name="L")
+            nrank[i, j] = int(np.count_nonzero(s > rank_threshold * D_op))
+            if P_true is not None:
+                V = Vt[:rank].T
+                err[i, j] = np.linalg.norm(V @ V.T - P_true, 2)
+            obj[i, j], gap[i, j] = sol.objective, sol.gap
+            iters[i, j], status[i, j] = sol.iterations, sol.status
+    bands = tuple(_longest_run(ratios, nrank[i] == rank) for i in range(lam_L.size))
+    return LambdaPath(lam_L=lam_L, ratios=ratios, lam_S=lam_S, numerical_rank=nrank,
+                      projector_error=err, objective=obj, gap=gap, iterations=iters,
+                      status=status.astype(str), rank=rank, bands=bands)
+
+
+def _longest_run(x: np.ndarray, mask: np.ndarray):
+    """(x[start], x[end]) of the longest contiguous run of True in ``mask`` (first on ties)."""
+    best, start, best_len = None, None, 0
+    for i, m in enumerate(list(mask) + [False]):
+        if m and start is None:
+            start = i
+        elif not m and start is not None:
+            if i - start > best_len:
+                best, best_len = (float(x[start]), float(x[i - 1])), i - start
+            start = None
+    return best
+
+
+# ---------------------------------------------------------------------------------------------
+# §7 baselines and Table 2 counts
+def local(W_hat) -> np.ndarray:
+    """Local baseline: every client keeps ``Ŵ^(k)``. (K, q, p) → (K, q, p) copy."""
+    return _check_W_hat(W_hat).copy()
+
+
+def fedavg(W_hat) -> np.ndarray:
+    """FedAvg over all clients: everyone receives ``mean_k Ŵ^(k)``. (K, q, p) → (K, q, p)."""
+    W = _check_W_hat(W_hat)
+    return np.broadcast_to(W.mean(axis=0), W.shape).copy()
+
+
+def oracle_fedavg(W_hat, benign) -> np.ndarray:
+    """Oracle FedAvg (§7): clients in the true benign set receive the benign mean; the others
+    keep their local estimate. ``benign``: bool (K,)."""
+    W = _check_W_hat(W_hat)
+    b = _check_benign(benign, W.shape[0])
+    out = W.copy()
+    if np.any(b):
+        out[b] = W[b].mean(axis=0)
+    return out
+
+
+def detection_counts(estimated, truth) -> DetectionCounts:
+    """Confusion counts of an estimated collaborative set (Table 2; benign = positive class).
+
+    Parameters
+    ----------
+    estimated, truth : array_like of bool, shape (K,)
+
+    Returns
+    -------
+    DetectionCounts
+    """
+    t = np.asarray(truth)
+    if t.ndim != 1:
+        raise ValueError(f"truth must be a 1-D boolean array (one flag per client), "
+                         f"got shape {t.shape}")
+    t = _check_benign(t, t.shape[0], "truth")
+    e = _check_benign(estimated, t.shape[0], "estimated")
+    tp = int(np.sum(e & t))
+    tn = int(np.sum(~e & ~t))
+    fp = int(np.sum(e & ~t))
+    fn = int(np.sum(~e & t))
+    K = t.size
+    n_b, n_c = tp + fn, tn + fp
+    benign_recall = tp / n_b if n_b else float("nan")
+    return DetectionCounts(tp=tp, tn=tn, fp=fp, fn=fn, accuracy=(tp + tn) / K,
+                           contaminated_recall=tn / n_c if n_c else float("nan"),
+                           benign_recall=benign_recall,
+                           false_exclusion_rate=1.0 - benign_recall,
+                           exact=bool(np.array_equal(e, t)))

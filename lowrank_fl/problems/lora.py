@@ -1,0 +1,350 @@
+"""LoRA toy problems of RoLoRA (Chen et al., "Robust federated finetuning of LLMs via alternating
+optimization of LoRA").
+
+Rank-one toy (paper §5.1 eqs. (5)–(7), homogeneous; App. A.5 eqs. (245)–(246), heterogeneous).
+Client ``i`` has the local model ``f_i(X) = X a b^T`` and data
+
+    Y_i = X_i a* b_i*^T  (+ noise * E_i, an extension: the paper is noiseless),
+
+with ``X_i`` an (m, d) matrix of i.i.d. N(0, 1) entries, ``a*`` a unit vector (the shared
+*down-projection*) and ``b_i*`` the client's *up-projection*. Orientation (paper §3.1, row-vector
+convention ``x W``): ``a`` plays the role of the d×r LoRA factor A with r = 1 and ``b`` of the
+r×d factor B, so the update is ``a b^T`` (d, d). Stacked arrays put the client axis first:
+``b_star`` is (N, d), ``X`` is (N, m, d), ``Y`` is (N, m, d).
+
+Heterogeneity (Def. A.13): ``gamma^2 = (1/N) sum_i ||b_i* - bbar*||^2``. The generator makes this
+hold *exactly* (up to rounding) by centring and rescaling the client deviations, not in
+expectation. ``gamma = 0`` is the homogeneous model of §5.1 (all ``b_i* = b*``).
+
+Matrix (rank-r) problem for the general algorithms (paper §3–4, eqs. (1)–(4)): targets
+``DeltaW_i = A* B_i*`` with a shared down-projection ``A*`` (d, r) (orthonormal columns) and
+client up-projections ``B_i*`` (r, d); the population loss is ``(1/N) sum_i ||DeltaW_i - A B||_F^2``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from .._validation import as_float_array, as_generator, check_int, check_positive, check_in_interval
+
+__all__ = ["RankOneLoRAProblem", "rank_one_lora", "LoRAMatrixProblem", "lora_matrix_problem",
+           "init_at_angle", "random_unit", "angle_distance", "spread_exactly"]
+
+
+def random_unit(d: int, seed=None) -> np.ndarray:
+    """A vector drawn uniformly from the unit sphere S^{d-1}, shape (d,)."""
+    d = check_int(d, "d", minimum=1)
+    g = as_generator(seed).standard_normal(d)
+    return g / np.linalg.norm(g)
+
+
+def angle_distance(a, a_star) -> float:
+    """Angle distance ``|sin theta(a, a*)| = ||(I - a a^T) a*||`` of Definition 5.2, eq. (8).
+
+    ``a`` is normalised first (so unnormalised iterates can be measured); computed from the
+    residual, not from ``sqrt(1 - cos^2)``, which loses accuracy near 0.
+
+    Parameters
+    ----------
+    a, a_star : array_like, shape (d,)
+        ``a`` non-zero, ``a_star`` unit.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    a_star = np.asarray(a_star, dtype=np.float64)
+    u = a / np.linalg.norm(a)
+    return float(min(1.0, np.linalg.norm(a_star - u * (u @ a_star))))
+
+
+def init_at_angle(a_star, delta0: float, seed=None) -> np.ndarray:
+    """Unit ``a0 = sqrt(1 - delta0^2) a* + delta0 u`` with ``u`` a random unit vector ⊥ ``a*``.
+
+    Then ``|sin theta(a0, a*)| = delta0`` exactly (notes §5, the controlled initialisation).
+
+    Parameters
+    ----------
+    a_star : array_like, shape (d,), unit, d >= 2
+    delta0 : float in [0, 1]
+    """
+    a_star = as_float_array(a_star, "a_star", ndim=1)
+    if a_star.size < 2:
+        raise ValueError(f"a_star must have at least 2 entries to rotate away from, got {a_star.size}")
+    delta0 = check_in_interval(delta0, "delta0", 0.0, 1.0)
+    g = as_generator(seed).standard_normal(a_star.size)
+    g -= a_star * (a_star @ g) / (a_star @ a_star)
+    u = g / np.linalg.norm(g)
+    a0 = np.sqrt(1.0 - delta0 ** 2) * a_star / np.linalg.norm(a_star) + delta0 * u
+    return a0 / np.linalg.norm(a0)
+
+
+def spread_exactly(center, Z, gamma: float) -> np.ndarray:
+    """Rows ``center + gamma (Z_i - Zbar) / rms`` with ``(1/N) sum ||row_i - center||^2 = gamma^2``.
+
+    Parameters
+    ----------
+    center : ndarray, shape (...)
+    Z : ndarray, shape (N, ...)
+        Raw deviations (N >= 2 when ``gamma > 0``).
+    gamma : float >= 0
+
+    Returns
+    -------
+    ndarray, shape (N, ...)
+    """
+    D = Z - Z.mean(axis=0)
+    rms = np.sqrt(np.mean(np.sum(D.reshape(len(D), -1) ** 2, axis=1)))
+    if gamma == 0.0:
+        return np.broadcast_to(center, Z.shape).copy()
+    return center + gamma * D / rms
+
+
+def _split(a_star, a):
+    """``a* = alpha a + w`` with ``w ⊥ a``; returns ``(||a||^2, alpha, w)``.
+
+    ``||a* c^T - a b^T||_F^2 = ||a||^2 ||alpha c - b||^2 + ||w||^2 ||c||^2`` (the two rank-one terms
+    have orthogonal column spaces). Unlike the expanded inner-product form, this has no
+    cancellation, so losses and model errors stay accurate down to machine precision.
+    """
+    aa = float(a @ a)
+    alpha = float(a_star @ a) / aa if aa > 0 else 0.0
+    return aa, alpha, a_star - alpha * a
+
+
+@dataclass(frozen=True)
+class RankOneLoRAProblem:
+    """A rank-one federated LoRA instance (RoLoRA §5.1 / App. A.5) with ground truth.
+
+    Attributes
+    ----------
+    a_star : ndarray, shape (d,)
+        Unit down-projection shared by all clients.
+    b_star : ndarray, shape (N, d)
+        Client up-projections ``b_i*`` (rows); all equal when ``gamma = 0``.
+    gamma : float
+        Heterogeneity, ``(1/N) sum ||b_i* - bbar*||^2 = gamma^2`` exactly (Def. A.13).
+    noise : float
+        Label-noise standard deviation (0 in the paper).
+    X : ndarray, shape (N, m, d) or None
+        Per-client design (``None``: population mode, loss = population loss).
+    Y : ndarray, shape (N, m, d) or None
+        ``Y_i = X_i a* b_i*^T + noise E_i``.
+    """
+
+    a_star: np.ndarray
+    b_star: np.ndarray
+    gamma: float
+    noise: float = 0.0
+    X: np.ndarray | None = None
+    Y: np.ndarray | None = None
+
+    @property
+    def d(self) -> int:
+        return self.a_star.shape[0]
+
+    @property
+    def n_clients(self) -> int:
+        return self.b_star.shape[0]
+
+    @property
+    def samples_per_client(self) -> int | None:
+        return None if self.X is None else self.X.shape[1]
+
+    @property
+    def y(self) -> np.ndarray | None:
+        """Alias of ``Y`` (the outputs are d-dimensional rows, stacked (N, m, d))."""
+        return self.Y
+
+    @property
+    def population(self) -> bool:
+        """True when there is no sampled data (the analysis of App. A.5)."""
+        return self.X is None
+
+    @property
+    def b_bar(self) -> np.ndarray:
+        """``bbar* = (1/N) sum_i b_i*``, shape (d,)."""
+        return self.b_star.mean(axis=0)
+
+    @property
+    def L_max(self) -> float:
+        """The tightest admissible ``L_max = ||bbar*||`` (Assumption 5.1 / A.12)."""
+        return float(np.linalg.norm(self.b_bar))
+
+    def sample(self, m: int, seed=None) -> "RankOneLoRAProblem":
+        """The same ground truth with fresh data: ``m`` samples per client.
+
+        Returns a new problem with ``X`` (N, m, d) i.i.d. N(0, 1) and ``Y`` (N, m, d).
+        """
+        m = check_int(m, "m", minimum=1)
+        rng = as_generator(seed)
+        X = rng.standard_normal((self.n_clients, m, self.d))
+        Xa = X @ self.a_star                                  # (N, m)
+        Y = Xa[:, :, None] * self.b_star[:, None, :]          # X_i a* b_i*^T
+        if self.noise > 0:
+            Y = Y + self.noise * rng.standard_normal(Y.shape)
+        return replace(self, X=X, Y=Y)
+
+    def population_loss(self, a, b) -> float:
+        """Global population loss ``(1/N) sum_i ||a* b_i*^T - a b^T||_F^2`` (eq. (246)).
+
+        Equals ``E_X[(1/m)||X(a* b_i*^T - a b^T)||^2]`` averaged over clients, plus ``d noise^2``
+        with label noise. Computed without forming d×d matrices and without cancellation
+        (see :func:`_split`), so it is accurate near the optimum.
+
+        Parameters
+        ----------
+        a, b : array_like, shape (d,)
+        """
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        aa, alpha, w = _split(self.a_star, a)
+        D = alpha * self.b_star - b                                    # (N, d)
+        per_client = aa * np.einsum("nd,nd->n", D, D) + (w @ w) * np.einsum("nd,nd->n", self.b_star, self.b_star)
+        return float(np.mean(per_client) + self.d * self.noise ** 2)
+
+    def empirical_loss(self, a, b) -> float:
+        """Global training loss ``(1/(Nm)) sum_i ||Y_i - X_i a b^T||_F^2`` (eq. (7)).
+
+        Raises ``ValueError`` in population mode (no data).
+        """
+        if self.X is None:
+            raise ValueError("empirical_loss needs sampled data; call sample(m, seed) first")
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        R = self.Y - (self.X @ a)[:, :, None] * b[None, None, :]
+        return float(np.sum(R * R) / (self.n_clients * self.X.shape[1]))
+
+    def angle(self, a) -> float:
+        """``|sin theta(a, a*)|`` (eq. (8))."""
+        return angle_distance(a, self.a_star)
+
+    def model_error(self, a, b) -> float:
+        """Relative model error ``||a b^T - a* bbar*^T||_F / ||a* bbar*^T||_F`` (Thm 5.4 / A.14)."""
+        a = np.asarray(a, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        bs = self.b_bar
+        aa, alpha, w = _split(self.a_star, a)
+        D = alpha * bs - b
+        return float(np.sqrt(aa * (D @ D) + (w @ w) * (bs @ bs)) / np.linalg.norm(bs))
+
+
+def rank_one_lora(d: int, n_clients: int, *, gamma: float = 0.0, samples_per_client: int | None = None,
+                  noise: float = 0.0, b_norm: float | None = None, seed=None) -> RankOneLoRAProblem:
+    """Draw a rank-one federated LoRA instance (RoLoRA §5.1, App. A.5; generator of notes §5).
+
+    ``a*`` is uniform on S^{d-1}; ``bbar* ~ N(0, I_d)`` (rescaled to ``||bbar*|| = b_norm`` when
+    given); ``b_i* = bbar* + gamma (z_i - zbar)/rms`` with ``z_i ~ N(0, I_d)``, so the
+    heterogeneity ``(1/N) sum ||b_i* - bbar*||^2`` equals ``gamma^2`` exactly and the mean of the
+    ``b_i*`` is exactly ``bbar*``.
+
+    Parameters
+    ----------
+    d : int >= 2
+    n_clients : int >= 1 (>= 2 when ``gamma > 0``)
+    gamma : float >= 0
+    samples_per_client : int or None
+        ``m``; ``None`` gives the population problem (no data, App. A.5).
+    noise : float >= 0
+        Label-noise standard deviation ([NOT IN PAPER] extension; 0 = the paper).
+    b_norm : float > 0 or None
+    seed : int or Generator
+
+    Returns
+    -------
+    RankOneLoRAProblem
+    """
+    d = check_int(d, "d", minimum=2)
+    n_clients = check_int(n_clients, "n_clients", minimum=1)
+    gamma = check_positive(gamma, "gamma", strict=False)
+    noise = check_positive(noise, "noise", strict=False)
+    if gamma > 0 and n_clients < 2:
+        raise ValueError(f"gamma > 0 needs n_clients >= 2 (heterogeneity across clients), got {n_clients}")
+    if samples_per_client is not None:
+        samples_per_client = check_int(samples_per_client, "samples_per_client", minimum=1)
+    if b_norm is not None:
+        b_norm = check_positive(b_norm, "b_norm")
+    rng = as_generator(seed)
+    a_star = random_unit(d, rng)
+    b_bar = rng.standard_normal(d)
+    if b_norm is not None:
+        b_bar *= b_norm / np.linalg.norm(b_bar)
+    b_star = spread_exactly(b_bar, rng.standard_normal((n_clients, d)), gamma)
+    prob = RankOneLoRAProblem(a_star=a_star, b_star=b_star, gamma=gamma, noise=noise)
+    return prob if samples_per_client is None else prob.sample(samples_per_client, rng)
+
+
+@dataclass(frozen=True)
+class LoRAMatrixProblem:
+    """Rank-r federated LoRA targets (paper §3–4 convention ``DeltaW = A B``).
+
+    Attributes
+    ----------
+    A_star : ndarray, shape (d, r)
+        Shared down-projection, orthonormal columns.
+    B_star : ndarray, shape (N, r, d)
+        Client up-projections.
+    gamma : float
+        ``(1/N) sum_i ||B_i* - Bbar*||_F^2 = gamma^2`` exactly; since ``A*`` is orthonormal this
+        is also the spread of the targets ``DeltaW_i``.
+    """
+
+    A_star: np.ndarray
+    B_star: np.ndarray
+    gamma: float
+
+    @property
+    def d(self) -> int:
+        return self.A_star.shape[0]
+
+    @property
+    def rank(self) -> int:
+        return self.A_star.shape[1]
+
+    @property
+    def n_clients(self) -> int:
+        return self.B_star.shape[0]
+
+    @property
+    def targets(self) -> np.ndarray:
+        """``DeltaW_i = A* B_i*``, shape (N, d, d)."""
+        return np.einsum("dr,nrk->ndk", self.A_star, self.B_star)
+
+    @property
+    def mean_target(self) -> np.ndarray:
+        """``(1/N) sum_i DeltaW_i``, shape (d, d) — the exact aggregate of eq. (1)."""
+        return self.A_star @ self.B_star.mean(axis=0)
+
+    def loss(self, A, B) -> float:
+        """Population loss ``(1/N) sum_i ||DeltaW_i - A B||_F^2``; A (d, r), B (r, d)."""
+        R = self.targets - np.asarray(A, dtype=np.float64) @ np.asarray(B, dtype=np.float64)
+        return float(np.sum(R * R) / self.n_clients)
+
+
+def lora_matrix_problem(d: int, n_clients: int, rank: int, *, gamma: float = 1.0,
+                        b_scale: float = 1.0, seed=None) -> LoRAMatrixProblem:
+    """Draw rank-r LoRA targets ``DeltaW_i = A* B_i*`` (paper convention, notes §1.2).
+
+    ``A*`` (d, r) is Haar-orthonormal; ``Bbar*`` has i.i.d. N(0, b_scale^2) entries and
+    ``B_i* = Bbar* + gamma (Z_i - Zbar)/rms`` so that the spread is exactly ``gamma^2``.
+
+    Parameters
+    ----------
+    d : int >= 1
+    n_clients : int >= 1 (>= 2 when ``gamma > 0``)
+    rank : int in [1, d]
+    gamma : float >= 0
+    b_scale : float > 0
+    seed : int or Generator
+    """
+    d = check_int(d, "d", minimum=1)
+    n_clients = check_int(n_clients, "n_clients", minimum=1)
+    rank = check_int(rank, "rank", minimum=1, maximum=d)
+    gamma = check_positive(gamma, "gamma", strict=False)
+    b_scale = check_positive(b_scale, "b_scale")
+    if gamma > 0 and n_clients < 2:
+        raise ValueError(f"gamma > 0 needs n_clients >= 2 (heterogeneity across clients), got {n_clients}")
+    rng = as_generator(seed)
+    Q, R = np.linalg.qr(rng.standard_normal((d, rank)))
+    A_star = Q * np.where(np.diagonal(R) < 0, -1.0, 1.0)
+    B_bar = b_scale * rng.standard_normal((rank, d))
+    B_star = spread_exactly(B_bar, rng.standard_normal((n_clients, rank, d)), gamma)
+    return LoRAMatrixProblem(A_star=A_star, B_star=B_star, gamma=gamma)

@@ -1,0 +1,252 @@
+"""Under-parameterized federated linear regression (FLUTE, Liu, Shen & Yang, ICML 2024).
+
+Client ``i`` of ``M`` observes
+
+    x ~ N(0, I_d),   y = phi_i^T x + noise * N(0, 1),
+
+with ``Phi = [phi_1 ... phi_M]`` a (d, M) matrix (the paper's orientation: one *column* per
+client, Sec. 3) of rank ``r``. The model ``x^T B w_i`` has a shared (d, k) representation and
+(k,) heads, so with ``k < r`` no ``(B, W)`` fits ``Phi`` exactly (Definition 3.1, the
+under-parameterized regime). The target is the Eckart–Young truncation ``Phi_k = U_k Lambda_k
+V_k^T`` (eq. (3), Sec. 4.1) and the optimal representation is ``span(U_k)``.
+
+Construction (App. C.1): ``Phi = U diag(lambda) V`` with ``U`` (d, r) Haar orthonormal columns
+and ``V`` (r, M) Haar orthonormal rows. The paper prints ``Phi = U Lambda V^T`` with a V that is
+already (d_, M) — a dimension mismatch (note §7.8); ``U Lambda V`` is what is meant. The default
+spectrum is App. C's ``lambda_i = 2 d_ / (i + 1)``, ``i = 1..d_``, with ``d_ = min(d, M)``.
+
+``noise`` is a *standard deviation* (the theory's sigma_xi). App. C's ``N(0, 0.3)`` is a variance
+(note §7.7): pass ``noise=sqrt(0.3)`` to reproduce it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import as_float_array, as_generator, check_int, check_positive
+from .multitask import haar_orthonormal
+
+__all__ = ["UnderparameterizedProblem", "underparameterized", "appendix_c_spectrum"]
+
+_GAP_RTOL = 1e-12
+
+
+def appendix_c_spectrum(d: int, n_clients: int) -> np.ndarray:
+    """FLUTE App. C.1 singular values ``lambda_i = 2 min(d, M) / (i + 1)``, ``i = 1..min(d, M)``.
+
+    Returns
+    -------
+    ndarray, shape (min(d, M),), decreasing.
+    """
+    d = check_int(d, "d", minimum=2)
+    n_clients = check_int(n_clients, "n_clients", minimum=1)
+    dmin = min(d, n_clients)
+    return 2.0 * dmin / (np.arange(1, dmin + 1) + 1.0)
+
+
+@dataclass(frozen=True)
+class UnderparameterizedProblem:
+    """A FLUTE linear instance with its ground truth and (optionally) a fixed dataset.
+
+    Attributes
+    ----------
+    U : ndarray, shape (d, r)
+        Left singular vectors of ``Phi`` (orthonormal columns).
+    spectrum : ndarray, shape (r,)
+        Singular values ``lambda_1 >= ... >= lambda_r > 0``.
+    V : ndarray, shape (r, M)
+        Right singular vectors, as rows (orthonormal rows).
+    k : int
+        Representation dimension (``1 <= k < d``, ``k <= M``).
+    noise : float
+        Label-noise standard deviation sigma.
+    X : ndarray, shape (M, N, d) or None
+        Fixed per-client dataset (``None``: population regime).
+    y : ndarray, shape (M, N) or None
+    """
+
+    U: np.ndarray
+    spectrum: np.ndarray
+    V: np.ndarray
+    k: int
+    noise: float = 0.0
+    X: np.ndarray | None = None
+    y: np.ndarray | None = None
+
+    def __post_init__(self):
+        U = as_float_array(self.U, "U", ndim=2)
+        s = as_float_array(self.spectrum, "spectrum", ndim=1)
+        V = as_float_array(self.V, "V", shape=(s.shape[0], None))
+        if U.shape[1] != s.shape[0]:
+            raise ValueError(f"U must have one column per singular value, got shape {U.shape} "
+                             f"for {s.shape[0]} singular values")
+        d, M = U.shape[0], V.shape[1]
+        if s.shape[0] > min(d, M):
+            raise ValueError(f"spectrum must have at most min(d, M) = {min(d, M)} entries, "
+                             f"got {s.shape[0]}")
+        if np.any(s <= 0) or np.any(np.diff(s) > 0):
+            raise ValueError(f"spectrum must be positive and non-increasing, got {s}")
+        k = check_int(self.k, "k", minimum=1, maximum=d - 1)
+        if k > M:
+            raise ValueError(f"k must be <= n_clients = {M}, got {k}")
+        if s.shape[0] < k:
+            raise ValueError(f"spectrum must have at least k = {k} entries (rank(Phi) >= k, so "
+                             f"that span(U_k) is defined), got {s.shape[0]}")
+        lam_next = s[k] if k < s.shape[0] else 0.0
+        if s[k - 1] - lam_next <= _GAP_RTOL * s[0]:
+            raise ValueError(f"the spectrum must have a gap at k = {k} (lambda_k > lambda_(k+1), "
+                             f"Delta > 0), got lambda_k = {s[k - 1]} and lambda_(k+1) = {lam_next}; "
+                             f"Phi_k and span(U_k) are not unique otherwise")
+        noise = check_positive(self.noise, "noise", strict=False)
+        for name, A in (("U", U), ("V", V.T)):
+            dev = float(np.max(np.abs(A.T @ A - np.eye(A.shape[1]))))
+            if not dev <= 1e-8:
+                raise ValueError(f"{name} must have orthonormal {'columns' if name == 'U' else 'rows'}"
+                                 f" (within 1e-8), got deviation {dev:.3g}")
+        object.__setattr__(self, "U", U)
+        object.__setattr__(self, "spectrum", s)
+        object.__setattr__(self, "V", V)
+        object.__setattr__(self, "k", k)
+        object.__setattr__(self, "noise", noise)
+        if (self.X is None) != (self.y is None):
+            raise ValueError("X and y must be given together (both arrays or both None)")
+        if self.X is not None:
+            X = as_float_array(self.X, "X", shape=(M, None, d))
+            y = as_float_array(self.y, "y", shape=X.shape[:2])
+            object.__setattr__(self, "X", X)
+            object.__setattr__(self, "y", y)
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def d(self) -> int:
+        return self.U.shape[0]
+
+    @property
+    def n_clients(self) -> int:
+        return self.V.shape[1]
+
+    @property
+    def rank(self) -> int:
+        """``r = rank(Phi)``; under-parameterized iff ``k < r``."""
+        return self.spectrum.shape[0]
+
+    @property
+    def underparameterized(self) -> bool:
+        return self.k < self.rank
+
+    @property
+    def samples_per_client(self) -> int | None:
+        """``N`` of the fixed dataset, or ``None`` in the population regime."""
+        return None if self.X is None else self.X.shape[1]
+
+    # ------------------------------------------------------------------ ground truth
+    @property
+    def Phi(self) -> np.ndarray:
+        """Ground truth ``Phi = U diag(lambda) V``, shape (d, M); column i is client i's model."""
+        return (self.U * self.spectrum) @ self.V
+
+    @property
+    def U_k(self) -> np.ndarray:
+        """Optimal representation basis (top-k left singular vectors), shape (d, k)."""
+        return self.U[:, :self.k]
+
+    @property
+    def target(self) -> np.ndarray:
+        """``Phi_k = U_k Lambda_k V_k^T`` (Eckart–Young, eq. (3)), shape (d, M)."""
+        k = self.k
+        return (self.U[:, :k] * self.spectrum[:k]) @ self.V[:k]
+
+    @property
+    def gap(self) -> float:
+        """``Delta = 2 (lambda_k - lambda_(k+1))`` (Sec. 5; ``lambda_(r+1) = 0``)."""
+        s = self.spectrum
+        nxt = s[self.k] if self.k < s.shape[0] else 0.0
+        return 2.0 * float(s[self.k - 1] - nxt)
+
+    @property
+    def energy(self) -> float:
+        """``E = ||Phi||_F^2 = sum_i lambda_i^2`` (Sec. 5)."""
+        return float(np.sum(self.spectrum ** 2))
+
+    @property
+    def floor(self) -> float:
+        """Misspecification error ``||Phi - Phi_k||_F^2 = sum_(j > k) lambda_j^2``."""
+        return float(np.sum(self.spectrum[self.k:] ** 2))
+
+    # ------------------------------------------------------------------ data
+    def sample(self, m: int, seed=None):
+        """Draw ``m`` fresh samples per client.
+
+        Returns
+        -------
+        X : ndarray, shape (M, m, d)
+            Features, i.i.d. N(0, I_d).
+        y : ndarray, shape (M, m)
+            ``y_ij = phi_i^T x_ij + noise * xi_ij``.
+        """
+        m = check_int(m, "m", minimum=1)
+        rng = as_generator(seed)
+        X = rng.standard_normal((self.n_clients, m, self.d))
+        y = np.einsum("imd,di->im", X, self.Phi)
+        if self.noise > 0:
+            y = y + self.noise * rng.standard_normal(y.shape)
+        return X, y
+
+
+def underparameterized(d: int, n_clients: int, k: int, *, spectrum=None,
+                       samples_per_client: int | None = None, noise: float = 0.0,
+                       seed=None) -> UnderparameterizedProblem:
+    """Build a FLUTE linear instance ``Phi = U diag(spectrum) V`` (App. C.1).
+
+    Parameters
+    ----------
+    d : int
+        Feature dimension (>= 2).
+    n_clients : int
+        Number of clients M.
+    k : int
+        Representation dimension, ``1 <= k < d`` and ``k <= M``.
+    spectrum : array_like, shape (r,), optional
+        Singular values, positive and non-increasing, ``r <= min(d, M)``. Default: App. C's
+        ``2 min(d, M) / (i + 1)``. Pass ``r = k`` values for the over-parameterized case
+        (Remark 5.3); ``r < k`` is rejected because ``span(U_k)`` is then undefined.
+    samples_per_client : int, optional
+        ``N``: draw a fixed dataset ``X`` (M, N, d), ``y`` (M, N). ``None``: population only.
+    noise : float
+        Label-noise standard deviation (App. C uses variance 0.3, i.e. ``noise = sqrt(0.3)``).
+    seed : int or Generator
+        Randomness of ``U``, ``V`` and the dataset.
+
+    Returns
+    -------
+    UnderparameterizedProblem
+    """
+    d = check_int(d, "d", minimum=2)
+    n_clients = check_int(n_clients, "n_clients", minimum=1)
+    k = check_int(k, "k", minimum=1)
+    if k >= d:
+        raise ValueError(f"k must be < d = {d} (a proper low-dimensional representation), got {k}")
+    if k > n_clients:
+        raise ValueError(f"k must be <= n_clients = {n_clients}, got {k}")
+    if spectrum is None:
+        s = appendix_c_spectrum(d, n_clients)
+    else:
+        s = as_float_array(spectrum, "spectrum", ndim=1)
+        if s.shape[0] == 0:
+            raise ValueError("spectrum must contain at least one singular value")
+    rng = as_generator(seed)
+    r = s.shape[0]
+    if r > min(d, n_clients):
+        raise ValueError(f"spectrum must have at most min(d, n_clients) = {min(d, n_clients)} "
+                         f"entries, got {r}")
+    U = haar_orthonormal(d, r, seed=rng)
+    V = haar_orthonormal(n_clients, r, seed=rng).T
+    noise = check_positive(noise, "noise", strict=False)
+    X = y = None
+    prob = UnderparameterizedProblem(U=U, spectrum=s, V=V, k=k, noise=noise)
+    if samples_per_client is not None:
+        N = check_int(samples_per_client, "samples_per_client", minimum=1)
+        X, y = prob.sample(N, rng)
+        prob = UnderparameterizedProblem(U=U, spectrum=s, V=V, k=k, noise=noise, X=X, y=y)
+    return prob

@@ -1,0 +1,84 @@
+"""Module-level tasks and dummy claims for the verifier-infrastructure tests.
+
+Tasks must be importable by worker processes (loky, dask), hence a module of their own. Every
+execution leaves a marker file in ``log_dir`` so tests can count executions across processes.
+"""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from verify.claim import Claim, Evidence, verdict_from
+
+
+def noisy_task(seed, x, log_dir=None, poison=None, fail_on=None, interrupt_on=None):
+    """A small random result depending on ``seed`` and ``x``; optionally fails on ``x == fail_on``.
+
+    The failure fires only while the file ``poison`` exists, so a rerun with the same parameters
+    (same cache keys) succeeds once the test removes it.
+    """
+    if log_dir is not None:
+        Path(log_dir, f"{x}_{seed}_{uuid.uuid4().hex}.run").touch()
+    armed = poison is not None and Path(poison).exists()
+    if armed and fail_on is not None and x == fail_on:
+        raise ValueError(f"boom at x={x}")
+    if armed and interrupt_on is not None and x == interrupt_on:
+        raise KeyboardInterrupt
+    rng = np.random.default_rng(seed)
+    return {"x": x, "draw": rng.standard_normal(4) * (1 + x), "sum": float(rng.random() + x)}
+
+
+def executions(log_dir) -> list[tuple[int, int]]:
+    """(x, seed) of every execution logged in ``log_dir``."""
+    out = []
+    for p in Path(log_dir).glob("*.run"):
+        x, seed, _ = p.stem.split("_")
+        out.append((int(x), int(seed)))
+    return sorted(out)
+
+
+def _mean_experiment(ctx, *, shift=0.0):
+    out = ctx.map(noisy_task, [{"x": x} for x in range(3)], replicates=ctx.pick(2, 3, 4))
+    means = [float(np.mean([r["sum"] for r in row])) + shift for row in out]
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot(means, marker="o")
+    path = ctx.save_figure(fig)
+    ok = all(abs(m - (x + 0.5)) < 0.5 for x, m in enumerate(means))
+    return Evidence(verdict=verdict_from(ok), summary=f"means {np.round(means, 3).tolist()} | x+0.5",
+                    measured={"means": means}, predicted={"means": [x + 0.5 for x in range(3)]},
+                    figure=path, notes="a dummy claim with a | pipe")
+
+
+def _table_experiment(ctx):
+    return Evidence(verdict="holds", summary="table only",
+                    table=[{"method": "paper", "error": 0.125}, {"method": "ours", "error": 0.1251,
+                                                                 "time": 2.0}])
+
+
+def _raising_experiment(ctx):
+    raise ZeroDivisionError("dummy experiment divided by zero")
+
+
+def _erratum_experiment(ctx):
+    return Evidence(verdict=verdict_from(True, erratum=True), summary="typo reproduced",
+                    measured={"ratio": np.float64(2.0)}, predicted={"ratio": 1.0})
+
+
+def dummy_claims() -> list[Claim]:
+    """Unregistered claims covering every verdict, a figure, a table and a raising experiment."""
+    return [
+        Claim(id="fedrep.dummy.mean", paper="fedrep", reference="Theorem 0, eq. (0)",
+              statement="The mean of U(0,1) + x is x + 1/2.", kind="identity",
+              experiment=_mean_experiment),
+        Claim(id="clair.dummy.table", paper="clair", reference="Table 1",
+              statement="A table is reproduced.", kind="comparison", experiment=_table_experiment),
+        Claim(id="flute.dummy.raises", paper="flute", reference="Theorem 9",
+              statement="An experiment with a bug.", kind="bound", experiment=_raising_experiment),
+        Claim(id="rolora.dummy.erratum", paper="rolora", reference="eq. (99)",
+              statement="The paper's constant is off by two.", kind="erratum",
+              experiment=_erratum_experiment, erratum=True),
+    ]

@@ -1,0 +1,124 @@
+"""Tests of ``lowrank-fl clair fit`` through ``lowrank_fl.cli.main``."""
+import json
+
+import numpy as np
+import pytest
+
+from lowrank_fl.cli import main
+from lowrank_fl.clair.pipeline import fit
+from lowrank_fl.clair.simulate import generate
+
+LAM_L = 1e-3
+
+
+@pytest.fixture(scope="module")
+def instance():
+    return generate(6, 5, 4, 2, contaminated=1, noise=1e-3, seed=2)
+
+
+@pytest.fixture
+def npz(tmp_path, instance):
+    path = tmp_path / "local.npz"
+    np.savez(path, W_hat=instance.W_hat)
+    return path
+
+
+def _lam_S(instance):
+    return float(LAM_L / np.sqrt(instance.s))
+
+
+def test_round_trip(tmp_path, npz, instance, capsys):
+    out = tmp_path / "out"
+    lam_S = _lam_S(instance)
+    code = main(["clair", "fit", str(npz), "--rank", "2", "--lam-L", str(LAM_L),
+                 "--lam-S", repr(lam_S), "--out", str(out)])
+    assert code == 0
+    assert "kept" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    ref = fit(instance.W_hat, 2, LAM_L, lam_S)
+    assert summary["benign"] == [int(k) for k in np.flatnonzero(ref.benign)]
+    assert summary["excluded"] == [int(k) for k in np.flatnonzero(~ref.benign)]
+    assert summary["benign"] == [int(k) for k in np.flatnonzero(instance.benign)]
+    assert (summary["K"], summary["q"], summary["p"]) == (6, 4, 5)
+    assert summary["rank"] == 2 and summary["status"] == ref.solution.status
+    assert summary["objective"] == pytest.approx(ref.solution.objective, rel=1e-12)
+    assert summary["gap"] == pytest.approx(ref.solution.gap, rel=1e-9, abs=1e-15)
+    assert summary["tau"] == pytest.approx(ref.tau, rel=1e-12)
+    assert summary["tau_rule"] == "largest-gap" and summary["solver"] == "fista"
+    with np.load(out / "refined.npz") as data:
+        assert set(data.files) == {"W_tilde", "benign", "projector"}
+        assert np.array_equal(data["W_tilde"], ref.refined)       # same deterministic run
+        assert np.array_equal(data["benign"], ref.benign)
+        assert np.array_equal(data["projector"], ref.projector)
+
+
+def test_options_tau_alpha_weights(tmp_path, npz, instance):
+    out = tmp_path / "o2"
+    w = np.full(instance.G, 0.2)
+    wfile = tmp_path / "w.npy"
+    np.save(wfile, w)
+    code = main(["clair", "fit", str(npz), "--rank", "2", "--lam-L", "0.1",
+                 "--lam-S", "0.05", "--alpha", "0.7", "--tau", "0.5",
+                 "--method", "proxgrad", "--weights", str(wfile), "--tol", "1e-6",
+                 "--max-iter", "5000", "--out", str(out)])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    ref = fit(instance.W_hat, 2, 0.1, 0.05, alpha=0.7, tau=0.5, weights=w,
+              method="proxgrad", tol=1e-6, max_iter=5000)
+    assert summary["tau"] == 0.5 and summary["tau_rule"] == "fixed" and summary["alpha"] == 0.7
+    assert summary["solver"] == "proxgrad" and summary["status"] == "optimal"
+    assert summary["iterations"] == ref.solution.iterations
+    with np.load(out / "refined.npz") as data:
+        assert np.array_equal(data["W_tilde"], ref.refined)
+
+
+def test_missing_W_hat_array(tmp_path, capsys):
+    path = tmp_path / "bad.npz"
+    np.savez(path, X=np.zeros((3, 2, 2)), Y=np.ones(2))
+    code = main(["clair", "fit", str(path), "--rank", "1", "--lam-L", "1", "--lam-S", "1",
+                 "--out", str(tmp_path / "o")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "no array named 'W_hat'" in err and "['X', 'Y']" in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("extra, match", [
+    (["--rank", "4"], "rank must satisfy"),
+    (["--rank", "2", "--alpha", "1.0"], "alpha must lie in"),
+    (["--rank", "2", "--lam-L", "-1"], "lam_L must be finite and > 0"),
+    (["--rank", "2", "--tau", "-1"], "tau must be finite and >= 0"),
+    (["--rank", "2", "--method", "newton"], "method must be one of"),
+])
+def test_bad_arguments_exit_2(tmp_path, npz, capsys, extra, match):
+    args = ["clair", "fit", str(npz), "--lam-L", "1", "--lam-S", "1", "--out",
+            str(tmp_path / "o")]
+    # later flags override earlier ones in argparse
+    code = main(args + extra)
+    assert code == 2
+    assert match in capsys.readouterr().err
+
+
+def test_missing_files_exit_2(tmp_path, npz, capsys):
+    code = main(["clair", "fit", str(tmp_path / "nope.npz"), "--rank", "1", "--lam-L", "1",
+                 "--lam-S", "1", "--out", str(tmp_path / "o")])
+    assert code == 2 and "W_hat file not found" in capsys.readouterr().err
+    code = main(["clair", "fit", str(npz), "--rank", "1", "--lam-L", "1", "--lam-S", "1",
+                 "--weights", str(tmp_path / "w.npy"), "--out", str(tmp_path / "o")])
+    assert code == 2 and "weights file not found" in capsys.readouterr().err
+
+
+def test_wrong_weights_length_exit_2(tmp_path, npz, capsys):
+    wfile = tmp_path / "w.npy"
+    np.save(wfile, np.ones(3))
+    code = main(["clair", "fit", str(npz), "--rank", "1", "--lam-L", "1", "--lam-S", "1",
+                 "--weights", str(wfile), "--out", str(tmp_path / "o")])
+    assert code == 2 and "weights must have shape (15,)" in capsys.readouterr().err
+
+
+def test_bad_tau_string_is_an_argparse_error(npz, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["clair", "fit", str(npz), "--rank", "1", "--lam-L", "1", "--lam-S", "1",
+              "--tau", "gap", "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    assert "--tau must be a number >= 0 or one of largest-gap" in capsys.readouterr().err

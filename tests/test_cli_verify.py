@@ -1,0 +1,304 @@
+"""The verifier's CLI (verify / claims / conditions), the runner and module loading."""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from _dummy_tasks import dummy_claims
+from verify import cli as vcli
+from verify.claim import OMITTED, REGISTRY, Context, Omitted
+from verify.conditions import Condition
+from verify.runner import load_modules, run_claims, select_claims
+
+
+def lowrank_fl(argv) -> int:
+    """``lowrank-fl ARGV`` as ``lowrank_fl.cli.main`` wires it (parser + handler + error handling)."""
+    parser = argparse.ArgumentParser(prog="lowrank-fl")
+    vcli.add_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError, KeyError) as exc:
+        print(f"lowrank-fl: error: {exc}", file=sys.stderr)
+        return 2
+
+
+@pytest.fixture
+def dummy_registry(monkeypatch):
+    """Only the dummy claims are registered; the paper modules are not loaded."""
+    saved, saved_omitted = dict(REGISTRY), dict(OMITTED)
+    REGISTRY.clear()
+    OMITTED.clear()
+    REGISTRY.update({c.id: c for c in dummy_claims()})
+    OMITTED["clair.prop9.gap"] = Omitted(id="clair.prop9.gap", paper="clair", reference="Prop. 9",
+                                         statement="A gap.", reason="no closed form")
+    monkeypatch.setattr(vcli, "_load_claims", lambda papers: None)
+    yield
+    REGISTRY.clear()
+    OMITTED.clear()
+    REGISTRY.update(saved)
+    OMITTED.update(saved_omitted)
+
+
+# ----------------------------------------------------------------------------- verify
+def test_verify_writes_the_report(dummy_registry, tmp_path, capsys):
+    out = tmp_path / "rep"
+    code = lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
+                       "--no-progress", "--out", str(out)])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "[1/4] clair.dummy.table: holds" in err
+    assert "flute.dummy.raises: inconclusive" in err and "ZeroDivisionError" in err
+    assert (out / "README.md").is_file() and (out / "figures" / "fedrep.dummy.mean.png").is_file()
+    page = (out / "index.html").read_text()
+    assert not re.search(r"https?://", page)
+    assert all(s.startswith("data:image/png;base64,") for s in re.findall(r'src="([^"]*)"', page))
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["scale"] == "smoke" and doc["backend"] == "sequential"
+    assert {"python", "numpy", "scipy", "cvxpy", "lowrank_fl", "platform"} <= set(doc["versions"])
+    assert [c["id"] for c in doc["claims"]] == ["clair.dummy.table", "fedrep.dummy.mean",
+                                                "flute.dummy.raises", "rolora.dummy.erratum"]
+    for c in doc["claims"]:
+        assert {"id", "paper", "reference", "kind", "verdict", "measured", "predicted", "seeds",
+                "seconds", "statement", "summary", "notes", "figure", "table"} <= set(c)
+    assert [o["id"] for o in doc["omitted"]] == ["clair.prop9.gap"]
+    assert doc["totals"]["errors"] == 1 and doc["tasks"] == {"executed": 6, "from_cache": 0}
+    # --strict turns a failing or raising claim into exit status 1
+    assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
+                       "--strict", "--claim", "flute.*", "--out", str(out)]) == 1
+
+
+def test_verify_loky_cache_resumes(dummy_registry, tmp_path):
+    argv = ["verify", "--scale", "smoke", "--backend", "loky", "--jobs", "2", "--cache",
+            str(tmp_path / "cache"), "--claim", "fedrep.dummy.mean", "--out", str(tmp_path / "a")]
+    assert lowrank_fl(argv) == 0
+    argv[-1] = str(tmp_path / "b")
+    assert lowrank_fl(argv) == 0
+    a = json.loads((tmp_path / "a" / "results.json").read_text())
+    b = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert a["tasks"] == {"executed": 6, "from_cache": 0}
+    assert b["tasks"] == {"executed": 0, "from_cache": 6}
+    assert a["claims"][0]["measured"] == b["claims"][0]["measured"]
+    assert a["claims"][0]["seeds"] == b["claims"][0]["seeds"]
+
+
+def test_python_m_verify_is_the_verify_command(dummy_registry, tmp_path):
+    assert vcli.main(["--scale", "smoke", "--backend", "sequential", "--no-cache", "--paper",
+                      "clair", "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert [c["id"] for c in doc["claims"]] == ["clair.dummy.table"]
+
+
+def test_python_m_verify_entry_point():
+    help_text = subprocess.run([sys.executable, "-m", "verify", "--help"], capture_output=True,
+                               text=True, timeout=60)
+    assert help_text.returncode == 0
+    for option in ("--paper", "--claim", "--scale", "--jobs", "--backend", "--scheduler", "--cache",
+                   "--no-cache", "--seed", "--no-progress", "--out"):
+        assert option in help_text.stdout
+    bad = subprocess.run([sys.executable, "-m", "verify", "--backend", "loky", "--scheduler",
+                          "tcp://127.0.0.1:1", "--out", "unused"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2
+    assert "--scheduler needs --backend dask, got --backend loky" in bad.stderr
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["--claim", "nope.*"], r"claim pattern 'nope\.\*' matches no registered claim"),
+    (["--backend", "sequential", "--scheduler", "tcp://h:1"], r"--scheduler needs --backend dask"),
+    (["--jobs", "0", "--backend", "loky"], r"n_jobs must be a positive int or -1"),
+])
+def test_verify_errors(dummy_registry, tmp_path, capsys, argv, match):
+    assert lowrank_fl(["verify", "--no-cache", "--out", str(tmp_path)] + argv) == 2
+    assert re.search("lowrank-fl: error: " + match, capsys.readouterr().err)
+
+
+def test_verify_rejects_unknown_paper_and_conflicting_cache_options(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        lowrank_fl(["verify", "--paper", "bert", "--out", str(tmp_path)])
+    assert "invalid choice: 'bert'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        lowrank_fl(["verify", "--cache", "x", "--no-cache", "--out", str(tmp_path)])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_default_cache_dir(monkeypatch, tmp_path):
+    monkeypatch.setenv("LOWRANK_FL_CACHE", str(tmp_path / "c"))
+    assert vcli.default_cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("LOWRANK_FL_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert vcli.default_cache_dir() == tmp_path / "lowrank_fl" / "verify"
+
+
+# ----------------------------------------------------------------------------- claims
+def test_claims_lists_registry_and_omitted(dummy_registry, capsys):
+    assert lowrank_fl(["claims"]) == 0
+    out = capsys.readouterr().out
+    for c in dummy_claims():
+        line = next(ln for ln in out.splitlines() if ln.startswith(c.id))
+        assert c.kind in line and c.reference in line and c.statement in line
+    assert "4 claims." in out and "Omitted (1):" in out and "no closed form" in out
+    assert lowrank_fl(["claims", "--paper", "rolora", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [c["id"] for c in doc["claims"]] == ["rolora.dummy.erratum"] and doc["omitted"] == []
+    assert doc["claims"][0]["erratum"] is True
+
+
+# ----------------------------------------------------------------------------- conditions
+def _fake_conditions():
+    mod = types.ModuleType("verify.conditions.fedrep")
+
+    def generate(seed=0, n=10, kappa=2.0, name="x"):
+        rng = np.random.default_rng(seed)
+        return {"n": n, "kappa": kappa, "B": rng.standard_normal((3, 2)), "name": name}
+
+    def evaluate(instance):
+        return [Condition("Theorem 1", "sample size", instance["n"], ">= 20", instance["n"] >= 20),
+                Condition("Theorem 1", "condition number", float(instance["kappa"]), "", None,
+                          note=str(instance.get("name", ""))),
+                Condition("Lemma 2", "B shape", list(np.shape(instance["B"])), "(3, 2)",
+                          np.bool_(np.shape(instance["B"]) == (3, 2)))]
+
+    mod.generate, mod.evaluate = generate, evaluate
+    return mod
+
+
+def test_conditions_table_params_instance_json(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "verify.conditions.fedrep", _fake_conditions())
+    assert lowrank_fl(["conditions", "fedrep", "--param", "n=25", "--param", "name=abc"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["theorem", "condition", "value", "required", "holds", "note"]
+    assert re.match(r"Theorem 1\s+sample size\s+25\s+>= 20\s+yes", out[2])
+    assert re.match(r"Theorem 1\s+condition number\s+2\s+-\s+abc", out[3])
+    assert re.match(r"Lemma 2\s+B shape\s+\[3, 2\]\s+\(3, 2\)\s+yes", out[4])
+    np.savez(tmp_path / "inst.npz", n=np.int64(5), kappa=np.float64(3.5), B=np.ones((4, 2)))
+    assert lowrank_fl(["conditions", "fedrep", "--instance", str(tmp_path / "inst.npz"), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0] == {"theorem": "Theorem 1", "name": "sample size", "value": 5, "required": ">= 20",
+                       "holds": False, "note": ""}
+    assert rows[2]["holds"] is False and rows[1]["value"] == 3.5
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["conditions", "bert"], r"unknown paper 'bert'; expected one of \['clair', 'fedrep'"),
+    (["conditions", "fedrep", "--param", "n"], r"--param must look like name=value, got 'n'"),
+    (["conditions", "fedrep", "--instance", "missing.npz"], r"--instance file missing.npz does not exist"),
+    (["conditions", "fedrep", "--param", "bogus=1"], r"unexpected keyword argument 'bogus'"),
+])
+def test_conditions_errors(monkeypatch, capsys, argv, match):
+    monkeypatch.setitem(sys.modules, "verify.conditions.fedrep", _fake_conditions())
+    assert lowrank_fl(argv) == 2
+    assert re.search(match, capsys.readouterr().err)
+
+
+def test_conditions_missing_module_and_bad_module(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "verify.conditions.flute", None)  # "not written yet"
+    assert lowrank_fl(["conditions", "flute"]) == 2
+    assert "paper 'flute' has no module verify.conditions.flute" in capsys.readouterr().err
+    broken = types.ModuleType("verify.conditions.flute")
+    broken.generate = lambda seed=0: {}
+    monkeypatch.setitem(sys.modules, "verify.conditions.flute", broken)
+    assert lowrank_fl(["conditions", "flute"]) == 2
+    assert "verify.conditions.flute has no evaluate() function" in capsys.readouterr().err
+    broken.evaluate = lambda instance: [("Theorem", "x", 1)]
+    assert lowrank_fl(["conditions", "flute"]) == 2
+    assert "evaluate returned tuple, expected Condition" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- loading & runner
+@pytest.fixture
+def fake_package(tmp_path, monkeypatch):
+    pkg = tmp_path / "fakeclaims_h8"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "clair.py").write_text("LOADED = True\n")
+    (pkg / "fedrep.py").write_text("raise NameError('name bug_here is not defined')\n")
+    (pkg / "flute.py").write_text("import a_dependency_that_is_not_installed_h8\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "fakeclaims_h8"
+    for name in [m for m in sys.modules if m.startswith("fakeclaims_h8")]:
+        del sys.modules[name]
+
+
+def test_load_modules_missing_vs_broken(fake_package):
+    assert load_modules(fake_package, ["clair", "rolora", "fedavg_ft"]) == {
+        "loaded": ["clair"], "missing": ["rolora", "fedavg_ft"]}
+    with pytest.raises(ImportError, match=r"fakeclaims_h8\.fedrep failed to import: NameError: name bug_here"):
+        load_modules(fake_package, ["fedrep"])
+    with pytest.raises(ImportError, match=r"fakeclaims_h8\.flute failed to import: ModuleNotFoundError: "
+                                          r"No module named 'a_dependency_that_is_not_installed_h8'"):
+        load_modules(fake_package, ["flute"])
+    with pytest.raises(ValueError, match=r"paper 'rolora' has no module fakeclaims_h8\.rolora"):
+        load_modules(fake_package, ["rolora"], required=True)
+    with pytest.raises(ValueError, match=r"unknown paper 'bert'"):
+        load_modules(fake_package, ["bert"])
+
+
+def test_select_claims_by_paper_id_and_glob():
+    registry = {c.id: c for c in dummy_claims()}
+    ids = lambda cs: [c.id for c in cs]  # noqa: E731
+    assert ids(select_claims(registry)) == ["clair.dummy.table", "fedrep.dummy.mean",
+                                            "flute.dummy.raises", "rolora.dummy.erratum"]
+    assert ids(select_claims(registry, papers=["rolora", "fedrep"])) == ["fedrep.dummy.mean",
+                                                                         "rolora.dummy.erratum"]
+    assert ids(select_claims(registry, ids=["*.dummy.t*", "flute.dummy.raises"])) == [
+        "clair.dummy.table", "flute.dummy.raises"]
+    with pytest.raises(ValueError, match=r"claim pattern 'fedrep\.\*' matches no registered claim of papers \['clair'\]"):
+        select_claims(registry, papers=["clair"], ids=["fedrep.*"])
+    with pytest.raises(ValueError, match=r"unknown paper 'x'"):
+        select_claims(registry, papers=["x"])
+
+
+def test_run_claims_continues_after_an_error_and_shows_it():
+    seen = []
+    results = run_claims(dummy_claims(), Context(scale="smoke"),
+                         on_result=lambda k, n, c, e: seen.append((k, n, c.id, e.verdict)))
+    assert seen[2] == (3, 4, "flute.dummy.raises", "inconclusive") and len(seen) == 4
+    e = results[2][1]
+    assert e.summary == "experiment raised ZeroDivisionError: dummy experiment divided by zero"
+    assert "Traceback" in e.notes and "_raising_experiment" in e.notes
+    assert results[3][1].verdict == "erratum confirmed"
+    # a broken variant injected through the options reaches the experiment
+    broken = run_claims(dummy_claims()[:1], Context(scale="smoke"), shift=5.0)
+    assert broken[0][1].verdict == "fails"
+
+
+def test_run_claims_reports_a_failing_sweep_task_with_claim_and_params(tmp_path):
+    from verify.claim import Claim, Evidence
+
+    from _dummy_tasks import noisy_task
+
+    poison = tmp_path / "poison"
+    poison.touch()
+
+    def experiment(ctx):
+        ctx.map(noisy_task, [{"x": 1, "poison": str(poison), "fail_on": 1}], replicates=1)
+        return Evidence(verdict="holds", summary="unreachable")
+
+    c = Claim(id="fedavg_ft.dummy.task", paper="fedavg_ft", reference="Thm 1", statement="s",
+              kind="bound", experiment=experiment)
+    (_, e), = run_claims([c])
+    assert e.verdict == "inconclusive"
+    assert e.summary.startswith("experiment raised SweepTaskError: claim fedavg_ft.dummy.task: "
+                                "task _dummy_tasks.noisy_task(seed=")
+    assert "raised ValueError: boom at x=1" in e.summary and "'x': 1" in e.summary
+    assert "--- worker traceback ---" in e.notes and 'File "verify/sweep.py"' in e.notes
+
+
+def test_lowrank_fl_command_has_the_verifier_subcommands(capsys):
+    from lowrank_fl.cli import build_parser, main
+
+    parser = build_parser()
+    for command in ("verify", "claims", "conditions"):
+        args = parser.parse_args([command, "fedrep"] if command == "conditions"
+                                 else [command] + (["--out", "x"] if command == "verify" else []))
+        assert args.handler is getattr(vcli, f"cmd_{command}")
+    assert main(["conditions", "bert"]) == 2
+    assert "lowrank-fl: error: unknown paper 'bert'" in capsys.readouterr().err

@@ -1,0 +1,189 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from lowrank_fl.algorithms.fedrep import fedrep, fedrep_round, n_participants
+from lowrank_fl.exact.multitask import fit_heads, lemma1_decomposition
+from lowrank_fl.problems.multitask import multitask_linear
+
+
+def loop_round(B, X, y, eta, *, head_steps=None, heads=None, alpha=None, qr=True):
+    """Straightforward per-client reference of one Algorithm 2 round (no batching)."""
+    grads, new_heads = [], []
+    for i in range(X.shape[0]):
+        Xi, yi = X[i], y[i]
+        A = Xi @ B
+        if head_steps is None:
+            w = np.linalg.lstsq(A, yi, rcond=None)[0]
+        else:
+            w = np.zeros(B.shape[1]) if heads is None else heads[i].copy()
+            for _ in range(head_steps):
+                w = w - (alpha or eta) * A.T @ (A @ w - yi) / len(yi)
+        grads.append(Xi.T @ (A @ w - yi)[:, None] @ w[None, :] / len(yi))
+        new_heads.append(w)
+    Bbar = np.mean([B - eta * g for g in grads], axis=0)
+    return (np.linalg.qr(Bbar)[0] if qr else Bbar), np.array(new_heads)
+
+
+def _data(seed=0, n=9, m=6, d=8, k=2, noise=0.1):
+    p = multitask_linear(d, k, n, noise=noise, seed=seed)
+    X, y = p.sample(m, seed=seed + 1)
+    B = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, k)))[0]
+    return p, B, X, y
+
+
+@given(st.integers(0, 10_000), st.sampled_from([None, 1, 3]), st.booleans())
+@settings(max_examples=20, deadline=None)
+def test_batched_round_equals_per_client_loop(seed, head_steps, qr):
+    _, B, X, y = _data(seed)
+    heads = np.random.default_rng(seed + 7).standard_normal((X.shape[0], 2))
+    out = fedrep_round(B, X, y, 0.2, head_steps=head_steps, heads=heads, head_step_size=0.05,
+                       orthonormalize=qr)
+    B_ref, W_ref = loop_round(B, X, y, 0.2, head_steps=head_steps, heads=heads, alpha=0.05, qr=qr)
+    # Same arithmetic in a different order: agreement to 1e-12 (iterates are O(1)).
+    assert np.max(np.abs(out.B - B_ref)) <= 1e-12
+    assert np.max(np.abs(out.heads - W_ref)) <= 1e-12
+    assert np.allclose(out.B @ out.R, B - 0.2 * out.grad, atol=1e-12)
+
+
+def test_gradient_orthogonal_to_B_and_R_has_sigma_min_at_least_one():
+    # Exact LS heads satisfy the normal equations, so B^T grad = 0 and Bbar^T Bbar = I + eta^2 G^T G.
+    _, B, X, y = _data(3, n=20, m=5, d=15, k=3)
+    out = fedrep_round(B, X, y, 0.3)
+    assert np.max(np.abs(B.T @ out.grad)) < 1e-12
+    assert np.linalg.svd(out.R, compute_uv=False)[-1] >= 1 - 1e-12
+    assert np.allclose(out.R.T @ out.R, np.eye(3) + 0.09 * out.grad.T @ out.grad, atol=1e-12)
+
+
+def test_lemma1_identity_exact():
+    p = multitask_linear(12, 3, 10, seed=2)
+    X, _ = p.sample(7, seed=3)
+    B = np.linalg.qr(np.random.default_rng(4).standard_normal((12, 3)))[0]
+    q = lemma1_decomposition(B, p.B_star, p.heads, X)
+    # W^{t+1} = W* B*^T B - F (eq. (16)); both sides O(1), exact algebra => 1e-10.
+    assert np.max(np.abs(q["W_next"] - (p.heads @ p.B_star.T @ B - q["F"]))) < 1e-10
+    Pi = np.einsum("nmd,nme->nde", X, X) / 7
+    H_alt = B.T @ Pi @ (B @ B.T - np.eye(12)) @ p.B_star
+    assert np.max(np.abs(q["H"] - H_alt)) < 1e-10
+
+
+def test_population_rounds_match_closed_form_recursion():
+    # m -> inf: Bbar = B + eta (I - B B^T) B* Sigma B*^T B with Sigma = W*^T W* / n (note §2.2).
+    p = multitask_linear(10, 2, 8, seed=5)
+    B0 = np.linalg.qr(p.B_star + 0.5 * np.random.default_rng(0).standard_normal((10, 2)))[0]
+    tr = fedrep(p, 3, 0.2, init=B0, seed=0)
+    B = np.linalg.qr(B0)[0]
+    Sigma = p.heads.T @ p.heads / 8
+    for _ in range(3):
+        B = np.linalg.qr(B + 0.2 * (np.eye(10) - B @ B.T) @ p.B_star @ Sigma @ p.B_star.T @ B)[0]
+    assert np.max(np.abs(B @ B.T - tr.B @ tr.B.T)) < 1e-12
+
+
+def test_population_moments_init_is_exact():
+    p = multitask_linear(15, 3, 20, seed=1)
+    tr = fedrep(p, 0, 0.1, seed=0)
+    assert tr.distance[0] < 1e-12
+
+
+def test_converges_linearly_with_fresh_samples_and_records_everything():
+    p = multitask_linear(30, 2, 100, seed=0)
+    tr = fedrep(p, 100, 1 / 8, batch_size=10, seed=1)
+    assert tr.status == "completed" and tr.rounds == 100
+    assert tr.distance[-1] < 1e-3 * tr.distance[0]
+    assert np.all(tr.extra["sigma_min_R"][1:] >= 1 - 1e-12)
+    assert tr.bytes_up.shape == (100,) and np.all(tr.bytes_up == 8 * 100 * 30 * 2)
+    assert tr.extra["init_bytes_up"] == 100 * 30 * 30 * 8
+    assert tr.B.shape == (30, 2) and tr.heads.shape == (100, 2)
+    assert tr.loss[-1] < tr.loss[0]
+
+
+def test_fixed_dataset_regime_and_split_batch():
+    p = multitask_linear(10, 2, 100, samples_per_client=6, noise=1e-3, seed=0)
+    tr = fedrep(p, 100, 0.25, fresh_samples=False, seed=1)
+    assert tr.distance[-1] < 1e-2
+    q = multitask_linear(10, 2, 100, samples_per_client=12, noise=1e-3, seed=0)
+    tr2 = fedrep(q, 100, 0.25, fresh_samples=False, batch="split", seed=1)
+    assert tr2.status == "completed" and tr2.distance[-1] < tr2.distance[0]
+
+
+def test_partial_participation_uses_rn_clients():
+    assert n_participants(0.1, 100) == 10 and n_participants(0.001, 100) == 1
+    p = multitask_linear(20, 2, 50, seed=0)
+    tr = fedrep(p, 5, 0.1, participation=0.2, batch_size=8, seed=3)
+    part = tr.extra["participants"]
+    assert part.shape == (5, 10)
+    assert all(len(set(row)) == 10 for row in part)
+    assert np.all(tr.bytes_down == 8 * 10 * 20 * 2)
+
+
+def test_same_seed_same_trace():
+    p = multitask_linear(20, 2, 30, seed=0)
+    a = fedrep(p, 10, 0.1, participation=0.5, batch_size=8, seed=4)
+    b = fedrep(p, 10, 0.1, participation=0.5, batch_size=8, seed=4)
+    assert np.array_equal(a.distance, b.distance) and np.array_equal(a.B, b.B)
+
+
+def test_head_gd_variant_warm_starts_and_differs_from_exact():
+    p = multitask_linear(20, 2, 50, seed=0)
+    exact = fedrep(p, 20, 0.1, batch_size=10, seed=2)
+    gd = fedrep(p, 20, 0.1, batch_size=10, head_steps=1, seed=2)
+    assert gd.method == "fedrep[head_steps=1]"
+    assert gd.distance[-1] > exact.distance[-1]
+
+
+def test_tolerance_stops_early_with_status_optimal():
+    p = multitask_linear(20, 2, 50, seed=0)
+    tr = fedrep(p, 200, 0.2, batch_size=10, tol=1e-6, seed=1)
+    assert tr.status == "optimal"
+    last = int(np.max(np.nonzero(np.isfinite(tr.distance))[0]))
+    assert tr.distance[last] <= 1e-6 < tr.distance[last - 1] and last < 200
+    assert np.all(np.isnan(tr.distance[last + 1:]))
+
+
+def test_divergence_is_reported_with_round():
+    p = multitask_linear(20, 2, 30, seed=0)
+    tr = fedrep(p, 40, 0.1, batch_size=10, head_steps=10, head_step_size=100.0, seed=1)
+    assert tr.status == "diverged" and 1 <= tr.diverged_at <= 40
+    assert np.all(np.isnan(tr.distance[tr.diverged_at:]))
+
+
+def test_fit_heads_matches_round_heads():
+    _, B, X, y = _data(1)
+    assert np.allclose(fedrep_round(B, X, y, 0.1).heads, fit_heads(B, X, y), atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, err, match", [
+    (dict(step_size=0.0), ValueError, "step_size must be finite and > 0"),
+    (dict(step_size=-1.0), ValueError, "step_size must be finite and > 0"),
+    (dict(participation=0.0), ValueError, r"participation must lie in \(0.0, 1.0\]"),
+    (dict(participation=1.5), ValueError, r"participation must lie in \(0.0, 1.0\]"),
+    (dict(init="pca"), ValueError, "init must be one of"),
+    (dict(init=np.ones((5, 2))), ValueError, r"init must have shape \(20, 2\)"),
+    (dict(batch="halves"), ValueError, "batch must be one of"),
+    (dict(head_steps=0), ValueError, "head_steps must be >= 1"),
+    (dict(head_step_size=-0.1), ValueError, "head_step_size must be finite and > 0"),
+    (dict(fresh_samples=False), ValueError, "fresh_samples=False needs a fixed dataset"),
+    (dict(fresh_samples=1), TypeError, "fresh_samples must be a bool"),
+    (dict(participation=0.01), ValueError, "clients per round must be >= k"),
+    (dict(batch_size=0), ValueError, "batch_size must be >= 1"),
+    (dict(rounds=-1), ValueError, "rounds must be >= 0"),
+    (dict(tol=0.0), ValueError, "tol must be finite and > 0"),
+])
+def test_bad_input(kwargs, err, match):
+    p = multitask_linear(20, 2, 30, seed=0)
+    args = dict(rounds=3, step_size=0.1)
+    args.update(kwargs)
+    with pytest.raises(err, match=match):
+        fedrep(p, args.pop("rounds"), args.pop("step_size"), seed=0, **args)
+
+
+def test_bad_problem_and_round_input():
+    with pytest.raises(TypeError, match="problem must be a MultitaskProblem"):
+        fedrep({"B_star": 1}, 3, 0.1)
+    _, B, X, y = _data(0)
+    with pytest.raises(ValueError, match=r"X must have shape \(\?, \?, 8\)"):
+        fedrep_round(B, X[..., :5], y, 0.1)
+    with pytest.raises(ValueError, match=r"y must have shape \(9, 6\)"):
+        fedrep_round(B, X, y[:, :3], 0.1)
+    with pytest.raises(ValueError, match="batch='split' needs at least 2 samples"):
+        fedrep_round(B, X[:, :1], y[:, :1], 0.1, batch="split")

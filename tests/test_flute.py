@@ -1,0 +1,171 @@
+import numpy as np
+import pytest
+
+from lowrank_fl.algorithms.flute import flute, flute_init
+from lowrank_fl.algorithms.flute_baselines import fedrep_flute_baseline
+from lowrank_fl.exact import flute as ex
+from lowrank_fl.problems.underparameterized import underparameterized
+
+
+@pytest.fixture(scope="module")
+def pop():
+    return underparameterized(8, 10, 2, seed=1)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return underparameterized(6, 5, 2, samples_per_client=9, noise=0.4, seed=2)
+
+
+def test_population_converges_to_truncated_svd(pop):
+    # C1: from a tiny data-independent init, BW -> Phi_k, balanced, col(B) -> span(U_k).
+    # Rate 1 - eta Delta / 2 = 0.9 per round (Delta = 2(8/1.5 - 8/2) ~ 2.67 at eta = 0.075)
+    tr = flute(pop, 600, 0.075, seed=0, record_every=50)
+    assert tr.status == "completed" and tr.diverged_at is None
+    W = tr.extra["W"]
+    assert np.linalg.norm(tr.B @ W - pop.target) / np.linalg.norm(pop.target) < 1e-8
+    assert np.linalg.norm(tr.B.T @ tr.B - W @ W.T) < 1e-8
+    assert tr.distance[-1] < 1e-8 and tr.extra["error_target"][-1] < 1e-8
+    np.testing.assert_allclose(tr.heads, W.T)
+    assert np.isnan(tr.distance[1]) and np.isfinite(tr.distance[50])   # record_every
+
+
+@pytest.mark.parametrize("g1, g2, normalization", [
+    (0.125, 0.125, "appendix"), (0.3, 0.125, "appendix"), (0.125, 0.125, "main"),
+    (0.25, 0.125, "main")])
+def test_population_limit_equals_closed_form(pop, g1, g2, normalization):
+    # note §6.2: BW -> a/(a + 2g2 - g1) Phi_k (0.8 Phi_k for g1 = g2 = 1/8, appendix)
+    tr = flute(pop, 1500, 0.05, gamma1=g1, gamma2=g2, normalization=normalization, seed=0,
+               record_every=100)
+    Z = ex.regularized_minimizer(pop.Phi, 2, gamma1=g1, gamma2=g2, normalization=normalization)
+    assert np.linalg.norm(tr.B @ tr.extra["W"] - Z) < 1e-8
+
+
+def test_divergence_beyond_boundary_is_reported(pop):
+    tr = flute(pop, 400, 0.03, gamma1=0.8, seed=0)        # 0.8 >= 2 g2 + 1/2 = 0.75
+    assert tr.status == "diverged" and isinstance(tr.diverged_at, int)
+    assert 0 < tr.diverged_at <= 400
+    assert np.all(np.isnan(tr.loss[tr.diverged_at:]))
+    assert np.all(np.isfinite(tr.loss[:tr.diverged_at]))
+    ok = flute(pop, 400, 0.03, gamma1=0.3, seed=0)        # above the paper's 2 g2, below 0.75
+    assert ok.status == "completed"
+
+
+def _loop_round(B, W, X, y, eta, eta_r, g1, g2, two):
+    # per-client reference of eqs. (5)-(6): sum over clients, regularizer at the old iterate
+    gB = np.zeros_like(B)
+    gW = np.zeros_like(W)
+    N = X.shape[1]
+    for i in range(X.shape[0]):
+        r = X[i] @ B @ W[:, i] - y[i]
+        gB += two * np.outer(X[i].T @ r, W[:, i]) / N
+        gW[:, i] = two * B.T @ X[i].T @ r / N
+    Bn = B - eta * gB + 2 * g1 * eta_r * B @ W @ W.T - 4 * g2 * eta_r * B @ B.T @ B
+    Wn = W - eta * gW + 2 * g1 * eta_r * B.T @ B @ W - 4 * g2 * eta_r * W @ W.T @ W
+    return Bn, Wn
+
+
+@pytest.mark.parametrize("normalization, two", [("appendix", 1.0), ("main", 2.0)])
+def test_batched_round_equals_per_client_loop(data, normalization, two):
+    B0, W0 = flute_init(6, 2, 5, 0.5, seed=3)
+    tr = flute(data, 1, 0.02, gamma1=0.3, gamma2=0.1, step_size_reg=0.04, init=(B0, W0),
+               normalization=normalization, fresh_samples=False)
+    Bn, Wn = _loop_round(B0, W0, data.X, data.y, 0.02, 0.04, 0.3, 0.1, two)
+    np.testing.assert_allclose(tr.B, Bn, atol=1e-12)
+    np.testing.assert_allclose(tr.extra["W"], Wn, atol=1e-12)
+
+
+def test_mean_aggregation_scales_data_gradient(data):
+    B0, W0 = flute_init(6, 2, 5, 0.5, seed=3)
+    s = flute(data, 1, 0.02, init=(B0, W0), fresh_samples=False, gamma1=0, gamma2=0)
+    m = flute(data, 1, 0.02, init=(B0, W0), fresh_samples=False, gamma1=0, gamma2=0,
+              aggregation="mean")
+    np.testing.assert_allclose(m.B - B0, (s.B - B0) / 5, atol=1e-12)
+
+
+def test_fixed_dataset_converges_to_empirical_erm(data):
+    # note §2.6: with g1 = 2 g2 and a reused dataset FLUTE converges to the empirical rank-k ERM
+    tr = flute(data, 3000, 0.05, fresh_samples=False, seed=0, record_every=500)
+    erm = ex.altmin_erm(data.X, data.y, 2, seed=0)
+    assert np.linalg.norm(tr.B @ tr.extra["W"] - erm.Z) < 1e-6
+    # FedRep(RI) reaches the same ERM (on this tiny instance the moment init of FedRep lands in
+    # a spurious stationary point, objective 6.12 vs 3.75: the ERM is non-convex)
+    base = fedrep_flute_baseline(data, 1500, 0.1, init="random", seed=0)
+    assert np.linalg.norm(base.B @ base.heads.T - erm.Z) < 1e-6
+
+
+def test_fresh_samples_reproducible_and_schedule(data):
+    a = flute(data, 5, 0.02, seed=4)
+    b = flute(data, 5, 0.02, seed=4)
+    c = flute(data, 5, 0.02, seed=5)
+    np.testing.assert_array_equal(a.B, b.B)
+    assert not np.allclose(a.B, c.B)
+    assert a.extra["data_mode"] == "fresh"
+    g = flute(data, 3, 0.02, samples=[5, 10, 20], seed=4)
+    assert g.status == "completed"
+    f = flute(data, 3, 0.02, fresh_samples=False)
+    assert f.extra["data_mode"] == "fixed"
+
+
+def test_bytes_and_theta_record(pop):
+    tr = flute(pop, 4, 0.03, record_theta=True, seed=0)
+    d, M, k = 8, 10, 2
+    np.testing.assert_array_equal(tr.bytes_up, 8 * M * (d * k + k) * np.ones(4))
+    np.testing.assert_array_equal(tr.bytes_down, tr.bytes_up)
+    q = ex.region_quantities(ex.theta_embedding(tr.B, tr.extra["W"], pop.Phi), k)
+    assert np.isclose(tr.extra["sigma1"][-1], q["sigma1"], rtol=1e-10)
+    assert np.isclose(tr.extra["sigma1_res"][-1], q["sigma1_res"], rtol=1e-10)
+    assert np.isclose(tr.extra["sigmak_k"][-1], q["sigmak_k"], rtol=1e-10)
+
+
+def test_default_init_scale_and_loss(pop):
+    tr = flute(pop, 1, 1e-9, seed=0, gamma1=0, gamma2=0)
+    B0, W0 = flute_init(8, 2, 10, 1 / 80, seed=0)
+    np.testing.assert_allclose(tr.loss[0], np.sum((B0 @ W0 - pop.Phi) ** 2) / 10)
+
+
+@pytest.mark.parametrize("kwargs, err, match", [
+    (dict(step_size=0.0), ValueError, "step_size must be finite and > 0"),
+    (dict(step_size=-1.0), ValueError, "step_size must be finite and > 0"),
+    (dict(rounds=0), ValueError, "rounds must be >= 1"),
+    (dict(normalization="paper"), ValueError, "normalization must be one of"),
+    (dict(aggregation="median"), ValueError, "aggregation must be one of"),
+    (dict(gamma1=-0.1), ValueError, "gamma1 must be finite and >= 0"),
+    (dict(init_scale=0.0), ValueError, "init_scale must be finite and > 0"),
+    (dict(step_size_reg=0.0), ValueError, "step_size_reg must be finite and > 0"),
+    (dict(record_every=0), ValueError, "record_every must be >= 1"),
+    (dict(init=np.zeros((6, 2))), TypeError, "init must be a tuple"),
+    (dict(init=(np.zeros((5, 2)), np.zeros((2, 5)))), ValueError, r"init\[0\] \(B0\) must have shape"),
+    (dict(init=(np.zeros((6, 2)), np.zeros((2, 4)))), ValueError, r"init\[1\] \(W0\) must have shape"),
+    (dict(samples=[3, 4]), ValueError, "samples must be a positive int or a sequence of 3"),
+    (dict(samples=0), ValueError, "samples must be >= 1"),
+    (dict(samples=5, fresh_samples=False), ValueError, "samples applies to fresh samples only"),
+])
+def test_errors(data, kwargs, err, match):
+    args = dict(rounds=3, step_size=0.02)
+    args.update(kwargs)
+    with pytest.raises(err, match=match):
+        flute(data, args.pop("rounds"), args.pop("step_size"), **args)
+
+
+def test_problem_errors(pop):
+    with pytest.raises(TypeError, match="problem must be an UnderparameterizedProblem"):
+        flute(object(), 3, 0.1)
+    with pytest.raises(ValueError, match="fresh_samples=False needs a problem with a fixed dataset"):
+        flute(pop, 3, 0.1, fresh_samples=False)
+    with pytest.raises(ValueError, match="problem must carry a dataset"):
+        fedrep_flute_baseline(pop, 3, 0.1)
+    with pytest.raises(TypeError, match="problem must be an UnderparameterizedProblem"):
+        fedrep_flute_baseline(object(), 3, 0.1)
+
+
+def test_baseline_options(data):
+    ri = fedrep_flute_baseline(data, 3, 0.1, init="random", seed=0)
+    assert ri.method == "fedrep[RI]" and ri.extra["init_bytes_up"] == 0
+    mom = fedrep_flute_baseline(data, 3, 0.1, seed=0)
+    assert mom.extra["init_bytes_up"] == 5 * 36 * 8
+    np.testing.assert_array_equal(mom.bytes_up, 8 * 5 * 6 * 2 * np.ones(3))
+    with pytest.raises(ValueError, match="init must be one of"):
+        fedrep_flute_baseline(data, 3, 0.1, init="spectral")
+    fr = fedrep_flute_baseline(data, 3, 0.1, fresh_samples=True, seed=1)
+    assert fr.status == "completed"

@@ -1,0 +1,109 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from lowrank_fl.problems.lora import (angle_distance, init_at_angle, lora_matrix_problem, random_unit,
+                                      rank_one_lora)
+
+
+@settings(max_examples=30, deadline=None)
+@given(d=st.integers(2, 12), n=st.integers(2, 9), gamma=st.floats(0.0, 5.0), seed=st.integers(0, 2 ** 16))
+def test_heterogeneity_is_exactly_gamma_squared(d, n, gamma, seed):
+    p = rank_one_lora(d, n, gamma=gamma, seed=seed)
+    spread = np.mean(np.sum((p.b_star - p.b_bar) ** 2, axis=1))
+    # exact construction: only rounding error (relative 1e-12) remains
+    assert spread == pytest.approx(gamma ** 2, rel=1e-12, abs=1e-14)
+    assert np.linalg.norm(p.a_star) == pytest.approx(1.0, abs=1e-14)
+    assert p.b_star.shape == (n, d)
+
+
+def test_homogeneous_clients_share_b_and_b_norm_is_applied():
+    p = rank_one_lora(6, 4, gamma=0.0, b_norm=2.5, seed=0)
+    assert np.all(p.b_star == p.b_star[0])
+    assert p.L_max == pytest.approx(2.5, rel=1e-14)
+
+
+def test_matrix_problem_spread_and_orthonormal_down_projection():
+    p = lora_matrix_problem(8, 5, 3, gamma=0.7, seed=1)
+    assert p.A_star.shape == (8, 3) and p.B_star.shape == (5, 3, 8)
+    np.testing.assert_allclose(p.A_star.T @ p.A_star, np.eye(3), atol=1e-13)
+    spread = np.mean(np.sum((p.B_star - p.B_star.mean(0)) ** 2, axis=(1, 2)))
+    assert spread == pytest.approx(0.49, rel=1e-12)
+    # A* orthonormal: the targets have the same spread
+    T = p.targets
+    assert np.mean(np.sum((T - T.mean(0)) ** 2, axis=(1, 2))) == pytest.approx(0.49, rel=1e-12)
+    np.testing.assert_allclose(p.mean_target, T.mean(0), atol=1e-13)
+    assert p.loss(p.A_star, p.B_star.mean(0)) == pytest.approx(0.49, rel=1e-12)
+
+
+def test_sampled_data_follow_the_model_and_are_reproducible():
+    p = rank_one_lora(5, 3, gamma=0.5, samples_per_client=7, seed=3)
+    q = rank_one_lora(5, 3, gamma=0.5, samples_per_client=7, seed=3)
+    assert p.X.shape == (3, 7, 5) and p.Y.shape == (3, 7, 5)
+    np.testing.assert_array_equal(p.X, q.X)
+    expected = np.einsum("nmd,d,nk->nmk", p.X, p.a_star, p.b_star)
+    np.testing.assert_allclose(p.Y, expected, atol=1e-13)
+    r = p.sample(11, seed=4)
+    assert r.X.shape == (3, 11, 5) and r.samples_per_client == 11
+    np.testing.assert_array_equal(r.a_star, p.a_star)
+
+
+def test_population_loss_matches_direct_frobenius_and_is_accurate_near_optimum():
+    p = rank_one_lora(6, 4, gamma=0.3, seed=5)
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(6), rng.standard_normal(6)
+    direct = np.mean([np.sum((np.outer(p.a_star, bi) - np.outer(a, b)) ** 2) for bi in p.b_star])
+    assert p.population_loss(a, b) == pytest.approx(direct, rel=1e-12)
+    # at the optimum the stable form gives gamma^2 to full precision and model error ~ 1e-16
+    assert p.population_loss(p.a_star, p.b_bar) == pytest.approx(0.09, rel=1e-13)
+    assert p.model_error(-p.a_star, -p.b_bar) <= 1e-15
+    direct_me = np.linalg.norm(np.outer(a, b) - np.outer(p.a_star, p.b_bar)) / np.linalg.norm(p.b_bar)
+    assert p.model_error(a, b) == pytest.approx(direct_me, rel=1e-12)
+
+
+def test_empirical_loss_tends_to_population_loss():
+    p = rank_one_lora(4, 2, gamma=0.4, samples_per_client=40000, noise=0.1, seed=6)
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(4), rng.standard_normal(4)
+    # CLT: relative fluctuation of a mean of 80000 chi-square-like terms is ~ 1/sqrt(80000) ~ 0.004;
+    # 0.03 is > 5 standard errors
+    assert p.empirical_loss(a, b) == pytest.approx(p.population_loss(a, b), rel=0.03)
+
+
+def test_angle_distance_and_controlled_init():
+    a_star = random_unit(7, 0)
+    for delta0 in (0.0, 0.3, 0.99, 1.0):
+        a0 = init_at_angle(a_star, delta0, seed=2)
+        assert np.linalg.norm(a0) == pytest.approx(1.0, abs=1e-14)
+        assert angle_distance(a0, a_star) == pytest.approx(delta0, abs=1e-12)
+        assert angle_distance(-3.0 * a0, a_star) == pytest.approx(delta0, abs=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    ({"d": 1, "n_clients": 2}, ValueError, "d must be >= 2"),
+    ({"d": 3, "n_clients": 0}, ValueError, "n_clients must be >= 1"),
+    ({"d": 3, "n_clients": 2, "gamma": -0.1}, ValueError, "gamma must be finite and >= 0"),
+    ({"d": 3, "n_clients": 1, "gamma": 0.5}, ValueError, "gamma > 0 needs n_clients >= 2"),
+    ({"d": 3, "n_clients": 2, "samples_per_client": 0}, ValueError, "samples_per_client must be >= 1"),
+    ({"d": 3, "n_clients": 2, "b_norm": 0.0}, ValueError, "b_norm must be finite and > 0"),
+    ({"d": 3, "n_clients": 2, "noise": -1.0}, ValueError, "noise must be finite and >= 0"),
+    ({"d": 3.5, "n_clients": 2}, TypeError, "d must be an integer"),
+])
+def test_rank_one_errors(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        rank_one_lora(**kwargs)
+
+
+def test_other_errors():
+    with pytest.raises(ValueError, match="empirical_loss needs sampled data"):
+        rank_one_lora(3, 2, seed=0).empirical_loss(np.ones(3), np.ones(3))
+    with pytest.raises(ValueError, match="rank must be <= 4"):
+        lora_matrix_problem(4, 2, 5)
+    with pytest.raises(ValueError, match="gamma > 0 needs n_clients >= 2"):
+        lora_matrix_problem(4, 1, 2, gamma=1.0)
+    with pytest.raises(ValueError, match="delta0 must lie in"):
+        init_at_angle(random_unit(3, 0), 1.5)
+    with pytest.raises(ValueError, match="a_star must have at least 2 entries"):
+        init_at_angle(np.ones(1), 0.5)
+    with pytest.raises(ValueError, match="m must be >= 1"):
+        rank_one_lora(3, 2, seed=0).sample(0)

@@ -1,0 +1,81 @@
+"""Write a report directory: ``README.md``, ``index.html``, ``figures/*.png``, ``results.json``."""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..claim import Claim, Evidence, Omitted
+from ._common import versions as _versions
+from .html import render_html
+from .markdown import render_markdown
+from .results_json import build_results
+
+__all__ = ["write_report"]
+
+
+def _collect_figures(results, out_dir: Path, figure_root: Path) -> list[tuple[Claim, Evidence]]:
+    """Copy figures living elsewhere into ``out_dir/figures`` and point the evidence at them."""
+    fixed = []
+    for c, e in results:
+        if e.figure:
+            src = Path(e.figure) if Path(e.figure).is_absolute() else figure_root / e.figure
+            rel = Path("figures") / src.name
+            dst = out_dir / rel
+            if src.is_file() and src.resolve() != dst.resolve():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+            if src.is_file():
+                e = replace(e, figure=rel.as_posix())
+        fixed.append((c, e))
+    return fixed
+
+
+def write_report(results: Sequence[tuple[Claim, Evidence]], out_dir, scale: str,
+                 omitted: Sequence[Omitted] | Mapping = (), *, figure_root=None,
+                 meta: Mapping | None = None) -> dict:
+    """Render the report of ``results`` into ``out_dir``.
+
+    Parameters
+    ----------
+    results : sequence of (Claim, Evidence)
+        As returned by :func:`verify.runner.run_claims`.
+    out_dir : path
+        Report directory (created).
+    scale : str
+        Scale the claims ran at.
+    omitted : sequence of Omitted, or a mapping id -> Omitted (e.g. ``verify.claim.OMITTED``)
+    figure_root : path, optional
+        Directory the evidence's figure paths are relative to (default ``out_dir``, which is where
+        ``Context(out_dir=...)`` saves them); figures elsewhere are copied into ``out_dir/figures``.
+    meta : mapping, optional
+        Extra top-level entries (``base_seed``, ``total_seconds``, ...). ``versions`` and
+        ``created`` are filled in when absent.
+
+    Returns
+    -------
+    dict
+        Paths written: ``markdown``, ``html``, ``json``, ``figures`` (list).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figure_root = out_dir if figure_root is None else Path(figure_root)
+    if isinstance(omitted, Mapping):
+        omitted = list(omitted.values())
+    meta = dict(meta or {})
+    meta.setdefault("versions", _versions())
+    meta.setdefault("created", _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    results = _collect_figures(list(results), out_dir, figure_root)
+    md = out_dir / "README.md"
+    md.write_text(render_markdown(results, scale=scale, omitted=omitted, meta=meta), encoding="utf-8")
+    page = out_dir / "index.html"
+    page.write_text(render_html(results, scale=scale, omitted=omitted, meta=meta, figure_root=out_dir),
+                    encoding="utf-8")
+    js = out_dir / "results.json"
+    doc = build_results(results, scale=scale, omitted=omitted, meta=meta)
+    js.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n", encoding="utf-8")
+    figures = sorted(str(out_dir / e.figure) for _, e in results if e.figure)
+    return {"markdown": md, "html": page, "json": js, "figures": figures}

@@ -1,0 +1,133 @@
+"""Select claims from the registry, load the paper modules, run them and collect Evidence.
+
+A claim whose experiment raises does not stop the run: it becomes Evidence with verdict
+"inconclusive", a summary ``"experiment raised <Type>: <message>"`` and the traceback in the notes,
+so the report shows it.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import time
+import traceback
+from importlib import import_module
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from .claim import PAPERS, REGISTRY, Claim, Context, Evidence
+
+__all__ = ["load_modules", "select_claims", "run_claims", "ERROR_PREFIX"]
+
+ERROR_PREFIX = "experiment raised "
+PAPER_ORDER = tuple(PAPERS)
+
+
+def _check_papers(papers: Iterable[str] | None) -> list[str]:
+    if papers is None:
+        return list(PAPER_ORDER)
+    papers = list(papers)
+    unknown = [p for p in papers if p not in PAPERS]
+    if unknown:
+        raise ValueError(f"unknown paper {unknown[0]!r}; expected one of {list(PAPER_ORDER)}")
+    return papers
+
+
+def load_modules(package: str, papers: Iterable[str] | None = None, *, required: bool = False) -> dict:
+    """Import ``<package>.<paper>`` for each paper; return ``{"loaded": [...], "missing": [...]}``.
+
+    A paper whose module does not exist is listed as missing (or raises ``ValueError`` when
+    ``required``); a module that exists but fails to import re-raises its error, prefixed with the
+    module name, because hiding it would hide a bug.
+    """
+    loaded, missing = [], []
+    for paper in _check_papers(papers):
+        name = f"{package}.{paper}"
+        try:
+            import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:  # the module exists; one of ITS imports is missing
+                raise ImportError(f"{name} failed to import: {type(exc).__name__}: {exc}") from exc
+            if required:
+                raise ValueError(f"paper {paper!r} has no module {name} (not written yet?)") from None
+            missing.append(paper)
+            continue
+        except Exception as exc:
+            raise ImportError(f"{name} failed to import: {type(exc).__name__}: {exc}") from exc
+        loaded.append(paper)
+    return {"loaded": loaded, "missing": missing}
+
+
+def select_claims(registry: dict[str, Claim] | None = None, *, papers: Sequence[str] | None = None,
+                  ids: Sequence[str] | None = None) -> list[Claim]:
+    """Claims of the given papers whose id matches one of ``ids`` (exact or glob, e.g. ``"clair.thm*"``).
+
+    Returned in paper order, then registration order. A pattern matching nothing raises
+    ``ValueError`` (a typo should not yield an empty report).
+    """
+    registry = REGISTRY if registry is None else registry
+    papers = _check_papers(papers)
+    chosen = [c for c in registry.values() if c.paper in papers]
+    if ids:
+        for pattern in ids:
+            if not any(fnmatch.fnmatchcase(c.id, pattern) for c in chosen):
+                raise ValueError(f"claim pattern {pattern!r} matches no registered claim"
+                                 f" of papers {papers}")
+        chosen = [c for c in chosen if any(fnmatch.fnmatchcase(c.id, p) for p in ids)]
+    return sorted(chosen, key=lambda c: PAPER_ORDER.index(c.paper))
+
+
+_PROJECT_ROOT = str(Path(__file__).resolve().parent.parent) + os.sep
+
+
+def _strip_paths(text: str) -> str:
+    """Make file names in tracebacks relative (reports are published; no machine paths)."""
+    text = text.replace(_PROJECT_ROOT, "")
+    return re.sub(r'"[^"\n]*?[/\\](site|dist)-packages[/\\]', '"', text)
+
+
+def _error_evidence(exc: BaseException, seconds: float) -> Evidence:
+    frames = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    tail = _strip_paths("".join(frames[-6:]).strip())  # the innermost frames locate the bug
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return Evidence(
+        verdict="inconclusive",
+        summary=_strip_paths(f"{ERROR_PREFIX}{type(exc).__name__}: {message}")[:300],
+        measured={"error": _strip_paths(f"{type(exc).__name__}: {message}")},
+        notes=_strip_paths(f"The experiment raised {type(exc).__name__}: {exc}")
+        + f"\n\nTraceback (innermost frames):\n{tail}",
+        seconds=round(seconds, 3))
+
+
+def run_claims(claims: Sequence[Claim], ctx: Context | None = None, *,
+               on_result: Callable[[int, int, Claim, Evidence], None] | None = None,
+               **options) -> list[tuple[Claim, Evidence]]:
+    """Run each claim under ``ctx`` (scale, sweep, out_dir, base seed).
+
+    Parameters
+    ----------
+    claims : sequence of Claim
+    ctx : Context, optional
+        Default: smoke scale, sequential, no cache.
+    on_result : callable, optional
+        Called as ``on_result(k, total, claim, evidence)`` after each claim (progress output).
+    **options
+        Passed to every claim's experiment (rarely useful outside tests).
+
+    Returns
+    -------
+    list of (Claim, Evidence)
+        In the order given. ``KeyboardInterrupt`` is not caught.
+    """
+    ctx = ctx or Context()
+    results = []
+    for k, c in enumerate(claims, 1):
+        start = time.perf_counter()
+        try:
+            evidence = c.run(ctx, **options)
+        except Exception as exc:  # noqa: BLE001 - the run continues, the report shows the error
+            evidence = _error_evidence(exc, time.perf_counter() - start)
+        results.append((c, evidence))
+        if on_result is not None:
+            on_result(k, len(claims), c, evidence)
+    return results
