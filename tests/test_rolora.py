@@ -5,7 +5,7 @@ from lowrank_fl.algorithms.lora_aggregation import (cross_covariance, eckart_you
                                                     flexlora_aggregate, interference, mean_product, rolora_matrix)
 from lowrank_fl.algorithms.rolora import (MAX_LOCAL_STEPS, fedavg_lora, ffa_lora, grad_a_clients, grad_b_clients,
                                           resolve_step_size, rolora)
-from lowrank_fl.exact.rolora import (angle_loss, ffa_matrix_optimum, ffa_population_loss, local_b_solve,
+from lowrank_fl.exact.rolora import (angle_loss, ffa_matrix_optimum, ffa_population_loss,
                                      rolora_population_recursion)
 from lowrank_fl.problems.lora import init_at_angle, lora_matrix_problem, rank_one_lora
 

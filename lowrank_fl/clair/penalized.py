@@ -46,6 +46,7 @@ from .contrasts import as_blocks, check_weights
 
 __all__ = [
     "PenalizedResult",
+    "LowRankMixin",
     "solve_penalized",
     "penalized_objective",
     "dual_point",
@@ -62,8 +63,29 @@ _SVD_MODES = ("auto", "gram", "lapack")
 _GRAM_SAFE_RATIO = 1e-6
 
 
+class LowRankMixin:
+    """``rank`` / ``projector`` for results holding ``singular_values`` (p,) and ``Vt`` (p, p)
+    of their low-rank component ``L``."""
+
+    def rank(self, rtol: float = 1e-6, scale: float | None = None) -> int:
+        """Numerical rank of ``L``: singular values above ``rtol * scale``.
+
+        ``scale`` defaults to ``max(1, sigma_1(L))``; pass ``||D||_op`` for the notes' §7.7 rule (a
+        threshold relative to ``sigma_1(L)`` alone reports noise as full rank when ``L ~ 0``).
+        """
+        s = self.singular_values
+        ref = max(1.0, float(s[0]) if s.size else 0.0) if scale is None else float(scale)
+        return int(np.count_nonzero(s > rtol * ref))
+
+    def projector(self, rank: int) -> np.ndarray:
+        """``P_Â``: projector (p, p) onto the top-``rank`` right singular subspace of ``L``."""
+        rank = check_int(rank, "rank", minimum=1, maximum=self.Vt.shape[0])
+        V = self.Vt[:rank].T
+        return V @ V.T
+
+
 @dataclass(frozen=True, kw_only=True)
-class PenalizedResult(SolverResult):
+class PenalizedResult(LowRankMixin, SolverResult):
     """Solution of program (7).
 
     Attributes
@@ -98,21 +120,6 @@ class PenalizedResult(SolverResult):
     weights: np.ndarray
     diverged_at: int | None = None
 
-    def rank(self, rtol: float = 1e-6, scale: float | None = None) -> int:
-        """Numerical rank of ``L``: singular values above ``rtol * scale``.
-
-        ``scale`` defaults to ``max(1, sigma_1(L))``; pass ``||D||_op`` for the notes' §7.7 rule (a
-        threshold relative to ``sigma_1(L)`` alone reports noise as full rank when ``L ~ 0``).
-        """
-        s = self.singular_values
-        ref = max(1.0, float(s[0]) if s.size else 0.0) if scale is None else float(scale)
-        return int(np.count_nonzero(s > rtol * ref))
-
-    def projector(self, rank: int) -> np.ndarray:
-        """``P_Â``: projector (p, p) onto the top-``rank`` right singular subspace of ``L``."""
-        rank = check_int(rank, "rank", minimum=1, maximum=self.Vt.shape[0])
-        V = self.Vt[:rank].T
-        return V @ V.T
 
 
 # --------------------------------------------------------------------------------------------
@@ -390,6 +397,8 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
         CVXPY: return (status ``"optimal_inaccurate"``, with a warning) instead of raising.
     solver_options : dict, optional
         Extra keyword arguments for ``cvxpy.Problem.solve``.
+    verbose : bool
+        CVXPY solver output (``method="cvxpy"`` only).
 
     Returns
     -------
@@ -526,8 +535,9 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd):
             Ly, Sy, Ry, theta, momentum = L, S, R, 1.0, False
             objs.append(F)
             continue
+        dL, dS = Ln - L, Sn - S
         # gradient restart test <y - x+, x+ - x> > 0 (momentum points uphill)
-        restart = momentum and (_inner(Ly - Ln, Ln - L) + _inner(Sy - Sn, Sn - S)) > 0
+        restart = momentum and (_inner(Ly - Ln, dL) + _inner(Sy - Sn, dS)) > 0
         if restart:
             theta = 1.0
             Ly, Sy, Ry, momentum = Ln, Sn, Rn, False
@@ -536,9 +546,9 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd):
             beta = (theta - 1.0) / theta_n
             theta = theta_n
             if beta > 0:
-                Ly = Ln + beta * (Ln - L)
-                Sy = Sn + beta * (Sn - S)
-                Ry = Rn - beta * ((Ln - L) + (Sn - S))
+                Ly = Ln + beta * dL
+                Sy = Sn + beta * dS
+                Ry = D - Ly - Sy
                 momentum = True
             else:
                 Ly, Sy, Ry, momentum = Ln, Sn, Rn, False

@@ -27,7 +27,8 @@ import scipy.sparse
 from .._validation import as_float_array, check_choice, check_int, check_positive
 from ..linalg import orth
 from ..results import ConvergenceWarning, SolverError, SolverResult
-from .penalized import PenalizedResult, _check_problem, _dual_from_residual, _block_sq
+from .penalized import (LowRankMixin, PenalizedResult, _block_sq, _check_problem,
+                        _dual_from_residual)
 
 __all__ = [
     "SOLVERS",
@@ -47,24 +48,8 @@ _NUCLEAR = ("schur", "normNuc")
 _SCS_DEFAULTS = {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 200_000}
 
 
-class _LowRankMixin:
-    """``rank`` / ``projector`` helpers for results holding ``singular_values`` and ``Vt``."""
-
-    def rank(self, rtol: float = 1e-6, scale: float | None = None) -> int:
-        """Numerical rank of ``L``: singular values above ``rtol * scale`` (default
-        ``max(1, sigma_1(L))``; pass ``||D0||_op`` for the notes' §7.7 rule)."""
-        s = self.singular_values
-        ref = max(1.0, float(s[0]) if s.size else 0.0) if scale is None else float(scale)
-        return int(np.count_nonzero(s > rtol * ref))
-
-    def projector(self, rank: int) -> np.ndarray:
-        """Projector (p, p) onto the top-``rank`` right singular subspace of ``L``."""
-        V = self.Vt[:rank].T
-        return V @ V.T
-
-
 @dataclass(frozen=True, kw_only=True)
-class NoiselessResult(_LowRankMixin, SolverResult):
+class NoiselessResult(LowRankMixin, SolverResult):
     """Solution of program (24) (``gap = objective - <Q, D0>``, the conic dual gap).
 
     Attributes
@@ -85,7 +70,7 @@ class NoiselessResult(_LowRankMixin, SolverResult):
 
 
 @dataclass(frozen=True, kw_only=True)
-class OracleResult(_LowRankMixin, SolverResult):
+class OracleResult(LowRankMixin, SolverResult):
     """Solution of an oracle program ((23) or (17)).
 
     Attributes

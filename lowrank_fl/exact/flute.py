@@ -194,8 +194,10 @@ def data_gradients(B, W, X, y, *, normalization: str = "appendix", aggregation: 
 
 def _data_gradients(B, W, X, y, scale):
     res, XB = _residuals(B, W, X, y)
-    c = scale / X.shape[1]
-    gB = c * np.einsum("mnd,mn,km->dk", X, res, W, optimize=True)
+    M, N, d = X.shape
+    c = scale / N
+    # sum_(i, j) x_ij r_ij w_i^T as one (d, MN) @ (MN, k) product (no einsum path search per call)
+    gB = c * (X.reshape(M * N, d).T @ (res[:, :, None] * W.T[:, None, :]).reshape(M * N, -1))
     gW = c * np.einsum("mnk,mn->km", XB, res)
     return gB, gW
 

@@ -58,8 +58,9 @@ def moment_matrix(X, y) -> np.ndarray:
     y : array_like, shape (n, m)
     """
     X, y = _check_data(X, y)
-    n, m, _ = X.shape
-    return np.einsum("nmd,nm,nme->de", X, y * y, X, optimize=True) / (n * m)
+    n, m, d = X.shape
+    Z = (X * np.abs(y)[..., None]).reshape(n * m, d)     # rows |y_ij| x_ij: Z^T Z = sum y^2 x x^T
+    return Z.T @ Z / (n * m)
 
 
 def population_moment_matrix(theta, noise: float = 0.0) -> np.ndarray:

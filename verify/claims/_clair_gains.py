@@ -14,9 +14,16 @@ from scipy import stats
 from lowrank_fl.clair.simulate import generate, simulate
 
 from ..claim import Evidence, claim, verdict_from
-from ._clair_algebra import _library_refine
 
 __all__: list[str] = []
+
+
+def _library_refine_closed(W_hat, P, keep):
+    """The library's closed form (S4.3) of the refinement (9) (cheap: O(K q p^2); its equality with
+    the literal (9) is the claim ``clair.eqS43.closed_form``)."""
+    from lowrank_fl.clair.pipeline import refine_closed_form
+
+    return np.asarray(refine_closed_form(W_hat, P, keep))
 
 
 def _n_se(cells: int, single: float = 3.0) -> float:
@@ -70,12 +77,12 @@ def _task_oracle_gain(seed, m, r, p, q, tau, n_mc, refine_fn, projector_fn):
        statement="With P_Ahat = P_A and Chat = C, iid isotropic errors give E||Wtilde - W||^2 = "
                  "[1 - (|C|-1)(p-r)/(|C|p)] E||What - W||^2 (1/|C| law; lower r, larger gain).",
        kind="identity")
-def _oracle_gain(ctx, *, refine_fn=_library_refine, projector_fn=_true_projector):
-    p, q, tau = 16, 9, 0.5
+def _oracle_gain(ctx, *, refine_fn=_library_refine_closed, projector_fn=_true_projector):
+    p, tau = 16, 0.5
     Cs = ctx.pick(smoke=[2, 5], quick=[2, 3, 5, 10], full=[2, 3, 5, 10, 20])
     rs = ctx.pick(smoke=[2], quick=[1, 4], full=[1, 2, 4, 8])
-    n_mc = ctx.pick(smoke=1000, quick=4000, full=10000)
-    grid = [{"m": m, "r": r, "p": p, "q": q, "tau": tau, "n_mc": n_mc, "refine_fn": refine_fn,
+    n_mc = ctx.pick(smoke=1000, quick=4000, full=5000)
+    grid = [{"m": m, "r": r, "p": p, "q": r + 1, "tau": tau, "n_mc": n_mc, "refine_fn": refine_fn,
              "projector_fn": projector_fn} for r in rs for m in Cs]
     out = ctx.map(_task_oracle_gain, grid, replicates=ctx.pick(1, 2, 4))
     n_se = _n_se(len(grid))
@@ -108,7 +115,7 @@ def _oracle_gain(ctx, *, refine_fn=_library_refine, projector_fn=_true_projector
                             f"(max |z| = {zmax:.2f})",
                     measured={"ratio": [row["measured"] for row in rows]},
                     predicted={"ratio": [row["predicted"] for row in rows]}, table=rows, figure=fig_path,
-                    notes=f"p={p}, q={q}, tau={tau}; band = {n_se:.2f} s.e. (3 s.e. Bonferroni-adjusted over "
+                    notes=f"p={p}, q=r+1, tau={tau}; band = {n_se:.2f} s.e. (3 s.e. Bonferroni-adjusted over "
                           f"{len(grid)} cells).")
 
 
@@ -128,7 +135,7 @@ def _task_heterogeneous(seed, taus, r, p, q, n_mc, refine_fn, projector_fn):
        statement="With heterogeneous error levels, MSE(Wtilde_k) = E_A^(k) + |C|^-2 sum_j E_Aperp^(j) = "
                  "(1 - phi_k theta_k) E^(k); phi_k < 0 for a low-noise client (negative transfer).",
        kind="identity")
-def _heterogeneous(ctx, *, refine_fn=_library_refine, projector_fn=_true_projector):
+def _heterogeneous(ctx, *, refine_fn=_library_refine_closed, projector_fn=_true_projector):
     p, q, r = 8, 3, 2
     taus = np.array([0.1, 1.0, 1.0, 1.0, 1.0])
     n_mc = ctx.pick(smoke=400, quick=3000, full=20000)

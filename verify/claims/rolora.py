@@ -20,7 +20,7 @@ from lowrank_fl.exact.rolora import (angle_loss, c_tilde, expected_gradient_a, f
                                      step_size_bound)
 from lowrank_fl.problems.lora import (init_at_angle, lora_matrix_problem, random_unit, rank_one_lora)
 from verify.claim import Evidence, claim, omit, verdict_from
-from verify.stats import fit_loglog_slope, fit_semilog_slope, mean_ci, within_mc_error
+from verify.stats import fit_loglog_slope, fit_semilog_slope, within_mc_error
 
 PAPER = "rolora"
 
@@ -240,7 +240,7 @@ def _task_ffa_mc(seed, *, n, m, d, draws, delta0, estimator):
        statement="With a frozen a0, FFA-LoRA's expected training loss is (1 + c~)||b*||^2 delta_0^2 with "
                  "c~ = (N(4-m)-2)/(N^2 m (m-2)).", kind="identity")
 def _c5(ctx, *, estimator=_ffa_average):
-    draws = ctx.pick(20000, 100000, 400000)
+    draws = ctx.pick(20000, 100000, 300000)
     configs = [(3, 6, 4), (2, 4, 5)] + ctx.pick([], [(5, 10, 6)], [(5, 10, 6), (10, 20, 8)])
     delta0 = 0.6
     grid = [{"n": n, "m": m, "d": d, "draws": draws, "delta0": delta0, "estimator": estimator}
@@ -368,7 +368,7 @@ def _task_finite(seed, *, d, n, m, delta0, eta_factor, mode, rounds, algorithm):
                  "delta_0 (1 - eta(1-delta_0^2)||b*||^2)^{t/2}, with final model error <= (1+eps')delta_T.",
        kind="rate")
 def _c7(ctx, *, algorithm=rolora):
-    reps = ctx.pick(3, 8, 20)
+    reps = ctx.pick(3, 8, 15)
     rounds = ctx.pick(20, 30, 40)
     d, n, m = ctx.pick((20, 5, 100), (30, 10, 150), (50, 10, 200))
     grid = [{"d": d, "n": n, "m": m, "delta0": 0.5, "eta_factor": ef, "mode": mode, "rounds": rounds,

@@ -1,0 +1,924 @@
+"""Claims of FLUTE (Liu, Shen & Yang, "Federated representation learning in the
+under-parameterized regime", ICML 2024): the note's checkable claims C1–C15 (notes 000 §5).
+
+Defaults follow App. C (``d = 10``, ``M = 15``, ``lambda_i = 2 min(d, M)/(i + 1)``, ``eta = 0.03``,
+``alpha = 1/(10 d)``, noise variance 0.3) and the appendix normalization the theorems analyse.
+Every experiment has keyword-only injection points (the algorithm, an estimator, a Gram-matrix
+routine) through which the tests feed a deliberately broken variant and check that the verdict
+turns to "fails".
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from lowrank_fl.algorithms.flute import flute, flute_init
+from lowrank_fl.algorithms.flute_baselines import fedrep_flute_baseline
+from lowrank_fl.exact import flute as ex
+from lowrank_fl.problems.multitask import haar_orthonormal
+from lowrank_fl.problems.underparameterized import UnderparameterizedProblem, underparameterized
+from verify.claim import Evidence, claim, verdict_from
+from verify.stats import fit_loglog_slope, mean_ci
+
+PAPER = "flute"
+ETA = 0.03
+NOISE = float(np.sqrt(0.3))     # App. C: N(0, 0.3) read as a variance (note §7.7)
+
+
+def _fig(nrows=1, ncols=1, **kw):
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), **kw)
+
+
+def _tail_rate(err, high=1e-3, low=1e-11):
+    """Per-round contraction factor fitted on the part of ``err`` inside (low, high)."""
+    err = np.asarray(err, dtype=float)
+    idx = np.flatnonzero((err < high) & (err > low))
+    if len(idx) < 5:
+        return np.nan
+    return float(np.exp(np.polyfit(idx, np.log(err[idx]), 1)[0]))
+
+
+def _rounds_to_converge(problem, eta, digits=12.0, extra=300):
+    """Rounds for the population error to fall ``10^-digits`` at rate ``1 - eta Delta / 2``."""
+    return int(np.ceil(digits * np.log(10) / (eta * problem.gap / 2))) + extra
+
+
+# =============================================================================================
+# C1  Global convergence from a tiny data-independent initialization
+# =============================================================================================
+def _task_global(seed, *, k, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, k, seed=rng)
+    rounds = _rounds_to_converge(p, ETA)
+    tr = algorithm(p, rounds, ETA, record_every=10, seed=rng)
+    W = tr.extra["W"]
+    rel = float(np.linalg.norm(tr.B @ W - p.target) / np.linalg.norm(p.target))
+    bal = float(np.linalg.norm(tr.B.T @ tr.B - W @ W.T))
+    curve = tr.extra["frob_target"][::10] / np.linalg.norm(p.target)
+    return {"rel": rel if np.isfinite(rel) else np.inf, "balance": bal if np.isfinite(bal) else np.inf,
+            "distance": float(tr.distance[-1]), "curve": curve, "rounds": rounds}
+
+
+@claim("flute.thm5_5.global_convergence", paper=PAPER, reference="Remark 4.1, Theorem 5.5, eq. (3)",
+       statement="From a small data-independent N(0, alpha^2) initialization, population FLUTE "
+                 "(gamma1 = 2 gamma2) converges to the truncated SVD Phi_k with balanced factors.",
+       kind="comparison")
+def _c1(ctx, *, algorithm=flute):
+    ks = ctx.pick([2], [2, 4], [2, 4, 6, 8])
+    out = ctx.map(_task_global, [{"k": k, "algorithm": algorithm} for k in ks],
+                  replicates=ctx.pick(2, 5, 20))
+    rel = max(o["rel"] for row in out for o in row)
+    bal = max(o["balance"] for row in out for o in row)
+    dist = max(o["distance"] for row in out for o in row)
+    # 1e-8: population iterations reach 1e-14 (note §5 C1); 1e-8 leaves room for slow seeds.
+    passed = rel < 1e-8 and bal < 1e-8
+    fig, ax = _fig()
+    for k, row in zip(ks, out):
+        ax.semilogy(10 * np.arange(len(row[0]["curve"])), row[0]["curve"], label=f"k={k}")
+    ax.set_xlabel("round"), ax.set_ylabel("||BW - Phi_k||_F / ||Phi_k||_F"), ax.legend()
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"max rel. error to Phi_k {rel:.1e}, max imbalance {bal:.1e} (< 1e-8)",
+                    measured={"max_rel_error": rel, "max_balance": bal, "max_subspace_distance": dist,
+                              "k": ks},
+                    predicted={"rel_error": 0.0, "balance": 0.0},
+                    figure=ctx.save_figure(fig),
+                    notes="App. C instance (d = 10, M = 15), eta = 0.03, alpha = 1/(10 d), population "
+                          "gradients; a different random Phi per replicate.")
+
+
+# =============================================================================================
+# C2  Linear rate (eq. (8)) and normalization "appendix" vs "main"
+# =============================================================================================
+def _task_rate(seed, *, k, normalization, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, k, seed=rng)
+    tr = algorithm(p, _rounds_to_converge(p, ETA), ETA, normalization=normalization, seed=rng)
+    return {"rho": _tail_rate(tr.extra["frob_target"]), "gap": p.gap,
+            "curve": tr.extra["frob_target"][::5]}
+
+
+@claim("flute.thm5_5.rate", paper=PAPER, reference="Theorem 5.5, eq. (8)",
+       statement="The error ||B^t W^t - Phi_k|| decays at least as fast as (1 - eta Delta / 16)^t "
+                 "(appendix normalization).", kind="rate")
+def _c2(ctx, *, algorithm=flute):
+    ks = ctx.pick([2], [2, 4], [2, 4, 6, 8])
+    grid = [{"k": k, "normalization": "appendix", "algorithm": algorithm} for k in ks]
+    out = ctx.map(_task_rate, grid, replicates=ctx.pick(2, 4, 10))
+    rows = []
+    passed = True
+    for k, row in zip(ks, out):
+        rho = np.array([o["rho"] for o in row])
+        gap = float(np.mean([o["gap"] for o in row]))
+        ok = bool(np.all(np.isfinite(rho)) and np.all(rho <= 1 - ETA * np.array([o["gap"] for o in row]) / 16))
+        passed &= ok
+        m, h = mean_ci(rho) if len(rho) > 1 else (rho.mean(), np.nan)
+        sharp = np.array([1 - ETA * o["gap"] / 2 for o in row])
+        rows.append({"k": k, "rho_fit": float(m), "ci_half": float(h),
+                     "rho_bound": 1 - ETA * gap / 16, "rho_sharp_mean": float(sharp.mean()),
+                     "max_abs_dev_from_sharp": float(np.nanmax(np.abs(rho - sharp))), "holds": ok})
+    fig, ax = _fig()
+    for k, row in zip(ks, out):
+        ax.semilogy(5 * np.arange(len(row[0]["curve"])), row[0]["curve"], label=f"k={k}")
+    ax.set_xlabel("round"), ax.set_ylabel("||BW - Phi_k||_F"), ax.legend()
+    worst = max(r["rho_fit"] - r["rho_bound"] for r in rows)
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"fitted rho <= 1 - eta Delta/16 for every k (worst margin {worst:+.4f}); "
+                            f"rho matches 1 - eta Delta/2 to {max(r['max_abs_dev_from_sharp'] for r in rows):.1e}",
+                    measured={"rows": rows}, predicted={"rho_bound": "1 - eta Delta / 16",
+                                                         "rho_population": "1 - eta Delta / 2 (note §5 C2)"},
+                    table=rows, figure=ctx.save_figure(fig),
+                    notes="Tail fit on 1e-11 < err < 1e-3 of population runs. The bound is loose by 8x "
+                          "in the exponent; the population rate is 1 - eta (lambda_k - lambda_(k+1)).")
+
+
+def _task_norm(seed, *, normalization, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, 2, seed=rng)
+    tr = algorithm(p, 650, ETA, normalization=normalization, seed=rng)
+    W = tr.extra["W"]
+    return {"rho": _tail_rate(tr.extra["frob_target"]),
+            "rel": float(np.linalg.norm(tr.B @ W - p.target) / np.linalg.norm(p.target)),
+            "gap": p.gap}
+
+
+@claim("flute.alg1.normalization", paper=PAPER, reference="Algorithm 1, eqs. (4)-(5) vs App. A.1",
+       statement="The main-text normalization (data gradient with the factor 2) and the appendix one "
+                 "have the same limit Phi_k for gamma1 = 2 gamma2, and the main one contracts twice as "
+                 "fast in the exponent (1 - eta Delta vs 1 - eta Delta/2).", kind="comparison")
+def _c2b(ctx, *, algorithm=flute):
+    grid = [{"normalization": n, "algorithm": algorithm} for n in ("appendix", "main")]
+    out = ctx.map(_task_norm, grid, replicates=ctx.pick(1, 4, 10))
+    rho = {n: np.array([o["rho"] for o in row]) for n, row in zip(("appendix", "main"), out)}
+    rel = max(o["rel"] for row in out for o in row)
+    ratio = np.log(rho["main"]) / np.log(rho["appendix"])
+    # ratio of log-rates: 2 for a factor-2 data gradient (to first order in eta; 5% covers
+    # the O(eta Delta) curvature of log(1 - x)).
+    passed = bool(rel < 1e-8 and np.all(np.abs(ratio - 2) < 0.1))
+    fig, ax = _fig()
+    ax.bar(["appendix", "main"], [float(np.mean(-np.log(rho[n]))) for n in rho])
+    ax.set_ylabel("-log(rho) per round")
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"same limit (rel. err {rel:.1e}); log-rate ratio main/appendix "
+                            f"{float(np.mean(ratio)):.3f} (predicted 2)",
+                    measured={"rho_appendix": rho["appendix"], "rho_main": rho["main"],
+                              "log_rate_ratio": ratio, "max_rel_error": rel},
+                    predicted={"log_rate_ratio": 2.0, "rel_error": 0.0},
+                    figure=ctx.save_figure(fig),
+                    notes="Note §7.1: the main text's L_i carries a factor 2 in its gradient, App. A "
+                          "does not; the theorems analyse the appendix version (default).")
+
+
+# =============================================================================================
+# C3  Entry time into region R (Prop. A.2, eq. (16))
+# =============================================================================================
+def _task_entry(seed, *, alpha, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, 4, seed=0)          # fixed Phi: the alphas are comparable
+    B0, W0 = flute_init(10, 4, 15, alpha, rng)
+    s0 = ex.region_quantities(ex.theta_embedding(B0, W0, p.Phi), 4)["sigmak_k"]
+    TR = ex.entry_time_bound(p.spectrum, 4, ETA, s0)
+    rounds = int(1.5 * TR) + 20
+    tr = algorithm(p, rounds, ETA, init=(B0, W0), record_theta=True)
+    sk2 = tr.extra["sigmak_k"] ** 2
+    hit = np.flatnonzero(sk2 >= p.gap / 4)
+    return {"t_e": int(hit[0]) if len(hit) else np.inf, "T_R": TR}
+
+
+@claim("flute.propA2.entry_time", paper=PAPER, reference="Proposition A.2, eq. (16)",
+       statement="sigma_k^2(Theta_k^t) >= Delta/4 is reached within T_R rounds, and T_R grows like "
+                 "log(1/alpha) with slope 1/log(1 + (eta/2)(lambda*_k - Delta/2)).", kind="bound")
+def _c3(ctx, *, algorithm=flute):
+    alphas = ctx.pick([1e-1, 1e-2, 1e-3], [1e-1, 1e-2, 1e-3, 1e-4], [1e-1, 1e-2, 1e-3, 1e-4, 1e-6])
+    out = ctx.map(_task_entry, [{"alpha": a, "algorithm": algorithm} for a in alphas],
+                  replicates=ctx.pick(1, 3, 5))
+    te = np.array([[o["t_e"] for o in row] for row in out], dtype=float)
+    TR = np.array([[o["T_R"] for o in row] for row in out])
+    within = bool(np.all(te <= TR))
+    p = underparameterized(10, 15, 4, seed=0)
+    pred_slope = 1 / np.log1p(0.5 * ETA * (p.spectrum[3] + p.spectrum[4]))
+    x = np.log(1 / np.array(alphas))
+    fin = np.all(np.isfinite(te))
+    slope = float(np.polyfit(x, te.mean(axis=1), 1)[0]) if fin else np.inf
+    # 25%: the formula's slope is asymptotic (the growth factor of sigma_k before the cubic
+    # term matters), the measured one is between 0.85 and 1.0 of it in pilots (note §5 C3).
+    slope_ok = abs(slope / pred_slope - 1) < 0.25
+    passed = within and slope_ok
+    fig, ax = _fig()
+    ax.plot(x, te.mean(axis=1), "o-", label="measured t_e")
+    ax.plot(x, TR.mean(axis=1), "s--", label="T_R (eq. 16)")
+    ax.set_xlabel("log(1/alpha)"), ax.set_ylabel("rounds"), ax.legend()
+    rows = [{"alpha": a, "t_e": float(te[i].mean()), "T_R": float(TR[i].mean())}
+            for i, a in enumerate(alphas)]
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"t_e <= T_R for all alpha: {within}; slope {slope:.2f} vs formula "
+                            f"{pred_slope:.2f} per unit log(1/alpha)",
+                    measured={"rows": rows, "slope": slope}, predicted={"slope": pred_slope},
+                    table=rows, figure=ctx.save_figure(fig),
+                    notes="k = 4, App. C spectrum, population gradients; Theta from the padded SVD of Phi.")
+
+
+# =============================================================================================
+# C4  Absorbing region (Prop. A.9)
+# =============================================================================================
+def _task_absorb(seed, *, samples, rounds, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, 2, seed=rng, noise=NOISE if samples else 0.0,
+                           samples_per_client=None)
+    tr = algorithm(p, rounds, ETA, record_theta=True, samples=samples, seed=rng)
+    l1s, lks = 2 * p.spectrum[0], 2 * p.spectrum[1]
+    gap = p.gap
+    s1, sr, sk = (tr.extra[n] ** 2 for n in ("sigma1", "sigma1_res", "sigmak_k"))
+    inR = (s1 <= 2 * l1s) & (sr <= lks - gap / 2) & (sk >= gap / 4)
+    hit = np.flatnonzero(inR)
+    if tr.status == "diverged":
+        return {"entered": bool(len(hit)), "violations": rounds, "max_s1_ratio": np.inf}
+    if not len(hit):
+        return {"entered": False, "violations": 0, "max_s1_ratio": float(np.nanmax(s1) / (2 * l1s))}
+    after = slice(hit[0], None)
+    return {"entered": True, "violations": int(np.sum(~inR[after])),
+            "max_s1_ratio": float(np.max(s1[after]) / (2 * l1s))}
+
+
+@claim("flute.propA9.absorbing", paper=PAPER, reference="Proposition A.9 (region R)",
+       statement="Once Theta^t enters R = {sigma_1^2(Theta) <= 2 lambda*_1, sigma_1^2(Theta_res) <= "
+                 "lambda*_k - Delta/2, sigma_k^2(Theta_k) >= Delta/4} it stays there.", kind="bound")
+def _c4(ctx, *, algorithm=flute):
+    grid = [{"samples": None, "rounds": ctx.pick(300, 600, 1500), "algorithm": algorithm}]
+    if ctx.scale != "smoke":
+        grid.append({"samples": ctx.pick(None, 1000, 4000), "rounds": ctx.pick(300, 300, 600),
+                     "algorithm": algorithm})
+    out = ctx.map(_task_absorb, grid, replicates=ctx.pick(2, 3, 10))
+    flat = [o for row in out for o in row]
+    entered = all(o["entered"] for o in flat)
+    viol = sum(o["violations"] for o in flat)
+    passed = entered and viol == 0
+    fig, ax = _fig()
+    ax.bar([f"{'pop' if g['samples'] is None else 'N=' + str(g['samples'])}" for g in grid],
+           [sum(o["violations"] for o in row) for row in out])
+    ax.set_ylabel("rounds outside R after entry")
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"entered R in every run: {entered}; rounds outside R after entry: {viol}",
+                    measured={"violations": viol, "entered_all": entered,
+                              "max_sigma1_sq_over_2lambda1*": max(o["max_s1_ratio"] for o in flat)},
+                    predicted={"violations": 0}, figure=ctx.save_figure(fig),
+                    notes="Population runs; quick/full add fresh-sample runs with large N.")
+
+
+# =============================================================================================
+# C5  Inverse-SNR contraction (Lemma A.10)
+# =============================================================================================
+def _task_snr(seed, *, steps, eta_small, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, 2, seed=rng)
+    warm = algorithm(p, 60, ETA, record_theta=True, seed=rng)       # enter R at eta = 0.03
+    sk2 = warm.extra["sigmak_k"] ** 2
+    if not np.any(sk2 >= p.gap / 4):
+        return {"entered": False, "worst": np.inf, "frac_exp": np.nan}
+    res = {}
+    for name, eta in (("theory", eta_small), ("experiment", ETA)):
+        tr = algorithm(p, steps, eta, init=(warm.B, warm.extra["W"]), record_theta=True)
+        ratio = (tr.extra["sigma1_res"] / tr.extra["sigmak_k"]) ** 2
+        bound = (1 - eta * p.gap / 16) ** 2
+        # ratio_(t+1) / (bound * ratio_t): <= 1 where Lemma A.10 holds
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = ratio[1:] / (bound * ratio[:-1])
+        res[name] = q
+    return {"entered": True, "worst": float(np.nanmax(res["theory"])),
+            "frac_exp": float(np.mean(res["experiment"] <= 1 + 1e-12))}
+
+
+@claim("flute.lemA10.inverse_snr", paper=PAPER, reference="Lemma A.10",
+       statement="Inside R with eta <= Delta^2/(36 lambda*_1^3), the inverse SNR "
+                 "sigma_1^2(Theta_res)/sigma_k^2(Theta_k) contracts by (1 - eta Delta/16)^2 per step.",
+       kind="bound")
+def _c5(ctx, *, algorithm=flute):
+    p = underparameterized(10, 15, 2, seed=0)
+    eta_small = p.gap ** 2 / (36 * (2 * p.spectrum[0]) ** 3)
+    out = ctx.map(_task_snr, [{"steps": ctx.pick(200, 1000, 4000), "eta_small": eta_small,
+                               "algorithm": algorithm}], replicates=ctx.pick(2, 4, 10))[0]
+    worst = max(o["worst"] for o in out)
+    entered = all(o["entered"] for o in out)
+    # 1e-10: the per-step ratio is a quotient of singular values computed to ~1e-15 relative.
+    passed = entered and worst <= 1 + 1e-10
+    frac = float(np.nanmean([o["frac_exp"] for o in out]))
+    fig, ax = _fig()
+    ax.bar(["worst step (theory eta)"], [worst])
+    ax.axhline(1.0, color="k", ls="--")
+    ax.set_ylabel("ratio_(t+1) / ((1 - eta Delta/16)^2 ratio_t)")
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"worst per-step contraction / bound = {worst:.6f} (<= 1); at eta = 0.03 "
+                            f"it holds on {100 * frac:.0f}% of steps",
+                    measured={"worst_ratio": worst, "fraction_holding_at_eta_0.03": frac,
+                              "eta_theory": eta_small},
+                    predicted={"worst_ratio": "<= 1"}, figure=ctx.save_figure(fig),
+                    notes="Started inside R (60 rounds at eta = 0.03), then eta = Delta^2/(36 lambda*_1^3) "
+                          "(population).")
+
+
+# =============================================================================================
+# C6  Gradient-discrepancy concentration (Lemmas A.13, A.14)
+# =============================================================================================
+def _empirical_gram(X):
+    """Per-client ``X_i^T X_i / N`` (M, d, d) for X (M, N, d)."""
+    return np.swapaxes(X, 1, 2) @ X / X.shape[1]
+
+
+def _task_discrepancy(seed, *, N, spectrum, k, gram):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, k, spectrum=spectrum, noise=NOISE, seed=0)
+    Bs, Ws = ex.balanced_factors(p.Phi, k)
+    X, y = p.sample(N, rng)
+    R = Bs @ Ws - p.Phi                                  # (d, M) residual at the optimum
+    G = gram(X)
+    D = R - np.einsum("mde,em->dm", G, R)                # (I - X_i^T X_i/N) r_i
+    A1 = np.linalg.norm(D @ Ws.T, 2)
+    E = y - np.einsum("mnd,dm->mn", X, p.Phi)
+    A2 = np.linalg.norm(np.einsum("mnd,mn->dm", X, E) @ Ws.T / N, 2)
+    return {"A1": float(A1), "A2": float(A2)}
+
+
+@claim("flute.lemA13.discrepancy", paper=PAPER, reference="Lemmas A.13-A.14, Sec. 5.2",
+       statement="At the optimum (B*, W*) the gradient discrepancy A_1 is non-zero in the "
+                 "under-parameterized case and decays like N^(-1/2) (as does the noise term A_2); "
+                 "it is exactly zero when rank(Phi) <= k and sigma = 0.", kind="scaling")
+def _c6(ctx, *, gram=_empirical_gram):
+    Ns = ctx.pick([50, 200, 800], [50, 100, 200, 400, 800, 1600], [50, 100, 200, 400, 800, 1600, 3200])
+    out = ctx.map(_task_discrepancy, [{"N": N, "spectrum": None, "k": 2, "gram": gram} for N in Ns],
+                  replicates=ctx.pick(4, 10, 30))
+    A1 = np.array([[o["A1"] for o in row] for row in out])
+    A2 = np.array([[o["A2"] for o in row] for row in out])
+    f1 = fit_loglog_slope(Ns, A1)
+    f2 = fit_loglog_slope(Ns, A2)
+    over = ctx.map(_task_discrepancy_over, [{"gram": gram}], replicates=1)[0][0]
+    # slope band of the note (-0.5 +- 0.1): Monte Carlo noise of a log-log fit over >= 3 decades
+    # of N with >= 4 seeds is ~0.03.
+    passed = bool(-0.6 <= f1.slope <= -0.4 and -0.6 <= f2.slope <= -0.4 and over < 1e-10
+                  and np.all(A1 > 0))
+    fig, ax = _fig()
+    ax.loglog(Ns, A1.mean(axis=1), "o-", label="A_1 (discrepancy)")
+    ax.loglog(Ns, A2.mean(axis=1), "s-", label="A_2 (noise)")
+    ax.set_xlabel("N"), ax.legend()
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"slope of A_1 in N {f1}, of A_2 {f2} (band [-0.6, -0.4]); "
+                            f"over-parameterized A_1 = {over:.1e}",
+                    measured={"slope_A1": f1.as_dict(), "slope_A2": f2.as_dict(),
+                              "A1_overparameterized": over},
+                    predicted={"slope": -0.5, "A1_overparameterized": 0.0},
+                    figure=ctx.save_figure(fig),
+                    notes="App. C instance, k = 2; fresh X at the balanced optimum (B*, W*).")
+
+
+def _task_discrepancy_over(seed, *, gram):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, 3, spectrum=[5.0, 3.0, 2.0], seed=0)
+    Bs, Ws = ex.balanced_factors(p.Phi, 3)
+    X, _ = p.sample(100, rng)
+    R = Bs @ Ws - p.Phi
+    D = R - np.einsum("mde,em->dm", gram(X), R)
+    return float(np.linalg.norm(D @ Ws.T, 2))
+
+
+# =============================================================================================
+# C7  Statistical error ~ N^(-1/2) (Theorem 5.1)
+# =============================================================================================
+C7_SPECTRUM = [6.0, 5.0, 4.0, 2.0, 1.5, 1.0]
+
+
+def _task_sample_scaling(seed, *, N, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(20, 10, 3, spectrum=C7_SPECTRUM, samples_per_client=N, noise=NOISE, seed=rng)
+    tr = algorithm(p, 450, ETA, fresh_samples=False, record_every=450, seed=rng)
+    return float(tr.extra["error_target"][-1]) if tr.status != "diverged" else np.inf
+
+
+@claim("flute.thm5_1.sample_scaling", paper=PAPER, reference="Theorem 5.1, eq. (7)",
+       statement="The error (1/M) sum_i ||B w_i - B* w_i*|| of FLUTE run to convergence scales like "
+                 "N^(-1/2) in the per-client sample size N.", kind="scaling")
+def _c7(ctx, *, algorithm=flute):
+    Ns = ctx.pick([50, 400], [50, 100, 200, 400, 800, 1600], [50, 100, 200, 400, 800, 1600])
+    out = ctx.map(_task_sample_scaling, [{"N": N, "algorithm": algorithm} for N in Ns],
+                  replicates=ctx.pick(2, 4, 6))
+    err = np.array(out, dtype=float)
+    if not np.all(np.isfinite(err)) or np.any(err <= 0):
+        return Evidence(verdict="fails", summary="FLUTE did not converge on every instance",
+                        measured={"errors": err}, predicted={"slope": -0.5})
+    fit = fit_loglog_slope(Ns, err)
+    passed = bool(-0.6 <= fit.slope <= -0.4)
+    fig, ax = _fig()
+    ax.loglog(Ns, err.mean(axis=1), "o-")
+    ax.set_xlabel("samples per client N"), ax.set_ylabel("(1/M) sum ||B w_i - Phi_k e_i||")
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"fitted slope {fit} (band [-0.6, -0.4])",
+                    measured={"slope": fit.as_dict(), "mean_error": err.mean(axis=1)},
+                    predicted={"slope": -0.5}, figure=ctx.save_figure(fig),
+                    notes="d = 20, M = 10, k = 3, spectrum [6, 5, 4, 2, 1.5, 1], noise variance 0.3, "
+                          "fixed dataset, 450 rounds at eta = 0.03 (rate 0.94 per round).")
+
+
+# =============================================================================================
+# C8  M-scaling (Remark 5.2)
+# =============================================================================================
+C8_SPECTRUM = [6.0, 5.0, 4.0, 2.0, 1.0]
+
+
+def _task_m_scaling(seed, *, d, N, M, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(d, M, 3, spectrum=C8_SPECTRUM, samples_per_client=N, noise=NOISE, seed=rng)
+    tr = algorithm(p, 450, ETA, fresh_samples=False, record_every=450, seed=rng)
+    return float(tr.extra["error_target"][-1]) if tr.status != "diverged" else np.inf
+
+
+@claim("flute.rem5_2.client_scaling", paper=PAPER, reference="Remark 5.2",
+       statement="At fixed N and fixed spectrum, the per-client error falls like M^(-1/2) (or "
+                 "faster) while M < d, and the gain flattens once M > d.", kind="scaling")
+def _c8(ctx, *, algorithm=flute):
+    d = ctx.pick(20, 40, 40)
+    N = ctx.pick(60, 200, 200)
+    Ms = ctx.pick([6, 12], [6, 12, 24, 48, 96], [6, 12, 24, 48, 96])
+    out = ctx.map(_task_m_scaling, [{"d": d, "N": N, "M": M, "algorithm": algorithm} for M in Ms],
+                  replicates=ctx.pick(2, 2, 5))
+    err = np.array(out, dtype=float)
+    low = [i for i, M in enumerate(Ms) if M <= d]
+    high = [i for i, M in enumerate(Ms) if M >= d // 2]
+    f_low = fit_loglog_slope([Ms[i] for i in low], err[low])
+    mono = bool(np.all(np.diff(err.mean(axis=1)) <= 0))
+    measured = {"slope_M_le_d": f_low.as_dict(), "mean_error": err.mean(axis=1), "M": Ms, "d": d}
+    # -0.4: the note's pilot slope is -0.71 below d (Monte Carlo spread ~0.1)
+    passed = mono and f_low.slope <= -0.4
+    if len(high) >= 2 and max(Ms) > d:
+        f_high = fit_loglog_slope([Ms[i] for i in high], err[high])
+        measured["slope_M_ge_d/2"] = f_high.as_dict()
+        passed = passed and f_high.slope > f_low.slope
+    fig, ax = _fig()
+    ax.loglog(Ms, err.mean(axis=1), "o-")
+    ax.axvline(d, color="k", ls=":")
+    ax.set_xlabel("clients M"), ax.set_ylabel("(1/M) sum ||B w_i - Phi_k e_i||")
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"error non-increasing in M: {mono}; slope for M <= d {f_low}"
+                            + (f"; slope for M >= d/2 {measured['slope_M_ge_d/2']['slope']:.2f}"
+                               if "slope_M_ge_d/2" in measured else ""),
+                    measured=measured, predicted={"slope_M_le_d": "<= -0.5", "flattening": "M > d"},
+                    figure=ctx.save_figure(fig),
+                    notes="Fixed rank-5 spectrum (E fixed), so per-client column norms shrink like "
+                          "M^(-1/2) and the error can fall faster than M^(-1/2) (note §5 C8 caveat). "
+                          "Smoke scale covers M < d only (no flattening test).")
+
+
+# =============================================================================================
+# C9  Gap dependence (Remarks 5.3, 5.7)
+# =============================================================================================
+C9_ETA = 0.075
+
+
+def _task_gap(seed, *, g, N, rounds, algorithm):
+    rng = np.random.default_rng(seed)
+    spec = [4.0, 3.0, 3.0 - g, 1.0, 0.5]
+    p = underparameterized(10, 15, 2, spectrum=spec, seed=rng)
+    pop = algorithm(p, rounds, C9_ETA, record_every=10, seed=rng)
+    e = pop.extra["frob_target"] / np.linalg.norm(p.target)
+    hit = np.flatnonzero(e < 1e-6)
+    q = underparameterized(10, 15, 2, spectrum=spec, samples_per_client=N, noise=NOISE, seed=rng)
+    fixed = algorithm(q, rounds, C9_ETA, fresh_samples=False, record_every=rounds, seed=rng)
+    return {"iters": int(hit[0]) if len(hit) else np.inf, "error": float(fixed.extra["error_target"][-1])}
+
+
+@claim("flute.rem5_7.gap_dependence", paper=PAPER, reference="Remarks 5.3 and 5.7",
+       statement="A smaller spectral gap Delta means more iterations to converge and a larger "
+                 "final error at fixed N.", kind="scaling")
+def _c9(ctx, *, algorithm=flute):
+    gs = ctx.pick([1.0, 0.2], [2.0, 1.0, 0.5, 0.2], [2.0, 1.0, 0.5, 0.3, 0.2])
+    # 1e-6 at rate 1 - eta g needs ~14 / (eta g) rounds after the entry phase
+    rounds = int(14 / (C9_ETA * min(gs))) + 200
+    out = ctx.map(_task_gap, [{"g": g, "N": 40, "rounds": rounds, "algorithm": algorithm} for g in gs],
+                  replicates=ctx.pick(2, 6, 20))
+    iters = np.array([[o["iters"] for o in row] for row in out], dtype=float)
+    err = np.array([[o["error"] for o in row] for row in out])
+    it_mono = bool(np.all(np.diff(iters.mean(axis=1)) > 0))
+    rho = stats.spearmanr(np.repeat(gs, err.shape[1]), err.ravel()).statistic
+    err_mono = bool(np.all(np.diff(err.mean(axis=1)) > 0))
+    passed = it_mono and err_mono
+    fig, ax = _fig(1, 2)
+    ax[0].plot(2 * np.array(gs), iters.mean(axis=1), "o-"), ax[0].set_xlabel("Delta")
+    ax[0].set_ylabel("rounds to 1e-6 (population)")
+    ax[1].plot(2 * np.array(gs), err.mean(axis=1), "o-"), ax[1].set_xlabel("Delta")
+    ax[1].set_ylabel("final error (N = 40)")
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"iterations increase as Delta shrinks: {it_mono}; mean final error "
+                            f"increases: {err_mono} (Spearman {rho:.2f})",
+                    measured={"Delta": 2 * np.array(gs), "iterations": iters.mean(axis=1),
+                              "final_error": err.mean(axis=1), "spearman_error_vs_gap": float(rho)},
+                    predicted={"monotone": "decreasing in Delta"}, figure=ctx.save_figure(fig),
+                    notes="Spectrum [4, 3, 3 - g, 1, 0.5], k = 2, eta = 0.075; only monotonicity is "
+                          "tested (the bound's Delta^-6 constants are loose).")
+
+
+# =============================================================================================
+# C10  Example 1: averaging local optima fails
+# =============================================================================================
+def _task_example1(seed, *, M, algorithm):
+    rng = np.random.default_rng(seed)
+    lam = np.sort(rng.uniform(1.0, 5.0, M))[::-1]
+    U = haar_orthonormal(2 * M, M, rng)
+    p = UnderparameterizedProblem(U=U, spectrum=lam, V=np.eye(M), k=1)
+    u1 = U[:, 0]
+
+    def cos(v):
+        return float(abs(v @ u1) / np.linalg.norm(v))
+
+    plain = cos(U.mean(axis=1))                          # w_i = lambda_i: B = mean u_i
+    weighted = cos(U @ np.sqrt(lam / M))                 # w_i = sqrt(lambda_i / M)
+    tr = algorithm(p, 3000, 0.05, record_every=3000, seed=rng)
+    return {"plain": plain, "weighted": weighted, "pred_plain": 1 / np.sqrt(M),
+            "pred_weighted": float(np.sqrt(lam[0] / lam.sum())), "flute_dist": float(tr.distance[-1])}
+
+
+@claim("flute.ex1.averaging", paper=PAPER, reference="Example 1 (Sec. 4.1)",
+       statement="Averaging local optima gives |cos(avg, u_1)| = 1/sqrt(M) (or sqrt(lambda_1 / "
+                 "sum lambda_i) with sqrt-weights), while FLUTE recovers span(u_1).", kind="comparison")
+def _c10(ctx, *, algorithm=flute):
+    out = ctx.map(_task_example1, [{"M": M, "algorithm": algorithm} for M in ctx.pick([5], [5, 10], [5, 10, 20])],
+                  replicates=ctx.pick(2, 4, 10))
+    flat = [o for row in out for o in row]
+    id_err = max(max(abs(o["plain"] - o["pred_plain"]), abs(o["weighted"] - o["pred_weighted"]))
+                 for o in flat)
+    dist = max(o["flute_dist"] for o in flat)
+    # identities: exact up to rounding (1e-12); FLUTE: principal angle < 1e-6 (note §5 C10)
+    passed = id_err < 1e-12 and dist < 1e-6
+    fig, ax = _fig()
+    ax.bar(["avg (w=lambda)", "avg (w=sqrt)", "FLUTE"],
+           [np.mean([o["plain"] for o in flat]), np.mean([o["weighted"] for o in flat]),
+            np.mean([np.sqrt(1 - o["flute_dist"] ** 2) for o in flat])])
+    ax.set_ylabel("|cos angle to u_1|")
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"averaging identities to {id_err:.1e}; FLUTE sin-angle to u_1 {dist:.1e} (< 1e-6)",
+                    measured={"identity_error": id_err, "flute_max_sin_angle": dist,
+                              "mean_cos_plain_avg": float(np.mean([o["plain"] for o in flat]))},
+                    predicted={"cos_plain_avg": "1/sqrt(M)", "flute_sin_angle": 0.0},
+                    figure=ctx.save_figure(fig),
+                    notes="Phi = U diag(lambda) (V = I), d = 2M, k = 1, population gradients.")
+
+
+# =============================================================================================
+# C11  FLUTE vs FedRep / FedRep(RI) (Fig. 1 / Fig. 3)
+# =============================================================================================
+def _rounds_to(err, level):
+    hit = np.flatnonzero(err <= level)
+    return int(hit[0]) if len(hit) else np.inf
+
+
+def _task_vs_fedrep(seed, *, k, rounds, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, k, samples_per_client=20, noise=NOISE, seed=rng)
+    fl = algorithm(p, rounds, ETA, fresh_samples=False, seed=rng).extra["error_truth"]
+    fr = fedrep_flute_baseline(p, rounds, 0.1, init="moments", seed=rng).extra["error_truth"]
+    ri = fedrep_flute_baseline(p, rounds, 0.1, init="random", seed=rng).extra["error_truth"]
+    plateau_fl, plateau_fr = float(fl[-1]), float(fr[-1])
+    level = 1.05 * min(plateau_fl, float(ri[-1]))
+    return {"plateau_flute": plateau_fl, "plateau_fedrep": plateau_fr,
+            "plateau_fedrep_ri": float(ri[-1]), "early_flute": float(fl[10]),
+            "early_fedrep": float(fr[10]), "rounds_flute": _rounds_to(fl, level),
+            "rounds_fedrep_ri": _rounds_to(ri, level),
+            "curves": [fl[::10], fr[::10], ri[::10]]}
+
+
+@claim("flute.fig1.vs_fedrep", paper=PAPER, reference="Figures 1 and 3 (App. C)",
+       statement="FedRep (moment init) has lower error early on, but FLUTE eventually reaches a lower "
+                 "or equal error than FedRep.", kind="comparison")
+def _c11(ctx, *, algorithm=flute):
+    ks = ctx.pick([2], [2, 4], [2, 4, 6, 8])
+    rounds = ctx.pick(300, 800, 2000)
+    out = ctx.map(_task_vs_fedrep, [{"k": k, "rounds": rounds, "algorithm": algorithm} for k in ks],
+                  replicates=ctx.pick(1, 3, 5))
+    rows = []
+    passed = True
+    for k, row in zip(ks, out):
+        pf = np.mean([o["plateau_flute"] for o in row])
+        pr = np.mean([o["plateau_fedrep"] for o in row])
+        ef = np.mean([o["early_flute"] for o in row])
+        er = np.mean([o["early_fedrep"] for o in row])
+        late = pf <= 1.01 * pr                              # 1%: note §5 C11 criterion (i)
+        early = er < ef
+        passed &= bool(late and early)
+        rows.append({"k": k, "plateau_flute": pf, "plateau_fedrep": pr,
+                     "plateau_fedrep_ri": float(np.mean([o["plateau_fedrep_ri"] for o in row])),
+                     "error_round10_flute": ef, "error_round10_fedrep": er,
+                     "rounds_to_1.05plateau_flute": float(np.mean([o["rounds_flute"] for o in row])),
+                     "rounds_to_1.05plateau_fedrep_ri": float(np.mean([o["rounds_fedrep_ri"] for o in row]))})
+    fig, ax = _fig()
+    c = out[0][0]["curves"]
+    for curve, name in zip(c, ("FLUTE", "FedRep", "FedRep(RI)")):
+        ax.plot(10 * np.arange(len(curve)), curve, label=name)
+    ax.set_xlabel("round"), ax.set_ylabel("(1/M) sum ||B w_i - phi_i||"), ax.legend()
+    return Evidence(verdict=verdict_from(passed),
+                    summary="; ".join(f"k={r['k']}: plateau FLUTE {r['plateau_flute']:.3f} vs FedRep "
+                                      f"{r['plateau_fedrep']:.3f}, round-10 error {r['error_round10_flute']:.2f}"
+                                      f" vs {r['error_round10_fedrep']:.2f}" for r in rows),
+                    measured={"rows": rows}, table=rows,
+                    predicted={"plateau": "FLUTE <= FedRep (+1%)", "early": "FedRep < FLUTE"},
+                    figure=ctx.save_figure(fig),
+                    notes="Fixed dataset (N = 20, M = 15, d = 10, noise variance 0.3), FLUTE eta = 0.03, "
+                          "FedRep eta = 0.1 (not reported by the paper). With a fixed dataset all three "
+                          "target the same empirical rank-k ERM; FedRep(RI) round counts depend on its "
+                          "unreported step size and are reported, not judged.")
+
+
+# =============================================================================================
+# C12  gamma: closed-form limit, divergence boundary (erratum), small-N ablation (Fig. 4)
+# =============================================================================================
+GAMMAS = [(0.25, 0.125, "appendix"), (0.125, 0.125, "appendix"), (1 / 12, 0.125, "appendix"),
+          (0.3, 0.125, "appendix"), (0.5, 0.125, "appendix"), (0.25, 0.125, "main"),
+          (0.125, 0.125, "main")]
+
+
+def _task_limit(seed, *, g1, g2, normalization, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, 2, seed=rng)
+    tr = algorithm(p, 1500, ETA, gamma1=g1, gamma2=g2, normalization=normalization,
+                   record_every=1500, seed=rng)
+    Z = ex.regularized_minimizer(p.Phi, 2, gamma1=g1, gamma2=g2, normalization=normalization)
+    if tr.status == "diverged":
+        return {"err": np.inf, "scale": np.nan}
+    BW = tr.B @ tr.extra["W"]
+    return {"err": float(np.linalg.norm(BW - Z) / np.linalg.norm(Z)),
+            "scale": float(np.sum(BW * p.target) / np.sum(p.target ** 2))}
+
+
+@claim("flute.eq4.regularized_limit", paper=PAPER, reference="eq. (4); note §2.1 / §6.2",
+       statement="Population FLUTE converges to Phi_k / (1 + 2(2 gamma2 - gamma1)) (appendix; "
+                 "Phi_k / (1 + 2 gamma2 - gamma1) main) whenever the objective is bounded below.",
+       kind="identity")
+def _c12a(ctx, *, algorithm=flute):
+    gam = ctx.pick(GAMMAS[:2] + GAMMAS[3:4], GAMMAS, GAMMAS)
+    out = ctx.map(_task_limit, [{"g1": a, "g2": b, "normalization": n, "algorithm": algorithm}
+                                for a, b, n in gam], replicates=ctx.pick(1, 3, 5))
+    rows = [{"gamma1": a, "gamma2": b, "normalization": n,
+             "predicted_scale": ex.data_weight(n) / (ex.data_weight(n) + 2 * b - a),
+             "measured_scale": float(np.mean([o["scale"] for o in row])),
+             "max_rel_error": max(o["err"] for o in row)} for (a, b, n), row in zip(gam, out)]
+    worst = max(r["max_rel_error"] for r in rows)
+    passed = worst < 1e-8                                  # note §5 C12 (a): 1e-8
+    fig, ax = _fig()
+    ax.plot([r["predicted_scale"] for r in rows], [r["measured_scale"] for r in rows], "o")
+    ax.plot([0.7, 2.1], [0.7, 2.1], "k:")
+    ax.set_xlabel("predicted scale a/(a + 2 g2 - g1)"), ax.set_ylabel("measured <BW, Phi_k>/||Phi_k||^2")
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"limit equals the scaled Phi_k to {worst:.1e} relative (< 1e-8)",
+                    measured={"rows": rows}, predicted={"rel_error": 0.0}, table=rows,
+                    figure=ctx.save_figure(fig))
+
+
+def _task_boundary(seed, *, g1, normalization, eta, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, 2, seed=rng)
+    tr = algorithm(p, 1500, eta, gamma1=g1, gamma2=0.125, normalization=normalization,
+                   record_every=1500, seed=rng)
+    if tr.status == "diverged":
+        return {"diverged": True, "err": np.nan}
+    Z = ex.regularized_minimizer(p.Phi, 2, gamma1=g1, gamma2=0.125, normalization=normalization)
+    return {"diverged": False, "err": float(np.linalg.norm(tr.B @ tr.extra["W"] - Z) / np.linalg.norm(Z))}
+
+
+@claim("flute.appC.gamma_boundary", paper=PAPER, reference="App. C (Fig. 4 discussion), eq. (4)",
+       statement="App. C: 'We do not set gamma1 > 2 gamma2 because ... ||BW||_F usually diverges'. "
+                 "In fact the objective is bounded (and FLUTE converges to an inflated Phi_k) for "
+                 "2 gamma2 < gamma1 < 2 gamma2 + a, and diverges only for gamma1 >= 2 gamma2 + a.",
+       kind="erratum", erratum=True)
+def _c12b(ctx, *, algorithm=flute):
+    cases = [(0.3, "appendix", ETA), (0.5, "appendix", ETA), (0.8, "appendix", ETA),
+             (1.0, "appendix", ETA)]
+    if ctx.scale != "smoke":
+        cases += [(0.5, "main", 0.01), (1.0, "main", 0.005), (1.5, "main", 0.005)]
+    out = ctx.map(_task_boundary, [{"g1": g, "normalization": n, "eta": e, "algorithm": algorithm}
+                                   for g, n, e in cases], replicates=ctx.pick(1, 2, 5))
+    rows = []
+    reproduced = True
+    for (g, n, e), row in zip(cases, out):
+        paper = g > ex.divergence_boundary(0.125, statement="paper")
+        correct = ex.is_unbounded(g, 0.125, normalization=n)
+        div = all(o["diverged"] for o in row)
+        conv = all((not o["diverged"]) and o["err"] < 1e-6 for o in row)
+        ok = div if correct else conv
+        reproduced &= ok
+        rows.append({"gamma1": g, "normalization": n, "paper_says_diverges": paper,
+                     "correct_boundary_says_diverges": correct, "diverged": div, "converged_to_closed_form": conv})
+    counter = [r for r in rows if r["paper_says_diverges"] and not r["correct_boundary_says_diverges"]]
+    reproduced = reproduced and len(counter) > 0 and all(r["converged_to_closed_form"] for r in counter)
+    fig, ax = _fig()
+    ax.scatter([r["gamma1"] for r in rows], [r["normalization"] == "main" for r in rows],
+               c=["red" if r["diverged"] else "green" for r in rows])
+    ax.axvline(0.25, color="k", ls=":", label="paper: 2 gamma2")
+    ax.axvline(0.75, color="b", ls="--", label="appendix: 2 gamma2 + 1/2")
+    ax.set_xlabel("gamma1 (gamma2 = 1/8)"), ax.set_yticks([0, 1], ["appendix", "main"]), ax.legend()
+    return Evidence(verdict=verdict_from(reproduced, erratum=True),
+                    summary=f"{len(counter)} gamma1 > 2 gamma2 settings converge to the closed form; "
+                            "divergence exactly beyond 2 gamma2 + a",
+                    measured={"rows": rows}, table=rows,
+                    predicted={"paper_boundary": 0.25, "correct_boundary_appendix": 0.75,
+                               "correct_boundary_main": 1.25},
+                    figure=ctx.save_figure(fig),
+                    notes="Population runs, gamma2 = 1/8; main normalization at smaller eta so that "
+                          "the inflated target does not trigger step-size instability.")
+
+
+def _task_ablation(seed, *, N, ratios, rounds, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 10, 6, samples_per_client=N, noise=NOISE, seed=rng)
+    init = flute_init(10, 6, 10, 0.01, rng)
+    res = []
+    for r in ratios:
+        tr = algorithm(p, rounds, ETA, gamma1=r * 0.125, gamma2=0.125, fresh_samples=False,
+                       init=init, record_every=rounds)
+        res.append(float(tr.extra["error_truth"][-1]) if tr.status != "diverged" else np.inf)
+    return res
+
+
+@claim("flute.fig4.gamma_ablation", paper=PAPER, reference="Figure 4 (App. C)",
+       statement="For N in {8, 9, 10} (d = 10, k = 6, M = 10), gamma1 = gamma2 gives a lower final "
+                 "error than gamma1 = 2 gamma2 and gamma1 = (2/3) gamma2.", kind="comparison")
+def _c12c(ctx, *, algorithm=flute):
+    Ns = ctx.pick([8], [8, 10], [8, 9, 10])
+    ratios = (2.0, 1.0, 2 / 3)
+    rounds = ctx.pick(500, 1500, 2500)
+    out = ctx.map(_task_ablation, [{"N": N, "ratios": ratios, "rounds": rounds, "algorithm": algorithm}
+                                   for N in Ns], replicates=ctx.pick(3, 10, 20))
+    rows, verdicts = [], []
+    for N, row in zip(Ns, out):
+        E = np.array(row)                                    # (reps, 3)
+        d_hi = E[:, 0] - E[:, 1]                             # 2 g2 minus g2 (> 0: g2 better)
+        d_lo = E[:, 2] - E[:, 1]
+        m_hi, h_hi = mean_ci(d_hi)
+        m_lo, h_lo = mean_ci(d_lo)
+        if m_hi - h_hi > 0 and m_lo - h_lo > 0:
+            verdicts.append(True)
+        elif m_hi + h_hi < 0 or m_lo + h_lo < 0:
+            verdicts.append(False)
+        else:
+            verdicts.append(None)
+        rows.append({"N": N, "err_g1=2g2": float(E[:, 0].mean()), "err_g1=g2": float(E[:, 1].mean()),
+                     "err_g1=2g2/3": float(E[:, 2].mean()), "diff_2g2_minus_g2": [float(m_hi), float(h_hi)],
+                     "diff_2g2/3_minus_g2": [float(m_lo), float(h_lo)]})
+    passed = False if False in verdicts else (None if None in verdicts else True)
+    fig, ax = _fig()
+    for j, lab in enumerate(("g1=2g2", "g1=g2", "g1=2g2/3")):
+        ax.plot(Ns, [np.mean(np.array(row)[:, j]) for row in out], "o-", label=lab)
+    ax.set_xlabel("N"), ax.set_ylabel("final (1/M) sum ||B w_i - phi_i||"), ax.legend()
+    return Evidence(verdict=verdict_from(passed),
+                    summary="; ".join(f"N={r['N']}: {r['err_g1=2g2']:.2f} / {r['err_g1=g2']:.2f} / "
+                                      f"{r['err_g1=2g2/3']:.2f} (2g2 / g2 / 2g2/3)" for r in rows),
+                    measured={"rows": rows}, table=rows,
+                    predicted={"best": "gamma1 = gamma2"}, figure=ctx.save_figure(fig),
+                    notes="gamma2 = 1/8 (absolute values not given by the paper), fixed dataset, "
+                          f"{rounds} rounds at eta = 0.03, same init for the three gammas; paired "
+                          "differences with 95% t-intervals decide (inconclusive when they straddle 0). "
+                          "With N < d and gamma1 = 2 gamma2 the error keeps growing slowly (over-fitting "
+                          "towards the empirical ERM), so the ranking only sharpens with more rounds.")
+
+
+# =============================================================================================
+# C13  Over-parameterized special case (Remark 5.3)
+# =============================================================================================
+def _task_over(seed, *, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, 4, spectrum=[10.0, 6.0, 4.0, 2.5], seed=rng)
+    tr = algorithm(p, 500, ETA, seed=rng)
+    W = tr.extra["W"]
+    return {"err": float(np.linalg.norm(tr.B @ W - p.Phi) / np.linalg.norm(p.Phi)),
+            "rho": _tail_rate(tr.extra["frob_target"])}
+
+
+@claim("flute.rem5_3.overparameterized", paper=PAPER, reference="Remark 5.3",
+       statement="When rank(Phi) <= k, FLUTE still converges to Phi itself, at population rate "
+                 "1 - eta lambda_k (= 1 - eta Delta/2 with lambda_(k+1) = 0).", kind="rate")
+def _c13(ctx, *, algorithm=flute):
+    out = ctx.map(_task_over, [{"algorithm": algorithm}], replicates=ctx.pick(2, 4, 10))[0]
+    err = max(o["err"] for o in out)
+    rho = np.array([o["rho"] for o in out])
+    pred = 1 - ETA * 2.5
+    # rate tolerance 1e-3 (note §5 C2/C13: measured 0.92497 vs 0.925)
+    passed = bool(err < 1e-8 and np.all(np.abs(rho - pred) < 1e-3))
+    fig, ax = _fig()
+    ax.bar(["fitted rho", "1 - eta lambda_k"], [float(np.nanmean(rho)), pred])
+    ax.set_ylim(0.9, 0.95)
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"rel. error to Phi {err:.1e} (< 1e-8); rate {np.nanmean(rho):.5f} vs {pred:.5f}",
+                    measured={"max_rel_error": err, "rho": rho},
+                    predicted={"rel_error": 0.0, "rho": pred}, figure=ctx.save_figure(fig),
+                    notes="d = 10, M = 15, k = 4, lambda = (10, 6, 4, 2.5), noiseless population.")
+
+
+# =============================================================================================
+# C14  Exact identities of App. A
+# =============================================================================================
+def _task_identities(seed, *, algorithm):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for d, M in ((8, 5), (5, 8)):
+        p = underparameterized(d, M, 2, seed=rng)
+        B, W = 0.3 * rng.standard_normal((d, 2)), 0.3 * rng.standard_normal((2, M))
+        eta = 0.05
+        tr = algorithm(p, 1, eta, init=(B, W))
+        T1 = ex.theta_step(ex.theta_embedding(B, W, p.Phi), ex.lambda_tilde(p.Phi), eta)
+        out[f"theta_recursion_{d}x{M}"] = float(np.max(np.abs(
+            ex.theta_embedding(tr.B, tr.extra["W"], p.Phi) - T1)))
+        Bs, Ws = ex.balanced_factors(p.Phi, 2)
+        per_client = np.sum(np.linalg.norm(B @ W - Bs @ Ws, axis=0) ** 2)
+        out[f"sum_identity_{d}x{M}"] = float(abs(per_client - np.linalg.norm(B @ W - Bs @ Ws) ** 2))
+        T = ex.theta_embedding(B, W, p.Phi)
+        lam = ex.lambda_tilde(p.Phi)
+        tgt = np.zeros((T.shape[0],) * 2)
+        tgt[:2, :2] = np.diag(lam[:2])
+        out[f"lemmaA18_slack_{d}x{M}"] = float(np.linalg.norm(B @ W - p.target)
+                                               - np.linalg.norm(T @ T.T - tgt))
+        out[f"regularizer_identity_{d}x{M}"] = abs(ex.regularizer(B, W, 0.3, 0.1)
+                                                   - ex.regularizer_balanced_form(B, W, 0.3, 0.1))
+        rB, rW = ex.regularizer_gradients(B, W, 0.25, 0.125)
+        D = B.T @ B - W @ W.T
+        out[f"step_form_{d}x{M}"] = float(max(np.max(np.abs(rB - 0.5 * B @ D)),
+                                              np.max(np.abs(rW + 0.5 * D @ W))))
+    return out
+
+
+@claim("flute.appA.identities", paper=PAPER, reference="App. A.1 eqs. (11)-(13), Lemma A.18, eq. (6)",
+       statement="The Theta recursion (13) reproduces the (B, W) recursion exactly; "
+                 "sum_i ||B w_i - B* w_i*||^2 = ||BW - B*W*||_F^2; ||BW - Phi_k||_F <= "
+                 "||Theta Theta^T - diag(Lambda~_k, 0)||_F; the regularizer identity and the "
+                 "gamma = (1/4, 1/8) step form hold.", kind="identity")
+def _c14(ctx, *, algorithm=flute):
+    out = ctx.map(_task_identities, [{"algorithm": algorithm}], replicates=ctx.pick(3, 10, 50))[0]
+    keys = out[0].keys()
+    worst = {k: max(o[k] for o in out) for k in keys}
+    eq = max(v for k, v in worst.items() if not k.startswith("lemmaA18"))
+    slack = max(v for k, v in worst.items() if k.startswith("lemmaA18"))
+    # 1e-10: all identities are exact algebra on O(1) numbers (rounding ~1e-14)
+    passed = eq < 1e-10 and slack <= 1e-12
+    fig, ax = _fig()
+    ax.bar(range(len(worst)), [max(abs(v), 1e-17) for v in worst.values()])
+    ax.set_yscale("log"), ax.set_xticks(range(len(worst)), list(worst), rotation=90, fontsize=6)
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"identities exact to {eq:.1e}; Lemma A.18 slack max {slack:.2e} (<= 0)",
+                    measured=worst, predicted={"identities": 0.0, "lemmaA18_slack": "<= 0"},
+                    figure=ctx.save_figure(fig),
+                    notes="Padded cases d > M and d < M; gradients against finite differences are "
+                          "unit tests (tests/test_exact_flute.py).")
+
+
+# =============================================================================================
+# C15  Theorem 5.5 with fresh samples: geometric decay to a floor ~ N^(-1/2)
+# =============================================================================================
+def _task_fresh(seed, *, N, rounds, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, 2, noise=NOISE, seed=0)
+    tr = algorithm(p, rounds, ETA, samples=N, seed=rng)
+    return tr.extra["error_target"]
+
+
+@claim("flute.thm5_5.fresh_samples", paper=PAPER, reference="Theorem 5.5, eq. (8), Remark 5.6",
+       statement="With fresh samples per round the error decays geometrically, at least at rate "
+                 "1 - eta Delta/16, down to a floor that scales like N^(-1/2).", kind="rate")
+def _c15(ctx, *, algorithm=flute):
+    Ns = ctx.pick([100, 400], [100, 400, 1600], [100, 400, 1600])
+    rounds = ctx.pick(200, 350, 500)
+    out = ctx.map(_task_fresh, [{"N": N, "rounds": rounds, "algorithm": algorithm} for N in Ns],
+                  replicates=ctx.pick(1, 3, 6))
+    p = underparameterized(10, 15, 2, noise=NOISE, seed=0)
+    bound = np.log(1 - ETA * p.gap / 16)
+    slopes, floors = [], []
+    for row in out:
+        fl_row, sl_row = [], []
+        for e in row:
+            e = np.asarray(e)
+            if not np.all(np.isfinite(e)):
+                sl_row.append(np.inf), fl_row.append(np.inf)
+                continue
+            floor = float(np.median(e[-rounds // 4:]))
+            start = int(np.argmax(e < 0.5 * e[0]))
+            stop = int(np.argmax(e < 3 * floor))
+            seg = np.arange(start, max(stop, start + 5))
+            sl_row.append(float(np.polyfit(seg, np.log(e[seg]), 1)[0]))
+            fl_row.append(floor)
+        slopes.append(sl_row), floors.append(fl_row)
+    slopes, floors = np.array(slopes), np.array(floors)
+    decay_ok = bool(np.all(slopes <= bound))
+    if np.all(np.isfinite(floors)) and np.all(floors > 0):
+        fit = fit_loglog_slope(Ns, floors)
+        # floor slope band [-0.7, -0.3]: the plateau is the stationary spread of a constant-step
+        # stochastic iteration, ~ sqrt(eta / N); 1-6 seeds and 3 N's leave ~0.1 of noise.
+        floor_ok = -0.7 <= fit.slope <= -0.3
+        fit_d = fit.as_dict()
+    else:
+        floor_ok, fit_d = False, None
+    passed = decay_ok and floor_ok
+    fig, ax = _fig()
+    for N, row in zip(Ns, out):
+        ax.semilogy(row[0], label=f"N={N}")
+    ax.set_xlabel("round"), ax.set_ylabel("(1/M) sum ||B w_i - B* w_i*||"), ax.legend()
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"pre-plateau log-slope max {np.max(slopes):.4f} <= bound {bound:.4f}: "
+                            f"{decay_ok}; floor slope in N {fit_d['slope'] if fit_d else float('nan'):.2f}",
+                    measured={"slopes": slopes, "floors": floors, "floor_fit": fit_d},
+                    predicted={"slope_bound": bound, "floor_slope": -0.5},
+                    figure=ctx.save_figure(fig),
+                    notes="Constant N per round (not the theorem's growing N_t), App. C instance k = 2, "
+                          "noise variance 0.3.")
