@@ -52,8 +52,12 @@ def _lams(K):
 
 def _cvx_worker(conn, D, q, lam_L, lam_S, solver, nuclear):
     try:
-        res = solve_penalized(D, q, lam_L, lam_S, method="cvxpy", solver=solver, nuclear=nuclear)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # optimal_inaccurate is reported in the table
+            res = solve_penalized(D, q, lam_L, lam_S, method="cvxpy", solver=solver,
+                                  nuclear=nuclear, accept_inaccurate=True)
         conn.send({"objective": res.objective, "gap": res.gap, "status": res.status,
+                   "relative_gap": res.relative_gap, "iterations": res.iterations,
                    "solve_seconds": res.seconds})
     except Exception as exc:  # report, never hide
         conn.send({"error": repr(exc)})
@@ -67,13 +71,21 @@ def _run_capped(cap, *args):
     proc = ctx.Process(target=_cvx_worker, args=(child, *args))
     t0 = time.perf_counter()
     proc.start()
-    out = parent.recv() if parent.poll(cap) else None
+    child.close()                      # so a crashed child shows up as EOF, not as a timeout
+    out = None
+    if parent.poll(cap):
+        try:
+            out = parent.recv()
+        except EOFError:               # the solver process died (e.g. a failed huge allocation)
+            out = {"error": "solver process crashed"}
     wall = time.perf_counter() - t0
     if out is None:
         proc.kill()
     proc.join()
     if out is None:
         return {"seconds": None, "capped": cap}
+    if "error" in out and proc.exitcode:
+        out["error"] += f" (exit code {proc.exitcode})"
     out["seconds"] = wall
     return out
 
@@ -101,7 +113,7 @@ def part1(K, p, q, cap):
                  and r.get("seconds") is not None and "error" not in r]
     fastest = min(cvx_times) if cvx_times else None
     for row in rows.values():
-        if fastest and row.get("seconds"):
+        if fastest and row.get("seconds") and "error" not in row:
             row["speedup_vs_fastest_cvxpy"] = fastest / row["seconds"]
     return {"K": K, "p": p, "q": q, "G": K * (K - 1) // 2, "rows": rows}
 
@@ -151,14 +163,14 @@ def main(argv=None):
         p2 = part2(100, 32, 32, 1e-6)
     print(f"Part 1: K={p1['K']}, p=q={p1['p']}, G={p1['G']} (relative gap target 1e-8)")
     print(f"{'method':26s} {'time':>10s} {'iters':>7s} {'rel.gap':>9s} {'obj diff':>9s} "
-          f"{'speedup':>9s}")
+          f"{'speedup':>9s}  status")
     for name, r in p1["rows"].items():
         t = f"> {r['capped']:.0f} s" if r.get("capped") else _fmt(r.get("seconds"), " s")
         if "error" in r:
-            t = "error"
+            t = "crashed" if "crashed" in r["error"] else "error"
         print(f"{name:26s} {t:>10s} {str(r.get('iterations', '-')):>7s} "
               f"{_fmt(r.get('relative_gap')):>9s} {_fmt(r.get('objective_rel_diff_vs_fista')):>9s} "
-              f"{_fmt(r.get('speedup_vs_fastest_cvxpy'), 'x'):>9s}")
+              f"{_fmt(r.get('speedup_vs_fastest_cvxpy'), 'x'):>9s}  {r.get('status', '-')}")
     print(f"\nPart 2: K={p2['K']}, p=q={p2['p']}, G={p2['G']}, D {p2['rows_D']} x {p2['p']} "
           f"({p2['D_megabytes']:.0f} MB), FISTA to relative gap {p2['tol']:g}")
     for key in ("seconds", "iterations", "status", "relative_gap", "seconds_per_iteration",

@@ -114,3 +114,41 @@ def test_fit_rate_window():
     slope, r2 = F._fit_rate(np.exp(-0.5 * t))
     assert np.isclose(slope, -0.5) and np.isclose(r2, 1.0)
     assert np.isnan(F._fit_rate(np.ones(50))[0])
+
+
+# ----------------------------------------------------------------------------- conditions
+def test_conditions_paper_instance():
+    from verify.conditions import fedavg_ft as C
+    inst = C.generate(seed=0)
+    assert inst["B_star"].shape == (100, 5) and inst["heads"].shape == (40, 5)
+    conds = {c.name: c for c in C.evaluate(inst)}
+    assert conds["mu (Assumption 2, centered diversity)"].holds
+    assert conds["(ii) ||I - alpha B0^T B0||"].holds and conds["(iii) ||w0||"].holds   # Delta0 = 0, w0 = 0
+    # alpha = 0.4 is far above the theorem's bound (notes 7.4: about 1e-9)
+    step = conds["step size alpha (c3 = 4800)"]
+    assert step.holds is False and float(step.required.split()[-1]) < 1e-6
+    assert conds["round bound for epsilon = 1e-06 at the step-size bound"].value > 1e15
+    assert conds["round bound for epsilon = 1e-06 at this alpha"].value < 1e8
+    assert 0 < conds["D-GD invariant lower bound ||(I - P_S) B*||"].value <= 1
+
+
+def test_conditions_identical_heads_and_npz_scalars():
+    from verify.conditions import fedavg_ft as C
+    inst = C.generate(seed=1, d=10, k=2, n_clients=5, local_steps=1)
+    inst = {key: np.asarray(v) for key, v in inst.items()}          # as loaded from an npz file
+    inst["heads"] = np.ones((5, 2))
+    conds = {c.name: c for c in C.evaluate(inst)}
+    assert conds["mu (Assumption 2, centered diversity)"].holds is False
+    assert conds["tau >= 2"].holds is False
+    assert "step size alpha (c3 = 4800)" not in conds          # undefined without diversity
+
+
+def test_conditions_errors():
+    from verify.conditions import fedavg_ft as C
+    inst = C.generate(seed=1, d=10, k=2, n_clients=5)
+    with pytest.raises(ValueError, match="instance must contain 'B0'"):
+        C.evaluate({key: v for key, v in inst.items() if key != "B0"})
+    with pytest.raises(ValueError, match=r"heads must have shape \(\?, 2\)"):
+        C.evaluate({**inst, "heads": np.ones((5, 3))})
+    with pytest.raises(ValueError, match="clients_per_round must be <= 5"):
+        C.evaluate({**inst, "clients_per_round": 6})

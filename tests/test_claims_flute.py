@@ -32,6 +32,11 @@ def test_smoke_runs_and_is_well_formed(cid):
         assert ev.verdict in ("holds", "inconclusive")
 
 
+def test_omitted_have_reasons():
+    om = [o for k, o in OMITTED.items() if k.startswith("flute.")]
+    assert om and all(o.reason for o in om)
+
+
 def test_figures_are_saved(tmp_path):
     ev = REGISTRY["flute.appA.identities"].run(Context(scale="smoke", out_dir=tmp_path))
     assert ev.figure and (tmp_path / ev.figure).exists()
@@ -63,7 +68,9 @@ BROKEN = [
     ("flute.thm5_5.rate", dict(algorithm=MEAN)),
     ("flute.alg1.normalization", dict(algorithm=_ignore_normalization)),
     ("flute.propA2.entry_time", dict(algorithm=MEAN)),
-    ("flute.propA9.absorbing", dict(algorithm=partial(flute, gamma1=0.6))),
+    # gamma1 = 0.51: target inflated 2.08x, so sigma_1^2(Theta) settles 4% above 2 lambda*_1
+    # after entering R (or overshoots before entering)
+    ("flute.propA9.absorbing", dict(algorithm=partial(flute, gamma1=0.51))),
     ("flute.lemA10.inverse_snr", dict(algorithm=MEAN)),
     ("flute.lemA13.discrepancy", dict(gram=_few_samples_gram)),
     ("flute.thm5_1.sample_scaling", dict(algorithm=SHRINK)),
@@ -75,6 +82,7 @@ BROKEN = [
     ("flute.rem5_3.overparameterized", dict(algorithm=SHRINK)),
     ("flute.appA.identities", dict(algorithm=partial(flute, normalization="main"))),
     ("flute.thm5_5.fresh_samples", dict(algorithm=MEAN)),
+    ("flute.alg1.empirical_erm", dict(algorithm=SHRINK)),
 ]
 
 

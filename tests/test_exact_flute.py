@@ -1,5 +1,3 @@
-import warnings
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -227,3 +225,18 @@ def test_shape_errors(call, match):
     B, W = np.ones((5, 2)), np.ones((2, 3))
     with pytest.raises(ValueError, match=match):
         call(B, W)
+
+
+def test_nuclear_relaxation_estimate_recovers_subspace_and_agrees_with_cvxpy():
+    # noiseless, N >> d: the relaxation's rank-k truncation is close to Phi_k's subspace
+    p = underparameterized(5, 6, 2, spectrum=[4.0, 3.0, 0.3], samples_per_client=60, seed=9)
+    Zp, rp = ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05)
+    Zc, rc = ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, solver="cvxpy")
+    assert rp.status == "optimal" and rc.status == "optimal"
+    # both solve the same convex program: agreement to the solvers' accuracy (1e-5 relative)
+    assert np.linalg.norm(Zp - Zc) / np.linalg.norm(Zc) < 1e-5
+    from lowrank_fl.linalg import subspace_distance
+    assert subspace_distance(p.U_k, np.linalg.svd(Zp)[0][:, :2]) < 0.1
+    assert Zp.shape == (5, 6)
+    with pytest.raises(ValueError, match="solver must be one of"):
+        ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, solver="admm")

@@ -6,6 +6,7 @@ import pytest
 from lowrank_fl.exact.multitask import (altmin, fedavg_population_error, fit_heads,
                                         lemma1_decomposition, local_least_squares,
                                         method_of_moments, moment_matrix, ols_then_svd,
+                                        projected_gd_init,
                                         pooled_least_squares, population_moment_matrix,
                                         population_optimum)
 from lowrank_fl.linalg import subspace_distance
@@ -39,6 +40,17 @@ def test_method_of_moments_improves_with_samples():
     d_big = subspace_distance(p.B_star, method_of_moments(*p.sample(500, seed=3), 2))
     # dist ~ 3.2 sqrt(d/(nm)) (note §3.5): ~0.6 vs ~0.06
     assert d_big < 0.3 * d_small and d_big < 0.15
+
+
+def test_projected_gd_init_recovers_subspace_and_is_deterministic():
+    p = multitask_linear(20, 2, 100, samples_per_client=10, seed=0)
+    B = projected_gd_init(p.X, p.y, 2, step_size=0.5, seed=1)
+    assert B.shape == (20, 2) and np.allclose(B.T @ B, np.eye(2), atol=1e-12)
+    # 10 SVP steps from a random start: dist ~0.08 here (a random subspace has dist ~1)
+    assert subspace_distance(p.B_star, B) < 0.3
+    assert np.array_equal(B, projected_gd_init(p.X, p.y, 2, step_size=0.5, seed=1))
+    with pytest.raises(ValueError, match="step_size must be finite and > 0"):
+        projected_gd_init(p.X, p.y, 2, step_size=0.0)
 
 
 def test_fit_heads_closed_form_and_population_version():

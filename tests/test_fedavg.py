@@ -256,3 +256,34 @@ def test_fine_tune_errors(inst, trained, call, exc, match):
     cl = new_client(inst.problem, 10, seed=1)
     with pytest.raises(exc, match=match):
         call(*trained, cl)
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(), ValueError, "give either targets"),
+    (dict(targets=np.zeros((2, 12)), X=np.zeros((2, 3, 12)), y=np.zeros((2, 3))), ValueError, "give either targets"),
+    (dict(X=np.zeros((2, 3, 12))), ValueError, "X and y must be given together"),
+    (dict(targets=np.zeros((2, 11))), ValueError, r"targets must have shape \(\?, 12\)"),
+    (dict(X=np.zeros((2, 3, 11)), y=np.zeros((2, 3))), ValueError, r"X must have shape \(\?, \?, 12\)"),
+    (dict(X=np.zeros((2, 3, 12)), y=np.zeros((2, 4))), ValueError, r"y must have shape \(2, 3\)"),
+    (dict(X=np.zeros((2, 3, 12)), y=np.zeros((2, 3)), gram=np.zeros((2, 3, 4))), ValueError,
+     r"gram must have shape \(2, 3, 3\)"),
+    (dict(targets=np.zeros((2, 12)), w=np.zeros(4)), ValueError, r"w must have shape \(3\)"),
+    (dict(targets=np.zeros((2, 12)), local_steps=0), ValueError, "local_steps must be >= 1"),
+    (dict(targets=np.zeros((2, 12)), step_size=-0.1), ValueError, "step_size must be finite and > 0"),
+    (dict(targets=np.zeros((2, 12)), B=np.full((12, 3), np.nan)), ValueError, "B must be finite"),
+])
+def test_fedavg_round_errors(kwargs, exc, match):
+    args = dict(B=np.eye(12)[:, :3], w=np.zeros(3), local_steps=2, step_size=0.1)
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        fedavg_round(args.pop("B"), args.pop("w"), args.pop("local_steps"), args.pop("step_size"), **args)
+
+
+def test_fine_tune_from_problem_draws_new_client(inst, trained):
+    B, w = trained
+    res = fine_tune(inst.problem, B, w, steps=3, n=9, seed=4)
+    cl = new_client(inst.problem, 9, noise=0.1, seed=4)
+    ref = fine_tune(cl, B, w, steps=3)
+    assert res.full_error == ref.full_error and np.array_equal(res.head_ls_beta, ref.head_ls_beta)
+    with pytest.raises(ValueError, match="n \\(the new client's number of samples\\) is required"):
+        fine_tune(inst.problem, B, w)

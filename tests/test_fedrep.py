@@ -106,6 +106,18 @@ def test_fixed_dataset_regime_and_split_batch():
     assert tr2.status == "completed" and tr2.distance[-1] < tr2.distance[0]
 
 
+def test_pgd_and_random_inits():
+    p = multitask_linear(20, 2, 100, samples_per_client=10, seed=0)
+    tr = fedrep(p, 60, 0.5, init="pgd", fresh_samples=False, seed=3)
+    assert tr.distance[0] < 0.5 and tr.distance[-1] < 1e-8
+    q = multitask_linear(20, 2, 100, seed=0)
+    assert fedrep(q, 0, 0.1, init="pgd", batch_size=10, seed=1).distance[0] < 0.5
+    with pytest.raises(ValueError, match="init='pgd' needs samples"):
+        fedrep(q, 1, 0.1, init="pgd", seed=1)
+    r = fedrep(q, 0, 0.1, init="random", batch_size=10, seed=1)
+    assert 0.5 < r.distance[0] <= 1.0        # a random 2-dim subspace of R^20 is far from B*
+
+
 def test_partial_participation_uses_rn_clients():
     assert n_participants(0.1, 100) == 10 and n_participants(0.001, 100) == 1
     p = multitask_linear(20, 2, 50, seed=0)

@@ -32,6 +32,7 @@ from .._validation import (as_float_array, as_generator, check_choice, check_int
                            check_positive)
 from ..exact.fedavg_ft import head_only_least_squares
 from ..linalg import orth
+from ..problems.fedavg_ft import new_client
 from ..problems.multitask import MultitaskProblem
 from ..results import Trace
 from ._trace import TraceRecorder
@@ -80,8 +81,28 @@ def fedavg_round(B, w, local_steps: int, step_size: float, *, targets=None, X=No
     B_next : ndarray, shape (d, k);  w_next : ndarray, shape (k,)
     path : dict (only with ``return_path``)
     """
-    alpha = float(step_size)
-    tau = int(local_steps)
+    B = as_float_array(B, "B", ndim=2)
+    d, k = B.shape
+    w = as_float_array(w, "w", shape=(k,))
+    tau = check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
+    alpha = check_positive(step_size, "step_size")
+    if (targets is None) == (X is None):
+        raise ValueError("give either targets (population mode) or X and y (finite-sample mode), "
+                         "not both or neither")
+    if targets is not None:
+        targets = as_float_array(targets, "targets", shape=(None, d))
+    else:
+        if y is None:
+            raise ValueError("X and y must be given together")
+        X = as_float_array(X, "X", shape=(None, None, d))
+        y = as_float_array(y, "y", shape=X.shape[:2])
+        if gram is not None:
+            gram = as_float_array(gram, "gram", shape=(X.shape[0], X.shape[1], X.shape[1]))
+    return _round(B, w, tau, alpha, targets, X, y, gram, return_path)
+
+
+def _round(B, w, tau, alpha, targets, X, y, gram, return_path):
+    """:func:`fedavg_round` without input checks (the hot path of :func:`fedavg`)."""
     if targets is None and X.shape[1] <= B.shape[0]:
         return _kernel_round(B, w, tau, alpha, X, y, gram, return_path)
     population = targets is not None
@@ -273,10 +294,10 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
             for t in range(1, rounds + 1):
                 idx = np.arange(M) if m == M else np.sort(rng.choice(M, size=m, replace=False))
                 if mode == "population":
-                    B, w = fedavg_round(B, w, tau, alpha, targets=theta[idx])
+                    B, w = _round(B, w, tau, alpha, theta[idx], None, None, None, False)
                 else:
-                    B, w = fedavg_round(B, w, tau, alpha, X=problem.X[idx], y=problem.y[idx],
-                                        gram=None if gram is None else gram[idx])
+                    B, w = _round(B, w, tau, alpha, None, problem.X[idx], problem.y[idx],
+                                  None if gram is None else gram[idx], False)
                 rec.communicate(t, up=entries, down=entries)
                 if not record(t):
                     break
@@ -358,25 +379,35 @@ def _client_data(client):
                     f"tuple (X, y) / (X, y, beta_star), got {type(client).__name__}")
 
 
-def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01) -> FineTuneResult:
+def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01, n: int | None = None,
+              noise: float = 0.1, seed=None) -> FineTuneResult:
     """Fine-tune ``(B, w)`` on a new client's data (eq. (4); App. C.1) and, beside it, fit the head
     alone by least squares on ``orth(B)``.
 
     Parameters
     ----------
-    client : NewClient or tuple
-        ``X`` (n, d), ``y`` (n,) and optionally ``beta*`` (d,) for the reported errors.
+    client : NewClient, tuple or MultitaskProblem
+        ``X`` (n, d), ``y`` (n,) and optionally ``beta*`` (d,) for the reported errors; or a
+        problem, from which a new client with ``n`` samples is drawn (App. C.1,
+        :func:`lowrank_fl.problems.fedavg_ft.new_client` with ``noise`` and ``seed``).
     B : array_like, shape (d, k);  w : array_like, shape (k,)
         The trained global model.
     steps : int
         tau' full-batch GD iterations on ``(B, w)`` (200 in the paper).
     step_size : float
         Fine-tuning learning rate (0.01 in the paper).
+    n, noise, seed
+        Only when ``client`` is a problem: samples, noise std and seed of the drawn client.
 
     Returns
     -------
     FineTuneResult
     """
+    if isinstance(client, MultitaskProblem):
+        if n is None:
+            raise ValueError("n (the new client's number of samples) is required when client is a "
+                             "MultitaskProblem")
+        client = new_client(client, n, noise=noise, seed=seed)
     X, y, beta = _client_data(client)
     X = as_float_array(X, "X", ndim=2)
     n, d = X.shape

@@ -16,7 +16,10 @@ Options that the paper leaves open (note §7) are named:
 * data: population gradients (``Q = Q~ = 0``, App. A.1) when the problem has no dataset and no
   ``samples`` are given; else fresh samples every round (``fresh_samples=True``, what the
   concentration lemmas A.13/A.14 assume, note §2.6) or the problem's fixed dataset reused every
-  round (``fresh_samples=False``, what the experiments presumably do).
+  round (``fresh_samples=False``, what the experiments presumably do). With a reused dataset the
+  objective is the empirical eq. (4), which is non-convex with spurious local minima on small
+  instances: the small-init global convergence of Remark 4.1 is a population statement (the
+  verifier's ``flute.alg1.empirical_erm`` measures how often the empirical ERM is reached).
 
 The trace records, per round: ``distance`` = sine of the largest principal angle between
 ``col(B)`` and ``span(U_k)`` (note §3.5: the paper's theorems use a model error instead, recorded

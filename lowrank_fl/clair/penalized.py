@@ -338,13 +338,17 @@ def _svt(M, tau, mode):
     return X, snew, Vt
 
 
-def _bst(M, q, tau):
-    """Block soft threshold of a (G*q, p) matrix; returns X and the new block norms (G,)."""
+def _bst(M, q, tau, inplace=False):
+    """Block soft threshold of a (G*q, p) matrix; returns X and the new block norms (G,).
+    ``inplace=True`` overwrites ``M`` (a temporary on the hot path)."""
     B = M.reshape(-1, q, M.shape[1])
     n = np.sqrt(np.einsum("gij,gij->g", B, B))
     nnew = np.maximum(n - tau, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(n > tau, nnew / n, 0.0)
+    if inplace:
+        B *= f[:, None, None]
+        return M, nnew
     return (B * f[:, None, None]).reshape(M.shape), nnew
 
 
@@ -479,19 +483,22 @@ def _rel_gap(D, q, R, w, lam_L, lam_S, F):
 
 def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd):
     """Algorithm 1, eqs. (19)–(21), with constant step t."""
-    wr = np.repeat(w, q)[:, None]
+    twr = t * np.repeat(w, q)[:, None]
     R = D - L - S
     sv, Vt = _initial_sv(L, svd)
     objs, gaps, gap_its = [], [], []
     status = "completed" if tol is None else "max_iter"
     it = 0
     for it in range(1, max_iter + 1):
-        G = t * (R * wr)                                    # t P_w R^m, the gradient step (19)
+        G = R * twr                                         # t P_w R^m, the gradient step (19)
         Ln, sv_n, Vt_n = _svt(L + G, t * lam_L, svd)        # (21), L-update
         if Ln is None:
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
-        Sn, sn = _bst(S + G, q, t * lam_S)                  # (21), S-update
-        Rn = D - Ln - Sn
+        G += S
+        Sn, sn = _bst(G, q, t * lam_S, inplace=True)        # (21), S-update
+        del G
+        Rn = D - Ln
+        Rn -= Sn
         F = 0.5 * float(w @ _block_sq(Rn, q)) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
         if not np.isfinite(F):
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
@@ -508,50 +515,61 @@ def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd):
 
 
 def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd):
-    """FISTA on the product space with O'Donoghue–Candès function and gradient restarts."""
-    wr = np.repeat(w, q)[:, None]
+    """FISTA on the product space with O'Donoghue–Candès function and gradient restarts.
+
+    Written for memory traffic (the (Gq, p) arrays dominate): in-place updates, and the momentum
+    ``m = y - x`` is kept so the gradient-restart test ``<y - x+, x+ - x> = <m, d> - ||d||^2``
+    (``d = x+ - x``) needs no extra array.
+    """
+    twr = t * np.repeat(w, q)[:, None]
     R = D - L - S
     sv, Vt = _initial_sv(L, svd)
     F = 0.5 * float(w @ _block_sq(R, q)) + lam_L * float(sv.sum()) \
         + lam_S * float(np.sqrt(_block_sq(S, q)).sum())
     Ly, Sy, Ry = L, S, R
+    mL = mS = None                       # momentum y - x (None: y == x, a plain prox step)
     theta = 1.0
-    momentum = False                     # y == x: a plain prox-gradient step (monotone)
     objs, gaps, gap_its = [], [], []
     status = "completed" if tol is None else "max_iter"
     it = 0
     for it in range(1, max_iter + 1):
-        G = t * (Ry * wr)
+        G = Ry * twr                                        # t P_w R(y)
         Ln, sv_n, Vt_n = _svt(Ly + G, t * lam_L, svd)
         if Ln is None:
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
-        Sn, sn = _bst(Sy + G, q, t * lam_S)
-        Rn = D - Ln - Sn
+        G += Sy
+        Sn, sn = _bst(G, q, t * lam_S, inplace=True)
+        del G
+        Rn = D - Ln
+        Rn -= Sn
         Fn = 0.5 * float(w @ _block_sq(Rn, q)) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
         if not np.isfinite(Fn):
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
-        if momentum and Fn > F + 1e-15 * abs(F):
+        if mL is not None and Fn > F + 1e-15 * abs(F):
             # function restart: drop the step, restart from x without momentum
-            Ly, Sy, Ry, theta, momentum = L, S, R, 1.0, False
+            Ly, Sy, Ry, theta, mL, mS = L, S, R, 1.0, None, None
             objs.append(F)
             continue
-        dL, dS = Ln - L, Sn - S
-        # gradient restart test <y - x+, x+ - x> > 0 (momentum points uphill)
-        restart = momentum and (_inner(Ly - Ln, dL) + _inner(Sy - Sn, dS)) > 0
-        if restart:
-            theta = 1.0
-            Ly, Sy, Ry, momentum = Ln, Sn, Rn, False
+        dL = Ln - L
+        dS = Sn - S
+        # gradient restart: <y - x+, x+ - x> = <m - d, d> > 0 means momentum points uphill
+        restart = mL is not None and (
+            _inner(mL, dL) + _inner(mS, dS) - _inner(dL, dL) - _inner(dS, dS)) > 0
+        theta_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
+        beta = (theta - 1.0) / theta_n
+        if restart or beta <= 0:
+            theta = 1.0 if restart else theta_n
+            Ly, Sy, Ry, mL, mS = Ln, Sn, Rn, None, None
         else:
-            theta_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
-            beta = (theta - 1.0) / theta_n
             theta = theta_n
-            if beta > 0:
-                Ly = Ln + beta * dL
-                Sy = Sn + beta * dS
-                Ry = D - Ly - Sy
-                momentum = True
-            else:
-                Ly, Sy, Ry, momentum = Ln, Sn, Rn, False
+            dL *= beta
+            dS *= beta
+            mL, mS = dL, dS
+            Ly = Ln + mL
+            Sy = Sn + mS
+            Ry = Rn - mL
+            Ry -= mS
+        del dL, dS
         L, S, R, sv, Vt, F = Ln, Sn, Rn, sv_n, Vt_n, Fn
         objs.append(F)
         if it % check_every == 0 or it == max_iter:

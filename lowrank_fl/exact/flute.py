@@ -8,8 +8,9 @@
   boundary (note §2.1 / §6.2).
 * The symmetric embedding ``Theta`` of App. A.1 (eq. (13)), the region quantities of Prop. A.2 /
   A.9 and the entry time ``T_R`` (eq. (16)).
-* Empirical references: per-client OLS then truncated SVD, and the empirical rank-k ERM by
-  alternating minimization (note §6.3–6.4).
+* Empirical references: per-client OLS then truncated SVD, the empirical rank-k ERM by
+  alternating minimization (note §6.3–6.4) and the nuclear-norm convex relaxation truncated to
+  rank k (note §6.5; solved by :mod:`lowrank_fl.exact.nuclear`).
 
 Normalizations (note §7.1). The data term of eq. (4) is written ``a * S * sum_i L_i`` with
 ``L_i = (1/N) ||X_i B w_i - y_i||^2`` and
@@ -39,7 +40,7 @@ __all__ = [
     "population_objective", "data_gradients", "population_data_gradients",
     "regularizer_gradients", "regularized_minimizer", "divergence_boundary", "is_unbounded",
     "theta_embedding", "lambda_tilde", "theta_step", "region_quantities", "entry_time_bound",
-    "ols_truncated_svd", "ErmResult", "altmin_erm",
+    "ols_truncated_svd", "ErmResult", "altmin_erm", "nuclear_relaxation_estimate",
 ]
 
 NORMALIZATIONS = ("appendix", "main")
@@ -470,3 +471,34 @@ def altmin_erm(X, y, k: int, *, restarts: int = 3, max_iter: int = 5000, tol: fl
                       ConvergenceWarning, stacklevel=2)
     return ErmResult(objective=float(f), gap=float("nan"), iterations=int(it), status=status,
                      solver="altmin", seconds=time.perf_counter() - t0, Z=B @ W, B=B, W=W)
+
+
+def nuclear_relaxation_estimate(X, y, k: int, mu: float, *, solver: str = "prox", tol: float = 1e-9):
+    """Nuclear-norm relaxation then rank-k truncation (note §6.5): an independent convex
+    estimator of ``Phi_k`` and ``span(U_k)``.
+
+    Solves ``min_Z sum_i (1/(2N)) ||X_i z_i - y_i||^2 + mu ||Z||_*`` with
+    :func:`lowrank_fl.exact.nuclear.solve_nuclear_prox` (duality-gap certified) or
+    :func:`~lowrank_fl.exact.nuclear.solve_nuclear_cvxpy`, then truncates to rank k.
+
+    Parameters
+    ----------
+    X : (M, N, d); y : (M, N); k : rank; mu : float > 0
+    solver : {"prox", "cvxpy"}
+
+    Returns
+    -------
+    Z_k : ndarray (d, M)
+        Rank-k truncation of the relaxation's solution (FLUTE's orientation: one column per client).
+    result : NuclearResult
+        The convex solve (``Theta`` is (M, d) in that module's layout).
+    """
+    from .nuclear import solve_nuclear_cvxpy, solve_nuclear_prox
+
+    check_choice(solver, "solver", ("prox", "cvxpy"))
+    X = as_float_array(X, "X", ndim=3)
+    y = as_float_array(y, "y", shape=X.shape[:2])
+    k = check_int(k, "k", minimum=1, maximum=min(X.shape[0], X.shape[2]))
+    res = (solve_nuclear_prox(X, y, mu, tol=tol) if solver == "prox"
+           else solve_nuclear_cvxpy(X, y, mu))
+    return truncated_target(res.Theta.T, k).Phi_k, res

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, check_int, check_positive
+from .._validation import as_float_array, as_generator, check_int, check_positive
 from ..linalg import orth, truncated_svd
 from ..results import ConvergenceWarning, SolverResult
 
 __all__ = [
-    "moment_matrix", "population_moment_matrix", "method_of_moments", "fit_heads",
+    "moment_matrix", "population_moment_matrix", "method_of_moments", "projected_gd_init", "fit_heads",
     "local_least_squares", "ols_then_svd", "pooled_least_squares", "AltMinResult", "altmin",
     "population_optimum", "fedavg_population_error", "lemma1_decomposition",
 ]
@@ -82,6 +82,31 @@ def method_of_moments(X, y, k: int) -> np.ndarray:
     k = check_int(k, "k", minimum=1, maximum=M.shape[0] - 1)
     _, vecs = np.linalg.eigh(M)
     return vecs[:, ::-1][:, :k].copy()
+
+
+def projected_gd_init(X, y, k: int, *, steps: int = 10, step_size: float = 0.5, seed=None) -> np.ndarray:
+    """The experiments' initialization (App. A.1; Tu et al. 2016, Alg. 1): projected gradient descent
+    on the unfactorized objective ``1/(2m) sum_{i,j} (y_ij - x_ij^T M_i)^2`` over rank-k ``M`` (n, d).
+
+    Start from the rank-k truncation of a Gaussian (n, d) matrix; each step takes a gradient step
+    ``M_i <- M_i - step_size (1/m) X_i^T (X_i M_i - y_i)`` and re-truncates to rank k. Returns the
+    top-k right singular vectors (d, k) of the final ``M`` (the official notebook takes ``Vh[:, :k]``
+    instead, which is not this subspace: note errata 8).
+    """
+    X, y = _check_data(X, y)
+    n, m, d = X.shape
+    k = check_int(k, "k", minimum=1, maximum=min(n, d - 1))
+    steps = check_int(steps, "steps", minimum=0)
+    step_size = check_positive(step_size, "step_size")
+    rng = as_generator(seed)
+    U, s, Vt = truncated_svd(rng.standard_normal((n, d)), k)
+    M = (U * s) @ Vt
+    for _ in range(steps):
+        resid = np.einsum("nmd,nd->nm", X, M) - y
+        M = M - step_size * np.einsum("nmd,nm->nd", X, resid) / m
+        U, s, Vt = truncated_svd(M, k)
+        M = (U * s) @ Vt
+    return Vt.T.copy()
 
 
 # ---------------------------------------------------------------------- least squares

@@ -11,12 +11,12 @@ import dataclasses
 import numpy as np
 from scipy.sparse.linalg import LinearOperator, eigsh
 
+from lowrank_fl.clair.certificate import block_incoherence
 from lowrank_fl.clair.simulate import generate
 from lowrank_fl.linalg import block_norms
 
 from ..claim import Evidence, claim, verdict_from
-from ._clair_support import (block_mu, contrasts, majority_vote, pairs, refine_definition,
-                             truth_blocks)
+from ._clair_support import contrasts, majority_vote, pairs, refine_definition, truth_blocks
 
 __all__: list[str] = []
 
@@ -273,13 +273,13 @@ def _task_rho(seed, K, q, p, r, n_contam, low_rank_fn):
     U = np.linalg.svd(L.reshape(G * q, p), full_matrices=False)[0][:, :r].reshape(G, q, r)
     UI = U[np.asarray(inst.I)].reshape(-1, r)
     rho = float(np.linalg.norm(UI, 2) ** 2) if UI.size else 0.0     # ||P_I P_U P_I||_op = ||U_I||_op^2
-    mu, _ = block_mu(L, r)
+    mu = block_incoherence(L.reshape(G * q, p), q, r)
     return {"rho": rho, "mu": mu, "mu_floor": G / (G - inst.s)}
 
 
 @claim("clair.lemma1.rho_vacuous", paper="clair", reference="Lemma 1, Lemma 2, Assumption 2 (notes §8 flag 1)",
        statement="For the model-induced L0, rho = ||P_I P_U P_I||_op is identically 0 (L0 vanishes on I), so "
-                 "Lemmas 1-2 are vacuous, and Block-IC forces mu >= G/(G-s).", kind="erratum")
+                 "Lemmas 1-2 are vacuous, and Block-IC forces mu >= G/(G-s).", kind="erratum", erratum=True)
 def _rho_vacuous(ctx, *, low_rank_fn=_model_l0):
     reps = ctx.pick(smoke=2, quick=10, full=50)
     out = ctx.map(_task_rho, [{"K": 10, "q": 3, "p": 5, "r": 2, "n_contam": 3, "low_rank_fn": low_rank_fn},

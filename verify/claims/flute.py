@@ -17,7 +17,7 @@ from lowrank_fl.algorithms.flute_baselines import fedrep_flute_baseline
 from lowrank_fl.exact import flute as ex
 from lowrank_fl.problems.multitask import haar_orthonormal
 from lowrank_fl.problems.underparameterized import UnderparameterizedProblem, underparameterized
-from verify.claim import Evidence, claim, verdict_from
+from verify.claim import Evidence, claim, omit, verdict_from
 from verify.stats import fit_loglog_slope, mean_ci
 
 PAPER = "flute"
@@ -117,15 +117,16 @@ def _c2(ctx, *, algorithm=flute):
         sharp = np.array([1 - ETA * o["gap"] / 2 for o in row])
         rows.append({"k": k, "rho_fit": float(m), "ci_half": float(h),
                      "rho_bound": 1 - ETA * gap / 16, "rho_sharp_mean": float(sharp.mean()),
-                     "max_abs_dev_from_sharp": float(np.nanmax(np.abs(rho - sharp))), "holds": ok})
+                     "max_abs_dev_from_sharp": float(np.max(np.abs(rho - sharp))), "holds": ok})
     fig, ax = _fig()
     for k, row in zip(ks, out):
         ax.semilogy(5 * np.arange(len(row[0]["curve"])), row[0]["curve"], label=f"k={k}")
     ax.set_xlabel("round"), ax.set_ylabel("||BW - Phi_k||_F"), ax.legend()
     worst = max(r["rho_fit"] - r["rho_bound"] for r in rows)
     return Evidence(verdict=verdict_from(passed),
-                    summary=f"fitted rho <= 1 - eta Delta/16 for every k (worst margin {worst:+.4f}); "
-                            f"rho matches 1 - eta Delta/2 to {max(r['max_abs_dev_from_sharp'] for r in rows):.1e}",
+                    summary=f"fitted rho <= 1 - eta Delta/16 for every k: {passed} (worst margin "
+                            f"{worst:+.4f}); |rho - (1 - eta Delta/2)| <= "
+                            f"{max(r['max_abs_dev_from_sharp'] for r in rows):.1e}",
                     measured={"rows": rows}, predicted={"rho_bound": "1 - eta Delta / 16",
                                                          "rho_population": "1 - eta Delta / 2 (note §5 C2)"},
                     table=rows, figure=ctx.save_figure(fig),
@@ -246,10 +247,11 @@ def _task_absorb(seed, *, samples, rounds, algorithm):
                  "lambda*_k - Delta/2, sigma_k^2(Theta_k) >= Delta/4} it stays there.", kind="bound")
 def _c4(ctx, *, algorithm=flute):
     grid = [{"samples": None, "rounds": ctx.pick(300, 600, 1500), "algorithm": algorithm}]
-    if ctx.scale != "smoke":
-        grid.append({"samples": ctx.pick(None, 1000, 4000), "rounds": ctx.pick(300, 300, 600),
-                     "algorithm": algorithm})
     out = ctx.map(_task_absorb, grid, replicates=ctx.pick(2, 3, 10))
+    if ctx.scale != "smoke":
+        grid.append({"samples": ctx.pick(None, 1000, 2000), "rounds": ctx.pick(300, 300, 400),
+                     "algorithm": algorithm})
+        out += ctx.map(_task_absorb, grid[1:], replicates=3)
     flat = [o for row in out for o in row]
     entered = all(o["entered"] for o in flat)
     viol = sum(o["violations"] for o in flat)
@@ -272,10 +274,14 @@ def _c4(ctx, *, algorithm=flute):
 def _task_snr(seed, *, steps, eta_small, algorithm):
     rng = np.random.default_rng(seed)
     p = underparameterized(10, 15, 2, seed=rng)
-    warm = algorithm(p, 60, ETA, record_theta=True, seed=rng)       # enter R at eta = 0.03
-    sk2 = warm.extra["sigmak_k"] ** 2
-    if not np.any(sk2 >= p.gap / 4):
-        return {"entered": False, "worst": np.inf, "frac_exp": np.nan}
+    # enter R with the reference FLUTE at eta = 0.03 (the lemma is about the steps inside R):
+    # find the entry round, then replay the same run up to 5 rounds past it
+    warm_seed = int(rng.integers(2 ** 32))
+    probe = flute(p, 400, ETA, record_theta=True, seed=warm_seed)
+    hit = np.flatnonzero(probe.extra["sigmak_k"] ** 2 >= p.gap / 4)
+    if not len(hit):
+        return {"entered": False, "worst": np.inf, "frac_exp": 0.0}
+    warm = flute(p, int(hit[0]) + 5, ETA, seed=warm_seed)
     res = {}
     for name, eta in (("theory", eta_small), ("experiment", ETA)):
         tr = algorithm(p, steps, eta, init=(warm.B, warm.extra["W"]), record_theta=True)
@@ -296,13 +302,13 @@ def _task_snr(seed, *, steps, eta_small, algorithm):
 def _c5(ctx, *, algorithm=flute):
     p = underparameterized(10, 15, 2, seed=0)
     eta_small = p.gap ** 2 / (36 * (2 * p.spectrum[0]) ** 3)
-    out = ctx.map(_task_snr, [{"steps": ctx.pick(200, 1000, 4000), "eta_small": eta_small,
-                               "algorithm": algorithm}], replicates=ctx.pick(2, 4, 10))[0]
+    out = ctx.map(_task_snr, [{"steps": ctx.pick(200, 1000, 2000), "eta_small": eta_small,
+                               "algorithm": algorithm}], replicates=ctx.pick(2, 4, 8))[0]
     worst = max(o["worst"] for o in out)
     entered = all(o["entered"] for o in out)
     # 1e-10: the per-step ratio is a quotient of singular values computed to ~1e-15 relative.
     passed = entered and worst <= 1 + 1e-10
-    frac = float(np.nanmean([o["frac_exp"] for o in out]))
+    frac = float(np.mean([o["frac_exp"] for o in out]))
     fig, ax = _fig()
     ax.bar(["worst step (theory eta)"], [worst])
     ax.axhline(1.0, color="k", ls="--")
@@ -313,8 +319,8 @@ def _c5(ctx, *, algorithm=flute):
                     measured={"worst_ratio": worst, "fraction_holding_at_eta_0.03": frac,
                               "eta_theory": eta_small},
                     predicted={"worst_ratio": "<= 1"}, figure=ctx.save_figure(fig),
-                    notes="Started inside R (60 rounds at eta = 0.03), then eta = Delta^2/(36 lambda*_1^3) "
-                          "(population).")
+                    notes="Started inside R (5 rounds after FLUTE at eta = 0.03 enters it), then "
+                          "eta = Delta^2/(36 lambda*_1^3) (population).")
 
 
 # =============================================================================================
@@ -434,11 +440,11 @@ def _task_m_scaling(seed, *, d, N, M, algorithm):
        statement="At fixed N and fixed spectrum, the per-client error falls like M^(-1/2) (or "
                  "faster) while M < d, and the gain flattens once M > d.", kind="scaling")
 def _c8(ctx, *, algorithm=flute):
-    d = ctx.pick(20, 40, 40)
-    N = ctx.pick(60, 200, 200)
-    Ms = ctx.pick([6, 12], [6, 12, 24, 48, 96], [6, 12, 24, 48, 96])
+    d = ctx.pick(20, 20, 40)
+    N = ctx.pick(60, 100, 200)
+    Ms = ctx.pick([6, 12], [5, 10, 20, 40, 80], [6, 12, 24, 48, 96])
     out = ctx.map(_task_m_scaling, [{"d": d, "N": N, "M": M, "algorithm": algorithm} for M in Ms],
-                  replicates=ctx.pick(2, 2, 5))
+                  replicates=ctx.pick(2, 3, 4))
     err = np.array(out, dtype=float)
     low = [i for i, M in enumerate(Ms) if M <= d]
     high = [i for i, M in enumerate(Ms) if M >= d // 2]
@@ -519,7 +525,7 @@ def _c9(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_example1(seed, *, M, algorithm):
     rng = np.random.default_rng(seed)
-    lam = np.sort(rng.uniform(1.0, 5.0, M))[::-1]
+    lam = np.linspace(5.0, 1.0, M)       # gap 4/(M-1) >= 0.2: converges within 3000 rounds
     U = haar_orthonormal(2 * M, M, rng)
     p = UnderparameterizedProblem(U=U, spectrum=lam, V=np.eye(M), k=1)
     u1 = U[:, 0]
@@ -588,9 +594,9 @@ def _task_vs_fedrep(seed, *, k, rounds, algorithm):
                  "or equal error than FedRep.", kind="comparison")
 def _c11(ctx, *, algorithm=flute):
     ks = ctx.pick([2], [2, 4], [2, 4, 6, 8])
-    rounds = ctx.pick(300, 800, 2000)
+    rounds = ctx.pick(300, 800, 1500)
     out = ctx.map(_task_vs_fedrep, [{"k": k, "rounds": rounds, "algorithm": algorithm} for k in ks],
-                  replicates=ctx.pick(1, 3, 5))
+                  replicates=ctx.pick(1, 3, 4))
     rows = []
     passed = True
     for k, row in zip(ks, out):
@@ -620,7 +626,10 @@ def _c11(ctx, *, algorithm=flute):
                     figure=ctx.save_figure(fig),
                     notes="Fixed dataset (N = 20, M = 15, d = 10, noise variance 0.3), FLUTE eta = 0.03, "
                           "FedRep eta = 0.1 (not reported by the paper). With a fixed dataset all three "
-                          "target the same empirical rank-k ERM; FedRep(RI) round counts depend on its "
+                          "target the same empirical rank-k ERM, which is non-convex: FLUTE can stall at "
+                          "a spurious stationary point (seen at k = 4, objective 14.68 vs ERM 14.64) and "
+                          "FedRep's moment init can end at a spurious point whose error to the ground "
+                          "truth is lower than the ERM's. FedRep(RI) round counts depend on its "
                           "unreported step size and are reported, not judged.")
 
 
@@ -712,8 +721,10 @@ def _c12b(ctx, *, algorithm=flute):
     ax.axvline(0.75, color="b", ls="--", label="appendix: 2 gamma2 + 1/2")
     ax.set_xlabel("gamma1 (gamma2 = 1/8)"), ax.set_yticks([0, 1], ["appendix", "main"]), ax.legend()
     return Evidence(verdict=verdict_from(reproduced, erratum=True),
-                    summary=f"{len(counter)} gamma1 > 2 gamma2 settings converge to the closed form; "
-                            "divergence exactly beyond 2 gamma2 + a",
+                    summary=f"{sum(r['converged_to_closed_form'] for r in counter)}/{len(counter)} "
+                            "settings with 2 gamma2 < gamma1 < 2 gamma2 + a converge to the closed form; "
+                            f"{sum(r['diverged'] for r in rows if r['correct_boundary_says_diverges'])}/"
+                            f"{sum(r['correct_boundary_says_diverges'] for r in rows)} beyond it diverge",
                     measured={"rows": rows}, table=rows,
                     predicted={"paper_boundary": 0.25, "correct_boundary_appendix": 0.75,
                                "correct_boundary_main": 1.25},
@@ -799,10 +810,10 @@ def _c13(ctx, *, algorithm=flute):
     # rate tolerance 1e-3 (note §5 C2/C13: measured 0.92497 vs 0.925)
     passed = bool(err < 1e-8 and np.all(np.abs(rho - pred) < 1e-3))
     fig, ax = _fig()
-    ax.bar(["fitted rho", "1 - eta lambda_k"], [float(np.nanmean(rho)), pred])
+    ax.bar(["fitted rho", "1 - eta lambda_k"], [float(np.mean(rho)) if np.all(np.isfinite(rho)) else 0.0, pred])
     ax.set_ylim(0.9, 0.95)
     return Evidence(verdict=verdict_from(passed),
-                    summary=f"rel. error to Phi {err:.1e} (< 1e-8); rate {np.nanmean(rho):.5f} vs {pred:.5f}",
+                    summary=f"rel. error to Phi {err:.1e} (< 1e-8); rate {np.mean(rho):.5f} vs {pred:.5f}",
                     measured={"max_rel_error": err, "rho": rho},
                     predicted={"rel_error": 0.0, "rho": pred}, figure=ctx.save_figure(fig),
                     notes="d = 10, M = 15, k = 4, lambda = (10, 6, 4, 2.5), noiseless population.")
@@ -922,3 +933,77 @@ def _c15(ctx, *, algorithm=flute):
                     figure=ctx.save_figure(fig),
                     notes="Constant N per round (not the theorem's growing N_t), App. C instance k = 2, "
                           "noise variance 0.3.")
+
+
+# =============================================================================================
+# Solver vs exact: FLUTE on a fixed dataset == the empirical rank-k ERM (AltMin reference)
+# =============================================================================================
+def _task_erm(seed, *, k, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, k, samples_per_client=20, noise=NOISE, seed=rng)
+    tr = algorithm(p, 2000, ETA, fresh_samples=False, record_every=2000, seed=rng)
+    erm = ex.altmin_erm(p.X, p.y, k, seed=rng)
+    Zn, _ = ex.nuclear_relaxation_estimate(p.X, p.y, k, 0.3)
+    if tr.status == "diverged":
+        return {"rel": np.inf, "obj_gap": np.inf, "nuc_dist": np.nan, "erm_status": erm.status}
+    BW = tr.B @ tr.extra["W"]
+    f = ex.flute_objective(tr.B, tr.extra["W"], p.X, p.y, gamma1=0.0, gamma2=0.0)
+    return {"rel": float(np.linalg.norm(BW - erm.Z) / np.linalg.norm(erm.Z)),
+            "obj_gap": float(f - erm.objective), "erm_status": erm.status,
+            "flute_dist": float(tr.distance[-1]),
+            "nuc_dist": float(np.linalg.norm(Zn - BW) / np.linalg.norm(BW))}
+
+
+@claim("flute.alg1.empirical_erm", paper=PAPER,
+       reference="Remark 4.1 applied to the empirical eq. (4) (gamma1 = 2 gamma2); note §2.6, §6.4",
+       statement="With a fixed dataset reused every round and gamma1 = 2 gamma2, FLUTE from a small "
+                 "random init converges to the empirical rank-k ERM (computed independently by "
+                 "alternating least squares with restarts).",
+       kind="comparison")
+def _c_erm(ctx, *, algorithm=flute):
+    ks = ctx.pick([2], [2, 4], [2, 4, 6])
+    out = ctx.map(_task_erm, [{"k": k, "algorithm": algorithm} for k in ks],
+                  replicates=ctx.pick(2, 4, 10))
+    flat = [o for row in out for o in row]
+    rel = max(o["rel"] for o in flat)
+    ogap = max(abs(o["obj_gap"]) for o in flat)
+    # 1e-6: both iterations converge linearly to ~1e-12; 1e-6 leaves margin for slow instances.
+    passed = bool(rel < 1e-6 and ogap < 1e-8 and all(o["erm_status"] == "optimal" for o in flat))
+    n_match = sum(o["rel"] < 1e-6 for o in flat)
+    fig, ax = _fig()
+    ax.bar(["FLUTE vs AltMin", "FLUTE vs nuclear-norm (mu=0.3)"],
+           [max(rel, 1e-17), float(np.nanmean([o["nuc_dist"] for o in flat]))])
+    ax.set_yscale("log"), ax.set_ylabel("relative distance of BW")
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"FLUTE's BW equals the AltMin ERM in {n_match}/{len(flat)} instances; worst "
+                            f"rel. distance {rel:.1e}, worst objective gap {ogap:.1e}",
+                    measured={"max_rel_distance": rel, "max_objective_gap": ogap, "n_match": n_match,
+                              "objective_gaps": [o["obj_gap"] for o in flat],
+                              "nuclear_relaxation_rel_distance": [o["nuc_dist"] for o in flat]},
+                    predicted={"rel_distance": 0.0},
+                    figure=ctx.save_figure(fig),
+                    notes="d = 10, M = 15, N = 20, noise variance 0.3, 2000 rounds at eta = 0.03. The "
+                          "nuclear-norm relaxation (truncated to rank k) is a different estimator; its "
+                          "distance is reported, not judged. The empirical objective is non-convex: in "
+                          "pilots at full scale FLUTE ended at spurious local minima in about 1/3 of the "
+                          "k = 4, 6 instances (and one k = 2 instance: objective 34.29 vs ERM 29.28, stable "
+                          "under perturbation), so the paper's small-init global convergence (Remark 4.1) "
+                          "does not carry over to a reused finite dataset.")
+
+
+# =============================================================================================
+# Not checked
+# =============================================================================================
+omit("flute.table1.cifar", paper=PAPER, reference="Table 1, Sec. 7.2, Figs. 5-12",
+     statement="General FLUTE / FLUTE* beat FedRep, FedPer, FedRoD, FedCP, ... on CIFAR-10/100 "
+               "partitions, with better neural-collapse (NC2) structure.",
+     reason="Needs CNN training on CIFAR (general FLUTE, Algorithm 2): outside this toolkit's "
+            "linear/low-rank scope. The note (§4.2) records that plain FLUTE is not best in three "
+            "columns of the paper's own table; only FLUTE* is.")
+omit("flute.thm5_1.constants", paper=PAPER, reference="Theorem 5.1 (N bound), Remark 5.3",
+     statement="The per-client sample requirement grows like lambda_1^4 / (eta^2 Delta^6) "
+               "(or (lambda_1*/Delta)^10 overall).",
+     reason="The absolute constants c, c' are unspecified and the bound is loose by orders of "
+            "magnitude; only the N^(-1/2) and M scalings (flute.thm5_1.sample_scaling, "
+            "flute.rem5_2.client_scaling) and the gap monotonicity (flute.rem5_7.gap_dependence) "
+            "are falsifiable. verify.conditions.flute reports the bound with c = 1.")

@@ -97,7 +97,11 @@ def evaluate(instance: Mapping) -> list[Condition]:
                       bool(alpha <= 1 / np.sqrt(120 * kap**2 * L**2))),
             Condition(T2, "participation m", m, f">= {c.participation_bound:.3g}",
                       bool(m >= c.participation_bound)),
-            Condition(T2, "guaranteed contraction 0.04 alpha^2 tau mu^2 E0", c.contraction),
-            Condition(T2, f"round bound for epsilon = {eps:g}", c.round_bound),
+            Condition(T2, "contraction 0.04 alpha^2 tau mu^2 E0 at this alpha", c.contraction,
+                      note="the formula evaluated outside the theorem's range if alpha exceeds the bound"),
+            Condition(T2, f"round bound for epsilon = {eps:g} at this alpha", c.round_bound),
         ]
+        cmax = theorem2_constants(W, delta0, tau, epsilon=eps, E0=E0 if E0 > 0 else None)
+        out.append(Condition(T2, f"round bound for epsilon = {eps:g} at the step-size bound",
+                             cmax.round_bound, note="what the theorem guarantees (notes 7.4)"))
     return out

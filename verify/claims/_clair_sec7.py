@@ -1,0 +1,340 @@
+"""CLAIR claims, §7 simulation: Tables 1-2 reproduction, FedAvg negative transfer and the
+contamination-variance reading (notes §5.1, §6 items 30-31).
+
+Design: :func:`lowrank_fl.clair.simulate.simulate` (40% contaminated, local OLS). CLAIR is
+:func:`lowrank_fl.clair.pipeline.fit` with w_g = 1/K, alpha = 0.5, the "largest-gap" tau_n and
+lam_L = c1 K^{-1/2}, lam_S = c2 K^{-3/2}. The paper does not report c1, c2; our rule (per
+configuration): c1 = 1 and lam_S/lam_L = c2/(c1 K) is the geometric midpoint of the band of
+ratios where rank(Lhat) = r on a pilot replicate with its own seed (``lambda_path``; ratios
+c2/c1 in [1, 12] on a log grid). Table 1's "CLAIR" is the average over all K clients with
+excluded clients at their local OLS estimate (notes §8 flag 6).
+
+Tables 1 and 2 come from the same runs: ``clair.sec7.table2`` evaluates its runs under the seeds
+of ``clair.sec7.table1`` (the sweep cache serves them once).
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from lowrank_fl.clair.pipeline import (detection_counts, fedavg, fit, lambda_path, oracle_fedavg)
+from lowrank_fl.clair.simulate import simulate
+
+from ..claim import Evidence, claim, verdict_from
+
+__all__: list[str] = []
+
+R = 2
+CONFIGS = [(10, 10, 100), (20, 20, 150), (50, 50, 300)]
+KS = (5, 10, 20)
+# Paper's Table 1: (p, K) -> (Local, CLAIR, FedAvg (Oracle), FedAvg); Table 2: (accuracy, recall)
+TABLE1 = {(10, 5): (1.121, 1.109, 6.102, 15.262), (10, 10): (1.117, 0.722, 7.457, 17.094),
+          (10, 20): (1.126, 0.648, 8.156, 18.144), (20, 5): (3.085, 2.055, 24.715, 35.575),
+          (20, 10): (3.093, 1.735, 29.977, 38.623), (20, 20): (3.097, 1.581, 32.617, 41.660),
+          (50, 5): (10.052, 6.070, 148.871, 179.855), (50, 10): (10.054, 5.146, 183.551, 201.606),
+          (50, 20): (10.041, 4.678, 200.977, 212.679)}
+TABLE2 = {(10, 5): (0.980, 0.990), (10, 10): (1.0, 1.0), (10, 20): (1.0, 1.0), (20, 5): (1.0, 1.0),
+          (20, 10): (1.0, 1.0), (20, 20): (1.0, 1.0), (50, 5): (0.916, 0.790), (50, 10): (0.920, 0.800),
+          (50, 20): (0.900, 0.750)}
+_E_C2 = np.mean(np.array([3, 4, 5, 6]) ** 2)      # 21.5
+_SOLVER = {"tol": 1e-4, "max_iter": 5000}          # relative duality gap; P_Ahat stable to ~1e-6 (pilot)
+
+
+# --------------------------------------------------------------------------------------------
+# analytic predictions (notes §5.1)
+def _pred_local(p, q, n):
+    return q * p / (n - p - 1)
+
+
+def _pred_oracle_fedavg(p, q, n, K):
+    m = K - int(round(0.4 * K))
+    mb = 0.64 * q * p * R / 9
+    loc = _pred_local(p, q, n)
+    return (m / K) * ((1 - 1 / m) * mb + loc / m) + (1 - m / K) * loc
+
+
+def _pred_fedavg(p, q, n, K, variant="unit-variance"):
+    m = K - int(round(0.4 * K))
+    mb = 0.64 * q * p * R / 9
+    mc = _E_C2 * p / (p - R) * (1.0 if variant == "unit-variance" else 1 / 3)
+    return (1 - 1 / K) * ((m / K) * mb + (1 - m / K) * mc) + _pred_local(p, q, n) / K
+
+
+def _pred_oracle_clair(p, q, n, K):
+    m = K - int(round(0.4 * K))
+    loc = _pred_local(p, q, n)
+    return (m / K) * (1 - (m - 1) * (p - R) / (m * p)) * loc + (1 - m / K) * loc
+
+
+# --------------------------------------------------------------------------------------------
+# tasks
+def _ols(inst):
+    return np.asarray(inst.W_hat)
+
+
+def _shrunk_ols(inst):
+    """Broken variant: a biased (shrunken) local estimator."""
+    return 0.5 * np.asarray(inst.W_hat)
+
+
+def _fedavg_is_local(W_hat):
+    """Broken variant: a "FedAvg" that returns the local estimates."""
+    return np.asarray(W_hat, float).copy()
+
+
+def _client_mse(est, W):
+    return float(np.mean(np.sum((est - W) ** 2, axis=(1, 2))))
+
+
+def _task_pilot(seed, p, q, n, K, variant, n_ratios):
+    """Choose lam_S/lam_L (with lam_L = K^{-1/2}) as the middle of the rank(Lhat) = r band."""
+    inst = simulate(p, q, K, n, r=R, variant=variant, seed=seed)
+    ratios = np.geomspace(1.0, 12.0, n_ratios) / K
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = lambda_path(inst.W_hat, R, K ** -0.5, ratios, **_SOLVER)
+    ranks = path.numerical_rank[0]
+    if path.band is not None:
+        ratio = float(np.sqrt(path.band[0] * path.band[1]))
+    else:  # no ratio gives rank r: the smallest ratio with rank >= r (or the largest ratio)
+        above = np.flatnonzero(ranks >= R)
+        ratio = float(ratios[above[0]] if above.size else ratios[-1])
+    return {"ratio": ratio, "ranks": ranks.tolist(), "ratios": ratios.tolist(), "band": path.band}
+
+
+def _task_sec7(seed, p, q, n, K, variant, ratio, estimator, tau):
+    inst = simulate(p, q, K, n, r=R, variant=variant, seed=seed)
+    W = np.asarray(inst.W)
+    W_hat = estimator(inst)
+    lam_L = K ** -0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = fit(W_hat, R, lam_L, ratio * lam_L, alpha=0.5, tau=tau, **_SOLVER)
+    counts = detection_counts(res.benign, inst.benign)
+    return {"local": _client_mse(W_hat, W), "clair": _client_mse(res.refined, W),
+            "oracle_fedavg": _client_mse(oracle_fedavg(W_hat, inst.benign), W),
+            "fedavg": _client_mse(fedavg(W_hat), W), "c": float(inst.params["c"]),
+            "P_err": float(np.linalg.norm(res.projector - np.asarray(inst.projector), 2)),
+            "accuracy": counts.accuracy, "recall": counts.contaminated_recall, "tp": counts.tp,
+            "tn": counts.tn, "fp": counts.fp, "fn": counts.fn, "exact": counts.exact,
+            "status": res.solution.status, "gap": float(res.solution.gap)}
+
+
+def _task_baselines(seed, p, q, n, K, variant, fedavg_fn=fedavg):
+    inst = simulate(p, q, K, n, r=R, variant=variant, seed=seed)
+    W, W_hat = np.asarray(inst.W), np.asarray(inst.W_hat)
+    return {"local": _client_mse(W_hat, W), "fedavg": _client_mse(fedavg_fn(W_hat), W),
+            "oracle_fedavg": _client_mse(oracle_fedavg(W_hat, inst.benign), W), "c": float(inst.params["c"])}
+
+
+# --------------------------------------------------------------------------------------------
+def _configs(ctx):
+    return ctx.pick(smoke=[(10, 10, 100, 10)],
+                    quick=[(10, 10, 100, 5), (10, 10, 100, 10), (10, 10, 100, 20), (20, 20, 150, 5),
+                           (20, 20, 150, 10)],
+                    full=[(p, q, n, K) for p, q, n in CONFIGS for K in KS])
+
+
+def _sec7_runs(ctx, *, estimator, tau, variant="unit-variance"):
+    """Pilot + main runs under the seeds of ``clair.sec7.table1`` (shared by Tables 1 and 2)."""
+    configs = _configs(ctx)
+    reps = ctx.pick(smoke=3, quick=8, full=100)
+    pilot_ctx = ctx.for_claim("clair.sec7.table1/pilot")
+    pilots = pilot_ctx.map(_task_pilot, [{"p": p, "q": q, "n": n, "K": K, "variant": variant,
+                                          "n_ratios": ctx.pick(7, 9, 11)} for p, q, n, K in configs],
+                           replicates=1)
+    main_ctx = ctx.for_claim("clair.sec7.table1")
+    grid = [{"p": p, "q": q, "n": n, "K": K, "variant": variant, "ratio": pl[0]["ratio"],
+             "estimator": estimator, "tau": tau} for (p, q, n, K), pl in zip(configs, pilots)]
+    out = main_ctx.map(_task_sec7, grid, replicates=reps)
+    ctx.seeds_used.extend(pilot_ctx.seeds_used + main_ctx.seeds_used)
+    return configs, [pl[0] for pl in pilots], out
+
+
+def _ms(values):
+    x = np.asarray(values, dtype=float)
+    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
+
+
+def _t3(n: int) -> float:
+    """Student-t multiplier with the two-sided level of 3 standard errors (99.73%) for n replicates."""
+    from scipy import stats
+
+    return float(stats.t.isf(stats.norm.sf(3.0), max(n - 1, 1)))
+
+
+def _close(mean, se, n, ref, frac) -> bool:
+    """|mean - ref| <= max(frac * ref, t * s.e.): the stated tolerance, widened to the MC error."""
+    return abs(mean - ref) <= max(frac * ref, _t3(n) * se)
+
+
+def _fedavg_cv(o, p, K, variant="unit-variance"):
+    """FedAvg error with the replicate-level signal c as control variate.
+
+    FedAvg's expected error is linear in c^2 (coefficient (1 - 1/K)(|C^c|/K) p/(p-r) v, v the
+    entry variance) and E c^2 = 21.5 is known, so subtracting that term's deviation keeps the mean
+    and removes the dominant (4-point) variance of c.
+    """
+    v = 1.0 if variant == "unit-variance" else 1 / 3
+    nc = int(round(0.4 * K))
+    return o["fedavg"] - (1 - 1 / K) * (nc / K) * (o["c"] ** 2 - _E_C2) * p / (p - R) * v
+
+
+def _fmt(m, s):
+    return f"{m:.3f} ± {s:.3f}"
+
+
+@claim("clair.sec7.table1", paper="clair", reference="§7, Table 1",
+       statement="Mean squared coefficient error over all clients: FedAvg >> Local, CLAIR < Local in every "
+                 "setting (Table 1), with Local = qp/(n-p-1) and CLAIR near the oracle-gain prediction.",
+       kind="comparison")
+def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
+    configs, pilots, out = _sec7_runs(ctx, estimator=estimator, tau=tau)
+    rows, checks = [], {"local_2pct": [], "fedavg_5pct": [], "oracle_fedavg_5pct": [], "clair_lt_local": [],
+                        "clair_vs_oracle_10pct": []}
+    for (p, q, n, K), pl, reps in zip(configs, pilots, out):
+        get = {key: _ms([o[key] for o in reps]) for key in ("local", "clair", "oracle_fedavg")}
+        get["fedavg"] = _ms([_fedavg_cv(o, p, K) for o in reps])
+        nr = len(reps)
+        diff = _ms([o["clair"] - o["local"] for o in reps])
+        paper = TABLE1[(p, K)]
+        pl_, po, pf, pc = (_pred_local(p, q, n), _pred_oracle_fedavg(p, q, n, K), _pred_fedavg(p, q, n, K),
+                           _pred_oracle_clair(p, q, n, K))
+        tol = lambda m, s, ref, frac: _close(m, s, nr, ref, frac)  # noqa: E731
+        checks["local_2pct"].append(tol(*get["local"], pl_, 0.02))
+        checks["fedavg_5pct"].append(tol(*get["fedavg"], paper[3], 0.05))
+        checks["oracle_fedavg_5pct"].append(tol(*get["oracle_fedavg"], paper[2], 0.05))
+        checks["clair_lt_local"].append(diff[0] < 0)
+        if p >= 20:
+            checks["clair_vs_oracle_10pct"].append(tol(*get["clair"], pc, 0.10))
+        rows.append({"(p,q)": f"({p},{q})", "n": n, "K": K, "c1": 1.0, "c2": pl["ratio"] * K,
+                     "Local (paper)": paper[0], "Local (ours)": _fmt(*get["local"]), "Local (qp/(n-p-1))": pl_,
+                     "CLAIR (paper)": paper[1], "CLAIR (ours)": _fmt(*get["clair"]), "CLAIR (oracle pred.)": pc,
+                     "FedAvg-O (paper)": paper[2], "FedAvg-O (ours)": _fmt(*get["oracle_fedavg"]),
+                     "FedAvg-O (pred.)": po, "FedAvg (paper)": paper[3], "FedAvg (ours)": _fmt(*get["fedavg"]),
+                     "FedAvg (pred., unit var.)": pf,
+                     "||P_Ahat-P_A||": float(np.mean([o["P_err"] for o in reps]))})
+    passed = all(all(v) for v in checks.values())
+    summary = ", ".join(f"{k}: {sum(v)}/{len(v)}" for k, v in checks.items())
+    fig_path = _table1_figure(ctx, rows)
+    return Evidence(verdict=verdict_from(passed), summary=summary, table=rows, figure=fig_path,
+                    measured={"checks": {k: [bool(x) for x in v] for k, v in checks.items()},
+                              "c2": [row["c2"] for row in rows]},
+                    predicted={"local": [row["Local (qp/(n-p-1))"] for row in rows],
+                               "oracle_clair": [row["CLAIR (oracle pred.)"] for row in rows]},
+                    notes="Tolerances: max(stated %, t * s.e.) with t the Student-t multiplier of a 3-s.e. "
+                          "band; FedAvg uses the signal c as control variate (its mean is unchanged). Contamination: unit-variance reading (see "
+                          "clair.sec7.contamination_variance). c1 = 1, c2 from the pilot rank band rule; "
+                          "FISTA with relative duality gap 1e-4.")
+
+
+def _table1_figure(ctx, rows):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    labels = [f"{r['(p,q)']} K={r['K']}" for r in rows]
+    x = np.arange(len(rows))
+    for key, mk in [("Local (ours)", "o"), ("CLAIR (ours)", "s")]:
+        ax.plot(x, [float(r[key].split(" ± ")[0]) / r["Local (qp/(n-p-1))"] for r in rows], mk, label=key)
+    ax.plot(x, [r["CLAIR (paper)"] / r["Local (qp/(n-p-1))"] for r in rows], "x", label="CLAIR (paper)")
+    ax.plot(x, [r["CLAIR (oracle pred.)"] / r["Local (qp/(n-p-1))"] for r in rows], "_", ms=14,
+            label="oracle-CLAIR pred.")
+    ax.set_xticks(x, labels, rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("MSE / (qp/(n-p-1))")
+    ax.legend(fontsize=7)
+    return ctx.save_figure(fig)
+
+
+@claim("clair.sec7.table2", paper="clair", reference="§7, Table 2; Theorem 3",
+       statement="Collaborative-set recovery in the §7 simulation: accuracy ≈ 1 for p <= 20 (Table 2), "
+                 "with contaminated recall reported as in the paper.", kind="comparison")
+def _table2(ctx, *, estimator=_ols, tau="largest-gap"):
+    configs, pilots, out = _sec7_runs(ctx, estimator=estimator, tau=tau)
+    rows, ok = [], []
+    for (p, q, n, K), reps in zip(configs, out):
+        acc, rec = _ms([o["accuracy"] for o in reps]), _ms([o["recall"] for o in reps])
+        paper = TABLE2[(p, K)]
+        if p <= 20:
+            ok.append(acc[0] >= 0.95)
+        rows.append({"(p,q)": f"({p},{q})", "n": n, "K": K, "accuracy (paper)": paper[0],
+                     "accuracy (ours)": _fmt(*acc), "recall (paper)": paper[1], "recall (ours)": _fmt(*rec),
+                     "TP": float(np.mean([o["tp"] for o in reps])), "TN": float(np.mean([o["tn"] for o in reps])),
+                     "FP": float(np.mean([o["fp"] for o in reps])), "FN": float(np.mean([o["fn"] for o in reps])),
+                     "P(Chat=C)": float(np.mean([o["exact"] for o in reps]))})
+    passed = all(ok) if ok else None
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"accuracy >= 0.95 in {sum(ok)}/{len(ok)} configurations with p <= 20; "
+                            + "; ".join(f"{r['(p,q)']} K={r['K']}: {r['accuracy (ours)']}" for r in rows[:4]),
+                    table=rows, measured={"accuracy": [r["accuracy (ours)"] for r in rows]},
+                    predicted={"accuracy (paper)": [r["accuracy (paper)"] for r in rows]},
+                    notes="Benign = positive class: TP benign kept, TN contaminated excluded. Same runs "
+                          "(seeds) as clair.sec7.table1.")
+
+
+# --------------------------------------------------------------------------------------------
+def _baseline_configs(ctx):
+    return ctx.pick(smoke=[(10, 10, 100, 5), (20, 20, 150, 10)],
+                    quick=[(p, q, n, K) for p, q, n in CONFIGS[:2] for K in KS] + [(50, 50, 300, 5)],
+                    full=[(p, q, n, K) for p, q, n in CONFIGS for K in KS])
+
+
+@claim("clair.sec7.fedavg_negative_transfer", paper="clair", reference="§7, Table 1 (FedAvg columns)",
+       statement="FedAvg over all clients and oracle FedAvg over the benign clients are both worse than "
+                 "local OLS in every setting (benign heterogeneity bias ~ (1-1/|C|) 0.64 qpr/9).",
+       kind="comparison")
+def _negative_transfer(ctx, *, variant="unit-variance", fedavg_fn=fedavg):
+    configs = _baseline_configs(ctx)
+    reps = ctx.pick(smoke=3, quick=20, full=100)
+    out = ctx.map(_task_baselines, [{"p": p, "q": q, "n": n, "K": K, "variant": variant, "fedavg_fn": fedavg_fn}
+                                    for p, q, n, K in configs], replicates=reps)
+    rows, ok = [], []
+    for (p, q, n, K), r in zip(configs, out):
+        loc, fa, ofa = (_ms([o[k] for o in r]) for k in ("local", "fedavg", "oracle_fedavg"))
+        good = fa[0] > loc[0] and ofa[0] > loc[0]
+        ok.append(good)
+        rows.append({"(p,q)": f"({p},{q})", "K": K, "Local": _fmt(*loc), "FedAvg": _fmt(*fa),
+                     "FedAvg (pred.)": _pred_fedavg(p, q, n, K, variant), "FedAvg-O": _fmt(*ofa),
+                     "FedAvg-O (pred.)": _pred_oracle_fedavg(p, q, n, K), "both worse than Local": good})
+    return Evidence(verdict=verdict_from(all(ok)),
+                    summary=f"FedAvg and oracle FedAvg worse than Local in {sum(ok)}/{len(ok)} settings",
+                    table=rows, measured={"worse": ok})
+
+
+@claim("clair.sec7.contamination_variance", paper="clair", reference="§7 design text vs Table 1 FedAvg column "
+       "(notes §8 flag 5)",
+       statement="The contamination entries 'Unif[-1,1] scaled by c/sqrt(q(p-r))' do not reproduce Table 1's "
+                 "FedAvg column; unit-variance entries do (within 5%).", kind="comparison")
+def _contamination_variance(ctx, *, readings=("unit-variance", "uniform")):
+    configs = _baseline_configs(ctx)
+    reps = ctx.pick(smoke=3, quick=20, full=100)
+    grid = [{"p": p, "q": q, "n": n, "K": K, "variant": v} for v in readings for p, q, n, K in configs]
+    out = ctx.map(_task_baselines, grid, replicates=reps)
+    rows, match, informative, dist = [], {v: [] for v in readings}, [], {v: [] for v in readings}
+    for g, r in zip(grid, out):
+        p, q, n, K = g["p"], g["q"], g["n"], g["K"]
+        m, s = _ms([_fedavg_cv(o, p, K, g["variant"]) for o in r])
+        paper = TABLE1[(p, K)][3]
+        pu, pf = _pred_fedavg(p, q, n, K), _pred_fedavg(p, q, n, K, "uniform")
+        good = _close(m, s, len(r), paper, 0.05)
+        # a configuration discriminates the readings when their predictions differ by > 10%
+        disc = abs(pu - pf) > 0.10 * paper
+        if g["variant"] == readings[0]:
+            informative.append(disc)
+        match[g["variant"]].append(good)
+        dist[g["variant"]].append(abs(m - paper))
+        rows.append({"reading": g["variant"], "(p,q)": f"({p},{q})", "K": K, "FedAvg (ours)": _fmt(m, s),
+                     "FedAvg (paper)": paper, "pred. unit-variance": pu, "pred. uniform": pf,
+                     "within 5%": good, "discriminating": disc})
+    unit, unif = match[readings[0]], match[readings[1]]
+    used = [i for i, d in enumerate(informative) if d]
+    closer = [dist[readings[0]][i] < dist[readings[1]][i] for i in used]
+    passed = bool(used) and all(unit[i] for i in used) and all(closer)
+    return Evidence(verdict=verdict_from(passed if used else None),
+                    summary=f"on {len(used)} discriminating settings: {readings[0]} within 5% (or MC error) of "
+                            f"Table 1's FedAvg in {sum(unit[i] for i in used)}, closer than {readings[1]} in "
+                            f"{sum(closer)} ({readings[1]} within: {sum(unif[i] for i in used)})",
+                    table=rows, measured={k: v for k, v in match.items()},
+                    notes="Default simulate() reading: unit-variance. The 0.8 factor is not applied to the "
+                          "perturbation (contamination_factor=1). At (50,50) the two readings predict FedAvg "
+                          "within 3% of each other (benign heterogeneity dominates), so only settings whose "
+                          "predictions differ by > 10% decide.")
