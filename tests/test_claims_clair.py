@@ -176,6 +176,17 @@ def test_conditions_scalings_reported():
     assert _by_name(conds, "w K").value == pytest.approx(1.0)
 
 
+def test_conditions_noise_key():
+    inst = generate(seed=4, K=10, noise=0.2)
+    base = {"W_hat": inst["W_hat"]}
+    assert _by_name(evaluate({**base, "noise": np.full(10, 0.2)}), "K tau^2").value == pytest.approx(0.4)
+    Xi = inst["W_hat"] - inst["W"]
+    rms = np.sqrt(np.max(np.mean(Xi ** 2, axis=(1, 2))))
+    assert _by_name(evaluate({**base, "noise": Xi}), "K tau^2").value == pytest.approx(10 * rms ** 2)
+    with pytest.raises(ValueError, match=r"noise must be \(K, q, p\) errors"):
+        evaluate({**base, "noise": np.ones((2, 2))})
+
+
 def test_conditions_without_truth_are_unknown():
     conds = evaluate({"W_hat": generate(seed=0)["W_hat"]})
     for start in ("s =", "mu", "x =", "window", "eta > 1/2", "beta_min", "K tau^2"):

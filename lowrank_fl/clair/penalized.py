@@ -230,7 +230,7 @@ def dual_value(D, q, Q, lam_L, lam_S, weights=None, *, rtol: float = 1e-6) -> fl
     if bmax > lam_S * (1 + rtol):
         raise ValueError(
             f"Q is not dual feasible: max_g ||Q_g||_F = {bmax:.6g} > lam_S = {lam_S:.6g}")
-    return float(np.vdot(Q, D)) - 0.5 * float(qn2 @ (1.0 / w))
+    return _inner(Q, D) - 0.5 * float(qn2 @ (1.0 / w))
 
 
 def dual_point(D, q, L, S, lam_L, lam_S, weights=None):

@@ -8,9 +8,10 @@ Instance keys (arrays client-axis first):
 * ``W_hat`` (K, q, p) — required (the only thing CLAIR sees);
 * ``W`` (K, q, p), ``A`` (r, p), ``benign`` (K,) bool — the truth; hypotheses that need it are
   reported with ``holds=None`` ("unknown") when it is absent;
+* ``noise`` — the estimation errors ``W_hat - W`` (K, q, p), or their level ``tau_k`` (scalar or
+  (K,)); optional (otherwise estimated from ``W_hat - W`` when ``W`` is given);
 * optional scalars ``r``, ``lam_L``, ``lam_S``, ``a``, ``b`` (default 0.99), ``alpha`` (0.5),
-  ``w`` (pair weight, default 1/K), ``tau`` (noise level; otherwise estimated from
-  ``W_hat - W``).
+  ``w`` (pair weight, default 1/K), ``tau`` (noise level, same as a scalar ``noise``).
 
 Notes on the paper (notes 003 §3 and §8): for the model-induced ``L0`` (zero on the contaminated
 pairs I) Lemma 1's ``rho = ||P_I P_U P_I||`` is identically 0, and Block-IC forces
@@ -222,6 +223,15 @@ def evaluate(instance: Mapping) -> list[Condition]:
     # Theorem 2 scalings (reported: each should stay O(1) as K grows)
     tau = _scalar(instance, "tau")
     note_tau = "given"
+    if tau is None and "noise" in instance:
+        nz = np.asarray(instance["noise"], dtype=float)
+        if nz.ndim == 3:
+            tau = float(np.sqrt(np.max(np.mean(nz ** 2, axis=(1, 2)))))
+            note_tau = "max_k RMS entry of the given noise"
+        elif nz.ndim <= 1:
+            tau = float(np.max(nz))
+        else:
+            raise ValueError(f"noise must be (K, q, p) errors or a scalar/(K,) level, got shape {nz.shape}")
     if tau is None and "W" in instance:
         Xi = W_hat - as_float_array(instance["W"], "W", shape=(K, q, p))
         tau = float(np.sqrt(np.max(np.mean(Xi ** 2, axis=(1, 2)))))
