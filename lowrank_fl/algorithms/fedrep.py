@@ -227,6 +227,8 @@ def fedrep(problem: MultitaskProblem, rounds: int, step_size: float, *, particip
     tol : float, optional
         Stop once ``dist(B^t, B*) <= tol`` (status ``"optimal"``; later entries stay ``nan``).
     seed : int or Generator
+        Use a seed independent of the problem's (e.g. spawned with ``SeedSequence``): the same int
+        replays the problem's random stream, and ``init="random"`` would then draw ``B*`` itself.
 
     Returns
     -------
