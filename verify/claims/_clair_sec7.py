@@ -208,7 +208,9 @@ def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
         checks["clair_lt_local"].append(diff[0] < 0)
         if p >= 20:
             checks["clair_vs_oracle_10pct"].append(tol(*get["clair"], pc, 0.10))
+        band = pl["band"]
         rows.append({"(p,q)": f"({p},{q})", "n": n, "K": K, "c1": 1.0, "c2": pl["ratio"] * K,
+                     "pilot c2 band (rank r)": None if band is None else [band[0] * K, band[1] * K],
                      "Local (paper)": paper[0], "Local (ours)": _fmt(*get["local"]), "Local (qp/(n-p-1))": pl_,
                      "CLAIR (paper)": paper[1], "CLAIR (ours)": _fmt(*get["clair"]), "CLAIR (oracle pred.)": pc,
                      "FedAvg-O (paper)": paper[2], "FedAvg-O (ours)": _fmt(*get["oracle_fedavg"]),

@@ -58,7 +58,7 @@ def majority_vote(block_norm_values, K: int, tau_n: float, alpha: float) -> np.n
     j, k = pairs(K)
     small = np.asarray(block_norm_values) <= tau_n
     votes = np.bincount(j, weights=small, minlength=K) + np.bincount(k, weights=small, minlength=K)
-    return votes / (K - 1) >= alpha - 1e-12
+    return votes / (K - 1) >= alpha
 
 
 def refine_definition(W_hat, P, keep) -> np.ndarray:
