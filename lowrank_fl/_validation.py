@@ -6,6 +6,7 @@ with a message that names the argument, says what was given and what is expected
 from __future__ import annotations
 
 import numbers
+import zlib
 
 import numpy as np
 
@@ -92,18 +93,28 @@ def check_choice(value, name: str, choices) -> str:
     return value
 
 
-def as_generator(seed) -> np.random.Generator:
+def as_generator(seed, stream: str | None = None) -> np.random.Generator:
     """Turn ``seed`` (int, ``SeedSequence``, ``Generator`` or ``None``) into a ``Generator``.
 
     ``None`` draws fresh OS entropy (not reproducible); every other input is deterministic.
     A ``Generator`` is returned as is, so callers can share one stream.
+
+    ``stream`` names an independent stream for an int or ``SeedSequence`` seed (it is mixed into
+    the ``SeedSequence`` spawn key). Algorithms pass their own name, so that ``seed=0`` given to a
+    problem generator and to an algorithm does not replay the same random numbers (which would,
+    e.g., make a "random" initialization equal to the ground truth).
     """
     if isinstance(seed, np.random.Generator):
         return seed
-    if seed is None or isinstance(seed, np.random.SeedSequence):
-        return np.random.default_rng(seed)
+    key = () if stream is None else (zlib.crc32(stream.encode()),)
+    if seed is None:
+        return np.random.default_rng()
+    if isinstance(seed, np.random.SeedSequence):
+        if not key:
+            return np.random.default_rng(seed)
+        return np.random.default_rng(np.random.SeedSequence(seed.entropy, spawn_key=tuple(seed.spawn_key) + key))
     if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
         if seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed}")
-        return np.random.default_rng(int(seed))
+        return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=key) if key else int(seed))
     raise TypeError(f"seed must be an int, numpy SeedSequence or Generator, got {type(seed).__name__}")

@@ -259,7 +259,7 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
     if mode == "empirical" and problem.X is None:
         raise ValueError("mode='empirical' needs a problem with a fixed dataset "
                          "(samples_per_client=...), got a population-only problem")
-    rng = as_generator(seed)
+    rng = as_generator(seed, stream="fedavg")
     B, w = _initial(init, problem, alpha, rng)
     Bs = problem.B_star
     theta = problem.theta

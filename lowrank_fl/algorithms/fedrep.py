@@ -254,7 +254,7 @@ def fedrep(problem: MultitaskProblem, rounds: int, step_size: float, *, particip
         tol = check_positive(tol, "tol")
     if not isinstance(fresh_samples, bool):
         raise TypeError(f"fresh_samples must be a bool, got {fresh_samples!r}")
-    rng = as_generator(seed)
+    rng = as_generator(seed, stream="fedrep")
     d, k, n = problem.d, problem.k, problem.n_clients
 
     if fresh_samples:

@@ -73,7 +73,7 @@ def fedsgd(problem: MultitaskProblem, rounds: int, step_size: float, *, particip
     step_size = check_positive(step_size, "step_size")
     participation = check_in_interval(participation, "participation", 0.0, 1.0, closed="right")
     head_ridge = check_positive(head_ridge, "head_ridge", strict=False)
-    rng = as_generator(seed)
+    rng = as_generator(seed, stream="fedsgd")
     d, k, n = problem.d, problem.k, problem.n_clients
     if fresh_samples:
         m = problem.samples_per_client if batch_size is None else check_int(batch_size, "batch_size", minimum=1)

@@ -51,7 +51,7 @@ __all__ = ["flute", "flute_init"]
 def flute_init(d: int, k: int, n_clients: int, init_scale: float, seed=None):
     """Data-independent initialization of Alg. 1: entries of ``B^0`` (d, k) and ``W^0`` (k, M)
     i.i.d. ``N(0, init_scale^2)`` (Remark 4.1; theory: ``alpha <~ 1/(10 d)``)."""
-    rng = as_generator(seed)
+    rng = as_generator(seed, stream="flute")
     init_scale = check_positive(init_scale, "init_scale")
     return (init_scale * rng.standard_normal((d, k)),
             init_scale * rng.standard_normal((k, n_clients)))
@@ -128,7 +128,7 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
     alpha = 1.0 / (10 * d) if init_scale is None else check_positive(init_scale, "init_scale")
     record_every = check_int(record_every, "record_every", minimum=1)
     divergence_threshold = check_positive(divergence_threshold, "divergence_threshold")
-    rng = as_generator(seed)
+    rng = as_generator(seed, stream="flute")
 
     if not fresh_samples:
         if problem.X is None:

@@ -64,7 +64,7 @@ def fedrep_flute_baseline(problem: UnderparameterizedProblem, rounds: int, step_
     rounds = check_int(rounds, "rounds", minimum=1)
     step_size = check_positive(step_size, "step_size")
     check_choice(init, "init", ("moments", "random"))
-    rng = as_generator(seed)
+    rng = as_generator(seed, stream="fedrep_flute_baseline")
     d, M, k, N = problem.d, problem.n_clients, problem.k, problem.samples_per_client
     Phi, Phi_k = problem.Phi, problem.target
     init_bytes = 0

@@ -132,7 +132,7 @@ def federated_lora_matrix(problem: LoRAMatrixProblem, rounds: int, step_size: fl
     eta = check_positive(step_size, "step_size")
     check_choice(method, "method", METHODS)
     local_steps = check_int(local_steps, "local_steps", minimum=1, maximum=100_000)
-    rng = as_generator(seed)
+    rng = as_generator(seed, stream="federated_lora_matrix")
     n, d, r = problem.n_clients, problem.d, problem.rank
     A = rng.standard_normal((d, r)) / np.sqrt(d) if A0 is None else as_float_array(A0, "A0", shape=(d, r))
     B = np.zeros((r, d)) if B0 is None else as_float_array(B0, "B0", shape=(r, d))

@@ -205,7 +205,7 @@ def rolora(problem: RankOneLoRAProblem, rounds: int, step_size, *, a0=None, delt
     problem = _check_problem(problem)
     rounds = check_int(rounds, "rounds", minimum=0)
     eta = resolve_step_size(step_size, problem, L_max)
-    rng = as_generator(seed)
+    rng = as_generator(seed, stream="lora")  # one stream: RoLoRA, FFA-LoRA, FedAvg-LoRA share a0
     data = _Data(problem, sample_mode, rng)
     a = _initial_a(problem, a0, delta0, rng)
     n, d = problem.n_clients, problem.d
@@ -278,7 +278,7 @@ def ffa_lora(problem: RankOneLoRAProblem, rounds: int, *, a0=None, delta0: float
         if step_size is None:
             raise ValueError("step_size is required for local='gd'")
         eta = check_positive(step_size, "step_size")
-    rng = as_generator(seed)
+    rng = as_generator(seed, stream="lora")  # one stream: RoLoRA, FFA-LoRA, FedAvg-LoRA share a0
     data = _Data(problem, sample_mode, rng)
     a = _initial_a(problem, a0, delta0, rng)
     n, d = problem.n_clients, problem.d
@@ -347,7 +347,7 @@ def fedavg_lora(problem: RankOneLoRAProblem, rounds: int, step_size: float, *, l
     rounds = check_int(rounds, "rounds", minimum=0)
     eta = check_positive(step_size, "step_size")
     local_steps = check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
-    rng = as_generator(seed)
+    rng = as_generator(seed, stream="lora")  # one stream: RoLoRA, FFA-LoRA, FedAvg-LoRA share a0
     data = _Data(problem, sample_mode, rng)
     a = _initial_a(problem, a0, delta0, rng)
     n, d = problem.n_clients, problem.d
