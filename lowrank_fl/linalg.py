@@ -76,7 +76,7 @@ def row_projector(A, *, name: str = "A") -> np.ndarray:
     return projector(np.swapaxes(A, -1, -2), name=name)
 
 
-def subspace_distance(U, V) -> float | np.ndarray:
+def subspace_distance(U, V, *, rank_deficient: str = "raise") -> float | np.ndarray:
     """Sine of the largest principal angle between ``col(U)`` and ``col(V)``.
 
     ``dist(U, V) = ||(I - P_U) orth(V)||_2``, computed from orthonormal bases (not from
@@ -89,11 +89,33 @@ def subspace_distance(U, V) -> float | np.ndarray:
         Full column rank; any scaling or basis. With ``k == l`` the distance is symmetric and
         equals ``||P_U - P_V||_2``; with ``k != l`` it measures how far ``col(V)`` sticks out of
         ``col(U)``.
+    rank_deficient : {"raise", "span"}
+        ``"raise"`` (default): a rank-deficient input is a ``ValueError``. ``"span"``: each input
+        stands for the subspace it numerically spans (singular values above ``1e-12`` times the
+        largest), and the distance is ``||P_U - P_V||_2`` — equal to the above when the spans have
+        the same dimension, and 1 when they do not (an iterate that collapsed a column is at
+        distance 1 from a k-dimensional truth). Non-finite input gives ``nan``. 2-D inputs only.
+        Used to score iterates of federated methods, which may lose rank.
 
     Returns
     -------
     float in [0, 1] (or an array over the batch axes).
     """
+    if rank_deficient == "span":
+        U = np.asarray(U, dtype=np.float64)
+        V = np.asarray(V, dtype=np.float64)
+        if U.ndim != 2 or V.ndim != 2 or U.shape[0] != V.shape[0]:
+            raise ValueError(f"U and V must be 2-D with the same number of rows, got {U.shape} and {V.shape}")
+        if not (np.all(np.isfinite(U)) and np.all(np.isfinite(V))):
+            return float("nan")
+        Qu, Qv = _span_basis(U), _span_basis(V)
+        if Qu.shape[1] != Qv.shape[1]:
+            return 1.0
+        if Qu.shape[1] == 0:
+            return 0.0
+        return min(float(np.linalg.norm(Qv - Qu @ (Qu.T @ Qv), 2)), 1.0)
+    if rank_deficient != "raise":
+        raise ValueError(f"rank_deficient must be 'raise' or 'span', got {rank_deficient!r}")
     Qu = orth(U, name="U")
     Qv = orth(V, name="V")
     if Qu.shape[-2] != Qv.shape[-2]:
@@ -103,6 +125,15 @@ def subspace_distance(U, V) -> float | np.ndarray:
     out = np.linalg.norm(resid, ord=2, axis=(-2, -1))
     out = np.minimum(out, 1.0)
     return float(out) if np.ndim(out) == 0 else out
+
+
+def _span_basis(A: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of the numerical column span of a 2-D ``A`` (relative tolerance 1e-12)."""
+    if A.size == 0:
+        return np.zeros((A.shape[0], 0))
+    U, s, _ = np.linalg.svd(A, full_matrices=False)
+    keep = s > 1e-12 * max(s[0], np.finfo(float).tiny) if s[0] > 0 else np.zeros_like(s, bool)
+    return U[:, keep]
 
 
 def projector_distance(P, Q) -> float:

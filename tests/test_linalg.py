@@ -67,3 +67,18 @@ def test_errors_name_the_argument():
         la.truncated_svd(np.ones((3, 5)), 4)
     with pytest.raises(ValueError, match="M must be finite"):
         la.thin_svd(np.array([[np.nan, 1.0]]))
+
+
+def test_span_mode_scores_collapsed_iterates():
+    rng = np.random.default_rng(4)
+    truth = la.orth(rng.normal(size=(6, 2)))
+    B = truth @ rng.normal(size=(2, 2))
+    assert la.subspace_distance(truth, B, rank_deficient="span") < 1e-12
+    collapsed = np.column_stack([truth[:, 0], 2 * truth[:, 0]])  # rank 1: misses a truth direction
+    assert la.subspace_distance(truth, collapsed, rank_deficient="span") == 1.0
+    assert np.isnan(la.subspace_distance(truth, np.full((6, 2), np.nan), rank_deficient="span"))
+    V = rng.normal(size=(6, 2))
+    assert la.subspace_distance(truth, V, rank_deficient="span") == pytest.approx(
+        la.subspace_distance(truth, V), abs=1e-12)
+    with pytest.raises(ValueError, match="rank_deficient must be"):
+        la.subspace_distance(truth, V, rank_deficient="ignore")

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["SlopeFit", "fit_loglog_slope", "fit_semilog_slope", "mean_ci", "within_mc_error"]
+__all__ = ["SlopeFit", "fit_loglog_slope", "fit_semilog_slope", "mean_ci", "within_mc_error",
+           "interval_verdict"]
 
 
 @dataclass(frozen=True)
@@ -88,3 +89,20 @@ def within_mc_error(samples, predicted: float, *, n_se: float = 3.0) -> tuple[bo
     mean = float(samples.mean())
     se = float(samples.std(ddof=1) / np.sqrt(len(samples)))
     return abs(mean - predicted) <= n_se * se, mean, se
+
+
+def interval_verdict(low: float, high: float, threshold: float, *, side: str = "below") -> bool | None:
+    """Decide a one-sided criterion on an interval estimate (e.g. a fitted slope's CI).
+
+    ``side="below"``: the claim is "value <= threshold"; it passes (True) when the whole interval
+    lies at or below the threshold, fails (False) when the whole interval lies above it, and is
+    undecided (None → "inconclusive") when the interval straddles it. ``side="above"`` mirrors this
+    for "value >= threshold". A NaN bound (e.g. a single seed) is undecided.
+    """
+    if side not in ("below", "above"):
+        raise ValueError(f"side must be 'below' or 'above', got {side!r}")
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return None
+    if side == "below":
+        return True if high <= threshold else (False if low > threshold else None)
+    return True if low >= threshold else (False if high < threshold else None)

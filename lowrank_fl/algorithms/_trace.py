@@ -60,7 +60,8 @@ class TraceRecorder:
                **params) -> bool:
         """Record round ``t``; returns False (and marks divergence) on a non-finite or huge value.
 
-        ``rep`` is the current representation (its distance to ``truth`` is computed) unless an
+        ``rep`` is the current representation (its distance to ``truth`` is computed; a
+        rank-deficient ``rep`` is at distance 1, see ``subspace_distance(..., rank_deficient="span")``) unless an
         explicit ``distance`` is given. Extra keyword arrays are checked for finiteness too.
         """
         values = [np.asarray(loss, dtype=float)] + [np.asarray(v, dtype=float) for v in params.values()]
@@ -75,7 +76,7 @@ class TraceRecorder:
         if distance is not None:
             self.distance[t] = distance
         elif rep is not None and self.truth is not None:
-            self.distance[t] = subspace_distance(self.truth, rep)
+            self.distance[t] = subspace_distance(self.truth, rep, rank_deficient="span")
         return True
 
     def record_extra(self, name: str, t: int, value, length: int | None = None) -> None:
