@@ -1,7 +1,8 @@
 """One FedRep round (Algorithm 2): batched over clients vs a per-client Python loop.
 
 n = 1000 clients, d = 100, k = 5, m = 10 (fresh Gaussian batch, noiseless). Checks that both give
-the same iterate (max abs difference <= 1e-12) and reports the speed ratio (goal >= 20x).
+the same iterate (max abs difference <= 1e-12; exits with status 1 otherwise, after writing the
+JSON) and reports the speed ratio (goal >= 20x).
 
 Run:  python benchmarks/bench_fedrep_round.py   (writes benchmarks/results/bench_fedrep_round.json)
 """
@@ -16,6 +17,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import json
 import platform
+import sys
 import timeit
 from pathlib import Path
 
@@ -64,4 +66,7 @@ def main(n=1000, d=100, k=5, m=10, eta=0.1, repeat=15):
 
 
 if __name__ == "__main__":
-    main()
+    result = main()
+    if not result["identical_to_1e-12"]:
+        print("FAIL: batched and per-client rounds differ by more than 1e-12", file=sys.stderr)
+        sys.exit(1)

@@ -24,9 +24,13 @@ def as_float_array(x, name: str, *, ndim: int | tuple[int, ...] | None = None,
                    shape: tuple | None = None, finite: bool = True) -> np.ndarray:
     """Return ``x`` as a float64 ndarray, checking dimensions, shape and finiteness.
 
-    ``shape`` may contain ``None`` for free axes. Raises ``TypeError`` for non-numeric input and
-    ``ValueError`` naming ``name`` otherwise.
+    ``shape`` may contain ``None`` for free axes. Raises ``TypeError`` for non-numeric or complex
+    input (casting would silently drop the imaginary part) and ``ValueError`` naming ``name``
+    otherwise.
     """
+    if np.iscomplexobj(x):
+        raise TypeError(f"{name} must be a real numeric array, got complex values "
+                        f"(dtype {np.asarray(x).dtype})")
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -26,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     clair_cli.add_parser(sub)
     try:
         from verify import cli as verify_cli
-    except ImportError:  # the library installed without the verifier package
+    except ModuleNotFoundError as exc:  # the library installed without the verifier package
+        if exc.name != "verify":        # a missing dependency inside verify is a real error
+            raise
         verify_cli = None
     if verify_cli is not None:
         verify_cli.add_parsers(sub)
@@ -34,11 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """Run the command line; returns the exit status (2 on bad input or a failed solve)."""
+    from numpy.linalg import LinAlgError
+
+    from .clair.cli import MissingArrayError
+    from .results import SolverError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, KeyError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, MissingArrayError, SolverError,
+            LinAlgError) as exc:
         print(f"lowrank-fl: error: {exc}", file=sys.stderr)
         return 2
 

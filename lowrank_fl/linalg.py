@@ -191,35 +191,40 @@ def svt(M, tau: float, *, name: str = "M"):
     return X, s
 
 
-def block_norms(M) -> np.ndarray:
-    """Frobenius norm of each block of a (G, q, p) array → (G,)."""
-    M = np.asarray(M, dtype=np.float64)
-    if M.ndim != 3:
-        raise ValueError(f"M must be a (G, q, p) block array, got shape {M.shape}")
+def block_norms(M, *, name: str = "M") -> np.ndarray:
+    """Frobenius norm of each block of a (G, q, p) array → (G,). ``M`` must be finite."""
+    M = as_float_array(M, name, ndim=3)
     return np.sqrt(np.einsum("gij,gij->g", M, M))
 
 
 def block_soft_threshold(M, tau) -> np.ndarray:
     """Block soft thresholding ``(1 - tau_g / ||M_g||_F)_+ M_g`` on a (G, q, p) view.
 
-    The proximal operator of ``sum_g tau_g ||M_g||_F``. ``tau`` is a scalar or a (G,) array.
-    Pass ``D.reshape(G, q, p)`` for a stacked (G*q, p) matrix (a view, no copy).
+    The proximal operator of ``sum_g tau_g ||M_g||_F``. ``tau`` is a scalar or a (G,) array of
+    finite non-negative thresholds. Pass ``D.reshape(G, q, p)`` for a stacked (G*q, p) matrix
+    (a view, no copy). Returns an array of ``M``'s shape.
     """
-    M = np.asarray(M, dtype=np.float64)
+    M = as_float_array(M, "M", ndim=3)
     norms = block_norms(M)
-    tau = np.asarray(tau, dtype=np.float64)
+    tau = as_float_array(tau, "tau", ndim=(0, 1))
+    if tau.ndim == 1 and tau.shape != norms.shape:
+        raise ValueError(f"tau must be a scalar or have shape ({M.shape[0]},) (one per block), "
+                         f"got shape {tau.shape}")
     if np.any(tau < 0):
-        raise ValueError("tau must be non-negative")
+        raise ValueError(f"tau must be non-negative, got minimum {float(np.min(tau))}")
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.where(norms > tau, 1.0 - tau / np.where(norms > 0, norms, 1.0), 0.0)
     return M * factor[:, None, None]
 
 
-def spectral_norm(M) -> float:
-    """Largest singular value of a 2-D array."""
-    return float(np.linalg.norm(np.asarray(M, dtype=np.float64), 2))
+def spectral_norm(M, *, name: str = "M") -> float:
+    """Largest singular value of a finite 2-D array ``M`` (m, n) (0 for an empty one)."""
+    M = as_float_array(M, name, ndim=2)
+    return float(np.linalg.norm(M, 2)) if M.size else 0.0
 
 
-def nuclear_norm(M) -> float:
-    """Sum of singular values of a 2-D array (thin SVD, safe for tall matrices)."""
-    return float(np.linalg.svd(np.asarray(M, dtype=np.float64), compute_uv=False).sum())
+def nuclear_norm(M, *, name: str = "M") -> float:
+    """Sum of singular values of a finite 2-D array ``M`` (m, n) (thin SVD, safe for tall
+    matrices)."""
+    M = as_float_array(M, name, ndim=2)
+    return float(np.linalg.svd(M, compute_uv=False).sum()) if M.size else 0.0

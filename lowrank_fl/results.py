@@ -64,6 +64,9 @@ class SolverResult:
         Wall-clock time of the solve.
     history : mapping of str to ndarray
         Per-iteration diagnostics (e.g. ``"objective"``, ``"gap"``); may be empty.
+    gap_scale : float or None
+        The data-dependent scale :attr:`relative_gap` divides by (e.g. the objective at the
+        zero point). ``None``: ``|objective|``.
     """
 
     objective: float
@@ -73,11 +76,21 @@ class SolverResult:
     solver: str
     seconds: float = 0.0
     history: Mapping[str, np.ndarray] = field(default_factory=dict)
+    gap_scale: float | None = None
 
     @property
     def relative_gap(self) -> float:
-        """``gap / max(1, |objective|)``."""
-        return float(self.gap) / max(1.0, abs(float(self.objective)))
+        """``gap / gap_scale`` (``gap / |objective|`` when no scale was recorded).
+
+        No floor at 1: convex objectives are homogeneous in the data, so a floor would make the
+        relative gap (and every stopping rule built on it) depend on the units of the data.
+        A zero scale gives 0 for a zero gap and ``inf`` otherwise.
+        """
+        scale = abs(float(self.objective)) if self.gap_scale is None else float(self.gap_scale)
+        gap = float(self.gap)
+        if scale > 0:
+            return gap / scale
+        return 0.0 if gap == 0 else (float("nan") if np.isnan(gap) else float("inf"))
 
     @property
     def converged(self) -> bool:

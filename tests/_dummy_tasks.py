@@ -68,6 +68,23 @@ def _erratum_experiment(ctx):
                     measured={"ratio": np.float64(2.0)}, predicted={"ratio": 1.0})
 
 
+def _two_maps_experiment(ctx):
+    """Two maps over the same grid (e.g. a main run and a control) in one claim."""
+    first = ctx.map(noisy_task, [{"x": x} for x in range(2)], replicates=2)
+    second = ctx.map(noisy_task, [{"x": x} for x in range(2)], replicates=2)
+    return Evidence(verdict="holds", summary="two maps",
+                    measured={"first": [[r["sum"] for r in row] for row in first],
+                              "second": [[r["sum"] for r in row] for row in second]})
+
+
+def _reuse_experiment(ctx):
+    """Reuses the runs of ``fedrep.dummy.two_maps`` through a sub-context, as clair.sec7.table2 does."""
+    sub = ctx.for_claim("fedrep.dummy.two_maps")
+    ev = _two_maps_experiment(sub)
+    ctx.seeds_used.extend(sub.seeds_used)
+    return ev
+
+
 def dummy_claims() -> list[Claim]:
     """Unregistered claims covering every verdict, a figure, a table and a raising experiment."""
     return [
@@ -82,3 +99,9 @@ def dummy_claims() -> list[Claim]:
               statement="The paper's constant is off by two.", kind="erratum",
               experiment=_erratum_experiment, erratum=True),
     ]
+
+
+TWO_MAPS = Claim(id="fedrep.dummy.two_maps", paper="fedrep", reference="eq. (1)",
+                 statement="Two maps in one claim.", kind="identity", experiment=_two_maps_experiment)
+REUSE = Claim(id="fedrep.dummy.reuse", paper="fedrep", reference="eq. (2)",
+              statement="Reuses another claim's runs.", kind="identity", experiment=_reuse_experiment)

@@ -110,6 +110,76 @@ def test_broken_variant_fails(cid, opts):
     assert run(cid, **opts).verdict == "fails"
 
 
+# ---------------------------------------------- Theorem A.14: one broken variant per sub-criterion
+def _manual_rolora(prob, rounds, eta, *, a0, seed=None, sign=1.0, per_client_b=False):
+    """Population Algorithm 2 written out (a reference for the variants below): b-step (249), a-step
+    on the averaged b (251), normalisation. ``sign=-1`` ascends; ``per_client_b`` evaluates each
+    client's gradient at its own b~_i instead of bbar (heterogeneity leaks into the a-step)."""
+    from types import SimpleNamespace
+
+    from lowrank_fl.problems.lora import angle_distance
+    a = a0 / np.linalg.norm(a0)
+    dist, loss = [], []
+    for t in range(rounds + 1):
+        b_cl = prob.b_star * (prob.a_star @ a)                    # (N, d), ||a|| = 1
+        b_bar = b_cl.mean(axis=0)
+        dist.append(angle_distance(a, prob.a_star))
+        loss.append(prob.population_loss(a, b_bar))
+        if t == rounds:
+            break
+        B = b_cl if per_client_b else np.broadcast_to(b_bar, b_cl.shape)
+        g = 2 * (a * np.mean(np.sum(B * B, axis=1)) - prob.a_star * np.mean(np.sum(prob.b_star * B, axis=1)))
+        a = a - sign * eta * g
+        a = a / np.linalg.norm(a)
+    return SimpleNamespace(distance=np.array(dist), loss=np.array(loss), status="completed")
+
+
+def _tenth_step(prob, rounds, eta, **kw):
+    return rolora(prob, rounds, eta / 10, **kw)
+
+
+def _slightly_larger_step(prob, rounds, eta, **kw):
+    return rolora(prob, rounds, 1.01 * eta, **kw)
+
+
+def _iterate_loss(prob, rounds, eta, **kw):
+    from dataclasses import replace
+    tr = rolora(prob, rounds, eta, **kw)
+    return replace(tr, loss=tr.extra["iterate_loss"])      # scores (a^t, b^t) instead of (a^t, b^{t+1})
+
+
+def _ascent(prob, rounds, eta, **kw):
+    return _manual_rolora(prob, rounds, eta, sign=-1.0, **kw)
+
+
+def _per_client_b(prob, rounds, eta, **kw):
+    return _manual_rolora(prob, rounds, eta, per_client_b=True, **kw)
+
+
+def test_manual_reference_is_rolora():
+    from lowrank_fl.problems.lora import init_at_angle, rank_one_lora
+    prob = rank_one_lora(8, 4, gamma=0.6, seed=0)
+    a0 = init_at_angle(prob.a_star, 0.8, seed=1)
+    ref, man = rolora(prob, 10, 0.3 / prob.L_max ** 2, a0=a0), _manual_rolora(prob, 10, 0.3 / prob.L_max ** 2, a0=a0)
+    # same arithmetic up to the order of a few O(1) sums
+    np.testing.assert_allclose(man.distance, ref.distance, atol=1e-13)
+    np.testing.assert_allclose(man.loss, ref.loss, rtol=1e-12)
+
+
+@pytest.mark.parametrize("algorithm, flags", [
+    (_ascent, ("monotone",)),
+    (_tenth_step, ("bound", "T_bound")),
+    (_slightly_larger_step, ("recursion",)),
+    (_iterate_loss, ("loss_identity",)),
+    (_per_client_b, ("gamma_free",)),
+])
+def test_population_rate_each_criterion_can_fail(algorithm, flags):
+    ev = run("rolora.thmA14.population_rate", algorithm=algorithm)
+    assert ev.verdict == "fails"
+    for flag in flags:
+        assert ev.measured["checks"][flag] is False, (flag, ev.summary)
+
+
 # ------------------------------------------------------------------------------ conditions
 def test_conditions_generate_and_evaluate():
     inst = generate(seed=1, d=10, n_clients=4, gamma=0.5, delta0=0.6, samples_per_client=30)
@@ -144,3 +214,23 @@ def test_conditions_errors():
     inst = generate(seed=0, d=5, n_clients=2)
     with pytest.raises(ValueError, match=r"b_star must have shape \(N, 5\)"):
         evaluate({**inst, "b_star": np.ones((2, 4))})
+
+
+def _quadruple_step_at_large_m(prob, rounds, eta, **kw):
+    """Broken where the theorem should hold best: a 4x step when m > d, the paper's step otherwise."""
+    return rolora(prob, rounds, 4 * eta if prob.samples_per_client > prob.d else eta, **kw)
+
+
+def test_finite_sample_m_sweep_is_judged():
+    ok = run("rolora.thm5_4.finite_sample_rate")
+    assert ok.measured["m_sweep"]["failures_concentrate_at_small_m"] is True
+    bad = run("rolora.thm5_4.finite_sample_rate", algorithm=_quadruple_step_at_large_m)
+    assert bad.verdict == "fails"
+    assert bad.measured["m_sweep"]["failures_concentrate_at_small_m"] is False
+
+
+def test_step_size_erratum_judges_the_finite_sample_stall():
+    ev = run("rolora.lemma5_3.step_size_bound")
+    assert ev.measured["finite_sample_stall"] is True
+    bad = run("rolora.lemma5_3.step_size_bound", step_variant="corrected")
+    assert bad.verdict == "fails" and bad.measured["finite_sample_stall"] is False

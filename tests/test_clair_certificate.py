@@ -39,7 +39,16 @@ def test_certificate_identities(oracle_case):
     # P_I(Q) = lam_S P_I(H) holds up to the Lemma S3 residual, i.e. the accuracy of the smooth
     # oracle solve (notes §7.4: 1e-8 to 1e-10)
     s3 = lemma_s3_residual(o.L, o.S, I, q, r, lam_L, lam_S)
-    assert s3 < 1e-6 and c.lemma_s3_residual == pytest.approx(s3)
+    # Lemma S3 by hand: lam_L P_I U'V'^T against lam_S P_I(H P_V') with H = S_g/||S_g|| on I
+    U, _, Vt = np.linalg.svd(o.L, full_matrices=False)
+    U, V = U[:, :r], Vt[:r].T
+    rows = np.repeat(I, q)
+    H = _sign_matrix(o.S, I, q)
+    lhs, rhs = lam_L * U[rows] @ V.T, lam_S * H[rows] @ V @ V.T
+    by_hand = np.linalg.norm(lhs - rhs) / max(np.linalg.norm(lhs), np.linalg.norm(rhs))
+    # both evaluate the same expression in a different order: rounding-level agreement
+    assert s3 == pytest.approx(by_hand, rel=1e-6, abs=1e-14)
+    assert s3 < 1e-6 and c.lemma_s3_residual == pytest.approx(by_hand, rel=1e-6, abs=1e-14)
     assert c.support_residual < 1e-6
     # Lemma S8: rho' < 1; Lemma S7: rho' <= (lam_S/lam_L) sqrt(s)
     assert 0 <= c.rho_prime < 1
@@ -49,6 +58,15 @@ def test_certificate_identities(oracle_case):
     # a perturbed (non-optimal) point breaks Lemma S3
     S_bad = o.S * (1 + 0.1 * np.random.default_rng(0).standard_normal(o.S.shape))
     assert lemma_s3_residual(o.L, S_bad, I, q, r, lam_L, lam_S) > 1e-3
+
+
+def _sign_matrix(S, I, q):
+    """H of S1.1: S_g / ||S_g||_F on the contaminated blocks (all live here), 0 elsewhere."""
+    Sb = S.reshape(I.size, q, -1)
+    H = np.zeros_like(Sb)
+    nrm = np.linalg.norm(Sb.reshape(I.size, -1), axis=1)
+    H[I] = Sb[I] / nrm[I, None, None]
+    return H.reshape(S.shape)
 
 
 def test_woodbury_matches_dense_inverse(oracle_case):
@@ -62,12 +80,7 @@ def test_woodbury_matches_dense_inverse(oracle_case):
     n = o.L.shape[0]
     PI = np.diag(np.repeat(I, q).astype(float))
     PU = U @ U.T
-    G = I.size
-    Sb = o.S.reshape(G, q, -1)
-    H = np.zeros_like(Sb)
-    nrm = np.linalg.norm(Sb.reshape(G, -1), axis=1)
-    H[I] = Sb[I] / nrm[I, None, None]
-    H = H.reshape(o.L.shape)
+    H = _sign_matrix(o.S, I, q)
     Rm = lam_S * PI @ (H - H @ V @ V.T)
     Z = np.linalg.solve(np.eye(n) - PI @ PU @ PI, Rm)
     Qd = lam_L * U @ V.T + (np.eye(n) - PU) @ Z
@@ -85,7 +98,6 @@ def test_prop_s1_certificate_inside_window():
         mu = block_incoherence(L0, 3, 1)
         win = theorem1_window(mu, 1, s, G, a, b)
         if win is None:
-            assert theorem1_x(mu, 1, s, G) >= a * b / (1 + a) ** 2
             continue
         found = True
         ratio = np.sqrt(win[0] * win[1])
@@ -106,6 +118,40 @@ def test_block_incoherence_lower_bound():
         assert lev.sum() == pytest.approx(2.0, rel=1e-12)
         assert np.all(lev[I] < 1e-20)                 # rows of U vanish on I: rho = 0 (flag 1)
         assert block_incoherence(L0, 3, 2) >= G / (G - s) - 1e-12
+
+
+def test_theorem1_window_numbers():
+    """(25) at mu = r = s = 1, G = 100, a = b = 1/2: x = 0.1 < ab/(1+a)^2 = 1/9, window
+    (0.1/0.35, 0.5/1.5) = (2/7, 1/3); at G = 64, x = 0.125 > 1/9: empty."""
+    low, high = theorem1_window(1.0, 1, 1, 100, 0.5, 0.5)
+    assert low == pytest.approx(2 / 7, rel=1e-12) and high == pytest.approx(1 / 3, rel=1e-12)
+    assert theorem1_window(1.0, 1, 1, 64, 0.5, 0.5) is None
+    assert theorem1_window(1.0, 1, 0, 64, 0.5, 0.5) == (pytest.approx(0.25), np.inf)
+
+
+def test_certificate_needs_rho_prime_below_one(oracle_case):
+    """(S1.4) needs I - P_I P_U' P_I invertible: when the contaminated rows carry all of U
+    (rho' = 1) build_certificate refuses instead of solving a singular system."""
+    inst, D0, I, L0, o, lam_L, lam_S = oracle_case
+    q, r = 3, 2
+    L = o.L.copy()
+    L.reshape(I.size, q, -1)[~I] = 0.0                  # U lives on I rows only: U_I^T U_I = I
+    with pytest.raises(ValueError, match="rho' = .* must be < 1"):
+        build_certificate(L, o.S, I, q, r, lam_L, lam_S)
+
+
+def test_zero_block_threshold_is_scale_free(oracle_case):
+    """Rescaling (L', S') by c (the oracle is homogeneous) changes no residual: thresholds are
+    relative to the data, not floored at 1."""
+    inst, D0, I, L0, o, lam_L, lam_S = oracle_case
+    ref = build_certificate(o.L, o.S, I, 3, 2, lam_L, lam_S)
+    for c in (1e-12, 1e4):                 # 1e-12: every block fell below a floor of 1
+        sc = build_certificate(c * o.L, c * o.S, I, 3, 2, lam_L, lam_S)
+        assert sc.a_hat == pytest.approx(ref.a_hat, rel=1e-8)
+        assert sc.b_hat == pytest.approx(ref.b_hat, rel=1e-8)
+        assert sc.sign_ok == ref.sign_ok
+        assert lemma_s3_residual(c * o.L, c * o.S, I, 3, 2, lam_L, lam_S) == pytest.approx(
+            ref.lemma_s3_residual, rel=1e-6, abs=1e-14)
 
 
 @settings(max_examples=60, deadline=None)
@@ -151,3 +197,7 @@ def test_certificate_errors(oracle_case):
         theorem1_x(0.0, 1, 1, 10)
     with pytest.raises(ValueError, match="r must be <= "):
         block_incoherence(L0, 3, 10)
+    with pytest.raises(ValueError, match="zero_tol must be finite and > 0"):
+        lemma_s3_residual(o.L, o.S, I, 3, 2, lam_L, lam_S, zero_tol=-1.0)
+    with pytest.raises(ValueError, match="zero_tol must be finite and > 0"):
+        build_certificate(o.L, o.S, I, 3, 2, lam_L, lam_S, zero_tol=float("nan"))

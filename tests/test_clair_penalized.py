@@ -199,3 +199,95 @@ def test_input_errors():
         dual_value(D, Q, Qs * LAM_S, LAM_L * 100, LAM_S)
     with pytest.raises(ValueError, match="L must have shape"):
         penalized_objective(D, Q, D[:3], D, LAM_L, LAM_S)
+    with pytest.raises(ValueError, match="rtol must be finite and >= 0"):
+        dual_value(D, Q, np.zeros_like(D), LAM_L, LAM_S, rtol=-1.0)
+    with pytest.raises(ValueError, match="rank_tol must be finite and > 0"):
+        kkt_residuals(D, Q, D, D, LAM_L, LAM_S, rank_tol=0.0)
+
+
+@pytest.mark.parametrize("method, kw", [
+    ("cvxpy", {"max_iter": 2}), ("cvxpy", {"tol": 1e-3}), ("cvxpy", {"step": 0.1}),
+    ("cvxpy", {"check_every": 1}), ("cvxpy", {"svd": "lapack"}),
+    ("fista", {"nuclear": "normNuc"}), ("proxgrad", {"accept_inaccurate": True}),
+    ("fista", {"solver_options": {"max_iters": 5}}), ("fista", {"verbose": True})])
+def test_options_of_the_other_method_family_are_refused(method, kw):
+    """A non-default option the chosen method would ignore is an error, not a silent no-op."""
+    D = _instance(6)
+    name = next(iter(kw))
+    with pytest.raises(ValueError, match=f"{name} is only used with"):
+        solve_penalized(D, Q, LAM_L, LAM_S, method=method, **kw)
+
+
+def test_one_step_with_nonuniform_weights_is_the_hand_computed_step():
+    """Algorithm 1 from L = S = 0 with non-uniform w: t = 1/(2 max w), the gradient step (19)
+    is t P_w D, then (21): L1 = SVT(t P_w D; t lam_L), S1 = BST(t P_w D; t lam_S)."""
+    D = _instance(1)
+    w = WEIGHTS["nonuniform"]
+    one = solve_penalized(D, Q, LAM_L, LAM_S, w, method="proxgrad", tol=None, max_iter=1)
+    t = 1.0 / (2.0 * w.max())
+    M = t * D * np.repeat(w, Q)[:, None]
+    U, s, Vt = np.linalg.svd(M, full_matrices=False)
+    L1 = (U * np.maximum(s - t * LAM_L, 0.0)) @ Vt
+    Mb = M.reshape(G, Q, P)
+    n = np.linalg.norm(Mb.reshape(G, -1), axis=1)
+    S1 = (Mb * np.maximum(1.0 - t * LAM_S / n, 0.0)[:, None, None]).reshape(D.shape)
+    np.testing.assert_allclose(one.L, L1, atol=1e-12)
+    np.testing.assert_allclose(one.S, S1, atol=1e-12)
+    # a different step gives a different iterate (the default is not ignored)
+    other = solve_penalized(D, Q, LAM_L, LAM_S, w, method="proxgrad", tol=None, max_iter=1,
+                            step=0.5 * t)
+    assert np.abs(other.L - L1).max() > 1e-6
+
+
+def test_kkt_cross_terms():
+    """Z = P_w R must also satisfy P_U Z P_V⊥ = 0 and P_U⊥ Z P_V = 0 for Z in lam_L d||L||_*.
+    The point with Z = lam_L u v^T + 0.5 u x^T (x ⊥ v) passes the aligned and off-range tests
+    but is not optimal (positive duality gap)."""
+    G1, q, p = 3, 2, 3
+    w = np.ones(G1)
+    u = np.zeros(G1 * q)
+    u[0] = 1.0
+    v, x = np.eye(p)[0], np.eye(p)[1]
+    lam_L, lam_S = 1.0, 10.0
+    L = np.outer(u, v)
+    Z = lam_L * np.outer(u, v) + 0.5 * np.outer(u, x)
+    D = L + Z                                           # S = 0, R = D - L = Z (w = 1)
+    k = kkt_residuals(D, q, L, np.zeros_like(D), lam_L, lam_S, w)
+    assert k["nuclear_aligned"] < 1e-12 and k["nuclear_op"] == 0.0
+    assert k["nuclear_cross"] == pytest.approx(0.5)
+    assert duality_gap(D, q, L, np.zeros_like(D), lam_L, lam_S, w) > 0.1
+
+
+def test_scale_invariance():
+    """(7) is homogeneous: (D, lam) -> (c D, c lam) scales the objective by c^2. Stopping rule,
+    relative gap and numerical rank must not depend on c (no floors at 1)."""
+    D = _instance(0)
+    ref = solve_penalized(D, Q, LAM_L, LAM_S)
+    r = ref.rank()
+    assert r >= 1 and ref.status == "optimal"
+    for c in (1e-3, 1e3):
+        res = solve_penalized(c * D, Q, c * LAM_L, c * LAM_S)
+        assert res.status == "optimal"
+        assert res.objective == pytest.approx(c * c * ref.objective, rel=1e-6)
+        assert res.relative_gap <= 1e-8
+        assert res.gap_scale == pytest.approx(c * c * ref.gap_scale, rel=1e-12)
+        assert res.rank() == r
+        # both at relative gap 1e-8: the subspaces agree far below the 1e-4 of the CVXPY test
+        assert np.linalg.norm(res.projector(r) - ref.projector(r), 2) < 1e-5
+        k = kkt_residuals(c * D, Q, res.L, res.S, c * LAM_L, c * LAM_S)
+        assert max(k.values()) < 1e-5
+
+
+def test_fista_function_restart_on_last_iteration_still_checks_the_gap():
+    """A function restart at iteration max_iter leaves x unchanged; the gap check must still
+    run there, so a converged point is reported "optimal", not "max_iter"."""
+    D = _instance(2)
+    free = solve_penalized(D, Q, LAM_L, LAM_S, tol=None, max_iter=400)
+    obj = free.history["objective"]
+    stalls = np.flatnonzero(np.diff(obj) == 0) + 2        # iterations whose step was dropped
+    assert stalls.size, "no function restart in 400 FISTA iterations"
+    k = int(stalls[0])
+    at_k = solve_penalized(D, Q, LAM_L, LAM_S, tol=None, max_iter=k)
+    tol = 2.0 * at_k.relative_gap
+    res = solve_penalized(D, Q, LAM_L, LAM_S, tol=tol, max_iter=k, check_every=10 ** 6)
+    assert res.iterations == k and res.status == "optimal"

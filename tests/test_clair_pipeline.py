@@ -12,6 +12,7 @@ from lowrank_fl.clair.pipeline import (ClairFit, collaborative_set, detection_co
                                        oracle_fedavg, refine, refine_closed_form,
                                        subspace_projector)
 from lowrank_fl.clair.simulate import generate
+from lowrank_fl.results import ConvergenceWarning, SolverError
 
 # Noiseless instance, one contaminated client (K=8, q=4, p=6, r=2). On such instances (7) with
 # lam_S sqrt(s)/lam_L ~ 1 recovers row(A) (the notes' measured band is ~[0.7, 1.1]); (7) is the
@@ -60,6 +61,69 @@ def test_fit_output_depends_on_program_only_through_projector(noiseless):
     assert np.allclose(res.block_norms, expected, atol=1e-12)
     S_norms = np.linalg.norm(res.solution.S.reshape(G, q * p), axis=1)
     assert not np.allclose(S_norms, expected, atol=1e-6)
+
+
+def test_fit_ignores_S_hat_when_the_projector_is_fixed(noiseless, monkeypatch):
+    """Replace Ŝ (and L̂ itself) by other matrices with the same right singular subspace: the
+    collaborative set, block norms and refinement do not move (notes §8 flag 7)."""
+    import dataclasses
+
+    import lowrank_fl.clair.pipeline as pl
+
+    inst, res = noiseless
+    rng = np.random.default_rng(0)
+    real = pl._solve
+
+    def tampered(*args):
+        sol, held = real(*args)
+        S = rng.standard_normal(sol.S.shape)
+        L = 3.0 * sol.L + 0 * S                           # same Vt, other singular values
+        return dataclasses.replace(sol, S=S, L=L, singular_values=3.0 * sol.singular_values), held
+
+    monkeypatch.setattr(pl, "_solve", tampered)
+    warm = dict(SOLVE, init=(res.solution.L, res.solution.S))
+    other = fit(inst.W_hat, 2, LAM_L, LAM_L / np.sqrt(inst.s), **warm)
+    assert np.abs(other.solution.S - res.solution.S).max() > 0.1
+    np.testing.assert_allclose(other.projector, res.projector, atol=1e-10)
+    np.testing.assert_array_equal(other.benign, res.benign)
+    np.testing.assert_allclose(other.block_norms, res.block_norms, atol=1e-10)
+    np.testing.assert_allclose(other.refined, res.refined, atol=1e-10)
+
+
+def test_fit_reports_unconverged_and_refuses_diverged_solves():
+    inst = generate(8, 6, 4, 2, contaminated=1, seed=0)
+    lam_S = LAM_L / np.sqrt(inst.s)
+    with pytest.warns(ConvergenceWarning, match="CLAIR fit: .*max_iter=3") as rec:
+        res = fit(inst.W_hat, 2, LAM_L, lam_S, max_iter=3)
+    assert res.status == res.solution.status == "max_iter"
+    # the warning points at the caller's line, not inside the library
+    assert {r.filename for r in rec if r.category is ConvergenceWarning} == {__file__}
+    with pytest.raises(SolverError, match="diverged") as exc:
+        fit(inst.W_hat, 2, LAM_L, lam_S, method="proxgrad", step=1e4)
+    assert exc.value.status == "diverged"
+    assert fit(inst.W_hat, 2, LAM_L, lam_S, tol=None, max_iter=5).status == "completed"
+    with pytest.raises(TypeError, match=r"unexpected solver option\(s\) \['q'\]"):
+        fit(inst.W_hat, 2, LAM_L, lam_S, q=4)
+    with pytest.raises(TypeError, match=r"unexpected solver option\(s\) \['weight'\]"):
+        lambda_path(inst.W_hat, 2, LAM_L, [1.0], weight=1.0)
+
+
+def test_eq9_literal_sum():
+    """(9) against a literal double loop over j, k in Ĉ with the antisymmetric corrections."""
+    rng = np.random.default_rng(3)
+    K, q, p = 5, 3, 4
+    W = rng.standard_normal((K, q, p))
+    P = rng.standard_normal((p, p))
+    benign = np.array([True, False, True, True, True])
+    out = refine(W, P, benign)
+    C = np.flatnonzero(benign)
+    for k in C:
+        acc = np.zeros((q, p))
+        for j in C:
+            LA = 0.0 if j == k else (W[j] - W[k]) @ P     # L̂_A^{(j,k)} = ±(D̂ P)^{(min,max)}
+            acc += W[j] - LA
+        np.testing.assert_allclose(out[k], acc / C.size, atol=1e-12)
+    np.testing.assert_array_equal(out[1], W[1])
 
 
 def test_fit_fixed_tau_and_alpha(noiseless):
@@ -220,10 +284,12 @@ def test_rank_modes_when_lhat_vanishes_or_inflates():
     with pytest.warns(RuntimeWarning, match="numerical rank 0 < rank=2"):
         top = fit(inst.W_hat, 2, LAM_L, 0.1 * LAM_L / rs, **SOLVE)
     assert top.numerical_rank == 0 and top.rank == 2
-    num = fit(inst.W_hat, 2, LAM_L, 0.1 * LAM_L / rs, rank_mode="numerical", **SOLVE)
+    with pytest.warns(RuntimeWarning, match="P_A_hat = 0"):
+        num = fit(inst.W_hat, 2, LAM_L, 0.1 * LAM_L / rs, rank_mode="numerical", **SOLVE)
     assert num.rank == 0 and np.all(num.projector == 0)
     # ratio far above the band: rank inflation; numerical mode uses the compact SVD
-    big = fit(inst.W_hat, 2, LAM_L, 3.0 * LAM_L / rs, rank_mode="numerical", **SOLVE)
+    with pytest.warns(RuntimeWarning, match="P_A_hat = I"):
+        big = fit(inst.W_hat, 2, LAM_L, 3.0 * LAM_L / rs, rank_mode="numerical", **SOLVE)
     assert big.rank == big.numerical_rank > 2
     assert np.trace(big.projector) == pytest.approx(big.rank)
 

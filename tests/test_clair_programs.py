@@ -59,12 +59,16 @@ def test_noiseless_exact_row_space_recovery(noiseless):
     G = I.size
     assert np.linalg.norm(res.Q, 2) <= lam_L * (1 + 1e-6)
     assert np.linalg.norm(res.Q.reshape(G, -1), axis=1).max() <= lam_S * (1 + 1e-6)
-    assert np.vdot(res.Q, res.L) >= 0
+    assert np.vdot(res.Q, res.L) >= 0 and np.vdot(res.Q, D0) > 0
     # strong duality <Q, D0> = optimal value
     assert abs(res.gap) <= 1e-6 * res.objective
     # with lam_S too small the low-rank part vanishes (notes §6.12 measured: Lhat = 0)
     small = solve_noiseless(D0, Q, lam_L, 0.3 / np.sqrt(s))
     assert small.rank(1e-6, scale) == 0
+    assert small.rank() == 0                  # default reference: the stored ||D0||_op
+    # the dual's sign is fixed by <Q, D0> (= the optimal value), not by <Q, L> ~ 0 when L = 0:
+    # strong duality holds with the returned Q
+    assert np.vdot(small.Q, D0) > 0 and abs(small.gap) <= 1e-6 * small.objective
 
 
 def test_oracle_cvxpy_and_smooth(noiseless):
@@ -79,8 +83,10 @@ def test_oracle_cvxpy_and_smooth(noiseless):
     assert abs(cvx.objective - smooth.objective) <= 1e-6 * smooth.objective
     assert smooth.objective == pytest.approx(
         oracle_objective(smooth.Y, D0, Q, inst.A, I, lam_L, lam_S), rel=1e-12)
-    # strict convexity (all c_g > 0) -> unique optimizer; both solvers find it to ~1e-5
-    assert np.abs(cvx.L - smooth.L).max() < 1e-3
+    # strict convexity (all c_g > 0) -> unique optimizer. The objectives agree to ~1e-11, but the
+    # curvature is weak, so the optimizer is fixed only to ~sqrt of that (observed 2.6e-5):
+    # 2e-4 leaves a factor ~10
+    assert np.abs(cvx.L - smooth.L).max() < 2e-4
     # Lemma S1: rank r, row space = row(A), P_{I^c}(L') = L0, and L' != L0 (shift M != 0)
     L0 = D0.copy()
     L0.reshape(G, Q, P)[I] = 0.0
@@ -94,7 +100,8 @@ def test_oracle_cvxpy_and_smooth(noiseless):
     # (23) minimises over a subset of (24)'s feasible set. Here b_hat > 1 (no Prop. S1
     # certificate), and (24) is strictly lower, although it still recovers row(A) exactly
     full = solve_noiseless(D0, Q, lam_L, lam_S)
-    assert full.objective <= smooth.objective * (1 + 1e-8)
+    # (observed 0.4% lower; both solves are accurate to < 1e-8 relative)
+    assert full.objective < smooth.objective * (1 - 1e-3)
 
 
 def test_noisy_oracle_feasible_and_below_truth():
@@ -155,3 +162,40 @@ def test_program_errors(noiseless):
         r = solve_noiseless(D0, Q, 1.0, 0.2, solver="SCS", solver_options={"max_iters": 5},
                             accept_inaccurate=True)
     assert r.status == "optimal_inaccurate"
+
+
+def test_oracle_checks_are_scale_free_and_validated(noiseless):
+    inst, D0, I = noiseless
+    s = int(I.sum())
+    lam_L, lam_S = 1.0, 0.7 / np.sqrt(s)
+    noisy = D0 + 0.1 * np.random.default_rng(0).standard_normal(D0.shape)
+    # the feasibility test is relative to ||D0||: a tiny-unit infeasible D0 is still refused
+    # (a floor of 1 let ||violation|| ~ 1e-7 pass)
+    for solve in (solve_oracle, solve_oracle_smooth):
+        with pytest.raises(ValueError, match="outside row\\(A\\)"):
+            solve(1e-6 * noisy, Q, inst.A, I, lam_L, lam_S)
+    # (23) is homogeneous: D0 -> c D0 scales the optimizer by c and keeps the status
+    ref = solve_oracle_smooth(D0, Q, inst.A, I, lam_L, lam_S)
+    small = solve_oracle_smooth(1e-3 * D0, Q, inst.A, I, lam_L, lam_S)
+    assert small.status == ref.status == "optimal"
+    np.testing.assert_allclose(small.L, 1e-3 * ref.L, atol=1e-9 * np.abs(ref.L).max())
+    assert small.rank() == ref.rank() == R
+    # L-BFGS-B's own success is not enough: an unreachable gradient test gives
+    # optimal_inaccurate with a warning, a hit iteration cap gives max_iter
+    with pytest.warns(ConvergenceWarning, match="status 'optimal_inaccurate'"):
+        bad = solve_oracle_smooth(D0, Q, inst.A, I, lam_L, lam_S, grad_rtol=1e-300)
+    assert bad.status == "optimal_inaccurate"
+    with pytest.warns(ConvergenceWarning, match="status 'max_iter'"):
+        capped = solve_oracle_smooth(D0, Q, inst.A, I, lam_L, lam_S, max_iter=1)
+    assert capped.status == "max_iter"
+    for kw, match in [({"gtol": 0.0}, "gtol must be finite and > 0"),
+                      ({"max_iter": 0}, "max_iter must be >= 1"),
+                      ({"grad_rtol": -1.0}, "grad_rtol must be finite and > 0"),
+                      ({"check_tol": float("nan")}, "check_tol must be finite and > 0"),
+                      ({"init": np.zeros((2, 2))}, r"init must have shape \(\d+, 1\)")]:
+        with pytest.raises(ValueError, match=match):
+            solve_oracle_smooth(D0, Q, inst.A, I, lam_L, lam_S, **kw)
+    with pytest.raises(ValueError, match="check_tol must be finite and > 0"):
+        solve_oracle(D0, Q, inst.A, I, lam_L, lam_S, check_tol=0.0)
+    with pytest.raises(ValueError, match=r"Y must have shape \(84, 1\)"):
+        oracle_objective(np.zeros((3, 1)), D0, Q, inst.A, I, lam_L, lam_S)

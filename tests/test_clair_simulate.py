@@ -208,3 +208,20 @@ def test_simulate_errors(kwargs, exc, match):
 def test_generate_errors(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         generate(**kwargs)
+
+
+def test_instance_shapes_must_agree():
+    import dataclasses
+
+    from lowrank_fl.clair.contrasts import contaminated_pairs
+
+    inst = generate(5, 4, 3, 2, contaminated=1, seed=0)
+    with pytest.raises(ValueError, match=r"ClairInstance: B must have shape \(5, 3, 2\)"):
+        dataclasses.replace(inst, B=inst.B[:, :, :1])
+    with pytest.raises(ValueError, match=r"ClairInstance: benign must have shape \(5,\)"):
+        ClairInstance(W_hat=inst.W_hat, W=inst.W, W0=inst.W0, A=inst.A, B=inst.B,
+                      A_clients=inst.A_clients, benign=inst.benign[:4], rank=2)
+    assert dataclasses.replace(inst).K == 5
+    # contaminated pairs come from the library's own helper (one definition)
+    np.testing.assert_array_equal(inst.contaminated_pairs, contaminated_pairs(inst.benign))
+    np.testing.assert_allclose(ar1_covariance(3, 0.5)[0], [1.0, 0.5, 0.25])

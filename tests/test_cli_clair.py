@@ -4,9 +4,11 @@ import json
 import numpy as np
 import pytest
 
+from lowrank_fl.clair.cli import EXIT_UNCONVERGED
 from lowrank_fl.cli import main
 from lowrank_fl.clair.pipeline import fit
 from lowrank_fl.clair.simulate import generate
+from lowrank_fl.results import ConvergenceWarning
 
 LAM_L = 1e-3
 
@@ -122,3 +124,66 @@ def test_bad_tau_string_is_an_argparse_error(npz, tmp_path, capsys):
               "--tau", "gap", "--out", str(tmp_path / "o")])
     assert exc.value.code == 2
     assert "--tau must be a number >= 0 or one of largest-gap" in capsys.readouterr().err
+
+
+def test_unconverged_solve_exits_3_with_outputs(tmp_path, npz, instance, capsys):
+    out = tmp_path / "o3"
+    with pytest.warns(ConvergenceWarning, match="max_iter=2"):
+        code = main(["clair", "fit", str(npz), "--rank", "2", "--lam-L", str(LAM_L),
+                     "--lam-S", repr(_lam_S(instance)), "--max-iter", "2", "--out", str(out)])
+    assert code == EXIT_UNCONVERGED == 3
+    assert "did not converge (status max_iter)" in capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "max_iter" and summary["iterations"] == 2
+    assert (out / "refined.npz").is_file()
+
+
+def test_iterative_options_with_cvxpy_exit_2(tmp_path, npz, capsys):
+    code = main(["clair", "fit", str(npz), "--rank", "2", "--lam-L", "1", "--lam-S", "1",
+                 "--method", "cvxpy", "--max-iter", "2", "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "max_iter is only used with iterative methods" in capsys.readouterr().err
+
+
+def test_npy_input_is_explained(tmp_path, instance, capsys):
+    path = tmp_path / "W.npy"
+    np.save(path, instance.W_hat)
+    code = main(["clair", "fit", str(path), "--rank", "1", "--lam-L", "1", "--lam-S", "1",
+                 "--out", str(tmp_path / "o")])
+    assert code == 2
+    assert "not an .npz archive: expected an .npz holding an array named 'W_hat'" in \
+        capsys.readouterr().err
+
+
+def test_help_documents_exit_status(capsys):
+    with pytest.raises(SystemExit):
+        main(["clair", "fit", "--help"])
+    assert "exit status: 0 converged; 3 solver stopped unconverged" in capsys.readouterr().out
+
+
+def test_verify_import_errors_are_not_swallowed(monkeypatch):
+    """Only the absence of the verify package itself is tolerated."""
+    import builtins
+
+    from lowrank_fl.cli import build_parser
+
+    real_import = builtins.__import__
+
+    def fake(name, *args, **kwargs):
+        if name == "verify" or name.startswith("verify."):
+            raise ModuleNotFoundError("No module named 'scipy_missing'", name="scipy_missing")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake)
+    with pytest.raises(ModuleNotFoundError, match="scipy_missing"):
+        build_parser()
+
+    def absent(name, *args, **kwargs):
+        if name == "verify" or name.startswith("verify."):
+            raise ModuleNotFoundError("No module named 'verify'", name="verify")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", absent)
+    parser = build_parser()
+    assert "clair" in parser._subparsers._group_actions[0].choices
+    assert "verify" not in parser._subparsers._group_actions[0].choices

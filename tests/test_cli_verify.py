@@ -62,7 +62,8 @@ def test_verify_writes_the_report(dummy_registry, tmp_path, capsys):
     assert all(s.startswith("data:image/png;base64,") for s in re.findall(r'src="([^"]*)"', page))
     doc = json.loads((out / "results.json").read_text())
     assert doc["scale"] == "smoke" and doc["backend"] == "sequential"
-    assert {"python", "numpy", "scipy", "cvxpy", "lowrank_fl", "platform"} <= set(doc["versions"])
+    assert {"python", "numpy", "scipy", "cvxpy", "clarabel", "scs", "joblib", "lowrank_fl",
+            "platform"} <= set(doc["versions"])
     assert [c["id"] for c in doc["claims"]] == ["clair.dummy.table", "fedrep.dummy.mean",
                                                 "flute.dummy.raises", "rolora.dummy.erratum"]
     for c in doc["claims"]:

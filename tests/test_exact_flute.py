@@ -175,7 +175,7 @@ def test_entry_time_bound_formula():
     assert np.isclose(val, np.log(4 / (4 * 1e-4)) / (2 * np.log(1.2)))
     with pytest.raises(ValueError, match="sigmak0 must be finite and > 0"):
         ex.entry_time_bound(s, 2, 0.1, 0.0)
-    with pytest.raises(ValueError, match="eta must be finite and > 0"):
+    with pytest.raises(ValueError, match="step_size must be finite and > 0"):
         ex.entry_time_bound(s, 2, -0.1, 0.1)
 
 
@@ -240,3 +240,22 @@ def test_nuclear_relaxation_estimate_recovers_subspace_and_agrees_with_cvxpy():
     assert Zp.shape == (5, 6)
     with pytest.raises(ValueError, match="solver must be one of"):
         ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, solver="admm")
+
+
+def test_theta_step_and_altmin_erm_validation():
+    p = underparameterized(4, 3, 2, samples_per_client=1, seed=0)
+    with pytest.raises(ValueError, match="X must have N >= k samples per client"):
+        ex.altmin_erm(p.X, p.y, 2)
+    T = np.ones((8, 2))
+    with pytest.raises(ValueError, match="step_size must be finite and > 0"):
+        ex.theta_step(T, np.ones(8), 0.0)
+    with pytest.raises(ValueError, match=r"lam_tilde must have shape \(8\)"):
+        ex.theta_step(T, np.ones(7), 0.1)
+
+
+def test_embed_factors_equals_theta_embedding():
+    p = underparameterized(5, 7, 2, seed=2)
+    rng = np.random.default_rng(0)
+    B, W = rng.standard_normal((5, 2)), rng.standard_normal((2, 7))
+    U, _, V = ex._padded_svd(p.Phi)
+    np.testing.assert_array_equal(ex.embed_factors(B, W, U, V), ex.theta_embedding(B, W, p.Phi))

@@ -136,3 +136,20 @@ def test_bad_input(call, err, match):
     X, y = p.sample(5, seed=0)
     with pytest.raises(err, match=match):
         call(X, y)
+
+
+def test_shared_head_and_representation_solvers():
+    from lowrank_fl.exact.multitask import gram_heads, least_squares_heads, representation_step
+
+    p = multitask_linear(7, 2, 5, samples_per_client=9, noise=0.3, seed=3)
+    B = np.linalg.qr(np.random.default_rng(1).standard_normal((7, 2)))[0]
+    gram = np.einsum("nmd,nme->nde", p.X, p.X)
+    xty = np.einsum("nmd,nm->nd", p.X, p.y)
+    ref = np.stack([np.linalg.lstsq(p.X[i] @ B, p.y[i], rcond=None)[0] for i in range(5)])
+    # three routes to the same normal equations, O(1) entries: agreement to 1e-10
+    np.testing.assert_allclose(least_squares_heads(p.X @ B, p.y), ref, atol=1e-10)
+    np.testing.assert_allclose(gram_heads(B, gram, xty), ref, atol=1e-10)
+    # representation step: the gradient of sum_i ||X_i B w_i - y_i||^2 in B vanishes there
+    Bn = representation_step(ref, gram, xty)
+    grad = sum(np.outer(p.X[i].T @ (p.X[i] @ Bn @ ref[i] - p.y[i]), ref[i]) for i in range(5))
+    assert np.max(np.abs(grad)) < 1e-10

@@ -92,8 +92,27 @@ def test_step_bounds_rates_and_iteration_counts():
         step_size_bound(0.0)
     with pytest.raises(ValueError, match="c must lie in"):
         iterations_bound(1.5, 0.5, 1e-3)
-    with pytest.raises(ValueError, match="eta must be finite and > 0"):
+    with pytest.raises(ValueError, match="step_size must be finite and > 0"):
         rolora_population_recursion(0.5, 1.0, 0.0, 3)
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: local_b_solve(np.zeros((2, 3, 4)), np.zeros((2, 3, 5)), np.ones(4)), r"Y must have shape \(2, 3, 4\)"),
+    (lambda: local_b_solve(np.ones((2, 3, 4)), np.ones((2, 3, 4)), np.ones(3)), r"a must have shape \(4\)"),
+    (lambda: local_b_solve(np.ones((2, 3)), np.ones((2, 3)), np.ones(3)), "X must have 3 dimensions"),
+    (lambda: local_b_solve(np.r_[np.ones((1, 3, 4)), np.zeros((1, 3, 4))], np.ones((2, 3, 4)), np.ones(4)),
+     r"X_i a must be non-zero for every client .* clients \[1\]"),
+    (lambda: global_b_solve(np.zeros((2, 3, 4)), np.ones((2, 3, 4)), np.ones(4)), "X a must be non-zero"),
+    (lambda: population_b(np.ones((2, 3)), np.ones(3), np.zeros(3)), "a must be non-zero"),
+    (lambda: population_b(np.ones((2, 3)), np.ones(4), np.ones(3)), r"a_star must have shape \(3\)"),
+    (lambda: expected_gradient_a(np.ones(3), np.ones(2), np.ones(3), np.ones(3)), r"b_bar must have shape \(3\)"),
+    (lambda: rate_bound_homogeneous(-0.1, 0.5, 1.0), "step_size must be finite and > 0"),
+    (lambda: rate_bound_homogeneous(0.1, 1.5, 1.0), "delta0 must lie in"),
+    (lambda: rate_bound_heterogeneous(0.1, 0.5, -1.0), "b_bar_norm must be finite and >= 0"),
+])
+def test_reference_input_errors(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
 
 
 def test_reduced_rank_regression():

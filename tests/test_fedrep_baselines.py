@@ -39,6 +39,27 @@ def test_fedsgd_diverges_with_huge_step():
     p = multitask_linear(8, 2, 30, samples_per_client=10, seed=2)
     tr = fedsgd(p, 200, 50.0, seed=0)
     assert tr.status == "diverged" and tr.diverged_at is not None and tr.heads is None
+    # the returned model is the last finite one, and loss[t-1] is its loss
+    assert np.all(np.isfinite(tr.B)) and np.all(np.isfinite(tr.extra["w"]))
+    t = tr.diverged_at - 1
+    assert tr.loss[t] == pytest.approx(p.population_loss(tr.B, np.tile(tr.extra["w"], (30, 1))), rel=1e-12)
+
+
+def test_sum_aggregation_is_participants_times_mean():
+    # the notebook sums client gradients: identical to the mean with a step c times larger
+    p = multitask_linear(8, 2, 30, samples_per_client=10, seed=2)
+    s = fedsgd(p, 5, 0.01, participation=0.5, aggregation="sum", seed=3)
+    m = fedsgd(p, 5, 0.01 * 15, participation=0.5, seed=3)
+    np.testing.assert_allclose(s.B, m.B, atol=1e-12)
+    np.testing.assert_allclose(s.extra["w"], m.extra["w"], atol=1e-12)
+
+
+def test_fedsgd_loss_convention():
+    # loss = population_loss(B, w for every client); personalized heads' loss in extra
+    p = multitask_linear(8, 2, 30, samples_per_client=10, noise=0.2, seed=2)
+    tr = fedsgd(p, 10, 0.1, seed=0)
+    assert tr.loss[-1] == pytest.approx(p.population_loss(tr.B, np.tile(tr.extra["w"], (30, 1))), rel=1e-12)
+    assert tr.extra["personalized_loss"] == pytest.approx(p.population_loss(tr.B, tr.heads), rel=1e-12)
 
 
 @pytest.mark.parametrize("kwargs, err, match", [
@@ -46,13 +67,17 @@ def test_fedsgd_diverges_with_huge_step():
     (dict(participation=2.0), ValueError, "participation must lie in"),
     (dict(head_ridge=-1.0), ValueError, "head_ridge must be finite and >= 0"),
     (dict(batch_size=0, fresh_samples=True), ValueError, "batch_size must be >= 1"),
+    (dict(batch_size=5), ValueError, "batch_size applies to fresh samples only"),
+    (dict(fresh_samples="no"), TypeError, "fresh_samples must be a bool"),
+    (dict(aggregation="median"), ValueError, "aggregation must be one of"),
+    (dict(rounds=-1), ValueError, "rounds must be >= 0"),
 ])
 def test_fedsgd_bad_input(kwargs, err, match):
     p = multitask_linear(8, 2, 30, samples_per_client=10, seed=2)
-    args = dict(step_size=0.1)
+    args = dict(step_size=0.1, rounds=3)
     args.update(kwargs)
     with pytest.raises(err, match=match):
-        fedsgd(p, 3, args.pop("step_size"), **args)
+        fedsgd(p, args.pop("rounds"), args.pop("step_size"), **args)
 
 
 def test_fedsgd_needs_data_and_problem():

@@ -4,6 +4,8 @@ import pytest
 from lowrank_fl.algorithms.flute import flute, flute_init
 from lowrank_fl.algorithms.flute_baselines import fedrep_flute_baseline
 from lowrank_fl.exact import flute as ex
+from lowrank_fl.exact.multitask import fit_heads, method_of_moments
+from lowrank_fl.linalg import subspace_distance
 from lowrank_fl.problems.underparameterized import underparameterized
 
 
@@ -95,16 +97,27 @@ def test_fixed_dataset_converges_to_empirical_erm(data):
 
 
 def test_fresh_samples_reproducible_and_schedule(data):
-    a = flute(data, 5, 0.02, seed=4)
-    b = flute(data, 5, 0.02, seed=4)
-    c = flute(data, 5, 0.02, seed=5)
+    a = flute(data, 5, 0.02, fresh_samples=True, seed=4)
+    b = flute(data, 5, 0.02, fresh_samples=True, seed=4)
+    c = flute(data, 5, 0.02, fresh_samples=True, seed=5)
     np.testing.assert_array_equal(a.B, b.B)
     assert not np.allclose(a.B, c.B)
     assert a.extra["data_mode"] == "fresh"
+    # the per-round schedule is used: a constant schedule equals the scalar, another one differs
     g = flute(data, 3, 0.02, samples=[5, 10, 20], seed=4)
-    assert g.status == "completed"
+    h = flute(data, 3, 0.02, samples=[9, 9, 9], seed=4)
+    np.testing.assert_array_equal(h.B, flute(data, 3, 0.02, samples=9, seed=4).B)
+    assert g.extra["data_mode"] == "fresh" and not np.allclose(g.B, h.B)
     f = flute(data, 3, 0.02, fresh_samples=False)
     assert f.extra["data_mode"] == "fixed"
+
+
+def test_default_data_mode_matches_the_fedrep_baseline(data, pop):
+    # default: the problem's fixed dataset if it has one (as fedrep_flute_baseline), fresh draws
+    # when samples are given, population gradients otherwise
+    assert flute(data, 1, 0.02, seed=0).extra["data_mode"] == "fixed"
+    assert flute(data, 1, 0.02, samples=4, seed=0).extra["data_mode"] == "fresh"
+    assert flute(pop, 1, 0.02, seed=0).extra["data_mode"] == "population"
 
 
 def test_bytes_and_theta_record(pop):
@@ -127,7 +140,9 @@ def test_default_init_scale_and_loss(pop):
 @pytest.mark.parametrize("kwargs, err, match", [
     (dict(step_size=0.0), ValueError, "step_size must be finite and > 0"),
     (dict(step_size=-1.0), ValueError, "step_size must be finite and > 0"),
-    (dict(rounds=0), ValueError, "rounds must be >= 1"),
+    (dict(rounds=-1), ValueError, "rounds must be >= 0"),
+    (dict(fresh_samples="no"), TypeError, "fresh_samples must be a bool or None"),
+    (dict(record_theta=1), TypeError, "record_theta must be a bool"),
     (dict(normalization="paper"), ValueError, "normalization must be one of"),
     (dict(aggregation="median"), ValueError, "aggregation must be one of"),
     (dict(gamma1=-0.1), ValueError, "gamma1 must be finite and >= 0"),
@@ -168,4 +183,34 @@ def test_baseline_options(data):
     with pytest.raises(ValueError, match="init must be one of"):
         fedrep_flute_baseline(data, 3, 0.1, init="spectral")
     fr = fedrep_flute_baseline(data, 3, 0.1, fresh_samples=True, seed=1)
-    assert fr.status == "completed"
+    fr2 = fedrep_flute_baseline(data, 3, 0.1, fresh_samples=True, seed=1)
+    np.testing.assert_array_equal(fr.B, fr2.B)                      # reproducible
+    assert not np.allclose(fr.B @ fr.B.T, mom.B @ mom.B.T)          # not the fixed data
+    # with fresh samples the moment initialization is drawn on a fresh batch too
+    fr0 = fedrep_flute_baseline(data, 0, 0.1, fresh_samples=True, seed=1)
+    assert subspace_distance(fr0.B, method_of_moments(data.X, data.y, 2)) > 1e-3
+    with pytest.raises(TypeError, match="fresh_samples must be a bool"):
+        fedrep_flute_baseline(data, 3, 0.1, fresh_samples=None)
+
+
+def test_baseline_trace_belongs_to_returned_model(data):
+    # regression: distance[t] used to score B^(t-1), and loss[-1] the heads of the old B
+    tr = fedrep_flute_baseline(data, 4, 0.1, init="random", seed=0)
+    assert tr.distance[-1] == pytest.approx(subspace_distance(data.U_k, tr.B), abs=1e-12)
+    assert tr.loss[-1] == pytest.approx(data.population_loss(tr.B, tr.heads), rel=1e-12)
+    np.testing.assert_allclose(tr.heads, fit_heads(tr.B, data.X, data.y), atol=1e-10)
+
+
+def test_zero_rounds_is_the_initialization(pop, data):
+    tr = flute(pop, 0, 0.03, seed=0)
+    B0, W0 = flute_init(8, 2, 10, 1 / 80, seed=0)
+    np.testing.assert_array_equal(tr.B, B0)
+    assert tr.loss.shape == (1,) and tr.bytes_up.shape == (0,)
+    base = fedrep_flute_baseline(data, 0, 0.1, seed=0)
+    assert subspace_distance(base.B, method_of_moments(data.X, data.y, 2)) < 1e-12
+
+
+def test_divergence_returns_last_finite_iterate(pop):
+    tr = flute(pop, 400, 0.03, gamma1=0.8, seed=0)
+    assert tr.status == "diverged"
+    assert np.all(np.isfinite(tr.B)) and np.all(np.isfinite(tr.extra["W"]))

@@ -82,3 +82,33 @@ def test_span_mode_scores_collapsed_iterates():
         la.subspace_distance(truth, V), abs=1e-12)
     with pytest.raises(ValueError, match="rank_deficient must be"):
         la.subspace_distance(truth, V, rank_deficient="ignore")
+
+
+def test_block_helpers_validate_their_input():
+    M = np.ones((3, 2, 2))
+    with pytest.raises(ValueError, match=r"tau must be a scalar or have shape \(3,\) .* got "
+                                         r"shape \(2,\)"):
+        la.block_soft_threshold(M, np.ones(2))
+    with pytest.raises(ValueError, match="tau must be non-negative, got minimum -0.5"):
+        la.block_soft_threshold(M, np.array([1.0, -0.5, 0.0]))
+    with pytest.raises(ValueError, match="tau must be finite"):
+        la.block_soft_threshold(M, np.nan)
+    with pytest.raises(ValueError, match="M must have 3 dimensions"):
+        la.block_soft_threshold(np.ones((2, 2)), 0.1)
+    with pytest.raises(ValueError, match="M must be finite"):
+        la.block_norms(np.full((2, 1, 1), np.inf))
+    # per-block thresholds: block g shrinks by tau_g (norm 2 each)
+    out = la.block_soft_threshold(M, np.array([0.0, 1.0, 3.0]))
+    np.testing.assert_allclose(la.block_norms(out), [2.0, 1.0, 0.0])
+
+
+def test_spectral_and_nuclear_norm_validate():
+    M = np.diag([3.0, 1.0])
+    assert la.spectral_norm(M) == pytest.approx(3.0) and la.nuclear_norm(M) == pytest.approx(4.0)
+    assert la.spectral_norm(np.zeros((0, 3))) == 0.0 == la.nuclear_norm(np.zeros((3, 0)))
+    with pytest.raises(ValueError, match="M must have 2 dimensions"):
+        la.spectral_norm(np.ones(3))
+    with pytest.raises(ValueError, match="A must be finite"):
+        la.nuclear_norm(np.full((2, 2), np.nan), name="A")
+    with pytest.raises(TypeError, match="M must be a real numeric array"):
+        la.spectral_norm(np.eye(2) * 1j)

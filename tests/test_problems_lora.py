@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from lowrank_fl.problems.lora import (angle_distance, init_at_angle, lora_matrix_problem, random_unit,
-                                      rank_one_lora)
+from lowrank_fl.problems.lora import (LoRAMatrixProblem, RankOneLoRAProblem, angle_distance, init_at_angle,
+                                      lora_matrix_problem, random_unit, rank_one_lora, spread_exactly)
 
 
 @settings(max_examples=30, deadline=None)
@@ -107,3 +107,64 @@ def test_other_errors():
         init_at_angle(np.ones(1), 0.5)
     with pytest.raises(ValueError, match="m must be >= 1"):
         rank_one_lora(3, 2, seed=0).sample(0)
+
+
+def test_angle_distance_zero_and_nonfinite():
+    a_star = random_unit(5, 0)
+    # a zero a spans nothing: a* lies entirely outside its span (distance 1, the
+    # subspace_distance(..., rank_deficient="span") rule for iterates that lost rank)
+    assert angle_distance(np.zeros(5), a_star) == 1.0
+    assert np.isnan(angle_distance(np.full(5, np.nan), a_star))
+    with pytest.raises(ValueError, match="a and a_star must be vectors of the same length"):
+        angle_distance(np.ones(4), a_star)
+
+
+def _rank_one(**kw):
+    base = rank_one_lora(4, 3, gamma=0.5, seed=0)
+    args = dict(a_star=base.a_star, b_star=base.b_star, gamma=0.5)
+    args.update(kw)
+    return RankOneLoRAProblem(**args)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(a_star=2 * np.eye(4)[0]), "a_star must be a unit vector, got norm 2"),
+    (dict(a_star=np.eye(3)[0]), r"b_star must have shape \(\?, 3\)"),
+    (dict(a_star=np.ones(1)), "a_star must have at least 2 entries"),
+    (dict(gamma=0.9), r"gamma must equal the spread .* got gamma=0.9 but the spread is 0.5"),
+    (dict(gamma=-0.5), "gamma must be finite and >= 0"),
+    (dict(noise=-1.0), "noise must be finite and >= 0"),
+    (dict(X=np.zeros((3, 2, 4))), "X and Y must be given together"),
+    (dict(X=np.zeros((3, 2, 4)), Y=np.zeros((3, 2, 5))), r"Y must have shape \(3, 2, 4\)"),
+    (dict(X=np.zeros((2, 2, 4)), Y=np.zeros((2, 2, 4))), r"X must have shape \(3, \?, 4\)"),
+])
+def test_rank_one_problem_validation(kw, match):
+    assert _rank_one().gamma == 0.5          # the base instance itself is valid
+    with pytest.raises(ValueError, match=match):
+        _rank_one(**kw)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(A_star=np.ones((5, 2))), "A_star must have orthonormal columns"),
+    (dict(A_star=np.eye(6)[:, :2]), r"B_star must have shape \(\?, 2, 6\)"),
+    (dict(gamma=2.0), "gamma must equal the spread"),
+])
+def test_matrix_problem_validation(kw, match):
+    base = lora_matrix_problem(5, 3, 2, gamma=0.7, seed=1)
+    args = dict(A_star=base.A_star, B_star=base.B_star, gamma=base.gamma)
+    LoRAMatrixProblem(**args)
+    args.update(kw)
+    with pytest.raises(ValueError, match=match):
+        LoRAMatrixProblem(**args)
+    with pytest.raises(ValueError, match=r"A must have shape \(5, r\) and B shape \(r, 5\)"):
+        base.loss(np.ones((5, 2)), np.ones((3, 5)))
+
+
+def test_spread_exactly_errors_and_haar_draw():
+    with pytest.raises(ValueError, match="Z must have at least two distinct rows when gamma > 0"):
+        spread_exactly(np.zeros(3), np.ones((4, 3)), 0.5)
+    with pytest.raises(ValueError, match=r"Z must have shape \(N, \*\(3,\)\)"):
+        spread_exactly(np.zeros(3), np.ones((4, 2)), 0.5)
+    # A* is the shared Haar draw of the multitask module (same generator, same numbers)
+    from lowrank_fl.problems.multitask import haar_orthonormal
+    np.testing.assert_array_equal(lora_matrix_problem(6, 3, 2, seed=4).A_star,
+                                  haar_orthonormal(6, 2, np.random.default_rng(4)))

@@ -109,3 +109,29 @@ def test_dataclass_errors():
                                   X=np.zeros((3, 3, 5)), y=np.zeros((3, 3)))
     with pytest.raises(ValueError, match="m must be >= 1"):
         p.sample(0)
+
+
+def test_population_loss_closed_form_matches_monte_carlo():
+    p = underparameterized(5, 4, 2, noise=0.5, seed=3)
+    rng = np.random.default_rng(0)
+    B, H = rng.standard_normal((5, 2)), rng.standard_normal((4, 2))
+    exact = p.population_loss(B, H)
+    assert exact == pytest.approx(p.population_loss(B, H, excess=True) + 0.25, rel=1e-12)
+    X, y = p.sample(20000, seed=1)
+    mc = float(np.mean((y - np.einsum("imd,id->im", X, H @ B.T)) ** 2))
+    # 80k squared residuals: relative sd of their mean ~ sqrt(2/8e4) ~ 0.005; 0.03 is > 5 sd
+    assert mc == pytest.approx(exact, rel=0.03)
+    assert p.population_loss(p.U_k, (p.spectrum[:2, None] * p.V[:2]).T) == pytest.approx(p.floor / 4 + 0.25)
+    with pytest.raises(ValueError, match=r"heads must have shape \(4, 2\)"):
+        p.population_loss(B, H.T)
+
+
+def test_dataset_mixin_messages():
+    p = underparameterized(5, 4, 2, seed=0)
+    with pytest.raises(ValueError, match="needs a fixed dataset; this problem has no fixed dataset"):
+        p.require_dataset("this step")
+    q = underparameterized(5, 4, 2, samples_per_client=3, seed=0)
+    X, y = q.require_dataset("this step")
+    assert X.shape == (4, 3, 5) and y.shape == (4, 3) and q.samples_per_client == 3
+    with pytest.raises(ValueError, match=r"y must have shape \(4, 3\)"):
+        UnderparameterizedProblem(U=q.U, spectrum=q.spectrum, V=q.V, k=2, X=q.X, y=q.y[:, :2])

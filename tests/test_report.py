@@ -4,7 +4,9 @@ from __future__ import annotations
 import base64
 import json
 import re
+from importlib import metadata
 
+import joblib
 import numpy as np
 import pytest
 
@@ -83,8 +85,12 @@ def test_results_json_fields(report):
     out, results, _ = report
     doc = json.loads((out / "results.json").read_text())
     assert doc["scale"] == "smoke" and doc["base_seed"] == 0
-    assert set(doc["versions"]) >= {"python", "numpy", "scipy", "cvxpy", "lowrank_fl", "platform"}
+    assert set(doc["versions"]) >= {"python", "numpy", "scipy", "cvxpy", "clarabel", "scs", "joblib",
+                                    "lowrank_fl", "platform"}
     assert doc["versions"]["numpy"] == np.__version__
+    assert doc["versions"]["scs"] == metadata.version("scs")
+    assert doc["versions"]["clarabel"] == metadata.version("clarabel")
+    assert doc["versions"]["joblib"] == joblib.__version__
     assert doc["totals"] == {"holds": 2, "fails": 0, "inconclusive": 1, "erratum confirmed": 1,
                              "errors": 1, "claims": 4}
     required = {"id", "paper", "reference", "kind", "verdict", "measured", "predicted", "seeds",
@@ -109,6 +115,44 @@ def test_figures_saved_elsewhere_are_copied(tmp_path):
     assert (out / "figures" / "fedrep.dummy.mean.png").read_bytes() == \
         (runs / "figures" / "fedrep.dummy.mean.png").read_bytes()
     assert 'src="data:image/png;base64,' in (out / "index.html").read_text()
+
+
+def _png(path, value):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.plot([0, value])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path.read_bytes()
+
+
+def test_figures_with_the_same_name_do_not_overwrite_each_other(tmp_path):
+    """Two external figures named plot.png (and one already in the report) keep distinct files."""
+    out = tmp_path / "report"
+    a = _png(tmp_path / "a" / "plot.png", 1.0)
+    b = _png(tmp_path / "b" / "plot.png", 2.0)
+    inside = _png(out / "figures" / "plot.png", 3.0)
+    assert len({a, b, inside}) == 3
+    c = dummy_claims()[1]
+    results = [(c, Evidence(verdict="holds", summary="a", figure=str(tmp_path / "a" / "plot.png"))),
+               (c, Evidence(verdict="holds", summary="b", figure=str(tmp_path / "b" / "plot.png"))),
+               (c, Evidence(verdict="holds", summary="in", figure="figures/plot.png")),
+               (c, Evidence(verdict="holds", summary="a again", figure=str(tmp_path / "a" / "plot.png")))]
+    paths = write_report(results, out, "smoke", meta={"versions": {}})
+    doc = json.loads((out / "results.json").read_text())
+    names = [entry["figure"] for entry in doc["claims"]]
+    assert names[2] == "figures/plot.png" and names[0] == names[3]  # in place; same source, one copy
+    assert len(set(names)) == 3 and all(n.startswith("figures/plot") for n in names)
+    assert [(out / n).read_bytes() for n in names] == [a, b, inside, a]
+    assert len(paths["figures"]) == 4 and len(list((out / "figures").glob("*.png"))) == 3
+    page = (out / "index.html").read_text()
+    embedded = [base64.b64decode(x) for x in re.findall(r'src="data:image/png;base64,([^"]*)"', page)]
+    assert embedded == [a, b, inside, a]
 
 
 def test_missing_figure_is_reported_not_fatal(tmp_path):

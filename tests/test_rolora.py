@@ -129,11 +129,25 @@ def test_rolora_divergence_is_reported():
     tr = rolora(big, 20, 1e150, seed=9)
     assert tr.status == "diverged" and tr.diverged_at == 1
     assert np.all(np.isnan(tr.distance[1:])) and np.isfinite(tr.distance[0])
+    # the returned model is the last finite iterate (here the initialization, round 0)
+    ref = rolora(big, 0, 1e150, seed=9)
+    assert np.array_equal(tr.a, ref.a) and np.array_equal(tr.b, ref.b)
 
 
 def test_fedavg_divergence_is_reported(pop):
     tr = fedavg_lora(pop, 50, 5.0, local_steps=2, seed=10)
     assert tr.status == "diverged" and 1 <= tr.diverged_at <= 50
+    assert np.all(np.isfinite(tr.a)) and np.all(np.isfinite(tr.b))
+    ref = fedavg_lora(pop, tr.diverged_at - 1, 5.0, local_steps=2, seed=10)
+    assert ref.status == "completed"
+    assert np.array_equal(tr.a, ref.a) and np.array_equal(tr.b, ref.b)
+
+
+def test_ffa_gd_divergence_keeps_last_finite_b(pop):
+    tr = ffa_lora(pop, 60, delta0=0.3, local="gd", local_steps=3, step_size=50.0, seed=0)
+    assert tr.status == "diverged" and np.all(np.isfinite(tr.b))
+    ref = ffa_lora(pop, tr.diverged_at - 1, delta0=0.3, local="gd", local_steps=3, step_size=50.0, seed=0)
+    assert np.array_equal(tr.b, ref.b)
 
 
 # ------------------------------------------------------------------------------------------ FFA / FedAvg
@@ -185,10 +199,49 @@ def test_rolora_matrix_aggregation_is_exact_every_round():
     assert np.max(tr.extra["relative_aggregation_error"]) <= 1e-12
     fed = federated_lora_matrix(p, 12, 0.05, method="fedavg", local_steps=4, seed=16)
     assert np.max(fed.extra["relative_aggregation_error"]) > 1e-6
-    flex = federated_lora_matrix(p, 12, 0.05, method="flexlora", local_steps=4, seed=16)
-    assert flex.loss[-1] < flex.loss[0]
     # RoLoRA sends one factor per round: half of FedAvg's uplink
     assert np.sum(tr.bytes_up) * 2 == pytest.approx(np.sum(fed.bytes_up))
+
+
+def test_flexlora_server_is_truncated_svd_of_exact_aggregate():
+    # per-client loop reference: GD on both factors, server = best rank-r approximation of
+    # mean_i A_i B_i (Eckart-Young); the recorded aggregation error is then the SVD tail
+    p = lora_matrix_problem(8, 5, 2, gamma=0.8, seed=15)
+    rng = np.random.default_rng(3)
+    A0, B0 = rng.standard_normal((8, 2)) / np.sqrt(8), 0.1 * rng.standard_normal((2, 8))
+    rounds, eta, K = 3, 0.05, 4
+    flex = federated_lora_matrix(p, rounds, eta, method="flexlora", local_steps=K, A0=A0, B0=B0)
+    A, B = A0.copy(), B0.copy()
+    for t in range(1, rounds + 1):
+        prods = []
+        for i in range(p.n_clients):
+            Ai, Bi = A.copy(), B.copy()
+            for _ in range(K):
+                R = p.targets[i] - Ai @ Bi
+                Ai, Bi = Ai + 2 * eta * R @ Bi.T, Bi + 2 * eta * Ai.T @ R
+            prods.append(Ai @ Bi)
+        exact = np.mean(prods, axis=0)
+        U, sv, Vt = np.linalg.svd(exact)
+        A, B = U[:, :2] * np.sqrt(sv[:2]), np.sqrt(sv[:2])[:, None] * Vt[:2]
+        # aggregation error = Eckart-Young tail; both O(1) norms of the same SVD: 1e-10 relative
+        assert flex.extra["aggregation_error"][t] == pytest.approx(np.sqrt(np.sum(sv[2:] ** 2)), rel=1e-10)
+    # the balanced factors are unique up to the signs of singular-vector pairs: compare products
+    np.testing.assert_allclose(flex.a @ flex.b, A @ B, atol=1e-12)
+    assert flex.loss[-1] == pytest.approx(p.loss(A, B), rel=1e-10)
+
+
+def test_matrix_rank_deficient_A_is_at_distance_one():
+    p = lora_matrix_problem(6, 3, 2, seed=19)
+    tr = federated_lora_matrix(p, 0, 0.1, A0=np.ones((6, 2)))
+    assert tr.distance[0] == 1.0 and tr.status == "completed"
+
+
+def test_matrix_divergence_keeps_last_finite_factors():
+    p = lora_matrix_problem(6, 3, 2, seed=19)
+    tr = federated_lora_matrix(p, 40, 10.0, method="fedavg", B0=np.ones((2, 6)), seed=20)
+    ref = federated_lora_matrix(p, tr.diverged_at - 1, 10.0, method="fedavg", B0=np.ones((2, 6)), seed=20)
+    assert np.all(np.isfinite(tr.a)) and np.array_equal(tr.a, ref.a) and np.array_equal(tr.b, ref.b)
+
 
 
 def test_ffa_matrix_converges_to_frozen_optimum():
@@ -239,6 +292,14 @@ def test_errors(pop, data):
         ffa_lora(pop, 3, local="adam")
     with pytest.raises(ValueError, match="step_size is required for local='gd'"):
         ffa_lora(pop, 3, local="gd")
+    with pytest.raises(ValueError, match="step_size applies to local='gd' only"):
+        ffa_lora(pop, 3, step_size=0.1)
+    with pytest.raises(ValueError, match="local_steps applies to local='gd' only"):
+        ffa_lora(pop, 3, local_steps=5)
+    with pytest.raises(TypeError, match="normalize must be a bool"):
+        rolora(pop, 3, 0.1, normalize="no")
+    with pytest.raises(TypeError, match="normalize must be a bool"):
+        fedavg_lora(pop, 3, 0.1, normalize=1)
     with pytest.raises(ValueError, match=r"b0 must have shape \(12\)"):
         fedavg_lora(pop, 3, 0.1, b0=np.ones(3))
     p = lora_matrix_problem(5, 3, 2, seed=0)

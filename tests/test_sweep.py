@@ -2,14 +2,15 @@
 from __future__ import annotations
 
 import pickle
+import zlib
 from collections import Counter
 
 import joblib
 import numpy as np
 import pytest
 
-from _dummy_tasks import executions, noisy_task
-from verify.claim import Context
+from _dummy_tasks import REUSE, TWO_MAPS, executions, noisy_task
+from verify.claim import Context, _seed_for
 from verify.sweep import Sweep, SweepTaskError, code_version
 
 GRID = [{"x": x} for x in range(4)]
@@ -162,10 +163,83 @@ def test_context_map_goes_through_the_cached_sweep(tmp_path):
     assert len(set(ctx.seeds_used)) == 4
 
 
+# ----------------------------------------------------------------------------- seeds
+def test_two_maps_in_one_claim_get_distinct_seeds():
+    """Before the map counter, the second map replayed the first one's seeds (and numbers)."""
+    ctx = Context().for_claim("fedrep.two")
+    a = ctx.map(noisy_task, GRID[:2], replicates=2)
+    b = ctx.map(noisy_task, GRID[:2], replicates=2)
+    first, second = ctx.seeds_used[:4], ctx.seeds_used[4:]
+    assert len(set(first) | set(second)) == 8
+    assert all(x["sum"] != y["sum"] for ra, rb in zip(a, b) for x, y in zip(ra, rb))
+    assert ctx.map_calls == 2
+    # ctx.seed(..., call=k) names the seed of map call k; the default is the first map's
+    assert [ctx.seed(i, j, call=1) for i in range(2) for j in range(2)] == second
+    assert [ctx.seed(i, j) for i in range(2) for j in range(2)] == first
+    # the first map keeps the historical key (crc32(claim), point, replicate)
+    crc = zlib.crc32(b"fedrep.two")
+    assert first[0] == int(np.random.SeedSequence(0, spawn_key=(crc, 0, 0)).generate_state(1)[0])
+    assert second[0] == _seed_for(0, "fedrep.two", 0, 0, call=1) != _seed_for(0, "fedrep.two", 1, 0)
+
+
+def test_claim_reruns_are_identical_and_depend_on_the_base_seed():
+    a, b = TWO_MAPS.run(Context()), TWO_MAPS.run(Context())
+    assert a.measured == b.measured and a.seeds == b.seeds and len(a.seeds) == 8
+    assert a.measured["first"] != a.measured["second"]
+    c = TWO_MAPS.run(Context(base_seed=1))
+    assert not set(c.seeds) & set(a.seeds)
+
+
+def test_for_claim_reproduces_the_other_claims_seeds_and_cache(tmp_path):
+    sweep = Sweep(cache_dir=tmp_path)
+    ctx = Context(sweep=sweep)
+    own = TWO_MAPS.run(ctx)
+    assert (sweep.executed, sweep.reused) == (8, 0)
+    reused = REUSE.run(ctx)
+    assert (sweep.executed, sweep.reused) == (8, 8)  # every task served from the first claim's cache
+    assert reused.measured == own.measured and reused.seeds == own.seeds
+    # and without a cache: the same numbers
+    assert REUSE.run(Context()).measured == own.measured
+
+
 def test_code_version_tracks_the_task_module():
     v = code_version(noisy_task)
     assert v == code_version(executions)  # same module, same library
     assert v != code_version(np.mean)
+
+
+def test_code_version_covers_the_numerical_stack_and_the_verify_package(monkeypatch, tmp_path):
+    from importlib import metadata
+
+    from verify import sweep as sweep_mod
+
+    assert set(sweep_mod.NUMERICAL_STACK) == {"numpy", "scipy", "cvxpy", "clarabel", "scs", "joblib"}
+    versions = sweep_mod.dependency_versions()
+    assert versions["numpy"] == np.__version__ and versions["joblib"] == joblib.__version__
+    assert versions["scs"] == metadata.version("scs") and versions["clarabel"] == metadata.version("clarabel")
+    before = code_version(noisy_task)
+    # a different solver version changes the key
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version", lambda name: "0.0-test" if name == "clarabel" else real(name))
+    sweep_mod._library_digest.cache_clear()
+    try:
+        assert code_version(noisy_task) != before
+    finally:
+        monkeypatch.setattr(metadata, "version", real)
+        sweep_mod._library_digest.cache_clear()
+    assert code_version(noisy_task) == before
+    # every verify source but the report writers and the command line is hashed
+    pkg = tmp_path / "pkg"
+    (pkg / "claims").mkdir(parents=True)
+    (pkg / "report").mkdir()
+    for rel in ("claim.py", "claims/_helpers.py", "report/html.py", "cli.py", "__main__.py"):
+        (pkg / rel).write_text("x = 1\n")
+    base = sweep_mod._tree_digest(pkg, sweep_mod._VERIFY_EXCLUDED)
+    for rel, changes in (("report/html.py", False), ("cli.py", False), ("__main__.py", False),
+                         ("claims/_helpers.py", True), ("claim.py", True)):
+        (pkg / rel).write_text("x = 2\n")
+        assert (sweep_mod._tree_digest(pkg, sweep_mod._VERIFY_EXCLUDED) != base) == changes, rel
+        (pkg / rel).write_text("x = 1\n")
 
 
 def test_progress_is_silent_when_not_a_tty(capsys):

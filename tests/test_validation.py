@@ -40,3 +40,12 @@ def test_errors_name_the_argument():
         as_generator(-1)
     with pytest.raises(TypeError, match="seed must be an int"):
         as_generator("0")
+
+
+def test_complex_input_is_refused():
+    # casting to float64 would silently drop the imaginary part
+    with pytest.raises(TypeError, match=r"W must be a real numeric array, got complex values"):
+        as_float_array(np.array([1 + 2j, 3]), "W")
+    with pytest.raises(TypeError, match="x must be a real numeric array"):
+        as_float_array([1.0, 2j], "x")
+    np.testing.assert_array_equal(as_float_array(np.array([1, 2]), "x"), [1.0, 2.0])

@@ -15,8 +15,15 @@ A claim is data plus one experiment::
 * ``ctx.map(task, grid, replicates)`` runs ``task(seed=<int>, **params)`` for every grid point and
   replicate through the sweep (cached, resumable, any backend) and returns a list (one per grid
   point) of lists (one per replicate). ``task`` must be a module-level function (picklable).
-  Seeds are derived with ``SeedSequence`` from the base seed, the claim id, the grid index and the
-  replicate index, so results do not depend on the backend or on the order of execution.
+  Seeds are derived with ``SeedSequence`` from the base seed, the claim id, the index of the map
+  call within the context (0 for the first ``ctx.map``, 1 for the second, ...), the grid index and
+  the replicate index, so results do not depend on the backend or on the order of execution, and
+  two maps of one claim never share seeds. ``ctx.for_claim(other_id)`` is a fresh context whose
+  map calls are numbered from 0 again: a claim that reuses another claim's runs through it (same
+  task, grid and replicates, in the same map order) gets that claim's seeds and its cache entries.
+* ``ctx.seed(point, replicate, call=k)`` is the seed the ``k``-th map call gives to that task
+  (default ``call=0``: the first map's). For a seed of work done in the claim body, pass a point
+  index beyond every grid (e.g. ``ctx.seed(99, 0)``).
 * Keyword options of the experiment (``algorithm=...`` above) are the injection points through
   which tests feed a deliberately broken variant and check that the verdict turns to "fails".
 * ``ctx.save_figure(fig)`` stores a matplotlib figure for the report and returns its relative path.
@@ -202,9 +209,16 @@ def omit(id: str, *, paper: str, reference: str, statement: str, reason: str) ->
     return o
 
 
-def _seed_for(base_seed: int, claim_id: str, point: int, replicate: int) -> int:
-    """Deterministic per-task seed: SeedSequence(base, spawn_key=(crc32(claim), point, replicate))."""
-    key = (zlib.crc32(claim_id.encode()), point, replicate)
+def _seed_for(base_seed: int, claim_id: str, point: int, replicate: int, call: int = 0) -> int:
+    """Deterministic per-task seed from ``SeedSequence(base_seed, spawn_key=key)``.
+
+    ``key = (crc32(claim), point, replicate)`` for the first map call of a context (``call=0``;
+    the key used before maps were numbered, so single-map claims keep their seeds) and
+    ``(crc32(claim), call, point, replicate)`` for the later ones. Keys of different lengths give
+    different SeedSequence pools, so no two calls share a stream.
+    """
+    crc = zlib.crc32(claim_id.encode())
+    key = (crc, point, replicate) if call == 0 else (crc, call, point, replicate)
     ss = np.random.SeedSequence(base_seed, spawn_key=key)
     return int(ss.generate_state(1, dtype=np.uint32)[0])
 
@@ -213,7 +227,8 @@ def _seed_for(base_seed: int, claim_id: str, point: int, replicate: int) -> int:
 class Context:
     """Execution context of a claim: scale, sweep runner, figure directory, base seed.
 
-    ``sweep`` is a :class:`verify.sweep.Sweep` (default: sequential, no cache).
+    ``sweep`` is a :class:`verify.sweep.Sweep` (default: sequential, no cache). ``map_calls``
+    counts the :meth:`map` calls made through this context; it numbers their seed streams.
     """
 
     scale: str = "smoke"
@@ -222,6 +237,7 @@ class Context:
     base_seed: int = 0
     claim_id: str = ""
     seeds_used: list = field(default_factory=list)
+    map_calls: int = field(default=0, init=False)
 
     def __post_init__(self):
         if self.scale not in SCALES:
@@ -232,6 +248,12 @@ class Context:
             self.sweep = Sweep(backend="sequential")
 
     def for_claim(self, claim_id: str) -> "Context":
+        """A fresh context for ``claim_id`` (same scale, sweep, output and base seed).
+
+        Its map calls are numbered from 0, so the same sequence of maps reproduces the seeds of
+        ``claim_id``'s own run (and hits its cache entries). Seeds it uses are recorded in its own
+        ``seeds_used``; a caller that wants them in its evidence extends its list with them.
+        """
         return Context(scale=self.scale, sweep=self.sweep, out_dir=self.out_dir,
                        base_seed=self.base_seed, claim_id=claim_id, seeds_used=[])
 
@@ -239,19 +261,29 @@ class Context:
         """The value for the current scale."""
         return {"smoke": smoke, "quick": quick, "full": full}[self.scale]
 
-    def seed(self, point: int = 0, replicate: int = 0) -> int:
-        """The seed of one task (recorded in the evidence)."""
-        s = _seed_for(self.base_seed, self.claim_id, point, replicate)
+    def seed(self, point: int = 0, replicate: int = 0, *, call: int = 0) -> int:
+        """The seed that the ``call``-th :meth:`map` of this context (counting from 0) gives to grid
+        point ``point``, replicate ``replicate``; recorded in the evidence.
+
+        The default ``call=0`` is the first map's seed (what ``seed(point, replicate)`` always
+        returned). A seed for work done in the claim body should use a ``point`` beyond every
+        grid of that map (e.g. ``ctx.seed(99, 0)``) so it is not shared with a task.
+        """
+        s = _seed_for(self.base_seed, self.claim_id, point, replicate, call)
         self.seeds_used.append(s)
         return s
 
     def map(self, task: Callable, grid: Sequence[Mapping], replicates: int) -> list[list]:
         """Run ``task(seed=..., **params)`` for every grid point × replicate.
 
-        Returns ``out[i][j]`` = result of grid point ``i``, replicate ``j``.
+        Returns ``out[i][j]`` = result of grid point ``i``, replicate ``j``. Each call draws from
+        its own seed stream (the ``k``-th call of this context uses ``seed(i, j, call=k)``), so two
+        maps of one claim never share seeds while reruns of the claim reproduce them.
         """
         grid = [dict(g) for g in grid]
-        seeds = [[self.seed(i, j) for j in range(replicates)] for i in range(len(grid))]
+        call = self.map_calls
+        self.map_calls += 1
+        seeds = [[self.seed(i, j, call=call) for j in range(replicates)] for i in range(len(grid))]
         return self.sweep.map(task, grid, seeds, label=self.claim_id)
 
     def save_figure(self, fig, name: str | None = None) -> str | None:

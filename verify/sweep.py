@@ -23,10 +23,11 @@ With ``cache_dir`` set, every finished task is pickled to
 ``cache_dir/<label>/<task module.qualname>/<key>.pkl`` as soon as its result reaches the parent
 (atomic rename), so an interrupted sweep loses at most the tasks in flight, and the next run
 recomputes only what is missing. The key is ``joblib.hash`` of the label (claim id), the task's
-module and qualname, its parameters, its seed and a code version: ``lowrank_fl.__version__`` plus
-a hash of the source of every ``lowrank_fl`` module, of the task's own module and of the ``verify``
-modules it imports names from (editing the library or the experiment invalidates the cache;
-override with ``code_version=``). Tasks whose parameters cannot be hashed (e.g. a lambda passed as
+module and qualname, its parameters, its seed and a code version (:func:`code_version`):
+``lowrank_fl.__version__``, the versions of Python, numpy, scipy, cvxpy, clarabel, scs and joblib,
+a hash of every ``lowrank_fl`` source file, of every ``verify`` source file except the report
+writers and the command line, and of the task's own module (editing the library or any experiment,
+or upgrading the numerical stack, invalidates the cache; override with ``code_version=``). Tasks whose parameters cannot be hashed (e.g. a lambda passed as
 an option) are run without caching.
 
 Errors
@@ -46,14 +47,13 @@ import re
 import sys
 import tempfile
 import traceback
-import types
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import joblib
 
-__all__ = ["Sweep", "SweepTaskError", "BACKENDS", "code_version"]
+__all__ = ["Sweep", "SweepTaskError", "BACKENDS", "NUMERICAL_STACK", "code_version", "dependency_versions"]
 
 BACKENDS = ("sequential", "loky", "dask")
 
@@ -63,47 +63,79 @@ class SweepTaskError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- code version
-@functools.lru_cache(maxsize=None)
-def _library_digest() -> str:
-    import lowrank_fl
+#: Distributions whose version can change a task's numbers (solver defaults, BLAS-backed kernels,
+#: pickling of results); part of every cache key and of the report's ``versions``.
+NUMERICAL_STACK = ("numpy", "scipy", "cvxpy", "clarabel", "scs", "joblib")
 
-    h = hashlib.sha256(lowrank_fl.__version__.encode())
-    root = Path(lowrank_fl.__file__).resolve().parent
+#: Parts of the ``verify`` package that cannot change a task's result (rendering and the command
+#: line); every other source file of the package is in the cache key.
+_VERIFY_EXCLUDED = ("report/", "cli.py", "__main__.py")
+
+
+def dependency_versions() -> dict:
+    """``{name: version}`` of the interpreter and of :data:`NUMERICAL_STACK` ("not installed" if absent)."""
+    from importlib import metadata
+
+    out = {"python": sys.version.split()[0]}
+    for name in NUMERICAL_STACK:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _tree_digest(root: Path, exclude: tuple = ()) -> str:
+    """Hash of every ``*.py`` file under ``root`` (relative names and bytes), minus ``exclude``."""
+    h = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode())
-        h.update(path.read_bytes())
+        rel = path.relative_to(root).as_posix()
+        if any(rel == e or (e.endswith("/") and rel.startswith(e)) for e in exclude):
+            continue
+        h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
-def _file_digest(module_name: str) -> str:
+@functools.lru_cache(maxsize=None)
+def _library_digest() -> str:
+    """``lowrank_fl.__version__``, every ``lowrank_fl`` source file and the numerical stack's versions."""
+    import lowrank_fl
+
+    h = hashlib.sha256(lowrank_fl.__version__.encode())
+    h.update(repr(sorted(dependency_versions().items())).encode())
+    h.update(_tree_digest(Path(lowrank_fl.__file__).resolve().parent).encode())
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
+def _verifier_digest() -> str:
+    """Every source file of the ``verify`` package except :data:`_VERIFY_EXCLUDED`.
+
+    Tasks call helpers of other claim modules, receive functions of other ``verify`` modules as
+    parameters (hashed by name only) and get their seeds from :mod:`verify.claim`, so hashing the
+    task's module alone would miss edits; the whole package is hashed instead (editing any claim
+    module invalidates every cached verifier result, which is safe, not minimal).
+    """
+    return _tree_digest(Path(__file__).resolve().parent, _VERIFY_EXCLUDED)
+
+
+@functools.lru_cache(maxsize=None)
+def _module_digest(module_name: str) -> str:
+    """Hash of the source file of ``module_name`` (tasks defined outside ``verify``, e.g. in tests)."""
     source = getattr(sys.modules.get(module_name), "__file__", None)
     if source is None or not Path(source).is_file():
         return "no-source"
     return hashlib.sha256(Path(source).read_bytes()).hexdigest()
 
 
-@functools.lru_cache(maxsize=None)
-def _module_digest(module_name: str) -> str:
-    """Hash of a module's source and of the verifier modules it imports names from.
-
-    A task in ``verify/claims/clair.py`` that calls helpers of ``verify/claims/_clair_support.py``
-    depends on both; ``lowrank_fl`` is covered by :func:`_library_digest`.
-    """
-    module = sys.modules.get(module_name)
-    deps = {module_name}
-    for value in vars(module).values() if module is not None else ():
-        dep = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
-        if isinstance(dep, str) and dep.split(".")[0] == "verify" and dep in sys.modules:
-            deps.add(dep)
-    h = hashlib.sha256()
-    for dep in sorted(deps):
-        h.update(dep.encode() + _file_digest(dep).encode())
-    return h.hexdigest()
-
-
 def code_version(task: Callable) -> str:
-    """Version of the code a task's result depends on: the library plus the task's module."""
-    return f"{_library_digest()[:16]}-{_module_digest(task.__module__)[:16]}"
+    """Version of the code a task's result depends on.
+
+    ``"<library>-<verifier>-<module>"``: the library digest (``lowrank_fl`` sources and version,
+    Python and :data:`NUMERICAL_STACK` versions), the ``verify`` package digest (all of it but the
+    report writers and the command line) and the digest of the task's own module file.
+    """
+    return f"{_library_digest()[:16]}-{_verifier_digest()[:16]}-{_module_digest(task.__module__)[:16]}"
 
 
 # ----------------------------------------------------------------------------- worker side

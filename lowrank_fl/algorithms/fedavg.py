@@ -18,7 +18,8 @@ representation learning". One *global* pair ``(B, w)`` (``B`` (d, k), ``w`` (k,)
 Batching: the local models of all sampled clients differ from the global ``B_t`` by a rank-<= s
 update, ``B_{t,i,s} = B_t - alpha sum_{r<s} g_{t,i,r} w_{t,i,r}^T`` (``g`` the gradient with respect
 to the product ``B w``). The round keeps only the (m, tau, d) gradients and (m, tau+1, k) heads, so
-it never forms m copies of ``B``; the τ local steps are a loop over steps, not over clients. With
+it never forms m copies of ``B``; the τ local steps are a loop over steps (each folding in all earlier
+steps ``r < s`` with one batched einsum), not over clients. With
 ``n <= d`` samples per client the finite-sample round runs in sample space (Gram matrices
 ``X_i X_i^T``, cached by :func:`fedavg`), keeping only (m, n) residuals.
 """
@@ -32,7 +33,7 @@ from .._validation import (as_float_array, as_generator, check_choice, check_int
                            check_positive)
 from ..exact.fedavg_ft import head_only_least_squares
 from ..linalg import orth
-from ..problems.fedavg_ft import new_client
+from ..problems.fedavg_ft import new_client, paper_init
 from ..problems.multitask import MultitaskProblem
 from ..results import Trace
 from ._trace import TraceRecorder
@@ -60,7 +61,7 @@ def fedavg_round(B, w, local_steps: int, step_size: float, *, targets=None, X=No
     Parameters
     ----------
     B : ndarray, shape (d, k);  w : ndarray, shape (k,)
-        Global model ``(B_t, w_t)``.
+        Global model ``(B_t, w_t)``, ``k < d``.
     local_steps : int
         tau >= 1.
     step_size : float
@@ -83,6 +84,9 @@ def fedavg_round(B, w, local_steps: int, step_size: float, *, targets=None, X=No
     """
     B = as_float_array(B, "B", ndim=2)
     d, k = B.shape
+    if k >= d:
+        raise ValueError(f"B must have fewer columns than rows (k < d, a low-rank representation), "
+                         f"got shape {B.shape}")
     w = as_float_array(w, "w", shape=(k,))
     tau = check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
     alpha = check_positive(step_size, "step_size")
@@ -116,16 +120,18 @@ def _round(B, w, tau, alpha, targets, X, y, gram, return_path):
     for s in range(tau):
         ws = Ws[s]
         beta = ws @ B.T                                  # B_t w_{i,s}, (m, d)
-        for r in range(s):       # local B_{i,s} = B_t - alpha sum_{r<s} g_r w_r^T
-            beta -= (alpha * np.einsum("mk,mk->m", Ws[r], ws))[:, None] * Gs[r]
+        if s:        # local B_{i,s} = B_t - alpha sum_{r<s} g_r w_r^T: one batched sum over r < s
+            coef = np.einsum("rmk,mk->rm", Ws[:s], ws)
+            beta -= alpha * np.einsum("rm,rmd->md", coef, Gs[:s])
         if population:
             g = beta - targets
         else:
             resid = np.einsum("mnd,md->mn", X, beta) - y
             g = np.einsum("mnd,mn->md", X, resid) / X.shape[1]
         Btg = g @ B                                      # B_t^T g, (m, k)
-        for r in range(s):
-            Btg -= (alpha * np.einsum("md,md->m", Gs[r], g))[:, None] * Ws[r]
+        if s:
+            coef = np.einsum("rmd,md->rm", Gs[:s], g)
+            Btg -= alpha * np.einsum("rm,rmk->mk", coef, Ws[:s])
         Gs[s] = g
         np.subtract(ws, alpha * Btg, out=Ws[s + 1])
     B_next = B - (alpha / m) * (Gs.reshape(tau * m, d).T @ Ws[:tau].reshape(tau * m, k))
@@ -168,18 +174,17 @@ def _kernel_round(B, w, tau, alpha, X, y, gram, return_path):
     for s in range(tau):
         ws = Ws[s]
         xb = np.einsum("mnk,mk->mn", XB, ws)
-        for r in range(s):
-            xb -= (alpha * np.einsum("mk,mk->m", Ws[r], ws))[:, None] * KR[r]
+        if s:                                            # all r < s at once
+            xb -= alpha * np.einsum("rm,rmn->mn", np.einsum("rmk,mk->rm", Ws[:s], ws), KR[:s])
         R[s] = xb - y
         KR[s] = np.einsum("mab,mb->ma", gram, R[s]) / n
         Btg = np.einsum("mnk,mn->mk", XB, R[s]) / n
-        for r in range(s):
-            Btg -= (alpha * np.einsum("mn,mn->m", R[r], KR[s]) / n)[:, None] * Ws[r]
+        if s:
+            coef = np.einsum("rmn,mn->rm", R[:s], KR[s]) / n
+            Btg -= alpha * np.einsum("rm,rmk->mk", coef, Ws[:s])
         np.subtract(ws, alpha * Btg, out=Ws[s + 1])
     # B_next = B - alpha/m sum_{i,s} g_{i,s} w_{i,s}^T = B - alpha/(m n) sum_i X_i^T sum_s r_s w_s^T
-    RW = R[0][:, :, None] * Ws[0][:, None, :]
-    for s in range(1, tau):
-        RW += R[s][:, :, None] * Ws[s][:, None, :]
+    RW = np.einsum("smn,smk->mnk", R, Ws[:tau])
     B_next = B - (alpha / (m * n)) * (RW.reshape(m * n, k).T @ X.reshape(m * n, d)).T
     w_next = Ws[tau].mean(axis=0)
     if not return_path:
@@ -200,7 +205,7 @@ def _initial(init, problem, alpha, rng):
     d, k = problem.d, problem.k
     if isinstance(init, str):
         check_choice(init, "init", ("paper",))
-        return orth(rng.standard_normal((d, k))) / np.sqrt(alpha), np.zeros(k)
+        return paper_init(d, k, alpha, rng)
     if not isinstance(init, (tuple, list)) or len(init) != 2:
         raise TypeError(f"init must be 'paper' or a pair (B0, w0), got {type(init).__name__}")
     B0 = as_float_array(init[0], "init B0", shape=(d, k))
@@ -220,7 +225,7 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
     problem : MultitaskProblem
         ``B_star`` (d, k), ``heads`` (M, k); ``X`` (M, n, d) / ``y`` (M, n) for ``mode="empirical"``.
     rounds : int
-        T >= 1.
+        T >= 0 (``T = 0``: the trace of the initialization).
     local_steps : int
         tau, ``1 <= tau <= MAX_LOCAL_STEPS`` (10 000); ``tau = 1`` is D-GD.
     step_size : float
@@ -241,15 +246,22 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
     Returns
     -------
     Trace
-        ``distance`` (T+1,) = ``dist(B_t, B*)``; ``loss`` (T+1,) = objective (7)
-        ``(1/M) sum_i ||B_t w_t - B* w_i*||^2`` (distance 1 if ``B_t`` loses rank); bytes per round ``m (dk + k)`` each way; ``B`` the
-        final ``B_T``; ``extra``: ``"w"`` (k,) final head, per-round ``"grad_norm"`` (Fig. 3 left
-        formula), ``"w_norm"``, ``"delta_norm"`` ``||I - alpha B_t^T B_t||``, ``"complement_norm"``
+        ``distance`` (T+1,) = ``dist(B_t, B*)`` (``subspace_distance(..., rank_deficient="span")``:
+        1 once ``B_t`` loses rank). ``loss`` (T+1,) = the toolkit-wide convention for a
+        MultitaskProblem, ``problem.population_loss(B_t, W)`` with every client's head the global
+        ``w_t`` (FedRep eq. (6): ``1/2 mean_i ||B_t w_t - B* w_i*||^2 + noise^2/2``), so FedAvg,
+        FedRep and FedSGD losses compare on one model. The paper's objective (7)
+        ``(1/M) sum_i ||B_t w_t - B* w_i*||^2`` (no 1/2, no noise; its optimum is ``gamma^2``) is
+        ``extra["objective"]``. Bytes per round ``m (dk + k)`` each way; ``B`` the final ``B_T``;
+        ``extra``: ``"w"`` (k,) final head, per-round ``"grad_norm"`` (Fig. 3 left formula),
+        ``"w_norm"``, ``"delta_norm"`` ``||I - alpha B_t^T B_t||``, ``"complement_norm"``
         ``||(I - B* B*^T) B_t||_2`` (= ``||B*_perp^T B_t||``), and ``"empirical_loss"`` (eq. (5))
-        in the empirical mode. A NaN/inf stops the run with status ``"diverged"``.
+        in the empirical mode. A NaN/inf (or a value above 1e150) stops the run with status
+        ``"diverged"``; ``B`` and ``extra["w"]`` are then the last finite iterate (round
+        ``diverged_at - 1``).
     """
     problem = _check_problem(problem)
-    rounds = check_int(rounds, "rounds", minimum=1)
+    rounds = check_int(rounds, "rounds", minimum=0)
     tau = check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
     alpha = check_positive(step_size, "step_size")
     M = problem.n_clients
@@ -263,9 +275,10 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
     B, w = _initial(init, problem, alpha, rng)
     Bs = problem.B_star
     theta = problem.theta
-    wbar = problem.heads.mean(axis=0)
-    target = Bs @ wbar
-    gamma2 = float(np.mean(np.sum((problem.heads - wbar) ** 2, axis=1)))
+    # (1/M) sum_i ||Bw - theta_i||^2 = ||Bw - theta_bar||^2 + spread: O(d) per round
+    target = theta.mean(axis=0)
+    spread = float(np.mean(np.sum((theta - target) ** 2, axis=1)))      # = gamma^2 (B* orthonormal)
+    noise_term = 0.5 * problem.noise ** 2
     name = method or ("dgd" if tau == 1 and m == M else f"fedavg[tau={tau}]")
     rec = TraceRecorder(name, rounds, truth=Bs)
     eye = np.eye(problem.k)
@@ -275,8 +288,10 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
 
     def record(t):
         e = B @ w - target
-        if not rec.record(t, None, float(e @ e) + gamma2, distance=_distance(Bs, B), B=B, w=w):
+        objective = float(e @ e) + spread                 # eq. (7)
+        if not rec.record(t, B, 0.5 * objective + noise_term, w=w):
             return False
+        rec.record_extra("objective", t, objective)
         gB2 = float(e @ e) * float(w @ w)
         gw = B.T @ e
         rec.record_extra("grad_norm", t, np.sqrt(gB2 + gw @ gw))
@@ -292,6 +307,7 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
     with np.errstate(over="ignore", invalid="ignore"):
         if record(0):
             for t in range(1, rounds + 1):
+                B_prev, w_prev = B, w
                 idx = np.arange(M) if m == M else np.sort(rng.choice(M, size=m, replace=False))
                 if mode == "population":
                     B, w = _round(B, w, tau, alpha, theta[idx], None, None, None, False)
@@ -300,24 +316,9 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
                                   None if gram is None else gram[idx], False)
                 rec.communicate(t, up=entries, down=entries)
                 if not record(t):
+                    B, w = B_prev, w_prev          # keep the last finite iterate
                     break
     return rec.finish(B=B, w=w)
-
-
-def _distance(B_star, B) -> float:
-    """``dist(B, B*)`` (sine of the largest principal angle, ``B_star`` orthonormal).
-
-    A numerically rank-deficient ``B`` (``min |R_ii| <= 1e-12 max |R_ii|``; FedAvg can collapse
-    a column with a large step and few clients) spans less than k dimensions, so some direction of
-    ``col(B*)`` is orthogonal to it: the distance is 1.
-    """
-    if not np.all(np.isfinite(B)):
-        return np.nan
-    Q, R = np.linalg.qr(B)
-    diag = np.abs(np.diagonal(R))
-    if np.min(diag) <= 1e-12 * max(np.max(diag), np.finfo(float).tiny):
-        return 1.0
-    return min(float(np.linalg.norm(Q - B_star @ (B_star.T @ Q), 2)), 1.0)
 
 
 def dgd(problem: MultitaskProblem, rounds: int, step_size: float, *, init="paper",

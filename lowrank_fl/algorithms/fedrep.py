@@ -37,14 +37,14 @@ import numpy as np
 
 from .._validation import (as_float_array, as_generator, check_choice, check_in_interval,
                            check_int, check_positive)
-from ..exact.multitask import method_of_moments, population_moment_matrix, projected_gd_init
-from ..linalg import subspace_distance
+from ..exact.multitask import (least_squares_heads, method_of_moments, population_moment_matrix,
+                               projected_gd_init)
 from ..problems.multitask import MultitaskProblem, haar_orthonormal
 from ..results import Trace
 from ._trace import TraceRecorder
 
 __all__ = ["fedrep", "fedrep_round", "RoundOutput", "head_least_squares", "n_participants",
-           "safe_distance"]
+           "method_heads"]
 
 
 class RoundOutput(NamedTuple):
@@ -60,16 +60,12 @@ class RoundOutput(NamedTuple):
 
 
 def head_least_squares(XB, y):
-    """Exact heads ``(XB_i^T XB_i)^{-1} XB_i^T y_i`` for a stack ``XB`` (c, m, k), ``y`` (c, m).
+    """Exact heads ``(XB_i^T XB_i)^{-1} XB_i^T y_i`` for a stack ``XB`` (c, m, k), ``y`` (c, m) → (c, k).
 
-    Singular systems (``m < k`` or a degenerate batch) get the minimum-norm solution.
+    Alias of :func:`lowrank_fl.exact.multitask.least_squares_heads` (the package's one batched head
+    solver): singular systems (``m < k`` or a degenerate batch) get the minimum-norm solution.
     """
-    G = np.swapaxes(XB, 1, 2) @ XB                          # (c, k, k); matmul is ~8x faster than einsum here
-    b = (y[:, None, :] @ XB)[:, 0, :]                      # (c, k)
-    try:
-        return np.linalg.solve(G, b[..., None])[..., 0]
-    except np.linalg.LinAlgError:
-        return np.einsum("ckl,cl->ck", np.linalg.pinv(G, hermitian=True), b)
+    return least_squares_heads(XB, y)
 
 
 def fedrep_round(B, X, y, step_size: float, *, head_steps: int | None = None, heads=None,
@@ -89,9 +85,9 @@ def fedrep_round(B, X, y, step_size: float, *, head_steps: int | None = None, he
     head_steps : int or None
         ``None``: exact least-squares heads (Alg. 2). ``tau``: ``tau`` GD steps from ``heads``.
     heads : array_like, shape (c, k), optional
-        Warm start of the head GD (default zeros); ignored for exact heads.
+        Warm start of the head GD (default zeros); only with ``head_steps``.
     head_step_size : float, optional
-        Head GD step (default ``step_size``).
+        Head GD step (default ``step_size``); only with ``head_steps``.
     batch : {"same", "split"}
         Same batch for head and gradient (Alg. 2) or head on the first ``m // 2`` samples and
         gradient on the rest.
@@ -104,10 +100,15 @@ def fedrep_round(B, X, y, step_size: float, *, head_steps: int | None = None, he
     """
     B = as_float_array(B, "B", ndim=2)
     d, k = B.shape
+    if k >= d:
+        raise ValueError(f"B must have k < d columns (a (d, k) representation), got shape {B.shape}")
     X = as_float_array(X, "X", shape=(None, None, d))
     y = as_float_array(y, "y", shape=X.shape[:2])
     step_size = check_positive(step_size, "step_size")
     check_choice(batch, "batch", ("same", "split"))
+    _check_bool(orthonormalize, "orthonormalize")
+    if head_steps is None:
+        _only_with_head_steps(heads=heads, head_step_size=head_step_size)
     c, m, _ = X.shape
     if batch == "split":
         if m < 2:
@@ -142,13 +143,14 @@ def fedrep_round(B, X, y, step_size: float, *, head_steps: int | None = None, he
 
 
 def _population_round(B, theta, step_size, *, head_steps, heads, head_step_size, orthonormalize):
-    """:func:`fedrep_round` with ``Pi_i = I`` (``m -> inf``): heads ``(B^T B)^{-1} B^T theta_i``,
-    gradient ``(B w_i - theta_i) w_i^T``; ``theta`` is (c, d)."""
+    """:func:`fedrep_round` with ``Pi_i = I`` (``m -> inf``): heads ``(B^T B)^{-1} B^T theta_i``
+    (minimum norm if ``B`` lost rank, possible without QR), gradient ``(B w_i - theta_i) w_i^T``;
+    ``theta`` is (c, d)."""
     c = theta.shape[0]
     k = B.shape[1]
     BtB = B.T @ B
     if head_steps is None:
-        W = np.linalg.solve(BtB, B.T @ theta.T).T
+        W = np.linalg.lstsq(B, theta.T, rcond=None)[0].T
     else:
         alpha = step_size if head_step_size is None else head_step_size
         W = np.zeros((c, k)) if heads is None else heads.copy()
@@ -167,20 +169,39 @@ def n_participants(participation: float, n: int) -> int:
     return max(1, int(round(participation * n)))
 
 
-def safe_distance(truth, B) -> float:
-    """``subspace_distance(truth, B)``, or ``nan`` when ``B`` is numerically rank deficient
-    (possible without QR); a rank-deficient iterate is reported, not raised."""
-    try:
-        return subspace_distance(truth, B)
-    except ValueError:
-        return float("nan")
+def _check_bool(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
 
 
-def _optimal_head_loss(problem: MultitaskProblem, B) -> float:
-    """``min_W F(B, W)`` = ``1/(2n) sum ||(I - P_B) theta_i||^2 + noise^2/2`` (population, eq. (6))."""
-    Q = np.linalg.qr(B)[0]
-    resid = problem.theta - (problem.theta @ Q) @ Q.T
-    return 0.5 * float(np.mean(np.sum(resid * resid, axis=1))) + 0.5 * problem.noise ** 2
+def _only_with_head_steps(**given):
+    """Options of the head-GD variant must not be given with exact heads (they would be ignored)."""
+    for name, value in given.items():
+        if value is not None:
+            raise ValueError(f"{name} applies to head gradient steps only; got {name}={value!r} "
+                             f"with head_steps=None (exact least-squares heads)")
+
+
+def method_heads(problem: MultitaskProblem, B, *, fixed_dataset: bool) -> np.ndarray:
+    """The heads Algorithm 2's exact head step gives every client for a representation ``B``.
+
+    ``fixed_dataset=True``: least squares on each client's fixed dataset (eq. (7)); otherwise the
+    population heads ``argmin_w ||B w - theta_i*||`` (the ``m -> inf`` limit of a fresh batch's
+    least-squares head; minimum norm if ``B`` lost rank).
+
+    Parameters
+    ----------
+    problem : MultitaskProblem
+    B : ndarray, shape (d, k)
+
+    Returns
+    -------
+    W : ndarray, shape (n, k)
+    """
+    if fixed_dataset:
+        return least_squares_heads(problem.X @ B, problem.y)
+    return np.linalg.lstsq(B, problem.theta.T, rcond=None)[0].T
 
 
 def _one_round(problem, B, idx, step_size, fresh_samples, m, rng, batch, opts) -> RoundOutput:
@@ -204,7 +225,7 @@ def fedrep(problem: MultitaskProblem, rounds: int, step_size: float, *, particip
     ----------
     problem : MultitaskProblem
     rounds : int
-        ``T``.
+        ``T`` (>= 0; a 0-round trace is the initialization).
     step_size : float
         ``eta``; Theorem 1 needs ``eta <= 1/(4 sigma_max*^2)`` (<= 1/(4k) always suffices).
     participation : float in (0, 1]
@@ -215,30 +236,40 @@ def fedrep(problem: MultitaskProblem, rounds: int, step_size: float, *, particip
         :func:`~lowrank_fl.exact.multitask.projected_gd_init`), or a given start (orthonormalized).
     batch_size : int, optional
         ``m`` of the fresh per-round batches (default ``problem.samples_per_client``; if both are
-        None: exact population rounds). Ignored with ``fresh_samples=False``.
+        None: exact population rounds). Only with ``fresh_samples=True`` (ValueError otherwise).
     init_samples : int, optional
-        Per-client batch of the method of moments (default ``batch_size``; population moment
-        matrix if there are no samples). With ``fresh_samples=False`` the fixed dataset is used.
+        Per-client batch of the method of moments / projected GD (default ``batch_size``;
+        population moment matrix if there are no samples). Only with ``fresh_samples=True``: with
+        ``fresh_samples=False`` the fixed dataset is used.
     head_steps, head_step_size, batch, orthonormalize
-        Variants, see :func:`fedrep_round`.
+        Variants, see :func:`fedrep_round` (``head_step_size`` only with ``head_steps``).
     fresh_samples : bool
         True: a fresh batch per participant per round (Theorem 1). False: every round reuses the
         problem's fixed dataset (the paper's experiments); requires ``problem.X``.
     tol : float, optional
         Stop once ``dist(B^t, B*) <= tol`` (status ``"optimal"``; later entries stay ``nan``).
     seed : int or Generator
-        Use a seed independent of the problem's (e.g. spawned with ``SeedSequence``): the same int
-        replays the problem's random stream, and ``init="random"`` would then draw ``B*`` itself.
+        Client sampling, fresh batches and the random init (stream ``"fedrep"``, independent of
+        the problem's own draws even for the same int).
 
     Returns
     -------
     Trace
-        ``distance`` dist(B^t, B*) for t = 0..T; ``loss`` ``min_W F(B^t, W)`` (population
-        objective (6) with optimal heads); ``bytes_up``/``bytes_down`` = ``rn d k`` floats each per
-        round; ``B`` (d, k) final representation, ``heads`` (n, k) last heads (zeros for clients
-        never sampled). ``extra``: ``sigma_min_R`` (T+1, nan at 0) the smallest singular value of
-        ``R^{t}``, ``batch_loss`` (T+1, nan at 0) the participants' loss (7) at their new heads,
-        ``init_bytes_up`` (the d × d moment matrices sent at initialization), ``participants``.
+        ``distance`` dist(B^t, B*) for t = 0..T (a rank-deficient iterate, possible without QR,
+        is at distance 1); ``loss[t]`` = ``problem.population_loss(B^t, W^t)`` (eq. (6):
+        ``1/(2n) sum_i ||B w_i - theta_i*||^2 + noise^2/2``, the package-wide convention for
+        multi-task problems), with ``W^t`` = :func:`method_heads` — the exact head step of Alg. 2
+        applied to ``B^t`` for every client: least squares on the fixed dataset with
+        ``fresh_samples=False``, the population heads otherwise (so in the population regime
+        ``loss = min_W F(B^t, W)``; the same evaluation is used for the ``head_steps`` variants);
+        ``bytes_up``/``bytes_down`` = ``rn d k`` floats each per round; ``B`` (d, k) the final
+        representation (the last finite one if the run diverged) and ``heads`` (n, k) =
+        ``W^T`` for it, so ``loss[-1] == population_loss(B, heads)``. ``extra``:
+        ``round_heads`` (n, k) the heads clients computed in their last round (zeros for clients
+        never sampled; fitted on the *previous* B), ``sigma_min_R`` (T+1, nan at 0) the smallest
+        singular value of ``R^{t}``, ``batch_loss`` (T+1, nan at 0) the participants' loss (7)
+        at their new heads, ``init_bytes_up`` (the d × d moment matrices sent at
+        initialization), ``participants`` (T, rn).
     """
     if not isinstance(problem, MultitaskProblem):
         raise TypeError(f"problem must be a MultitaskProblem, got {type(problem).__name__}")
@@ -250,10 +281,12 @@ def fedrep(problem: MultitaskProblem, rounds: int, step_size: float, *, particip
         head_steps = check_int(head_steps, "head_steps", minimum=1)
     if head_step_size is not None:
         head_step_size = check_positive(head_step_size, "head_step_size")
+        if head_steps is None:
+            _only_with_head_steps(head_step_size=head_step_size)
     if tol is not None:
         tol = check_positive(tol, "tol")
-    if not isinstance(fresh_samples, bool):
-        raise TypeError(f"fresh_samples must be a bool, got {fresh_samples!r}")
+    fresh_samples = _check_bool(fresh_samples, "fresh_samples")
+    orthonormalize = _check_bool(orthonormalize, "orthonormalize")
     rng = as_generator(seed, stream="fedrep")
     d, k, n = problem.d, problem.k, problem.n_clients
 
@@ -261,9 +294,11 @@ def fedrep(problem: MultitaskProblem, rounds: int, step_size: float, *, particip
         m = problem.samples_per_client if batch_size is None else check_int(batch_size, "batch_size", minimum=1)
         m0 = m if init_samples is None else check_int(init_samples, "init_samples", minimum=1)
     else:
-        if problem.X is None:
-            raise ValueError("fresh_samples=False needs a fixed dataset: build the problem with "
-                             "samples_per_client=m")
+        problem.require_dataset("fresh_samples=False")
+        for name, value in (("batch_size", batch_size), ("init_samples", init_samples)):
+            if value is not None:
+                raise ValueError(f"{name} applies to fresh samples only; got {name}={value!r} with "
+                                 f"fresh_samples=False (the fixed dataset is used)")
         m = m0 = problem.samples_per_client
 
     # ---- initialization
@@ -296,31 +331,40 @@ def fedrep(problem: MultitaskProblem, rounds: int, step_size: float, *, particip
     if c < k:
         raise ValueError(f"participation * n_clients = {c} clients per round must be >= k = {k} "
                          "(Assumption 2: the sampled heads must span R^k)")
-    W_all = np.zeros((n, k))
+
+    def evaluate(B):
+        """(loss, heads) of the convention above; nan loss if B is not finite."""
+        if not np.all(np.isfinite(B)):
+            return np.nan, None
+        with np.errstate(over="ignore", invalid="ignore"):
+            W = method_heads(problem, B, fixed_dataset=not fresh_samples)
+            return problem.population_loss(B, W) if np.all(np.isfinite(W)) else np.nan, W
+
+    W_round = np.zeros((n, k))
     rec = TraceRecorder("fedrep" if head_steps is None else f"fedrep[head_steps={head_steps}]",
                         rounds, truth=problem.B_star)
-    rec.record(0, B, _optimal_head_loss(problem, B))
+    loss, W_eval = evaluate(B)
     participants = np.zeros((rounds, c), dtype=np.int64)
     stopped = False
-    for t in range(1, rounds + 1):
-        idx = np.arange(n) if c == n else np.sort(rng.choice(n, size=c, replace=False))
-        participants[t - 1] = idx
-        opts = dict(head_steps=head_steps, heads=W_all[idx] if head_steps else None,
-                    head_step_size=head_step_size, orthonormalize=orthonormalize)
-        with np.errstate(over="ignore", invalid="ignore"):  # divergence is detected below
-            out = _one_round(problem, B, idx, step_size, fresh_samples, m, rng, batch, opts)
-        rec.communicate(t, up=c * d * k, down=c * d * k)
-        finite = bool(np.all(np.isfinite(out.B)))
-        loss = _optimal_head_loss(problem, out.B) if finite else np.nan
-        dist = safe_distance(problem.B_star, out.B) if finite else np.nan
-        if not rec.record(t, None, loss, distance=dist, B=out.B, heads=out.heads):
-            break
-        B = out.B
-        W_all[idx] = out.heads
-        rec.record_extra("sigma_min_R", t, float(np.linalg.svd(out.R, compute_uv=False)[-1]))
-        rec.record_extra("batch_loss", t, out.batch_loss)
-        if tol is not None and rec.distance[t] <= tol:
-            stopped = True
-            break
-    trace = rec.finish(B=B, heads=W_all, init_bytes_up=init_bytes, participants=participants)
+    if rec.record(0, B, loss):
+        for t in range(1, rounds + 1):
+            idx = np.arange(n) if c == n else np.sort(rng.choice(n, size=c, replace=False))
+            participants[t - 1] = idx
+            opts = dict(head_steps=head_steps, heads=W_round[idx] if head_steps else None,
+                        head_step_size=head_step_size, orthonormalize=orthonormalize)
+            with np.errstate(over="ignore", invalid="ignore"):  # divergence is detected below
+                out = _one_round(problem, B, idx, step_size, fresh_samples, m, rng, batch, opts)
+            rec.communicate(t, up=c * d * k, down=c * d * k)
+            loss, W_next = evaluate(out.B)
+            if not rec.record(t, out.B, loss, heads=out.heads):
+                break                       # diverged: B and W_eval stay the last finite ones
+            B, W_eval = out.B, W_next
+            W_round[idx] = out.heads
+            rec.record_extra("sigma_min_R", t, float(np.linalg.svd(out.R, compute_uv=False)[-1]))
+            rec.record_extra("batch_loss", t, out.batch_loss)
+            if tol is not None and rec.distance[t] <= tol:
+                stopped = True
+                break
+    trace = rec.finish(B=B, heads=W_eval, round_heads=W_round, init_bytes_up=init_bytes,
+                       participants=participants)
     return replace(trace, status="optimal") if stopped else trace

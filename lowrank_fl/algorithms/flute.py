@@ -13,18 +13,22 @@ Options that the paper leaves open (note §7) are named:
   ``L_i = (1/N) ||.||^2`` whose gradient carries the 2. For ``g1 = 2 g2`` the fixed points agree,
   rates differ by 2 in the data term.
 * ``aggregation``: ``"sum"`` (default, eq. (5)) or ``"mean"`` (eq. (4)'s 1/M read literally).
-* data: population gradients (``Q = Q~ = 0``, App. A.1) when the problem has no dataset and no
-  ``samples`` are given; else fresh samples every round (``fresh_samples=True``, what the
-  concentration lemmas A.13/A.14 assume, note §2.6) or the problem's fixed dataset reused every
-  round (``fresh_samples=False``, what the experiments presumably do). With a reused dataset the
+* data (``fresh_samples``): population gradients (``Q = Q~ = 0``, App. A.1) when the problem
+  has no dataset and no ``samples`` are given; fresh samples every round (``fresh_samples=True``,
+  what the concentration lemmas A.13/A.14 and Theorem 5.5 assume, note §2.6); or the problem's
+  fixed dataset reused every round (``fresh_samples=False``, what the experiments presumably do).
+  The default ``None`` picks fresh samples if ``samples`` is given, else the fixed dataset if the
+  problem has one (the same data as :func:`~lowrank_fl.algorithms.flute_baselines.fedrep_flute_baseline`
+  by default), else population gradients. With a reused dataset the
   objective is the empirical eq. (4), which is non-convex with spurious local minima on small
   instances: the small-init global convergence of Remark 4.1 is a population statement (the
   verifier's ``flute.alg1.empirical_erm`` measures how often the empirical ERM is reached).
 
 The trace records, per round: ``distance`` = sine of the largest principal angle between
 ``col(B)`` and ``span(U_k)`` (note §3.5: the paper's theorems use a model error instead, recorded
-in ``extra``), ``loss`` = population mean squared prediction error
-``(1/M) ||BW - Phi||_F^2 + noise^2``, and in ``extra``:
+in ``extra``; a rank-deficient ``B`` is at distance 1), ``loss`` =
+:meth:`UnderparameterizedProblem.population_loss` — the population mean squared prediction error
+``(1/M) ||BW - Phi||_F^2 + noise^2`` (FLUTE's convention, no 1/2) — and in ``extra``:
 
 * ``error_target``: ``(1/M) sum_i ||B w_i - Phi_k e_i||`` (the metric of eqs. (7)-(8));
 * ``error_truth``: ``(1/M) sum_i ||B w_i - phi_i||`` (the synthetic experiments' metric, App. C);
@@ -41,7 +45,8 @@ import numpy as np
 from .._validation import (as_float_array, as_generator, check_choice, check_int,
                            check_positive)
 from ..exact.flute import (AGGREGATIONS, NORMALIZATIONS, _data_gradients, _padded_svd,
-                           _regularizer_gradients, data_weight)
+                           _regularizer_gradients, data_weight, embed_factors)
+from ..linalg import subspace_distance
 from ..problems.underparameterized import UnderparameterizedProblem
 from ._trace import TraceRecorder
 
@@ -71,7 +76,7 @@ def _samples_schedule(samples, rounds):
 def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
           gamma1: float = 0.25, gamma2: float = 0.125, step_size_reg: float | None = None,
           init_scale: float | None = None, normalization: str = "appendix",
-          aggregation: str = "sum", fresh_samples: bool = True,
+          aggregation: str = "sum", fresh_samples: bool | None = None,
           samples: int | Sequence[int] | None = None, init=None, record_theta: bool = False,
           record_every: int = 1, divergence_threshold: float = 1e100, seed=None):
     """Run FLUTE linear (Algorithm 1, eqs. (5)-(6)) for ``rounds`` rounds.
@@ -80,7 +85,7 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
     ----------
     problem : UnderparameterizedProblem
     rounds : int
-        Number of rounds T (>= 1).
+        Number of rounds T (>= 0; a 0-round trace is the initialization).
     step_size : float
         ``eta_l`` of eq. (5) (App. C: 0.03; theory: ``eta <~ Delta^2 / (288 lambda_1^3)``).
     gamma1, gamma2 : float
@@ -91,8 +96,10 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
         ``alpha``; default ``1 / (10 d)`` (App. C).
     normalization : {"appendix", "main"}
     aggregation : {"sum", "mean"}
-    fresh_samples : bool
-        With data: draw fresh samples every round (True) or reuse ``problem.X``/``problem.y``.
+    fresh_samples : bool or None
+        True: draw fresh samples every round; False: reuse ``problem.X``/``problem.y``; None
+        (default): fresh if ``samples`` is given, else the fixed dataset if there is one, else
+        population gradients (see the module docstring).
     samples : int or sequence of int, optional
         Fresh samples per client: one number, or one per round (Thm 5.5's growing ``N_t``).
         Default ``problem.samples_per_client``; population gradients if both are absent.
@@ -111,13 +118,15 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
     Returns
     -------
     Trace
-        ``B`` (d, k), ``heads`` (M, k) (= ``W^T``), per-round metrics (see module docstring);
+        ``B`` (d, k), ``heads`` (M, k) (= ``W^T``; the last finite iterate if the run diverged;
+        ``loss[-1] == problem.population_loss(B, heads)`` when the last round is recorded),
+        per-round metrics (see module docstring);
         ``extra["W"]`` (k, M), ``extra["data_mode"]``. Bytes per round: each client receives
         ``B, w_i`` and sends ``grad_B L_i, grad_w L_i``: ``M (dk + k)`` entries each way.
     """
     if not isinstance(problem, UnderparameterizedProblem):
         raise TypeError(f"problem must be an UnderparameterizedProblem, got {type(problem).__name__}")
-    rounds = check_int(rounds, "rounds", minimum=1)
+    rounds = check_int(rounds, "rounds", minimum=0)
     eta = check_positive(step_size, "step_size")
     eta_r = eta if step_size_reg is None else check_positive(step_size_reg, "step_size_reg")
     gamma1 = check_positive(gamma1, "gamma1", strict=False)
@@ -129,6 +138,12 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
     record_every = check_int(record_every, "record_every", minimum=1)
     divergence_threshold = check_positive(divergence_threshold, "divergence_threshold")
     rng = as_generator(seed, stream="flute")
+    if fresh_samples is None:
+        fresh_samples = samples is not None or problem.X is None
+    elif not isinstance(fresh_samples, (bool, np.bool_)):
+        raise TypeError(f"fresh_samples must be a bool or None, got {fresh_samples!r}")
+    if not isinstance(record_theta, (bool, np.bool_)):
+        raise TypeError(f"record_theta must be a bool, got {record_theta!r}")
 
     if not fresh_samples:
         if problem.X is None:
@@ -154,10 +169,8 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
 
     scale = 2.0 * data_weight(normalization, aggregation, M)
     Phi, Phi_k = problem.Phi, problem.target
-    noise2 = problem.noise ** 2
     if record_theta:
         U_s, _, V_s = _padded_svd(Phi)
-        D = U_s.shape[0]
 
     rec = TraceRecorder(f"flute[{normalization}]", rounds, truth=problem.U_k,
                         divergence_threshold=divergence_threshold)
@@ -170,14 +183,14 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
             if np.max(np.abs(B)) <= divergence_threshold and np.max(np.abs(W)) <= divergence_threshold:
                 return True
             return rec.record(t, None, np.nan, B=B, W=W)
+        if not (np.all(np.isfinite(B)) and np.all(np.isfinite(W))):
+            return rec.record(t, None, np.nan, B=B, W=W)
         Z = B @ W
-        loss = float(np.sum((Z - Phi) ** 2)) / M + noise2
-        if not (np.isfinite(loss) and np.all(np.isfinite(B)) and np.all(np.isfinite(W))):
+        loss = float(np.sum((Z - Phi) ** 2)) / M + problem.noise ** 2   # = population_loss(B, W^T)
+        if not np.isfinite(loss):
             return rec.record(t, None, loss, B=B, W=W)
-        # sine of the largest principal angle; QR (not linalg.orth) so that a numerically
-        # rank-deficient B on its way to divergence does not raise
-        Q = np.linalg.qr(B)[0]
-        dist = min(1.0, float(np.linalg.norm(Q - U_k @ (U_k.T @ Q), 2)))
+        # a B that lost rank on its way to divergence is at distance 1 (linalg's "span" rule)
+        dist = subspace_distance(U_k, B, rank_deficient="span")
         if not rec.record(t, None, loss, distance=dist, B=B, W=W):
             return False
         rec.record_extra("error_target", t, float(np.mean(np.linalg.norm(Z - Phi_k, axis=0))))
@@ -185,13 +198,7 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
         rec.record_extra("frob_target", t, float(np.linalg.norm(Z - Phi_k)))
         rec.record_extra("balance", t, float(np.linalg.norm(B.T @ B - W @ W.T)))
         if record_theta:
-            Bs = np.zeros((D, k))
-            Bs[:d] = B
-            Ws = np.zeros((D, k))
-            Ws[:M] = W.T
-            Bt, Wt = U_s.T @ Bs, V_s.T @ Ws
-            top, bot = (Bt + Wt) / np.sqrt(2), (Bt - Wt) / np.sqrt(2)
-            theta = np.vstack([top, bot])
+            theta = embed_factors(B, W, U_s, V_s)
             rec.record_extra("sigma1", t, np.linalg.norm(theta, 2))
             rec.record_extra("sigma1_res", t, np.linalg.norm(theta[k:], 2))
             rec.record_extra("sigmak_k", t, np.linalg.svd(theta[:k], compute_uv=False)[-1])
@@ -202,6 +209,7 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
         for t in range(1, rounds + 1):
             if not ok:
                 break
+            B_old, W_old = B, W
             # client messages: gradients of L_i at (B^(t-1), w_i^(t-1)), summed for B (eq. (5))
             if mode == "population":
                 R = B @ W - Phi
@@ -216,4 +224,6 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
             B, W = B - eta * gB - eta_r * rB, W - eta * gW - eta_r * rW
             rec.communicate(t, up=M * (d * k + k), down=M * (d * k + k))
             ok = record(t)
+            if not ok:
+                B, W = B_old, W_old          # diverged: return the last finite iterate
     return rec.finish(B=B, heads=W.T, W=W, data_mode=mode)

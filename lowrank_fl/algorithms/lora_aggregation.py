@@ -19,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_float_array, as_generator, check_choice, check_int, check_positive
-from ..linalg import subspace_distance, thin_svd, truncated_svd
+from ..linalg import thin_svd, truncated_svd
 from ..problems.lora import LoRAMatrixProblem
 from ._trace import TraceRecorder
+from .rolora import MAX_LOCAL_STEPS
 
 __all__ = ["mean_product", "fedavg_factors", "interference", "cross_covariance", "flexlora_aggregate",
            "eckart_young_tail", "federated_lora_matrix", "rolora_matrix", "METHODS"]
@@ -76,18 +77,17 @@ def flexlora_aggregate(A, B, rank: int | None = None) -> tuple[np.ndarray, np.nd
 
 
 def eckart_young_tail(M, rank: int) -> float:
-    """``sqrt(sum_{k > r} sigma_k(M)^2)``: the smallest ``||M - Z||_F`` over rank-r ``Z``."""
+    """``sqrt(sum_{k > r} sigma_k(M)^2)``: the smallest ``||M - Z||_F`` over rank-r ``Z``.
+
+    Parameters
+    ----------
+    M : array_like, shape (d, q)
+    rank : int >= 0
+    """
     M = as_float_array(M, "M", ndim=2)
     rank = check_int(rank, "rank", minimum=0)
     s = thin_svd(M)[1]
     return float(np.sqrt(np.sum(s[rank:] ** 2)))
-
-
-def _distance(A_star, A) -> float:
-    try:
-        return subspace_distance(A_star, A)
-    except ValueError:  # A rank deficient (e.g. collapsed); no defined column space
-        return float("nan")
 
 
 def federated_lora_matrix(problem: LoRAMatrixProblem, rounds: int, step_size: float, *,
@@ -111,7 +111,7 @@ def federated_lora_matrix(problem: LoRAMatrixProblem, rounds: int, step_size: fl
         Communication rounds (for RoLoRA one iteration of Algorithm 1 is two rounds).
     step_size : float > 0
     method : one of METHODS
-    local_steps : int in [1, 100000]
+    local_steps : int in [1, MAX_LOCAL_STEPS]
     A0 : array_like, shape (d, r), optional
         Default Gaussian ``N(0, 1/d)`` entries (paper's experiments: A Gaussian, B = 0).
     B0 : array_like, shape (r, d), optional
@@ -121,17 +121,19 @@ def federated_lora_matrix(problem: LoRAMatrixProblem, rounds: int, step_size: fl
     Returns
     -------
     Trace
-        ``distance`` = principal-angle distance between ``col(A)`` and ``col(A*)``;
+        ``distance`` = principal-angle distance between ``col(A)`` and ``col(A*)``
+        (``subspace_distance(..., rank_deficient="span")``: 1 once A loses rank);
         ``loss`` = population loss of the server model; ``a`` = A (d, r), ``b`` = B (r, d);
         ``extra["aggregation_error"][t] = ||mean_i A_i B_i - A B||_F`` after round t,
-        ``extra["relative_aggregation_error"]`` divides by ``||mean_i A_i B_i||_F``.
+        ``extra["relative_aggregation_error"]`` divides by ``||mean_i A_i B_i||_F``. On
+        divergence (status ``"diverged"``) ``a``, ``b`` are the last finite server factors.
     """
     if not isinstance(problem, LoRAMatrixProblem):
         raise TypeError(f"problem must be a LoRAMatrixProblem, got {type(problem).__name__}")
     rounds = check_int(rounds, "rounds", minimum=0)
     eta = check_positive(step_size, "step_size")
     check_choice(method, "method", METHODS)
-    local_steps = check_int(local_steps, "local_steps", minimum=1, maximum=100_000)
+    local_steps = check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
     rng = as_generator(seed, stream="federated_lora_matrix")
     n, d, r = problem.n_clients, problem.d, problem.rank
     A = rng.standard_normal((d, r)) / np.sqrt(d) if A0 is None else as_float_array(A0, "A0", shape=(d, r))
@@ -143,11 +145,13 @@ def federated_lora_matrix(problem: LoRAMatrixProblem, rounds: int, step_size: fl
 def _run_matrix(problem, rounds, eta, method, local_steps, A, B):
     n, d, r = problem.n_clients, problem.d, problem.rank
     M = problem.targets                                            # (N, d, d)
-    rec = TraceRecorder(method, rounds)
-    rec.record(0, loss=problem.loss(A, B), distance=_distance(problem.A_star, A))
+    rec = TraceRecorder(method, rounds, truth=problem.A_star)
+    if not rec.record(0, A, problem.loss(A, B), B=B):
+        return rec.finish(a=A, b=B)
     rec.record_extra("aggregation_error", 0, 0.0)
     rec.record_extra("relative_aggregation_error", 0, 0.0)
     for t in range(1, rounds + 1):
+        last = (A, B)
         train_B = method != "rolora" or t % 2 == 1
         train_A = method in ("fedavg", "flexlora") or (method == "rolora" and t % 2 == 0)
         A_c = np.broadcast_to(A, (n, d, r)).copy()
@@ -165,9 +169,9 @@ def _run_matrix(problem, rounds, eta, method, local_steps, A, B):
             A, B = A_c.mean(axis=0), B_c.mean(axis=0)
         sent = (d * r) * ((train_A) + (train_B)) * n
         rec.communicate(t, up=sent, down=sent)
-        if exact is None or not rec.record(t, loss=problem.loss(A, B), distance=_distance(problem.A_star, A),
-                                           A=A, B=B):
+        if exact is None or not rec.record(t, A, problem.loss(A, B), B=B):
             rec.diverged_at = t
+            A, B = last                                            # keep the last finite iterate
             break
         err = float(np.linalg.norm(exact - A @ B))
         rec.record_extra("aggregation_error", t, err)

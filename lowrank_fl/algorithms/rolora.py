@@ -15,7 +15,10 @@ loss is ``l_i(a, b) = (1/m)||Y_i - X_i a b^T||_F^2`` (eq. (7)); in population mo
 All three are batched over the client axis and return a :class:`~lowrank_fl.results.Trace` whose
 ``distance`` is the angle distance ``|sin theta(a_t, a*)|`` (Def. 5.2, eq. (8)) and whose ``loss``
 is the global *population* loss (eq. (246); exact for any data because the truth is known).
-The empirical training loss is in ``extra["empirical_loss"]`` when data are present.
+The empirical training loss is in ``extra["empirical_loss"]`` when data are present. A zero ``a``
+is at distance 1 (:func:`~lowrank_fl.problems.lora.angle_distance`). On divergence (a NaN/inf or a
+value above 1e150) the run stops with status ``"diverged"`` and the returned ``a``, ``b`` are the
+last finite iterate (round ``diverged_at - 1``).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import numbers
 import numpy as np
 
 from .._validation import as_float_array, as_generator, check_choice, check_int, check_positive
-from ..exact.rolora import local_b_solve, population_b, step_size_bound
+from ..exact.rolora import _local_b, _population_b, step_size_bound
 from ..problems.lora import RankOneLoRAProblem, angle_distance, init_at_angle, random_unit
 from ._trace import TraceRecorder
 
@@ -78,7 +81,8 @@ def resolve_step_size(step_size, problem: RankOneLoRAProblem, L_max: float | Non
 
 
 def grad_a_clients(problem: RankOneLoRAProblem, a, b, X=None, Y=None) -> np.ndarray:
-    """Per-client ``grad_a l_i(a, b)``, shape (N, d); ``a``, ``b`` shape (d,) shared or (N, d).
+    """Per-client ``grad_a l_i(a, b)``, shape (N, d); ``a``, ``b`` shape (d,) shared or (N, d);
+    ``X``, ``Y`` shape (N, m, d) (the samples of this step) or None for the population gradient.
 
     Data (eqs. (45)–(47)): ``(2/m) X_i^T (X_i a ||b||^2 - Y_i b)``.
     Population (eq. (251)): ``2 (a ||b||^2 - a* (b_i*^T b))``.
@@ -95,7 +99,8 @@ def grad_a_clients(problem: RankOneLoRAProblem, a, b, X=None, Y=None) -> np.ndar
 
 
 def grad_b_clients(problem: RankOneLoRAProblem, a, b, X=None, Y=None) -> np.ndarray:
-    """Per-client ``grad_b l_i(a, b)``, shape (N, d); ``a`` and ``b`` shape (d,) or (N, d).
+    """Per-client ``grad_b l_i(a, b)``, shape (N, d); ``a`` and ``b`` shape (d,) or (N, d);
+    ``X``, ``Y`` shape (N, m, d) or None (population).
 
     Data: ``(2/m)(||X_i a||^2 b - Y_i^T X_i a)``. Population: ``2 (||a||^2 b - b_i* (a*^T a))``.
     """
@@ -131,9 +136,15 @@ class _Data:
     def b_step(self, a) -> np.ndarray:
         """Exact local b (eq. (14) or (249)), shape (N, d)."""
         X, Y = self.draw()
-        if X is None:
-            return population_b(self.problem.b_star, self.problem.a_star, a)
-        return local_b_solve(X, Y, a)
+        if X is None:   # unchecked kernels: a non-finite a must reach the TraceRecorder
+            return _population_b(self.problem.b_star, self.problem.a_star, a)
+        return _local_b(X, Y, a)
+
+
+def _check_bool(value, name) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, got {value!r}")
+    return bool(value)
 
 
 def _record_common(rec, problem, t, a, b, *, b_iter=None):
@@ -204,6 +215,7 @@ def rolora(problem: RankOneLoRAProblem, rounds: int, step_size, *, a0=None, delt
     """
     problem = _check_problem(problem)
     rounds = check_int(rounds, "rounds", minimum=0)
+    normalize = _check_bool(normalize, "normalize")
     eta = resolve_step_size(step_size, problem, L_max)
     rng = as_generator(seed, stream="lora")  # one stream: RoLoRA, FFA-LoRA, FedAvg-LoRA share a0
     data = _Data(problem, sample_mode, rng)
@@ -226,6 +238,7 @@ def rolora(problem: RankOneLoRAProblem, rounds: int, step_size, *, a0=None, delt
 
     if record(0):
         for t in range(1, rounds + 1):
+            last = (a, b_next, b_iter)
             b_bar = b_next                                               # lines 4–7
             X, Y = data.draw()
             grad = grad_a_clients(problem, a, b_bar, X, Y).mean(axis=0)  # lines 8–10
@@ -236,6 +249,7 @@ def rolora(problem: RankOneLoRAProblem, rounds: int, step_size, *, a0=None, delt
             rec.communicate(t, up=2 * n * d, down=2 * n * d)             # b~_i, grad_i up; bbar, a down
             b_next = data.b_step(a).mean(axis=0)                         # next iteration's b-step
             if not record(t):
+                a, b_next, b_iter = last                                 # keep the last finite iterate
                 break
     return rec.finish(a=a, b=b_next, b_iterate=b_iter, step_size=eta)
 
@@ -245,13 +259,15 @@ def rolora(problem: RankOneLoRAProblem, rounds: int, step_size, *, a0=None, delt
 # --------------------------------------------------------------------------------------------
 @_nonfinite_is_divergence
 def ffa_lora(problem: RankOneLoRAProblem, rounds: int, *, a0=None, delta0: float | None = None,
-             local: str = "argmin", local_steps: int = 1, step_size: float | None = None,
+             local: str = "argmin", local_steps: int | None = None, step_size: float | None = None,
              sample_mode: str = "reuse", seed=None):
     """FFA-LoRA: ``a`` frozen at ``a0`` on every client, only ``b`` trained and averaged.
 
     ``local="argmin"`` (as analysed): ``b_i = argmin_b l_i(a0, b)`` (eq. (182) / (275)) and
     ``b^FFA = mean_i b_i`` (eq. (183) / (276)); further rounds repeat the same solve.
     ``local="gd"``: ``local_steps`` GD steps on b from the server's b with ``step_size``.
+    ``local_steps`` and ``step_size`` apply to ``local="gd"`` only; giving them with
+    ``local="argmin"`` is a ``ValueError`` (they would be silently ignored).
 
     Parameters
     ----------
@@ -259,8 +275,9 @@ def ffa_lora(problem: RankOneLoRAProblem, rounds: int, *, a0=None, delta0: float
     rounds : int >= 0
     a0, delta0 : as in :func:`rolora`
     local : {"argmin", "gd"}
-    local_steps : int in [1, MAX_LOCAL_STEPS]
-    step_size : float > 0, required for ``local="gd"``
+    local_steps : int in [1, MAX_LOCAL_STEPS] or None
+        ``local="gd"`` only (default 1).
+    step_size : float > 0, required for ``local="gd"`` (and not accepted otherwise)
     sample_mode : {"reuse", "fresh"}
     seed : int or Generator
 
@@ -273,11 +290,17 @@ def ffa_lora(problem: RankOneLoRAProblem, rounds: int, *, a0=None, delta0: float
     problem = _check_problem(problem)
     rounds = check_int(rounds, "rounds", minimum=0)
     check_choice(local, "local", ("argmin", "gd"))
-    local_steps = check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
     if local == "gd":
+        local_steps = check_int(1 if local_steps is None else local_steps, "local_steps", minimum=1,
+                                maximum=MAX_LOCAL_STEPS)
         if step_size is None:
             raise ValueError("step_size is required for local='gd'")
         eta = check_positive(step_size, "step_size")
+    else:
+        for name, value in (("local_steps", local_steps), ("step_size", step_size)):
+            if value is not None:
+                raise ValueError(f"{name} applies to local='gd' only (local='argmin' solves exactly), "
+                                 f"got {name}={value!r}")
     rng = as_generator(seed, stream="lora")  # one stream: RoLoRA, FFA-LoRA, FedAvg-LoRA share a0
     data = _Data(problem, sample_mode, rng)
     a = _initial_a(problem, a0, delta0, rng)
@@ -295,9 +318,10 @@ def ffa_lora(problem: RankOneLoRAProblem, rounds: int, *, a0=None, delta0: float
                 b_clients = np.broadcast_to(b, (n, d)).copy()
                 for _ in range(local_steps):                     # local steps are sequential
                     b_clients -= eta * grad_b_clients(problem, a, b_clients, X, Y)
-            b = b_clients.mean(axis=0)
+            b_prev, b = b, b_clients.mean(axis=0)
             rec.communicate(t, up=n * d, down=n * d)
             if not rec.record(t, loss=problem.population_loss(a, b), distance=delta, b=b):
+                b = b_prev                                       # keep the last finite iterate
                 break
             _record_common(rec, problem, t, a, b)
     return rec.finish(a=a, b=b)
@@ -347,6 +371,7 @@ def fedavg_lora(problem: RankOneLoRAProblem, rounds: int, step_size: float, *, l
     rounds = check_int(rounds, "rounds", minimum=0)
     eta = check_positive(step_size, "step_size")
     local_steps = check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
+    normalize = _check_bool(normalize, "normalize")
     rng = as_generator(seed, stream="lora")  # one stream: RoLoRA, FFA-LoRA, FedAvg-LoRA share a0
     data = _Data(problem, sample_mode, rng)
     a = _initial_a(problem, a0, delta0, rng)
@@ -355,8 +380,8 @@ def fedavg_lora(problem: RankOneLoRAProblem, rounds: int, step_size: float, *, l
     rec = TraceRecorder(f"fedavg_lora[K={local_steps}]", rounds)
 
     def record(t):
-        ok = rec.record(t, loss=problem.population_loss(a, b), distance=angle_distance(a, problem.a_star)
-                        if np.any(a) else np.nan, a=a, b=b)
+        ok = rec.record(t, loss=problem.population_loss(a, b), distance=angle_distance(a, problem.a_star),
+                        a=a, b=b)
         if ok:
             _record_common(rec, problem, t, a, b)
         return ok
@@ -364,6 +389,7 @@ def fedavg_lora(problem: RankOneLoRAProblem, rounds: int, step_size: float, *, l
     if record(0):
         rec.record_extra("interference", 0, 0.0)
         for t in range(1, rounds + 1):
+            last = (a, b)
             X, Y = data.draw()
             A_c = np.broadcast_to(a, (n, d)).copy()
             B_c = np.broadcast_to(b, (n, d)).copy()
@@ -379,6 +405,7 @@ def fedavg_lora(problem: RankOneLoRAProblem, rounds: int, step_size: float, *, l
                 a, b = a / nrm, b * nrm
             rec.communicate(t, up=2 * n * d, down=2 * n * d)
             if not record(t):
+                a, b = last                                      # keep the last finite iterate
                 break
             rec.record_extra("interference", t, interference)
     return rec.finish(a=a, b=b)

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_float_array, check_in_interval, check_int, check_positive
+from ..linalg import block_norms
+from .contrasts import check_block_rows
 
 __all__ = [
     "Certificate",
@@ -31,11 +33,8 @@ __all__ = [
 
 def _check_blocks(X, q, name):
     X = as_float_array(X, name, ndim=2)
-    q = check_int(q, "q", minimum=1)
-    if X.shape[0] == 0 or X.shape[0] % q != 0:
-        raise ValueError(f"{name} must have a positive number of rows that is a multiple of "
-                         f"q={q}, got shape {X.shape}")
-    return X, q, X.shape[0] // q
+    q, G = check_block_rows(X, q, name)
+    return X, q, G
 
 
 def _check_mask(I_mask, G):
@@ -59,8 +58,7 @@ def block_leverages(L0, q: int, r: int) -> np.ndarray:
     L0, q, G = _check_blocks(L0, q, "L0")
     r = check_int(r, "r", minimum=1, maximum=min(L0.shape))
     U, _, _ = _left_basis(L0, r)
-    Ub = U.reshape(G, q, r)
-    return np.einsum("gij,gij->g", Ub, Ub)
+    return block_norms(U.reshape(G, q, r)) ** 2
 
 
 def block_incoherence(L0, q: int, r: int) -> float:
@@ -111,16 +109,19 @@ def theorem1_window(mu: float, r: int, s: int, G: int, a: float, b: float):
     return (low, high) if low < high else None
 
 
-def _sign_blocks(S, q, I_mask, zero_tol, U, V, lam_L, lam_S):
+def _sign_blocks(L, S, q, I_mask, zero_tol, U, V, lam_L, lam_S):
     """``H`` of S1.1/Lemma S3: ``S_g / ||S_g||_F`` on the live blocks of I, 0 off I.
 
-    On blocks of I where ``S_g`` vanishes any ``||H_g||_F <= 1`` is allowed; the choice
-    ``(lam_L/lam_S) U'_g V'^T`` is the smallest one satisfying Lemma S3 there (returned mask
-    ``zero``: the caller checks ``||H_g|| <= 1``).
+    A block is live when ``||S_g||_F > zero_tol * max_g ||(L + S)_g||_F`` (relative to the data
+    ``D0 = L + S``, so the decision does not depend on units). On blocks of I where ``S_g``
+    vanishes any ``||H_g||_F <= 1`` is allowed; the choice ``(lam_L/lam_S) U'_g V'^T`` is the
+    smallest one satisfying Lemma S3 there (returned mask ``zero``: the caller checks
+    ``||H_g|| <= 1``).
     """
     Sb = S.reshape(-1, q, S.shape[1])
-    n = np.sqrt(np.einsum("gij,gij->g", Sb, Sb))
-    live = I_mask & (n > zero_tol * max(1.0, float(n.max())))
+    n = block_norms(Sb)
+    ref = float(block_norms((L + S).reshape(Sb.shape)).max())
+    live = I_mask & (n > zero_tol * ref)
     zero = I_mask & ~live
     H = np.zeros_like(Sb)
     H[live] = Sb[live] / n[live, None, None]
@@ -141,23 +142,33 @@ def lemma_s3_residual(L, S, I_mask, q: int, r: int, lam_L: float, lam_S: float, 
     I_mask : ndarray of bool, shape (G,)
     q, r : int
     lam_L, lam_S : float
-    zero_tol : float
-        Blocks with ``||S_g|| <= zero_tol * max(1, max ||S_g||)`` count as zero (``H_g = 0``).
+    zero_tol : float, > 0
+        Blocks with ``||S_g||_F <= zero_tol * max_g ||(L + S)_g||_F`` count as zero.
 
     Returns
     -------
     float
         ``||lhs - rhs||_F / max(||lhs||_F, ||rhs||_F, tiny)``.
     """
+    L, S, I_mask, q, G, r, lam_L, lam_S, zero_tol = _check_oracle_point(
+        L, S, I_mask, q, r, lam_L, lam_S, zero_tol)
+    U, _, V = _left_basis(L, r)
+    H, _ = _sign_blocks(L, S, q, I_mask, zero_tol, U, V, lam_L, lam_S)
+    return _s3_residual(U, V, H, np.repeat(I_mask, q), lam_L, lam_S)
+
+
+def _check_oracle_point(L, S, I_mask, q, r, lam_L, lam_S, zero_tol):
     L, q, G = _check_blocks(L, q, "L")
     S = as_float_array(S, "S", shape=L.shape)
     I_mask = _check_mask(I_mask, G)
     r = check_int(r, "r", minimum=1, maximum=min(L.shape))
-    lam_L = check_positive(lam_L, "lam_L")
-    lam_S = check_positive(lam_S, "lam_S")
-    U, _, V = _left_basis(L, r)
-    H, _ = _sign_blocks(S, q, I_mask, zero_tol, U, V, lam_L, lam_S)
-    rows = np.repeat(I_mask, q)
+    return (L, S, I_mask, q, G, r, check_positive(lam_L, "lam_L"),
+            check_positive(lam_S, "lam_S"), check_positive(zero_tol, "zero_tol"))
+
+
+def _s3_residual(U, V, H, rows, lam_L, lam_S) -> float:
+    if not np.any(rows):
+        return 0.0
     lhs = lam_L * (U[rows] @ V.T)
     rhs = lam_S * ((H[rows] @ V) @ V.T)
     scale = max(float(np.linalg.norm(lhs)), float(np.linalg.norm(rhs)), np.finfo(float).tiny)
@@ -229,28 +240,33 @@ def build_certificate(L, S, I_mask, q: int, r: int, lam_L: float, lam_S: float, 
     I_mask : ndarray of bool, shape (G,)
     q, r : int
     lam_L, lam_S : float, > 0
-    zero_tol : float
+    zero_tol : float, > 0
         Relative threshold for zero blocks of ``S`` (see :func:`lemma_s3_residual`).
 
     Returns
     -------
     Certificate
+
+    Raises
+    ------
+    ValueError
+        Bad input, or ``rho' = ||U_I^T U_I||_op >= 1`` (then ``I - P_I P_U' P_I`` is singular and
+        (S1.4) is undefined; Lemma S8 needs ``rho' < 1``).
     """
-    L, q, G = _check_blocks(L, q, "L")
-    S = as_float_array(S, "S", shape=L.shape)
-    I_mask = _check_mask(I_mask, G)
-    r = check_int(r, "r", minimum=1, maximum=min(L.shape))
-    lam_L = check_positive(lam_L, "lam_L")
-    lam_S = check_positive(lam_S, "lam_S")
+    L, S, I_mask, q, G, r, lam_L, lam_S, zero_tol = _check_oracle_point(
+        L, S, I_mask, q, r, lam_L, lam_S, zero_tol)
     U, _, V = _left_basis(L, r)
     p = L.shape[1]
-    H, zero_I = _sign_blocks(S, q, I_mask, zero_tol, U, V, lam_L, lam_S)
+    H, zero_I = _sign_blocks(L, S, q, I_mask, zero_tol, U, V, lam_L, lam_S)
     rows = np.repeat(I_mask, q)
     UI = U[rows]                                        # (s q, r)
     HI = H[rows]
     RI = lam_S * (HI - (HI @ V) @ V.T)                  # lam_S P_I(H P_{V'⊥})
     M = UI.T @ UI                                       # (r, r); rho' = ||M||
     rho = float(np.linalg.norm(M, 2)) if UI.size else 0.0
+    if rho >= 1 - 1e-12:
+        raise ValueError(f"rho' = ||U_I^T U_I||_op = {rho:.12g} must be < 1 for the certificate "
+                         "(S1.4): the contaminated rows span the whole column space of L")
     Z = np.zeros_like(L)
     if UI.size:
         Z[rows] = RI + UI @ np.linalg.solve(np.eye(r) - M, UI.T @ RI)
@@ -262,17 +278,14 @@ def build_certificate(L, S, I_mask, q: int, r: int, lam_L: float, lam_S: float, 
     tangent = float(np.linalg.norm(PT - lam_L * UV)) / (lam_L * np.sqrt(r))
     Tperp = Q - PT
     a_hat = float(np.linalg.norm(Tperp, 2)) / lam_L
-    Qb = Q.reshape(G, q, p)
-    qn = np.sqrt(np.einsum("gij,gij->g", Qb, Qb))
+    qn = block_norms(Q.reshape(G, q, p))
     b_hat = float(qn[~I_mask].max()) / lam_S if np.any(~I_mask) else 0.0
     target = lam_S * HI
     tnorm = float(np.linalg.norm(target))
     support = float(np.linalg.norm(Q[rows] - target)) / tnorm if tnorm > 0 else \
         float(np.linalg.norm(Q[rows]))
-    Hb = H.reshape(G, q, p)
-    hn = np.sqrt(np.einsum("gij,gij->g", Hb, Hb))
+    hn = block_norms(H.reshape(G, q, p))
     sign_ok = bool(np.all(hn[zero_I] <= 1 + 1e-8))
-    s3 = lemma_s3_residual(L, S, I_mask, q, r, lam_L, lam_S, zero_tol=zero_tol) if UI.size \
-        else 0.0
+    s3 = _s3_residual(U, V, H, rows, lam_L, lam_S)
     return Certificate(Q=Q, a_hat=a_hat, b_hat=b_hat, rho_prime=rho, tangent_residual=tangent,
                        support_residual=support, lemma_s3_residual=s3, sign_ok=sign_ok)

@@ -9,18 +9,27 @@
 Input: an ``.npz`` with an array ``W_hat`` of shape (K, q, p). Output in ``DIR``:
 ``summary.json`` (benign set, rank, objective, gap, status, tau, solver, ...) and
 ``refined.npz`` (``W_tilde`` (K, q, p), ``benign`` (K,), ``projector`` (p, p)).
+
+Exit status: 0 when the solve of (7) is ``optimal`` (or ``completed``); 3 when it stopped
+unconverged (``max_iter`` or ``optimal_inaccurate``: outputs are still written, from the inexact
+solution); 2 on bad input or a failed solve (``diverged``, CVXPY error).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from .pipeline import TAU_RULES, fit
 
-__all__ = ["add_parser", "run_fit", "load_W_hat", "MissingArrayError"]
+__all__ = ["add_parser", "run_fit", "load_W_hat", "MissingArrayError", "EXIT_UNCONVERGED"]
+
+#: Exit status when the solve stopped before its tolerance (outputs written nonetheless).
+EXIT_UNCONVERGED = 3
+_CONVERGED = ("optimal", "completed")
 
 
 class MissingArrayError(KeyError):
@@ -45,7 +54,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     clair = subparsers.add_parser("clair", help="CLAIR: collaborative alignment of local estimates")
     sub = clair.add_subparsers(dest="clair_command", required=True)
     p = sub.add_parser("fit", help="detect the collaborative set and refine local estimates",
-                       description=__doc__.split("\n\n")[0])
+                       description=__doc__.split("\n\n")[0],
+                       epilog=f"exit status: 0 converged; {EXIT_UNCONVERGED} solver stopped "
+                              "unconverged (max_iter / optimal_inaccurate; outputs still "
+                              "written); 2 bad input or failed solve")
     p.add_argument("W_hat", type=Path, help=".npz file holding an array W_hat of shape (K, q, p)")
     p.add_argument("--rank", type=int, required=True, help="shared rank r, 1 <= r < min(p, q)")
     p.add_argument("--lam-L", dest="lam_L", type=float, required=True, help="nuclear penalty > 0")
@@ -53,24 +65,41 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=float, default=0.5, help="majority fraction in [0.5, 1)")
     p.add_argument("--tau", type=_tau, default="largest-gap",
                    help=f"block-norm threshold >= 0 or a rule ({', '.join(TAU_RULES)})")
-    p.add_argument("--method", default="fista", help="solver for (7): fista, proxgrad or cvxpy")
+    p.add_argument("--method", default="fista",
+                   help="solver for (7): fista, proxgrad or cvxpy (--tol/--max-iter apply to "
+                        "fista and proxgrad only)")
     p.add_argument("--weights", type=Path, default=None,
                    help=".npy file of pair weights, shape (K(K-1)/2,); default 1/K")
-    p.add_argument("--tol", type=float, default=1e-8,
-                   help="relative duality-gap tolerance of the iterative solvers")
-    p.add_argument("--max-iter", dest="max_iter", type=int, default=10000,
-                   help="iteration cap of the iterative solvers")
+    p.add_argument("--tol", type=float, default=None,
+                   help="relative duality-gap tolerance of the iterative solvers (default 1e-8)")
+    p.add_argument("--max-iter", dest="max_iter", type=int, default=None,
+                   help="iteration cap of the iterative solvers (default 10000)")
     p.add_argument("--out", type=Path, required=True, help="output directory (created)")
     p.set_defaults(handler=run_fit)
     return p
 
 
 def load_W_hat(path) -> np.ndarray:
-    """Read the array ``W_hat`` from an ``.npz``; a clear KeyError names it and the keys found."""
+    """Read the array ``W_hat`` from an ``.npz``; a clear KeyError names it and the keys found.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        The file is not an ``.npz`` archive (e.g. a bare ``.npy`` array).
+    MissingArrayError
+        The archive has no ``W_hat``.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"W_hat file not found: {path}")
-    with np.load(path, allow_pickle=False) as data:
+    data = np.load(path, allow_pickle=False)
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is a single array ({type(data).__name__}), not an .npz "
+                         "archive: expected an .npz holding an array named 'W_hat' of shape "
+                         "(K, q, p) (save it with numpy.savez(path, W_hat=...))")
+    with data:
         if "W_hat" not in data.files:
             raise MissingArrayError(f"{path} has no array named 'W_hat' (shape (K, q, p)); "
                            f"keys found: {sorted(data.files) or 'none'}")
@@ -85,8 +114,10 @@ def run_fit(args) -> int:
         if not Path(args.weights).is_file():
             raise FileNotFoundError(f"weights file not found: {args.weights}")
         weights = np.load(args.weights, allow_pickle=False)
+    # only options the user gave are forwarded (cvxpy refuses iterative-only options)
+    opts = {k: v for k, v in (("tol", args.tol), ("max_iter", args.max_iter)) if v is not None}
     res = fit(W_hat, args.rank, args.lam_L, args.lam_S, alpha=args.alpha, tau=args.tau,
-              weights=weights, method=args.method, tol=args.tol, max_iter=args.max_iter)
+              weights=weights, method=args.method, **opts)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     sol = res.solution
@@ -115,4 +146,8 @@ def run_fit(args) -> int:
     print(f"CLAIR: kept {len(summary['benign'])} of {K} clients "
           f"(tau={res.tau:.4g}, status={sol.status}); wrote {out / 'summary.json'} and "
           f"{out / 'refined.npz'}")
+    if str(sol.status) not in _CONVERGED:
+        print(f"lowrank-fl: warning: the solve of (7) did not converge (status {sol.status}); "
+              f"exit status {EXIT_UNCONVERGED}", file=sys.stderr)
+        return EXIT_UNCONVERGED
     return 0

@@ -26,6 +26,7 @@ __all__ = [
     "contaminated_pairs",
     "contrasts",
     "as_blocks",
+    "check_block_rows",
     "check_weights",
     "uniform_weights",
 ]
@@ -179,6 +180,30 @@ def contrasts(W_hat) -> np.ndarray:
     return (W[j] - W[k]).reshape(-1, p)
 
 
+def check_block_rows(X, q: int, name: str = "D") -> tuple[int, int]:
+    """Validate the block height ``q`` of a stacked 2-D array ``X`` (G*q, p).
+
+    Returns
+    -------
+    (q, G) : tuple of int
+
+    Raises
+    ------
+    TypeError
+        ``q`` not an integer.
+    ValueError
+        ``q < 1``, or ``X`` is not 2-D with a positive multiple of ``q`` rows (message names
+        ``name``).
+    """
+    q = check_int(q, "q", minimum=1)
+    if X.ndim != 2 or X.shape[0] == 0 or X.shape[0] % q != 0:
+        raise ValueError(
+            f"{name} must be a 2-D array with a positive number of rows that is a multiple of "
+            f"q={q} "
+            f"(G*q rows), got shape {X.shape}")
+    return q, X.shape[0] // q
+
+
 def as_blocks(D, q: int) -> np.ndarray:
     """The (G, q, p) block view of a stacked (G*q, p) matrix (no copy for a C-contiguous ``D``).
 
@@ -193,15 +218,9 @@ def as_blocks(D, q: int) -> np.ndarray:
     ndarray, shape (G, q, p)
         ``out[g]`` is block ``P_g(D)`` without its zero padding.
     """
-    q = check_int(q, "q", minimum=1)
     D = np.asarray(D, dtype=np.float64)
-    if D.ndim != 2:
-        raise ValueError(f"D must be a 2-D (G*q, p) array, got shape {D.shape}")
-    if D.shape[0] % q != 0 or D.shape[0] == 0:
-        raise ValueError(
-            f"D must have a positive number of rows that is a multiple of q={q} (G*q rows), "
-            f"got {D.shape[0]} rows")
-    return D.reshape(D.shape[0] // q, q, D.shape[1])
+    q, G = check_block_rows(D, q, "D")
+    return D.reshape(G, q, D.shape[1])
 
 
 def uniform_weights(G: int) -> np.ndarray:

@@ -41,8 +41,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_float_array, check_choice, check_int, check_positive
+from ..linalg import block_norms
 from ..results import ConvergenceWarning, SolverResult
-from .contrasts import as_blocks, check_weights
+from .contrasts import as_blocks, check_block_rows, check_weights
 
 __all__ = [
     "PenalizedResult",
@@ -65,17 +66,24 @@ _GRAM_SAFE_RATIO = 1e-6
 
 class LowRankMixin:
     """``rank`` / ``projector`` for results holding ``singular_values`` (p,) and ``Vt`` (p, p)
-    of their low-rank component ``L``."""
+    of their low-rank component ``L`` (and, optionally, ``data_norm``: ``||D||_op``)."""
 
     def rank(self, rtol: float = 1e-6, scale: float | None = None) -> int:
         """Numerical rank of ``L``: singular values above ``rtol * scale``.
 
-        ``scale`` defaults to ``max(1, sigma_1(L))``; pass ``||D||_op`` for the notes' §7.7 rule (a
-        threshold relative to ``sigma_1(L)`` alone reports noise as full rank when ``L ~ 0``).
+        ``scale`` defaults to the stored ``data_norm`` (``||D||_op`` of the program's data, the
+        notes' §7.7 rule; a threshold relative to ``sigma_1(L)`` alone reports noise as full rank
+        when ``L ~ 0``), or to ``sigma_1(L)`` when the result has none. No floor at 1: the rank
+        must not depend on the units of the data.
         """
+        rtol = check_positive(rtol, "rtol")
         s = self.singular_values
-        ref = max(1.0, float(s[0]) if s.size else 0.0) if scale is None else float(scale)
-        return int(np.count_nonzero(s > rtol * ref))
+        if scale is None:
+            scale = getattr(self, "data_norm", None)
+        if scale is None:
+            scale = float(s[0]) if s.size else 0.0
+        scale = check_positive(scale, "scale", strict=False)
+        return int(np.count_nonzero(s > rtol * scale))
 
     def projector(self, rank: int) -> np.ndarray:
         """``P_Â``: projector (p, p) onto the top-``rank`` right singular subspace of ``L``."""
@@ -106,6 +114,13 @@ class PenalizedResult(LowRankMixin, SolverResult):
     weights : ndarray, shape (G,)
     diverged_at : int or None
         Iteration at which a non-finite value appeared (status ``"diverged"``).
+    data_norm : float or None
+        ``||D||_op``, the default reference of :meth:`rank`.
+
+    ``gap_scale`` (see :class:`~lowrank_fl.results.SolverResult`) is the objective at
+    ``(L, S) = (0, 0)``, ``F(0, 0) = 1/2 sum_g w_g ||D_g||_F^2``: (7) is homogeneous of degree 2
+    in ``(D, lam_L, lam_S)``, so ``relative_gap = gap / F(0, 0)`` does not depend on the data's
+    units (``F* <= F(0, 0)``, so it is also a conservative relative accuracy).
     """
 
     L: np.ndarray
@@ -119,7 +134,7 @@ class PenalizedResult(LowRankMixin, SolverResult):
     lam_S: float
     weights: np.ndarray
     diverged_at: int | None = None
-
+    data_norm: float | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,12 +152,7 @@ def _check_problem(D, q, lam_L, lam_S, weights):
 
 
 def _check_q(q, D):
-    q = check_int(q, "q", minimum=1)
-    if D.shape[0] == 0 or D.shape[0] % q != 0:
-        raise ValueError(
-            f"D must have a positive number of rows that is a multiple of q={q} (G*q rows), "
-            f"got shape {D.shape}")
-    return q
+    return check_block_rows(D, q, "D")[0]
 
 
 def _check_same(X, name, D):
@@ -162,6 +172,13 @@ def _inner(A, B) -> float:
 def _block_sq(X, q):
     B = X.reshape(-1, q, X.shape[1])
     return np.einsum("gij,gij->g", B, B)
+
+
+def _zero_objective(D, q, w) -> float:
+    """``F(0, 0) = 1/2 sum_g w_g ||D_g||_F^2``, the scale of (7) (1 for ``D = 0``, where every
+    gap is 0 anyway)."""
+    f0 = 0.5 * float(w @ _block_sq(D, q))
+    return f0 if f0 > 0 else 1.0
 
 
 def penalized_objective(D, q, L, S, lam_L, lam_S, weights=None) -> float:
@@ -222,6 +239,7 @@ def dual_value(D, q, Q, lam_L, lam_S, weights=None, *, rtol: float = 1e-6) -> fl
     """
     D, q, G, lam_L, lam_S, w = _check_problem(D, q, lam_L, lam_S, weights)
     Q = _check_same(Q, "Q", D)
+    rtol = check_positive(rtol, "rtol", strict=False)
     qn2 = _block_sq(Q, q)
     opn = _op_norm(Q)
     if opn > lam_L * (1 + rtol):
@@ -264,41 +282,59 @@ def kkt_residuals(D, q, L, S, lam_L, lam_S, weights=None, *, rank_tol: float = 1
 
     With ``Z = P_w (D - L - S)`` optimality means ``Z ∈ lam_L ∂||L||_*`` and
     ``Z ∈ lam_S ∂||S||_{blk,1}`` (notes §7.6; subdifferentials of S1.1 with supp(S) in place of I).
+    For ``L = U diag(s) V^T`` the first is ``U^T Z V = lam_L I``, ``P_U Z P_V⊥ = 0``,
+    ``P_U⊥ Z P_V = 0`` and ``||P_U⊥ Z P_V⊥||_op <= lam_L``.
+
+    Parameters
+    ----------
+    D, L, S : array_like, shape (G*q, p)
+    q : int
+    lam_L, lam_S : float, > 0
+    weights : None or array_like, shape (G,)
+    rank_tol : float, > 0
+        Singular values of ``L`` above ``rank_tol * ||D||_op`` span its range; blocks of ``S``
+        above ``rank_tol * max_g ||D_g||_F`` form its support (both scale with the data).
 
     Returns
     -------
     dict of float
-        ``"nuclear_aligned"``: ``||U^T Z V - lam_L I||`` on the range of ``L`` (relative to lam_L);
-        ``"nuclear_op"``: ``max(0, ||Z - P_U Z P_V||_op / lam_L - 1)`` (the part off the range);
+        ``"nuclear_aligned"``: ``||U^T Z V - lam_L I||_F / lam_L``;
+        ``"nuclear_cross"``: ``max(||U^T Z P_V⊥||_F, ||P_U⊥ Z V||_F) / lam_L``;
+        ``"nuclear_op"``: ``max(0, ||P_U⊥ Z P_V⊥||_op / lam_L - 1)``;
         ``"block_aligned"``: ``max_{g in supp} ||Z_g - lam_S S_g/||S_g|| ||_F / lam_S``;
         ``"block_bound"``: ``max(0, max_{g not in supp} ||Z_g||_F / lam_S - 1)``.
-        ``rank_tol`` (relative to ``max(1, sigma_1(L))``) and the same tolerance relative to
-        ``max_g ||S_g||`` decide the range of ``L`` and the support of ``S``.
     """
     D, q, G, lam_L, lam_S, w = _check_problem(D, q, lam_L, lam_S, weights)
     L = _check_same(L, "L", D)
     S = _check_same(S, "S", D)
+    rank_tol = check_positive(rank_tol, "rank_tol")
     Z = (D - L - S) * np.repeat(w, q)[:, None]
     U, s, Vt = np.linalg.svd(L, full_matrices=False)
-    k = int(np.count_nonzero(s > rank_tol * max(1.0, s[0] if s.size else 0.0)))
+    k = int(np.count_nonzero(s > rank_tol * _op_norm(D)))
     U, V = U[:, :k], Vt[:k].T
-    aligned = U.T @ Z @ V - lam_L * np.eye(k)
-    Zperp = Z - U @ (U.T @ Z)
+    UtZ = U.T @ Z                                       # (k, p)
+    ZV = Z @ V                                          # (Gq, k)
+    aligned = UtZ @ V - lam_L * np.eye(k)
+    cross_row = UtZ - (UtZ @ V) @ V.T                   # U^T Z P_V⊥
+    cross_col = ZV - U @ (U.T @ ZV)                     # P_U⊥ Z V
+    Zperp = Z - U @ UtZ
     Zperp = Zperp - (Zperp @ V) @ V.T
     nuc_al = float(np.linalg.norm(aligned)) / lam_L if k else 0.0
+    nuc_cross = max(float(np.linalg.norm(cross_row)), float(np.linalg.norm(cross_col))) / lam_L \
+        if k else 0.0
     nuc_op = max(0.0, _op_norm(Zperp) / lam_L - 1.0)
     Sb = as_blocks(S, q)
     Zb = as_blocks(Z, q)
-    sn = np.sqrt(np.einsum("gij,gij->g", Sb, Sb))
-    supp = sn > rank_tol * max(1.0, float(sn.max()))
+    sn = block_norms(Sb)
+    supp = sn > rank_tol * float(block_norms(as_blocks(D, q)).max())
     if np.any(supp):
-        diff = Zb[supp] - lam_S * Sb[supp] / sn[supp, None, None]
-        blk_al = float(np.sqrt(np.einsum("gij,gij->g", diff, diff)).max()) / lam_S
+        blk_al = float(block_norms(Zb[supp] - lam_S * Sb[supp] / sn[supp, None, None]).max()) \
+            / lam_S
     else:
         blk_al = 0.0
-    zn = np.sqrt(np.einsum("gij,gij->g", Zb, Zb))
+    zn = block_norms(Zb)
     blk_b = max(0.0, float(zn[~supp].max()) / lam_S - 1.0) if np.any(~supp) else 0.0
-    return {"nuclear_aligned": nuc_al, "nuclear_op": nuc_op,
+    return {"nuclear_aligned": nuc_al, "nuclear_cross": nuc_cross, "nuclear_op": nuc_op,
             "block_aligned": blk_al, "block_bound": blk_b}
 
 
@@ -329,19 +365,35 @@ def _svt(M, tau, mode):
     snew = np.maximum(s - tau, 0.0)
     k = int(np.count_nonzero(snew))
     X = (U[:, :k] * snew[:k]) @ Vt[:k]
-    p = M.shape[1]
-    if Vt.shape[0] < p:  # fewer rows than columns: complete Vt to an orthonormal (p, p) basis
+    snew, Vt = _complete_right_basis(snew, Vt)
+    return X, snew, Vt
+
+
+def _complete_right_basis(s, Vt):
+    """Pad a thin SVD's ``s`` (m,) and ``Vt`` (m, p) with ``m < p`` (fewer rows than columns) to
+    ``p`` values (zeros) and an orthonormal (p, p) basis."""
+    p = Vt.shape[1]
+    if Vt.shape[0] < p:
         import scipy.linalg
 
         Vt = np.vstack([Vt, scipy.linalg.null_space(Vt).T])
-        snew = np.concatenate([snew, np.zeros(p - snew.size)])
-    return X, snew, Vt
+        s = np.concatenate([s, np.zeros(p - s.size)])
+    return s, Vt
+
+
+def _svd_parts(L):
+    """Singular values (p,) and a full (p, p) right basis of a tall ``L`` (thin SVD only: the
+    full left factor would be Gq x Gq)."""
+    _, s, Vt = np.linalg.svd(L, full_matrices=False)
+    return _complete_right_basis(s, Vt)
 
 
 def _bst(M, q, tau, inplace=False):
     """Block soft threshold of a (G*q, p) matrix; returns X and the new block norms (G,).
     ``inplace=True`` overwrites ``M`` (a temporary on the hot path)."""
     B = M.reshape(-1, q, M.shape[1])
+    # not linalg.block_norms: its finiteness check would cost a pass and raise on an overflow
+    # that the loop must report as "diverged"
     n = np.sqrt(np.einsum("gij,gij->g", B, B))
     nnew = np.maximum(n - tau, 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -377,8 +429,9 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
         ``"proxgrad"`` is Algorithm 1 as printed (eqs. (19)–(21)); ``"fista"`` adds momentum with
         adaptive restart; ``"cvxpy"`` solves the conic program exactly.
     tol : float or None
-        Iterative methods stop when ``gap / max(1, |objective|) <= tol`` (checked every
-        ``check_every`` iterations). ``None`` runs exactly ``max_iter`` steps (status
+        Iterative methods stop when ``gap <= tol * F(0, 0)`` with
+        ``F(0, 0) = 1/2 sum_g w_g ||D_g||_F^2`` (checked every ``check_every`` iterations; the
+        result's ``relative_gap`` is the same ratio, independent of the data's units). ``None`` runs exactly ``max_iter`` steps (status
         ``"completed"``: the paper's fixed M).
     max_iter : int
         Iteration cap (iterative methods); hitting it before ``tol`` gives status ``"max_iter"``
@@ -404,6 +457,11 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
     verbose : bool
         CVXPY solver output (``method="cvxpy"`` only).
 
+    Options of the other family (``tol``, ``max_iter``, ``step``, ``init``, ``check_every``,
+    ``svd`` for the iterative methods; ``solver``, ``nuclear``, ``accept_inaccurate``,
+    ``solver_options``, ``verbose`` for CVXPY) must keep their defaults: a ``ValueError`` names any
+    that would be ignored.
+
     Returns
     -------
     PenalizedResult
@@ -418,6 +476,10 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
     t0 = time.perf_counter()
     D, q, G, lam_L, lam_S, w = _check_problem(D, q, lam_L, lam_S, weights)
     check_choice(method, "method", METHODS)
+    _check_applicable(method, tol=tol, max_iter=max_iter, solver=solver, step=step, init=init,
+                      check_every=check_every, svd=svd, nuclear=nuclear,
+                      accept_inaccurate=accept_inaccurate, solver_options=solver_options,
+                      verbose=verbose)
     if method == "cvxpy":
         from .programs import solve_program7
 
@@ -425,9 +487,6 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
         return solve_program7(D, q, lam_L, lam_S, w, solver=solver, nuclear=nuclear,
                               accept_inaccurate=accept_inaccurate,
                               solver_options=solver_options, verbose=verbose)
-    if solver is not None:
-        raise ValueError(f"solver is only used with method='cvxpy', got solver={solver!r} "
-                         f"with method={method!r}")
     if tol is not None:
         tol = check_positive(tol, "tol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
@@ -442,9 +501,10 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
             raise TypeError(f"init must be a pair (L0, S0) of arrays, got {type(init).__name__}")
         L = _check_same(init[0], "init[0] (L0)", D).copy()
         S = _check_same(init[1], "init[1] (S0)", D).copy()
+    scale = _zero_objective(D, q, w)
     loop = _fista if method == "fista" else _proxgrad
     with np.errstate(over="ignore", invalid="ignore"):  # blow-ups are caught as "diverged"
-        out = loop(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd)
+        out = loop(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale)
     L, S, sv, Vt, it, status, hist, div_at = out
     R = D - L - S
     objective = 0.5 * float(w @ _block_sq(R, q)) + lam_L * float(sv.sum()) \
@@ -454,8 +514,7 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
     if status == "max_iter":
         warnings.warn(
             f"solve_penalized(method={method!r}) stopped at max_iter={max_iter} with relative "
-            f"duality gap {gap / max(1.0, abs(objective)):.3e} > tol={tol:.1e}",
-            ConvergenceWarning, stacklevel=2)
+            f"duality gap {gap / scale:.3e} > tol={tol:.1e}", ConvergenceWarning, stacklevel=2)
     elif status == "diverged":
         warnings.warn(f"solve_penalized(method={method!r}) diverged at iteration {div_at} "
                       f"(non-finite objective; step t={t:.3g})", ConvergenceWarning, stacklevel=2)
@@ -463,7 +522,28 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
         L=L, S=S, Q=Q, dual=float(dual), singular_values=sv, Vt=Vt, q=q, lam_L=lam_L,
         lam_S=lam_S, weights=w, diverged_at=div_at, objective=float(objective), gap=float(gap),
         iterations=it, status=status, solver=method, seconds=time.perf_counter() - t0,
-        history=hist)
+        history=hist, gap_scale=scale, data_norm=_op_norm(D))
+
+
+# options that only one family of methods reads, with their defaults
+_ITERATIVE_ONLY = {"tol": 1e-8, "max_iter": 10000, "step": None, "init": None, "check_every": 5,
+                   "svd": "auto"}
+_CVXPY_ONLY = {"solver": None, "nuclear": "schur", "accept_inaccurate": False,
+               "solver_options": None, "verbose": False}
+
+
+def _check_applicable(method, **given):
+    """Refuse a non-default option that the chosen method would silently ignore."""
+    unused = _ITERATIVE_ONLY if method == "cvxpy" else _CVXPY_ONLY
+    for name, default in unused.items():
+        value = given[name]
+        same = value is default or (default is not None and np.ndim(value) == 0
+                                    and not isinstance(value, dict) and value == default)
+        if not same:
+            family = "iterative methods ('fista', 'proxgrad')" if method == "cvxpy" \
+                else "method='cvxpy'"
+            raise ValueError(f"{name} is only used with {family}, got {name}={value!r} with "
+                             f"method={method!r}")
 
 
 def _history(objs, gaps, gap_its):
@@ -476,12 +556,15 @@ def _initial_sv(L, svd):
     return s, Vt
 
 
-def _rel_gap(D, q, R, w, lam_L, lam_S, F):
+def _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its) -> bool:
+    """Record the duality gap at iteration ``it``; True when ``gap <= tol * F(0, 0)``."""
     _, dual = _dual_from_residual(D, q, R, w, lam_L, lam_S)
-    return (F - dual) / max(1.0, abs(F))
+    gaps.append(F - dual)
+    gap_its.append(it)
+    return tol is not None and F - dual <= tol * scale
 
 
-def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd):
+def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale):
     """Algorithm 1, eqs. (19)–(21), with constant step t."""
     twr = t * np.repeat(w, q)[:, None]
     R = D - L - S
@@ -504,17 +587,14 @@ def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd):
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
         L, S, R, sv, Vt = Ln, Sn, Rn, sv_n, Vt_n
         objs.append(F)
-        if it % check_every == 0 or it == max_iter:
-            g = _rel_gap(D, q, R, w, lam_L, lam_S, F)
-            gaps.append(g * max(1.0, abs(F)))
-            gap_its.append(it)
-            if tol is not None and g <= tol:
-                status = "optimal"
-                break
+        if (it % check_every == 0 or it == max_iter) and _converged(
+                D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its):
+            status = "optimal"
+            break
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None
 
 
-def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd):
+def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale):
     """FISTA on the product space with O'Donoghue–Candès function and gradient restarts.
 
     Written for memory traffic (the (Gq, p) arrays dominate): in-place updates, and the momentum
@@ -546,37 +626,34 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd):
         if not np.isfinite(Fn):
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
         if mL is not None and Fn > F + 1e-15 * abs(F):
-            # function restart: drop the step, restart from x without momentum
+            # function restart: drop the step, restart from x without momentum (x unchanged, so
+            # the gap check below still applies to it)
             Ly, Sy, Ry, theta, mL, mS = L, S, R, 1.0, None, None
-            objs.append(F)
-            continue
-        dL = Ln - L
-        dS = Sn - S
-        # gradient restart: <y - x+, x+ - x> = <m - d, d> > 0 means momentum points uphill
-        restart = mL is not None and (
-            _inner(mL, dL) + _inner(mS, dS) - _inner(dL, dL) - _inner(dS, dS)) > 0
-        theta_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
-        beta = (theta - 1.0) / theta_n
-        if restart or beta <= 0:
-            theta = 1.0 if restart else theta_n
-            Ly, Sy, Ry, mL, mS = Ln, Sn, Rn, None, None
         else:
-            theta = theta_n
-            dL *= beta
-            dS *= beta
-            mL, mS = dL, dS
-            Ly = Ln + mL
-            Sy = Sn + mS
-            Ry = Rn - mL
-            Ry -= mS
-        del dL, dS
-        L, S, R, sv, Vt, F = Ln, Sn, Rn, sv_n, Vt_n, Fn
+            dL = Ln - L
+            dS = Sn - S
+            # gradient restart: <y - x+, x+ - x> = <m - d, d> > 0 means momentum points uphill
+            restart = mL is not None and (
+                _inner(mL, dL) + _inner(mS, dS) - _inner(dL, dL) - _inner(dS, dS)) > 0
+            theta_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
+            beta = (theta - 1.0) / theta_n
+            if restart or beta <= 0:
+                theta = 1.0 if restart else theta_n
+                Ly, Sy, Ry, mL, mS = Ln, Sn, Rn, None, None
+            else:
+                theta = theta_n
+                dL *= beta
+                dS *= beta
+                mL, mS = dL, dS
+                Ly = Ln + mL
+                Sy = Sn + mS
+                Ry = Rn - mL
+                Ry -= mS
+            del dL, dS
+            L, S, R, sv, Vt, F = Ln, Sn, Rn, sv_n, Vt_n, Fn
         objs.append(F)
-        if it % check_every == 0 or it == max_iter:
-            g = _rel_gap(D, q, R, w, lam_L, lam_S, F)
-            gaps.append(g * max(1.0, abs(F)))
-            gap_its.append(it)
-            if tol is not None and g <= tol:
-                status = "optimal"
-                break
+        if (it % check_every == 0 or it == max_iter) and _converged(
+                D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its):
+            status = "optimal"
+            break
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None

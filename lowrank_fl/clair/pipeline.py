@@ -23,7 +23,9 @@ from .._validation import (as_float_array, check_choice, check_in_interval, chec
                            check_positive)
 from ..linalg import block_norms as _block_norms
 from ..linalg import thin_svd
-from .contrasts import as_blocks, check_weights, contrasts, pair_matrix, pair_values_to_matrix
+from ..results import ConvergenceWarning, SolverError
+from .contrasts import (as_blocks, check_weights, contrasts, incidence, pair_matrix,
+                        pair_values_to_matrix)
 
 __all__ = [
     "ClairFit",
@@ -118,6 +120,10 @@ class ClairFit:
         Majority fraction of (8).
     tau_rule : str
         ``"fixed"`` or the data-adaptive rule's name.
+    status : str
+        Status of the solve of (7) (``solution.status``): ``"optimal"``, ``"completed"``
+        (``tol=None``), ``"max_iter"`` (a :class:`~lowrank_fl.results.ConvergenceWarning` was
+        issued) or ``"optimal_inaccurate"``; a ``"diverged"`` solve raises instead.
     """
 
     projector: np.ndarray
@@ -132,6 +138,7 @@ class ClairFit:
     singular_values: np.ndarray
     alpha: float
     tau_rule: str = "fixed"
+    status: str = "optimal"
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,6 +160,8 @@ class LambdaPath:
     objective, gap : ndarray, shape (n_L, n_R)
     iterations : ndarray of int, shape (n_L, n_R)
     status : ndarray of str, shape (n_L, n_R)
+        Solver status per point; a :class:`~lowrank_fl.results.ConvergenceWarning` is issued
+        once when any is not ``"optimal"``/``"completed"``.
     rank : int
         Target rank ``r``.
     bands : tuple of ((float, float) or None), length n_L
@@ -311,7 +320,12 @@ def refine(W_hat, projector, benign) -> np.ndarray:
     corrections ``L̂_A^{(j,k)} = (D̂ P_Â)^{(j,k)}`` for ``j < k``, ``-(D̂ P_Â)^{(k,j)}`` for
     ``j > k`` and 0 for ``j = k`` (blocks of ``D̂ P_Â`` in eq. (6) order). Clients outside ``Ĉ``
     keep their local estimate (the paper leaves them undefined; Table 1 is consistent with this,
-    notes §2 step 6). Memory ``O(|Ĉ|^2 q p)``; :func:`refine_closed_form` is the cheap equivalent.
+    notes §2 step 6).
+
+    The sum ``Σ_{j in Ĉ} L̂_A^{(j,k)}`` is ``-(E_Ĉ^T (D̂ P_Â))^{(k)}`` with ``E_Ĉ`` the signed
+    client-pair incidence (:func:`~lowrank_fl.clair.contrasts.incidence`) restricted to pairs
+    inside ``Ĉ``: a sparse product, memory ``O(G q p)`` (no ``|Ĉ| x |Ĉ|`` array of blocks).
+    :func:`refine_closed_form` is the cheaper equivalent (S4.3).
 
     Parameters
     ----------
@@ -328,16 +342,17 @@ def refine(W_hat, projector, benign) -> np.ndarray:
     W = _check_W_hat(W_hat)
     K, q, p = W.shape
     P = _check_projector(projector, p)
-    C = np.flatnonzero(_check_benign(benign, K))
+    b = _check_benign(benign, K)
+    C = np.flatnonzero(b)
     out = W.copy()
     if C.size == 0:
         return out
-    DP = as_blocks(contrasts(W) @ P, q)                     # (G, q, p): (D̂ P_Â)^(j,k), j < k
-    g = pair_matrix(K)[np.ix_(C, C)]                        # (m, m) pair index, -1 on diagonal
-    sign = np.sign(C[None, :] - C[:, None]).astype(np.float64)   # +1 if j < k, -1 if j > k, 0
-    LA = sign[:, :, None, None] * DP[g]                     # LA[a, b] = L̂_A^{(C_a, C_b)}
-    # W̃^(k) = mean_j Ŵ^(j) - mean_j L̂_A^{(j,k)}   (j runs over the first axis)
-    out[C] = W[C].mean(axis=0) - LA.mean(axis=0)
+    DP = (contrasts(W) @ P).reshape(-1, q * p)              # (G, qp): (D̂ P_Â)^(j,k), j < k
+    E = incidence(K, signed=True)                           # +1 at j, -1 at k for pair (j, k)
+    inside = np.asarray(abs(E) @ b.astype(np.float64)).ravel() == 2     # both ends in Ĉ
+    corr = np.asarray(E[inside].T @ DP[inside]).reshape(K, q, p)        # = -Σ_j L̂_A^{(j,k)}
+    # W̃^(k) = mean_j Ŵ^(j) - mean_j L̂_A^{(j,k)}   (j over Ĉ)
+    out[C] = W[C].mean(axis=0) + corr[C] / C.size
     return out
 
 
@@ -361,10 +376,48 @@ def refine_closed_form(W_hat, projector, benign) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------
 # the pipeline
+# options of solve_penalized that fit/lambda_path forward (the rest are fit's own arguments)
+_SOLVER_OPTIONS = ("tol", "max_iter", "solver", "step", "init", "check_every", "svd", "nuclear",
+                   "accept_inaccurate", "solver_options", "verbose")
+
+
+def _check_solver_options(options: dict) -> None:
+    bad = sorted(set(options) - set(_SOLVER_OPTIONS))
+    if bad:
+        raise TypeError(f"unexpected solver option(s) {bad}: **solver_options accepts "
+                        f"{list(_SOLVER_OPTIONS)} (weights and method are arguments of their own)")
+
+
 def _solve(D, q, lam_L, lam_S, weights, method, solver_options):
+    """Solve (7); the solver's ConvergenceWarnings are held back so the caller can warn at the
+    user's line (returns the result and the held-back messages)."""
     from .penalized import solve_penalized  # deferred: the solver module sits beside this one
 
-    return solve_penalized(D, q, lam_L, lam_S, weights=weights, method=method, **solver_options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
+        sol = solve_penalized(D, q, lam_L, lam_S, weights=weights, method=method,
+                              **solver_options)
+    held = []
+    for wrn in caught:
+        if issubclass(wrn.category, ConvergenceWarning):
+            held.append(str(wrn.message))
+        else:  # anything else passes through unchanged
+            warnings.warn_explicit(wrn.message, wrn.category, wrn.filename, wrn.lineno)
+    return sol, held
+
+
+def _check_common(W_hat, rank, weights, rank_threshold):
+    """Validation shared by :func:`fit` and :func:`lambda_path`."""
+    W = _check_W_hat(W_hat)
+    K, q, p = W.shape
+    G = K * (K - 1) // 2
+    return (W, K, q, p, G, _check_rank(rank, q, p), check_weights(weights, G),
+            check_positive(rank_threshold, "rank_threshold"))
+
+
+def _projector(Vt, dim: int) -> np.ndarray:
+    V = Vt[:dim].T
+    return V @ V.T
 
 
 def fit(W_hat, rank: int, lam_L: float, lam_S: float, alpha: float = 0.5, tau="largest-gap",
@@ -409,30 +462,40 @@ def fit(W_hat, rank: int, lam_L: float, lam_S: float, alpha: float = 0.5, tau="l
         Evaluate (9) literally (:func:`refine`) or by (S4.3) (:func:`refine_closed_form`); equal
         up to rounding.
     **solver_options
-        Forwarded to ``solve_penalized`` (``tol``, ``max_iter``, ``solver``, ...).
+        Forwarded to ``solve_penalized`` (``tol``, ``max_iter``, ``solver``, ``step``, ``init``,
+        ``check_every``, ``svd``, ``nuclear``, ``accept_inaccurate``, ``solver_options``,
+        ``verbose``); any other key is a ``TypeError``.
 
     Returns
     -------
     ClairFit
+
+    Raises
+    ------
+    SolverError
+        The solve of (7) diverged (status ``"diverged"``): no subspace to use.
     """
-    W = _check_W_hat(W_hat)
-    K, q, p = W.shape
-    G = K * (K - 1) // 2
-    rank = _check_rank(rank, q, p)
+    W, K, q, p, G, rank, w, rank_threshold = _check_common(W_hat, rank, weights, rank_threshold)
     lam_L = check_positive(lam_L, "lam_L")
     lam_S = check_positive(lam_S, "lam_S")
     alpha = check_in_interval(alpha, "alpha", 0.5, 1.0, closed="left")
     tau = _check_tau(tau)
-    w = check_weights(weights, G)
     rank_mode = check_choice(rank_mode, "rank_mode", RANK_MODES)
-    rank_threshold = check_positive(rank_threshold, "rank_threshold")
     refinement = check_choice(refinement, "refinement", REFINEMENTS)
+    _check_solver_options(solver_options)
 
     D = contrasts(W)
-    sol = _solve(D, q, lam_L, lam_S, w, method, solver_options)
-    _, s, Vt = thin_svd(np.asarray(sol.L, dtype=np.float64), name="L")
-    D_op = float(np.linalg.norm(D, 2))
-    nrank = int(np.count_nonzero(s > rank_threshold * D_op))
+    sol, held = _solve(D, q, lam_L, lam_S, w, method, solver_options)
+    if sol.status == "diverged":
+        raise SolverError(f"the solve of (7) diverged at iteration {sol.diverged_at} "
+                          f"(method={method!r}); CLAIR has no subspace to use", status="diverged")
+    for msg in held:  # max_iter / optimal_inaccurate: the fit goes on, on a less exact P_Â
+        warnings.warn(f"CLAIR fit: {msg}; the collaborative set and refinement use this "
+                      "inexact solution", ConvergenceWarning, stacklevel=2)
+    s, Vt = sol.singular_values, sol.Vt
+    D_op = float(sol.data_norm) if getattr(sol, "data_norm", None) is not None \
+        else float(np.linalg.norm(D, 2))
+    nrank = numerical_rank(s, D_op, rank_threshold)
     if rank_mode == "top":
         dim = rank
         if nrank < rank:
@@ -442,8 +505,17 @@ def fit(W_hat, rank: int, lam_L: float, lam_S: float, alpha: float = 0.5, tau="l
                           stacklevel=2)
     else:
         dim = nrank
-    V = Vt[:dim].T
-    P = V @ V.T
+        if dim == 0:
+            warnings.warn("rank_mode='numerical': L_hat is numerically 0, so P_A_hat = 0: every "
+                          "pair norm is ||D_g||_F and (9) is the plain mean over C_hat (FedAvg "
+                          "on the kept clients); lam_S/lam_L is probably too small",
+                          RuntimeWarning, stacklevel=2)
+        elif dim == p:
+            warnings.warn(f"rank_mode='numerical': L_hat has full rank p={p}, so P_A_hat = I: "
+                          "every pair norm is 0, every client is kept and (9) returns the local "
+                          "estimates; lam_S/lam_L is probably too large", RuntimeWarning,
+                          stacklevel=2)
+    P = _projector(Vt, dim)
     S_perp = as_blocks(D - D @ P, q)
     norms = _block_norms(S_perp)
     if isinstance(tau, str):
@@ -456,7 +528,7 @@ def fit(W_hat, rank: int, lam_L: float, lam_S: float, alpha: float = 0.5, tau="l
     refined = refiner(W, P, benign)
     return ClairFit(projector=P, benign=benign, refined=refined, solution=sol, tau=tau_value,
                     block_norms=norms, votes=votes, rank=dim, numerical_rank=nrank,
-                    singular_values=s, alpha=alpha, tau_rule=rule)
+                    singular_values=s, alpha=alpha, tau_rule=rule, status=str(sol.status))
 
 
 def lambda_path(W_hat, rank: int, lam_L, ratios, *, weights=None, method: str = "fista",
@@ -494,10 +566,8 @@ def lambda_path(W_hat, rank: int, lam_L, ratios, *, weights=None, method: str = 
     -------
     LambdaPath
     """
-    W = _check_W_hat(W_hat)
-    K, q, p = W.shape
-    G = K * (K - 1) // 2
-    rank = _check_rank(rank, q, p)
+    W, K, q, p, G, rank, w, rank_threshold = _check_common(W_hat, rank, weights, rank_threshold)
+    _check_solver_options(solver_options)
     lam_L = as_float_array(lam_L, "lam_L", ndim=(0, 1)).reshape(-1)
     if lam_L.size == 0 or np.any(lam_L <= 0):
         raise ValueError(f"lam_L must be > 0 (a number or a non-empty 1-D array), got {lam_L}")
@@ -505,8 +575,6 @@ def lambda_path(W_hat, rank: int, lam_L, ratios, *, weights=None, method: str = 
     if ratios.size == 0 or np.any(ratios <= 0) or np.any(np.diff(ratios) <= 0):
         raise ValueError(f"ratios must be a non-empty, positive, strictly increasing 1-D array, "
                          f"got {ratios}")
-    w = check_weights(weights, G)
-    rank_threshold = check_positive(rank_threshold, "rank_threshold")
     P_true = (None if truth_projector is None
               else as_float_array(truth_projector, "truth_projector", shape=(p, p)))
 
@@ -525,16 +593,19 @@ def lambda_path(W_hat, rank: int, lam_L, ratios, *, weights=None, method: str = 
         prev = None
         for j, lS in enumerate(lam_S[i]):
             opts = solver_options if prev is None else dict(solver_options, init=prev)
-            sol = _solve(D, q, float(lL), float(lS), w, method, opts)
-            if warm_start:
+            sol, _ = _solve(D, q, float(lL), float(lS), w, method, opts)
+            if warm_start and sol.status != "diverged":
                 prev = (sol.L, sol.S)
-            _, s, Vt = thin_svd(np.asarray(sol.L, dtype=np.float64), name="L")
-            nrank[i, j] = int(np.count_nonzero(s > rank_threshold * D_op))
+            nrank[i, j] = numerical_rank(sol.singular_values, D_op, rank_threshold)
             if P_true is not None:
-                V = Vt[:rank].T
-                err[i, j] = np.linalg.norm(V @ V.T - P_true, 2)
+                err[i, j] = np.linalg.norm(_projector(sol.Vt, rank) - P_true, 2)
             obj[i, j], gap[i, j] = sol.objective, sol.gap
             iters[i, j], status[i, j] = sol.iterations, sol.status
+    bad = {str(x) for x in status.ravel()} - {"optimal", "completed"}
+    if bad:
+        warnings.warn(f"lambda_path: some solves of (7) ended with status {sorted(bad)} (see "
+                      ".status); their ranks and errors are not exact", ConvergenceWarning,
+                      stacklevel=2)
     bands = tuple(_longest_run(ratios, nrank[i] == rank) for i in range(lam_L.size))
     return LambdaPath(lam_L=lam_L, ratios=ratios, lam_S=lam_S, numerical_rank=nrank,
                       projector_error=err, objective=obj, gap=gap, iterations=iters,

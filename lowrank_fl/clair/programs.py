@@ -27,8 +27,9 @@ import scipy.sparse
 from .._validation import as_float_array, check_choice, check_int, check_positive
 from ..linalg import orth
 from ..results import ConvergenceWarning, SolverError, SolverResult
+from .contrasts import check_block_rows
 from .penalized import (LowRankMixin, PenalizedResult, _block_sq, _check_problem,
-                        _dual_from_residual)
+                        _dual_from_residual, _op_norm, _svd_parts, _zero_objective)
 
 __all__ = [
     "SOLVERS",
@@ -49,28 +50,38 @@ _SCS_DEFAULTS = {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 200_000}
 
 
 @dataclass(frozen=True, kw_only=True)
-class NoiselessResult(LowRankMixin, SolverResult):
+class _LowRankSolution(LowRankMixin, SolverResult):
+    """Fields shared by the CVXPY results: ``L``, ``S`` (G*q, p), ``singular_values`` (p,) and
+    ``Vt`` (p, p) of ``L``, and ``data_norm`` (``||D0||_op``, the default reference of
+    :meth:`rank`)."""
+
+    L: np.ndarray
+    S: np.ndarray
+    singular_values: np.ndarray
+    Vt: np.ndarray
+    data_norm: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoiselessResult(_LowRankSolution):
     """Solution of program (24) (``gap = objective - <Q, D0>``, the conic dual gap).
 
     Attributes
     ----------
     L, S : ndarray, shape (G*q, p)
     Q : ndarray, shape (G*q, p)
-        Dual of ``L + S = D0``, sign fixed so that ``<Q, L> >= 0``. Dual feasible to solver
-        accuracy: ``||Q||_op <= lam_L``, ``max_g ||Q_g||_F <= lam_S``.
+        Dual of ``L + S = D0``, sign fixed so that ``<Q, D0> >= 0`` (at an optimum
+        ``<Q, D0>`` is the optimal value). Dual feasible to solver accuracy:
+        ``||Q||_op <= lam_L``, ``max_g ||Q_g||_F <= lam_S``.
     singular_values : ndarray, shape (p,)
     Vt : ndarray, shape (p, p)
     """
 
-    L: np.ndarray
-    S: np.ndarray
     Q: np.ndarray
-    singular_values: np.ndarray
-    Vt: np.ndarray
 
 
 @dataclass(frozen=True, kw_only=True)
-class OracleResult(LowRankMixin, SolverResult):
+class OracleResult(_LowRankSolution):
     """Solution of an oracle program ((23) or (17)).
 
     Attributes
@@ -86,11 +97,7 @@ class OracleResult(LowRankMixin, SolverResult):
     """
 
     Y: np.ndarray
-    L: np.ndarray
-    S: np.ndarray
     A: np.ndarray
-    singular_values: np.ndarray
-    Vt: np.ndarray
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,19 +175,6 @@ def _solve(problem: cp.Problem, solver: str, accept_inaccurate: bool, options, v
     return status, iters, seconds
 
 
-def _svd_parts(L):
-    """Singular values (p,) and a full (p, p) right basis of a tall L (thin SVD only: the full
-    left factor would be Gq x Gq)."""
-    _, s, Vt = np.linalg.svd(L, full_matrices=False)
-    p = L.shape[1]
-    if Vt.shape[0] < p:
-        import scipy.linalg
-
-        Vt = np.vstack([Vt, scipy.linalg.null_space(Vt).T])
-        s = np.concatenate([s, np.zeros(p - s.size)])
-    return s, Vt
-
-
 def solve_program7(D, q, lam_L, lam_S, weights=None, *, solver: str = "CLARABEL",
                    nuclear: str = "schur", accept_inaccurate: bool = False,
                    solver_options: dict | None = None, verbose: bool = False) -> PenalizedResult:
@@ -227,7 +221,7 @@ def solve_program7(D, q, lam_L, lam_S, weights=None, *, solver: str = "CLARABEL"
         L=Lv, S=Sv, Q=Q, dual=float(dual), singular_values=s, Vt=Vt, q=q, lam_L=lam_L,
         lam_S=lam_S, weights=w, objective=objective, gap=objective - dual, iterations=iters,
         status=status, solver=f"cvxpy:{solver}" + ("" if nuclear == "schur" else ":normNuc"),
-        seconds=seconds)
+        seconds=seconds, gap_scale=_zero_objective(D, q, w), data_norm=_op_norm(D))
 
 
 def solve_noiseless(D0, q, lam_L, lam_S, *, solver: str = "CLARABEL", nuclear: str = "schur",
@@ -263,24 +257,22 @@ def solve_noiseless(D0, q, lam_L, lam_S, *, solver: str = "CLARABEL", nuclear: s
     status, iters, seconds = _solve(prob, solver, accept_inaccurate, solver_options, verbose)
     Lv, Sv = np.asarray(L.value, dtype=float), np.asarray(S.value, dtype=float)
     Q = np.asarray(eq.dual_value, dtype=float)
-    if np.vdot(Q, Lv) < 0:  # CVXPY's sign convention for equality duals (notes §7.7)
+    # CVXPY's sign convention for equality duals (notes §7.7): at an optimum <Q, D0> is the
+    # optimal value, > 0 unless D0 = 0 (<Q, L> would be ~0 when L = 0 and fix nothing)
+    if np.vdot(Q, D0) < 0:
         Q = -Q
     s, Vt = _svd_parts(Lv)
     objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(_block_sq(Sv, q)).sum())
     return NoiselessResult(
         L=Lv, S=Sv, Q=Q, singular_values=s, Vt=Vt, objective=objective,
         gap=objective - float(np.vdot(Q, D0)), iterations=iters, status=status,
-        solver=f"cvxpy:{solver}", seconds=seconds)
+        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=_op_norm(D0))
 
 
 def _check_unweighted(D, q, lam_L, lam_S, name):
     D = as_float_array(D, name, ndim=2)
-    q = check_int(q, "q", minimum=1)
-    if D.shape[0] == 0 or D.shape[0] % q != 0:
-        raise ValueError(f"{name} must have a positive number of rows that is a multiple of "
-                         f"q={q} (G*q rows), got shape {D.shape}")
-    return (D, q, D.shape[0] // q, check_positive(lam_L, "lam_L"),
-            check_positive(lam_S, "lam_S"))
+    q, G = check_block_rows(D, q, name)
+    return D, q, G, check_positive(lam_L, "lam_L"), check_positive(lam_S, "lam_S")
 
 
 def _oracle_inputs(D, q, A, I_mask, lam_L, lam_S, name="D0"):
@@ -294,6 +286,18 @@ def _oracle_inputs(D, q, A, I_mask, lam_L, lam_S, name="D0"):
         raise ValueError(f"I_mask must be a boolean array of shape ({G},) (contaminated pairs), "
                          f"got dtype {I_mask.dtype} and shape {I_mask.shape}")
     return D, q, G, lam_L, lam_S, A, I_mask
+
+
+def _check_benign_in_row_space(D0, q, A, I_mask, check_tol) -> None:
+    """(23) is infeasible unless ``D0_g = D0_g P_A`` on benign blocks: raise ``ValueError`` when
+    ``||P_{I^c}(D0) P_{A⊥}||_F > check_tol * ||D0||_F`` (relative: no dependence on units)."""
+    B = D0.reshape(D0.shape[0] // q, q, -1)[~I_mask]
+    viol = float(np.linalg.norm(B - (B @ A.T) @ A))
+    if viol > check_tol * float(np.linalg.norm(D0)):
+        raise ValueError(f"D0 has benign blocks outside row(A) (relative norm "
+                         f"{viol / max(float(np.linalg.norm(D0)), np.finfo(float).tiny):.3g} > "
+                         f"check_tol={check_tol:g}); the oracle (23) is infeasible: D0 must "
+                         "satisfy D0_g = D0_g P_A for g not in I_mask")
 
 
 def solve_oracle(D0, q, A, I_mask, lam_L, lam_S, *, solver: str = "CLARABEL",
@@ -316,21 +320,18 @@ def solve_oracle(D0, q, A, I_mask, lam_L, lam_S, *, solver: str = "CLARABEL",
     I_mask : ndarray of bool, shape (G,)
         Contaminated pairs ``I``.
     lam_L, lam_S : float, > 0
-    check_tol : float
+    check_tol : float, > 0
         (23) is infeasible unless ``D0_g = D0_g P_A`` on ``I^c``; violations above
-        ``check_tol * max(1, ||D0||_F)`` raise ``ValueError``.
+        ``check_tol * ||D0||_F`` raise ``ValueError``.
 
     Returns
     -------
     OracleResult
     """
     D0, q, G, lam_L, lam_S, A, I_mask = _oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
+    check_tol = check_positive(check_tol, "check_tol")
+    _check_benign_in_row_space(D0, q, A, I_mask, check_tol)
     B = D0.reshape(G, q, -1)
-    off = B[~I_mask] - (B[~I_mask] @ A.T) @ A
-    viol = float(np.linalg.norm(off))
-    if viol > check_tol * max(1.0, float(np.linalg.norm(D0))):
-        raise ValueError(f"D0 has benign blocks outside row(A) (norm {viol:.3g}); the oracle (23) "
-                         "is infeasible: D0 must satisfy D0_g = D0_g P_A for g not in I_mask")
     Z = B @ A.T                                        # (G, q, r)
     idx_I = np.flatnonzero(I_mask)
     r = A.shape[0]
@@ -358,7 +359,7 @@ def solve_oracle(D0, q, A, I_mask, lam_L, lam_S, *, solver: str = "CLARABEL",
     objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(_block_sq(S, q)).sum())
     return OracleResult(Y=Y, L=L, S=S, A=A, singular_values=s, Vt=Vt, objective=objective,
                         gap=float("nan"), iterations=iters, status=status,
-                        solver=f"cvxpy:{solver}", seconds=seconds)
+                        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=_op_norm(D0))
 
 
 def solve_noisy_oracle(D_hat, q, A, I_mask, lam_L, lam_S, eps, weights=None, *,
@@ -420,4 +421,4 @@ def solve_noisy_oracle(D_hat, q, A, I_mask, lam_L, lam_S, eps, weights=None, *,
     objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(_block_sq(S, q)).sum())
     return OracleResult(Y=Yv, L=L, S=S, A=A, singular_values=s, Vt=Vt, objective=objective,
                         gap=float("nan"), iterations=iters, status=status,
-                        solver=f"cvxpy:{solver}", seconds=seconds)
+                        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=_op_norm(D))

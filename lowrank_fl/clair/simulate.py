@@ -24,9 +24,10 @@ import numpy as np
 from .._validation import (as_float_array, as_generator, check_choice, check_in_interval,
                            check_int, check_positive)
 from ..linalg import block_norms, orth, row_projector
+from .contrasts import contaminated_pairs as _contaminated_pairs
 from .contrasts import pairs as _pairs
 
-__all__ = ["ClairInstance", "simulate", "generate", "SEC7_VARIANTS"]
+__all__ = ["ClairInstance", "simulate", "generate", "ar1_covariance", "SEC7_VARIANTS"]
 
 #: Readings of the §7 contamination entries (notes §5.1 / §8 flag 5).
 SEC7_VARIANTS = ("unit-variance", "uniform")
@@ -92,6 +93,20 @@ class ClairInstance:
         benign = np.array(self.benign, dtype=bool)
         benign.setflags(write=False)
         object.__setattr__(self, "benign", benign)
+        self._check_shapes()
+
+    def _check_shapes(self):
+        if self.W_hat.ndim != 3:
+            raise ValueError(f"W_hat must have shape (K, q, p), got {self.W_hat.shape}")
+        K, q, p = self.W_hat.shape
+        r = check_int(self.rank, "rank", minimum=1)
+        want = {"W": (K, q, p), "W0": (q, p), "A": (r, p), "B": (K, q, r),
+                "A_clients": (K, r, p), "benign": (K,)}
+        for name, shape in want.items():
+            got = getattr(self, name).shape
+            if got != shape:
+                raise ValueError(f"ClairInstance: {name} must have shape {shape} (from W_hat "
+                                 f"{(K, q, p)} and rank={r}), got {got}")
 
     # -- sizes --------------------------------------------------------------------------------
     @property
@@ -140,8 +155,7 @@ class ClairInstance:
     @cached_property
     def contaminated_pairs(self) -> np.ndarray:
         """The index set ``I`` as a (G,) bool mask: pairs with at least one contaminated client."""
-        j, k = self.pairs.T
-        return ~(self.benign[j] & self.benign[k])
+        return _contaminated_pairs(self.benign)
 
     @property
     def I(self) -> np.ndarray:  # noqa: E743 - the paper's name

@@ -33,13 +33,14 @@ import numpy as np
 from .._validation import as_float_array, as_generator, check_choice, check_int, check_positive
 from ..linalg import thin_svd, truncated_svd
 from ..results import ConvergenceWarning, SolverResult
+from .multitask import gram_heads, local_least_squares, representation_step
 
 __all__ = [
     "NORMALIZATIONS", "AGGREGATIONS", "data_weight", "TruncatedTarget", "truncated_target",
     "balanced_factors", "regularizer", "regularizer_balanced_form", "flute_objective",
     "population_objective", "data_gradients", "population_data_gradients",
     "regularizer_gradients", "regularized_minimizer", "divergence_boundary", "is_unbounded",
-    "theta_embedding", "lambda_tilde", "theta_step", "region_quantities", "entry_time_bound",
+    "theta_embedding", "embed_factors", "lambda_tilde", "theta_step", "region_quantities", "entry_time_bound",
     "ols_truncated_svd", "ErmResult", "altmin_erm", "nuclear_relaxation_estimate",
 ]
 
@@ -292,38 +293,71 @@ def lambda_tilde(Phi) -> np.ndarray:
     return np.concatenate([2 * s, -2 * s])
 
 
-def theta_embedding(B, W, Phi) -> np.ndarray:
-    """Symmetric embedding ``Theta`` (2D, k) of App. A.1 (before eq. (13)).
+def embed_factors(B, W, U_s, V_s) -> np.ndarray:
+    """``Theta`` (2D, k) from ``B`` (d, k), ``W`` (k, M) and the padded singular bases ``U_s``,
+    ``V_s`` (D, D) of :func:`_padded_svd` — no validation, no SVD (used every round by
+    :func:`lowrank_fl.algorithms.flute.flute` with ``record_theta=True``)."""
+    D, k = U_s.shape[0], B.shape[1]
+    d, M = B.shape[0], W.shape[1]
+    Bt = U_s[:d].T @ B                                      # = U_*^T [B; 0]
+    Wt = V_s[:M].T @ W.T                                    # = V_*^T [W^T; 0]
+    return np.vstack([(Bt + Wt) / np.sqrt(2), (Bt - Wt) / np.sqrt(2)])
 
-    ``B~ = U_*^T B_*``, ``W~ = W_* V_*`` (padded to D = max(d, M)) and
+
+def theta_embedding(B, W, Phi) -> np.ndarray:
+    """Symmetric embedding ``Theta`` (2D, k) of App. A.1 (before eq. (13)), ``D = max(d, M)``.
+
+    ``B~ = U_*^T B_*``, ``W~ = W_* V_*`` (padded to D) and
     ``Theta = [(B~ + W~^T)/sqrt 2 ; (B~ - W~^T)/sqrt 2]``. Rows follow :func:`lambda_tilde`, so
     ``Theta[:k]`` is ``Theta_k`` and the rest is ``Theta_res``. Population FLUTE (appendix
     normalization, g1 = 1/4, g2 = 1/8) is exactly :func:`theta_step` in these coordinates.
+
+    Parameters
+    ----------
+    B : array_like, shape (d, k);  W : array_like, shape (k, M);  Phi : array_like, shape (d, M)
     """
     Phi = as_float_array(Phi, "Phi", ndim=2)
     d, M = Phi.shape
     B, W = _check_BW(B, W, d, M)
     U, _, V = _padded_svd(Phi)
-    D, k = U.shape[0], B.shape[1]
-    Bs = np.zeros((D, k))
-    Bs[:d] = B
-    Ws = np.zeros((k, D))
-    Ws[:, :M] = W
-    Bt, Wt = U.T @ Bs, (Ws @ V).T
-    return np.vstack([(Bt + Wt) / np.sqrt(2), (Bt - Wt) / np.sqrt(2)])
+    return embed_factors(B, W, U, V)
 
 
-def theta_step(Theta, lam_tilde, eta: float) -> np.ndarray:
+def theta_step(Theta, lam_tilde, step_size: float) -> np.ndarray:
     """Population recursion (13) with ``R = 0``:
-    ``Theta + (eta/2) Lambda~ Theta - (eta/2) Theta Theta^T Theta``."""
+    ``Theta + (eta/2) Lambda~ Theta - (eta/2) Theta Theta^T Theta``, ``eta = step_size``.
+
+    Parameters
+    ----------
+    Theta : array_like, shape (2D, k)
+    lam_tilde : array_like, shape (2D,)
+        Diagonal of ``Lambda~`` (:func:`lambda_tilde`).
+    step_size : float > 0
+
+    Returns
+    -------
+    ndarray, shape (2D, k)
+    """
     Theta = as_float_array(Theta, "Theta", ndim=2)
     lam = as_float_array(lam_tilde, "lam_tilde", shape=(Theta.shape[0],))
+    eta = check_positive(step_size, "step_size")
     return Theta + 0.5 * eta * lam[:, None] * Theta - 0.5 * eta * Theta @ (Theta.T @ Theta)
 
 
 def region_quantities(Theta, k: int) -> dict:
     """``sigma_1(Theta)``, ``sigma_1(Theta_res)`` and ``sigma_k(Theta_k)`` (regions R, R_s of
-    App. A.2, Prop. A.2 / A.9)."""
+    App. A.2, Prop. A.2 / A.9).
+
+    Parameters
+    ----------
+    Theta : array_like, shape (2D, k)
+        The embedding of :func:`theta_embedding`; ``Theta[:k]`` is ``Theta_k``.
+    k : int
+
+    Returns
+    -------
+    dict of floats ``sigma1``, ``sigma1_res``, ``sigmak_k``.
+    """
     Theta = as_float_array(Theta, "Theta", ndim=2)
     k = check_int(k, "k", minimum=1, maximum=Theta.shape[1])
     sv = np.linalg.svd
@@ -332,9 +366,10 @@ def region_quantities(Theta, k: int) -> dict:
             "sigmak_k": float(sv(Theta[:k], compute_uv=False)[k - 1])}
 
 
-def entry_time_bound(spectrum, k: int, eta: float, sigmak0: float) -> float:
+def entry_time_bound(spectrum, k: int, step_size: float, sigmak0: float) -> float:
     """``T_R = log(Delta / (4 sigma_k^2(Theta_k^0))) / (2 log(1 + (eta/2)(lambda*_k - Delta/2)))``
-    (eq. (16)), with ``lambda*_j = 2 lambda_j`` and ``Delta = lambda*_k - lambda*_(k+1)``.
+    (eq. (16)), with ``lambda*_j = 2 lambda_j``, ``Delta = lambda*_k - lambda*_(k+1)`` and
+    ``eta = step_size``.
 
     Parameters
     ----------
@@ -343,7 +378,7 @@ def entry_time_bound(spectrum, k: int, eta: float, sigmak0: float) -> float:
     """
     s = as_float_array(spectrum, "spectrum", ndim=1)
     k = check_int(k, "k", minimum=1, maximum=s.shape[0])
-    eta = check_positive(eta, "eta")
+    eta = check_positive(step_size, "step_size")
     sigmak0 = check_positive(sigmak0, "sigmak0")
     lk = 2 * s[k - 1]
     delta = lk - (2 * s[k] if k < s.shape[0] else 0.0)
@@ -369,9 +404,7 @@ def ols_truncated_svd(X, y, k: int):
     if N < d:
         raise ValueError(f"X must have N >= d samples per client for least squares, got N = {N}, "
                          f"d = {d}")
-    G = np.swapaxes(X, 1, 2) @ X
-    rhs = np.einsum("mnd,mn->md", X, y)
-    Phi_hat = np.linalg.solve(G, rhs[..., None])[..., 0].T
+    Phi_hat = local_least_squares(X, y).T                  # (d, M): one column per client
     return truncated_target(Phi_hat, k).Phi_k
 
 
@@ -392,24 +425,20 @@ class ErmResult(SolverResult):
     W: np.ndarray
 
 
-def _heads_ls(B, G, Xty):
-    """Batched exact least-squares heads ``w_i = (B^T G_i B)^(-1) B^T X_i^T y_i`` → (k, M)."""
-    BtGB = np.einsum("dk,mde,el->mkl", B, G, B)
-    return np.linalg.solve(BtGB, (Xty @ B)[..., None])[..., 0].T
-
-
 def altmin_erm(X, y, k: int, *, restarts: int = 3, max_iter: int = 5000, tol: float = 1e-11,
                seed=None) -> ErmResult:
     """Empirical rank-k ERM by alternating exact minimization (note §6.4a).
 
-    Heads: batched least squares given ``B``. Representation: the (dk, dk) normal equations
-    ``sum_i (w_i w_i^T ⊗ X_i^T X_i) vec(B) = sum_i vec(X_i^T y_i w_i^T)``. ``B`` is
+    Heads: batched least squares given ``B`` (:func:`lowrank_fl.exact.multitask.gram_heads`).
+    Representation: the (dk, dk) normal equations
+    ``sum_i (w_i w_i^T ⊗ X_i^T X_i) vec(B) = sum_i vec(X_i^T y_i w_i^T)``
+    (:func:`lowrank_fl.exact.multitask.representation_step`, shared with FedRep's ``altmin``). ``B`` is
     re-orthonormalized each sweep (``BW`` unchanged). The first start is the OLS–truncated-SVD
     estimate (when N >= d), the others random; the best objective is kept.
 
     Parameters
     ----------
-    X : (M, N, d); y : (M, N); k : rank.
+    X : (M, N, d) with N >= k; y : (M, N); k : rank.
     restarts : int
         Number of starts.
     tol : float
@@ -426,6 +455,9 @@ def altmin_erm(X, y, k: int, *, restarts: int = 3, max_iter: int = 5000, tol: fl
     y = as_float_array(y, "y", shape=X.shape[:2])
     M, N, d = X.shape
     k = check_int(k, "k", minimum=1, maximum=min(d - 1, M))
+    if N < k:
+        raise ValueError(f"X must have N >= k samples per client (the heads are least-squares fits "
+                         f"in k unknowns), got N = {N}, k = {k}")
     restarts = check_int(restarts, "restarts", minimum=1)
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     tol = check_positive(tol, "tol")
@@ -447,15 +479,12 @@ def altmin_erm(X, y, k: int, *, restarts: int = 3, max_iter: int = 5000, tol: fl
             B = np.linalg.svd(ols_truncated_svd(X, y, k), full_matrices=False)[0][:, :k]
         else:
             B = np.linalg.qr(rng.standard_normal((d, k)))[0]
-        W = _heads_ls(B, G, Xty)
+        W = gram_heads(B, G, Xty).T
         Z_old = B @ W
         status, it = "max_iter", max_iter
         for it in range(1, max_iter + 1):
-            A = np.einsum("am,bm,mpq->apbq", W, W, G).reshape(k * d, k * d)
-            rhs = (W @ Xty).reshape(k * d)            # row a: sum_i w_i[a] X_i^T y_i
-            B = np.linalg.lstsq(A, rhs, rcond=None)[0].reshape(k, d).T
-            B = np.linalg.qr(B)[0]
-            W = _heads_ls(B, G, Xty)
+            B = np.linalg.qr(representation_step(W.T, G, Xty))[0]
+            W = gram_heads(B, G, Xty).T
             Z = B @ W
             done = np.linalg.norm(Z - Z_old) <= tol * max(1.0, np.linalg.norm(Z))
             Z_old = Z

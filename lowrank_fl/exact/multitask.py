@@ -28,7 +28,7 @@ from ..results import ConvergenceWarning, SolverResult
 
 __all__ = [
     "moment_matrix", "population_moment_matrix", "method_of_moments", "projected_gd_init", "fit_heads",
-    "local_least_squares", "ols_then_svd", "pooled_least_squares", "AltMinResult", "altmin",
+    "local_least_squares", "least_squares_heads", "gram_heads", "representation_step", "ols_then_svd", "pooled_least_squares", "AltMinResult", "altmin",
     "population_optimum", "fedavg_population_error", "lemma1_decomposition",
 ]
 
@@ -40,12 +40,79 @@ def _check_data(X, y):
 
 
 def _batched_solve(G, b):
-    """Solve ``G[c] x[c] = b[c]`` for a stack of SPD systems; singular systems fall back to the
-    minimum-norm least-squares solution (pseudo-inverse)."""
+    """Solve ``G[c] x[c] = b[c]`` for a stack of symmetric PSD systems ``G`` (c, k, k), ``b`` (c, k).
+
+    If any system is exactly singular (fewer samples than unknowns, a degenerate batch) the whole
+    stack gets the minimum-norm least-squares solution ``pinv(G) b`` (which equals the solve for
+    the non-singular ones). Ill-conditioned but non-singular systems are solved as they are.
+    """
     try:
         return np.linalg.solve(G, b[..., None])[..., 0]
     except np.linalg.LinAlgError:
         return np.einsum("cij,cj->ci", np.linalg.pinv(G, hermitian=True), b)
+
+
+def least_squares_heads(XB, y, *, ridge: float = 0.0) -> np.ndarray:
+    """Batched heads ``w_c = (A_c^T A_c + ridge I)^{-1} A_c^T y_c`` for features ``A = XB``.
+
+    The one batched head solver of the package (FedRep's head step, :func:`fit_heads`). No input
+    validation: callers validate (it sits on FedRep's hot path).
+
+    Parameters
+    ----------
+    XB : ndarray, shape (c, m, k)
+    y : ndarray, shape (c, m)
+    ridge : float >= 0
+
+    Returns
+    -------
+    ndarray, shape (c, k); the minimum-norm solution when a system is singular (``m < k``).
+    """
+    G = np.swapaxes(XB, 1, 2) @ XB                          # (c, k, k); matmul ~8x faster than einsum
+    if ridge:
+        G = G + ridge * np.eye(XB.shape[2])
+    return _batched_solve(G, (y[:, None, :] @ XB)[:, 0, :])
+
+
+def gram_heads(B, gram, xty) -> np.ndarray:
+    """Heads from per-client sufficient statistics: ``w_c = (B^T G_c B)^{-1} B^T (X_c^T y_c)``.
+
+    Parameters
+    ----------
+    B : ndarray, shape (d, k)
+    gram : ndarray, shape (c, d, d)
+        ``X_c^T X_c``.
+    xty : ndarray, shape (c, d)
+        ``X_c^T y_c``.
+
+    Returns
+    -------
+    ndarray, shape (c, k) (minimum-norm when singular).
+    """
+    GB = gram @ B                                             # (c, d, k)
+    return _batched_solve(B.T @ GB, xty @ B)
+
+
+def representation_step(W, gram, xty) -> np.ndarray:
+    """Exact minimizer over ``B`` of ``sum_c ||X_c B w_c - y_c||^2`` for fixed heads ``W`` (c, k).
+
+    Normal equations ``sum_c (w_c w_c^T ⊗ X_c^T X_c) vec(B) = sum_c vec(X_c^T y_c w_c^T)``, a
+    (dk, dk) system solved by least squares (minimum norm if singular). Shared by :func:`altmin`
+    and :func:`lowrank_fl.exact.flute.altmin_erm`.
+
+    Parameters
+    ----------
+    W : ndarray, shape (c, k);  gram : ndarray, shape (c, d, d);  xty : ndarray, shape (c, d)
+
+    Returns
+    -------
+    B : ndarray, shape (d, k) (not orthonormalized)
+    """
+    k, d = W.shape[1], gram.shape[1]
+    # H[(a,p),(b,q)] = sum_c w_ca w_cb (X_c^T X_c)_pq; unknown vec index (a,p) = B[p, a]
+    H = np.einsum("na,nb,npq->apbq", W, W, gram, optimize=True).reshape(k * d, k * d)
+    rhs = (W.T @ xty).reshape(k * d)
+    return np.linalg.lstsq(H, rhs, rcond=None)[0].reshape(k, d).T
 
 
 # ---------------------------------------------------------------------- method of moments
@@ -130,9 +197,7 @@ def fit_heads(B, X, y, *, ridge: float = 0.0) -> np.ndarray:
     X, y = _check_data(X, y)
     B = as_float_array(B, "B", shape=(X.shape[2], None))
     ridge = check_positive(ridge, "ridge", strict=False)
-    XB = X @ B
-    G = np.einsum("nmk,nml->nkl", XB, XB) + ridge * np.eye(B.shape[1])
-    return _batched_solve(G, np.einsum("nmk,nm->nk", XB, y))
+    return least_squares_heads(X @ B, y, ridge=ridge)
 
 
 def local_least_squares(X, y, *, ridge: float = 0.0) -> np.ndarray:
@@ -198,6 +263,15 @@ def altmin(X, y, k: int, *, B0=None, max_iter: int = 500, tol: float = 1e-12,
     max_iter : int;  tol : float
         Stop when ``(obj_prev - obj) <= tol * max(obj_prev, tiny)`` or the objective is below
         ``tol**2`` in absolute terms (exact fit).
+    seed : ignored
+        Kept for signature compatibility (the start is deterministic).
+
+    Returns
+    -------
+    AltMinResult
+        ``B`` (d, k) orthonormal, ``heads`` (n, k), ``objective`` the final loss (8),
+        ``history["objective"]`` per sweep, ``status`` ``"optimal"``, ``"max_iter"`` (with a
+        :class:`ConvergenceWarning`) or ``"diverged"`` (the representation step lost rank).
     """
     X, y = _check_data(X, y)
     n, m, d = X.shape
@@ -209,22 +283,17 @@ def altmin(X, y, k: int, *, B0=None, max_iter: int = 500, tol: float = 1e-12,
                                                              name="B0")
     gram = np.einsum("nmd,nme->nde", X, X)           # (n, d, d) computed once
     xty = np.einsum("nmd,nm->nd", X, y)
-    W = fit_heads(B, X, y)
+    W = gram_heads(B, gram, xty)
     hist = [_objective(B, W, X, y)]
     status = "max_iter"
     it = 0
     for it in range(1, max_iter + 1):
-        # H[(a,p),(b,q)] = sum_i w_ia w_ib (X_i^T X_i)_pq, unknown vec index (a,p) = B[p, a]
-        H = np.einsum("na,nb,npq->apbq", W, W, gram, optimize=True).reshape(k * d, k * d)
-        rhs = np.einsum("np,na->ap", xty, W).reshape(k * d)
-        vecB = np.linalg.lstsq(H, rhs, rcond=None)[0]
-        B_new = vecB.reshape(k, d).T
         try:
-            B = orth(B_new, name="B")
+            B = orth(representation_step(W, gram, xty), name="B")
         except ValueError:      # rank-deficient update (e.g. a head collapsed): stop here
             status = "diverged"
             break
-        W = fit_heads(B, X, y)
+        W = gram_heads(B, gram, xty)
         hist.append(_objective(B, W, X, y))
         if hist[-2] - hist[-1] <= tol * max(hist[-2], np.finfo(float).tiny) or hist[-1] <= tol ** 2:
             status = "optimal"

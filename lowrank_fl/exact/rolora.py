@@ -31,6 +31,27 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 # b-steps
 # --------------------------------------------------------------------------------------------
+def _data(X, Y, a):
+    X = as_float_array(X, "X", ndim=3)
+    Y = as_float_array(Y, "Y", shape=X.shape)
+    a = as_float_array(a, "a", shape=(X.shape[2],))
+    Xa = X @ a                                                   # (N, m)
+    norms = np.einsum("nm,nm->n", Xa, Xa)
+    return Y, Xa, norms
+
+
+def _local_b(X, Y, a) -> np.ndarray:
+    """:func:`local_b_solve` without input checks (the algorithms' hot path: a non-finite ``a``
+    must flow through to the trace recorder, which reports the divergence)."""
+    Xa = X @ a
+    return np.einsum("nmd,nm->nd", Y, Xa) / np.einsum("nm,nm->n", Xa, Xa)[:, None]
+
+
+def _population_b(b_star, a_star, a) -> np.ndarray:
+    """:func:`population_b` without input checks (hot path, see :func:`_local_b`)."""
+    return b_star * ((a_star @ a) / (a @ a))
+
+
 def local_b_solve(X, Y, a) -> np.ndarray:
     """Exact local least squares ``b_i = argmin_b (1/m)||Y_i - X_i a b^T||^2`` (eq. (14)).
 
@@ -46,13 +67,31 @@ def local_b_solve(X, Y, a) -> np.ndarray:
     -------
     ndarray, shape (N, d)
     """
-    Xa = X @ a                                                   # (N, m)
-    return np.einsum("nmd,nm->nd", Y, Xa) / np.einsum("nm,nm->n", Xa, Xa)[:, None]
+    Y, Xa, norms = _data(X, Y, a)
+    if not np.all(norms > 0):
+        raise ValueError(f"X_i a must be non-zero for every client (the local b-step divides by "
+                         f"||X_i a||^2), got zero for clients {np.flatnonzero(~(norms > 0)).tolist()}")
+    return np.einsum("nmd,nm->nd", Y, Xa) / norms[:, None]
 
 
 def population_b(b_star, a_star, a) -> np.ndarray:
-    """Population b-step ``b_i = b_i* (a*^T a) / (a^T a)`` (eq. (249)); shape (N, d)."""
-    return b_star * ((a_star @ a) / (a @ a))
+    """Population b-step ``b_i = b_i* (a*^T a) / (a^T a)`` (eq. (249)).
+
+    Parameters
+    ----------
+    b_star : ndarray, shape (N, d);  a_star : ndarray, shape (d,);  a : ndarray, shape (d,), non-zero
+
+    Returns
+    -------
+    ndarray, shape (N, d)
+    """
+    b_star = as_float_array(b_star, "b_star", ndim=2)
+    a_star = as_float_array(a_star, "a_star", shape=(b_star.shape[1],))
+    a = as_float_array(a, "a", shape=a_star.shape)
+    aa = float(a @ a)
+    if not aa > 0:
+        raise ValueError("a must be non-zero (the b-step divides by ||a||^2)")
+    return b_star * ((a_star @ a) / aa)
 
 
 def global_b_solve(X, Y, a) -> np.ndarray:
@@ -61,8 +100,11 @@ def global_b_solve(X, Y, a) -> np.ndarray:
     Not what FFA-LoRA computes (it averages the local solutions); [NOT IN PAPER], notes §2.4.
     Shapes as :func:`local_b_solve`; returns (d,).
     """
-    Xa = X @ a
-    return np.einsum("nmd,nm->d", Y, Xa) / np.sum(Xa * Xa)
+    Y, Xa, norms = _data(X, Y, a)
+    if not np.sum(norms) > 0:
+        raise ValueError("X a must be non-zero on some client (the global b-step divides by "
+                         "sum_i ||X_i a||^2)")
+    return np.einsum("nmd,nm->d", Y, Xa) / np.sum(norms)
 
 
 def expected_gradient_a(a, b_bar, a_star, b_star) -> np.ndarray:
@@ -71,7 +113,15 @@ def expected_gradient_a(a, b_bar, a_star, b_star) -> np.ndarray:
     Parameters
     ----------
     a, b_bar, a_star, b_star : ndarray, shape (d,)
+
+    Returns
+    -------
+    ndarray, shape (d,)
     """
+    a = as_float_array(a, "a", ndim=1)
+    b_bar = as_float_array(b_bar, "b_bar", shape=a.shape)
+    a_star = as_float_array(a_star, "a_star", shape=a.shape)
+    b_star = as_float_array(b_star, "b_star", shape=a.shape)
     return 2.0 * (a * (b_bar @ b_bar) - a_star * (b_star @ b_bar))
 
 
@@ -148,11 +198,12 @@ def ffa_expected_loss(delta0: float, b_norm: float, n_clients: int, m: int) -> f
 # --------------------------------------------------------------------------------------------
 # RoLoRA dynamics and the theorems' constants
 # --------------------------------------------------------------------------------------------
-def rolora_population_recursion(delta0: float, s: float, eta: float, rounds: int) -> np.ndarray:
+def rolora_population_recursion(delta0: float, s: float, step_size: float, rounds: int) -> np.ndarray:
     """Exact angle trajectory of population Algorithm 2 (Lemma A.16, equality form of (259)–(267)).
 
     ``delta_{t+1} = delta_t |1 - 2 eta c_t^2 s| / sqrt(1 + 4 eta^2 c_t^2 s^2 (1 - c_t^2))`` with
-    ``c_t^2 = 1 - delta_t^2`` and ``s = ||bbar*||^2`` (notes §3.6 [derived]). Independent of gamma.
+    ``c_t^2 = 1 - delta_t^2``, ``s = ||bbar*||^2`` and ``eta = step_size`` (notes §3.6 [derived]).
+    Independent of gamma.
 
     Returns
     -------
@@ -160,7 +211,7 @@ def rolora_population_recursion(delta0: float, s: float, eta: float, rounds: int
     """
     delta0 = check_in_interval(delta0, "delta0", 0.0, 1.0)
     s = check_positive(s, "s")
-    eta = check_positive(eta, "eta")
+    eta = check_positive(step_size, "step_size")
     rounds = check_int(rounds, "rounds", minimum=0)
     out = np.empty(rounds + 1)
     out[0] = delta = delta0
@@ -187,14 +238,22 @@ def step_size_bound(L_max: float, *, setting: str = "homogeneous", variant: str 
     return 1.0 / (2.0 * L_max ** 2)
 
 
-def rate_bound_homogeneous(eta: float, delta0: float, b_norm: float) -> float:
-    """Per-iteration factor of eq. (9): ``sqrt(1 - eta (1 - delta_0^2) ||b*||^2)`` (nan if negative)."""
+def _rate_args(step_size, delta0, norm, norm_name):
+    return (check_positive(step_size, "step_size"), check_in_interval(delta0, "delta0", 0.0, 1.0),
+            check_positive(norm, norm_name, strict=False))
+
+
+def rate_bound_homogeneous(step_size: float, delta0: float, b_norm: float) -> float:
+    """Per-iteration factor of eq. (9): ``sqrt(1 - eta (1 - delta_0^2) ||b*||^2)`` with
+    ``eta = step_size`` (nan if the radicand is negative: the step is outside the lemma)."""
+    eta, delta0, b_norm = _rate_args(step_size, delta0, b_norm, "b_norm")
     x = 1.0 - eta * (1.0 - delta0 ** 2) * b_norm ** 2
     return float(np.sqrt(x)) if x >= 0 else float("nan")
 
 
-def rate_bound_heterogeneous(eta: float, delta0: float, b_bar_norm: float) -> float:
-    """Per-iteration factor of eq. (254): ``1 - 2 eta (1 - delta_0^2) ||bbar*||^2``."""
+def rate_bound_heterogeneous(step_size: float, delta0: float, b_bar_norm: float) -> float:
+    """Per-iteration factor of eq. (254): ``1 - 2 eta (1 - delta_0^2) ||bbar*||^2``, ``eta = step_size``."""
+    eta, delta0, b_bar_norm = _rate_args(step_size, delta0, b_bar_norm, "b_bar_norm")
     return float(1.0 - 2.0 * eta * (1.0 - delta0 ** 2) * b_bar_norm ** 2)
 
 

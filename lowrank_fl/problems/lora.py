@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .._validation import as_float_array, as_generator, check_int, check_positive, check_in_interval
+from ..linalg import subspace_distance
+from .multitask import haar_orthonormal
 
 __all__ = ["RankOneLoRAProblem", "rank_one_lora", "LoRAMatrixProblem", "lora_matrix_problem",
            "init_at_angle", "random_unit", "angle_distance", "spread_exactly"]
@@ -42,18 +44,28 @@ def random_unit(d: int, seed=None) -> np.ndarray:
 def angle_distance(a, a_star) -> float:
     """Angle distance ``|sin theta(a, a*)| = ||(I - a a^T) a*||`` of Definition 5.2, eq. (8).
 
-    ``a`` is normalised first (so unnormalised iterates can be measured); computed from the
-    residual, not from ``sqrt(1 - cos^2)``, which loses accuracy near 0.
+    The subspace distance between ``span(a)`` and ``span(a*)``
+    (``lowrank_fl.linalg.subspace_distance(..., rank_deficient="span")``, the toolkit-wide rule for
+    scoring iterates): any scaling of ``a`` is measured, from the residual (not from
+    ``sqrt(1 - cos^2)``, which loses accuracy near 0). A zero ``a`` spans nothing, so ``a*`` is
+    entirely outside its span: distance 1 (an iterate that collapsed is as far as possible, as
+    for a rank-deficient B). Non-finite ``a`` gives ``nan``.
 
     Parameters
     ----------
     a, a_star : array_like, shape (d,)
-        ``a`` non-zero, ``a_star`` unit.
+        ``a_star`` non-zero (unit in the paper).
+
+    Returns
+    -------
+    float in [0, 1] or nan
     """
     a = np.asarray(a, dtype=np.float64)
     a_star = np.asarray(a_star, dtype=np.float64)
-    u = a / np.linalg.norm(a)
-    return float(min(1.0, np.linalg.norm(a_star - u * (u @ a_star))))
+    if a.ndim != 1 or a_star.ndim != 1 or a.shape != a_star.shape:
+        raise ValueError(f"a and a_star must be vectors of the same length, got shapes {a.shape} and "
+                         f"{a_star.shape}")
+    return subspace_distance(a_star[:, None], a[:, None], rank_deficient="span")
 
 
 def init_at_angle(a_star, delta0: float, seed=None) -> np.ndarray:
@@ -91,10 +103,18 @@ def spread_exactly(center, Z, gamma: float) -> np.ndarray:
     -------
     ndarray, shape (N, ...)
     """
-    D = Z - Z.mean(axis=0)
-    rms = np.sqrt(np.mean(np.sum(D.reshape(len(D), -1) ** 2, axis=1)))
+    center = as_float_array(center, "center")
+    Z = as_float_array(Z, "Z")
+    if Z.shape[1:] != center.shape:
+        raise ValueError(f"Z must have shape (N, *{center.shape}) to match center, got {Z.shape}")
+    gamma = check_positive(gamma, "gamma", strict=False)
     if gamma == 0.0:
         return np.broadcast_to(center, Z.shape).copy()
+    D = Z - Z.mean(axis=0)
+    rms = np.sqrt(np.mean(np.sum(D.reshape(len(D), -1) ** 2, axis=1)))
+    if not rms > 0:
+        raise ValueError("Z must have at least two distinct rows when gamma > 0 (its deviations are "
+                         f"rescaled to spread gamma={gamma}), got rows that are all equal")
     return center + gamma * D / rms
 
 
@@ -108,6 +128,27 @@ def _split(a_star, a):
     aa = float(a @ a)
     alpha = float(a_star @ a) / aa if aa > 0 else 0.0
     return aa, alpha, a_star - alpha * a
+
+
+#: Tolerance of the problems' consistency checks: unit a*, orthonormal A* and the declared gamma
+#: against the spread of the up-projections. Generators meet them to ~1e-15; 1e-8 (relative)
+#: accepts any hand-built instance that is right up to rounding and rejects real contradictions.
+_TOL = 1e-8
+
+
+def _spread(B) -> float:
+    """``sqrt((1/N) sum_i ||B_i - Bbar||_F^2)`` for B (N, ...)."""
+    D = B - B.mean(axis=0)
+    return float(np.sqrt(np.mean(np.sum(D.reshape(len(D), -1) ** 2, axis=1))))
+
+
+def _check_gamma(gamma, B, name) -> float:
+    gamma = check_positive(gamma, "gamma", strict=False)
+    spread = _spread(B)
+    if abs(spread - gamma) > _TOL * max(1.0, gamma):
+        raise ValueError(f"gamma must equal the spread sqrt((1/N) sum ||{name}_i - mean||^2) of {name} "
+                         f"(Def. A.13), got gamma={gamma} but the spread is {spread:.12g}")
+    return gamma
 
 
 @dataclass(frozen=True)
@@ -136,6 +177,26 @@ class RankOneLoRAProblem:
     noise: float = 0.0
     X: np.ndarray | None = None
     Y: np.ndarray | None = None
+
+    def __post_init__(self):
+        a_star = as_float_array(self.a_star, "a_star", ndim=1)
+        if a_star.size < 2:
+            raise ValueError(f"a_star must have at least 2 entries, got {a_star.size}")
+        if abs(np.linalg.norm(a_star) - 1.0) > _TOL:
+            raise ValueError(f"a_star must be a unit vector, got norm {np.linalg.norm(a_star):.12g}")
+        d = a_star.size
+        b_star = as_float_array(self.b_star, "b_star", shape=(None, d))
+        gamma = _check_gamma(self.gamma, b_star, "b_star")
+        noise = check_positive(self.noise, "noise", strict=False)
+        if (self.X is None) != (self.Y is None):
+            raise ValueError("X and Y must be given together (or neither, for the population problem)")
+        X = Y = None
+        if self.X is not None:
+            X = as_float_array(self.X, "X", shape=(b_star.shape[0], None, d))
+            Y = as_float_array(self.Y, "Y", shape=X.shape)
+        for name, value in (("a_star", a_star), ("b_star", b_star), ("gamma", gamma), ("noise", noise),
+                            ("X", X), ("Y", Y)):
+            object.__setattr__(self, name, value)
 
     @property
     def d(self) -> int:
@@ -291,6 +352,19 @@ class LoRAMatrixProblem:
     B_star: np.ndarray
     gamma: float
 
+    def __post_init__(self):
+        A_star = as_float_array(self.A_star, "A_star", ndim=2)
+        d, r = A_star.shape
+        if r > d:
+            raise ValueError(f"A_star must have at most as many columns as rows, got shape {A_star.shape}")
+        dev = float(np.max(np.abs(A_star.T @ A_star - np.eye(r))))
+        if dev > _TOL:
+            raise ValueError(f"A_star must have orthonormal columns, got max |A^T A - I| = {dev:.3g}")
+        B_star = as_float_array(self.B_star, "B_star", shape=(None, r, d))
+        gamma = _check_gamma(self.gamma, B_star, "B_star")
+        for name, value in (("A_star", A_star), ("B_star", B_star), ("gamma", gamma)):
+            object.__setattr__(self, name, value)
+
     @property
     def d(self) -> int:
         return self.A_star.shape[0]
@@ -314,8 +388,20 @@ class LoRAMatrixProblem:
         return self.A_star @ self.B_star.mean(axis=0)
 
     def loss(self, A, B) -> float:
-        """Population loss ``(1/N) sum_i ||DeltaW_i - A B||_F^2``; A (d, r), B (r, d)."""
-        R = self.targets - np.asarray(A, dtype=np.float64) @ np.asarray(B, dtype=np.float64)
+        """Population loss ``(1/N) sum_i ||DeltaW_i - A B||_F^2``.
+
+        Parameters
+        ----------
+        A : array_like, shape (d, r');  B : array_like, shape (r', d)
+            Any inner rank r'. Non-finite entries give ``nan``/``inf`` (iterates are scored, not
+            rejected: the caller's TraceRecorder reports the divergence).
+        """
+        A = np.asarray(A, dtype=np.float64)
+        B = np.asarray(B, dtype=np.float64)
+        if A.ndim != 2 or B.ndim != 2 or A.shape[0] != self.d or B.shape != (A.shape[1], self.d):
+            raise ValueError(f"A must have shape ({self.d}, r) and B shape (r, {self.d}), got {A.shape} "
+                             f"and {B.shape}")
+        R = self.targets - A @ B
         return float(np.sum(R * R) / self.n_clients)
 
 
@@ -343,8 +429,7 @@ def lora_matrix_problem(d: int, n_clients: int, rank: int, *, gamma: float = 1.0
     if gamma > 0 and n_clients < 2:
         raise ValueError(f"gamma > 0 needs n_clients >= 2 (heterogeneity across clients), got {n_clients}")
     rng = as_generator(seed)
-    Q, R = np.linalg.qr(rng.standard_normal((d, rank)))
-    A_star = Q * np.where(np.diagonal(R) < 0, -1.0, 1.0)
+    A_star = haar_orthonormal(d, rank, rng)
     B_bar = b_scale * rng.standard_normal((rank, d))
     B_star = spread_exactly(B_bar, rng.standard_normal((n_clients, rank, d)), gamma)
     return LoRAMatrixProblem(A_star=A_star, B_star=B_star, gamma=gamma)

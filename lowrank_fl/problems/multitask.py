@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_float_array, as_generator, check_choice, check_int, check_positive
+from ._dataset import ClientDataset, check_orthonormal
 
 __all__ = ["MultitaskProblem", "multitask_linear", "haar_orthonormal", "HEADS"]
 
 HEADS = ("normalized", "gaussian", "qr")
-_ORTHO_TOL = 1e-8
 
 
 def haar_orthonormal(d: int, k: int, seed=None) -> np.ndarray:
@@ -52,17 +52,8 @@ def haar_orthonormal(d: int, k: int, seed=None) -> np.ndarray:
     return Q * np.where(np.diagonal(R) < 0, -1.0, 1.0)
 
 
-def _check_orthonormal(B: np.ndarray, name: str) -> None:
-    dev = float(np.max(np.abs(B.T @ B - np.eye(B.shape[1]))))
-    if not dev <= _ORTHO_TOL:
-        raise ValueError(
-            f"{name} must have orthonormal columns ({name}^T {name} = I_k within {_ORTHO_TOL:g}), "
-            f"got max |{name}^T {name} - I| = {dev:.3g}; orthonormalize it first "
-            f"(lowrank_fl.linalg.orth) if its column space is what you mean")
-
-
 @dataclass(frozen=True)
-class MultitaskProblem:
+class MultitaskProblem(ClientDataset):
     """A multi-task linear regression instance with ground truth.
 
     Attributes
@@ -89,20 +80,15 @@ class MultitaskProblem:
         B = as_float_array(self.B_star, "B_star", ndim=2)
         d, k = B.shape
         if k >= d:
-            raise ValueError(f"B_star must have k < d columns, got shape {B.shape}")
-        _check_orthonormal(B, "B_star")
+            raise ValueError(f"k must be smaller than d (k < d): B_star must have k < d columns, "
+                             f"got shape {B.shape}")
+        check_orthonormal(B, "B_star")
         W = as_float_array(self.heads, "heads", shape=(None, k))
         noise = check_positive(self.noise, "noise", strict=False)
         object.__setattr__(self, "B_star", B)
         object.__setattr__(self, "heads", W)
         object.__setattr__(self, "noise", noise)
-        if (self.X is None) != (self.y is None):
-            raise ValueError("X and y must be given together (both arrays or both None)")
-        if self.X is not None:
-            X = as_float_array(self.X, "X", shape=(W.shape[0], None, d))
-            y = as_float_array(self.y, "y", shape=X.shape[:2])
-            object.__setattr__(self, "X", X)
-            object.__setattr__(self, "y", y)
+        self._validate_dataset(W.shape[0], d)
 
     # ------------------------------------------------------------------ shapes
     @property
@@ -116,11 +102,6 @@ class MultitaskProblem:
     @property
     def n_clients(self) -> int:
         return self.heads.shape[0]
-
-    @property
-    def samples_per_client(self) -> int | None:
-        """``m`` of the fixed dataset, or ``None`` in the population regime."""
-        return None if self.X is None else self.X.shape[1]
 
     @property
     def theta(self) -> np.ndarray:
@@ -146,20 +127,12 @@ class MultitaskProblem:
         """
         m = check_int(m, "m", minimum=1)
         rng = as_generator(seed)
-        theta = self.theta if clients is None else self.theta[self._client_index(clients)]
+        theta = self.theta if clients is None else self.theta[self.client_index(clients)]
         X = rng.standard_normal((theta.shape[0], m, self.d))
         y = np.einsum("cmd,cd->cm", X, theta)
         if self.noise > 0:
             y = y + self.noise * rng.standard_normal(y.shape)
         return X, y
-
-    def _client_index(self, clients) -> np.ndarray:
-        idx = np.asarray(clients)
-        if idx.ndim != 1 or not np.issubdtype(idx.dtype, np.integer):
-            raise ValueError(f"clients must be a 1-D integer array, got {idx!r}")
-        if idx.size and (idx.min() < 0 or idx.max() >= self.n_clients):
-            raise ValueError(f"clients must lie in [0, {self.n_clients}), got {idx.min()}..{idx.max()}")
-        return idx
 
     # ------------------------------------------------------------------ losses
     def _check_BW(self, B, W):
@@ -190,10 +163,7 @@ class MultitaskProblem:
         """
         B, W = self._check_BW(B, W)
         if X is None and y is None:
-            if self.X is None:
-                raise ValueError("X and y are required: this problem has no fixed dataset "
-                                 "(samples_per_client=None)")
-            X, y = self.X, self.y
+            X, y = self.require_dataset("empirical_loss without X and y")
         elif X is None or y is None:
             raise ValueError("X and y must be given together")
         X = as_float_array(X, "X", shape=(self.n_clients, None, self.d))
@@ -227,21 +197,17 @@ def multitask_linear(d: int, k: int, n_clients: int, *, samples_per_client: int 
     -------
     MultitaskProblem
     """
+    # only what the drawing needs is checked here; the instance is validated by MultitaskProblem
     d = check_int(d, "d", minimum=2)
     k = check_int(k, "k", minimum=1)
-    if k >= d:
+    if k >= d:      # before drawing: haar_orthonormal would reject k > d with a vaguer message
         raise ValueError(f"k must be smaller than d (k < d), got k={k}, d={d}")
     n = check_int(n_clients, "n_clients", minimum=1)
     if samples_per_client is not None:
         samples_per_client = check_int(samples_per_client, "samples_per_client", minimum=1)
-    noise = check_positive(noise, "noise", strict=False)
     rng = as_generator(seed)
 
-    if B_star is None:
-        B = haar_orthonormal(d, k, rng)
-    else:
-        B = as_float_array(B_star, "B_star", shape=(d, k))
-        _check_orthonormal(B, "B_star")
+    B = haar_orthonormal(d, k, rng) if B_star is None else as_float_array(B_star, "B_star", shape=(d, k))
 
     if isinstance(heads, str):
         check_choice(heads, "heads", HEADS)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import as_float_array, as_generator, check_int, check_positive
+from ._dataset import ClientDataset, check_orthonormal
 from .multitask import haar_orthonormal
 
 __all__ = ["UnderparameterizedProblem", "underparameterized", "appendix_c_spectrum"]
@@ -46,7 +47,7 @@ def appendix_c_spectrum(d: int, n_clients: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class UnderparameterizedProblem:
+class UnderparameterizedProblem(ClientDataset):
     """A FLUTE linear instance with its ground truth and (optionally) a fixed dataset.
 
     Attributes
@@ -87,7 +88,9 @@ class UnderparameterizedProblem:
                              f"got {s.shape[0]}")
         if np.any(s <= 0) or np.any(np.diff(s) > 0):
             raise ValueError(f"spectrum must be positive and non-increasing, got {s}")
-        k = check_int(self.k, "k", minimum=1, maximum=d - 1)
+        k = check_int(self.k, "k", minimum=1)
+        if k >= d:
+            raise ValueError(f"k must be < d = {d} (a proper low-dimensional representation), got {k}")
         if k > M:
             raise ValueError(f"k must be <= n_clients = {M}, got {k}")
         if s.shape[0] < k:
@@ -99,23 +102,14 @@ class UnderparameterizedProblem:
                              f"Delta > 0), got lambda_k = {s[k - 1]} and lambda_(k+1) = {lam_next}; "
                              f"Phi_k and span(U_k) are not unique otherwise")
         noise = check_positive(self.noise, "noise", strict=False)
-        for name, A in (("U", U), ("V", V.T)):
-            dev = float(np.max(np.abs(A.T @ A - np.eye(A.shape[1]))))
-            if not dev <= 1e-8:
-                raise ValueError(f"{name} must have orthonormal {'columns' if name == 'U' else 'rows'}"
-                                 f" (within 1e-8), got deviation {dev:.3g}")
+        check_orthonormal(U, "U")
+        check_orthonormal(V, "V", axis="rows")
         object.__setattr__(self, "U", U)
         object.__setattr__(self, "spectrum", s)
         object.__setattr__(self, "V", V)
         object.__setattr__(self, "k", k)
         object.__setattr__(self, "noise", noise)
-        if (self.X is None) != (self.y is None):
-            raise ValueError("X and y must be given together (both arrays or both None)")
-        if self.X is not None:
-            X = as_float_array(self.X, "X", shape=(M, None, d))
-            y = as_float_array(self.y, "y", shape=X.shape[:2])
-            object.__setattr__(self, "X", X)
-            object.__setattr__(self, "y", y)
+        self._validate_dataset(M, d)
 
     # ------------------------------------------------------------------ shapes
     @property
@@ -134,11 +128,6 @@ class UnderparameterizedProblem:
     @property
     def underparameterized(self) -> bool:
         return self.k < self.rank
-
-    @property
-    def samples_per_client(self) -> int | None:
-        """``N`` of the fixed dataset, or ``None`` in the population regime."""
-        return None if self.X is None else self.X.shape[1]
 
     # ------------------------------------------------------------------ ground truth
     @property
@@ -173,6 +162,26 @@ class UnderparameterizedProblem:
     def floor(self) -> float:
         """Misspecification error ``||Phi - Phi_k||_F^2 = sum_(j > k) lambda_j^2``."""
         return float(np.sum(self.spectrum[self.k:] ** 2))
+
+    # ------------------------------------------------------------------ loss
+    def population_loss(self, B, heads, *, excess: bool = False) -> float:
+        """Population mean squared prediction error of the model ``x^T B w_i`` (FLUTE's metric):
+
+        ``(1/M) sum_i E (y_i - x^T B w_i)^2 = (1/M) ||B W^T - Phi||_F^2 + noise^2`` for
+        ``x ~ N(0, I_d)`` (no factor 1/2, unlike :meth:`MultitaskProblem.population_loss`: this is
+        the convention of FLUTE's figures). ``excess=True`` drops ``noise^2``. Every method's
+        ``Trace.loss`` on this problem is this value at its ``(B, heads)``.
+
+        Parameters
+        ----------
+        B : array_like, shape (d, k')
+        heads : array_like, shape (M, k')
+            Row ``i`` is client ``i``'s head ``w_i`` (the transpose of FLUTE's ``W``).
+        """
+        B = as_float_array(B, "B", shape=(self.d, None))
+        W = as_float_array(heads, "heads", shape=(self.n_clients, B.shape[1]))
+        val = float(np.sum((B @ W.T - self.Phi) ** 2)) / self.n_clients
+        return val if excess else val + self.noise ** 2
 
     # ------------------------------------------------------------------ data
     def sample(self, m: int, seed=None):
@@ -222,13 +231,12 @@ def underparameterized(d: int, n_clients: int, k: int, *, spectrum=None,
     -------
     UnderparameterizedProblem
     """
+    # only what the drawing needs is checked here (the sizes of U and V); k, the spectrum's order
+    # and gap and the noise are validated once, by UnderparameterizedProblem
     d = check_int(d, "d", minimum=2)
     n_clients = check_int(n_clients, "n_clients", minimum=1)
-    k = check_int(k, "k", minimum=1)
-    if k >= d:
-        raise ValueError(f"k must be < d = {d} (a proper low-dimensional representation), got {k}")
-    if k > n_clients:
-        raise ValueError(f"k must be <= n_clients = {n_clients}, got {k}")
+    if samples_per_client is not None:
+        samples_per_client = check_int(samples_per_client, "samples_per_client", minimum=1)
     if spectrum is None:
         s = appendix_c_spectrum(d, n_clients)
     else:
@@ -242,11 +250,8 @@ def underparameterized(d: int, n_clients: int, k: int, *, spectrum=None,
                          f"entries, got {r}")
     U = haar_orthonormal(d, r, seed=rng)
     V = haar_orthonormal(n_clients, r, seed=rng).T
-    noise = check_positive(noise, "noise", strict=False)
-    X = y = None
     prob = UnderparameterizedProblem(U=U, spectrum=s, V=V, k=k, noise=noise)
     if samples_per_client is not None:
-        N = check_int(samples_per_client, "samples_per_client", minimum=1)
-        X, y = prob.sample(N, rng)
+        X, y = prob.sample(samples_per_client, rng)
         prob = UnderparameterizedProblem(U=U, spectrum=s, V=V, k=k, noise=noise, X=X, y=y)
     return prob

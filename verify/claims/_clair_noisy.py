@@ -18,7 +18,8 @@ from lowrank_fl.clair.simulate import generate
 from lowrank_fl.linalg import block_norms
 
 from ..claim import Evidence, claim, verdict_from
-from ..stats import fit_loglog_slope
+from ..stats import fit_loglog_slope, interval_verdict
+from ._clair_support import t3
 
 __all__: list[str] = []
 
@@ -35,17 +36,6 @@ def _random_subspace(sol, r, rng):
     """Broken variant: a random r-dimensional projector in place of the top-r subspace of Lhat."""
     V = np.linalg.qr(rng.standard_normal((sol.Vt.shape[1], r)))[0]
     return V @ V.T
-
-
-def _decide(fit, threshold):
-    """holds if the whole CI is <= threshold, fails if the whole CI is above, else inconclusive."""
-    if not np.isfinite(fit.high):
-        return None
-    if fit.high <= threshold:
-        return True
-    if fit.low > threshold:
-        return False
-    return None
 
 
 def _task_thm2(seed, K, scaling, c1, c2, alpha, projector_fn, c_det):
@@ -105,7 +95,7 @@ def _thm2_rate(ctx, *, projector_fn=_top_r):
     Ks, out, _ = _thm2_runs(ctx, projector_fn=projector_fn)
     Y = np.array([[o["P_err"] for o in row] for row in out])
     fit = fit_loglog_slope(Ks, Y)
-    passed = _decide(fit, -0.4)
+    passed = interval_verdict(fit.low, fit.high, -0.4, side="below")
     control = None
     if ctx.scale != "smoke":   # n fixed (tau constant): documents the K tau^2 = O(1) requirement
         sub = ctx.for_claim("clair.thm2.rate/control")
@@ -134,8 +124,9 @@ def _eps_sup(ctx, *, projector_fn=_top_r):
     Ks, out, _ = _thm2_runs(ctx, projector_fn=projector_fn)
     Y = np.array([[o["eps_sup"] for o in row] for row in out]) / np.sqrt(np.log(Ks) / Ks)[:, None]
     fit = fit_loglog_slope(Ks, Y)
-    passed = _decide(fit, 0.1)
-    return Evidence(verdict=verdict_from(passed),
+    passed = interval_verdict(fit.low, fit.high, 0.1, side="below")
+    fig_path = _loglog_figure(ctx, Ks, Y, "eps_sup / sqrt(log K / K)", 0.0)
+    return Evidence(verdict=verdict_from(passed), figure=fig_path,
                     summary=f"eps_sup/sqrt(log K/K) = {np.round(Y.mean(axis=1), 2).tolist()} over K = {Ks.tolist()}; "
                             f"slope {fit} (<= 0.1 wanted)",
                     measured={"ratio": Y.mean(axis=1).tolist(), "slope": fit.as_dict()},
@@ -153,7 +144,17 @@ def _detection(ctx, *, alpha=0.5):
     drops_ok = all(rate[i + 1] >= rate[i] - 2 * np.hypot(se[i], se[i + 1]) for i in range(len(rate) - 1))
     passed = bool(drops_ok and rate[-1] >= 0.9)
     beta = float(np.mean([o["beta_min"] for row in out for o in row]))
-    return Evidence(verdict=verdict_from(passed),
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    ax.errorbar(Ks, rate, yerr=2 * se, fmt="o-", capsize=3, label="P(Chat = C) ± 2 s.e.")
+    ax.axhline(0.9, ls="--", color="0.5", label="0.9 (largest K must reach)")
+    ax.set_xscale("log")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel("K")
+    ax.set_ylabel("P(Chat = C)")
+    ax.legend(fontsize=7)
+    fig_path = ctx.save_figure(fig)
+    return Evidence(verdict=verdict_from(passed), figure=fig_path,
                     summary=f"P(Chat = C) = {np.round(rate, 2).tolist()} at K = {Ks.tolist()} (c = {c_det:.2f}, "
                             f"alpha = {alpha}); non-decreasing within MC error: {drops_ok}",
                     measured={"P_exact": rate.tolist(), "c": c_det, "mean beta_min": beta},
@@ -208,45 +209,71 @@ def _task_thm5(seed, K, p, q, r, n_contam, tau, delta, refine_fn):
     return {"event": True, "mse": sq(Wt - W), "T": sq(T), "R": sq(Rk), "local": sq(Xi)}
 
 
+
+
+def _mean_half(x) -> tuple[float, float]:
+    """Mean and t * s.e. half-width (3-s.e. level) of per-replicate values."""
+    x = np.asarray(x, dtype=float)
+    if x.size < 2:
+        return float(x.mean()), float("inf")
+    return float(x.mean()), t3(x.size) * float(x.std(ddof=1)) / np.sqrt(x.size)
+
+
 @claim("clair.thm5.minkowski", paper="clair", reference="Theorem 5, eqs. (33)-(35); Prop. S3",
-       statement="On {Chat = C}, E||Wtilde - W||^2 <= (sqrt(1 - phi theta) + sqrt(varphi))^2 E||What - W||^2, "
-                 "and (35) holds with the zeta solving (34).", kind="bound")
+       statement="Consistency check of Theorem 5 on {Chat = C}: E||Wtilde - W||^2 <= (sqrt(1 - phi theta) + "
+                 "sqrt(varphi))^2 E||What - W||^2 with varphi estimated on independent runs, and (35) holds "
+                 "with a zeta fixed from those runs whenever (34) holds.", kind="bound")
 def _thm5(ctx, *, refine_fn=_library_refine):
     K, p, q, r, nc = 10, 8, 3, 2, 2
-    tau, delta = 0.1, 0.05
+    tau, delta = 0.1, 0.02
     reps = ctx.pick(smoke=8, quick=60, full=300)
-    out = ctx.map(_task_thm5, [{"K": K, "p": p, "q": q, "r": r, "n_contam": nc, "tau": tau, "delta": delta,
-                                "refine_fn": refine_fn}], replicates=reps)[0]
-    ev = [o for o in out if o["event"]]
-    if len(ev) < 3:
-        return Evidence(verdict="inconclusive", summary=f"only {len(ev)} replicates with Chat = C",
-                        measured={"P(Chat=C)": len(ev) / len(out)})
-    mse = np.concatenate([o["mse"] for o in ev])
-    Rr = np.concatenate([o["R"] for o in ev])
+    point = {"K": K, "p": p, "q": q, "r": r, "n_contam": nc, "tau": tau, "delta": delta, "refine_fn": refine_fn}
+    # two independent samples (grid points 0 and 1 get distinct seeds): calibration estimates varphi
+    # and zeta, the test sample measures the MSE, so the bound is not the (S4.1) identity of one sample
+    calib, test = ctx.map(_task_thm5, [point, point], replicates=reps)
+    ev_a, ev_b = [o for o in calib if o["event"]], [o for o in test if o["event"]]
+    if len(ev_a) < 3 or len(ev_b) < 3:
+        return Evidence(verdict="inconclusive", summary=f"only {len(ev_a)}/{len(ev_b)} replicates with Chat = C",
+                        measured={"P(Chat=C)": (len(ev_a) + len(ev_b)) / (2 * reps)})
     m = K - nc
     E = q * p * tau ** 2                                      # calE for Xi ~ N(0, tau^2 I)
     one_minus = (q * r * tau ** 2 + q * (p - r) * tau ** 2 / m) / E   # 1 - phi theta (iid, Thm 4)
     theta, phi = (p - r) / p, (m - 1) / m
-    varphi = float(Rr.mean() / E)
-    bound = (np.sqrt(one_minus) + np.sqrt(varphi)) ** 2 * E
-    n = len(ev)
     # replicates are the independent units: average the |C| benign clients within each replicate
-    per_rep = np.array([o["mse"].mean() for o in ev])
-    se = per_rep.std(ddof=1) / np.sqrt(n)
-    from scipy import stats
-    t = stats.t.isf(stats.norm.sf(3.0), n - 1)
-    ok = mse.mean() <= bound + t * se
-    holds34 = varphi < (1 - np.sqrt(one_minus)) ** 2
-    zeta = (1 - (np.sqrt(one_minus) + np.sqrt(varphi)) ** 2) / theta if holds34 else None
-    return Evidence(verdict=verdict_from(bool(ok)),
-                    summary=f"MSE {mse.mean():.4f} <= bound {bound:.4f} (+{t * se:.4f} MC) on Chat = C "
-                            f"({n}/{len(out)} replicates); varphi = {varphi:.3g}, (34) holds: {holds34}"
-                            + (f", zeta = {zeta:.3f} < phi = {phi:.3f}" if zeta is not None else ""),
-                    measured={"mse": float(mse.mean()), "varphi": varphi, "P(Chat=C)": n / len(out),
-                              "local": float(np.concatenate([o["local"] for o in ev]).mean())},
-                    predicted={"bound": float(bound), "1 - phi theta": float(one_minus), "zeta": zeta},
-                    notes="phi, theta from the iid Gaussian design (Theorem 4's identity); varphi = E||R_k||^2/E "
-                          "estimated from (S4.1)'s remainder. Expectations are on {Chat = C} (notes §8 flag 4).")
+    varphi, vh = _mean_half([o["R"].mean() / E for o in ev_a])
+    v_lo, v_hi = max(varphi - vh, 0.0), varphi + vh
+    bound = lambda v: (np.sqrt(one_minus) + np.sqrt(v)) ** 2 * E   # noqa: E731
+    mse, mh = _mean_half([o["mse"].mean() for o in ev_b])
+    # Minkowski: holds if the MSE interval lies below the smallest plausible bound, fails if above the largest
+    minkowski_ok = True if mse + mh <= bound(v_lo) else (False if mse - mh > bound(v_hi) else None)
+    # (34): some zeta in (0, phi) exists iff zeta* = (1 - (sqrt(1 - phi theta) + sqrt(varphi))^2)/theta > 0
+    zeta = lambda v: (1 - (np.sqrt(one_minus) + np.sqrt(v)) ** 2) / theta   # noqa: E731
+    zeta_lo, zeta_hi = zeta(v_hi), zeta(v_lo)
+    holds34 = True if zeta_lo > 0 else (False if zeta_hi <= 0 else None)
+    eq35_ok = None
+    if holds34:   # (35) with zeta = zeta_lo (fixed from the calibration sample, admissible in (34))
+        rhs35 = (1 - zeta_lo * theta) * E
+        eq35_ok = True if mse + mh <= rhs35 else (False if mse - mh > rhs35 else None)
+    judged = [minkowski_ok] + ([eq35_ok] if holds34 else [])
+    passed = False if False in judged else (None if None in judged else True)
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"test-sample MSE {mse:.4f} ± {mh:.4f} vs bound {bound(v_lo):.4f}-{bound(v_hi):.4f} "
+                            f"(varphi = {varphi:.3g} ± {vh:.2g} from the calibration sample): {minkowski_ok}; "
+                            f"(34) holds: {holds34}"
+                            + (f"; (35) with zeta = {zeta_lo:.3f}: {eq35_ok}" if holds34 else ""),
+                    measured={"minkowski_ok": minkowski_ok, "holds34": holds34, "eq35_ok": eq35_ok,
+                              "mse": mse, "mse_half_width": mh, "varphi": varphi, "varphi_half_width": vh,
+                              "zeta_lo": float(zeta_lo), "P(Chat=C)": (len(ev_a) + len(ev_b)) / (2 * reps),
+                              "local": float(np.concatenate([o["local"] for o in ev_b]).mean())},
+                    predicted={"bound": [float(bound(v_lo)), float(bound(v_hi))], "1 - phi theta": float(one_minus),
+                               "phi": phi, "theta": theta, "(35) rhs": None if not holds34 else
+                               float((1 - zeta_lo * theta) * E)},
+                    notes="A consistency check: Theorem 5 is Minkowski's inequality applied to (S4.1), so on one "
+                          "sample it reduces to that identity; here varphi (and zeta) come from a calibration "
+                          "sample and the MSE from an independent test sample (3-s.e. t-intervals). With the "
+                          "largest admissible zeta, (35)'s right side equals the Minkowski bound; zeta <= phi "
+                          "holds by construction. phi, theta from the iid Gaussian design (Theorem 4's identity); "
+                          "expectations are on {Chat = C} (notes §8 flag 4).")
 
 
 def _task_thm6(seed, K, p, q, r, tau0, refine_fn):
@@ -289,7 +316,19 @@ def _thm6(ctx, *, refine_fn=_library_refine):
     passed = bool(coef[0] > 0 and coef[1] > 0 and r2 >= 0.9 and dec_K and inc_r)
     rows = [{"K": g["K"], "r": g["r"], "r/(p-r)": g["r"] / (p - g["r"]), "MSE ratio": float(m), "s.e.": float(s),
              "fit": float(f)} for g, m, s, f in zip(grid, y, se, X @ coef)]
-    return Evidence(verdict=verdict_from(passed),
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(4.5, 3))
+    F = (X @ coef).reshape(len(rs), len(Ks))
+    for i, r in enumerate(rs):
+        line = ax.errorbar(Ks, Y[i], yerr=2 * S[i], fmt="o", capsize=3, label=f"r = {r}")
+        ax.plot(Ks, F[i], "--", color=line[0].get_color())
+    ax.set_xscale("log")
+    ax.set_xlabel("K")
+    ax.set_ylabel("benign MSE / local MSE")
+    ax.set_title("dashed: c0/(eta K) + c1 r/(p-r)", fontsize=8)
+    ax.legend(fontsize=7)
+    fig_path = ctx.save_figure(fig)
+    return Evidence(verdict=verdict_from(passed), figure=fig_path,
                     summary=f"fit c0 = {coef[0]:.3f}, c1 = {coef[1]:.3f}, R^2 = {r2:.3f}; decreasing in K: {dec_K}, "
                             f"increasing in r: {inc_r}",
                     measured={"c0": float(coef[0]), "c1": float(coef[1]), "R2": float(r2)},

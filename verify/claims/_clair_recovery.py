@@ -2,7 +2,8 @@
 (Lemmas S1, S3, S7, Prop. S1), and Algorithm 1 / FISTA against CVXPY (notes §6 items 12-20),
 plus the "vacuous window" erratum (notes §8 flag 2).
 
-Exact references: CVXPY with Clarabel (interior point, ~1e-8 accuracy) on small instances; the
+Exact references: CVXPY with Clarabel (interior point, ~1e-8 accuracy) on small instances and, inside
+Theorem 1's window (K = 40, q = 39), on the exactly block-reduced program (:func:`block_reduce`); the
 smooth reduced oracle (L-BFGS-B, Lemma S3 residual ~1e-8) for the certificate at K = 40.
 """
 from __future__ import annotations
@@ -109,11 +110,20 @@ def _oracle_unoptimized(D0, q, A, I, lam_L, lam_S):
     return SimpleNamespace(L=L, S=S, singular_values=sv, Vt=Vt, objective=float("nan"))
 
 
-def _task_recovery_cell(seed, K, n_contam, r, q, p, ratios):
+def _detect_exact(D_hat, P, benign, K, q, p, tau_n) -> bool:
+    """Theorem 3(i) with P_Ahat = P: vote (8) at alpha = 1/2 and threshold tau_n recovers C exactly?"""
+    G = K * (K - 1) // 2
+    norms = block_norms((np.asarray(D_hat) @ (np.eye(p) - P)).reshape(G, q, p))
+    keep, _ = collaborative_set(norms, K, tau_n, 0.5)
+    return bool(np.array_equal(keep, benign))
+
+
+def _task_recovery_cell(seed, K, n_contam, r, q, p, ratios, tau_rel):
+    """Outside-window grid: solve (24) with CVXPY at lam_S sqrt(s)/lam_L = c for each c in ratios."""
     inst = generate(K, p, q, r, contaminated=n_contam, seed=seed)
     D0 = np.asarray(inst.D0)
     P_A = np.asarray(inst.projector)
-    s, G = inst.s, inst.G
+    s = inst.s
     scale = float(np.linalg.norm(D0, 2))
     res = []
     for c in ratios:                                   # c = lam_S sqrt(s) / lam_L, lam_L = 1
@@ -123,18 +133,77 @@ def _task_recovery_cell(seed, K, n_contam, r, q, p, ratios):
         rank = int(np.sum(sol.singular_values > _RANK_REL * scale))
         err = float(np.linalg.norm(_proj(sol.Vt, r) - P_A, 2))
         ok = rank == r and err < _SUCCESS_TOL
-        exact_detection = None
-        if ok:  # Theorem 3(i): any 0 <= tau_n < beta_min; numerically tau_n = 1e-4 ||D0||_op sits above
-            # the solver's subspace error (< 1e-5, so benign blocks are < 1e-5 ||D0||) and far below beta_min
-            P = _proj(sol.Vt, r)
-            norms = block_norms((np.asarray(inst.D_hat) @ (np.eye(p) - P)).reshape(G, q, p))
-            keep, _ = collaborative_set(norms, K, 1e-4 * scale, 0.5)
-            exact_detection = bool(np.array_equal(keep, inst.benign))
-        res.append({"ratio": c, "rank": rank, "err": err, "ok": ok, "detect": exact_detection})
+        # Theorem 3(i): any 0 <= tau_n < beta_min; numerically tau_n = 1e-4 ||D0||_op sits above the
+        # solver's subspace error (< 1e-5, so benign blocks are < 1e-5 ||D0||) and far below beta_min
+        detect = _detect_exact(inst.D_hat, _proj(sol.Vt, r), inst.benign, K, q, p, tau_rel * scale) if ok else None
+        res.append({"ratio": c, "rank": rank, "err": err, "ok": ok, "detect": detect})
     conds = evaluate({"W_hat": np.asarray(inst.W_hat), "W": np.asarray(inst.W), "A": np.asarray(inst.A),
                       "benign": np.asarray(inst.benign), "r": r})
-    window = _cond(conds, "window").value
-    return {"runs": res, "window": window, "s": s}
+    return {"runs": res, "window": _cond(conds, "window").value, "s": s}
+
+
+def block_reduce(D0, q: int) -> tuple[np.ndarray, int]:
+    """Exact size reduction of program (24) by blockwise left rotations.
+
+    With the thin SVD ``D0^(g) = U_g Sigma_g V_g^T`` (``U_g`` q x k, k = min(q, p)), (24) on
+    ``D0' = blockdiag(U_g^T) D0`` has the same optimal value, and ``blockdiag(U_g) L'`` maps its
+    optimizers to optimizers of (24) with the same row space: block-diagonal orthogonal maps keep
+    both norms, and projecting any feasible (L, S) onto ``range(blockdiag(U_g))`` keeps it
+    feasible without increasing either norm (a projection is a contraction for ||.||_* and for
+    each ||.||_F). So P_Ahat of the reduced program is P_Ahat of (24).
+
+    Parameters
+    ----------
+    D0 : ndarray, shape (G*q, p)
+    q : int
+
+    Returns
+    -------
+    D0_reduced : ndarray, shape (G*k, p)
+    k : int
+    """
+    D0 = np.asarray(D0, dtype=float)
+    p = D0.shape[1]
+    blocks = D0.reshape(-1, q, p)
+    U = np.linalg.svd(blocks, full_matrices=False)[0]           # (G, q, k)
+    red = np.swapaxes(U, 1, 2) @ blocks                          # (G, k, p)
+    return red.reshape(-1, p), red.shape[1]
+
+
+def _noiseless_clarabel(D0, q, lam_L, lam_S):
+    return solve_noiseless(D0, q, lam_L, lam_S, solver="CLARABEL")
+
+
+def _noiseless_no_sparse(D0, q, lam_L, lam_S):
+    """Broken variant: the feasible point L = D0, S = 0 of (24) returned without optimising."""
+    from types import SimpleNamespace
+
+    _, sv, Vt = np.linalg.svd(np.asarray(D0, dtype=float), full_matrices=False)
+    return SimpleNamespace(L=np.asarray(D0, dtype=float), singular_values=sv, Vt=Vt)
+
+
+def _task_in_window_cvxpy(seed, K, p, position, noiseless_fn, tau_rel):
+    """Inside the window: solve (24) on the equal-leverage K = 40 instance (block-reduced, q 39 -> 4)."""
+    inst = equal_leverage_instance(K, p, seed=seed)
+    W, A, benign = inst["W"], inst["A"], inst["benign"]
+    window = _cond(evaluate(inst), "window").value
+    if window is None:
+        return {"window": None}
+    ratio = float(np.exp((1 - position) * np.log(window[0]) + position * np.log(window[1])))
+    q = W.shape[1]
+    D0 = np.asarray(contrasts(W))
+    red, k = block_reduce(D0, q)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sol = noiseless_fn(red, k, 1.0, ratio)
+    scale = float(np.linalg.norm(D0, 2))
+    a = A[0] / np.linalg.norm(A[0])
+    P = _proj(sol.Vt, 1)
+    rank = int(np.sum(np.asarray(sol.singular_values) > _RANK_REL * scale))
+    err = float(np.linalg.norm(P - np.outer(a, a), 2))
+    ok = rank == 1 and err < _SUCCESS_TOL
+    detect = _detect_exact(D0, P, benign, K, q, W.shape[2], tau_rel * scale) if ok else None
+    return {"window": window, "ratio": ratio, "rank": rank, "err": err, "ok": ok, "detect": detect}
 
 
 def _task_certificate(seed, K, p, position, oracle_fn):
@@ -157,63 +226,98 @@ def _task_certificate(seed, K, p, position, oracle_fn):
             "valid": cert.valid(0.99, 0.99, rtol=1e-6)}
 
 
+def _all_or_none(flags):
+    """True/False over the judged flags (None entries are not judged); None if nothing was judged."""
+    judged = [bool(f) for f in flags if f is not None]
+    return all(judged) if judged else None
+
+
 @claim("clair.thm1.exact_recovery", paper="clair", reference="Theorem 1, eq. (26); Prop. S1 / Lemmas S4-S5; "
        "Theorem 3(i)",
        statement="With delta = 0 and lam_S/lam_L in window (25), every optimizer of (24) has P_Ahat = P_A "
                  "(rank r); then tau_n below beta_min recovers C exactly.", kind="phase transition")
-def _exact_recovery(ctx, *, oracle_fn=_oracle_smooth):
+def _exact_recovery(ctx, *, oracle_fn=_oracle_smooth, noiseless_fn=_noiseless_clarabel, tau_rel=1e-4,
+                    in_window_cvxpy=None):
+    """Sub-criteria: (a) a valid Prop. S1 certificate inside the window (proves (26)); (b) CVXPY's
+    optimizer of (24) inside the window has P_Ahat = P_A (quick/full: one solve takes ~5 s, over the
+    smoke budget; ``in_window_cvxpy=True`` forces it); (c) Theorem 3(i) detection is exact wherever
+    P_Ahat = P_A. The CVXPY grid outside the (empty) windows is reported, not judged."""
+    in_window_cvxpy = ctx.pick(False, True, True) if in_window_cvxpy is None else in_window_cvxpy
     # (a) inside the window: the hand-built K = 40 instance; a valid (S1.3) certificate proves (26)
     positions = ctx.pick(smoke=[0.5], quick=[0.25, 0.5, 0.75], full=[0.1, 0.3, 0.5, 0.7, 0.9])
     cert = ctx.map(_task_certificate, [{"K": 40, "p": 4, "position": t, "oracle_fn": oracle_fn}
                                        for t in positions], replicates=ctx.pick(1, 2, 3))
     certs = [o for row in cert for o in row]
-    in_window_ok = all(o["valid"] for o in certs)
-    # (b) CVXPY phase-transition grid (windows empty here): where does (24) recover P_A?
+    certificates_valid = all(o["valid"] for o in certs)
+    # (b) inside the window with CVXPY (block-reduced (24), see block_reduce)
+    cvx_in = []
+    if in_window_cvxpy:
+        cvx_positions = ctx.pick(smoke=[0.5], quick=[0.5], full=[0.2, 0.8])
+        cvx_out = ctx.map(_task_in_window_cvxpy, [{"K": 40, "p": 4, "position": t, "noiseless_fn": noiseless_fn,
+                                                   "tau_rel": tau_rel} for t in cvx_positions], replicates=1)
+        cvx_in = [o for row in cvx_out for o in row if o["window"] is not None]
+    cvxpy_in_window_ok = _all_or_none([o["ok"] for o in cvx_in]) if in_window_cvxpy else None
+    # outside the windows: CVXPY phase-transition grid (reported)
     cells = ctx.pick(smoke=[(8, 1, 1)], quick=[(8, 1, 1), (8, 3, 1)],
                      full=[(8, 1, 1), (8, 3, 1), (12, 1, 2), (12, 4, 2)])
     ratios = ctx.pick(smoke=[0.5, 0.8, 1.5], quick=list(np.geomspace(0.3, 3, 6)),
                       full=list(np.geomspace(0.2, 4, 9)))
-    grid = [{"K": K, "n_contam": m, "r": r, "q": 3, "p": 6 if r > 1 else 4, "ratios": ratios} for K, m, r in cells]
+    grid = [{"K": K, "n_contam": m, "r": r, "q": 3, "p": 6 if r > 1 else 4, "ratios": ratios, "tau_rel": tau_rel}
+            for K, m, r in cells]
     out = ctx.map(_task_recovery_cell, grid, replicates=ctx.pick(1, 2, 2))
-    rows, in_window_cvx, detect_ok = [], [], True
+    rows, detections = [], [o["detect"] for o in cvx_in]
     for g, reps in zip(grid, out):
         rate = np.mean([[run["ok"] for run in o["runs"]] for o in reps], axis=0)
-        for o in reps:
-            for run in o["runs"]:
-                if run["ok"] and run["detect"] is False:
-                    detect_ok = False
-                if o["window"] is not None:
-                    lo, hi = o["window"]
-                    if lo < run["ratio"] / np.sqrt(o["s"]) < hi:
-                        in_window_cvx.append(run["ok"])
+        detections += [run["detect"] for o in reps for run in o["runs"]]
         band = [round(float(c), 3) for c, x in zip(ratios, rate) if x == 1.0]
         rows.append({"K": g["K"], "contaminated": g["n_contam"], "r": g["r"],
                      "window (25) non-empty": any(o["window"] is not None for o in reps),
                      "success rate per lam_S sqrt(s)/lam_L": dict(zip([round(c, 3) for c in ratios],
                                                                       rate.tolist())),
                      "always-successful ratios": band})
-    passed = in_window_ok and all(in_window_cvx) and detect_ok
+    # (c) Theorem 3(i) on every run where P_Ahat = P_A
+    detection_exact = _all_or_none(detections)
+    flags = {"certificates_valid": certificates_valid, "cvxpy_in_window_ok": cvxpy_in_window_ok,
+             "detection_exact": detection_exact}
+    if False in flags.values():
+        passed = False
+    elif certificates_valid and detection_exact is not None:
+        passed = True        # (b) is judged wherever it runs (quick/full)
+    else:
+        passed = None
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(5, 3))
     for row in rows:
         d = row["success rate per lam_S sqrt(s)/lam_L"]
         ax.semilogx(list(d), list(d.values()), "o-", label=f"K={row['K']}, m_c={row['contaminated']}, r={row['r']}")
+    for o in cvx_in:
+        ax.semilogx([o["ratio"] * np.sqrt(39)], [float(o["ok"])], "k*", ms=10)
+    if cvx_in:
+        ax.plot([], [], "k*", label="K=40 inside window (25)")
     ax.set_xlabel("lam_S sqrt(s) / lam_L")
     ax.set_ylabel("P(P_Ahat = P_A)")
     ax.legend(fontsize=7)
     fig_path = ctx.save_figure(fig)
     amax = max(o["a_hat"] for o in certs)
     bmax = max(o["b_hat"] for o in certs)
+    cvx_txt = (f"CVXPY inside the window: P_Ahat = P_A in {sum(o['ok'] for o in cvx_in)}/{len(cvx_in)} "
+               f"(max error {max(o['err'] for o in cvx_in):.1e})" if cvx_in else
+               "CVXPY inside the window: not run at this scale")
     return Evidence(verdict=verdict_from(passed),
                     summary=f"inside window (K=40, 1 contaminated): certificate valid in "
                             f"{sum(o['valid'] for o in certs)}/{len(certs)} (max a_hat {amax:.2f}, b_hat {bmax:.2f} "
-                            f"< 0.99); outside the (empty) windows CVXPY recovers P_A at lam_S sqrt(s)/lam_L in "
-                            f"{[r['always-successful ratios'] for r in rows]}; Thm 3(i) detection exact: {detect_ok}",
-                    measured={"certificates": certs, "cvxpy_in_window": in_window_cvx},
-                    predicted={"a_hat": "< 0.99", "b_hat": "< 0.99"}, table=rows, figure=fig_path,
-                    notes="(24) cannot be solved by CVXPY at K = 40 with q = 39 (780 cones of size 43), so inside "
-                          "the window exact recovery is certified through Prop. S1's certificate, which proves "
-                          "(26) via Lemmas S4, S5 and S8. Outside the window CVXPY (Clarabel) shows a success band.")
+                            f"< 0.99); {cvx_txt}; Thm 3(i) detection exact: {detection_exact}; reported: outside "
+                            f"the (empty) windows CVXPY recovers P_A at lam_S sqrt(s)/lam_L in "
+                            f"{[r['always-successful ratios'] for r in rows]}",
+                    measured={**flags, "certificates": certs, "cvxpy_in_window": cvx_in},
+                    predicted={"a_hat": "< 0.99", "b_hat": "< 0.99", "||P_Ahat - P_A||_op (in window)": 0.0,
+                               "rank(Lhat)": 1, "detection": "exact"},
+                    table=rows, figure=fig_path,
+                    notes="(a) Prop. S1's certificate proves (26) via Lemmas S4, S5 and S8. (b) CVXPY (Clarabel) "
+                          "solves (24) at K = 40 (q = 39) after an exact blockwise rotation to 4-row blocks "
+                          "(block_reduce; ~5 s per solve, so quick/full only). (c) Theorem 3(i) with tau_n = "
+                          "1e-4 ||D0||_op. The grid outside the windows (which are empty there) is reported "
+                          "only: Theorem 1 says nothing about it.")
 
 
 @claim("clair.propS1.certificate", paper="clair", reference="Proposition S1, (S1.3)-(S1.5); Lemma S4",
@@ -316,7 +420,10 @@ def _lemma_s7(ctx, *, oracle_fn=_oracle_smooth):
     passed = ratio <= 1 + 1e-6 and rmax < 1
     return Evidence(verdict=verdict_from(passed),
                     summary=f"max rho'/((lam_S/lam_L) sqrt(s)) = {ratio:.3f} (<= 1), max rho' = {rmax:.3f} (< 1)",
-                    measured={"rho_prime": [o["rho_prime"] for o in runs], "bound": [o["bound"] for o in runs]})
+                    measured={"rho_prime": [o["rho_prime"] for o in runs], "bound": [o["bound"] for o in runs],
+                              "max_ratio_to_bound": ratio, "max_rho_prime": rmax},
+                    predicted={"rho' / ((lam_S/lam_L) sqrt(s))": "<= 1 (Lemma S7)", "rho'": "< 1 (Lemma S8)",
+                               "bound (lam_S/lam_L) sqrt(s)": [o["bound"] for o in runs]})
 
 
 # --------------------------------------------------------------------------------------------
@@ -466,6 +573,9 @@ def _vs_cvxpy(ctx, *, iterative=None):
                     summary="; ".join(f"{r['solver']}: obj {r['max rel. objective diff']:.1e}, gap "
                                       f"{r['max rel. gap']:.1e}, P {r['max ||P_Ahat - P_Ahat(cvxpy)||']:.1e}"
                                       for r in rows),
-                    table=rows, measured={"step_1.5_non_monotone_runs": non_mono},
+                    table=rows, measured={"step_1.5_non_monotone_runs": non_mono,
+                                          "passes": {r["solver"]: r["passes"] for r in rows}},
+                    predicted={"relative objective difference": "0 (< 1e-6)", "relative duality gap": "<= 1e-8",
+                               "||P_Ahat - P_Ahat(cvxpy)||_op": "0 (< 1e-4)", "objective": "monotone (t = 1/(2 max w))"},
                     notes=f"Step t = 1.5/(2 max w) was non-monotone in {non_mono}/{len(runs)} runs "
                           "(the paper's bound t <= 1/(2 max w) is sufficient, not necessary).")

@@ -22,6 +22,7 @@ from lowrank_fl.clair.pipeline import (detection_counts, fedavg, fit, lambda_pat
 from lowrank_fl.clair.simulate import simulate
 
 from ..claim import Evidence, claim, verdict_from
+from ._clair_support import t3
 
 __all__: list[str] = []
 
@@ -157,16 +158,44 @@ def _ms(values):
     return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else float("nan")
 
 
-def _t3(n: int) -> float:
-    """Student-t multiplier with the two-sided level of 3 standard errors (99.73%) for n replicates."""
-    from scipy import stats
+def _close(mean, se, n, ref, frac) -> bool | None:
+    """Is the mean within ``frac * |ref|`` of ``ref``? True/False, or None when the check cannot tell.
 
-    return float(stats.t.isf(stats.norm.sf(3.0), max(n - 1, 1)))
+    With the Monte Carlo half-width ``h = t * s.e.`` (``t``: 3-s.e. Student-t multiplier): False when
+    even ``|mean - ref| - h`` exceeds the band (clearly outside); None when ``h`` exceeds the band (the
+    replicates cannot resolve the stated tolerance); otherwise ``|mean - ref| <= band``.
+    """
+    half, band, dev = t3(n) * se, frac * abs(ref), abs(mean - ref)
+    if not np.isfinite(half):
+        return None
+    if dev - half > band:
+        return False
+    if half > band:
+        return None
+    return bool(dev <= band)
 
 
-def _close(mean, se, n, ref, frac) -> bool:
-    """|mean - ref| <= max(frac * ref, t * s.e.): the stated tolerance, widened to the MC error."""
-    return abs(mean - ref) <= max(frac * ref, _t3(n) * se)
+def _negative(mean, se, n) -> bool | None:
+    """Is the (paired) mean difference < 0 (strictly)? Three-way on the interval mean ± t s.e.:
+    True if the interval lies below 0, False if it lies at or above 0, None if it straddles 0."""
+    half = t3(n) * se
+    if not np.isfinite(half):
+        return None
+    return True if mean + half < 0 else (False if mean - half >= 0 else None)
+
+
+def _families_verdict(checks: dict) -> bool | None:
+    """False if any judged check fails; True if every family has a judged check and all pass."""
+    flat = [c for v in checks.values() for c in v]
+    if False in flat:
+        return False
+    if all(any(c is not None for c in v) for v in checks.values() if v):
+        return True
+    return None
+
+
+def _count(v) -> str:
+    return f"{sum(c is True for c in v)}/{sum(c is not None for c in v)} judged of {len(v)}"
 
 
 def _fedavg_cv(o, p, K, variant="unit-variance"):
@@ -205,7 +234,7 @@ def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
         checks["local_2pct"].append(tol(*get["local"], pl_, 0.02))
         checks["fedavg_5pct"].append(tol(*get["fedavg"], paper[3], 0.05))
         checks["oracle_fedavg_5pct"].append(tol(*get["oracle_fedavg"], paper[2], 0.05))
-        checks["clair_lt_local"].append(diff[0] < 0)
+        checks["clair_lt_local"].append(_negative(*diff, nr))
         if p >= 20:
             checks["clair_vs_oracle_10pct"].append(tol(*get["clair"], pc, 0.10))
         band = pl["band"]
@@ -217,16 +246,19 @@ def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
                      "FedAvg-O (pred.)": po, "FedAvg (paper)": paper[3], "FedAvg (ours)": _fmt(*get["fedavg"]),
                      "FedAvg (pred., unit var.)": pf,
                      "||P_Ahat-P_A||": float(np.mean([o["P_err"] for o in reps]))})
-    passed = all(all(v) for v in checks.values())
-    summary = ", ".join(f"{k}: {sum(v)}/{len(v)}" for k, v in checks.items())
+    passed = _families_verdict(checks)
+    summary = "passing/judged: " + ", ".join(f"{k}: {_count(v)}" for k, v in checks.items())
     fig_path = _table1_figure(ctx, rows)
     return Evidence(verdict=verdict_from(passed), summary=summary, table=rows, figure=fig_path,
-                    measured={"checks": {k: [bool(x) for x in v] for k, v in checks.items()},
+                    measured={"checks": {k: [None if x is None else bool(x) for x in v] for k, v in checks.items()},
                               "c2": [row["c2"] for row in rows]},
                     predicted={"local": [row["Local (qp/(n-p-1))"] for row in rows],
                                "oracle_clair": [row["CLAIR (oracle pred.)"] for row in rows]},
-                    notes="Tolerances: max(stated %, t * s.e.) with t the Student-t multiplier of a 3-s.e. "
-                          "band; FedAvg uses the signal c as control variate (its mean is unchanged). Contamination: unit-variance reading (see "
+                    notes="Tolerance checks (stated %): not judged (None) where the Monte Carlo half-width t * s.e. "
+                          "(t: Student-t multiplier of a 3-s.e. band) exceeds the band, failed where the mean is "
+                          "outside the band by more than t * s.e.; CLAIR < Local on the paired difference's "
+                          "interval. Verdict: fails if any judged check fails, holds if every family has a "
+                          "judged check and all pass, else inconclusive. FedAvg uses the signal c as control variate (its mean is unchanged). Contamination: unit-variance reading (see "
                           "clair.sec7.contamination_variance). c1 = 1, c2 from the pilot rank band rule; "
                           "FISTA with relative duality gap 1e-4.")
 
@@ -286,20 +318,28 @@ def _baseline_configs(ctx):
        kind="comparison")
 def _negative_transfer(ctx, *, variant="unit-variance", fedavg_fn=fedavg):
     configs = _baseline_configs(ctx)
-    reps = ctx.pick(smoke=3, quick=20, full=100)
+    reps = ctx.pick(smoke=10, quick=20, full=100)      # cheap tasks (~3 ms): 10 replicates resolve smoke
     out = ctx.map(_task_baselines, [{"p": p, "q": q, "n": n, "K": K, "variant": variant, "fedavg_fn": fedavg_fn}
                                     for p, q, n, K in configs], replicates=reps)
     rows, ok = [], []
     for (p, q, n, K), r in zip(configs, out):
         loc, fa, ofa = (_ms([o[k] for o in r]) for k in ("local", "fedavg", "oracle_fedavg"))
-        good = fa[0] > loc[0] and ofa[0] > loc[0]
+        # paired differences Local - FedAvg(-O) < 0, judged on their t-intervals
+        d_fa = _negative(*_ms([o["local"] - o["fedavg"] for o in r]), len(r))
+        d_ofa = _negative(*_ms([o["local"] - o["oracle_fedavg"] for o in r]), len(r))
+        good = False if False in (d_fa, d_ofa) else (None if None in (d_fa, d_ofa) else True)
         ok.append(good)
         rows.append({"(p,q)": f"({p},{q})", "K": K, "Local": _fmt(*loc), "FedAvg": _fmt(*fa),
                      "FedAvg (pred.)": _pred_fedavg(p, q, n, K, variant), "FedAvg-O": _fmt(*ofa),
                      "FedAvg-O (pred.)": _pred_oracle_fedavg(p, q, n, K), "both worse than Local": good})
-    return Evidence(verdict=verdict_from(all(ok)),
-                    summary=f"FedAvg and oracle FedAvg worse than Local in {sum(ok)}/{len(ok)} settings",
-                    table=rows, measured={"worse": ok})
+    passed = False if False in ok else (None if None in ok else True)
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"FedAvg and oracle FedAvg worse than Local (paired t-interval) in {_count(ok)} settings",
+                    table=rows, measured={"worse": ok},
+                    predicted={"FedAvg > Local": True, "FedAvg-O > Local": True,
+                               "Local (qp/(n-p-1))": [_pred_local(p, q, n) for p, q, n, K in configs],
+                               "FedAvg": [_pred_fedavg(p, q, n, K, variant) for p, q, n, K in configs],
+                               "FedAvg-O": [_pred_oracle_fedavg(p, q, n, K) for p, q, n, K in configs]})
 
 
 @claim("clair.sec7.contamination_variance", paper="clair", reference="§7 design text vs Table 1 FedAvg column "
@@ -308,7 +348,7 @@ def _negative_transfer(ctx, *, variant="unit-variance", fedavg_fn=fedavg):
                  "FedAvg column; unit-variance entries do (within 5%).", kind="comparison")
 def _contamination_variance(ctx, *, readings=("unit-variance", "uniform")):
     configs = _baseline_configs(ctx)
-    reps = ctx.pick(smoke=3, quick=20, full=100)
+    reps = ctx.pick(smoke=10, quick=20, full=100)      # cheap tasks (~3 ms): 10 replicates resolve smoke
     grid = [{"p": p, "q": q, "n": n, "K": K, "variant": v} for v in readings for p, q, n, K in configs]
     out = ctx.map(_task_baselines, grid, replicates=reps)
     rows, match, informative, dist = [], {v: [] for v in readings}, [], {v: [] for v in readings}
@@ -330,13 +370,22 @@ def _contamination_variance(ctx, *, readings=("unit-variance", "uniform")):
     unit, unif = match[readings[0]], match[readings[1]]
     used = [i for i, d in enumerate(informative) if d]
     closer = [dist[readings[0]][i] < dist[readings[1]][i] for i in used]
-    passed = bool(used) and all(unit[i] for i in used) and all(closer)
-    return Evidence(verdict=verdict_from(passed if used else None),
-                    summary=f"on {len(used)} discriminating settings: {readings[0]} within 5% (or MC error) of "
-                            f"Table 1's FedAvg in {sum(unit[i] for i in used)}, closer than {readings[1]} in "
-                            f"{sum(closer)} ({readings[1]} within: {sum(unif[i] for i in used)})",
-                    table=rows, measured={k: v for k, v in match.items()},
-                    notes="Default simulate() reading: unit-variance. The 0.8 factor is not applied to the "
+    # per discriminating setting: the first reading matches (True) and the second does not (False)
+    verdicts = [False if (unit[i] is False or unif[i] is True) else
+                (True if (unit[i] is True and unif[i] is False) else None) for i in used]
+    passed = False if False in verdicts else (True if verdicts and None not in verdicts else None)
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"on {len(used)} discriminating settings: {readings[0]} within 5% of Table 1's FedAvg "
+                            f"in {_count([unit[i] for i in used])}, {readings[1]} within 5% in "
+                            f"{_count([unif[i] for i in used])}; {readings[0]} closer in {sum(closer)}",
+                    table=rows, measured={**{k: v for k, v in match.items()}, "discriminating": used,
+                                          "setting_verdicts": verdicts},
+                    predicted={f"FedAvg ({v})": [_pred_fedavg(p, q, n, K, v) for p, q, n, K in configs]
+                               for v in readings} | {"FedAvg (paper)": [TABLE1[(p, K)][3] for p, q, n, K in configs],
+                                                     "match": {readings[0]: True, readings[1]: False}},
+                    notes="Within 5%: judged only where the t * s.e. half-width is below the 5% band (else "
+                          "None), failed where the mean is outside the band by more than t * s.e. Default "
+                          "simulate() reading: unit-variance. The 0.8 factor is not applied to the "
                           "perturbation (contamination_factor=1). At (50,50) the two readings predict FedAvg "
                           "within 3% of each other (benign heterogeneity dominates), so only settings whose "
                           "predictions differ by > 10% decide.")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pairs", "contrasts", "truth_blocks", "majority_vote", "refine_definition"]
+__all__ = ["pairs", "contrasts", "truth_blocks", "majority_vote", "refine_definition", "t3"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -72,3 +72,10 @@ def refine_definition(W_hat, P, keep) -> np.ndarray:
     diff = kept[:, None] - W_hat[None]                    # (|Chat|, K, q, p): W^(j) - W^(k)
     out = (kept[:, None] - diff @ P).mean(axis=0)
     return np.where(np.asarray(keep)[:, None, None], out, W_hat)
+
+
+def t3(n: int) -> float:
+    """Student-t multiplier with the two-sided level of 3 standard errors (99.73%) for n replicates."""
+    from scipy import stats
+
+    return float(stats.t.isf(stats.norm.sf(3.0), max(n - 1, 1)))

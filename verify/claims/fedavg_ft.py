@@ -86,7 +86,7 @@ def _task_identities(seed, d, k, M, tau, rounds, clients, round_fn, alpha=0.2):
     B, w = inst.B0, inst.w0
     a = alpha
     res = {"closed_form": 0.0, "eq57": 0.0, "head_recursion": 0.0, "delta_recursion": 0.0,
-           "eq28": 0.0, "eq28_printed_sign": 0.0, "loss_identity": 0.0, "rounds": 0, "diverged": False}
+           "loss_identity": 0.0, "rounds": 0, "diverged": False}
     target, gamma2 = population_optimum(p.B_star, p.heads)
     for _ in range(rounds):
         idx = np.sort(rng.choice(M, size=clients, replace=False))
@@ -115,10 +115,6 @@ def _task_identities(seed, d, k, M, tau, rounds, clients, round_fn, alpha=0.2):
             pred = Delta + a**2 * (BtG + np.swapaxes(BtG, 1, 2)) - a**3 * np.einsum("mdk,mdl->mkl", G, G)
             nxt = np.eye(k) - a * np.einsum("mdk,mdl->mkl", Bp[:, s + 1], Bp[:, s + 1])
             res["delta_recursion"] = max(res["delta_recursion"], np.max(np.abs(pred - nxt)) / nB)
-        D, Dn = np.eye(k) - a * B.T @ B, np.eye(k) - a * Bn.T @ Bn
-        for key, G in (("eq28", (B - Bn) / a), ("eq28_printed_sign", (Bn - B) / a)):
-            pred = D + a**2 * (B.T @ G + G.T @ B) - a**3 * G.T @ G
-            res[key] = max(res[key], np.max(np.abs(pred - Dn)) / nB)
         direct = float(np.mean(np.sum(((Bn @ wn)[None] - p.theta) ** 2, axis=1)))
         closed = float(np.sum((Bn @ wn - target) ** 2)) + gamma2
         res["loss_identity"] = max(res["loss_identity"], abs(direct - closed) / max(1.0, direct))
@@ -144,7 +140,7 @@ def _identity_runs(ctx, round_fn):
        kind="identity")
 def _c1_identities(ctx, *, round_fn=fedavg_round):
     grid, worst = _identity_runs(ctx, round_fn)
-    keys = ("closed_form", "eq57", "head_recursion", "delta_recursion", "eq28", "loss_identity")
+    keys = ("closed_form", "eq57", "head_recursion", "delta_recursion", "loss_identity")
     passed = all(worst[key] <= 1e-12 for key in keys)
     if passed and worst["diverged"]:
         passed = None                 # a run blew up: the identities were checked on fewer rounds
@@ -155,23 +151,17 @@ def _c1_identities(ctx, *, round_fn=fedavg_round):
                   "a_run_diverged": worst["diverged"]},
         predicted={key: 0.0 for key in keys},
         notes="tau in {2, 5}, full and quarter participation, alpha = 0.2; residuals normalized by "
-              "||B_t|| (notes C1).")
+              "||B_t|| (notes C1). Eq. (28) is not checked: with G_t = (B_t - B_{t+1})/alpha it is algebra "
+              "for any B_{t+1} (see the omitted fedavg_ft.table1.Gt_sign).")
 
 
-@claim("fedavg_ft.table1.Gt_sign", paper=P, reference="Table 1 (G_t) and eq. (28)",
-       statement="Table 1 defines G_t = (B_{t+1} - B_t)/alpha, but eq. (28) and B_{t+1} = B_t - alpha G_t "
-                 "need G_t = (B_t - B_{t+1})/alpha; with the printed sign (28) fails.",
-       kind="erratum", erratum=True)
-def _c1_gt_sign(ctx, *, round_fn=fedavg_round):
-    _, worst = _identity_runs(ctx, round_fn)
-    fixed, printed = worst["eq28"], worst["eq28_printed_sign"]
-    passed = fixed <= 1e-12 and printed > 1e-6
-    return Evidence(
-        verdict=verdict_from(passed, erratum=True),
-        summary=f"(28) residual: corrected sign {fixed:.1e}, printed sign {printed:.1e}",
-        measured={"residual_corrected_sign": fixed, "residual_printed_sign": printed},
-        predicted={"residual_corrected_sign": 0.0},
-        notes="Erratum confirmed when the corrected sign satisfies (28) to 1e-12 and the printed one does not.")
+omit("fedavg_ft.table1.Gt_sign", paper=P, reference="Table 1 (G_t) and eq. (28)",
+     statement="Table 1 defines G_t = (B_{t+1} - B_t)/alpha, but eq. (28) and B_{t+1} = B_t - alpha G_t "
+               "need G_t = (B_t - B_{t+1})/alpha.",
+     reason="A notational typo, not an experiment: with G_t = (B_t - B_{t+1})/alpha, eq. (28) is an "
+            "algebraic identity for ANY B_{t+1} (so no run can fail it), and the printed sign fails for "
+            "any B_{t+1} != B_t. Nothing about FedAvg is measured; the corrected sign is what the "
+            "one-round identities (fedavg_ft.sec4.one_round_identities) use.")
 
 
 # ----------------------------------------------------------------------------- C2: Lemma 5
@@ -210,7 +200,10 @@ def _c2_nonexpansive(ctx, *, round_fn=fedavg_round):
              "round_fn": round_fn}
             for tau, a in ((1, 0.4), (2, 0.4), (4, 0.1)) for c in (M, max(2, M // 2))]
     out = ctx.map(_task_nonexpansive, grid, replicates=ctx.pick(1, 2, 3))
-    worst = max(r["max_ratio"] for row in out for r in row)
+    # a run with no checked round has max_ratio nan: leave it out explicitly (max() over NaNs is
+    # order-dependent), and count the checked rounds
+    ratios = [r["max_ratio"] for row in out for r in row if r["checked"] > 0]
+    worst = float(max(ratios)) if ratios else float("nan")
     checked = sum(r["checked"] for row in out for r in row)
     passed = None if checked == 0 else bool(worst <= 1 + 1e-10)
     return Evidence(
@@ -230,7 +223,8 @@ def _task_learning(seed, d, k, M, tau, alpha, rounds, algorithm, clients=None):
                    seed=seed + 1)
     st = inst.stats
     return {"distance": tr.distance, "grad_norm": np.asarray(tr.extra.get("grad_norm", [])),
-            "loss": tr.loss, "status": tr.status, "mu": st.mu, "L_max": st.L_max,
+            # the paper's objective (7) (Trace.loss is the toolkit's 1/2-scaled convention)
+            "objective": tr.extra["objective"], "status": tr.status, "mu": st.mu, "L_max": st.L_max,
             "second_moment_min": st.second_moment_min, "gamma2": st.gamma2,
             "delta0": float(tr.distance[0]),
             "oracle_dist": subspace_distance(oracle_representation(
@@ -394,10 +388,10 @@ def _c6_stationarity(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_al
              "algorithm": fedavg_algorithm}]
     dg, fa = ctx.map(_task_learning, grid, replicates=ctx.pick(2, 3, 5))
     dgd_grad = [float(r["grad_norm"][-1]) for r in dg]
-    dgd_gap = [abs(float(r["loss"][-1]) - r["gamma2"]) / max(1.0, r["gamma2"]) for r in dg]
+    dgd_gap = [abs(float(r["objective"][-1]) - r["gamma2"]) / max(1.0, r["gamma2"]) for r in dg]
     fa_grad = [float(r["grad_norm"][-1]) for r in fa]
     fa_change = [float(np.max(np.abs(np.diff(r["grad_norm"][-100:]))) / r["grad_norm"][-1]) for r in fa]
-    fa_gap = [float(r["loss"][-1]) - r["gamma2"] for r in fa]
+    fa_gap = [float(r["objective"][-1]) - r["gamma2"] for r in fa]
     fa_dist = [float(r["distance"][-1]) for r in fa]
     fa_oracle = [float(r["oracle_dist"]) for r in fa]
     # D-GD per seed: at a stationary point (grad <= 1e-8, loss = gamma^2 to 1e-10), or still on its
@@ -423,7 +417,8 @@ def _c6_stationarity(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_al
                    "dgd_loss": "gamma^2 (exact population optimum)",
                    "fedavg_grad": "> 1e-3, constant", "fedavg_loss": "> gamma^2"},
         figure=ctx.save_figure(fig),
-        notes="gamma^2 from the closed form (7) = ||Bw - B*wbar*||^2 + gamma^2; the oracle subspace is the "
+        notes="Losses are the paper's objective (7) (Trace.extra['objective']); gamma^2 from the closed form "
+              "(7) = ||Bw - B*wbar*||^2 + gamma^2; the oracle subspace is the "
               "rank-k truncated SVD of [beta_1* ... beta_M*] (Eckart-Young).")
 
 
@@ -486,11 +481,12 @@ def _c7_fine_tune(ctx, *, fedavg_algorithm=_fedavg_alg, dgd_algorithm=_dgd_alg):
 def _task_rates(seed, d, k, M, combos, rounds, algorithm):
     inst = paper_instance(d, k, M, step_size=ALPHA, seed=seed)
     Q = inst.B0 * np.sqrt(ALPHA)             # same orthonormal start, rescaled per alpha
-    rates = []
+    rates, curves = [], []
     for a, t in combos:
         tr = algorithm(inst.problem, rounds, t, a, init=(Q / np.sqrt(a), inst.w0), seed=seed)
         rates.append(-_fit_rate(tr.distance)[0])
-    return {"rates": rates, "mu": inst.stats.mu, "delta0": inst.delta0,
+        curves.append(tr.distance)
+    return {"rates": rates, "curves": curves, "mu": inst.stats.mu, "delta0": inst.delta0,
             "second_moment_min": inst.stats.second_moment_min}
 
 
@@ -519,10 +515,12 @@ def _c8_rate_scaling(ctx, *, algorithm=_fedavg_alg):
         mono = bool(np.all(rates[(0.2, 4)] > rates[(0.2, 2)]) and np.all(rates[(0.4, 2)] > rates[(0.2, 2)]))
         above = all(r["rate"] >= r["theorem_rate"] for r in rows)
         passed = bool(mono and above)
+    fig = _figure(out[0]["curves"], [f"alpha={a}, tau={t}" for a, t in combos],
+                  title=f"rate scaling (one instance), d={d}, k={k}, M={M}")
     return Evidence(
         verdict=verdict_from(passed),
         summary="rates " + ", ".join(f"(alpha={r['alpha']}, tau={r['tau']}): {r['rate']:.3g}" for r in rows),
-        measured={"rows": rows}, table=rows,
+        measured={"rows": rows}, table=rows, figure=ctx.save_figure(fig),
         predicted={"order": "rate(0.2,4) > rate(0.2,2) < rate(0.4,2)", "lower": "0.04 alpha^2 tau mu^2 E0"},
         notes="Rate = -slope of log dist on [1e-10, 1e-2]; 'heuristic' alpha^2 (tau-1) lambda_min of the "
               "uncentered head moment is not in the paper (notes C8). All (alpha, tau) run on the same "
@@ -530,7 +528,7 @@ def _c8_rate_scaling(ctx, *, algorithm=_fedavg_alg):
 
 
 # ----------------------------------------------------------------------------- C9: hypotheses
-def _task_hypotheses(seed, d, k, M, tau, alpha, rounds, init_scale):
+def _task_hypotheses(seed, d, k, M, tau, alpha, rounds, init_scale, round_fn=fedavg_round):
     inst = paper_instance(d, k, M, step_size=alpha, seed=seed)
     p = inst.problem
     st = inst.stats
@@ -555,8 +553,10 @@ def _task_hypotheses(seed, d, k, M, tau, alpha, rounds, init_scale):
             a1 = np.linalg.norm(w - alpha * (np.eye(k) + Delta) @ B.T @ target)
             worst["A1/bound"] = max(worst["A1/bound"], a1 / (91 * alpha**2.5 * tau * L**3))
         if t == rounds:
+            worst["alpha_sigma_min2_final"] = alpha * sig2
+            worst["dist_final/dist0"] = subspace_distance(p.B_star, B) / max(np.sqrt(1 - E0), 1e-300)
             break
-        Bn, wn, path = fedavg_round(B, w, tau, alpha, targets=p.theta, return_path=True)
+        Bn, wn, path = round_fn(B, w, tau, alpha, targets=p.theta, return_path=True)
         worst["w_local/bound"] = max(worst["w_local/bound"], float(np.max(np.linalg.norm(
             path["w"], axis=-1))) / (2 * np.sqrt(alpha) * L))
         dist = subspace_distance(p.B_star, B)
@@ -573,25 +573,37 @@ def _task_hypotheses(seed, d, k, M, tau, alpha, rounds, init_scale):
                  "2 sqrt(alpha) L_max, A1 holds, sigma_min^2(B_t^T B*) >= 0.1 E0/alpha, and local iterates "
                  "stay within 1.1 dist_t of B*.",
        kind="bound")
-def _c9_hypotheses(ctx, *, init_scale=1.0):
+def _c9_hypotheses(ctx, *, init_scale=1.0, round_fn=fedavg_round):
     d, k, M = _sizes(ctx)
     rounds = ctx.pick(smoke=40, quick=150, full=400)
-    grid = [{"d": d, "k": k, "M": M, "tau": t, "alpha": 0.05, "rounds": rounds, "init_scale": init_scale}
-            for t in (2, 4)]
+    grid = [{"d": d, "k": k, "M": M, "tau": t, "alpha": 0.05, "rounds": rounds, "init_scale": init_scale,
+             "round_fn": round_fn} for t in (2, 4)]
     out = ctx.map(_task_hypotheses, grid, replicates=ctx.pick(1, 3, 5))
-    worst = {key: (min if key == "sigma_min_low/bound" else max)(r[key] for row in out for r in row)
-             for key in out[0][0]}
-    passed = (worst["w_local/bound"] <= 1 and worst["w_global/bound"] <= 1 and worst["A1/bound"] <= 1
-              and worst["sigma_min_low/bound"] >= 1 and worst["local_dist/dist"] <= 1.1)
+    lower = ("sigma_min_low/bound", "alpha_sigma_min2_final", "dist_final/dist0")
+    worst = {key: (min if key in lower else max)(r[key] for row in out for r in row) for key in out[0][0]}
+    worst["dist_final/dist0"] = max(r["dist_final/dist0"] for row in out for r in row)
+    checks = {"w_local": worst["w_local/bound"] <= 1, "w_global": worst["w_global/bound"] <= 1,
+              "A1": worst["A1/bound"] <= 1, "sigma_min_lower": worst["sigma_min_low/bound"] >= 1,
+              "local_dist": worst["local_dist/dist"] <= 1.1,
+              # Lemma 8's monotonicity, up to rounding of an SVD of O(1/alpha) entries
+              "sigma_min_nondecreasing": worst["sigma_min_drop"] <= 1e-10}
+    checks = {key: bool(v) for key, v in checks.items()}
+    passed = all(checks.values())
     return Evidence(
         verdict=verdict_from(bool(passed)),
         summary=", ".join(f"{key} {v:.3g}" for key, v in worst.items()),
-        measured=worst,
+        measured={**worst, "checks": checks},
         predicted={"w_local/bound": "<= 1", "w_global/bound": "<= 1", "A1/bound": "<= 1",
-                   "sigma_min_low/bound": ">= 1", "local_dist/dist": "<= 1.1"},
+                   "sigma_min_low/bound": ">= 1", "local_dist/dist": "<= 1.1",
+                   "sigma_min_drop": "<= 1e-10 (sigma_min^2(B_t^T B*) non-decreasing)",
+                   "alpha_sigma_min2_final": "-> 1 eventually (reported only)"},
         notes="alpha = 0.05 (still far above the theorem's ~1e-9 bound, so these are 'hypotheses hold along "
-              "the run' checks, notes C9). sigma_min_drop (relative decrease of sigma_min^2 between rounds) "
-              "and ||Delta_t||/(alpha^2 tau L^2 kappa^2) are reported, not tested.")
+              "the run' checks, notes C9). Judged: the five bounds and that sigma_min^2(B_t^T B*) never "
+              "decreases (relative drop between rounds <= 1e-10). Reported only: "
+              "||Delta_t||/(alpha^2 tau L^2 kappa^2) (the theorem gives no constant to compare with) and "
+              "'sigma_min^2 eventually near 1/alpha' (alpha_sigma_min2_final): at alpha = 0.05 the runs "
+              "are far from converged within the budget (dist_final/dist0 close to 1), and at convergence "
+              "alpha sigma_min^2 = 1 - lambda_max(Delta_T) is algebra, not a further test.")
 
 
 # ----------------------------------------------------------------------------- C10: diversity
@@ -627,6 +639,9 @@ def _c10_diversity(ctx, *, make_heads=_identical_plus_spread):
     # progress at spread s: mean log10 of the final distance (lower = faster learning)
     rates = [float(np.mean([np.log10(max(r["final"], 1e-16)) for r in row])) for row in out[3:]]
     passed = min(stall) > 0.5 and rates[1] < rates[0]
+    fig = _figure([row[0]["distance"] for row in out],
+                  [f"identical heads, tau={t}" for t in taus] + [f"spread {s_}, tau=2" for s_ in spreads],
+                  title=f"head diversity, d={d}, k={k}, M={M}, alpha={ALPHA}")
     return Evidence(
         verdict=verdict_from(bool(passed)),
         summary=f"identical heads: min final dist {min(stall):.3f} over tau in {taus}; mean log10 final "
@@ -635,6 +650,7 @@ def _c10_diversity(ctx, *, make_heads=_identical_plus_spread):
                   "log10_final_dist_by_spread": dict(zip(map(str, spreads), rates))},
         predicted={"identical_heads_final_dist": "> 0.5 (no learning; 0.999 at d = 100)",
                    "log10_final_dist": "decreasing in spread"},
+        figure=ctx.save_figure(fig),
         notes="Spread sweep: heads wbar + s eps_i, tau = 2, same number of rounds.")
 
 
@@ -661,14 +677,17 @@ def _c11_participation(ctx, *, algorithm=_fedavg_alg):
                                          "algorithm": algorithm}], replicates=ctx.pick(1, 3, 5))[0]
     finals = {m: [r["final"][j] for r in out] for j, m in enumerate(ms)}
     # on each instance, m = M/2 learns as m = M does: both far below the start (dist < 1e-4)
-    big = [v for m in ms[:2] for v in finals[m]]
-    passed = bool(max(big) < 1e-4)
+    full = finals[ms[0]]
+    half = finals[ms[1]]
+    full_learns, half_learns = bool(max(full) < 1e-4), bool(max(half) < 1e-4)
+    passed = full_learns and half_learns
     fig = _figure(out[0]["curves"], [f"m={m}" for m in ms],
                   title=f"partial participation, M={M}, tau=2, alpha={ALPHA}")
     return Evidence(
         verdict=verdict_from(passed),
         summary="final dist by m: " + "; ".join(f"m={m}: max {max(v):.1e}" for m, v in finals.items()),
-        measured={str(m): v for m, v in finals.items()},
+        measured={**{str(m): v for m, v in finals.items()}, "full_participation_learns": full_learns,
+                  "half_participation_learns": half_learns},
         predicted={"m >= M/2": "< 1e-4 (same instance as m = M)",
                    "small m": "reported (instability expected at alpha=0.4)"},
         figure=ctx.save_figure(fig),

@@ -23,7 +23,7 @@ from lowrank_fl.linalg import subspace_distance, truncated_svd
 from lowrank_fl.problems.multitask import haar_orthonormal, multitask_linear
 from verify.claim import Evidence, claim, omit, verdict_from
 from verify.conditions.fedrep import guaranteed_rate
-from verify.stats import fit_loglog_slope, mean_ci
+from verify.stats import fit_loglog_slope, interval_verdict, mean_ci
 
 PAPER = "fedrep"
 
@@ -80,59 +80,90 @@ def _skewed_heads(n, k, skew, rng):
     return math.sqrt(k) * G / np.linalg.norm(G, axis=1, keepdims=True)
 
 
-def _figure():
-    import matplotlib
+def _band(fit, lo, hi):
+    """Two-sided criterion ``lo <= slope <= hi`` on a fit's interval: True inside, False entirely
+    outside, None (inconclusive) when the interval straddles an edge or is undefined."""
+    below = interval_verdict(fit.low, fit.high, hi, side="below")
+    above = interval_verdict(fit.low, fit.high, lo, side="above")
+    if False in (below, above):
+        return False
+    return None if None in (below, above) else True
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+
+def _all(*flags):
+    """False if any flag is False, None if any is undecided, else True."""
+    return False if False in flags else (None if None in flags else True)
+
+
+def _figure():
+    import matplotlib.pyplot as plt                     # the report code chooses the backend
 
     return plt
 
 
 # ====================================================================== C1
-def _task_population_optima(seed, d, k, n, rounds, fedrep_options):
+def _task_population_optima(seed, d, k, n, rounds, fedrep_options, shared_model=fedsgd):
     rp, rr = _rngs(seed)
     p = multitask_linear(d, k, n, seed=rp)
-    s = fedsgd(p, rounds, 0.5, fresh_samples=True, seed=rr)
+    s = shared_model(p, rounds, 0.5, fresh_samples=True, seed=rr)
     smin2, smax2 = _sigmas2(p.heads)
     B0 = _warm_start(p.B_star, 0.5, rr)
     opts = {"step_size": 1 / (4 * smax2), **(fedrep_options or {})}
     r = fedrep(p, rounds, opts.pop("step_size"), init=B0, seed=rr, **opts)
-    return {"fedsgd_error": s.loss[-1] - 0.5 * p.noise ** 2,
+    # errors evaluated here on the full problem (independent of the traces' loss conventions):
+    # the shared model (B, w) for every client; FedRep's B with its optimal heads theta_i B
+    Bq = np.linalg.qr(r.B)[0]
+    return {"fedsgd_error": p.population_loss(s.B, np.tile(s.extra["w"], (n, 1)), excess=True),
             "formula": fedavg_population_error(p.heads),
             "fedsgd_dist": s.final_distance,
-            "fedrep_error": float(r.loss[-1] - 0.5 * p.noise ** 2) if r.status != "diverged" else float("inf")}
+            "fedrep_error": p.population_loss(Bq, p.theta @ Bq, excess=True)
+            if r.status != "diverged" else float("inf")}
+
+
+def _fedsgd_quarter_clients(problem, rounds, step_size, **kw):
+    """Broken shared model (for tests): FedSGD trained on the first quarter of the clients only."""
+    from lowrank_fl.problems.multitask import MultitaskProblem
+
+    sub = MultitaskProblem(B_star=problem.B_star, heads=problem.heads[:max(problem.k, problem.n_clients // 4)],
+                           noise=problem.noise)
+    return fedsgd(sub, rounds, step_size, **kw)
 
 
 @claim("fedrep.sec2_1.population_optima", paper=PAPER, reference="Sec. 2.1, problems (3)-(4)",
        statement="The optimum of FedRep's problem (3) has zero global error while the best single "
                  "shared model (4) has error (1/2n) sum_i ||w_i* - wbar*||^2 and does not identify col(B*).",
        kind="identity")
-def _c1(ctx, *, fedrep_options=None):
+def _c1(ctx, *, fedrep_options=None, shared_model=fedsgd):
     reps = ctx.pick(2, 4, 10)
     d, k, n = ctx.pick((10, 3, 20), (20, 3, 50), (30, 4, 100))
     rounds = ctx.pick(400, 800, 1500)
     out = ctx.map(_task_population_optima, [{"d": d, "k": k, "n": n, "rounds": rounds,
-                                             "fedrep_options": fedrep_options}], replicates=reps)[0]
+                                             "fedrep_options": fedrep_options,
+                                             "shared_model": shared_model}], replicates=reps)[0]
     rel = np.array([abs(o["fedsgd_error"] / o["formula"] - 1) for o in out])
     fr = np.array([o["fedrep_error"] for o in out])
     fd = np.array([o["fedsgd_dist"] for o in out])
-    passed = bool(np.all(rel <= 0.01) and np.all(fr < 1e-8) and np.all(fd > 0.5))
+    flags = {"fedsgd_formula_ok": bool(np.all(rel <= 0.01)), "fedrep_zero_ok": bool(np.all(fr < 1e-8)),
+             "fedsgd_not_identified_ok": bool(np.all(fd > 0.5))}
+    passed = all(flags.values())
     return Evidence(
         verdict=verdict_from(passed),
         summary=f"FedSGD error / formula - 1 <= {rel.max():.1e}; FedRep error <= {fr.max():.1e}; "
                 f"dist(B_FedSGD, B*) >= {fd.min():.2f}",
-        measured={"fedsgd_rel_error_max": rel.max(), "fedrep_error_max": fr.max(), "fedsgd_dist_min": fd.min()},
+        measured={"fedsgd_rel_error_max": rel.max(), "fedrep_error_max": fr.max(), "fedsgd_dist_min": fd.min(),
+                  **flags},
         predicted={"fedsgd_rel_error": "<= 0.01", "fedrep_error": "< 1e-8", "fedsgd_dist": "> 0.5 (k >= 2)"},
-        notes="Population (m -> inf) gradients for both methods; FedRep warm-started at E0 = 0.5.")
+        notes="Population (m -> inf) gradients for both methods; FedRep warm-started at E0 = 0.5. Errors are "
+              "excess population losses (6) evaluated on the full problem: the shared model (B, w) for "
+              "every client, and FedRep's B with its optimal heads.")
 
 
 # ====================================================================== C2
-def _task_rate(seed, d, k, n, m, r, rounds, options, algorithm=fedrep):
+def _task_rate(seed, d, k, n, m, r, rounds, options, algorithm=fedrep, eta=None):
     rp, rr = _rngs(seed)
     p = multitask_linear(d, k, n, seed=rp)
     smin2, smax2 = _sigmas2(p.heads)
-    eta = 1 / (4 * smax2)
+    eta = 1 / (4 * smax2) if eta is None else eta
     tr = algorithm(p, rounds, eta, participation=r, batch_size=m, seed=rr, **(options or {}))
     return {"distance": tr.distance, "eta": eta, "smin2": smin2, "smax2": smax2,
             "sigma_min_R": float(np.nanmin(tr.extra.get("sigma_min_R", [np.nan])))}
@@ -179,20 +210,32 @@ def _c2(ctx, *, options=None, algorithm=fedrep):
         t = np.arange(len(res[0]["distance"]))
         line = ax.semilogy(t, res[0]["distance"], label=rows[-1]["setting"])[0]
         ax.semilogy(t, res[0]["distance"][0] * th[0] ** t, "--", color=line.get_color(), lw=0.8)
+    # note §5 C2: the step condition is sufficient, not necessary; eta = 1 (~4x the theorem's step
+    # for Assumption 3 heads) still converges (half the rounds suffice at the faster rate)
+    big = ctx.map(_task_rate, [{**grid[0], "eta": 1.0, "rounds": rounds // 2}], replicates=reps)[0]
+    eta1_final = [float(o["distance"][-1]) for o in big]
+    eta1_ok = bool(all(np.isfinite(f) and f < 1e-10 for f in eta1_final))
+    ax.semilogy(np.arange(len(big[0]["distance"])), big[0]["distance"], "k:", label="eta = 1")
     ax.set_xlabel("round t")
     ax.set_ylabel("dist(B^t, B*)")
     ax.legend(fontsize=6)
     path = ctx.save_figure(fig)
     worst = max(rows, key=lambda r: r["rho_hat_max"] / r["rho_theory"])
+    rate_ok = bool(ok)
     return Evidence(
-        verdict=verdict_from(ok),
+        verdict=verdict_from(rate_ok and eta1_ok),
         summary=f"rho_hat {worst['rho_hat']:.3f} (max over seeds {worst['rho_hat_max']:.3f}) <= theory "
-                f"{worst['rho_theory']:.3f}; final dist <= {max(r['final_dist_max'] for r in rows):.1e}",
-        measured={"settings": rows}, predicted={"rho_theory": [r["rho_theory"] for r in rows]},
+                f"{worst['rho_theory']:.3f}; final dist <= {max(r['final_dist_max'] for r in rows):.1e}; "
+                f"eta = 1 converges (dist_T <= {max(eta1_final):.1e} < 1e-10): {eta1_ok}",
+        measured={"settings": rows, "rate_ok": rate_ok, "eta1_final_dist": eta1_final,
+                  "eta1_converges": eta1_ok},
+        predicted={"rho_theory": [r["rho_theory"] for r in rows], "eta1_final_dist": "< 1e-10"},
         table=rows, figure=path,
         notes="Criteria (every seed): R^2 > 0.98 of the semilog fit, rho_hat <= sqrt(1 - eta E0 "
-              "sigma_min^2/2), >= 99% monotone steps, dist_T < 1e-10. For r < 1 the sigma's are the "
-              "full-W values (the subset max/min is combinatorial).")
+              "sigma_min^2/2), >= 99% monotone steps, dist_T < 1e-10; and, on the first setting, "
+              "eta = 1 (beyond the theorem's 1/(4 sigma_max^2)) reaches dist < 1e-10 in T/2 rounds "
+              "(note §5 C2). For r < 1 the sigma's are the full-W values (the subset max/min is "
+              "combinatorial).")
 
 
 # ====================================================================== C3
@@ -248,6 +291,7 @@ def _c3(ctx, *, options=None):
     sharp_err = max(abs(r["rho_tail"] - r["sharp"]) / (r["eta_sigma_min2"]) for r in rows)
     rho_s = stats.spearmanr(x, rate).statistic if len(set(np.round(x, 12))) > 1 else float("nan")
     passed = bool(bound_ok and step_ok and np.all(np.isfinite(rate)) and rho_s >= 0.9)
+    n_band = sum(r["fastest"] - 1e-9 <= r["rho_tail"] <= r["sharp"] + 1e-9 for r in rows)
     plt = _figure()
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     ax.plot(x, rate, "o", label="measured -log rho (tail)")
@@ -260,14 +304,20 @@ def _c3(ctx, *, options=None):
     return Evidence(
         verdict=verdict_from(passed),
         summary=f"paper bound never violated: {bound_ok}; per-step 1 - eta(1-dist^2)s^2 bound: {step_ok}; "
-                f"tail rate in [1 - eta smax^2, 1 - eta smin^2]: {band_ok}; Spearman = {rho_s:.2f}",
-        measured={"rows": rows, "spearman": rho_s, "sharp_rel_error_max": sharp_err},
+                f"Spearman(-log rho, eta s_min^2) = {rho_s:.2f} (>= 0.9); reported: tail rate in "
+                f"[1 - eta smax^2, 1 - eta smin^2] for {n_band}/{len(rows)} settings",
+        measured={"rows": rows, "spearman": rho_s, "sharp_rel_error_max": sharp_err,
+                  "bound_ok": bound_ok, "step_bound_ok": step_ok,
+                  "tail_band_all (reported)": band_ok},
         predicted={"bound": "every step ratio <= sqrt(1 - eta E0 s^2/2)",
                    "step_bound": "ratio_t <= 1 - eta (1 - dist_t^2) sigma_min^2",
                    "tail (reported)": "in [1 - eta sigma_max^2, 1 - eta sigma_min^2]", "spearman": ">= 0.9"},
         table=rows, figure=path,
         notes="m -> inf (exact population rounds); E0 set by a controlled warm start; kappa varied by "
-              "skewed heads. Every per-round ratio dist_{t+1}/dist_t is checked against the bound.")
+              "skewed heads. Every per-round ratio dist_{t+1}/dist_t is checked against the bound. The "
+              "note's sharper asymptotic prediction (tail factor between 1 - eta sigma_max^2 and "
+              "1 - eta sigma_min^2) is reported, not judged: it holds only once the iterates are in the "
+              "asymptotic regime, which the smallest eta does not reach within T rounds.")
 
 
 # ====================================================================== C4
@@ -306,26 +356,27 @@ def _task_threshold(seed, d, k, n, m_grid, eps, algorithm=fedrep):
 def _c4(ctx, *, algorithm=fedrep):
     d, k = ctx.pick((30, 2), (60, 2), (120, 2))
     ns = ctx.pick((5, 30), (4, 8, 15, 30, 60), (4, 8, 15, 30, 60, 120))
-    reps = ctx.pick(1, 2, 4)
+    reps = ctx.pick(1, 3, 4)
     m_grid = (3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
     grid = [{"d": d, "k": k, "n": n, "m_grid": m_grid, "eps": 1e-6, "algorithm": algorithm} for n in ns]
     out = ctx.map(_task_threshold, grid, replicates=reps)
-    mstar = np.array([np.quantile(np.array(o), 0.8, method="higher") for o in out])
+    M = np.array(out, dtype=float)                      # (len(ns), reps): per-seed thresholds
+    mstar = np.array([np.quantile(row, 0.8, method="higher") for row in M])
     x = d / np.array(ns, dtype=float)
-    rows = [{"n": n, "d_over_n": float(xi), "m_star": float(ms)} for n, xi, ms in zip(ns, x, mstar)]
+    rows = [{"n": n, "d_over_n": float(xi), "m_star_80pct": float(ms), "m_star_per_seed": row.tolist()}
+            for n, xi, ms, row in zip(ns, x, mstar, M)]
     big = x >= 2 * k                                    # regime where the d/(rn) term dominates
     sat = x <= 1.0
     sat_ok = bool(np.all(mstar[sat] <= 2 * k + 2)) if np.any(sat) else None
-    slope = float("nan")
-    fin = big & np.isfinite(mstar) & (mstar > k)
-    if np.sum(big) >= 3 and np.all(np.isfinite(mstar[big])) and np.sum(fin) >= 3:
-        slope = float(stats.linregress(np.log(x[fin]), np.log(mstar[fin] - k)).slope)
-    if np.any(~np.isfinite(mstar)):
-        passed = False                                  # never converged within the m grid
-    elif np.sum(big) < 3 or sat_ok is None:
-        passed = None if sat_ok is not False else False
-    else:
-        passed = bool(0.7 <= slope <= 1.3 and sat_ok)
+    finite = bool(np.all(np.isfinite(mstar)))          # the 80% threshold exists at every n
+    fit_d, slope_ok = None, None
+    if np.sum(big) >= 3 and np.all(np.isfinite(M[big])):
+        # one slope per seed of log(m* - k) against log(d/rn) (m* >= 3 > k on the grid), t-interval
+        fit = fit_loglog_slope(x[big], M[big] - k)
+        fit_d = fit.as_dict()
+        slope_ok = _band(fit, 0.7, 1.3)
+    slope = fit_d["slope"] if fit_d else float("nan")
+    passed = False if not finite else _all(slope_ok, sat_ok)
     plt = _figure()
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     ax.loglog(x, np.where(np.isfinite(mstar), mstar, np.nan), "o-", label="m*(n) (80% of seeds)")
@@ -336,15 +387,20 @@ def _c4(ctx, *, algorithm=fedrep):
     path = ctx.save_figure(fig)
     return Evidence(
         verdict=verdict_from(passed),
-        summary=f"slope of log(m* - k) vs log(d/rn) = {slope:.2f} (want [0.7, 1.3]); saturation "
-                f"m* <= 2k+2 at rn >= d: {sat_ok}",
-        measured={"rows": rows, "slope": slope, "saturation": sat_ok},
+        summary=f"slope of log(m* - k) vs log(d/rn) = {slope:.2f} "
+                f"[{fit_d['ci_low'] if fit_d else float('nan'):.2f}, {fit_d['ci_high'] if fit_d else float('nan'):.2f}]"
+                f" (want inside [0.7, 1.3]); saturation m* <= 2k+2 at rn >= d: {sat_ok}",
+        measured={"rows": rows, "slope": fit_d, "slope_ok": slope_ok, "saturation": sat_ok,
+                  "all_thresholds_found": finite},
         predicted={"slope": "[0.7, 1.3]", "saturation": f"m* <= {2 * k + 2} once rn >= d"},
         table=rows, figure=path,
         notes="Fresh samples, warm start at dist 0.5, eta = 1/(4 sigma_max^2); m* = smallest m of the "
-              "grid at which 80% of seeds reach dist <= 1e-6 within twice the rounds of the m -> inf "
-              "recursion (which removes the effect of kappa at small n). Constants of Theorem 1 "
-              "are not tested. Inconclusive when fewer than 3 points lie in the d/(rn) >= 2k regime.")
+              "grid at which a seed reaches dist <= 1e-6 within twice the rounds of the m -> inf "
+              "recursion (which removes the effect of kappa at small n). The slope is fitted per seed "
+              "and decided on its 95% t-interval (holds inside [0.7, 1.3], fails entirely outside); "
+              "saturation uses the 80% quantile over seeds. Constants of Theorem 1 are not tested. "
+              "Inconclusive when fewer than 3 points lie in the d/(rn) >= 2k regime (smoke scale) or with "
+              "one seed. The fixed-dataset regime and Local Only are omitted (fedrep.thm1.fixed_dataset).")
 
 
 # ====================================================================== C5
@@ -440,6 +496,114 @@ def _c5b(ctx, *, design="gaussian"):
                           "inside [-0.7, -0.3]; fails: mean outside and CI excluding -0.5; else inconclusive.")
 
 
+def _task_lemma5(seed, d, k, n, m, design):
+    """Lemma 5's (1/rn) ||(A*A(Q)/m - Q)^T W||_2 / dist and Lemma 2's mean_i (1 - sigma_min(G^i)),
+    at a fixed B (dist 0.5) with the m -> inf heads W = Theta* B, on a batch independent of W."""
+    rp, rr = _rngs(seed)
+    p = multitask_linear(d, k, n, seed=rp)
+    B = _warm_start(p.B_star, 0.75, rr)                   # dist(B, B*) = 0.5
+    W = p.theta @ B                                      # (n, k)
+    Q = W @ B.T - p.theta                                # (n, d) rows q_i = B w_i - theta_i*
+    if design == "repeated":                             # broken: 5 samples, repeated to size m
+        X5, _ = p.sample(5, rr)
+        X = np.tile(X5, (1, int(math.ceil(m / 5)), 1))[:, :m]
+    else:
+        X, _ = p.sample(m, rr)
+    AQ = np.einsum("nmd,nm->nd", X, np.einsum("nmd,nd->nm", X, Q)) / m
+    lemma5 = np.linalg.norm((AQ - Q).T @ W, 2) / n / 0.5
+    XB = X @ B                                           # (n, m, k)
+    G = np.swapaxes(XB, 1, 2) @ XB / m                   # G^i = B^T X_i^T X_i B / m
+    smin = np.linalg.svd(G, compute_uv=False)[:, -1]
+    return {"lemma5": float(lemma5), "lemma2": float(np.mean(1 - smin))}
+
+
+@claim("fedrep.lemma5.concentration", paper=PAPER, reference="Lemmas 2 and 5 (App. B.2)",
+       statement="The Lemma 5 deviation (1/rn) ||(A*A(Q)/m - Q)^T W||_2 / dist scales like sqrt(d/(rn m)) "
+                 "(exponents 1/2, -1/2, -1/2 in d, rn, m), and Lemma 2's sigma_min(G^i) >= 1 - C sqrt(k/m) "
+                 "(1 - sigma_min decays like m^(-1/2)).",
+       kind="scaling")
+def _c5c(ctx, *, design="gaussian"):
+    reps = ctx.pick(4, 10, 30)
+    base = {"d": 40, "k": 2, "n": 50, "m": 20, "design": design}
+    sweeps = {"d": ctx.pick((20, 40, 80), (20, 40, 80, 160), (20, 40, 80, 160, 320)),
+              "n": ctx.pick((25, 50, 100), (25, 50, 100, 200), (25, 50, 100, 200, 400)),
+              "m": ctx.pick((10, 20, 40), (10, 20, 40, 80), (10, 20, 40, 80, 160))}
+    expo = {"d": 0.5, "n": -0.5, "m": -0.5}
+    fits, flags = {}, {}
+    for key, vals in sweeps.items():
+        out = ctx.map(_task_lemma5, [{**base, key: v} for v in vals], replicates=reps)
+        Y = np.array([[o["lemma5"] for o in row] for row in out])
+        fits[f"lemma5_vs_{key}"] = fit_loglog_slope(vals, Y)
+        # note §5 C5: accept exponents within +-0.1 of (1/2, -1/2, -1/2), judged on the 95% interval
+        flags[f"lemma5_{key}_ok"] = _band(fits[f"lemma5_vs_{key}"], expo[key] - 0.1, expo[key] + 0.1)
+        if key == "m":
+            Z = np.array([[o["lemma2"] for o in row] for row in out])
+            fits["lemma2_vs_m"] = fit_loglog_slope(vals, Z)
+            flags["lemma2_m_ok"] = _band(fits["lemma2_vs_m"], -0.6, -0.4)
+            m_vals, Z_mean = vals, Z.mean(axis=1)
+    passed = _all(*flags.values())
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    ax.loglog(m_vals, Z_mean, "o-", label="mean_i 1 - sigma_min(G^i)")
+    ax.loglog(m_vals, Z_mean[0] * (np.array(m_vals) / m_vals[0]) ** -0.5, "k--", label="m^-1/2")
+    ax.set_xlabel("m")
+    ax.legend(fontsize=7)
+    path = ctx.save_figure(fig)
+    return Evidence(
+        verdict=verdict_from(passed),
+        summary="; ".join(f"{key} slope {f}" for key, f in fits.items()),
+        measured={**{f"slope_{key}": f.as_dict() for key, f in fits.items()}, **flags},
+        predicted={"lemma5_vs_d": 0.5, "lemma5_vs_n": -0.5, "lemma5_vs_m": -0.5, "lemma2_vs_m": -0.5},
+        figure=path,
+        notes="Base d = 40, k = 2, n = 50 (r = 1), m = 20; B at dist 0.5, m -> inf heads, a batch "
+              "independent of W (the independence Lemma 5's proof assumes). Holds when every 95% interval "
+              "lies within +-0.1 of the exponent, fails when one lies entirely outside. The spectral norm "
+              "of a d x k matrix grows like sqrt(d) + sqrt(k), so the d-slope sits slightly below 1/2.")
+
+
+def _task_random_init(seed, d, k, n, m, rounds, eps, fedrep_options):
+    rp, rr = _rngs(seed)
+    p = multitask_linear(d, k, n, samples_per_client=m, noise=1e-3, seed=rp)
+    opts = {"step_size": 0.5, **(fedrep_options or {})}
+    tr = fedrep(p, rounds, opts.pop("step_size"), init="random", fresh_samples=False, tol=eps, seed=rr, **opts)
+    return bool(tr.status != "diverged" and np.nanmin(tr.distance) <= eps)
+
+
+@claim("fedrep.fig3.random_init", paper=PAPER, reference="Sec. 5 / App. A.1 remark (random initialization)",
+       statement="FedRep from a random (data-independent) initialization still converges in at least 90% "
+                 "of runs.",
+       kind="bound")
+def _c6b(ctx, *, fedrep_options=None):
+    reps = ctx.pick(10, 30, 100)
+    out = ctx.map(_task_random_init, [{"d": 10, "k": 2, "n": 100, "m": 5, "rounds": ctx.pick(150, 200, 300),
+                                       "eps": 1e-2, "fedrep_options": fedrep_options}], replicates=reps)[0]
+    succ = int(np.sum(out))
+    ci = stats.binomtest(succ, reps).proportion_ci(confidence_level=0.95, method="exact")
+    frac = succ / reps
+    # holds: observed fraction >= 0.9 (the paper's statement); fails: the exact 95% upper bound < 0.9
+    passed = True if frac >= 0.9 else (False if ci.high < 0.9 else None)
+    return Evidence(
+        verdict=verdict_from(passed),
+        summary=f"{succ}/{reps} random-init runs reach dist <= 1e-2 (95% CI [{ci.low:.2f}, {ci.high:.2f}]; "
+                f"want >= 0.9)",
+        measured={"successes": succ, "runs": reps, "fraction": frac, "ci": [ci.low, ci.high],
+                  "fraction_ok": passed},
+        predicted={"fraction": ">= 0.9"},
+        notes="Fig. 3/7 setting: d = 10, k = 2, n = 100, m = 5 fixed samples, noise sd 1e-3, eta = 0.5, "
+              "Haar-random B0; success = dist <= 1e-2 within T rounds. Fails when the exact (Clopper-Pearson) "
+              "95% upper bound on the success probability is below 0.9.")
+
+
+omit("fedrep.thm1.fixed_dataset", paper=PAPER, reference="Theorem 1 vs the experiments' fixed datasets (note §5 C4)",
+     statement="In the fixed-dataset regime the threshold m*(n) follows the identifiability limit "
+               "m >= k + k(d - k)/n, and Local Only needs m >= d.",
+     reason="Not a statement of the paper's theory (Theorem 1 assumes fresh samples): the note only records "
+            "pilot values. A threshold search over n needs ~5 bisection runs x 300 rounds per (n, seed), beyond "
+            "the quick/full budgets next to fedrep.thm1.sample_complexity; Local Only's m >= d is the rank "
+            "condition of ordinary least squares (exact algebra) and its failure below d is judged in "
+            "fedrep.fig1.collaboration and fedrep.fig4.new_client.")
+
+
 # ====================================================================== C6
 def _task_fig3(seed, d, k, n, m, noise, method, step, rounds, eps, fedrep_options, head_step=0.25):
     rp, rr = _rngs(seed)
@@ -512,11 +676,11 @@ def _c6(ctx, *, fedrep_options=None):
 
 
 # ====================================================================== C7
-def _task_fig1(seed, d, k, n, m, noise, rounds, fedrep_options):
+def _task_fig1(seed, d, k, n, m, noise, rounds, fedrep_options, algorithm=fedrep):
     rp, rr = _rngs(seed)
     p = multitask_linear(d, k, n, samples_per_client=m, noise=noise, seed=rp)
     opts = {"step_size": 0.5, **(fedrep_options or {})}
-    tr = fedrep(p, rounds, opts.pop("step_size"), init="random", fresh_samples=False, seed=rr, **opts)
+    tr = algorithm(p, rounds, opts.pop("step_size"), init="random", fresh_samples=False, seed=rr, **opts)
     def excess(theta_hat):
         return float(np.mean(np.sum((theta_hat - p.theta) ** 2, axis=1)))
     rep = excess(fit_heads(tr.B, p.X, p.y) @ tr.B.T) if tr.status != "diverged" else float("inf")
@@ -529,12 +693,12 @@ def _task_fig1(seed, d, k, n, m, noise, rounds, fedrep_options):
 @claim("fedrep.fig1.collaboration", paper=PAPER, reference="Fig. 1",
        statement="FedRep's test error is far below Local Only's when m < d and below FedSGD-plus-head's at every m.",
        kind="comparison")
-def _c7(ctx, *, fedrep_options=None):
+def _c7(ctx, *, fedrep_options=None, algorithm=fedrep):
     ms = ctx.pick((5, 20), (5, 10, 20), (5, 10, 20))
     reps = ctx.pick(1, 2, 10)
     rounds = ctx.pick(150, 200, 400)
     grid = [{"d": 20, "k": 2, "n": 100, "m": m, "noise": 1e-3, "rounds": rounds,
-             "fedrep_options": fedrep_options} for m in ms]
+             "fedrep_options": fedrep_options, "algorithm": algorithm} for m in ms]
     out = ctx.map(_task_fig1, grid, replicates=reps)
     rows = []
     for m, res in zip(ms, out):
@@ -557,7 +721,8 @@ def _c7(ctx, *, fedrep_options=None):
         verdict=verdict_from(passed),
         summary="; ".join(f"m={r['m']}: FedRep {r['fedrep']:.1e}, Local {r['local']:.1e}, FedSGD {r['fedsgd']:.1e}"
                           for r in rows),
-        measured={"rows": rows}, predicted={"local/fedrep": ">= 10 for m < d", "fedsgd/fedrep": ">= 10",
+        measured={"rows": rows, "beats_local_ok": ok_local, "beats_fedsgd_ok": ok_sgd, "floor_ok": floor},
+        predicted={"local/fedrep": ">= 10 for m < d", "fedsgd/fedrep": ">= 10",
                                             "fedrep": "<= 1e-3 (near the noise floor)"},
         table=rows, figure=path,
         notes="d = 20, k = 2, n = 100, noise sd 1e-3, fixed samples, random init; excess MSE = mean_i "
@@ -565,7 +730,7 @@ def _c7(ctx, *, fedrep_options=None):
 
 
 # ====================================================================== C8
-def _task_fig4(seed, d, k, n, m, noise, rounds, m_new, n_new, fedrep_options):
+def _task_fig4(seed, d, k, n, m, noise, rounds, m_new, n_new, fedrep_options, head_ridge=1e-5):
     rp, rr, rn = _rngs(seed, 3)
     p = multitask_linear(d, k, n, samples_per_client=m, noise=noise, seed=rp)
     opts = {"step_size": 0.5, **(fedrep_options or {})}
@@ -578,7 +743,7 @@ def _task_fig4(seed, d, k, n, m, noise, rounds, m_new, n_new, fedrep_options):
     for mm in m_new:
         X, y = new.sample(mm, rn)
         for key, B in (("fedrep", tr.B), ("fedsgd", s.B)):
-            W = fit_heads(B, X, y, ridge=1e-5)
+            W = fit_heads(B, X, y, ridge=head_ridge)
             res[key].append(float(np.mean(np.sum((W @ B.T - new.theta) ** 2, axis=1))))
         T = np.einsum("nde,ne->nd", np.linalg.pinv(X), y)
         res["local"].append(float(np.mean(np.sum((T - new.theta) ** 2, axis=1))))
@@ -592,13 +757,14 @@ def _task_fig4(seed, d, k, n, m, noise, rounds, m_new, n_new, fedrep_options):
                  "excess error close to sigma^2 k/(m_new - k - 1), while Local Only needs m_new ~ d and "
                  "FedSGD's representation stays wrong.",
        kind="comparison")
-def _c8(ctx, *, fedrep_options=None):
+def _c8(ctx, *, fedrep_options=None, head_ridge=1e-5):
     m_new = ctx.pick((2, 5, 10, 40), (1, 2, 3, 5, 10, 20, 40), (1, 2, 3, 5, 10, 20, 40))
     reps = ctx.pick(1, 3, 10)
     rounds = ctx.pick(150, 300, 400)
     d, k, noise = 20, 2, 0.1
     out = ctx.map(_task_fig4, [{"d": d, "k": k, "n": 100, "m": 10, "noise": noise, "rounds": rounds,
-                                "m_new": m_new, "n_new": 100, "fedrep_options": fedrep_options}],
+                                "m_new": m_new, "n_new": 100, "fedrep_options": fedrep_options,
+                                "head_ridge": head_ridge}],
                   replicates=reps)[0]
     agg = {key: np.mean([o[key] for o in out], axis=0) for key in ("fedrep", "fedsgd", "local", "pred")}
     mn = np.array(m_new)
@@ -625,7 +791,9 @@ def _c8(ctx, *, fedrep_options=None):
         verdict=verdict_from(passed),
         summary=f"FedRep / prediction in [{ratio.min():.2f}, {ratio.max():.2f}] (want [0.5, 2]); "
                 f"FedSGD >= 10x: {ok_sgd}; Local >= 10x for m_new < d/2: {ok_local}",
-        measured={"rows": rows}, predicted={"fedrep": "bias + (s^2 + bias) k/(m_new - k - 1)"},
+        measured={"rows": rows, "prediction_ok": ok_pred, "beats_fedsgd_ok": ok_sgd,
+                  "beats_local_ok": ok_local, "accurate_ok": ok_abs},
+        predicted={"fedrep": "bias + (s^2 + bias) k/(m_new - k - 1)"},
         table=rows, figure=path,
         notes="Trained on n = 100, (d, k) = (20, 2), m = 10 fixed samples; noise sd 0.1 (larger than the "
               "paper's 1e-3 so that the k/(m_new - k - 1) variance term is measurable); 100 new clients; "
@@ -772,11 +940,12 @@ def _c11(ctx, *, algorithm=fedrep):
 
 
 # ====================================================================== C12 (extensions)
-def _task_noise_floor(seed, d, k, n, m, noise, rounds):
+def _task_noise_floor(seed, d, k, n, m, noise, rounds, options=None, algorithm=fedrep):
     rp, rr = _rngs(seed)
     p = multitask_linear(d, k, n, noise=noise, seed=rp)
     smin2, smax2 = _sigmas2(p.heads)
-    tr = fedrep(p, rounds, 1 / (4 * smax2), init=_warm_start(p.B_star, 0.75, rp), batch_size=m, seed=rr)
+    tr = algorithm(p, rounds, 1 / (4 * smax2), init=_warm_start(p.B_star, 0.75, rp), batch_size=m, seed=rr,
+                   **(options or {}))
     return float(np.median(tr.distance[-rounds // 4:]))
 
 
@@ -784,22 +953,39 @@ def _task_noise_floor(seed, d, k, n, m, noise, rounds):
        statement="With label noise sigma and fresh samples, dist(B^t, B*) decays linearly to a floor "
                  "proportional to sigma (about sigma sqrt(d/(rnm))).",
        kind="scaling")
-def _c12a(ctx):
-    sig = ctx.pick((1e-4, 1e-2), (1e-4, 1e-3, 1e-2), (1e-5, 1e-4, 1e-3, 1e-2))
+def _c12a(ctx, *, options=None, algorithm=fedrep):
+    sig = ctx.pick((1e-4, 1e-3, 1e-2), (1e-4, 1e-3, 1e-2), (1e-5, 1e-4, 1e-3, 1e-2))
     reps = ctx.pick(2, 3, 8)
     d, n, m = 30, 100, 10
-    out = ctx.map(_task_noise_floor, [{"d": d, "k": 2, "n": n, "m": m, "noise": s, "rounds": ctx.pick(120, 150, 200)}
-                                      for s in sig], replicates=reps)
+    out = ctx.map(_task_noise_floor, [{"d": d, "k": 2, "n": n, "m": m, "noise": s,
+                                       "rounds": ctx.pick(120, 150, 200), "options": options,
+                                       "algorithm": algorithm} for s in sig], replicates=reps)
     Y = np.array(out)
-    fit = fit_loglog_slope(sig, Y)
     pred = np.array(sig) * math.sqrt(d / (n * m))
-    ratio = Y.mean(axis=1) / pred
-    passed = bool(0.85 <= fit.low and fit.high <= 1.15) if np.isfinite(fit.low) else None
+    if not (np.all(np.isfinite(Y)) and np.all(Y > 0)):
+        fit, passed, ratio = None, False, np.full(len(sig), np.nan)
+    else:
+        fit = fit_loglog_slope(sig, Y)
+        ratio = Y.mean(axis=1) / pred
+        passed = _band(fit, 0.85, 1.15)
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    ax.loglog(sig, Y.mean(axis=1), "o-", label="floor (median of the last T/4 rounds)")
+    ax.loglog(sig, pred, "k--", label="sigma sqrt(d/(nm))")
+    ax.set_xlabel("noise sigma")
+    ax.set_ylabel("dist(B^t, B*) floor")
+    ax.legend(fontsize=7)
+    path = ctx.save_figure(fig)
+    fit_txt = f"{fit.slope:.2f} [{fit.low:.2f}, {fit.high:.2f}]" if fit else "undefined (non-finite floor)"
     return Evidence(verdict=verdict_from(passed),
-                    summary=f"floor ~ sigma^{fit.slope:.2f} [{fit.low:.2f}, {fit.high:.2f}]; floor / "
-                            f"(sigma sqrt(d/(nm))) = {', '.join(f'{x:.2f}' for x in ratio)}",
-                    measured={**fit.as_dict(), "floor_over_prediction": ratio.tolist()},
-                    predicted={"slope": 1.0}, notes="Extension, not a paper claim. CI of the slope must lie in [0.85, 1.15].")
+                    summary=f"floor ~ sigma^{fit_txt}; floor / (sigma sqrt(d/(nm))) = "
+                            f"{', '.join(f'{x:.2f}' for x in ratio)}",
+                    measured={**(fit.as_dict() if fit else {}), "slope_ok": passed,
+                              "floor_over_prediction": ratio.tolist()},
+                    predicted={"slope": 1.0, "floor": "sigma sqrt(d/(nm)) (order of magnitude)"},
+                    figure=path,
+                    notes="Extension, not a paper claim. Holds when the 95% interval of the slope lies in "
+                          "[0.85, 1.15], fails when it lies entirely outside; the prefactor is reported.")
 
 
 def _task_split(seed, d, k, n, m, rounds, batch, options):
@@ -868,14 +1054,14 @@ def _c12c(ctx, *, head_step_size=0.5):
 
 
 # ====================================================================== exact references
-def _task_exact(seed, d, k, n, m, rounds, fedrep_options):
+def _task_exact(seed, d, k, n, m, rounds, fedrep_options, nuclear_mu=1e-6):
     rp, rr = _rngs(seed)
     p = multitask_linear(d, k, n, samples_per_client=m, seed=rp)
     opts = {"step_size": 0.5, **(fedrep_options or {})}
     tr = fedrep(p, rounds, opts.pop("step_size"), fresh_samples=False, seed=rr, **opts)
     am = altmin(p.X, p.y, k, max_iter=500, tol=1e-15)
     ols = ols_then_svd(p.X, p.y, k)
-    nuc = solve_nuclear_prox(p.X, p.y, 1e-6, tol=1e-12, max_iter=20000)
+    nuc = solve_nuclear_prox(p.X, p.y, nuclear_mu, tol=1e-12, max_iter=20000)
     Vn = truncated_svd(nuc.Theta, k)[2].T
     vals, vecs = np.linalg.eigh(population_moment_matrix(p.theta))
     return {"fedrep": tr.final_distance, "altmin": subspace_distance(p.B_star, am.B),
@@ -890,17 +1076,20 @@ def _task_exact(seed, d, k, n, m, rounds, fedrep_options):
                  "AltMin, per-client OLS then SVD, nuclear-norm least squares (small mu), and the population "
                  "optima (truncated SVD, method of moments).",
        kind="comparison")
-def _c_exact(ctx, *, fedrep_options=None):
+def _c_exact(ctx, *, fedrep_options=None, nuclear_mu=1e-6):
     reps = ctx.pick(1, 3, 10)
     out = ctx.map(_task_exact, [{"d": 8, "k": 2, "n": 30, "m": 12, "rounds": ctx.pick(150, 200, 300),
-                                 "fedrep_options": fedrep_options}], replicates=reps)[0]
+                                 "fedrep_options": fedrep_options, "nuclear_mu": nuclear_mu}],
+                  replicates=reps)[0]
     worst = {key: max(o[key] for o in out) for key in out[0]}
     tol = {"fedrep": 1e-8, "altmin": 1e-8, "fedrep_vs_altmin": 1e-8, "ols_svd": 1e-8, "nuclear": 1e-3,
            "population_svd": 1e-12, "population_mom": 1e-12}
-    passed = bool(all(worst[key] <= tol[key] for key in tol))
+    failed = [key for key in tol if not worst[key] <= tol[key]]
+    passed = not failed
     return Evidence(verdict=verdict_from(passed),
                     summary=", ".join(f"{key} {v:.1e}" for key, v in worst.items()),
-                    measured=worst, predicted={key: f"<= {v:g}" for key, v in tol.items()},
+                    measured={**worst, "failed_checks": failed},
+                    predicted={key: f"<= {v:g}" for key, v in tol.items()},
                     notes="d = 8, k = 2, n = 30, m = 12 > d fixed noiseless samples. Nuclear norm with mu = 1e-6 is "
                           "biased by O(mu), hence the 1e-3 tolerance on its top-k subspace; the others are exact.")
 

@@ -9,6 +9,8 @@ turns to "fails".
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 from scipy import stats
 
@@ -16,9 +18,10 @@ from lowrank_fl.algorithms.flute import flute, flute_init
 from lowrank_fl.algorithms.flute_baselines import fedrep_flute_baseline
 from lowrank_fl.exact import flute as ex
 from lowrank_fl.problems.multitask import haar_orthonormal
-from lowrank_fl.problems.underparameterized import UnderparameterizedProblem, underparameterized
+from lowrank_fl.problems.underparameterized import (UnderparameterizedProblem, appendix_c_spectrum,
+                                                    underparameterized)
 from verify.claim import Evidence, claim, omit, verdict_from
-from verify.stats import fit_loglog_slope, mean_ci
+from verify.stats import fit_loglog_slope, interval_verdict, mean_ci
 
 PAPER = "flute"
 ETA = 0.03
@@ -38,6 +41,20 @@ def _tail_rate(err, high=1e-3, low=1e-11):
     if len(idx) < 5:
         return np.nan
     return float(np.exp(np.polyfit(idx, np.log(err[idx]), 1)[0]))
+
+
+def _band_verdict(low, high, lo, hi):
+    """Two-sided criterion ``lo <= value <= hi`` on an interval ``[low, high]``: True when the interval
+    lies inside the band, False when it lies entirely outside, None (inconclusive) otherwise."""
+    inside = (interval_verdict(low, high, lo, side="above"), interval_verdict(low, high, hi, side="below"))
+    if False in inside:
+        return False
+    return None if None in inside else True
+
+
+def _combine(*flags):
+    """All criteria: False if any is False, None if any is undecided, else True."""
+    return False if False in flags else (None if None in flags else True)
 
 
 def _rounds_to_converge(problem, eta, digits=12.0, extra=300):
@@ -101,37 +118,97 @@ def _task_rate(seed, *, k, normalization, algorithm):
 
 @claim("flute.thm5_5.rate", paper=PAPER, reference="Theorem 5.5, eq. (8)",
        statement="The error ||B^t W^t - Phi_k|| decays at least as fast as (1 - eta Delta / 16)^t "
-                 "(appendix normalization).", kind="rate")
+                 "(appendix normalization); in the population case the rate is exactly "
+                 "1 - eta Delta / 2.", kind="rate")
 def _c2(ctx, *, algorithm=flute):
     ks = ctx.pick([2], [2, 4], [2, 4, 6, 8])
     grid = [{"k": k, "normalization": "appendix", "algorithm": algorithm} for k in ks]
     out = ctx.map(_task_rate, grid, replicates=ctx.pick(2, 4, 10))
     rows = []
-    passed = True
     for k, row in zip(ks, out):
         rho = np.array([o["rho"] for o in row])
-        gap = float(np.mean([o["gap"] for o in row]))
-        ok = bool(np.all(np.isfinite(rho)) and np.all(rho <= 1 - ETA * np.array([o["gap"] for o in row]) / 16))
-        passed &= ok
+        gaps = np.array([o["gap"] for o in row])
+        bound = 1 - ETA * gaps / 16
+        sharp = 1 - ETA * gaps / 2
+        fin = bool(np.all(np.isfinite(rho)))
         m, h = mean_ci(rho) if len(rho) > 1 else (rho.mean(), np.nan)
-        sharp = np.array([1 - ETA * o["gap"] / 2 for o in row])
+        dev = float(np.max(np.abs(rho - sharp))) if fin else float("inf")
         rows.append({"k": k, "rho_fit": float(m), "ci_half": float(h),
-                     "rho_bound": 1 - ETA * gap / 16, "rho_sharp_mean": float(sharp.mean()),
-                     "max_abs_dev_from_sharp": float(np.max(np.abs(rho - sharp))), "holds": ok})
+                     "rho_bound": float(bound.mean()), "rho_sharp_mean": float(sharp.mean()),
+                     "max_abs_dev_from_sharp": dev,
+                     "bound_ok": bool(fin and np.all(rho <= bound)),
+                     # 1e-3: note §5 C2 (population fits agree with 1 - eta Delta/2 to ~1e-7)
+                     "sharp_ok": bool(fin and dev < 1e-3)})
+    bound_ok = all(r["bound_ok"] for r in rows)
+    sharp_ok = all(r["sharp_ok"] for r in rows)
+    passed = bound_ok and sharp_ok
     fig, ax = _fig()
     for k, row in zip(ks, out):
         ax.semilogy(5 * np.arange(len(row[0]["curve"])), row[0]["curve"], label=f"k={k}")
     ax.set_xlabel("round"), ax.set_ylabel("||BW - Phi_k||_F"), ax.legend()
     worst = max(r["rho_fit"] - r["rho_bound"] for r in rows)
+    dev = max(r["max_abs_dev_from_sharp"] for r in rows)
     return Evidence(verdict=verdict_from(passed),
-                    summary=f"fitted rho <= 1 - eta Delta/16 for every k: {passed} (worst margin "
-                            f"{worst:+.4f}); |rho - (1 - eta Delta/2)| <= "
-                            f"{max(r['max_abs_dev_from_sharp'] for r in rows):.1e}",
-                    measured={"rows": rows}, predicted={"rho_bound": "1 - eta Delta / 16",
-                                                         "rho_population": "1 - eta Delta / 2 (note §5 C2)"},
+                    summary=f"fitted rho <= 1 - eta Delta/16 for every seed: {bound_ok} (worst margin "
+                            f"{worst:+.4f}); |rho - (1 - eta Delta/2)| = {dev:.1e} < 1e-3: {sharp_ok}",
+                    measured={"rows": rows, "bound_ok": bound_ok, "sharp_ok": sharp_ok},
+                    predicted={"rho_bound": "1 - eta Delta / 16",
+                               "rho_population": "1 - eta Delta / 2 within 1e-3 (note §5 C2)"},
                     table=rows, figure=ctx.save_figure(fig),
-                    notes="Tail fit on 1e-11 < err < 1e-3 of population runs. The bound is loose by 8x "
-                          "in the exponent; the population rate is 1 - eta (lambda_k - lambda_(k+1)).")
+                    notes="Tail fit on 1e-11 < err < 1e-3 of population runs, judged per seed. The paper's "
+                          "bound is loose by 8x in the exponent; the sharp population rate "
+                          "1 - eta (lambda_k - lambda_(k+1)) is judged too (|rho - (1 - eta Delta/2)| < 1e-3).")
+
+
+def _slowed(algorithm, factor):
+    """Test helper: ``algorithm`` with the step divided by ``factor`` and ``factor`` times more rounds
+    (same horizon in 'time', so it converges, but each round contracts ``factor`` times less)."""
+    def run(problem, rounds, step_size, **kw):
+        return algorithm(problem, factor * rounds, step_size / factor, **kw)
+    return run
+
+
+# =============================================================================================
+# C2 (gap sweep): log(1/rho) is linear in Delta with lambda_1 fixed
+# =============================================================================================
+def _task_gap_rate(seed, *, g, eta, algorithm):
+    rng = np.random.default_rng(seed)
+    p = underparameterized(10, 15, 2, spectrum=[4.0, 3.0, 3.0 - g, 1.0, 0.5], seed=rng)
+    # 1e-11 at rate 1 - eta g needs ~25 / (eta g) rounds after the entry phase
+    tr = algorithm(p, int(26 / (eta * g)) + 200, eta, seed=rng)
+    return {"rho": _tail_rate(tr.extra["frob_target"]), "gap": p.gap}
+
+
+@claim("flute.thm5_5.gap_linearity", paper=PAPER, reference="Theorem 5.5, eq. (8); note §5 C2",
+       statement="With lambda_1 fixed and the gap Delta varied, the population rate satisfies "
+                 "log(1/rho) proportional to Delta (log-log slope 1).", kind="scaling")
+def _c2c(ctx, *, algorithm=flute):
+    gs = ctx.pick([1.0, 0.5, 0.25], [1.5, 1.0, 0.5, 0.25], [1.5, 1.0, 0.7, 0.5, 0.35, 0.25])
+    eta = C9_ETA
+    out = ctx.map(_task_gap_rate, [{"g": g, "eta": eta, "algorithm": algorithm} for g in gs],
+                  replicates=ctx.pick(2, 3, 5))
+    rho = np.array([[o["rho"] for o in row] for row in out])
+    delta = 2 * np.array(gs)
+    if not (np.all(np.isfinite(rho)) and np.all(rho < 1)):
+        fit_d, passed = None, False
+        slope_txt = "no tail fit (not converged)"
+    else:
+        fit = fit_loglog_slope(delta, -np.log(rho))
+        fit_d = fit.as_dict()
+        # band 1 +- 0.1: log(1/(1 - x)) = x + x^2/2 + ... bends the slope by < 0.03 at eta Delta/2 <= 0.11
+        passed = _band_verdict(fit.low, fit.high, 0.9, 1.1)
+        slope_txt = str(fit)
+    fig, ax = _fig()
+    ax.loglog(delta, -np.log(rho).mean(axis=1), "o-", label="measured log(1/rho)")
+    ax.loglog(delta, eta * delta / 2, "k--", label="eta Delta / 2")
+    ax.set_xlabel("Delta"), ax.set_ylabel("log(1/rho)"), ax.legend()
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"log-log slope of log(1/rho) in Delta {slope_txt} (band [0.9, 1.1])",
+                    measured={"Delta": delta, "rho": rho, "slope": fit_d, "slope_ok": passed},
+                    predicted={"slope": 1.0, "log(1/rho)": "~ eta Delta / 2"},
+                    figure=ctx.save_figure(fig),
+                    notes=f"Spectrum [4, 3, 3 - g, 1, 0.5], k = 2, eta = {eta}, population; holds when the "
+                          "95% interval over seeds lies in [0.9, 1.1], fails when it lies outside.")
 
 
 def _task_norm(seed, *, normalization, algorithm):
@@ -174,50 +251,79 @@ def _c2b(ctx, *, algorithm=flute):
 # =============================================================================================
 # C3  Entry time into region R (Prop. A.2, eq. (16))
 # =============================================================================================
-def _task_entry(seed, *, alpha, algorithm):
-    rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 4, seed=0)          # fixed Phi: the alphas are comparable
-    B0, W0 = flute_init(10, 4, 15, alpha, rng)
+def _task_entry(seed, *, alpha, phi_seed, algorithm):
+    # one Phi and one init direction per replicate (phi_seed), shared by its alphas, so that t_e is
+    # compared across alphas on the same instance (B0, W0 = alpha * G)
+    r_phi, r_init = (np.random.default_rng(s) for s in np.random.SeedSequence(phi_seed).spawn(2))
+    p = underparameterized(10, 15, 4, seed=r_phi)
+    G_B, G_W = flute_init(10, 4, 15, 1.0, r_init)
+    B0, W0 = alpha * G_B, alpha * G_W
     s0 = ex.region_quantities(ex.theta_embedding(B0, W0, p.Phi), 4)["sigmak_k"]
     TR = ex.entry_time_bound(p.spectrum, 4, ETA, s0)
     rounds = int(1.5 * TR) + 20
     tr = algorithm(p, rounds, ETA, init=(B0, W0), record_theta=True)
     sk2 = tr.extra["sigmak_k"] ** 2
     hit = np.flatnonzero(sk2 >= p.gap / 4)
-    return {"t_e": int(hit[0]) if len(hit) else np.inf, "T_R": TR}
+    return {"t_e": int(hit[0]) if len(hit) else np.inf, "T_R": TR,
+            "pred_slope": float(1 / np.log1p(0.5 * ETA * (p.spectrum[3] + p.spectrum[4])))}
 
 
 @claim("flute.propA2.entry_time", paper=PAPER, reference="Proposition A.2, eq. (16)",
-       statement="sigma_k^2(Theta_k^t) >= Delta/4 is reached within T_R rounds, and T_R grows like "
-                 "log(1/alpha) with slope 1/log(1 + (eta/2)(lambda*_k - Delta/2)).", kind="bound")
+       statement="For a sufficiently small init scale alpha, sigma_k^2(Theta_k^t) >= Delta/4 is reached "
+                 "within T_R rounds, and T_R grows like log(1/alpha) with slope "
+                 "1/log(1 + (eta/2)(lambda*_k - Delta/2)).", kind="bound")
 def _c3(ctx, *, algorithm=flute):
-    alphas = ctx.pick([1e-1, 1e-2, 1e-3], [1e-1, 1e-2, 1e-3, 1e-4], [1e-1, 1e-2, 1e-3, 1e-4, 1e-6])
-    out = ctx.map(_task_entry, [{"alpha": a, "algorithm": algorithm} for a in alphas],
-                  replicates=ctx.pick(1, 3, 5))
-    te = np.array([[o["t_e"] for o in row] for row in out], dtype=float)
-    TR = np.array([[o["T_R"] for o in row] for row in out])
+    large = [1e-1, 1e-2]                               # reported: above the small-alpha regime
+    alphas = ctx.pick([1e-3, 1e-4, 1e-5], [1e-3, 1e-4, 1e-5, 1e-6], [1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8])
+    reps = ctx.pick(2, 4, 8)
+    all_alphas = large + alphas
+    phi_seeds = [ctx.seed(1000, j) for j in range(reps)]
+    grid = [{"alpha": a, "phi_seed": s, "algorithm": algorithm} for s in phi_seeds for a in all_alphas]
+    flat = [row[0] for row in ctx.map(_task_entry, grid, replicates=1)]
+    te_all = np.array([o["t_e"] for o in flat], dtype=float).reshape(reps, len(all_alphas)).T  # (alphas, reps)
+    TR_all = np.array([o["T_R"] for o in flat]).reshape(reps, len(all_alphas)).T
+    te, TR = te_all[len(large):], TR_all[len(large):]
+    pred_slope = flat[0]["pred_slope"]                 # depends on the spectrum only (App. C)
     within = bool(np.all(te <= TR))
-    p = underparameterized(10, 15, 4, seed=0)
-    pred_slope = 1 / np.log1p(0.5 * ETA * (p.spectrum[3] + p.spectrum[4]))
     x = np.log(1 / np.array(alphas))
-    fin = np.all(np.isfinite(te))
-    slope = float(np.polyfit(x, te.mean(axis=1), 1)[0]) if fin else np.inf
-    # 25%: the formula's slope is asymptotic (the growth factor of sigma_k before the cubic
-    # term matters), the measured one is between 0.85 and 1.0 of it in pilots (note §5 C3).
-    slope_ok = abs(slope / pred_slope - 1) < 0.25
-    passed = within and slope_ok
+    if np.all(np.isfinite(te)):
+        per_seed = np.polyfit(x, te, 1)[0] / pred_slope   # slope ratio, one per replicate
+        m, h = mean_ci(per_seed)
+        ratio = {"mean": float(m), "ci_low": float(m - h), "ci_high": float(m + h),
+                 "per_seed": per_seed}
+        # band [0.75, 1.25]: the formula's slope is asymptotic (the growth factor of sigma_k before
+        # the cubic term matters); pilots measure 0.85-1.0 of it (note §5 C3)
+        slope_ok = _band_verdict(m - h, m + h, 0.75, 1.25)
+    else:
+        ratio, slope_ok = {"mean": float("inf")}, False
+    passed = _combine(within, slope_ok)
     fig, ax = _fig()
-    ax.plot(x, te.mean(axis=1), "o-", label="measured t_e")
-    ax.plot(x, TR.mean(axis=1), "s--", label="T_R (eq. 16)")
+    xa = np.log(1 / np.array(all_alphas))
+    ax.plot(xa, te_all.mean(axis=1), "o-", label="measured t_e")
+    ax.plot(xa, TR_all.mean(axis=1), "s--", label="T_R (eq. 16)")
+    ax.axvline(np.log(1 / max(alphas)), color="k", ls=":")
     ax.set_xlabel("log(1/alpha)"), ax.set_ylabel("rounds"), ax.legend()
-    rows = [{"alpha": a, "t_e": float(te[i].mean()), "T_R": float(TR[i].mean())}
-            for i, a in enumerate(alphas)]
+    rows = [{"alpha": a, "t_e": float(te_all[i].mean()), "T_R": float(TR_all[i].mean()),
+             "seeds_with_t_e_above_T_R": int(np.sum(te_all[i] > TR_all[i])), "judged": a in alphas}
+            for i, a in enumerate(all_alphas)]
     return Evidence(verdict=verdict_from(passed),
-                    summary=f"t_e <= T_R for all alpha: {within}; slope {slope:.2f} vs formula "
-                            f"{pred_slope:.2f} per unit log(1/alpha)",
-                    measured={"rows": rows, "slope": slope}, predicted={"slope": pred_slope},
+                    summary=f"t_e <= T_R for alpha <= {max(alphas):g}, all seeds: {within}; slope / formula "
+                            f"{ratio['mean']:.2f} [{ratio.get('ci_low', np.nan):.2f}, "
+                            f"{ratio.get('ci_high', np.nan):.2f}] (band [0.75, 1.25]); seeds above T_R at "
+                            f"alpha = 0.1, 0.01: {rows[0]['seeds_with_t_e_above_T_R']}, "
+                            f"{rows[1]['seeds_with_t_e_above_T_R']} of {reps} (reported)",
+                    measured={"rows": rows, "within": within, "slope_ratio": ratio,
+                              "slope_ok": slope_ok},
+                    predicted={"slope": pred_slope, "t_e": "<= T_R", "slope_ratio": "in [0.75, 1.25]"},
                     table=rows, figure=ctx.save_figure(fig),
-                    notes="k = 4, App. C spectrum, population gradients; Theta from the padded SVD of Phi.")
+                    notes="k = 4, App. C spectrum, population gradients; per replicate one random Phi and one "
+                          "init direction G, B0, W0 = alpha G. Prop. A.2 needs alpha 'sufficiently small' "
+                          "(Lemma A.4); its bound is judged for alpha <= 1e-3. At alpha = 0.1 and 0.01 (the "
+                          "experiments' 1/(10 d)) t_e exceeds T_R on some instances in pilots (e.g. 66 vs "
+                          "46 rounds): reported, not judged. The fourth condition of Claim A.3 "
+                          "(sigma_1^2(Theta_res) <= c_1 sigma_k(Theta_k)^(1+kappa)) fails at every alpha "
+                          "tried, yet the bound held for alpha <= 1e-3 in pilots. The slope of t_e in "
+                          "log(1/alpha) is fitted per replicate; its 95% t-interval decides.")
 
 
 # =============================================================================================
@@ -291,7 +397,10 @@ def _task_snr(seed, *, steps, eta_small, algorithm):
         with np.errstate(divide="ignore", invalid="ignore"):
             q = ratio[1:] / (bound * ratio[:-1])
         res[name] = q
-    return {"entered": True, "worst": float(np.nanmax(res["theory"])),
+    # a non-finite step ratio (sigma_k(Theta_k) = 0 or a diverged run) is a violation, not skipped
+    th = res["theory"]
+    return {"entered": True, "worst": float(np.max(th)) if np.all(np.isfinite(th)) else np.inf,
+            "n_nonfinite": int(np.sum(~np.isfinite(th))),
             "frac_exp": float(np.mean(res["experiment"] <= 1 + 1e-12))}
 
 
@@ -300,27 +409,31 @@ def _task_snr(seed, *, steps, eta_small, algorithm):
                  "sigma_1^2(Theta_res)/sigma_k^2(Theta_k) contracts by (1 - eta Delta/16)^2 per step.",
        kind="bound")
 def _c5(ctx, *, algorithm=flute):
-    p = underparameterized(10, 15, 2, seed=0)
-    eta_small = p.gap ** 2 / (36 * (2 * p.spectrum[0]) ** 3)
+    lam = appendix_c_spectrum(10, 15)                  # Phi's spectrum does not depend on the seed
+    gap = 2 * (lam[1] - lam[2])                        # Delta at k = 2
+    eta_small = gap ** 2 / (36 * (2 * lam[0]) ** 3)
     out = ctx.map(_task_snr, [{"steps": ctx.pick(200, 1000, 2000), "eta_small": eta_small,
                                "algorithm": algorithm}], replicates=ctx.pick(2, 4, 8))[0]
     worst = max(o["worst"] for o in out)
+    n_nonfinite = sum(o.get("n_nonfinite", 0) for o in out)
     entered = all(o["entered"] for o in out)
     # 1e-10: the per-step ratio is a quotient of singular values computed to ~1e-15 relative.
     passed = entered and worst <= 1 + 1e-10
     frac = float(np.mean([o["frac_exp"] for o in out]))
     fig, ax = _fig()
-    ax.bar(["worst step (theory eta)"], [worst])
+    ax.bar(["worst step (theory eta)"], [min(worst, 10.0)])          # inf (non-finite step) clipped
     ax.axhline(1.0, color="k", ls="--")
     ax.set_ylabel("ratio_(t+1) / ((1 - eta Delta/16)^2 ratio_t)")
     return Evidence(verdict=verdict_from(passed),
                     summary=f"worst per-step contraction / bound = {worst:.6f} (<= 1); at eta = 0.03 "
                             f"it holds on {100 * frac:.0f}% of steps",
                     measured={"worst_ratio": worst, "fraction_holding_at_eta_0.03": frac,
-                              "eta_theory": eta_small},
+                              "eta_theory": eta_small, "entered_all": entered,
+                              "nonfinite_steps": n_nonfinite},
                     predicted={"worst_ratio": "<= 1"}, figure=ctx.save_figure(fig),
                     notes="Started inside R (5 rounds after FLUTE at eta = 0.03 enters it), then "
-                          "eta = Delta^2/(36 lambda*_1^3) (population).")
+                          "eta = Delta^2/(36 lambda*_1^3) (population). A non-finite step ratio counts "
+                          "as a violation (worst = inf).")
 
 
 # =============================================================================================
@@ -331,16 +444,21 @@ def _empirical_gram(X):
     return np.swapaxes(X, 1, 2) @ X / X.shape[1]
 
 
-def _task_discrepancy(seed, *, N, spectrum, k, gram):
-    rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, k, spectrum=spectrum, noise=NOISE, seed=0)
+def _task_discrepancy(seed, *, N, spectrum, k, gram, phi_seed, d=10, noise=NOISE, residual="Phi",
+                      sample_seed=None):
+    """A_1, A_2 of Lemmas A.13-A.14 at the balanced optimum of a Phi drawn with ``phi_seed``
+    (shared by the grid points, so only the samples vary); ``residual`` names the label model the
+    noise residual E = y - X phi is taken against ("Phi": the truth, as in the lemma). With
+    ``sample_seed`` the samples come from it instead of ``seed`` (common random numbers)."""
+    rng = np.random.default_rng(seed if sample_seed is None else sample_seed)
+    p = underparameterized(d, 15, k, spectrum=spectrum, noise=noise, seed=phi_seed)
     Bs, Ws = ex.balanced_factors(p.Phi, k)
     X, y = p.sample(N, rng)
     R = Bs @ Ws - p.Phi                                  # (d, M) residual at the optimum
     G = gram(X)
     D = R - np.einsum("mde,em->dm", G, R)                # (I - X_i^T X_i/N) r_i
     A1 = np.linalg.norm(D @ Ws.T, 2)
-    E = y - np.einsum("mnd,dm->mn", X, p.Phi)
+    E = y - np.einsum("mnd,dm->mn", X, p.Phi if residual == "Phi" else p.target)
     A2 = np.linalg.norm(np.einsum("mnd,mn->dm", X, E) @ Ws.T / N, 2)
     return {"A1": float(A1), "A2": float(A2)}
 
@@ -351,13 +469,14 @@ def _task_discrepancy(seed, *, N, spectrum, k, gram):
                  "it is exactly zero when rank(Phi) <= k and sigma = 0.", kind="scaling")
 def _c6(ctx, *, gram=_empirical_gram):
     Ns = ctx.pick([50, 200, 800], [50, 100, 200, 400, 800, 1600], [50, 100, 200, 400, 800, 1600, 3200])
-    out = ctx.map(_task_discrepancy, [{"N": N, "spectrum": None, "k": 2, "gram": gram} for N in Ns],
-                  replicates=ctx.pick(4, 10, 30))
+    phi_seed = ctx.seed(1000)
+    out = ctx.map(_task_discrepancy, [{"N": N, "spectrum": None, "k": 2, "gram": gram, "phi_seed": phi_seed}
+                                      for N in Ns], replicates=ctx.pick(4, 10, 30))
     A1 = np.array([[o["A1"] for o in row] for row in out])
     A2 = np.array([[o["A2"] for o in row] for row in out])
     f1 = fit_loglog_slope(Ns, A1)
     f2 = fit_loglog_slope(Ns, A2)
-    over = ctx.map(_task_discrepancy_over, [{"gram": gram}], replicates=1)[0][0]
+    over = ctx.map(_task_discrepancy_over, [{"gram": gram, "phi_seed": phi_seed}], replicates=1)[0][0]
     # slope band of the note (-0.5 +- 0.1): Monte Carlo noise of a log-log fit over >= 3 decades
     # of N with >= 4 seeds is ~0.03.
     passed = bool(-0.6 <= f1.slope <= -0.4 and -0.6 <= f2.slope <= -0.4 and over < 1e-10
@@ -373,17 +492,71 @@ def _c6(ctx, *, gram=_empirical_gram):
                               "A1_overparameterized": over},
                     predicted={"slope": -0.5, "A1_overparameterized": 0.0},
                     figure=ctx.save_figure(fig),
-                    notes="App. C instance, k = 2; fresh X at the balanced optimum (B*, W*).")
+                    notes="App. C instance, k = 2, one Phi (seed recorded); fresh X at the balanced "
+                          "optimum (B*, W*). The d- and sigma-sweeps are flute.lemA13.dimension_noise.")
 
 
-def _task_discrepancy_over(seed, *, gram):
+def _task_discrepancy_over(seed, *, gram, phi_seed):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 3, spectrum=[5.0, 3.0, 2.0], seed=0)
+    p = underparameterized(10, 15, 3, spectrum=[5.0, 3.0, 2.0], seed=phi_seed)
     Bs, Ws = ex.balanced_factors(p.Phi, 3)
     X, _ = p.sample(100, rng)
     R = Bs @ Ws - p.Phi
     D = R - np.einsum("mde,em->dm", gram(X), R)
     return float(np.linalg.norm(D @ Ws.T, 2))
+
+
+def _gram_first_features(X, n_est=10):
+    """Test helper (broken): the Gram matrix estimated on the first ``n_est`` features only, the
+    others taken as known (identity): the discrepancy stops growing with d."""
+    G = np.broadcast_to(np.eye(X.shape[2]), (X.shape[0],) + (X.shape[2],) * 2).copy()
+    Xs = X[:, :, :n_est]
+    G[:, :n_est, :n_est] = np.swapaxes(Xs, 1, 2) @ Xs / X.shape[1]
+    return G
+
+
+@claim("flute.lemA13.dimension_noise", paper=PAPER, reference="Lemmas A.13-A.14 (sqrt(d/N) and sigma factors)",
+       statement="At fixed spectrum and N, the gradient discrepancy A_1 at the optimum grows like d^(1/2) "
+                 "and the noise term A_2 like d^(1/2) and linearly in the noise level sigma.",
+       kind="scaling")
+def _c6b(ctx, *, gram=_empirical_gram, residual="Phi"):
+    ds = ctx.pick([10, 20, 40], [10, 20, 40, 80], [10, 20, 40, 80, 160])
+    sigmas = ctx.pick([0.1, 0.3, 1.0], [0.05, 0.1, 0.3, 1.0], [0.03, 0.1, 0.3, 1.0, 3.0])
+    N, reps = 400, ctx.pick(4, 10, 30)
+    spec = appendix_c_spectrum(10, 15)                 # fixed spectrum (so E is fixed) for every d
+    phi_seed = ctx.seed(1000)
+    common = {"N": N, "spectrum": spec, "k": 2, "gram": gram, "phi_seed": phi_seed, "residual": residual}
+    by_d = ctx.map(_task_discrepancy, [{**common, "d": d} for d in ds], replicates=reps)
+    # sigma-sweep with common random numbers (the same X, xi for every sigma of a replicate)
+    ss = [ctx.seed(2000, j) for j in range(reps)]
+    by_s = ctx.map(_task_discrepancy, [{**common, "noise": sg, "sample_seed": s} for s in ss for sg in sigmas],
+                   replicates=1)
+    A1d = np.array([[o["A1"] for o in row] for row in by_d])
+    A2d = np.array([[o["A2"] for o in row] for row in by_d])
+    A2s = np.array([row[0]["A2"] for row in by_s]).reshape(reps, len(sigmas)).T
+    fits = {"A1_vs_d": fit_loglog_slope(ds, A1d), "A2_vs_d": fit_loglog_slope(ds, A2d),
+            "A2_vs_sigma": fit_loglog_slope(sigmas, A2s)}
+    # bands: note §5 C6 asks +0.5 in d (+-0.1 as for N); A_2 is linear in sigma (+-0.1)
+    bands = {"A1_vs_d": (0.4, 0.6), "A2_vs_d": (0.4, 0.6), "A2_vs_sigma": (0.9, 1.1)}
+    flags = {key: _band_verdict(f.low, f.high, *bands[key]) for key, f in fits.items()}
+    passed = _combine(*flags.values())
+    fig, ax = _fig(1, 2)
+    ax[0].loglog(ds, A1d.mean(axis=1), "o-", label="A_1"), ax[0].loglog(ds, A2d.mean(axis=1), "s-", label="A_2")
+    ax[0].set_xlabel(f"d (N = {N})"), ax[0].legend()
+    ax[1].loglog(sigmas, A2s.mean(axis=1), "s-"), ax[1].set_xlabel("noise sigma"), ax[1].set_ylabel("A_2")
+    return Evidence(verdict=verdict_from(passed),
+                    summary="; ".join(f"{key} slope {f}" for key, f in fits.items())
+                            + " (bands [0.4, 0.6], [0.4, 0.6], [0.9, 1.1])",
+                    measured={**{f"slope_{key}": f.as_dict() for key, f in fits.items()},
+                              **{f"{key}_ok": v for key, v in flags.items()}},
+                    predicted={"slope_A1_vs_d": 0.5, "slope_A2_vs_d": 0.5, "slope_A2_vs_sigma": 1.0},
+                    figure=ctx.save_figure(fig),
+                    notes="M = 15, k = 2, App. C spectrum for d = 10 kept fixed as d grows, N = 400 fresh "
+                          "samples at the balanced optimum; 95% t-intervals over seeds decide (holds inside "
+                          "the band, fails entirely outside). The sigma-sweep reuses the same samples for "
+                          "every sigma, so with the truth as residual model A_2 is exactly linear in sigma: "
+                          "it is a consistency check of the noise term (a misspecified residual, e.g. "
+                          "against Phi_k, breaks it), the d-slopes are the lemma's content.")
 
 
 # =============================================================================================
@@ -442,34 +615,56 @@ def _task_m_scaling(seed, *, d, N, M, algorithm):
 def _c8(ctx, *, algorithm=flute):
     d = ctx.pick(20, 20, 40)
     N = ctx.pick(60, 100, 200)
-    Ms = ctx.pick([6, 12], [5, 10, 20, 40, 80], [6, 12, 24, 48, 96])
+    Ms = ctx.pick([5, 10, 20], [5, 10, 20, 40, 80], [6, 12, 24, 48, 96])
     out = ctx.map(_task_m_scaling, [{"d": d, "N": N, "M": M, "algorithm": algorithm} for M in Ms],
-                  replicates=ctx.pick(2, 3, 4))
+                  replicates=ctx.pick(3, 6, 10))
     err = np.array(out, dtype=float)
+    if not (np.all(np.isfinite(err)) and np.all(err > 0)):
+        return Evidence(verdict="fails", summary="FLUTE did not converge on every instance",
+                        measured={"errors": err, "converged": False},
+                        predicted={"slope_M_le_d": "<= -0.5"})
     low = [i for i, M in enumerate(Ms) if M <= d]
     high = [i for i, M in enumerate(Ms) if M >= d // 2]
     f_low = fit_loglog_slope([Ms[i] for i in low], err[low])
     mono = bool(np.all(np.diff(err.mean(axis=1)) <= 0))
-    measured = {"slope_M_le_d": f_low.as_dict(), "mean_error": err.mean(axis=1), "M": Ms, "d": d}
-    # -0.4: the note's pilot slope is -0.71 below d (Monte Carlo spread ~0.1)
-    passed = mono and f_low.slope <= -0.4
+    # slope <= -0.5 (Remark 5.2, note §5 C8) judged on the 95% interval over seeds
+    slope_ok = interval_verdict(f_low.low, f_low.high, -0.5, side="below")
+    measured = {"slope_M_le_d": f_low.as_dict(), "mean_error": err.mean(axis=1), "M": Ms, "d": d,
+                "monotone": mono, "slope_ok": slope_ok}
+    flags = [mono, slope_ok]
     if len(high) >= 2 and max(Ms) > d:
         f_high = fit_loglog_slope([Ms[i] for i in high], err[high])
-        measured["slope_M_ge_d/2"] = f_high.as_dict()
-        passed = passed and f_high.slope > f_low.slope
+        diff = f_high.per_seed - f_low.per_seed             # paired by seed
+        m, h = mean_ci(diff)
+        flat_ok = interval_verdict(m - h, m + h, 0.0, side="above")
+        measured.update({"slope_M_ge_d/2": f_high.as_dict(), "flattening": [float(m), float(h)],
+                         "flattening_ok": flat_ok})
+        flags.append(flat_ok)
+    passed = _combine(*flags)
     fig, ax = _fig()
     ax.loglog(Ms, err.mean(axis=1), "o-")
     ax.axvline(d, color="k", ls=":")
     ax.set_xlabel("clients M"), ax.set_ylabel("(1/M) sum ||B w_i - Phi_k e_i||")
     return Evidence(verdict=verdict_from(passed),
-                    summary=f"error non-increasing in M: {mono}; slope for M <= d {f_low}"
+                    summary=f"error non-increasing in M: {mono}; slope for M <= d {f_low} (<= -0.5)"
                             + (f"; slope for M >= d/2 {measured['slope_M_ge_d/2']['slope']:.2f}"
                                if "slope_M_ge_d/2" in measured else ""),
-                    measured=measured, predicted={"slope_M_le_d": "<= -0.5", "flattening": "M > d"},
+                    measured=measured,
+                    predicted={"slope_M_le_d": "<= -0.5 (95% interval)",
+                               "flattening": "slope for M >= d/2 larger than for M <= d (paired interval)"},
                     figure=ctx.save_figure(fig),
                     notes="Fixed rank-5 spectrum (E fixed), so per-client column norms shrink like "
                           "M^(-1/2) and the error can fall faster than M^(-1/2) (note §5 C8 caveat). "
-                          "Smoke scale covers M < d only (no flattening test).")
+                          "Slopes are fitted per seed; holds when the 95% interval lies below -0.5, fails "
+                          "when it lies above, else inconclusive. Smoke scale covers M <= d only (no "
+                          "flattening test).")
+
+
+def _local_ols(problem, rounds, step_size, **kw):
+    """Test helper (broken: no collaboration): each client's own least squares, error to Phi_k."""
+    theta = np.stack([np.linalg.lstsq(X, y, rcond=None)[0] for X, y in zip(problem.X, problem.y)], axis=1)
+    err = float(np.mean(np.linalg.norm(theta - problem.target, axis=0)))
+    return SimpleNamespace(status="optimal", extra={"error_target": np.array([err])})
 
 
 # =============================================================================================
@@ -604,14 +799,21 @@ def _c11(ctx, *, algorithm=flute):
         pr = np.mean([o["plateau_fedrep"] for o in row])
         ef = np.mean([o["early_flute"] for o in row])
         er = np.mean([o["early_fedrep"] for o in row])
-        late = pf <= 1.01 * pr                              # 1%: note §5 C11 criterion (i)
-        early = er < ef
-        passed &= bool(late and early)
-        rows.append({"k": k, "plateau_flute": pf, "plateau_fedrep": pr,
+        late = bool(pf <= 1.01 * pr)                        # 1%: note §5 C11 criterion (i)
+        early = bool(er < ef)
+        passed &= late and early
+        rows.append({"k": k, "late_ok": late, "early_ok": early,
+                     "plateau_flute": pf, "plateau_fedrep": pr,
                      "plateau_fedrep_ri": float(np.mean([o["plateau_fedrep_ri"] for o in row])),
                      "error_round10_flute": ef, "error_round10_fedrep": er,
                      "rounds_to_1.05plateau_flute": float(np.mean([o["rounds_flute"] for o in row])),
                      "rounds_to_1.05plateau_fedrep_ri": float(np.mean([o["rounds_fedrep_ri"] for o in row]))})
+        r = rows[-1]
+        # (ii), (iii) of note §5 C11, reported only (see notes)
+        r["ii_flute_fewer_rounds_than_ri"] = bool(r["rounds_to_1.05plateau_flute"]
+                                                  < r["rounds_to_1.05plateau_fedrep_ri"])
+        r["iii_plateau_gap_fedrep_minus_flute"] = float(pr - pf)
+    gaps = [r["iii_plateau_gap_fedrep_minus_flute"] for r in rows]
     fig, ax = _fig()
     c = out[0][0]["curves"]
     for curve, name in zip(c, ("FLUTE", "FedRep", "FedRep(RI)")):
@@ -621,16 +823,25 @@ def _c11(ctx, *, algorithm=flute):
                     summary="; ".join(f"k={r['k']}: plateau FLUTE {r['plateau_flute']:.3f} vs FedRep "
                                       f"{r['plateau_fedrep']:.3f}, round-10 error {r['error_round10_flute']:.2f}"
                                       f" vs {r['error_round10_fedrep']:.2f}" for r in rows),
-                    measured={"rows": rows}, table=rows,
-                    predicted={"plateau": "FLUTE <= FedRep (+1%)", "early": "FedRep < FLUTE"},
+                    measured={"rows": rows, "late_ok": all(r["late_ok"] for r in rows),
+                              "early_ok": all(r["early_ok"] for r in rows),
+                              "iii_gap_decreasing_in_k (reported)": bool(np.all(np.diff(gaps) <= 0))
+                              if len(gaps) > 1 else None},
+                    table=rows,
+                    predicted={"plateau": "FLUTE <= FedRep (+1%)", "early": "FedRep < FLUTE",
+                               "(ii) rounds FLUTE < FedRep(RI), reported": True,
+                               "(iii) gap decreasing in k, reported": True},
                     figure=ctx.save_figure(fig),
                     notes="Fixed dataset (N = 20, M = 15, d = 10, noise variance 0.3), FLUTE eta = 0.03, "
                           "FedRep eta = 0.1 (not reported by the paper). With a fixed dataset all three "
                           "target the same empirical rank-k ERM, which is non-convex: FLUTE can stall at "
                           "a spurious stationary point (seen at k = 4, objective 14.68 vs ERM 14.64) and "
                           "FedRep's moment init can end at a spurious point whose error to the ground "
-                          "truth is lower than the ERM's. FedRep(RI) round counts depend on its "
-                          "unreported step size and are reported, not judged.")
+                          "truth is lower than the ERM's. Criteria (ii) (FLUTE needs fewer rounds than "
+                          "FedRep(RI)) and (iii) (the gap shrinks with k) are reported, not judged: "
+                          "FedRep(RI)'s round counts depend on its step size, which the paper does not "
+                          "report, and with a fixed dataset the three plateaus coincide (same empirical "
+                          "ERM, note §5 C11), so the gap of (iii) is within seed noise.")
 
 
 # =============================================================================================
@@ -878,9 +1089,9 @@ def _c14(ctx, *, algorithm=flute):
 # =============================================================================================
 # C15  Theorem 5.5 with fresh samples: geometric decay to a floor ~ N^(-1/2)
 # =============================================================================================
-def _task_fresh(seed, *, N, rounds, algorithm):
+def _task_fresh(seed, *, N, rounds, phi_seed, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, noise=NOISE, seed=0)
+    p = underparameterized(10, 15, 2, noise=NOISE, seed=phi_seed)     # one Phi for every N
     tr = algorithm(p, rounds, ETA, samples=N, seed=rng)
     return tr.extra["error_target"]
 
@@ -891,10 +1102,11 @@ def _task_fresh(seed, *, N, rounds, algorithm):
 def _c15(ctx, *, algorithm=flute):
     Ns = ctx.pick([100, 400], [100, 400, 1600], [100, 400, 1600])
     rounds = ctx.pick(200, 350, 500)
-    out = ctx.map(_task_fresh, [{"N": N, "rounds": rounds, "algorithm": algorithm} for N in Ns],
-                  replicates=ctx.pick(1, 3, 6))
-    p = underparameterized(10, 15, 2, noise=NOISE, seed=0)
-    bound = np.log(1 - ETA * p.gap / 16)
+    phi_seed = ctx.seed(1000)
+    out = ctx.map(_task_fresh, [{"N": N, "rounds": rounds, "phi_seed": phi_seed, "algorithm": algorithm}
+                                for N in Ns], replicates=ctx.pick(1, 3, 6))
+    lam = appendix_c_spectrum(10, 15)                  # the gap depends on the spectrum only
+    bound = np.log(1 - ETA * 2 * (lam[1] - lam[2]) / 16)
     slopes, floors = [], []
     for row in out:
         fl_row, sl_row = [], []
@@ -928,7 +1140,8 @@ def _c15(ctx, *, algorithm=flute):
     return Evidence(verdict=verdict_from(passed),
                     summary=f"pre-plateau log-slope max {np.max(slopes):.4f} <= bound {bound:.4f}: "
                             f"{decay_ok}; floor slope in N {fit_d['slope'] if fit_d else float('nan'):.2f}",
-                    measured={"slopes": slopes, "floors": floors, "floor_fit": fit_d},
+                    measured={"slopes": slopes, "floors": floors, "floor_fit": fit_d,
+                              "decay_ok": decay_ok, "floor_ok": bool(floor_ok)},
                     predicted={"slope_bound": bound, "floor_slope": -0.5},
                     figure=ctx.save_figure(fig),
                     notes="Constant N per round (not the theorem's growing N_t), App. C instance k = 2, "

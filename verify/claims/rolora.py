@@ -285,18 +285,18 @@ def _task_population(seed, *, delta0, eta_factor, gamma, rounds, algorithm):
     dl = tr.distance
     rate = rate_bound_heterogeneous(eta, delta0, prob.L_max)
     loss_pred = gamma ** 2 + s * dl ** 2
-    eps = 1e-6
-    hit = np.flatnonzero(dl <= eps)
-    T_needed = int(hit[0]) if len(hit) else np.inf
+    # Thm A.14's iteration count T(eps) = log(delta0/eps) / (c (1 - delta0^2)), c = 2 eta s: take the eps
+    # whose T(eps) is the horizon, so the count is judged on every run (a fixed eps = 1e-6 needs more
+    # iterations than any scale runs, which made the check vacuous)
+    c = 2 * eta * s
+    eps_T = delta0 * np.exp(-c * (1 - delta0 ** 2) * rounds)
     return {"delta": dl.tolist(), "monotone": bool(np.all(np.diff(dl) <= 1e-15)),
             "bound_ok": bool(np.all(dl[1:] <= dl[:-1] * rate + 1e-15)),
             "recursion_err": float(np.nanmax(np.abs(dl - exact))),
             "loss_err": float(np.nanmax(np.abs(tr.loss - loss_pred) / loss_pred)),
             "gamma_effect": float(np.nanmax(np.abs(dl - tr0.distance))),
-            "T_ok": bool(T_needed <= iterations_bound(2 * eta * s, delta0, eps, setting="heterogeneous")
-                         if np.isfinite(T_needed) else rounds < iterations_bound(2 * eta * s, delta0, eps,
-                                                                                  setting="heterogeneous")),
-            "T_needed": T_needed, "T_bound": iterations_bound(2 * eta * s, delta0, eps, setting="heterogeneous"),
+            "T_ok": bool(dl[-1] <= eps_T * (1 + 1e-12)), "eps_T": float(eps_T),
+            "T_bound": iterations_bound(min(c, 1.0), delta0, eps_T, setting="heterogeneous"),
             "rate_bound": rate}
 
 
@@ -318,7 +318,8 @@ def _c6(ctx, *, algorithm=rolora):
         # 1e-9 relative: loss is a difference of O(1) inner products (cancellation down to gamma^2).
         "loss_identity": max(o["loss_err"] for o in flat) <= 1e-9,
         "gamma_free": max(o["gamma_effect"] for o in flat) <= 1e-12,
-        # T of Thm A.14 suffices: eps = 1e-6 reached by T_bound (or T_bound beyond the horizon)
+        # T of Thm A.14 suffices: delta_T <= eps_T where T(eps_T) is the horizon (a corollary of the
+        # per-iteration bound, since 1 - x <= exp(-x); judged on its own as the theorem states it)
         "T_bound": all(o["T_ok"] for o in flat),
     }
     fits = {}
@@ -336,8 +337,12 @@ def _c6(ctx, *, algorithm=rolora):
                     summary="; ".join(f"{k}={'ok' if v else 'FAIL'}" for k, v in checks.items()),
                     measured={"checks": checks, "max_recursion_err": max(o["recursion_err"] for o in flat),
                               "rates": fits},
-                    predicted={"rate": "1 - 2 eta (1-delta0^2)||bbar*||^2", "loss": "gamma^2 + s delta_t^2"},
-                    figure=ctx.save_figure(fig))
+                    predicted={"rate": "1 - 2 eta (1-delta0^2)||bbar*||^2", "loss": "gamma^2 + s delta_t^2",
+                               "T_bound": "delta_T <= eps_T, the eps whose Thm A.14 count T(eps) is the horizon"},
+                    figure=ctx.save_figure(fig),
+                    notes="Six judged checks (measured['checks']); the tests break each one with its own variant. "
+                          "The iteration-count check uses eps_T = delta0 exp(-c(1-delta0^2) T) so that it is "
+                          "decided at every scale (with a fixed eps = 1e-6 the theorem's T exceeded every horizon).")
 
 
 # =============================================================================================
@@ -391,20 +396,45 @@ def _c7(ctx, *, algorithm=rolora):
             ok &= all(o["rrr_gap"] <= o["rrr_allowed"] for o in row)
         # theorem is w.h.p.: allow one seed in ten to miss
         ok &= bool(geometric) and frac >= 0.9
+    # notes C7: vary m -- the w.h.p. statement needs m large; failures must sit at small m. Same
+    # setting as the (eta = 1/(2s), reuse) row, at m in {d/4, d/2, d} beside the main m.
+    ms = (max(3, d // 4), d // 2, d)
+    sweep = ctx.map(_task_finite, [{"d": d, "n": n, "m": mm, "delta0": 0.5, "eta_factor": 0.5, "mode": "reuse",
+                                    "rounds": rounds, "algorithm": algorithm} for mm in ms], replicates=reps)
+    main_row = out[[i for i, g in enumerate(grid) if g["eta_factor"] == 0.5 and g["mode"] == "reuse"][0]]
+    m_all = list(ms) + [m]
+    frac_m = [float(np.mean([o["bound_ok"] and o["err_ok"] for o in row])) for row in list(sweep) + [main_row]]
+    # success fraction non-decreasing in m (one seed of slack), and strictly more failures at the
+    # smallest m than at the main m; no failure anywhere leaves nothing to locate (undecided)
+    nondecreasing = all(a <= b + 1.0 / reps for a, b in zip(frac_m, frac_m[1:]))
+    if frac_m[0] == frac_m[-1] == 1.0:
+        concentrated = None
+    else:
+        concentrated = bool(nondecreasing and frac_m[0] < frac_m[-1])
+    measured["m_sweep"] = {"m": m_all, "fraction_bound_and_error_ok": frac_m,
+                           "failures_concentrate_at_small_m": concentrated}
+    ok = bool(ok)
+    passed = False if (not ok or concentrated is False) else (None if concentrated is None else True)
     fig, ax = _fig()
     for g, row in zip(grid, out):
         ax.semilogy(np.maximum(row[0]["delta"], 1e-17), label=f"eta={g['eta_factor']}/s {g['mode']}")
     r0 = out[0][0]["rho"]
     ax.semilogy(0.5 * r0 ** np.arange(rounds + 1), "k--", label="bound (9), eta=1/(2s)")
     ax.set_xlabel("iteration t"), ax.set_ylabel("delta_t"), ax.legend(fontsize=7)
-    return Evidence(verdict=verdict_from(bool(ok)),
+    return Evidence(verdict=verdict_from(passed),
                     summary="; ".join(f"{k}: rate {v['rate_per_iter']:.2g} (bound {v['bound_rate']:.2g}), "
-                                      f"{v['fraction_bound_and_error_ok']:.0%} ok" for k, v in measured.items()),
-                    measured=measured, predicted={"rate": "sqrt(1 - eta (1-delta0^2)||b*||^2)"},
+                                      f"{v['fraction_bound_and_error_ok']:.0%} ok" for k, v in measured.items()
+                                      if k != "m_sweep")
+                            + f"; ok fraction by m {dict(zip(m_all, frac_m))}",
+                    measured=measured, predicted={"rate": "sqrt(1 - eta (1-delta0^2)||b*||^2)",
+                                                  "m_sweep": "ok fraction non-decreasing in m, failures at small m"},
                     figure=ctx.save_figure(fig),
                     notes="Rate fitted on the first 8 iterations (before machine precision); criterion: the "
                           "upper end of the 95% CI of the per-iteration log-rate lies below log of the bound; "
-                          "reuse mode is also compared with the reduced-rank-regression optimum (gap <= (1+eps')delta_T).")
+                          "reuse mode is also compared with the reduced-rank-regression optimum (gap <= (1+eps')delta_T). "
+                          "m sweep (notes C7): m in {d/4, d/2, d} and the main m at eta = 1/(2s), reuse; judged: "
+                          "the fraction of seeds meeting bound and error is non-decreasing in m (one seed of "
+                          "slack) and lower at the smallest m than at the main m.")
 
 
 # =============================================================================================
@@ -435,7 +465,10 @@ def _c8(ctx, *, step_variant="paper"):
     viol_fixed = max(o["pop_violations"] for o in out[1])
     fin_paper = float(np.median([o["fin_final"] for o in out[0]]))
     fin_fixed = float(np.median([o["fin_final"] for o in out[1]]))
-    reproduced = viol_paper > 0 and viol_fixed == 0
+    # notes C8: with samples the paper's step stalls (final delta far from 0) while the corrected
+    # step reaches machine precision; judged beside the population violation count
+    stall = bool(fin_paper > 1e-3 and fin_fixed < 1e-8)
+    reproduced = viol_paper > 0 and viol_fixed == 0 and stall
     fig, ax = _fig()
     ax.semilogy(out[0][0]["pop"], label=f"{step_variant} step, population")
     ax.semilogy(np.maximum(out[0][0]["fin"], 1e-17), label=f"{step_variant} step, m samples")
@@ -447,8 +480,11 @@ def _c8(ctx, *, step_variant="paper"):
                             f"{fin_paper:.2g} with samples); eta=1/(2L^2): {viol_fixed} violations ({fin_fixed:.1g})",
                     measured={"violations_paper_step": viol_paper, "violations_corrected_step": viol_fixed,
                               "final_delta_samples_paper": fin_paper, "final_delta_samples_corrected": fin_fixed,
-                              "final_delta_population_paper": float(np.median([o["pop"][-1] for o in out[0]]))},
-                    predicted={"paper": "delta_t <= delta0 (1-eta(1-delta0^2)||b*||^2)^{t/2} for eta <= 1/L^2"},
+                              "final_delta_population_paper": float(np.median([o["pop"][-1] for o in out[0]])),
+                              "finite_sample_stall": stall},
+                    predicted={"paper": "delta_t <= delta0 (1-eta(1-delta0^2)||b*||^2)^{t/2} for eta <= 1/L^2",
+                               "erratum": "violations at eta = 1/L^2, none at 1/(2L^2); with samples median final "
+                                          "delta > 1e-3 at 1/L^2 and < 1e-8 at 1/(2L^2)"},
                     figure=ctx.save_figure(fig),
                     notes="Proof step (101) bounds |1 - 2 eta ||bbar||^2| using only a lower bound on ||bbar||^2, "
                           "valid only when 2 eta ||bbar||^2 <= 1; at eta = 1/||b*||^2 the factor tends to 1 "
@@ -518,10 +554,13 @@ def _grad_full(prob, a, b, X, Y):
     return grad_a_clients(prob, a, b, X, Y).mean(axis=0)
 
 
-def _task_gradient(seed, *, d, n, m, draws, gradient):
+def _task_gradient(seed, *, d, n, m, draws, gradient, truth_seed):
     rng = np.random.default_rng(seed)
-    prob = rank_one_lora(d, n, b_norm=1.0, seed=np.random.default_rng(12345))   # fixed truth
-    a = init_at_angle(prob.a_star, 0.6, np.random.default_rng(54321))
+    # one truth and one a shared by every grid point and replicate (only the data vary): both drawn
+    # from truth_seed, which the claim takes from ctx.seed (recorded, follows --seed)
+    truth_rng = np.random.default_rng(truth_seed)
+    prob = rank_one_lora(d, n, b_norm=1.0, seed=truth_rng)
+    a = init_at_angle(prob.a_star, 0.6, truth_rng)
     b_bar = prob.b_bar * 0.8 + 0.1                                             # fixed, independent of X
     G = np.empty((draws, d))
     for k in range(draws):
@@ -539,7 +578,9 @@ def _task_gradient(seed, *, d, n, m, draws, gradient):
 def _c10(ctx, *, gradient=_grad_full):
     draws = ctx.pick(300, 1500, 6000)
     ms = [10, 40, 160]
-    grid = [{"d": 6, "n": 4, "m": mm, "draws": draws, "gradient": gradient} for mm in ms]
+    truth_seed = ctx.seed(99, 0)          # beyond the grid: not shared with any task's data seed
+    grid = [{"d": 6, "n": 4, "m": mm, "draws": draws, "gradient": gradient, "truth_seed": truth_seed}
+            for mm in ms]
     out = ctx.map(_task_gradient, grid, replicates=ctx.pick(2, 3, 5))
     zmax = 0.0
     for row in out:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 import platform
-import sys
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted, _jsonable
@@ -55,16 +54,16 @@ def totals(results: Sequence[tuple[Claim, Evidence]]) -> dict:
 
 
 def versions() -> dict:
-    """Versions of the interpreter, the numerical stack and the toolkit, and the platform."""
-    import cvxpy
-    import numpy
-    import scipy
+    """Versions of the interpreter, the numerical stack, the toolkit, and the platform.
 
+    Keys: python, numpy, scipy, cvxpy, clarabel, scs, joblib (those of the cache key,
+    :func:`verify.sweep.dependency_versions`), lowrank_fl, platform.
+    """
     import lowrank_fl
 
-    return {"python": sys.version.split()[0], "numpy": numpy.__version__, "scipy": scipy.__version__,
-            "cvxpy": cvxpy.__version__, "lowrank_fl": lowrank_fl.__version__,
-            "platform": platform.platform()}
+    from ..sweep import dependency_versions
+
+    return {**dependency_versions(), "lowrank_fl": lowrank_fl.__version__, "platform": platform.platform()}
 
 
 def table_columns(rows: Iterable[Mapping]) -> list[str]:

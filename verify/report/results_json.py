@@ -13,7 +13,8 @@ def build_results(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
                   omitted: Sequence[Omitted] = (), meta: Mapping | None = None) -> dict:
     """The JSON document of a report.
 
-    Top level: ``scale``, ``versions`` (python, numpy, scipy, cvxpy, lowrank_fl, platform),
+    Top level: ``scale``, ``versions`` (python, numpy, scipy, cvxpy, clarabel, scs, joblib, lowrank_fl,
+    platform),
     ``totals`` (count per verdict, ``errors``, ``claims``), ``claims`` (one object per claim: id,
     paper, reference, kind, erratum, statement, verdict, error, summary, measured, predicted,
     table, figure, notes, seeds, seconds), ``omitted`` (id, paper, reference, statement, reason),

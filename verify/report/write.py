@@ -17,19 +17,46 @@ from .results_json import build_results
 __all__ = ["write_report"]
 
 
+def _inside(path: Path, root: Path) -> Path | None:
+    """``path`` relative to ``root`` when it lies inside it, else None."""
+    try:
+        return path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return None
+
+
 def _collect_figures(results, out_dir: Path, figure_root: Path) -> list[tuple[Claim, Evidence]]:
-    """Copy figures living elsewhere into ``out_dir/figures`` and point the evidence at them."""
-    fixed = []
-    for c, e in results:
+    """Copy figures living elsewhere into ``out_dir/figures`` and point the evidence at them.
+
+    Figures already inside ``out_dir`` stay where they are. A copied figure keeps its file name
+    unless that name is taken (by a figure in place or by another copied figure with the same
+    name from a different directory); it then gets a ``-2``, ``-3``, ... suffix, so no figure
+    overwrites another. A missing figure is left as is (the HTML says it is not found).
+    """
+    sources = []
+    for _, e in results:
+        src = None
         if e.figure:
             src = Path(e.figure) if Path(e.figure).is_absolute() else figure_root / e.figure
-            rel = Path("figures") / src.name
-            dst = out_dir / rel
-            if src.is_file() and src.resolve() != dst.resolve():
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dst)
-            if src.is_file():
-                e = replace(e, figure=rel.as_posix())
+            src = src.resolve() if src.is_file() else None
+        sources.append(src)
+    # every file that stays in place reserves its name first
+    taken = {rel.as_posix(): src for src in sources if src is not None
+             for rel in [_inside(src, out_dir)] if rel is not None}
+    fixed = []
+    for (c, e), src in zip(results, sources):
+        if src is not None:
+            rel = _inside(src, out_dir)
+            if rel is None:
+                rel, n = Path("figures") / src.name, 1
+                while taken.get(rel.as_posix(), src) != src:
+                    n += 1
+                    rel = Path("figures") / f"{src.stem}-{n}{src.suffix}"
+                if rel.as_posix() not in taken:
+                    taken[rel.as_posix()] = src
+                    (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(src, out_dir / rel)
+            e = replace(e, figure=rel.as_posix())
         fixed.append((c, e))
     return fixed
 
