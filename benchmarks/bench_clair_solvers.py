@@ -2,6 +2,9 @@
 
     python benchmarks/bench_clair_solvers.py [--quick] [--cap SECONDS]
 
+Relative duality gaps are ``gap / F(0, 0)`` (``SolverResult.relative_gap``; the objective at
+``L = S = 0``, so they do not depend on the data's units).
+
 Part 1 (K = 20, q = p = 10, G = 190): time to a relative duality gap of 1e-8 for FISTA and
 Algorithm 1 as printed (proximal gradient, t = 1/(2 max w)), and the exact CVXPY solves: Clarabel
 and SCS with the block-Schur nuclear norm, and ``cp.normNuc`` on the tall matrix (capped: reported

@@ -342,8 +342,9 @@ def kkt_residuals(D, q, L, S, lam_L, lam_S, weights=None, *, rank_tol: float = 1
 # proximal operators on the hot path (no input validation here)
 
 
-def _svt(M, tau, mode):
-    """SVT(M; tau) = U diag((s - tau)_+) V^T. Returns X, the new singular values (p,), Vt (p, p)."""
+def _svt(M, tau, mode, out=None):
+    """SVT(M; tau) = U diag((s - tau)_+) V^T. Returns X, the new singular values (p,), Vt (p, p).
+    ``out``: optional array of M's shape (not M itself) that receives X."""
     if mode != "lapack":
         C = M.T @ M
         if not np.all(np.isfinite(C)):
@@ -355,16 +356,19 @@ def _svt(M, tau, mode):
             keep = s > tau
             snew = np.where(keep, s - tau, 0.0)
             if not np.any(keep):
-                return np.zeros_like(M), snew, V.T
+                if out is None:
+                    return np.zeros_like(M), snew, V.T
+                out.fill(0.0)
+                return out, snew, V.T
             Vk = V[:, keep]
-            X = ((M @ Vk) * (snew[keep] / s[keep])) @ Vk.T
+            X = np.matmul((M @ Vk) * (snew[keep] / s[keep]), np.ascontiguousarray(Vk.T), out=out)
             return X, snew, V.T
     if not np.all(np.isfinite(M)):
         return None, None, None
     U, s, Vt = np.linalg.svd(M, full_matrices=False)
     snew = np.maximum(s - tau, 0.0)
     k = int(np.count_nonzero(snew))
-    X = (U[:, :k] * snew[:k]) @ Vt[:k]
+    X = np.matmul(U[:, :k] * snew[:k], Vt[:k], out=out)
     snew, Vt = _complete_right_basis(snew, Vt)
     return X, snew, Vt
 
@@ -597,30 +601,40 @@ def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, s
 def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale):
     """FISTA on the product space with O'Donoghue–Candès function and gradient restarts.
 
-    Written for memory traffic (the (Gq, p) arrays dominate): in-place updates, and the momentum
+    Written for memory traffic (the (Gq, p) arrays dominate, each step is ~20 passes over them):
+    every (Gq, p) temporary comes from a small pool of recycled buffers (fresh multi-MB
+    allocations page-fault and cost about a third more per pass), and the momentum
     ``m = y - x`` is kept so the gradient-restart test ``<y - x+, x+ - x> = <m, d> - ||d||^2``
-    (``d = x+ - x``) needs no extra array.
+    (``d = x+ - x``) needs no extra array. ``y`` never aliases ``x``: it is overwritten in place.
     """
+    pool = []
+
+    def take():
+        return pool.pop() if pool else np.empty_like(D)
+
     twr = t * np.repeat(w, q)[:, None]
     R = D - L - S
     sv, Vt = _initial_sv(L, svd)
     F = 0.5 * float(w @ _block_sq(R, q)) + lam_L * float(sv.sum()) \
         + lam_S * float(np.sqrt(_block_sq(S, q)).sum())
-    Ly, Sy, Ry = L, S, R
+    Ly, Sy, Ry = L.copy(), S.copy(), R.copy()
     mL = mS = None                       # momentum y - x (None: y == x, a plain prox step)
     theta = 1.0
     objs, gaps, gap_its = [], [], []
     status = "completed" if tol is None else "max_iter"
     it = 0
     for it in range(1, max_iter + 1):
-        G = Ry * twr                                        # t P_w R(y)
-        Ln, sv_n, Vt_n = _svt(Ly + G, t * lam_L, svd)
+        G = take()
+        np.multiply(Ry, twr, out=G)                         # t P_w R(y)
+        np.add(Ly, G, out=Ly)                               # y_L is consumed: Ly holds the SVT input
+        Ln, sv_n, Vt_n = _svt(Ly, t * lam_L, svd, out=take())
         if Ln is None:
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
+        pool.append(Ly)
         G += Sy
-        Sn, sn = _bst(G, q, t * lam_S, inplace=True)
-        del G
-        Rn = D - Ln
+        pool.append(Sy)
+        Sn, sn = _bst(G, q, t * lam_S, inplace=True)        # Sn is G's buffer
+        Rn = np.subtract(D, Ln, out=Ry)                     # y_R is consumed: reuse its buffer
         Rn -= Sn
         Fn = 0.5 * float(w @ _block_sq(Rn, q)) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
         if not np.isfinite(Fn):
@@ -628,26 +642,39 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
         if mL is not None and Fn > F + 1e-15 * abs(F):
             # function restart: drop the step, restart from x without momentum (x unchanged, so
             # the gap check below still applies to it)
-            Ly, Sy, Ry, theta, mL, mS = L, S, R, 1.0, None, None
+            pool.extend((Ln, Sn, Rn, mL, mS))
+            Ly, Sy, Ry = take(), take(), take()
+            np.copyto(Ly, L)
+            np.copyto(Sy, S)
+            np.copyto(Ry, R)
+            theta, mL, mS = 1.0, None, None
         else:
-            dL = Ln - L
-            dS = Sn - S
+            dL = np.subtract(Ln, L, out=L)                  # x is consumed: d takes its buffers
+            dS = np.subtract(Sn, S, out=S)
             # gradient restart: <y - x+, x+ - x> = <m - d, d> > 0 means momentum points uphill
             restart = mL is not None and (
                 _inner(mL, dL) + _inner(mS, dS) - _inner(dL, dL) - _inner(dS, dS)) > 0
+            if mL is not None:
+                pool.extend((mL, mS))
+            pool.append(R)
             theta_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
             beta = (theta - 1.0) / theta_n
+            Ly, Sy, Ry = take(), take(), take()
             if restart or beta <= 0:
                 theta = 1.0 if restart else theta_n
-                Ly, Sy, Ry, mL, mS = Ln, Sn, Rn, None, None
+                np.copyto(Ly, Ln)
+                np.copyto(Sy, Sn)
+                np.copyto(Ry, Rn)
+                pool.extend((dL, dS))
+                mL = mS = None
             else:
                 theta = theta_n
                 dL *= beta
                 dS *= beta
                 mL, mS = dL, dS
-                Ly = Ln + mL
-                Sy = Sn + mS
-                Ry = Rn - mL
+                np.add(Ln, mL, out=Ly)
+                np.add(Sn, mS, out=Sy)
+                np.subtract(Rn, mL, out=Ry)
                 Ry -= mS
             del dL, dS
             L, S, R, sv, Vt, F = Ln, Sn, Rn, sv_n, Vt_n, Fn

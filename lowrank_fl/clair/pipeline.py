@@ -24,8 +24,7 @@ from .._validation import (as_float_array, check_choice, check_in_interval, chec
 from ..linalg import block_norms as _block_norms
 from ..linalg import thin_svd
 from ..results import ConvergenceWarning, SolverError
-from .contrasts import (as_blocks, check_weights, contrasts, incidence, pair_matrix,
-                        pair_values_to_matrix)
+from .contrasts import as_blocks, check_weights, contrasts, incidence, pair_values_to_matrix
 
 __all__ = [
     "ClairFit",
