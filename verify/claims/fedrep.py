@@ -356,7 +356,7 @@ def _task_threshold(seed, d, k, n, m_grid, eps, algorithm=fedrep):
 def _c4(ctx, *, algorithm=fedrep):
     d, k = ctx.pick((30, 2), (60, 2), (120, 2))
     ns = ctx.pick((5, 30), (4, 8, 15, 30, 60), (4, 8, 15, 30, 60, 120))
-    reps = ctx.pick(1, 3, 4)
+    reps = ctx.pick(1, 3, 10)
     m_grid = (3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64)
     grid = [{"d": d, "k": k, "n": n, "m_grid": m_grid, "eps": 1e-6, "algorithm": algorithm} for n in ns]
     out = ctx.map(_task_threshold, grid, replicates=reps)
