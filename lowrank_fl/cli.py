@@ -13,6 +13,7 @@ they are imported lazily here so that ``lowrank_fl`` itself never imports ``veri
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 __all__ = ["main", "build_parser"]
@@ -50,6 +51,11 @@ def main(argv=None) -> int:
             LinAlgError) as exc:
         print(f"lowrank-fl: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # Output piped into a reader that stopped early (``lowrank-fl claims | head``): not an
+        # error. Point stdout at devnull so the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -187,3 +187,13 @@ def test_verify_import_errors_are_not_swallowed(monkeypatch):
     parser = build_parser()
     assert "clair" in parser._subparsers._group_actions[0].choices
     assert "verify" not in parser._subparsers._group_actions[0].choices
+
+
+def test_cli_survives_a_closed_pipe():
+    # ``lowrank-fl claims | head -1`` must not end in a BrokenPipeError traceback.
+    import subprocess
+    import sys
+    proc = subprocess.run(f"{sys.executable} -m lowrank_fl.cli claims | head -1", shell=True,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith("id")
+    assert "BrokenPipeError" not in proc.stderr and "Traceback" not in proc.stderr
