@@ -16,6 +16,7 @@ __all__ = [
     "check_positive",
     "check_in_interval",
     "check_choice",
+    "check_instance",
     "as_generator",
 ]
 
@@ -94,6 +95,15 @@ def check_choice(value, name: str, choices) -> str:
     """Require ``value`` to be one of ``choices``."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {sorted(choices)!r}, got {value!r}")
+    return value
+
+
+def check_instance(value, name: str, cls: type):
+    """Require ``value`` to be a ``cls`` (e.g. the problem type an algorithm runs on); returns it."""
+    if not isinstance(value, cls):
+        article = "an" if cls.__name__[0] in "AEIOU" else "a"
+        raise TypeError(f"{name} must be {article} {cls.__name__} ({cls.__module__}), "
+                        f"got {type(value).__name__}")
     return value
 
 

@@ -49,3 +49,18 @@ def test_complex_input_is_refused():
     with pytest.raises(TypeError, match="x must be a real numeric array"):
         as_float_array([1.0, 2j], "x")
     np.testing.assert_array_equal(as_float_array(np.array([1, 2]), "x"), [1.0, 2.0])
+
+
+def test_algorithms_name_the_problem_type_they_need():
+    from lowrank_fl._validation import check_instance
+    from lowrank_fl.algorithms import fedavg, flute, rolora
+    from lowrank_fl.problems import MultitaskProblem
+    with pytest.raises(TypeError, match=r"problem must be a MultitaskProblem \(lowrank_fl.problems.multitask\), got str"):
+        check_instance("x", "problem", MultitaskProblem)
+    prob = multitask_linear(10, 2, 5, seed=0)
+    with pytest.raises(TypeError, match="problem must be an UnderparameterizedProblem"):
+        flute(prob, 1, 0.1)
+    with pytest.raises(TypeError, match="problem must be a RankOneLoRAProblem"):
+        rolora(prob, 1, 0.1)
+    with pytest.raises(TypeError, match="problem must be a MultitaskProblem"):
+        fedavg("not a problem", 1, 1, 0.1)

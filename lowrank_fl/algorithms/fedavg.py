@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import (as_float_array, as_generator, check_choice, check_int,
+from .._validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
                            check_positive)
 from ..exact.fedavg_ft import head_only_least_squares
 from ..linalg import orth
@@ -195,10 +195,7 @@ def _kernel_round(B, w, tau, alpha, X, y, gram, return_path):
 
 # ----------------------------------------------------------------------------- validation
 def _check_problem(problem) -> MultitaskProblem:
-    if not isinstance(problem, MultitaskProblem):
-        raise TypeError(f"problem must be a MultitaskProblem (lowrank_fl.problems.multitask), "
-                        f"got {type(problem).__name__}")
-    return problem
+    return check_instance(problem, "problem", MultitaskProblem)
 
 
 def _initial(init, problem, alpha, rng):

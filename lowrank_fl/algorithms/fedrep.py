@@ -36,7 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._validation import (as_float_array, as_generator, check_choice, check_in_interval,
-                           check_int, check_positive)
+                           check_instance, check_int, check_positive)
 from ..exact.multitask import (least_squares_heads, method_of_moments, population_moment_matrix,
                                projected_gd_init)
 from ..problems.multitask import MultitaskProblem, haar_orthonormal
@@ -271,8 +271,7 @@ def fedrep(problem: MultitaskProblem, rounds: int, step_size: float, *, particip
         at their new heads, ``init_bytes_up`` (the d × d moment matrices sent at
         initialization), ``participants`` (T, rn).
     """
-    if not isinstance(problem, MultitaskProblem):
-        raise TypeError(f"problem must be a MultitaskProblem, got {type(problem).__name__}")
+    check_instance(problem, "problem", MultitaskProblem)
     rounds = check_int(rounds, "rounds", minimum=0)
     step_size = check_positive(step_size, "step_size")
     participation = check_in_interval(participation, "participation", 0.0, 1.0, closed="right")

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_generator, check_choice, check_in_interval, check_int, check_positive
+from .._validation import (as_generator, check_choice, check_in_interval, check_instance, check_int,
+                           check_positive)
 from ..exact.multitask import fit_heads, local_least_squares
 from ..problems.multitask import MultitaskProblem, haar_orthonormal
 from ..results import Trace
@@ -25,9 +26,8 @@ __all__ = ["local_only", "fedsgd", "FEDSGD_AGGREGATIONS"]
 FEDSGD_AGGREGATIONS = ("mean", "sum")
 
 
-def _check_problem(problem):
-    if not isinstance(problem, MultitaskProblem):
-        raise TypeError(f"problem must be a MultitaskProblem, got {type(problem).__name__}")
+def _check_problem(problem) -> MultitaskProblem:
+    return check_instance(problem, "problem", MultitaskProblem)
 
 
 def local_only(problem: MultitaskProblem, *, ridge: float = 1e-5) -> np.ndarray:

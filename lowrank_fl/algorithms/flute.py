@@ -42,7 +42,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .._validation import (as_float_array, as_generator, check_choice, check_int,
+from .._validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
                            check_positive)
 from ..exact.flute import (AGGREGATIONS, NORMALIZATIONS, _data_gradients, _padded_svd,
                            _regularizer_gradients, data_weight, embed_factors)
@@ -124,8 +124,7 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
         ``extra["W"]`` (k, M), ``extra["data_mode"]``. Bytes per round: each client receives
         ``B, w_i`` and sends ``grad_B L_i, grad_w L_i``: ``M (dk + k)`` entries each way.
     """
-    if not isinstance(problem, UnderparameterizedProblem):
-        raise TypeError(f"problem must be an UnderparameterizedProblem, got {type(problem).__name__}")
+    check_instance(problem, "problem", UnderparameterizedProblem)
     rounds = check_int(rounds, "rounds", minimum=0)
     eta = check_positive(step_size, "step_size")
     eta_r = eta if step_size_reg is None else check_positive(step_size_reg, "step_size_reg")

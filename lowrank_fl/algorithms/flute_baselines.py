@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_generator, check_choice, check_int, check_positive
+from .._validation import as_generator, check_choice, check_instance, check_int, check_positive
 from ..exact.multitask import least_squares_heads, method_of_moments
 from ..problems.underparameterized import UnderparameterizedProblem
 from ._trace import TraceRecorder
@@ -58,8 +58,7 @@ def fedrep_flute_baseline(problem: UnderparameterizedProblem, rounds: int, step_
         returned. Bytes: ``M d k`` entries each way per round (heads stay local), plus
         ``extra["init_bytes_up"]`` for the moment matrices.
     """
-    if not isinstance(problem, UnderparameterizedProblem):
-        raise TypeError(f"problem must be an UnderparameterizedProblem, got {type(problem).__name__}")
+    check_instance(problem, "problem", UnderparameterizedProblem)
     if problem.X is None:
         raise ValueError("problem must carry a dataset (samples_per_client=N): FedRep fits heads "
                          "on samples")

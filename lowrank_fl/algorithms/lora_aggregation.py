@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_float_array, as_generator, check_choice, check_int, check_positive
+from .._validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
+                           check_positive)
 from ..linalg import thin_svd, truncated_svd
 from ..problems.lora import LoRAMatrixProblem
 from ._trace import TraceRecorder
@@ -128,8 +129,7 @@ def federated_lora_matrix(problem: LoRAMatrixProblem, rounds: int, step_size: fl
         ``extra["relative_aggregation_error"]`` divides by ``||mean_i A_i B_i||_F``. On
         divergence (status ``"diverged"``) ``a``, ``b`` are the last finite server factors.
     """
-    if not isinstance(problem, LoRAMatrixProblem):
-        raise TypeError(f"problem must be a LoRAMatrixProblem, got {type(problem).__name__}")
+    check_instance(problem, "problem", LoRAMatrixProblem)
     rounds = check_int(rounds, "rounds", minimum=0)
     eta = check_positive(step_size, "step_size")
     check_choice(method, "method", METHODS)

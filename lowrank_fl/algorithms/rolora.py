@@ -27,7 +27,8 @@ import numbers
 
 import numpy as np
 
-from .._validation import as_float_array, as_generator, check_choice, check_int, check_positive
+from .._validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
+                           check_positive)
 from ..exact.rolora import _local_b, _population_b, step_size_bound
 from ..problems.lora import RankOneLoRAProblem, angle_distance, init_at_angle, random_unit
 from ._trace import TraceRecorder
@@ -42,10 +43,7 @@ MAX_LOCAL_STEPS = 100_000
 # shared pieces
 # --------------------------------------------------------------------------------------------
 def _check_problem(problem) -> RankOneLoRAProblem:
-    if not isinstance(problem, RankOneLoRAProblem):
-        raise TypeError(f"problem must be a RankOneLoRAProblem (lowrank_fl.problems.lora.rank_one_lora), "
-                        f"got {type(problem).__name__}")
-    return problem
+    return check_instance(problem, "problem", RankOneLoRAProblem)
 
 
 def _initial_a(problem, a0, delta0, rng) -> np.ndarray:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import (as_float_array, as_generator, check_in_interval, check_int,
-                           check_positive)
+from .._validation import (as_float_array, as_generator, check_in_interval, check_instance,
+                           check_int, check_positive)
 from ..exact.fedavg_ft import HeadStatistics, head_statistics
 from ..linalg import orth, subspace_distance
 from .multitask import MultitaskProblem, multitask_linear
@@ -133,8 +133,7 @@ def new_client(problem: MultitaskProblem, n: int, *, noise: float = 0.1, head=No
         ``w*_{M+1}``; drawn from ``N(0, I_k)`` by default.
     seed : int or Generator
     """
-    if not isinstance(problem, MultitaskProblem):
-        raise TypeError(f"problem must be a MultitaskProblem, got {type(problem).__name__}")
+    check_instance(problem, "problem", MultitaskProblem)
     n = check_int(n, "n", minimum=1)
     noise = check_positive(noise, "noise", strict=False)
     rng = as_generator(seed)
