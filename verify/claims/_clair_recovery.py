@@ -464,6 +464,8 @@ def _task_two_solvers(seed, K, n_contam, r, q, p, ratio, first, second):
 
 
 def _two_solver_runs(ctx, first, second):
+    """The (24) solves shared by clair.thm1.uniqueness and clair.propS1.solver_dual: run under the
+    uniqueness claim's seeds (so both claims see the same instances), recorded in ``ctx``."""
     sub = ctx.for_claim("clair.thm1.uniqueness")
     cells = ctx.pick(smoke=[(8, 1, 1, 0.7)], quick=[(8, 1, 1, 0.7), (10, 2, 1, 0.8)],
                      full=[(8, 1, 1, 0.7), (10, 2, 1, 0.8), (10, 4, 2, 1.9)])
@@ -493,14 +495,7 @@ def _uniqueness(ctx, *, second=_scs):
        statement="The solver's dual Q of L + S = D0 in (24) is dual feasible (||Q||_op <= lam_L, max_g ||Q_g||_F "
                  "<= lam_S) with zero duality gap.", kind="bound")
 def _solver_dual(ctx, *, first=_clarabel):
-    sub = ctx.for_claim("clair.thm1.uniqueness")
-    cells = ctx.pick(smoke=[(8, 1, 1, 0.7)], quick=[(8, 1, 1, 0.7), (10, 2, 1, 0.8)],
-                     full=[(8, 1, 1, 0.7), (10, 2, 1, 0.8), (10, 4, 2, 1.9)])
-    out = sub.map(_task_two_solvers, [{"K": K, "n_contam": m, "r": r, "q": 3 if r == 1 else 10,
-                                       "p": 4 if r == 1 else 10, "ratio": c, "first": first, "second": None}
-                                      for K, m, r, c in cells], replicates=ctx.pick(1, 2, 3))
-    ctx.seeds_used.extend(sub.seeds_used)
-    runs = [o["first"] for row in out for o in row]
+    runs = [o["first"] for o in _two_solver_runs(ctx, first, None)]
     op, blk, gap = (max(o[k] for o in runs) for k in ("op", "blk", "dual_gap"))
     passed = op <= 1 + 1e-6 and blk <= 1 + 1e-6 and gap <= 1e-6
     return Evidence(verdict=verdict_from(passed),
