@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_float_array, check_int, check_positive
+from .validation import as_float_array, check_int, check_positive
 
 __all__ = [
     "orth",

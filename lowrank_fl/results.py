@@ -16,7 +16,8 @@ Status vocabulary (strings, so results serialize to JSON as they are):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from types import MappingProxyType
 from typing import Any, Mapping
 
 import numpy as np
@@ -24,6 +25,26 @@ import numpy as np
 __all__ = ["SolverError", "ConvergenceWarning", "SolverResult", "Trace", "STATUSES"]
 
 STATUSES = ("optimal", "optimal_inaccurate", "max_iter", "completed", "diverged")
+
+
+def _readonly(value):
+    """A read-only view of an ndarray (mappings of arrays are frozen one level deep)."""
+    if isinstance(value, np.ndarray):
+        view = value.view()
+        view.flags.writeable = False
+        return view
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _readonly(v) for k, v in value.items()})
+    return value
+
+
+def _freeze(result) -> None:
+    """Make every ndarray field (and arrays inside mapping fields) of a frozen dataclass read-only."""
+    for f in fields(result):
+        value = getattr(result, f.name)
+        frozen = _readonly(value)
+        if frozen is not value:
+            object.__setattr__(result, f.name, frozen)
 
 
 class SolverError(RuntimeError):
@@ -67,6 +88,10 @@ class SolverResult:
     gap_scale : float or None
         The data-dependent scale :attr:`relative_gap` divides by (e.g. the objective at the
         zero point). ``None``: ``|objective|``.
+    message : str
+        One human-readable sentence on how the solve ended (why it stopped, what was certified).
+
+    Every array of a result is read-only (a result is a record, not a workspace).
     """
 
     objective: float
@@ -77,6 +102,10 @@ class SolverResult:
     seconds: float = 0.0
     history: Mapping[str, np.ndarray] = field(default_factory=dict)
     gap_scale: float | None = None
+    message: str = ""
+
+    def __post_init__(self):
+        _freeze(self)
 
     @property
     def relative_gap(self) -> float:
@@ -122,6 +151,11 @@ class Trace:
         heads (n, k), LoRA factors ``a``/``b``.
     extra : mapping
         Further per-round arrays or final quantities specific to the method.
+    config : mapping
+        The resolved settings of the run (``data`` regime, ``clients_per_round``, ``local_steps``,
+        ``init`` recipe, ...), so a trace says how it was produced.
+
+    Every array of a trace is read-only (a result is a record, not a workspace).
     """
 
     method: str
@@ -136,6 +170,10 @@ class Trace:
     a: np.ndarray | None = None
     b: np.ndarray | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        _freeze(self)
 
     @property
     def rounds(self) -> int:

@@ -1,3 +1,4 @@
+import dataclasses
 from functools import partial
 from types import SimpleNamespace
 
@@ -141,8 +142,9 @@ def test_inverse_snr_nonfinite_step_counts_as_violation(monkeypatch):
     # a NaN step ratio used to be dropped by nanmax; now it is a violation
     def nan_algorithm(problem, rounds, step_size, **kw):
         tr = flute(problem, rounds, step_size, **kw)
-        tr.extra["sigmak_k"][rounds // 2] = np.nan
-        return tr
+        sigmak = np.array(tr.extra["sigmak_k"])      # results are read-only: corrupt a copy
+        sigmak[rounds // 2] = np.nan
+        return dataclasses.replace(tr, extra={**tr.extra, "sigmak_k": sigmak})
 
     ev = REGISTRY["flute.lemA10.inverse_snr"].run(Context(scale="smoke"), algorithm=nan_algorithm)
     assert ev.verdict == "fails"

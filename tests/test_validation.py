@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from lowrank_fl._validation import (as_float_array, as_generator, check_in_interval, check_int,
+from lowrank_fl.validation import (as_float_array, as_generator, check_in_interval, check_int,
                                     check_positive)
 from lowrank_fl.algorithms import fedrep
 from lowrank_fl.linalg import subspace_distance
@@ -52,7 +52,7 @@ def test_complex_input_is_refused():
 
 
 def test_algorithms_name_the_problem_type_they_need():
-    from lowrank_fl._validation import check_instance
+    from lowrank_fl.validation import check_instance
     from lowrank_fl.algorithms import fedavg, flute, rolora
     from lowrank_fl.problems import MultitaskProblem
     with pytest.raises(TypeError, match=r"problem must be a MultitaskProblem \(lowrank_fl.problems.multitask\), got str"):

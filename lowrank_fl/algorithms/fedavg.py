@@ -29,14 +29,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
+from ..validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
                            check_positive)
 from ..exact.fedavg_ft import head_only_least_squares
 from ..linalg import orth
 from ..problems.fedavg_ft import new_client, paper_init
 from ..problems.multitask import MultitaskProblem
 from ..results import Trace
-from ._trace import TraceRecorder
+from .recorder import TraceRecorder
 
 __all__ = ["fedavg", "dgd", "fedavg_round", "fine_tune", "FineTuneResult", "MAX_LOCAL_STEPS"]
 

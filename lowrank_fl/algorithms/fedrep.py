@@ -35,13 +35,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validation import (as_float_array, as_generator, check_choice, check_in_interval,
+from ..validation import (as_float_array, as_generator, check_choice, check_in_interval,
                            check_instance, check_int, check_positive)
 from ..exact.multitask import (least_squares_heads, method_of_moments, population_moment_matrix,
                                projected_gd_init)
 from ..problems.multitask import MultitaskProblem, haar_orthonormal
 from ..results import Trace
-from ._trace import TraceRecorder
+from .recorder import TraceRecorder
 
 __all__ = ["fedrep", "fedrep_round", "RoundOutput", "head_least_squares", "n_participants",
            "method_heads"]

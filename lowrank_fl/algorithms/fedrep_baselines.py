@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import (as_generator, check_choice, check_in_interval, check_instance, check_int,
+from ..validation import (as_generator, check_choice, check_in_interval, check_instance, check_int,
                            check_positive)
 from ..exact.multitask import fit_heads, local_least_squares
 from ..problems.multitask import MultitaskProblem, haar_orthonormal
 from ..results import Trace
-from ._trace import TraceRecorder
+from .recorder import TraceRecorder
 from .fedrep import _check_bool, n_participants
 
 __all__ = ["local_only", "fedsgd", "FEDSGD_AGGREGATIONS"]

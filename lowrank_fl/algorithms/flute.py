@@ -42,13 +42,13 @@ from typing import Sequence
 
 import numpy as np
 
-from .._validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
+from ..validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
                            check_positive)
 from ..exact.flute import (AGGREGATIONS, NORMALIZATIONS, _data_gradients, _padded_svd,
                            _regularizer_gradients, data_weight, embed_factors)
 from ..linalg import subspace_distance
 from ..problems.underparameterized import UnderparameterizedProblem
-from ._trace import TraceRecorder
+from .recorder import TraceRecorder
 
 __all__ = ["flute", "flute_init"]
 

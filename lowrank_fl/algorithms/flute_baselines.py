@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_generator, check_choice, check_instance, check_int, check_positive
+from ..validation import as_generator, check_choice, check_instance, check_int, check_positive
 from ..exact.multitask import least_squares_heads, method_of_moments
 from ..problems.underparameterized import UnderparameterizedProblem
-from ._trace import TraceRecorder
+from .recorder import TraceRecorder
 from .fedrep import _check_bool, fedrep_round
 
 __all__ = ["fedrep_flute_baseline"]

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
+from ..validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
                            check_positive)
 from ..linalg import thin_svd, truncated_svd
 from ..problems.lora import LoRAMatrixProblem
-from ._trace import TraceRecorder
+from .recorder import TraceRecorder
 from .rolora import MAX_LOCAL_STEPS
 
 __all__ = ["mean_product", "fedavg_factors", "interference", "cross_covariance", "flexlora_aggregate",

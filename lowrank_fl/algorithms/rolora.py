@@ -27,11 +27,11 @@ import numbers
 
 import numpy as np
 
-from .._validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
+from ..validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
                            check_positive)
 from ..exact.rolora import _local_b, _population_b, step_size_bound
 from ..problems.lora import RankOneLoRAProblem, angle_distance, init_at_angle, random_unit
-from ._trace import TraceRecorder
+from .recorder import TraceRecorder
 
 __all__ = ["rolora", "ffa_lora", "fedavg_lora", "grad_a_clients", "grad_b_clients",
            "resolve_step_size", "MAX_LOCAL_STEPS"]

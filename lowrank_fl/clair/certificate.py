@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, check_in_interval, check_int, check_positive
+from ..validation import as_float_array, check_in_interval, check_int, check_positive
 from ..linalg import block_norms
 from .contrasts import check_block_rows
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse
 
-from .._validation import as_float_array, check_int
+from ..validation import as_float_array, check_int
 
 __all__ = [
     "pairs",

@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import scipy.optimize
 
-from .._validation import as_float_array, check_int, check_positive
+from ..validation import as_float_array, check_int, check_positive
 from ..results import ConvergenceWarning
 from .penalized import _op_norm, _svd_parts
 from .programs import OracleResult, _check_benign_in_row_space, _oracle_inputs

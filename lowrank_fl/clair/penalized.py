@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, check_choice, check_int, check_positive
+from ..validation import as_float_array, check_choice, check_int, check_positive
 from ..linalg import block_norms
 from ..results import ConvergenceWarning, SolverResult
 from .contrasts import as_blocks, check_block_rows, check_weights

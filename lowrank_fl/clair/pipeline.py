@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import (as_float_array, check_choice, check_in_interval, check_int,
+from ..validation import (as_float_array, check_choice, check_in_interval, check_int,
                            check_positive)
 from ..linalg import block_norms as _block_norms
 from ..linalg import thin_svd

@@ -24,7 +24,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse
 
-from .._validation import as_float_array, check_choice, check_positive
+from ..validation import as_float_array, check_choice, check_positive
 from ..linalg import orth
 from ..results import ConvergenceWarning, SolverError, SolverResult
 from .contrasts import check_block_rows

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .._validation import (as_float_array, as_generator, check_choice, check_in_interval,
+from ..validation import (as_float_array, as_generator, check_choice, check_in_interval,
                            check_int, check_positive)
 from ..linalg import block_norms, orth, row_projector
 from .contrasts import contaminated_pairs as _contaminated_pairs

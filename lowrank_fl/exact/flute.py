@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, as_generator, check_choice, check_int, check_positive
+from ..validation import as_float_array, as_generator, check_choice, check_int, check_positive
 from ..linalg import thin_svd, truncated_svd
 from ..results import ConvergenceWarning, SolverResult
 from .multitask import gram_heads, local_least_squares, representation_step

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, as_generator, check_int, check_positive
+from ..validation import as_float_array, as_generator, check_int, check_positive
 from ..linalg import orth, truncated_svd
 from ..results import ConvergenceWarning, SolverResult
 

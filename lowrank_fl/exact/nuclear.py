@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, check_choice, check_int, check_positive
+from ..validation import as_float_array, check_choice, check_int, check_positive
 from ..linalg import svt
 from ..results import ConvergenceWarning, SolverError, SolverResult
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_float_array, check_choice, check_in_interval, check_int, check_positive
+from ..validation import as_float_array, check_choice, check_in_interval, check_int, check_positive
 from ..linalg import truncated_svd
 
 __all__ = [

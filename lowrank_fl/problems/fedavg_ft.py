@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import (as_float_array, as_generator, check_in_interval, check_instance,
+from ..validation import (as_float_array, as_generator, check_in_interval, check_instance,
                            check_int, check_positive)
 from ..exact.fedavg_ft import HeadStatistics, head_statistics
 from ..linalg import orth, subspace_distance

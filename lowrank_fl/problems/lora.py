@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .._validation import as_float_array, as_generator, check_int, check_positive, check_in_interval
+from ..validation import as_float_array, as_generator, check_int, check_positive, check_in_interval
 from ..linalg import subspace_distance
 from .multitask import haar_orthonormal
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, as_generator, check_choice, check_int, check_positive
-from ._dataset import ClientDataset, check_orthonormal
+from ..validation import as_float_array, as_generator, check_choice, check_int, check_positive
+from .dataset import ClientDataset, check_orthonormal
 
 __all__ = ["MultitaskProblem", "multitask_linear", "haar_orthonormal", "HEADS"]
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, as_generator, check_int, check_positive
-from ._dataset import ClientDataset, check_orthonormal
+from ..validation import as_float_array, as_generator, check_int, check_positive
+from .dataset import ClientDataset, check_orthonormal
 from .multitask import haar_orthonormal
 
 __all__ = ["UnderparameterizedProblem", "underparameterized", "appendix_c_spectrum"]

@@ -24,7 +24,7 @@ from typing import Mapping
 
 import numpy as np
 
-from lowrank_fl._validation import as_float_array
+from lowrank_fl.validation import as_float_array
 from lowrank_fl.clair.certificate import block_incoherence, theorem1_window, theorem1_x
 from lowrank_fl.linalg import block_norms, row_projector
 

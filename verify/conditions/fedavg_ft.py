@@ -12,7 +12,7 @@ from typing import Mapping
 
 import numpy as np
 
-from lowrank_fl._validation import as_float_array, check_int, check_positive
+from lowrank_fl.validation import as_float_array, check_int, check_positive
 from lowrank_fl.exact.fedavg_ft import dgd_invariant_lower_bound, head_statistics, theorem2_constants
 from lowrank_fl.linalg import subspace_distance
 from lowrank_fl.problems.fedavg_ft import paper_instance

@@ -11,7 +11,7 @@ from typing import Mapping
 
 import numpy as np
 
-from lowrank_fl._validation import as_float_array, as_generator, check_int, check_positive
+from lowrank_fl.validation import as_float_array, as_generator, check_int, check_positive
 from lowrank_fl.algorithms.flute import flute_init
 from lowrank_fl.exact.flute import (data_weight, divergence_boundary, entry_time_bound,
                                     region_quantities, theta_embedding)

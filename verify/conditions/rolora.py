@@ -18,7 +18,7 @@ from typing import Mapping
 
 import numpy as np
 
-from lowrank_fl._validation import as_float_array, as_generator
+from lowrank_fl.validation import as_float_array, as_generator
 from lowrank_fl.exact.rolora import (c_tilde, ffa_expected_loss, ffa_population_loss, iterations_bound,
                                      rate_bound_heterogeneous, rate_bound_homogeneous, step_size_bound)
 from lowrank_fl.problems.lora import angle_distance, init_at_angle, rank_one_lora

@@ -15,10 +15,13 @@ holds that logic once::
 """
 from __future__ import annotations
 
+import warnings
+from typing import Any, Mapping
+
 import numpy as np
 
 from ..linalg import subspace_distance
-from ..results import Trace
+from ..results import ConvergenceWarning, Trace
 
 BYTES_PER_ENTRY = 8  # float64
 
@@ -38,10 +41,18 @@ class TraceRecorder:
         Ground-truth representation; the distance is ``subspace_distance(truth, B)``.
     divergence_threshold : float
         A loss or parameter norm above this counts as divergence (besides NaN/inf).
+    config : mapping, optional
+        The run's resolved settings, stored as ``Trace.config``.
+
+    A run that diverges, or that stops at its round cap short of a requested tolerance
+    (``finish(status="max_iter")``), issues a :class:`~lowrank_fl.results.ConvergenceWarning`
+    here, once for every method: the status alone is too easy to miss.
     """
 
-    def __init__(self, method: str, rounds: int, truth=None, *, divergence_threshold: float = 1e150):
+    def __init__(self, method: str, rounds: int, truth=None, *, divergence_threshold: float = 1e150,
+                 config: Mapping[str, Any] | None = None):
         self.method = method
+        self.config = dict(config or {})
         self.truth = None if truth is None else np.asarray(truth, dtype=np.float64)
         self.distance = np.full(rounds + 1, np.nan)
         self.loss = np.full(rounds + 1, np.nan)
@@ -85,12 +96,25 @@ class TraceRecorder:
             self.extra[name] = np.full(length or len(self.distance), np.nan)
         self.extra[name][t] = value
 
-    def finish(self, **final) -> Trace:
+    def finish(self, *, status: str | None = None, **final) -> Trace:
         """Build the trace; ``final`` holds the final parameters (``B``, ``heads``, ``a``, ``b``)
-        and any other entries for ``Trace.extra``."""
+        and any other entries for ``Trace.extra``.
+
+        ``status`` overrides the default (``"completed"``) for a run that stopped on a tolerance
+        (``"optimal"``) or at its cap short of one (``"max_iter"``, which warns); a divergence
+        always wins and warns.
+        """
         known = {k: final.pop(k) for k in ("B", "heads", "a", "b") if k in final}
         extra = {**self.extra, **final}
+        if self.diverged_at is not None:
+            status = "diverged"
+            warnings.warn(f"{self.method} diverged at round {self.diverged_at} (a non-finite value "
+                          f"or one above {self.threshold:.0e}); the trace stops there",
+                          ConvergenceWarning, stacklevel=3)
+        elif status == "max_iter":
+            warnings.warn(f"{self.method} reached its round cap before its tolerance",
+                          ConvergenceWarning, stacklevel=3)
         return Trace(method=self.method, distance=self.distance, loss=self.loss,
                      bytes_up=self.bytes_up, bytes_down=self.bytes_down,
-                     status="diverged" if self.diverged_at is not None else "completed",
-                     diverged_at=self.diverged_at, extra=extra, **known)
+                     status=status or "completed", diverged_at=self.diverged_at, extra=extra,
+                     config=self.config, **known)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._validation import as_float_array
+from ..validation import as_float_array
 
 __all__ = ["ClientDataset", "check_orthonormal", "ORTHO_TOL"]
 

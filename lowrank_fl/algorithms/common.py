@@ -1,0 +1,77 @@
+"""Settings every federated method shares, resolved and checked in one place.
+
+* ``data``: the data regime, ``"population"`` (exact expected gradients), ``"fixed"`` (the
+  problem's own dataset, reused every round) or ``"fresh"`` (a new batch drawn every round by
+  ``problem.sample``). ``None`` picks ``"fixed"`` when the problem carries a dataset and
+  ``"population"`` when it does not, so a method never silently ignores a user's dataset.
+* ``clients_per_round``: how many clients take part in a round, drawn uniformly *without*
+  replacement; ``None`` means all.
+* ``local_steps``: local iterations per round, at most :data:`MAX_LOCAL_STEPS`.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from ..validation import check_choice, check_int
+
+__all__ = ["DATA_REGIMES", "MAX_LOCAL_STEPS", "resolve_data", "check_local_steps",
+           "check_clients_per_round", "choose_clients"]
+
+DATA_REGIMES = ("population", "fixed", "fresh")
+MAX_LOCAL_STEPS = 100_000  # one cap for every method: beyond it a "round" is a local solve
+
+
+def resolve_data(data, *, has_dataset: bool, can_sample: bool, has_population: bool = True,
+                 batch_size=None, method: str = "this method") -> str:
+    """Resolve the ``data`` argument to one of :data:`DATA_REGIMES` and check it is usable.
+
+    Raises ``ValueError`` naming ``data`` when the regime needs what the problem lacks (a dataset
+    for ``"fixed"``, a sampler for ``"fresh"``, a population for ``"population"``), and naming
+    ``batch_size`` when it is given outside the ``"fresh"`` regime.
+    """
+    if data is None:
+        data = "fixed" if has_dataset else "population"
+    data = check_choice(data, "data", DATA_REGIMES)
+    if data == "fixed" and not has_dataset:
+        raise ValueError(f"data='fixed' needs a problem with a dataset (samples_per_client); "
+                         f"this problem has none: use data='population' or 'fresh'")
+    if data == "fresh" and not can_sample:
+        raise ValueError(f"data='fresh' needs a problem that can draw samples; {method} got one "
+                         f"built from fixed data: use data='fixed'")
+    if data == "population" and not has_population:
+        raise ValueError("data='population' needs a problem with a known population (ground "
+                         "truth); this one was built from data: use data='fixed'")
+    if batch_size is not None:
+        if data != "fresh":
+            raise ValueError(f"batch_size is only used with data='fresh' (got data={data!r})")
+        check_int(batch_size, "batch_size", minimum=1)
+    return data
+
+
+def check_local_steps(local_steps) -> int:
+    """``local_steps`` as an int in [1, MAX_LOCAL_STEPS]."""
+    return check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
+
+
+def check_clients_per_round(clients_per_round, n_clients: int, *, rank: int | None = None) -> int:
+    """``clients_per_round`` as an int in [1, n_clients] (``None``: all clients).
+
+    With ``rank`` given, fewer participants than the rank is allowed but warned about: one round
+    then cannot see the whole representation (FedRep's own Fig. 3 runs one client per round).
+    """
+    if clients_per_round is None:
+        return n_clients
+    m = check_int(clients_per_round, "clients_per_round", minimum=1, maximum=n_clients)
+    if rank is not None and m < rank:
+        warnings.warn(f"clients_per_round={m} is below the rank {rank}: a single round's update "
+                      f"cannot span the representation", UserWarning, stacklevel=3)
+    return m
+
+
+def choose_clients(rng: np.random.Generator, n_clients: int, clients_per_round: int) -> np.ndarray | None:
+    """Indices of this round's participants, sorted, drawn without replacement (``None``: all)."""
+    if clients_per_round >= n_clients:
+        return None
+    return np.sort(rng.choice(n_clients, size=clients_per_round, replace=False))
