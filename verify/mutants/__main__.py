@@ -1,0 +1,75 @@
+"""``python -m verify.mutants --scale smoke|quick --out DIR``: the mutation table.
+
+Runs every mutant of the catalogue (or those named with ``--mutant``) against the claims of the
+papers whose code it breaks, prints which claims caught it, and writes ``DIR/mutants.json``: a
+list of objects with ``mutant``, ``target``, ``description``, ``papers``, ``caught_by`` (claim ids
+whose verdict changed), ``errored_in`` (the subset whose experiment raised), ``claims_run``,
+``escaped`` and ``seconds``. Exit status 0; 1 with ``--strict`` when a mutant escapes every
+claim; 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ..claim import SCALES
+
+
+def _run_one(mutant_id: str, baseline: dict, scale: str, seed: int) -> dict:
+    from .catalogue import CATALOGUE
+    from .harness import run_mutant
+
+    return run_mutant(CATALOGUE[mutant_id], baseline, scale, seed).to_dict()
+
+
+def main(argv=None) -> int:
+    from joblib import Parallel, delayed
+
+    from .catalogue import CATALOGUE
+    from .harness import baseline_verdicts
+
+    parser = argparse.ArgumentParser(prog="python -m verify.mutants", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", choices=SCALES[:2], default="smoke")
+    parser.add_argument("--out", required=True, help="output directory (refused if not empty)")
+    parser.add_argument("--mutant", action="append", default=[], metavar="ID",
+                        help=f"run only these (repeatable); known: {', '.join(CATALOGUE)}")
+    parser.add_argument("--jobs", type=int, default=1, help="mutants run in parallel processes")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--overwrite", action="store_true")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a mutant escapes")
+    args = parser.parse_args(argv)
+
+    unknown = [m for m in args.mutant if m not in CATALOGUE]
+    if unknown:
+        print(f"verify.mutants: error: unknown --mutant {unknown[0]!r}", file=sys.stderr)
+        return 2
+    if args.jobs < 1:
+        print("verify.mutants: error: --jobs must be >= 1", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if not args.out or (out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite):
+        print(f"verify.mutants: error: --out {args.out!r} is not an empty directory "
+              f"(use --overwrite)", file=sys.stderr)
+        return 2
+    chosen = [CATALOGUE[m] for m in (args.mutant or CATALOGUE)]
+    papers = sorted({p for m in chosen for p in m.papers})
+    print(f"baseline: claims of {', '.join(papers)} at {args.scale} scale ...", flush=True)
+    baseline = baseline_verdicts(papers, args.scale, args.seed)
+    rows = Parallel(n_jobs=args.jobs, backend="loky" if args.jobs > 1 else "sequential")(
+        delayed(_run_one)(m.id, baseline, args.scale, args.seed) for m in chosen)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "mutants.json").write_text(json.dumps(rows, indent=2) + "\n")
+    width = max(len(r["mutant"]) for r in rows)
+    for r in rows:
+        caught = ", ".join(r["caught_by"]) if r["caught_by"] else "ESCAPED"
+        print(f"{r['mutant']:<{width}}  {len(r['caught_by']):>3}/{r['claims_run']:<3}  {caught}")
+    escaped = [r["mutant"] for r in rows if r["escaped"]]
+    print(f"{len(rows) - len(escaped)}/{len(rows)} mutants caught"
+          + (f"; escaped: {', '.join(escaped)}" if escaped else ""))
+    return 1 if (args.strict and escaped) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
