@@ -25,7 +25,7 @@ and take optional client ``weights`` (e.g. sample counts), normalised to sum to 
 """
 from __future__ import annotations
 
-import numbers
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -179,7 +179,6 @@ def _initial_factors(method, problem, init, old, rng):
             raise ValueError("init (A0) is zero with method='ffa': A stays frozen at 0, so the "
                              "gradient in B vanishes and B never moves")
         if np.linalg.matrix_rank(A) < r:
-            import warnings
             warnings.warn(f"init (A0) has rank {np.linalg.matrix_rank(A)} < {r} with method='ffa': "
                           f"A stays frozen, so the model never reaches rank {r}", UserWarning,
                           stacklevel=3)
@@ -263,7 +262,6 @@ def _run_matrix(problem, rounds, eta, method, local_steps, per_round, A, B, rng,
         return rec.finish(a=A, b=B)
     rec.record_extra("aggregation_error", 0, 0.0)
     rec.record_extra("relative_aggregation_error", 0, 0.0)
-    uniform = None
     for t in range(1, rounds + 1):
         last = (A, B)
         train_B = method != "rolora" or t % 2 == 1
@@ -280,9 +278,7 @@ def _run_matrix(problem, rounds, eta, method, local_steps, per_round, A, B, rng,
             A_c = A_c - eta * gA
             B_c = B_c - eta * gB
         finite = np.all(np.isfinite(A_c)) and np.all(np.isfinite(B_c))
-        if uniform is None or len(uniform) != k:
-            uniform = np.full(k, 1.0 / k)
-        exact = _weighted_product(A_c, B_c, uniform) if finite else None
+        exact = _weighted_product(A_c, B_c, np.full(k, 1.0 / k)) if finite else None
         if method == "flexlora" and finite:
             A, B = flexlora_aggregate(A_c, B_c, rank=r)
         else:

@@ -218,8 +218,7 @@ class _Round:
             if self.batch is None:
                 raise ValueError(f"data='fresh' on a problem without samples needs batch_size (the "
                                  f"samples per client drawn for every step); {method} got neither")
-        n = problem.n_clients
-        self.per_round = check_clients_per_round(clients_per_round, n)
+        self.per_round = check_clients_per_round(clients_per_round, problem.n_clients)
         self.clients = None
 
     def choose(self):
