@@ -15,7 +15,7 @@ import numpy as np
 
 from ..results import ConvergenceWarning
 
-__all__ = ["RUNNERS", "run_clair", "run_nuclear", "run_noiseless"]
+__all__ = ["RUNNERS", "run_clair", "run_nuclear", "run_noiseless", "clair_point"]
 
 
 def _outcome(result, point: dict, caught) -> dict:
@@ -85,3 +85,25 @@ def run_noiseless(data: dict, kind: str, solver, nuclear, options: dict) -> dict
 
 
 RUNNERS = {"clair": run_clair, "nuclear": run_nuclear, "noiseless": run_noiseless}
+
+
+def clair_point(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
+                n_iter: int | None = None, solver: str | None = None):
+    """``(L, S)`` (G*q, p) of program (7) for the benchopt solvers: an iterative ``method``
+    run for exactly ``n_iter`` iterations (``n_iter = 0``: the start ``L = S = 0``), or
+    ``method="cvxpy"`` with ``solver`` (``optimal_inaccurate`` accepted; the benchmark's
+    objective certifies the point itself)."""
+    from ..clair import solve_penalized
+
+    if method != "cvxpy" and not n_iter:
+        Z = np.zeros_like(np.asarray(D, dtype=float))
+        return Z, Z.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)   # a fixed budget is not an error
+        if method == "cvxpy":
+            res = solve_penalized(D, q, lam_L, lam_S, weights=weights, method="cvxpy",
+                                  solver=solver, accept_inaccurate=True)
+        else:
+            res = solve_penalized(D, q, lam_L, lam_S, weights=weights, method=method, tol=None,
+                                  max_iter=int(n_iter))
+    return np.array(res.L), np.array(res.S)
