@@ -109,6 +109,8 @@ def _assemble(problem, instance, settings, certifier, rows, points, rank):
         settings["rank_rule"] = f"numerical rank of {best['name']}'s solution (1e-6 x data norm)"
     elif rank is not None:
         settings["rank_rule"] = "given"
+    else:
+        settings["rank_rule"] = "none: no method returned a point"
     settings["rank"] = rank
     projectors, sets = {}, {}
     for r in done:
