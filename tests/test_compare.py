@@ -74,6 +74,8 @@ def test_to_dict_is_json_and_matches_schema(comparison):
     assert back == d
     assert [m["name"] for m in d["methods"]] == [r.name for r in comparison.methods]
     assert comparison.to_dict(history=False)["methods"][0]["history"] is None
+    assert Comparison.from_dict(back).to_dict() == d
+    assert Comparison.from_dict(back).table() == comparison.table()
     table = comparison.table()
     for r in comparison.methods:
         assert f"| {r.name} |" in table

@@ -134,25 +134,43 @@ class Comparison:
                        "lower_bound_method": self.lower_bound_method, "methods": methods,
                        "pairs": [asdict(p) for p in self.pairs]})
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Comparison":
+        """Inverse of :meth:`to_dict` (e.g. on a loaded ``compare.json``)."""
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"compare.json schema_version must be {SCHEMA_VERSION}, got "
+                             f"{d.get('schema_version')!r}")
+        return cls(problem=d["problem"], instance=dict(d["instance"]),
+                   settings=dict(d["settings"]), scale=d["scale"], lower_bound=d["lower_bound"],
+                   lower_bound_method=d["lower_bound_method"],
+                   methods=[MethodRow(**m) for m in d["methods"]],
+                   pairs=[PairRow(**p) for p in d["pairs"]])
+
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1) + "\n"
 
     def table(self) -> str:
         """Markdown: one row per method, then the pairwise agreement."""
-        lines = ["| method | outcome | status | objective | rel. gap | subopt. | iters | "
-                 "seconds | peak memory | note |", "|" + "---|" * 10]
+        clair = self.problem != "nuclear"
+        K = self.instance.get("K")
+        cols = ["method", "outcome", "status", "objective", "rel. gap", "subopt.", "iters",
+                "seconds", "peak memory"] + (["set (8)"] if clair else []) + ["note"]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for r in self.methods:
             subopt = None
             if r.objective is not None and self.lower_bound is not None:
                 subopt = (r.objective - self.lower_bound) / self.scale
             mem = None if r.peak_memory_bytes is None else \
                 f"{_mb(r.peak_memory_bytes)} ({'tm' if r.memory_measure == 'tracemalloc' else 'rss'})"
-            note = r.reason or ""
-            lines.append(f"| {r.name} | {r.outcome} | {r.status or '-'} | {_g(r.objective, 10)} | "
-                         f"{_g(r.relative_gap)} | {_g(subopt)} | {_g(r.iterations)} | "
-                         f"{_g(r.seconds)} | {mem or '-'} | {note} |")
+            note = r.reason or ("" if r.status in ("optimal", "completed", None) else r.message)
+            cells = [r.name, r.outcome, r.status or "-", _g(r.objective, 10), _g(r.relative_gap),
+                     _g(subopt), _g(r.iterations), _g(r.seconds), mem or "-"]
+            if clair:
+                cells.append("-" if r.collaborative_set is None
+                             else f"{len(r.collaborative_set)}/{K}")
+            cells.append(note.replace("|", "/"))
+            lines.append("| " + " | ".join(cells) + " |")
         if self.pairs:
-            clair = self.problem != "nuclear"
             head = "| a | b | rel. obj. diff | projector dist. |"
             head += " same set (8) |" if clair else ""
             lines += ["", head, "|" + "---|" * (5 if clair else 4)]
