@@ -167,7 +167,8 @@ def test_unknown_method_is_named(instance, lams, bad):
 
 @pytest.mark.parametrize("kw, name", [({"lam_L": 0.0}, "lam_L"), ({"lam_S": -1.0}, "lam_S"),
                                       ({"tol": 0.0}, "tol"), ({"time_limit": -1}, "time_limit"),
-                                      ({"tau": "median"}, "tau"), ({"alpha": 1.0}, "alpha")])
+                                      ({"tau": "median"}, "tau"), ({"alpha": 1.0}, "alpha"),
+                                      ({"rank": 5}, "rank")])
 def test_bad_arguments_are_named(instance, lams, kw, name):
     args = {"lam_L": lams[0], "lam_S": lams[1], **kw}
     lam_L, lam_S = args.pop("lam_L"), args.pop("lam_S")
@@ -200,3 +201,15 @@ def test_compare_noiseless():
     assert c.pairs[0].collaborative_sets_agree
     _validate(c.to_dict())
     assert isinstance(c, Comparison) and c.problem == "noiseless"
+
+
+def test_tracemalloc_measure_for_iterative_methods(instance, lams):
+    c = compare_clair(instance.W_hat, *lams, methods=["fista", "cvxpy:CLARABEL"], tol=1e-6,
+                      memory_measure="tracemalloc")
+    fista, cvx = c.methods
+    assert fista.memory_measure == "tracemalloc" and cvx.memory_measure == "rss_growth"
+    D_bytes = contrasts(instance.W_hat).nbytes
+    assert fista.peak_memory_bytes >= 3 * D_bytes        # at least L, S and a residual
+    assert c.settings["memory_measure"] == "tracemalloc"
+    with pytest.raises(ValueError, match="memory_measure"):
+        compare_clair(instance.W_hat, *lams, methods=["fista"], memory_measure="rss")

@@ -67,6 +67,11 @@ def _thin_history(objs, seconds, iterations):
             "objective": [float(objs[i]) for i in idx]}
 
 
+def _check_rank_fits(rank, sizes):
+    if rank is not None:
+        check_int(rank, "rank", minimum=1, maximum=min(sizes["rows"], sizes["cols"]))
+
+
 def _run_all(problem, data, certifier, plans, options, time_limit, memory_measure):
     """Run every plan; returns (rows as dicts, points by name)."""
     rows, points = [], {}
@@ -197,6 +202,7 @@ def compare_clair(W_hat, lam_L: float, lam_S: float, *, weights=None, methods=No
     w = None if weights is None else check_weights(weights, G)
     D = contrasts(W)
     sizes = {"rows": G * q, "cols": p, "blocks": G, "block_rows": q}
+    _check_rank_fits(rank, sizes)
     plans = plan_methods("clair", methods, sizes, memory_limit=memory_limit)
     certifier = ClairCertifier(D, q, K, lam_L, lam_S, w, tau=tau, alpha=alpha)
     data = {"D": D, "q": q, "lam_L": lam_L, "lam_S": lam_S, "weights": w}
@@ -226,6 +232,7 @@ def compare_noiseless(W, lam_L: float, lam_S: float, *, methods=None,
     G = K * (K - 1) // 2
     D = contrasts(W)
     sizes = {"rows": G * q, "cols": p, "blocks": G, "block_rows": q}
+    _check_rank_fits(rank, sizes)
     plans = plan_methods("noiseless", methods, sizes, memory_limit=memory_limit)
     certifier = NoiselessCertifier(D, q, K, lam_L, lam_S, tau=tau, alpha=alpha)
     data = {"D": D, "q": q, "lam_L": lam_L, "lam_S": lam_S}
@@ -251,6 +258,7 @@ def compare_nuclear(X, y, mu: float, *, methods=None, tol: float = 1e-8,
         tol, max_iter, time_limit, memory_limit, rank, "largest-gap", 0.5, memory_measure)
     n, m, d = X.shape
     sizes = {"rows": n, "cols": d}
+    _check_rank_fits(rank, sizes)
     plans = plan_methods("nuclear", methods, sizes, memory_limit=memory_limit)
     certifier = NuclearCertifier(X, y, mu)
     data = {"X": X, "y": y, "mu": mu}
