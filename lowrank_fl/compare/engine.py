@@ -257,7 +257,7 @@ def compare_nuclear(X, y, mu: float, *, methods=None, tol: float = 1e-8,
     tol, max_iter, time_limit, memory_limit, rank, _, _ = _check_common(
         tol, max_iter, time_limit, memory_limit, rank, "largest-gap", 0.5, memory_measure)
     n, m, d = X.shape
-    sizes = {"rows": n, "cols": d}
+    sizes = {"rows": n, "cols": d, "data_bytes": 8.0 * n * d * (m + d)}   # X and the Grams
     _check_rank_fits(rank, sizes)
     plans = plan_methods("nuclear", methods, sizes, memory_limit=memory_limit)
     certifier = NuclearCertifier(X, y, mu)

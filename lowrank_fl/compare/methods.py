@@ -126,7 +126,9 @@ def estimate_memory(problem: str, kind: str, solver: str | None, nuclear: str | 
     """Dominant-term memory estimate (bytes) of one method.
 
     ``sizes``: ``rows`` and ``cols`` of the matrix variable (``Gq`` and ``p`` for (7)/(24),
-    ``n`` and ``d`` for the nuclear problem), ``blocks`` (``G``) and ``block_rows`` (``q``).
+    ``n`` and ``d`` for the nuclear problem), ``blocks`` (``G``) and ``block_rows`` (``q``);
+    optional ``data_bytes``, added to every method (e.g. the nuclear problem's samples and
+    per-client Gram matrices).
 
     * iterative: 16 arrays of the variable's size (FISTA's buffer pool, D, L, S and temporaries);
     * conic, interior point: ``8 m^2`` per semidefinite cone (the dense scaling block Clarabel
@@ -139,8 +141,9 @@ def estimate_memory(problem: str, kind: str, solver: str | None, nuclear: str | 
     """
     rows, cols = int(sizes["rows"]), int(sizes["cols"])
     var = 8.0 * rows * cols
+    data = float(sizes.get("data_bytes", 0.0))
     if kind == "iterative":
-        return 16 * var
+        return 16 * var + data
     if problem == "nuclear" or nuclear == "normNuc":
         cones = [(rows + cols, 1)]
     else:
@@ -150,7 +153,7 @@ def estimate_memory(problem: str, kind: str, solver: str | None, nuclear: str | 
     else:
         cone_bytes = sum(8.0 * _svec(n) ** 2 * count for n, count in cones)
     scalars = 2 * rows * cols + sum(_svec(n) * count for n, count in cones)
-    return cone_bytes + 4096.0 * scalars
+    return cone_bytes + 4096.0 * scalars + data
 
 
 def _gb(x: float) -> str:
