@@ -3,6 +3,7 @@
 Sub-commands::
 
     lowrank-fl clair fit W_hat.npz --rank R --lam-L X --lam-S Y --out DIR     (lowrank_fl.clair.cli)
+    lowrank-fl compare {clair,nuclear,noiseless} FILE.npz ... --out DIR        (lowrank_fl.compare.cli)
     lowrank-fl verify [--paper P] [--claim ID ...] [--scale S] --out DIR       (verify.cli)
     lowrank-fl claims                                                          (verify.cli)
     lowrank-fl conditions <paper> [--instance FILE.npz | --param k=v ...]     (verify.cli)
@@ -25,6 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .clair import cli as clair_cli
 
     clair_cli.add_parser(sub)
+    from .compare import cli as compare_cli
+
+    compare_cli.add_parser(sub)
     try:
         from verify import cli as verify_cli
     except ModuleNotFoundError as exc:  # the library installed without the verifier package

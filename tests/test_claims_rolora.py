@@ -36,11 +36,11 @@ def test_claim_smoke(cid):
 # ------------------------------------------------------------------------------ broken variants
 def _biased_cross_cov(A, B):
     n = A.shape[0]
-    return np.einsum("ndr,nrq->dq", A - A.mean(0), B - B.mean(0)) / (n - 1)
+    return np.einsum("kor,kri->oi", B - B.mean(0), A - A.mean(0)) / (n - 1)
 
 
-def _ffa_that_moves_a(prob, rounds, *, a0, seed=None, local="argmin", local_steps=1, step_size=None):
-    return rolora(prob, rounds, "corrected", a0=a0, seed=seed)
+def _ffa_that_moves_a(prob, rounds, step_size=None, *, init, seed=None, local="argmin", local_steps=1):
+    return rolora(prob, rounds, "corrected", init=init, seed=seed)
 
 
 def _one_client_estimator(X, Y, a0):
@@ -64,18 +64,18 @@ def _half_gradient(prob, a, b, X, Y):
     return 0.5 * C._grad_full(prob, a, b, X, Y)
 
 
-def _frozen(prob, rounds, step, *, a0, seed=None):
-    return ffa_lora(prob, rounds, a0=a0, seed=seed)
+def _frozen(prob, rounds, step, *, init, seed=None):
+    return ffa_lora(prob, rounds, init=init, seed=seed)
 
 
 def _normalized_fedavg(prob, rounds, eta, **kw):
     return fedavg_lora(prob, rounds, eta, normalize=True, **kw)
 
 
-def _not_equivariant(prob, rounds, eta, *, a0, **kw):
+def _not_equivariant(prob, rounds, eta, *, init, **kw):
     e1 = np.zeros(prob.d)
     e1[0] = 0.3
-    return rolora(prob, rounds, eta, a0=a0 + e1, **kw)
+    return rolora(prob, rounds, eta, init=init + e1, **kw)
 
 
 def _biased_init(prob, rng):
@@ -111,14 +111,14 @@ def test_broken_variant_fails(cid, opts):
 
 
 # ---------------------------------------------- Theorem A.14: one broken variant per sub-criterion
-def _manual_rolora(prob, rounds, eta, *, a0, seed=None, sign=1.0, per_client_b=False):
+def _manual_rolora(prob, rounds, eta, *, init, seed=None, sign=1.0, per_client_b=False):
     """Population Algorithm 2 written out (a reference for the variants below): b-step (249), a-step
     on the averaged b (251), normalisation. ``sign=-1`` ascends; ``per_client_b`` evaluates each
     client's gradient at its own b~_i instead of bbar (heterogeneity leaks into the a-step)."""
     from types import SimpleNamespace
 
     from lowrank_fl.problems.lora import angle_distance
-    a = a0 / np.linalg.norm(a0)
+    a = init / np.linalg.norm(init)
     dist, loss = [], []
     for t in range(rounds + 1):
         b_cl = prob.b_star * (prob.a_star @ a)                    # (N, d), ||a|| = 1
@@ -158,9 +158,9 @@ def _per_client_b(prob, rounds, eta, **kw):
 
 def test_manual_reference_is_rolora():
     from lowrank_fl.problems.lora import init_at_angle, rank_one_lora
-    prob = rank_one_lora(8, 4, gamma=0.6, seed=0)
+    prob = rank_one_lora(d=8, n_clients=4, gamma=0.6, seed=0)
     a0 = init_at_angle(prob.a_star, 0.8, seed=1)
-    ref, man = rolora(prob, 10, 0.3 / prob.L_max ** 2, a0=a0), _manual_rolora(prob, 10, 0.3 / prob.L_max ** 2, a0=a0)
+    ref, man = rolora(prob, 10, 0.3 / prob.L_max ** 2, init=a0), _manual_rolora(prob, 10, 0.3 / prob.L_max ** 2, init=a0)
     # same arithmetic up to the order of a few O(1) sums
     np.testing.assert_allclose(man.distance, ref.distance, atol=1e-13)
     np.testing.assert_allclose(man.loss, ref.loss, rtol=1e-12)
@@ -234,3 +234,20 @@ def test_step_size_erratum_judges_the_finite_sample_stall():
     assert ev.measured["finite_sample_stall"] is True
     bad = run("rolora.lemma5_3.step_size_bound", step_variant="corrected")
     assert bad.verdict == "fails" and bad.measured["finite_sample_stall"] is False
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(step_size=-0.1), "step_size must be finite and > 0"),
+    (dict(step_size=float("nan")), "step_size must be finite and > 0"),
+    (dict(eps=0.0), "eps must be finite and > 0"),
+])
+def test_conditions_validate_scalars(kw, match):
+    with pytest.raises(ValueError, match=match):
+        generate(seed=0, d=5, n_clients=2, **kw)
+    inst = generate(seed=0, d=5, n_clients=2)
+    if "step_size" in kw and not np.isnan(kw["step_size"]):
+        with pytest.raises(ValueError, match=match):
+            evaluate({**inst, **kw})
+    if "eps" in kw:
+        with pytest.raises(ValueError, match=match):
+            evaluate({**inst, **kw})

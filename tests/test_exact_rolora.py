@@ -11,7 +11,7 @@ from lowrank_fl.problems.lora import init_at_angle, lora_matrix_problem, rank_on
 
 
 def test_local_and_global_b_match_numpy_lstsq():
-    p = rank_one_lora(5, 3, gamma=0.4, samples_per_client=9, noise=0.2, seed=0)
+    p = rank_one_lora(d=5, n_clients=3, gamma=0.4, samples_per_client=9, noise=0.2, seed=0)
     a = np.random.default_rng(1).standard_normal(5)
     B = local_b_solve(p.X, p.Y, a)
     for i in range(3):  # reference: lstsq of vec(Y_i) on the design kron(X_i a, I)
@@ -24,7 +24,7 @@ def test_local_and_global_b_match_numpy_lstsq():
 
 
 def test_population_b_and_ffa_floor_match_lstsq_and_cvxpy():
-    p = rank_one_lora(4, 5, gamma=0.6, seed=2)
+    p = rank_one_lora(d=4, n_clients=5, gamma=0.6, seed=2)
     a0 = init_at_angle(p.a_star, 0.7, seed=3)
     b_ls, loss_ls = ffa_lstsq_loss(p.a_star, p.b_star, a0)
     # FFA's b (average of local population argmins) is the global LS solution (eq. (276))
@@ -43,7 +43,7 @@ def test_population_b_and_ffa_floor_match_lstsq_and_cvxpy():
 
 
 def test_loss_expressions():
-    p = rank_one_lora(6, 4, gamma=0.5, seed=4)
+    p = rank_one_lora(d=6, n_clients=4, gamma=0.5, seed=4)
     a = init_at_angle(p.a_star, 0.4, seed=5)
     b = p.b_bar * (p.a_star @ a)
     assert p.population_loss(a, b) == pytest.approx(angle_loss(0.5, p.L_max, 0.4), rel=1e-12)
@@ -68,7 +68,7 @@ def test_expected_gradient_formula_at_truth_is_zero():
 def test_recursion_one_step_recovery_and_limits():
     s, d0 = 2.0, 0.6
     c2 = 1 - d0 ** 2
-    # eta = 1/(2 c0^2 s) kills P a^+ (notes §6.8)
+    # eta = 1/(2 c0^2 s) kills the component of a^+ orthogonal to a* (one-step population recovery)
     assert rolora_population_recursion(d0, s, 1 / (2 * c2 * s), 1)[1] == pytest.approx(0.0, abs=1e-15)
     traj = rolora_population_recursion(d0, s, 1 / (4 * s), 60)
     ratio = traj[-1] / traj[-2]
@@ -109,6 +109,21 @@ def test_step_bounds_rates_and_iteration_counts():
     (lambda: rate_bound_homogeneous(-0.1, 0.5, 1.0), "step_size must be finite and > 0"),
     (lambda: rate_bound_homogeneous(0.1, 1.5, 1.0), "delta0 must lie in"),
     (lambda: rate_bound_heterogeneous(0.1, 0.5, -1.0), "b_bar_norm must be finite and >= 0"),
+    # unvalidated scalars used to pass NaN through or accept negative constants
+    (lambda: angle_loss(float("nan"), 1.0, 0.5), "gamma must be finite and >= 0"),
+    (lambda: angle_loss(0.5, -1.0, 0.5), "b_bar_norm must be finite and >= 0"),
+    (lambda: angle_loss(0.5, 1.0, 1.5), "delta must lie in"),
+    (lambda: angle_loss(0.5, 1.0, float("nan")), "delta must lie in"),
+    (lambda: zero_model_loss(-0.5, 1.0), "gamma must be finite and >= 0"),
+    (lambda: zero_model_loss(0.5, float("inf")), "b_bar_norm must be finite and >= 0"),
+    (lambda: ffa_population_loss(0.5, -2.0, 0.3), "b_bar_norm must be finite and >= 0"),
+    (lambda: ffa_population_loss(0.5, 2.0, float("nan")), "delta0 must lie in"),
+    (lambda: rolora_population_recursion(float("nan"), 1.0, 0.1, 3), "delta0 must lie in"),
+    (lambda: rolora_population_recursion(0.5, -1.0, 0.1, 3), "s must be finite and > 0"),
+    (lambda: step_size_bound(float("nan")), "L_max must be finite and > 0"),
+    (lambda: iterations_bound(0.5, 0.5, -1e-3), "eps must be finite and > 0"),
+    (lambda: ffa_expected_loss(0.5, -1.0, 3, 6), "b_norm must be finite and >= 0"),
+    (lambda: ffa_lstsq_loss(np.ones(3), np.full((2, 3), np.nan), np.ones(3)), "b_star must be finite"),
 ])
 def test_reference_input_errors(call, match):
     with pytest.raises(ValueError, match=match):
@@ -117,7 +132,7 @@ def test_reference_input_errors(call, match):
 
 def test_reduced_rank_regression():
     rng = np.random.default_rng(7)
-    p = rank_one_lora(5, 3, samples_per_client=20, seed=8)
+    p = rank_one_lora(d=5, n_clients=3, samples_per_client=20, seed=8)
     # noiseless rank-one data: the rank-1 optimum is the truth
     W = reduced_rank_regression(p.X, p.Y, 1)
     np.testing.assert_allclose(W, np.outer(p.a_star, p.b_bar), atol=1e-10)
@@ -135,14 +150,16 @@ def test_reduced_rank_regression():
 
 
 def test_ffa_matrix_optimum_closed_form_loss():
-    p = lora_matrix_problem(6, 4, 2, gamma=0.5, seed=9)
-    A0 = np.random.default_rng(10).standard_normal((6, 2))
-    B, loss = ffa_matrix_optimum(p.targets, A0)
+    p = lora_matrix_problem(d=6, n_clients=4, rank=2, d_out=5, gamma=0.5, seed=9)
+    A0 = np.random.default_rng(10).standard_normal((2, 6))          # PEFT: A (r, in)
+    res = ffa_matrix_optimum(p.targets, A0)
+    B, loss = res
+    assert res.B.shape == (5, 2) and res.loss == loss
     M = p.targets
     Mbar = M.mean(0)
-    P = A0 @ np.linalg.solve(A0.T @ A0, A0.T)
-    expected = np.mean(np.sum((M - Mbar) ** 2, axis=(1, 2))) + np.sum(((np.eye(6) - P) @ Mbar) ** 2)
+    P = A0.T @ np.linalg.solve(A0 @ A0.T, A0)                       # projector onto the row space of A
+    expected = np.mean(np.sum((M - Mbar) ** 2, axis=(1, 2))) + np.sum((Mbar @ (np.eye(6) - P)) ** 2)
     assert loss == pytest.approx(expected, rel=1e-12)
     assert p.loss(A0, B) == pytest.approx(loss, rel=1e-12)
-    with pytest.raises(ValueError, match="A0 must have 6 rows"):
-        ffa_matrix_optimum(p.targets, A0[:3])
+    with pytest.raises(ValueError, match="A must have 6 columns"):
+        ffa_matrix_optimum(p.targets, A0[:, :3])

@@ -87,19 +87,19 @@ def _dgd(**kw):
     return run
 
 
-def _lora(algorithm, data, *args, **kw):
+def _lora(algorithm, samples, *args, **kw):
     """Rank-one LoRA toy: the representation is ``a`` (trace.a), the loss the population loss (246)."""
     def run():
-        p = rank_one_lora(8, 4, gamma=0.4, samples_per_client=12 if data else None, seed=3)
-        return (algorithm(p, 5, *args, delta0=0.6, seed=2, **kw), p.a_star[:, None],
+        p = rank_one_lora(d=8, n_clients=4, gamma=0.4, samples_per_client=12 if samples else None, seed=3)
+        return (algorithm(p, 5, *args, init=0.6, seed=2, **kw), p.a_star[:, None],
                 lambda tr: p.population_loss(tr.a, tr.b))
     return run
 
 
 def _lora_matrix(method):
     def run():
-        p = lora_matrix_problem(6, 4, 2, gamma=0.5, seed=4)
-        return (federated_lora_matrix(p, 6, 0.05, method=method, local_steps=2, seed=2), p.A_star,
+        p = lora_matrix_problem(d=6, n_clients=4, rank=2, gamma=0.5, seed=4)
+        return (federated_lora_matrix(p, 6, 0.05, method=method, local_steps=2, seed=2), p.A_star.T,
                 lambda tr: p.loss(tr.a, tr.b))
     return run
 
@@ -124,9 +124,9 @@ CASES = {
     "fedavg/partial": _fedavg(clients_per_round=5),
     "rolora/population": _lora(rolora, False, 0.2),
     "rolora/reuse": _lora(rolora, True, 0.2),
-    "rolora/fresh": _lora(rolora, True, 0.2, sample_mode="fresh"),
+    "rolora/fresh": _lora(rolora, True, 0.2, data="fresh"),
     "ffa_lora/argmin": _lora(ffa_lora, True),
-    "ffa_lora/gd": _lora(ffa_lora, False, local="gd", local_steps=3, step_size=0.1),
+    "ffa_lora/gd": _lora(ffa_lora, False, 0.1, local="gd", local_steps=3),
     "fedavg_lora/population": _lora(fedavg_lora, False, 0.05, local_steps=3),
     "fedavg_lora/reuse": _lora(fedavg_lora, True, 0.05, local_steps=2, normalize=True),
     "federated_lora_matrix/rolora": _lora_matrix("rolora"),
@@ -140,7 +140,7 @@ CASES = {
 def test_trace_describes_returned_parameters(name):
     tr, truth, loss_at = CASES[name]()
     assert tr.status == "completed"
-    rep = tr.B if tr.B is not None else tr.a.reshape(len(tr.a), -1)   # LoRA methods: a / A
+    rep = tr.B if tr.B is not None else np.atleast_2d(tr.a).T   # LoRA methods: a (d,) / A (r, in): row space
     assert tr.distance[-1] == pytest.approx(
         subspace_distance(truth, rep, rank_deficient="span"), abs=1e-12)
     assert tr.loss[-1] == pytest.approx(loss_at(tr), rel=1e-10)

@@ -3,18 +3,23 @@
 Everything the iterative methods of :mod:`lowrank_fl.algorithms.rolora` can be checked against:
 
 * the exact per-client b-step (eq. (14); population eq. (249)) and the global LS b for a fixed a;
-* global-loss expressions (notes §3.7): zero model, optimum ``gamma^2``, angle loss
-  ``gamma^2 + ||bbar*||^2 sin^2 theta`` (FFA's floor, Prop. A.17 eq. (274));
+* global-loss expressions of the heterogeneous population model (App. A.5, eq. (246)): zero
+  model, optimum ``gamma^2``, angle loss ``gamma^2 + ||bbar*||^2 sin^2 theta`` (FFA's floor,
+  Prop. A.17 eq. (274));
 * FFA-LoRA's exact finite-sample expected loss (Prop. 5.5, eqs. (242)–(244));
 * the exact population recursion of RoLoRA's angle (Lemma A.16, eqs. (259)–(267), equality form);
-* the theorems' step-size bounds (paper and corrected, notes §3.9), rate factors (eqs. (9), (254))
-  and iteration counts (Thm 5.4 / A.14);
-* reduced-rank regression (the global rank-r optimum of the federated objective, notes §6.4) and
-  the rank-r frozen-A optimum (notes §6.2).
+* the theorems' step-size bounds (as stated, and corrected so that proof step (101) holds), rate
+  factors (eqs. (9), (254)) and iteration counts (Thm 5.4 / A.14);
+* reduced-rank regression (the global rank-r optimum of the federated objective, Eckart–Young in
+  the design-weighted norm) and the rank-r frozen-A optimum (FFA-LoRA's best, in PEFT letters).
+
+Every scalar argument is validated (finite, in range) with a ``ValueError`` naming it.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from typing import NamedTuple
 
 from ..validation import as_float_array, check_choice, check_in_interval, check_int, check_positive
 from ..linalg import truncated_svd
@@ -24,8 +29,22 @@ __all__ = [
     "angle_loss", "zero_model_loss", "ffa_population_loss", "ffa_lstsq_loss",
     "c_tilde", "ffa_expected_loss", "rolora_population_recursion",
     "step_size_bound", "rate_bound_homogeneous", "rate_bound_heterogeneous", "iterations_bound",
-    "reduced_rank_regression", "ffa_matrix_optimum",
+    "reduced_rank_regression", "ffa_matrix_optimum", "FrozenAOptimum", "FixedAOptimum",
 ]
+
+
+class FixedAOptimum(NamedTuple):
+    """Least-squares ``b`` for a fixed ``a`` and its loss (:func:`ffa_lstsq_loss`)."""
+
+    b: np.ndarray
+    loss: float
+
+
+class FrozenAOptimum(NamedTuple):
+    """Best up-projection ``B`` (d_out, r) for a frozen ``A`` and its loss (:func:`ffa_matrix_optimum`)."""
+
+    B: np.ndarray
+    loss: float
 
 
 # --------------------------------------------------------------------------------------------
@@ -40,19 +59,7 @@ def _data(X, Y, a):
     return Y, Xa, norms
 
 
-def _local_b(X, Y, a) -> np.ndarray:
-    """:func:`local_b_solve` without input checks (the algorithms' hot path: a non-finite ``a``
-    must flow through to the trace recorder, which reports the divergence)."""
-    Xa = X @ a
-    return np.einsum("nmd,nm->nd", Y, Xa) / np.einsum("nm,nm->n", Xa, Xa)[:, None]
-
-
-def _population_b(b_star, a_star, a) -> np.ndarray:
-    """:func:`population_b` without input checks (hot path, see :func:`_local_b`)."""
-    return b_star * ((a_star @ a) / (a @ a))
-
-
-def local_b_solve(X, Y, a) -> np.ndarray:
+def local_b_solve(X, Y, a, *, check_input: bool = True) -> np.ndarray:
     """Exact local least squares ``b_i = argmin_b (1/m)||Y_i - X_i a b^T||^2`` (eq. (14)).
 
     ``b_i = Y_i^T X_i a / ||X_i a||^2``, batched over clients.
@@ -62,11 +69,17 @@ def local_b_solve(X, Y, a) -> np.ndarray:
     X : ndarray, shape (N, m, d)
     Y : ndarray, shape (N, m, d)
     a : ndarray, shape (d,), with every ``X_i a != 0``
+    check_input : bool
+        ``False`` skips every check (the algorithms' hot path: a non-finite ``a`` must flow
+        through to the trace recorder, which reports the divergence).
 
     Returns
     -------
     ndarray, shape (N, d)
     """
+    if not check_input:
+        Xa = X @ a
+        return np.einsum("nmd,nm->nd", Y, Xa) / np.einsum("nm,nm->n", Xa, Xa)[:, None]
     Y, Xa, norms = _data(X, Y, a)
     if not np.all(norms > 0):
         raise ValueError(f"X_i a must be non-zero for every client (the local b-step divides by "
@@ -74,17 +87,21 @@ def local_b_solve(X, Y, a) -> np.ndarray:
     return np.einsum("nmd,nm->nd", Y, Xa) / norms[:, None]
 
 
-def population_b(b_star, a_star, a) -> np.ndarray:
+def population_b(b_star, a_star, a, *, check_input: bool = True) -> np.ndarray:
     """Population b-step ``b_i = b_i* (a*^T a) / (a^T a)`` (eq. (249)).
 
     Parameters
     ----------
     b_star : ndarray, shape (N, d);  a_star : ndarray, shape (d,);  a : ndarray, shape (d,), non-zero
+    check_input : bool
+        ``False`` skips the checks (hot path, see :func:`local_b_solve`).
 
     Returns
     -------
     ndarray, shape (N, d)
     """
+    if not check_input:
+        return b_star * ((a_star @ a) / (a @ a))
     b_star = as_float_array(b_star, "b_star", ndim=2)
     a_star = as_float_array(a_star, "a_star", shape=(b_star.shape[1],))
     a = as_float_array(a, "a", shape=a_star.shape)
@@ -97,7 +114,7 @@ def population_b(b_star, a_star, a) -> np.ndarray:
 def global_b_solve(X, Y, a) -> np.ndarray:
     """Global LS ``argmin_b sum_i ||Y_i - X_i a b^T||^2 = sum_i Y_i^T X_i a / sum_i ||X_i a||^2``.
 
-    Not what FFA-LoRA computes (it averages the local solutions); [NOT IN PAPER], notes §2.4.
+    Not what FFA-LoRA computes (it averages the local solutions, eq. (183)); [NOT IN PAPER].
     Shapes as :func:`local_b_solve`; returns (d,).
     """
     Y, Xa, norms = _data(X, Y, a)
@@ -129,25 +146,31 @@ def expected_gradient_a(a, b_bar, a_star, b_star) -> np.ndarray:
 # global-loss expressions (population)
 # --------------------------------------------------------------------------------------------
 def angle_loss(gamma: float, b_bar_norm: float, delta: float) -> float:
-    """``gamma^2 + ||bbar*||^2 delta^2``: population loss of any unit a at angle ``delta`` with the
-    exact b-step ``b = bbar* (a*^T a)`` (notes §3.6 [derived]); RoLoRA's loss after T iterations
-    with ``delta = delta_T``, FFA's floor with ``delta = delta_0``."""
+    """``gamma^2 + ||bbar*||^2 delta^2``: population loss (eq. (246)) of any unit a at angle
+    ``delta`` with the exact b-step ``b = bbar* (a*^T a)`` (eq. (249) averaged) [derived: the two
+    rank-one terms of ``a* b_i*^T - a b^T`` split along ``a`` and its complement]; RoLoRA's loss
+    after T iterations with ``delta = delta_T``, FFA's floor with ``delta = delta_0``."""
+    gamma = check_positive(gamma, "gamma", strict=False)
+    b_bar_norm = check_positive(b_bar_norm, "b_bar_norm", strict=False)
+    delta = check_in_interval(delta, "delta", 0.0, 1.0)
     return float(gamma ** 2 + b_bar_norm ** 2 * delta ** 2)
 
 
 def zero_model_loss(gamma: float, b_bar_norm: float) -> float:
-    """Loss of the zero model ``b = 0``: ``(1/N) sum ||b_i*||^2 = gamma^2 + ||bbar*||^2`` (§3.7)."""
+    """Loss of the zero model ``b = 0``: ``(1/N) sum ||b_i*||^2 = gamma^2 + ||bbar*||^2`` (eq. (246)
+    at ``b = 0``, with Def. A.13's spread)."""
+    gamma = check_positive(gamma, "gamma", strict=False)
+    b_bar_norm = check_positive(b_bar_norm, "b_bar_norm", strict=False)
     return float(gamma ** 2 + b_bar_norm ** 2)
 
 
 def ffa_population_loss(gamma: float, b_bar_norm: float, delta0: float) -> float:
     """FFA-LoRA's heterogeneous population loss ``gamma^2 + ||bbar*||^2 delta_0^2`` (Prop. A.17, eq. (274))."""
-    gamma = check_positive(gamma, "gamma", strict=False)
     delta0 = check_in_interval(delta0, "delta0", 0.0, 1.0)
     return angle_loss(gamma, b_bar_norm, delta0)
 
 
-def ffa_lstsq_loss(a_star, b_star, a0) -> tuple[np.ndarray, float]:
+def ffa_lstsq_loss(a_star, b_star, a0) -> FixedAOptimum:
     """Generic least-squares reference: ``min_b (1/N) sum_i ||a* b_i*^T - a0 b^T||_F^2``.
 
     Solved with ``numpy.linalg.lstsq`` on the vectorised system (the linear map
@@ -162,8 +185,8 @@ def ffa_lstsq_loss(a_star, b_star, a0) -> tuple[np.ndarray, float]:
 
     Returns
     -------
-    b : ndarray, shape (d,)
-    loss : float
+    FixedAOptimum
+        ``b`` (d,) and ``loss`` (float).
     """
     a_star = as_float_array(a_star, "a_star", ndim=1)
     b_star = as_float_array(b_star, "b_star", ndim=2)
@@ -174,7 +197,7 @@ def ffa_lstsq_loss(a_star, b_star, a0) -> tuple[np.ndarray, float]:
     target = np.einsum("i,nj->nij", a_star, b_star).reshape(-1)
     b, *_ = np.linalg.lstsq(design, target, rcond=None)
     r = target - design @ b
-    return b, float(r @ r / n)
+    return FixedAOptimum(b, float(r @ r / n))
 
 
 # --------------------------------------------------------------------------------------------
@@ -202,7 +225,8 @@ def rolora_population_recursion(delta0: float, s: float, step_size: float, round
     """Exact angle trajectory of population Algorithm 2 (Lemma A.16, equality form of (259)–(267)).
 
     ``delta_{t+1} = delta_t |1 - 2 eta c_t^2 s| / sqrt(1 + 4 eta^2 c_t^2 s^2 (1 - c_t^2))`` with
-    ``c_t^2 = 1 - delta_t^2``, ``s = ||bbar*||^2`` and ``eta = step_size`` (notes §3.6 [derived]).
+    ``c_t^2 = 1 - delta_t^2``, ``s = ||bbar*||^2`` and ``eta = step_size`` [derived: the
+    inequalities of (259)–(267) hold with equality in population, where ``bbar = bbar* c_t``].
     Independent of gamma.
 
     Returns
@@ -227,7 +251,8 @@ def step_size_bound(L_max: float, *, setting: str = "homogeneous", variant: str 
 
     ``setting="homogeneous"`` (Lemma 5.3 / Thm 5.4): the paper states ``eta <= 1/L_max^2``; the
     proof's step (101) needs ``2 eta ||bbar||^2 <= 1``, i.e. ``eta <= 1/(2 L_max^2)``
-    (``variant="corrected"``, notes §3.9). ``setting="heterogeneous"`` (Lemma A.16 / Thm A.14):
+    (``variant="corrected"``: at ``eta = 1/||b*||^2`` the contraction factor ``|1 - 2 eta ||bbar||^2|``
+    tends to 1 and the decay is sublinear). ``setting="heterogeneous"`` (Lemma A.16 / Thm A.14):
     ``eta <= 1/(2 L_max^2)`` in both variants.
     """
     L_max = check_positive(L_max, "L_max")
@@ -271,7 +296,7 @@ def iterations_bound(c: float, delta0: float, eps: float, *, setting: str = "hom
 # rank-r references
 # --------------------------------------------------------------------------------------------
 def reduced_rank_regression(X, Y, rank: int) -> np.ndarray:
-    """Global rank-r minimiser of ``sum_i ||Y_i - X_i W||_F^2`` (notes §6.4).
+    """Global rank-r minimiser of ``sum_i ||Y_i - X_i W||_F^2`` (reduced-rank regression).
 
     ``W_r = S^{-1/2} [S^{1/2} W_ols]_r`` with ``S = sum_i X_i^T X_i`` (Eckart–Young in the
     ``S``-weighted norm).
@@ -301,26 +326,29 @@ def reduced_rank_regression(X, Y, rank: int) -> np.ndarray:
     return S_mhalf @ ((U * s) @ Vt)
 
 
-def ffa_matrix_optimum(targets, A0) -> tuple[np.ndarray, float]:
-    """Best frozen-A update: ``B = (A0^T A0)^{-1} A0^T Mbar`` minimising ``(1/N) sum ||M_i - A0 B||^2``.
+def ffa_matrix_optimum(targets, A) -> FrozenAOptimum:
+    """Best frozen-A update (PEFT letters, ``DeltaW = B A``): ``B = Mbar A^T (A A^T)^{-1}``
+    minimising ``(1/N) sum_i ||M_i - B A||_F^2``.
 
-    The loss is ``(1/N) sum ||M_i - Mbar||_F^2 + ||(I - P_A0) Mbar||_F^2`` (notes §6.2 [extension]).
+    The loss is ``(1/N) sum ||M_i - Mbar||_F^2 + ||Mbar (I - P_A)||_F^2`` with ``P_A`` the
+    projector onto the row space of ``A`` (the rank-r analogue of Prop. A.17 [extension]).
 
     Parameters
     ----------
-    targets : ndarray, shape (N, d, q)
-    A0 : ndarray, shape (d, r), full column rank
+    targets : ndarray, shape (N, d_out, d_in)
+    A : ndarray, shape (r, d_in), full row rank
 
     Returns
     -------
-    B : ndarray, shape (r, q)
-    loss : float
+    FrozenAOptimum
+        ``B`` (d_out, r) and ``loss`` (float).
     """
     M = as_float_array(targets, "targets", ndim=3)
-    A0 = as_float_array(A0, "A0", ndim=2)
-    if A0.shape[0] != M.shape[1]:
-        raise ValueError(f"A0 must have {M.shape[1]} rows, got shape {A0.shape}")
+    A = as_float_array(A, "A", ndim=2)
+    if A.shape[1] != M.shape[2]:
+        raise ValueError(f"A must have {M.shape[2]} columns (d_in of targets), got shape {A.shape}")
     M_bar = M.mean(axis=0)
-    B, *_ = np.linalg.lstsq(A0, M_bar, rcond=None)
-    R = M - A0 @ B
-    return B, float(np.sum(R * R) / M.shape[0])
+    Bt, *_ = np.linalg.lstsq(A.T, M_bar.T, rcond=None)          # A^T B^T = Mbar^T
+    B = Bt.T
+    R = M - B @ A
+    return FrozenAOptimum(B, float(np.sum(R * R) / M.shape[0]))

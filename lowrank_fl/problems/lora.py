@@ -7,18 +7,23 @@ Client ``i`` has the local model ``f_i(X) = X a b^T`` and data
     Y_i = X_i a* b_i*^T  (+ noise * E_i, an extension: the paper is noiseless),
 
 with ``X_i`` an (m, d) matrix of i.i.d. N(0, 1) entries, ``a*`` a unit vector (the shared
-*down-projection*) and ``b_i*`` the client's *up-projection*. Orientation (paper §3.1, row-vector
-convention ``x W``): ``a`` plays the role of the d×r LoRA factor A with r = 1 and ``b`` of the
-r×d factor B, so the update is ``a b^T`` (d, d). Stacked arrays put the client axis first:
-``b_star`` is (N, d), ``X`` is (N, m, d), ``Y`` is (N, m, d).
+*down-projection*) and ``b_i*`` the client's *up-projection*. The toy keeps the paper's names
+``a``, ``b``. In PEFT's letters (``DeltaW = B A``, A r × in, B out × r, column-vector
+convention ``h = W x``) with r = 1: ``a`` is the **A side** (``A = a^T``, 1 × in: it reads the
+input) and ``b`` the **B side** (``B = b``, out × 1: it writes the output), so the update is
+``DeltaW = b a^T`` (out × in); the paper writes its transpose ``a b^T`` because it multiplies
+rows, ``x W`` (RoLoRA §3.1). Stacked arrays put the client axis first: ``b_star`` is (N, d),
+``X`` is (N, m, d), ``Y`` is (N, m, d).
 
 Heterogeneity (Def. A.13): ``gamma^2 = (1/N) sum_i ||b_i* - bbar*||^2``. The generator makes this
 hold *exactly* (up to rounding) by centring and rescaling the client deviations, not in
 expectation. ``gamma = 0`` is the homogeneous model of §5.1 (all ``b_i* = b*``).
 
-Matrix (rank-r) problem for the general algorithms (paper §3–4, eqs. (1)–(4)): targets
-``DeltaW_i = A* B_i*`` with a shared down-projection ``A*`` (d, r) (orthonormal columns) and
-client up-projections ``B_i*`` (r, d); the population loss is ``(1/N) sum_i ||DeltaW_i - A B||_F^2``.
+Matrix (rank-r) problem for the general algorithms (paper §3–4, eqs. (1)–(4)), in PEFT's letters:
+targets ``DeltaW_i = B_i* A*`` (out × in) with a shared down-projection ``A*`` (r, in) (orthonormal
+rows) and client up-projections ``B_i*`` (out, r); the population loss is
+``(1/N) sum_i ||DeltaW_i - B A||_F^2``. (The paper writes ``A B`` with A (d × r), B (r × d): the
+transpose of the same objects, RoLoRA §3.1.)
 """
 from __future__ import annotations
 
@@ -71,7 +76,7 @@ def angle_distance(a, a_star) -> float:
 def init_at_angle(a_star, delta0: float, seed=None) -> np.ndarray:
     """Unit ``a0 = sqrt(1 - delta0^2) a* + delta0 u`` with ``u`` a random unit vector ⊥ ``a*``.
 
-    Then ``|sin theta(a0, a*)| = delta0`` exactly (notes §5, the controlled initialisation).
+    Then ``|sin theta(a0, a*)| = delta0`` exactly (the controlled initialisation of an angle-distance experiment).
 
     Parameters
     ----------
@@ -288,9 +293,9 @@ class RankOneLoRAProblem:
         return float(np.sqrt(aa * (D @ D) + (w @ w) * (bs @ bs)) / np.linalg.norm(bs))
 
 
-def rank_one_lora(d: int, n_clients: int, *, gamma: float = 0.0, samples_per_client: int | None = None,
+def rank_one_lora(*, d: int, n_clients: int, gamma: float = 0.0, samples_per_client: int | None = None,
                   noise: float = 0.0, b_norm: float | None = None, seed=None) -> RankOneLoRAProblem:
-    """Draw a rank-one federated LoRA instance (RoLoRA §5.1, App. A.5; generator of notes §5).
+    """Draw a rank-one federated LoRA instance (RoLoRA §5.1 eqs. (5)–(7); App. A.5 eqs. (245)–(246)).
 
     ``a*`` is uniform on S^{d-1}; ``bbar* ~ N(0, I_d)`` (rescaled to ``||bbar*|| = b_norm`` when
     given); ``b_i* = bbar* + gamma (z_i - zbar)/rms`` with ``z_i ~ N(0, I_d)``, so the
@@ -300,7 +305,9 @@ def rank_one_lora(d: int, n_clients: int, *, gamma: float = 0.0, samples_per_cli
     Parameters
     ----------
     d : int >= 2
+        Ambient dimension (in = out = d).
     n_clients : int >= 1 (>= 2 when ``gamma > 0``)
+        The paper's N.
     gamma : float >= 0
     samples_per_client : int or None
         ``m``; ``None`` gives the population problem (no data, App. A.5).
@@ -335,17 +342,17 @@ def rank_one_lora(d: int, n_clients: int, *, gamma: float = 0.0, samples_per_cli
 
 @dataclass(frozen=True)
 class LoRAMatrixProblem:
-    """Rank-r federated LoRA targets (paper §3–4 convention ``DeltaW = A B``).
+    """Rank-r federated LoRA targets in PEFT's letters: ``DeltaW_i = B_i* A*``.
 
     Attributes
     ----------
-    A_star : ndarray, shape (d, r)
-        Shared down-projection, orthonormal columns.
-    B_star : ndarray, shape (N, r, d)
-        Client up-projections.
+    A_star : ndarray, shape (r, d_in)
+        Shared down-projection (PEFT ``lora_A``), orthonormal rows.
+    B_star : ndarray, shape (N, d_out, r)
+        Client up-projections (PEFT ``lora_B``).
     gamma : float
-        ``(1/N) sum_i ||B_i* - Bbar*||_F^2 = gamma^2`` exactly; since ``A*`` is orthonormal this
-        is also the spread of the targets ``DeltaW_i``.
+        ``(1/N) sum_i ||B_i* - Bbar*||_F^2 = gamma^2`` exactly; since ``A*`` has orthonormal rows
+        this is also the spread of the targets ``DeltaW_i``.
     """
 
     A_star: np.ndarray
@@ -354,24 +361,34 @@ class LoRAMatrixProblem:
 
     def __post_init__(self):
         A_star = as_float_array(self.A_star, "A_star", ndim=2)
-        d, r = A_star.shape
-        if r > d:
-            raise ValueError(f"A_star must have at most as many columns as rows, got shape {A_star.shape}")
-        dev = float(np.max(np.abs(A_star.T @ A_star - np.eye(r))))
+        r, d_in = A_star.shape
+        if r > d_in:
+            raise ValueError(f"A_star must have at most as many rows (rank) as columns (d_in), got "
+                             f"shape {A_star.shape}")
+        dev = float(np.max(np.abs(A_star @ A_star.T - np.eye(r))))
         if dev > _TOL:
-            raise ValueError(f"A_star must have orthonormal columns, got max |A^T A - I| = {dev:.3g}")
-        B_star = as_float_array(self.B_star, "B_star", shape=(None, r, d))
+            raise ValueError(f"A_star must have orthonormal rows, got max |A A^T - I| = {dev:.3g}")
+        B_star = as_float_array(self.B_star, "B_star", shape=(None, None, r))
         gamma = _check_gamma(self.gamma, B_star, "B_star")
         for name, value in (("A_star", A_star), ("B_star", B_star), ("gamma", gamma)):
             object.__setattr__(self, name, value)
 
     @property
+    def d_in(self) -> int:
+        return self.A_star.shape[1]
+
+    @property
+    def d_out(self) -> int:
+        return self.B_star.shape[1]
+
+    @property
     def d(self) -> int:
-        return self.A_star.shape[0]
+        """The input dimension ``d_in`` (the generator's ``d``)."""
+        return self.d_in
 
     @property
     def rank(self) -> int:
-        return self.A_star.shape[1]
+        return self.A_star.shape[0]
 
     @property
     def n_clients(self) -> int:
@@ -379,44 +396,48 @@ class LoRAMatrixProblem:
 
     @property
     def targets(self) -> np.ndarray:
-        """``DeltaW_i = A* B_i*``, shape (N, d, d)."""
-        return np.einsum("dr,nrk->ndk", self.A_star, self.B_star)
+        """``DeltaW_i = B_i* A*``, shape (N, d_out, d_in)."""
+        return self.B_star @ self.A_star
 
     @property
     def mean_target(self) -> np.ndarray:
-        """``(1/N) sum_i DeltaW_i``, shape (d, d) — the exact aggregate of eq. (1)."""
-        return self.A_star @ self.B_star.mean(axis=0)
+        """``(1/N) sum_i DeltaW_i``, shape (d_out, d_in) — the exact aggregate of eq. (1)."""
+        return self.B_star.mean(axis=0) @ self.A_star
 
     def loss(self, A, B) -> float:
-        """Population loss ``(1/N) sum_i ||DeltaW_i - A B||_F^2``.
+        """Population loss ``(1/N) sum_i ||DeltaW_i - B A||_F^2``.
 
         Parameters
         ----------
-        A : array_like, shape (d, r');  B : array_like, shape (r', d)
+        A : array_like, shape (r', d_in);  B : array_like, shape (d_out, r')
             Any inner rank r'. Non-finite entries give ``nan``/``inf`` (iterates are scored, not
             rejected: the caller's TraceRecorder reports the divergence).
         """
         A = np.asarray(A, dtype=np.float64)
         B = np.asarray(B, dtype=np.float64)
-        if A.ndim != 2 or B.ndim != 2 or A.shape[0] != self.d or B.shape != (A.shape[1], self.d):
-            raise ValueError(f"A must have shape ({self.d}, r) and B shape (r, {self.d}), got {A.shape} "
-                             f"and {B.shape}")
-        R = self.targets - A @ B
+        if A.ndim != 2 or B.ndim != 2 or A.shape[1] != self.d_in or B.shape != (self.d_out, A.shape[0]):
+            raise ValueError(f"A must have shape (r, {self.d_in}) and B shape ({self.d_out}, r), got "
+                             f"{A.shape} and {B.shape}")
+        R = self.targets - B @ A
         return float(np.sum(R * R) / self.n_clients)
 
 
-def lora_matrix_problem(d: int, n_clients: int, rank: int, *, gamma: float = 1.0,
-                        b_scale: float = 1.0, seed=None) -> LoRAMatrixProblem:
-    """Draw rank-r LoRA targets ``DeltaW_i = A* B_i*`` (paper convention, notes §1.2).
+def lora_matrix_problem(*, d: int, n_clients: int, rank: int, d_out: int | None = None,
+                        gamma: float = 1.0, b_scale: float = 1.0, seed=None) -> LoRAMatrixProblem:
+    """Draw rank-r LoRA targets ``DeltaW_i = B_i* A*`` (PEFT letters; RoLoRA §3–4).
 
-    ``A*`` (d, r) is Haar-orthonormal; ``Bbar*`` has i.i.d. N(0, b_scale^2) entries and
-    ``B_i* = Bbar* + gamma (Z_i - Zbar)/rms`` so that the spread is exactly ``gamma^2``.
+    ``A*`` (r, d) has Haar-orthonormal rows; ``Bbar*`` (d_out, r) has i.i.d. N(0, b_scale^2)
+    entries and ``B_i* = Bbar* + gamma (Z_i - Zbar)/rms`` so that the spread is exactly ``gamma^2``.
 
     Parameters
     ----------
     d : int >= 1
+        Input dimension ``d_in``.
     n_clients : int >= 1 (>= 2 when ``gamma > 0``)
     rank : int in [1, d]
+        The LoRA rank (the paper's r).
+    d_out : int >= 1, optional
+        Output dimension; default ``d`` (the paper's square ``W0``).
     gamma : float >= 0
     b_scale : float > 0
     seed : int or Generator
@@ -424,12 +445,16 @@ def lora_matrix_problem(d: int, n_clients: int, rank: int, *, gamma: float = 1.0
     d = check_int(d, "d", minimum=1)
     n_clients = check_int(n_clients, "n_clients", minimum=1)
     rank = check_int(rank, "rank", minimum=1, maximum=d)
+    d_out = d if d_out is None else check_int(d_out, "d_out", minimum=1)
     gamma = check_positive(gamma, "gamma", strict=False)
     b_scale = check_positive(b_scale, "b_scale")
     if gamma > 0 and n_clients < 2:
         raise ValueError(f"gamma > 0 needs n_clients >= 2 (heterogeneity across clients), got {n_clients}")
     rng = as_generator(seed)
-    A_star = haar_orthonormal(d, rank, rng)
-    B_bar = b_scale * rng.standard_normal((rank, d))
-    B_star = spread_exactly(B_bar, rng.standard_normal((n_clients, rank, d)), gamma)
+    # draws in the order (and shapes) of the paper's letters, then transposed: the instance for a
+    # given seed is the transpose of the paper-letter one
+    A_star = haar_orthonormal(d, rank, rng).T
+    B_bar = b_scale * rng.standard_normal((rank, d_out)).T
+    Z = np.swapaxes(rng.standard_normal((n_clients, rank, d_out)), 1, 2)
+    B_star = spread_exactly(B_bar, Z, gamma)
     return LoRAMatrixProblem(A_star=A_star, B_star=B_star, gamma=gamma)

@@ -1,5 +1,8 @@
 """Claims of RoLoRA (Chen et al., "Robust federated finetuning of LLMs via alternating optimization
-of LoRA"): the notes' checkable claims C1–C15 (notes 002 §5).
+of LoRA"): fifteen checkable claims C1–C15 of its §3–§5 and Appendix A (C15, MNIST, omitted).
+
+LoRA factors are in PEFT's letters (``DeltaW = B A``, A r × in, B out × r); the rank-one toy keeps
+the paper's ``a`` (A side) and ``b`` (B side).
 
 Every experiment has keyword-only injection points (the algorithm, an estimator, a step variant)
 through which the tests feed a deliberately broken variant and check that the verdict turns to
@@ -47,8 +50,8 @@ def _geometric_slopes(deltas, floor=1e-12):
 # =============================================================================================
 def _task_interference(seed, *, n, d, r, cross_cov):
     rng = np.random.default_rng(seed)
-    A = rng.standard_normal((n, d, r))
-    B = rng.standard_normal((n, r, d))
+    A = rng.standard_normal((n, r, d))            # PEFT letters: A (clients, r, in), B (clients, out, r)
+    B = rng.standard_normal((n, d, r))
     direct = interference(A, B)
     scale = np.linalg.norm(mean_product(A, B))
     rel = float(np.linalg.norm(direct - cross_cov(A, B)) / scale)
@@ -61,14 +64,14 @@ def _task_interference(seed, *, n, d, r, cross_cov):
 
 def _task_toy_interference(seed, *, K, gamma, rounds):
     rng = np.random.default_rng(seed)
-    prob = rank_one_lora(10, 6, gamma=gamma, b_norm=1.0, seed=rng)
+    prob = rank_one_lora(d=10, n_clients=6, gamma=gamma, b_norm=1.0, seed=rng)
     tr = fedavg_lora(prob, rounds, 0.1, local_steps=K, seed=rng)
     return float(np.nanmax(tr.extra["interference"]))
 
 
 @claim("rolora.eq1_2.interference_identity", paper=PAPER, reference="§3.2, eqs. (1)-(2)",
        statement="FedAvg of LoRA factors misses the exact aggregate by the factor cross-covariance "
-                 "(1/N) sum (A_i - Abar)(B_i - Bbar), which vanishes when all A_i or all B_i are equal.",
+                 "(1/N) sum (B_i - Bbar)(A_i - Abar) (PEFT letters, DeltaW = B A), which vanishes when all A_i or all B_i are equal.",
        kind="identity")
 def _c1(ctx, *, cross_cov=cross_covariance):
     reps = ctx.pick(5, 20, 100)
@@ -85,7 +88,7 @@ def _c1(ctx, *, cross_cov=cross_covariance):
     for gi, g in enumerate((0.0, 1.0)):
         ax.plot(Ks, toy_mean[gi * len(Ks):(gi + 1) * len(Ks)], "o-", label=f"gamma={g}")
     ax.set_xscale("log"), ax.set_yscale("symlog", linthresh=1e-8)
-    ax.set_xlabel("local steps K"), ax.set_ylabel("max ||mean a_i b_i^T - abar bbar^T||"), ax.legend()
+    ax.set_xlabel("local steps K"), ax.set_ylabel("max ||mean b_i a_i^T - bbar abar^T||"), ax.legend()
     return Evidence(verdict=verdict_from(passed),
                     summary=f"identity rel. error {rel:.1e}; equal-factor interference {zero:.1e} (<= 1e-12)",
                     measured={"max_rel_identity_error": rel, "max_equal_factor_interference": zero,
@@ -100,7 +103,7 @@ def _c1(ctx, *, cross_cov=cross_covariance):
 # =============================================================================================
 def _task_aggregation(seed, *, method, rounds, local_steps):
     rng = np.random.default_rng(seed)
-    prob = lora_matrix_problem(10, 5, 2, gamma=0.8, seed=rng)
+    prob = lora_matrix_problem(d=10, n_clients=5, rank=2, gamma=0.8, seed=rng)
     tr = federated_lora_matrix(prob, rounds, 0.05, method=method, local_steps=local_steps, seed=rng)
     return {"rel_err": float(np.nanmax(tr.extra["relative_aggregation_error"][1:])),
             "trace": tr.extra["relative_aggregation_error"][1:].tolist()}
@@ -108,7 +111,7 @@ def _task_aggregation(seed, *, method, rounds, local_steps):
 
 @claim("rolora.eq3_4.aggregation_exact", paper=PAPER, reference="§4, eqs. (3)-(4)",
        statement="In every RoLoRA round the average of the client products equals the server's product A B "
-                 "exactly, because the frozen factor is shared.", kind="identity")
+                 "exactly (mean_i B_i A_i = B A), because the frozen factor is shared.", kind="identity")
 def _c2(ctx, *, method="rolora"):
     rounds = ctx.pick(10, 30, 60)
     grid = [{"method": method, "rounds": rounds, "local_steps": 5},
@@ -133,14 +136,14 @@ def _c2(ctx, *, method="rolora"):
 # =============================================================================================
 def _task_eckart(seed, *, n, d, r, server):
     rng = np.random.default_rng(seed)
-    A = rng.standard_normal((n, d, r))
-    B = rng.standard_normal((n, r, d))
+    A = rng.standard_normal((n, r, d))            # PEFT letters: A (clients, r, in), B (clients, out, r)
+    B = rng.standard_normal((n, d, r))
     M = mean_product(A, B)
     tail = eckart_young_tail(M, r)
     Abar, Bbar = fedavg_factors(A, B)
     As, Bs = server(A, B)
-    return {"tail": tail, "fedavg": float(np.linalg.norm(M - Abar @ Bbar)),
-            "server": float(np.linalg.norm(M - As @ Bs)), "scale": float(np.linalg.norm(M))}
+    return {"tail": tail, "fedavg": float(np.linalg.norm(M - Bbar @ Abar)),
+            "server": float(np.linalg.norm(M - Bs @ As)), "scale": float(np.linalg.norm(M))}
 
 
 @claim("rolora.sec3_2.eckart_young", paper=PAPER, reference="§3.2 (FlexLoRA server step)",
@@ -157,7 +160,7 @@ def _c3(ctx, *, server=flexlora_aggregate):
     ax.scatter([o["tail"] for o in out], [o["server"] for o in out], marker="x", label="server under test")
     lim = max(o["fedavg"] for o in out)
     ax.plot([0, lim], [0, lim], "k--", lw=0.8)
-    ax.set_xlabel("Eckart-Young tail"), ax.set_ylabel("||M - A B||_F"), ax.legend()
+    ax.set_xlabel("Eckart-Young tail"), ax.set_ylabel("||M - B A||_F"), ax.legend()
     return Evidence(verdict=verdict_from(passed),
                     summary=f"FedAvg >= tail in all draws: {lower_ok}; SVD server gap {attain:.1e} (<= 1e-10)",
                     measured={"fedavg_above_tail": lower_ok, "max_server_gap_relative": attain,
@@ -170,10 +173,10 @@ def _c3(ctx, *, server=flexlora_aggregate):
 # =============================================================================================
 def _task_ffa_floor(seed, *, delta0, gamma, rounds, algorithm):
     rng = np.random.default_rng(seed)
-    prob = rank_one_lora(10, 8, gamma=gamma, seed=rng)
+    prob = rank_one_lora(d=10, n_clients=8, gamma=gamma, seed=rng)
     a0 = init_at_angle(prob.a_star, delta0, rng)
-    tr = algorithm(prob, rounds, a0=a0, seed=rng)
-    gd = algorithm(prob, rounds, a0=a0, local="gd", local_steps=200, step_size=0.25, seed=rng)
+    tr = algorithm(prob, rounds, init=a0, seed=rng)
+    gd = algorithm(prob, rounds, 0.25, init=a0, local="gd", local_steps=200, seed=rng)
     floor = ffa_population_loss(gamma, prob.L_max, delta0)
     _, lstsq = ffa_lstsq_loss(prob.a_star, prob.b_star, a0)
     return {"argmin_rel": float(np.max(np.abs(tr.loss[1:] - floor)) / floor),
@@ -274,13 +277,13 @@ def _c5(ctx, *, estimator=_ffa_average):
 def _task_population(seed, *, delta0, eta_factor, gamma, rounds, algorithm):
     rng = np.random.default_rng(seed)
     ss = rng.integers(2 ** 31)
-    prob = rank_one_lora(20, 10, gamma=gamma, seed=int(ss))
-    homog = rank_one_lora(20, 10, gamma=0.0, seed=int(ss))           # same a*, bbar*
+    prob = rank_one_lora(d=20, n_clients=10, gamma=gamma, seed=int(ss))
+    homog = rank_one_lora(d=20, n_clients=10, gamma=0.0, seed=int(ss))           # same a*, bbar*
     a0 = init_at_angle(prob.a_star, delta0, rng)
     s = prob.L_max ** 2
     eta = eta_factor / s
-    tr = algorithm(prob, rounds, eta, a0=a0, seed=rng)
-    tr0 = algorithm(homog, rounds, eta, a0=a0, seed=rng)
+    tr = algorithm(prob, rounds, eta, init=a0, seed=rng)
+    tr0 = algorithm(homog, rounds, eta, init=a0, seed=rng)
     exact = rolora_population_recursion(delta0, s, eta, rounds)
     dl = tr.distance
     rate = rate_bound_heterogeneous(eta, delta0, prob.L_max)
@@ -350,11 +353,11 @@ def _c6(ctx, *, algorithm=rolora):
 # =============================================================================================
 def _task_finite(seed, *, d, n, m, delta0, eta_factor, mode, rounds, algorithm):
     rng = np.random.default_rng(seed)
-    prob = rank_one_lora(d, n, samples_per_client=m, seed=rng)
+    prob = rank_one_lora(d=d, n_clients=n, samples_per_client=m, seed=rng)
     a0 = init_at_angle(prob.a_star, delta0, rng)
     s = prob.L_max ** 2
     eta = eta_factor / s
-    tr = algorithm(prob, rounds, eta, a0=a0, sample_mode=mode, seed=rng)
+    tr = algorithm(prob, rounds, eta, init=a0, data=mode, seed=rng)
     dl = tr.distance
     rho = rate_bound_homogeneous(eta, delta0, prob.L_max)
     bound = delta0 * rho ** np.arange(rounds + 1)
@@ -377,7 +380,7 @@ def _c7(ctx, *, algorithm=rolora):
     rounds = ctx.pick(20, 30, 40)
     d, n, m = ctx.pick((20, 5, 100), (30, 10, 150), (50, 10, 200))
     grid = [{"d": d, "n": n, "m": m, "delta0": 0.5, "eta_factor": ef, "mode": mode, "rounds": rounds,
-             "algorithm": algorithm} for ef in (0.5, 0.25) for mode in ("reuse", "fresh")]
+             "algorithm": algorithm} for ef in (0.5, 0.25) for mode in ("fixed", "fresh")]
     out = ctx.map(_task_finite, grid, replicates=reps)
     measured, ok = {}, True
     for g, row in zip(grid, out):
@@ -389,19 +392,19 @@ def _c7(ctx, *, algorithm=rolora):
         measured[key] = {"slope_fit": fit.as_dict(), "fraction_bound_and_error_ok": float(frac),
                          "rate_per_iter": float(np.exp(fit.slope)), "bound_rate": row[0]["rho"],
                          "max_eps_prime": max(o["eps_prime"] for o in row)}
-        if g["mode"] == "reuse":
+        if g["mode"] == "fixed":
             # exact reference: reduced-rank regression (noiseless: a* b*^T); the final model must be within
             # the theorem's (1 + eps') delta_T of it (+1e-10 for the S^{-1/2} route's rounding)
             measured[key]["max_rrr_gap"] = max(o["rrr_gap"] for o in row)
             ok &= all(o["rrr_gap"] <= o["rrr_allowed"] for o in row)
         # theorem is w.h.p.: allow one seed in ten to miss
         ok &= bool(geometric) and frac >= 0.9
-    # notes C7: vary m -- the w.h.p. statement needs m large; failures must sit at small m. Same
+    # vary m -- the w.h.p. statement needs m large; failures must sit at small m. Same
     # setting as the (eta = 1/(2s), reuse) row, at m in {d/4, d/2, d} beside the main m.
     ms = (max(3, d // 4), d // 2, d)
-    sweep = ctx.map(_task_finite, [{"d": d, "n": n, "m": mm, "delta0": 0.5, "eta_factor": 0.5, "mode": "reuse",
+    sweep = ctx.map(_task_finite, [{"d": d, "n": n, "m": mm, "delta0": 0.5, "eta_factor": 0.5, "mode": "fixed",
                                     "rounds": rounds, "algorithm": algorithm} for mm in ms], replicates=reps)
-    main_row = out[[i for i, g in enumerate(grid) if g["eta_factor"] == 0.5 and g["mode"] == "reuse"][0]]
+    main_row = out[[i for i, g in enumerate(grid) if g["eta_factor"] == 0.5 and g["mode"] == "fixed"][0]]
     m_all = list(ms) + [m]
     frac_m = [float(np.mean([o["bound_ok"] and o["err_ok"] for o in row])) for row in list(sweep) + [main_row]]
     # success fraction non-decreasing in m (one seed of slack), and strictly more failures at the
@@ -431,8 +434,8 @@ def _c7(ctx, *, algorithm=rolora):
                     figure=ctx.save_figure(fig),
                     notes="Rate fitted on the first 8 iterations (before machine precision); criterion: the "
                           "upper end of the 95% CI of the per-iteration log-rate lies below log of the bound; "
-                          "reuse mode is also compared with the reduced-rank-regression optimum (gap <= (1+eps')delta_T). "
-                          "m sweep (notes C7): m in {d/4, d/2, d} and the main m at eta = 1/(2s), reuse; judged: "
+                          "fixed-data mode is also compared with the reduced-rank-regression optimum (gap <= (1+eps')delta_T). "
+                          "m sweep: m in {d/4, d/2, d} and the main m at eta = 1/(2s), reuse; judged: "
                           "the fraction of seeds meeting bound and error is non-decreasing in m (one seed of "
                           "slack) and lower at the smallest m than at the main m.")
 
@@ -442,11 +445,11 @@ def _c7(ctx, *, algorithm=rolora):
 # =============================================================================================
 def _task_step(seed, *, variant, rounds, delta0, m):
     rng = np.random.default_rng(seed)
-    prob = rank_one_lora(20, 5, b_norm=1.0, seed=rng)
+    prob = rank_one_lora(d=20, n_clients=5, b_norm=1.0, seed=rng)
     a0 = init_at_angle(prob.a_star, delta0, rng)
     eta = step_size_bound(prob.L_max, setting="homogeneous", variant=variant)
-    pop = rolora(prob, rounds, eta, a0=a0, seed=rng).distance
-    fin = rolora(prob.sample(m, rng), rounds, eta, a0=a0, seed=rng).distance
+    pop = rolora(prob, rounds, eta, init=a0, seed=rng).distance
+    fin = rolora(prob.sample(m, rng), rounds, eta, init=a0, seed=rng).distance
     bound = delta0 * rate_bound_homogeneous(eta, delta0, prob.L_max) ** np.arange(rounds + 1)
     return {"pop": pop.tolist(), "fin": fin.tolist(), "bound": bound.tolist(),
             "pop_violations": int(np.sum(pop > bound + 1e-14)), "fin_final": float(fin[-1])}
@@ -465,7 +468,7 @@ def _c8(ctx, *, step_variant="paper"):
     viol_fixed = max(o["pop_violations"] for o in out[1])
     fin_paper = float(np.median([o["fin_final"] for o in out[0]]))
     fin_fixed = float(np.median([o["fin_final"] for o in out[1]]))
-    # notes C8: with samples the paper's step stalls (final delta far from 0) while the corrected
+    # with samples the paper's step stalls (final delta far from 0) while the corrected
     # step reaches machine precision; judged beside the population violation count
     stall = bool(fin_paper > 1e-3 and fin_fixed < 1e-8)
     reproduced = viol_paper > 0 and viol_fixed == 0 and stall
@@ -544,7 +547,7 @@ def _c9(ctx, *, b_step=local_b_solve):
                     predicted={"E_rho": pred, "asymptotic": float(np.sqrt(2 / np.pi) / np.sqrt(n * m))},
                     figure=ctx.save_figure(fig),
                     notes="The paper's eps-net route needs m = Omega(d log(2/eps0)/eps2^2); the deviation is "
-                          "in fact dimension-free (notes C9, [derived]).")
+                          "in fact dimension-free ([derived]: given X_i a the mean deviation is Gaussian).")
 
 
 # =============================================================================================
@@ -559,7 +562,7 @@ def _task_gradient(seed, *, d, n, m, draws, gradient, truth_seed):
     # one truth and one a shared by every grid point and replicate (only the data vary): both drawn
     # from truth_seed, which the claim takes from ctx.seed (recorded, follows --seed)
     truth_rng = np.random.default_rng(truth_seed)
-    prob = rank_one_lora(d, n, b_norm=1.0, seed=truth_rng)
+    prob = rank_one_lora(d=d, n_clients=n, b_norm=1.0, seed=truth_rng)
     a = init_at_angle(prob.a_star, 0.6, truth_rng)
     b_bar = prob.b_bar * 0.8 + 0.1                                             # fixed, independent of X
     G = np.empty((draws, d))
@@ -609,12 +612,12 @@ def _c10(ctx, *, gradient=_grad_full):
 def _task_compare(seed, *, setting, rounds, algorithm):
     rng = np.random.default_rng(seed)
     if setting == "population":
-        prob = rank_one_lora(20, 10, gamma=0.5, seed=rng)
+        prob = rank_one_lora(d=20, n_clients=10, gamma=0.5, seed=rng)
     else:
-        prob = rank_one_lora(20, 5, samples_per_client=100, seed=rng)
+        prob = rank_one_lora(d=20, n_clients=5, samples_per_client=100, seed=rng)
     a0 = random_unit(prob.d, rng)
-    ro = algorithm(prob, rounds, "corrected", a0=a0, seed=rng)
-    ffa = ffa_lora(prob, 1, a0=a0, seed=rng)
+    ro = algorithm(prob, rounds, "corrected", init=a0, seed=rng)
+    ffa = ffa_lora(prob, 1, init=a0, seed=rng)
     dT = ro.distance[-1]
     return {"rolora": float(ro.loss[-1]), "ffa": float(ffa.loss[-1]), "delta0": float(ffa.distance[0]),
             "deltaT": float(dT), "angle_loss": angle_loss(prob.gamma, prob.L_max, dT)}
@@ -663,16 +666,16 @@ def _centralized_gd(prob, a, b, eta, rounds):
 
 def _task_fedavg(seed, *, K, rounds, algorithm):
     rng = np.random.default_rng(seed)
-    prob = rank_one_lora(10, 6, gamma=1.0, b_norm=1.0, seed=rng)
+    prob = rank_one_lora(d=10, n_clients=6, gamma=1.0, b_norm=1.0, seed=rng)
     a0 = random_unit(prob.d, rng)
     eta = 0.1
-    tr = algorithm(prob, rounds, eta, local_steps=K, a0=a0, seed=rng)
+    tr = algorithm(prob, rounds, eta, local_steps=K, init=a0, seed=rng)
     out = {"loss": float(tr.loss[-1]), "interference": float(np.nanmax(tr.extra["interference"])),
            "optimum": prob.gamma ** 2}
     if K == 1:
         a, b = _centralized_gd(prob, a0, np.zeros(prob.d), eta, rounds)
         out["k1_gap"] = float(np.linalg.norm(np.outer(a, b) - np.outer(tr.a, tr.b)))
-    ro = rolora(prob, rounds, "corrected", a0=a0, seed=rng)
+    ro = rolora(prob, rounds, "corrected", init=a0, seed=rng)
     out["rolora_loss"] = float(ro.loss[-1])
     return out
 
@@ -710,14 +713,14 @@ def _task_invariance(seed, *, rounds, algorithm):
     from dataclasses import replace
 
     rng = np.random.default_rng(seed)
-    prob = rank_one_lora(10, 4, samples_per_client=40, seed=rng)
+    prob = rank_one_lora(d=10, n_clients=4, samples_per_client=40, seed=rng)
     a0 = random_unit(prob.d, rng)
     Q, _ = np.linalg.qr(rng.standard_normal((prob.d, prob.d)))
     rot = replace(prob, a_star=Q.T @ prob.a_star, X=prob.X @ Q)
     eta = 0.5 / prob.L_max ** 2
-    t0 = algorithm(prob, rounds, eta, a0=a0, seed=1)
-    t1 = algorithm(rot, rounds, eta, a0=Q.T @ a0, seed=1)
-    t2 = algorithm(prob, rounds, eta, a0=-a0, seed=1)
+    t0 = algorithm(prob, rounds, eta, init=a0, seed=1)
+    t1 = algorithm(rot, rounds, eta, init=Q.T @ a0, seed=1)
+    t2 = algorithm(prob, rounds, eta, init=-a0, seed=1)
     return {"rot_delta": float(np.max(np.abs(t0.distance - t1.distance))),
             "rot_a": float(np.linalg.norm(Q.T @ t0.a - t1.a)), "rot_b": float(np.linalg.norm(t0.b - t1.b)),
             "sign_delta": float(np.max(np.abs(t0.distance - t2.distance))),
@@ -743,11 +746,11 @@ def _c13(ctx, *, algorithm=rolora):
 # =============================================================================================
 def _task_random_ffa(seed, *, d, draws, init):
     rng = np.random.default_rng(seed)
-    prob = rank_one_lora(d, 5, gamma=0.3, seed=rng)
+    prob = rank_one_lora(d=d, n_clients=5, gamma=0.3, seed=rng)
     s = prob.L_max ** 2
     ex = np.empty(draws)
     for k in range(draws):
-        tr = ffa_lora(prob, 1, a0=init(prob, rng), seed=rng)
+        tr = ffa_lora(prob, 1, init=init(prob, rng), seed=rng)
         ex[k] = (tr.loss[-1] - prob.gamma ** 2) / s
     return ex
 

@@ -6,7 +6,8 @@ sample), Lemma A.16 / Theorem A.14 (heterogeneous, population), Proposition 5.5 
 Proposition A.17:
 
 * delta_0 and whether it lies in (0, 1);
-* L_max = ||bbar*|| and the step-size bounds, the paper's and the corrected one (notes §3.9),
+* L_max = ||bbar*|| and the step-size bounds, the paper's and the corrected one (proof step (101)
+  needs 2 eta ||bbar||^2 <= 1),
   with whether the given step satisfies each;
 * the predicted per-iteration rate factors (eqs. (9), (254)) and iteration counts for eps;
 * FFA-LoRA's floors: gamma^2 + ||bbar*||^2 delta_0^2 and (1 + c~)||b*||^2 delta_0^2;
@@ -18,7 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
-from lowrank_fl.validation import as_float_array, as_generator
+from lowrank_fl.validation import as_float_array, as_generator, check_positive
 from lowrank_fl.exact.rolora import (c_tilde, ffa_expected_loss, ffa_population_loss, iterations_bound,
                                      rate_bound_heterogeneous, rate_bound_homogeneous, step_size_bound)
 from lowrank_fl.problems.lora import angle_distance, init_at_angle, rank_one_lora
@@ -36,8 +37,11 @@ def generate(seed=0, *, d: int = 20, n_clients: int = 10, gamma: float = 0.0, de
     ``samples_per_client`` (m) is only recorded (the conditions need m, not the data);
     ``step_size`` defaults to the corrected bound ``1/(2 ||bbar*||^2)``.
     """
+    if step_size is not None:
+        step_size = check_positive(step_size, "step_size")
+    eps = check_positive(eps, "eps")
     rng = as_generator(seed)
-    prob = rank_one_lora(d, n_clients, gamma=gamma, b_norm=b_norm, seed=rng)
+    prob = rank_one_lora(d=d, n_clients=n_clients, gamma=gamma, b_norm=b_norm, seed=rng)
     a0 = init_at_angle(prob.a_star, delta0, rng)
     inst = {"a_star": prob.a_star, "b_star": prob.b_star, "a0": a0, "eps": float(eps)}
     if samples_per_client is not None:
@@ -58,8 +62,12 @@ def evaluate(instance: Mapping) -> list[Condition]:
     if b_star.shape[1] != a_star.size:
         raise ValueError(f"b_star must have shape (N, {a_star.size}), got {b_star.shape}")
     a0 = as_float_array(instance["a0"], "a0", shape=a_star.shape)
-    eta = float(instance.get("step_size", np.nan))
-    eps = float(instance.get("eps", 1e-6))
+    # step_size absent (or NaN, "not given") leaves the step conditions undecided; a given step
+    # must be a positive number, and so must eps
+    eta = instance.get("step_size")
+    eta = np.nan if eta is None or (np.ndim(eta) == 0 and np.isnan(float(eta))) else \
+        check_positive(float(eta), "step_size")
+    eps = check_positive(float(instance.get("eps", 1e-6)), "eps")
     m = instance.get("samples_per_client")
     n = b_star.shape[0]
 
@@ -82,7 +90,7 @@ def evaluate(instance: Mapping) -> list[Condition]:
     het_bound = step_size_bound(L, setting="heterogeneous")
     out += [
         Condition("Lemma 5.3 / Thm 5.4", "step bound (paper) 1/L_max^2", bound_paper, "",
-                  None if not np.isfinite(eta) else eta <= bound_paper, "as stated; too loose (notes §3.9)"),
+                  None if not np.isfinite(eta) else eta <= bound_paper, "as stated; too loose: proof step (101) needs 2 eta ||bbar||^2 <= 1"),
         Condition("Lemma 5.3 / Thm 5.4", "step bound (corrected) 1/(2 L_max^2)", bound_fixed, "",
                   None if not np.isfinite(eta) else eta <= bound_fixed,
                   "needed by proof step (101): 2 eta ||bbar||^2 <= 1"),

@@ -1,0 +1,136 @@
+"""Run one solve in a child process: a time limit that can stop it, and its peak memory.
+
+Every method runs in its own process (``fork`` where available, else ``spawn``), so a solve past
+``time_limit`` is terminated (conic solvers cannot be interrupted from Python), a solver that
+crashes the interpreter (a failed huge allocation) is reported, and memory is measured in
+isolation:
+
+* ``"tracemalloc"`` (iterative numpy methods): peak of Python-visible allocations, which include
+  numpy arrays;
+* ``"rss_growth"`` (conic solvers, whose native code bypasses tracemalloc): peak resident set
+  size during the solve minus the resident size before it (Linux ``VmHWM`` after resetting it
+  through ``/proc/self/clear_refs``; elsewhere ``ru_maxrss``, which cannot be reset, so the
+  growth is counted from the larger of the two baselines).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+import traceback
+import tracemalloc
+
+__all__ = ["run_in_child", "MEMORY_MEASURES"]
+
+MEMORY_MEASURES = ("tracemalloc", "rss_growth")
+
+
+def _status_kb(field: str):
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return float(line.split()[1]) * 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _maxrss_bytes() -> float:
+    import resource
+    import sys
+
+    v = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return v if sys.platform == "darwin" else v * 1024.0
+
+
+def _measure_and_run(fn, args, measure):
+    if measure == "tracemalloc":
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        t0 = time.perf_counter()
+        out = fn(*args)
+        seconds = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1] - base
+        tracemalloc.stop()
+        return out, seconds, float(peak)
+    before = _status_kb("VmRSS")
+    reset = _reset_peak() if before is not None else False
+    base = before if reset else max(before or 0.0, _maxrss_bytes())
+    t0 = time.perf_counter()
+    out = fn(*args)
+    seconds = time.perf_counter() - t0
+    peak = _status_kb("VmHWM") if reset else _maxrss_bytes()
+    return out, seconds, max(0.0, float(peak) - base)
+
+
+def _child(conn, fn, args, measure):
+    try:
+        out, seconds, peak = _measure_and_run(fn, args, measure)
+        conn.send({"ok": True, "result": out, "seconds": seconds, "peak_bytes": peak})
+    except BaseException as exc:  # reported to the parent, never hidden
+        conn.send({"ok": False, "error": f"{type(exc).__name__}: {exc}",
+                   "traceback": traceback.format_exc(limit=3)})
+    finally:
+        conn.close()
+
+
+def _context():
+    try:
+        return mp.get_context("fork")
+    except ValueError:
+        return mp.get_context("spawn")
+
+
+def run_in_child(fn, args: tuple, *, time_limit: float | None, measure: str) -> dict:
+    """Call ``fn(*args)`` in a child process.
+
+    Returns
+    -------
+    dict
+        ``outcome``: ``"ok"`` (with ``result``, ``seconds`` (the solve, measured in the child),
+        ``peak_bytes``), ``"error"`` (``error``: the exception, one line), ``"time_limit"`` (the
+        child was terminated after ``time_limit`` seconds) or ``"crashed"`` (the child died,
+        ``error`` gives its exit code). ``wall_seconds`` always.
+    """
+    if measure not in MEMORY_MEASURES:
+        raise ValueError(f"measure must be one of {MEMORY_MEASURES}, got {measure!r}")
+    ctx = _context()
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, fn, args, measure), daemon=True)
+    t0 = time.perf_counter()
+    proc.start()
+    child.close()                         # a dead child then shows up as EOF, not a timeout
+    msg = None
+    try:
+        if parent.poll(time_limit):
+            msg = parent.recv()
+    except EOFError:
+        msg = {"crashed": True}
+    wall = time.perf_counter() - t0
+    if msg is None:
+        proc.terminate()
+        proc.join(5)
+        if proc.is_alive():
+            proc.kill()
+    proc.join()
+    parent.close()
+    if msg is None:
+        return {"outcome": "time_limit", "wall_seconds": wall}
+    if msg.get("crashed"):
+        return {"outcome": "crashed", "wall_seconds": wall,
+                "error": f"the solver process died (exit code {proc.exitcode})"}
+    if not msg["ok"]:
+        return {"outcome": "error", "wall_seconds": wall, "error": msg["error"]}
+    return {"outcome": "ok", "wall_seconds": wall, "result": msg["result"],
+            "seconds": msg["seconds"], "peak_bytes": msg["peak_bytes"]}
+
+

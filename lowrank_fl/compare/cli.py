@@ -1,0 +1,173 @@
+"""``lowrank-fl compare``: exact versus iterative solvers on the user's own instance.
+
+::
+
+    lowrank-fl compare clair W_hat.npz --lam-L X --lam-S Y [--weights w.npy] [--methods M ...]
+                       [--tol T] [--max-iter N] [--time-limit S] [--memory-limit GB] [--rank R]
+                       [--tau T] [--alpha A] --out DIR [--overwrite]
+    lowrank-fl compare nuclear data.npz --mu MU [...] --out DIR      (arrays X (n, m, d), y (n, m))
+    lowrank-fl compare noiseless W.npz --lam-L X --lam-S Y [...] --out DIR   (array W or W_hat)
+
+Writes ``DIR/compare.json`` (schema: ``lowrank_fl/compare/compare.schema.json``),
+``DIR/compare.md`` (the table, also printed) and ``DIR/compare.png`` (suboptimality vs time).
+
+Exit status: 0 when the comparison was written (methods that could not run or hit the time limit
+are rows with their reason); 3 when no method returned a point; 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from .engine import TAU_RULES, compare_clair, compare_noiseless, compare_nuclear
+from .output import check_out_dir, save
+
+__all__ = ["add_parser", "load_arrays", "EXIT_NOTHING_RAN"]
+
+#: Exit status when no method returned a point.
+EXIT_NOTHING_RAN = 3
+
+
+def load_arrays(path, keys, *, alternatives=None) -> dict:
+    """Arrays ``keys`` of an ``.npz``; ``ValueError`` naming a missing key and the keys found.
+
+    ``alternatives``: optional mapping ``key -> other accepted name``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"input file not found: {path}")
+    data = np.load(path, allow_pickle=False)
+    if not isinstance(data, np.lib.npyio.NpzFile):
+        raise ValueError(f"{path} is a single array, not an .npz archive holding "
+                         f"{', '.join(keys)} (save it with numpy.savez)")
+    out = {}
+    with data:
+        for key in keys:
+            alt = (alternatives or {}).get(key)
+            name = key if key in data.files else (alt if alt in data.files else None)
+            if name is None:
+                also = f" (or {alt!r})" if alt else ""
+                raise ValueError(f"{path} has no array named {key!r}{also}; keys found: "
+                                 f"{sorted(data.files) or 'none'}")
+            out[key] = np.array(data[name])
+    return out
+
+
+def _tau(text: str):
+    if text in TAU_RULES:
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--tau must be a number >= 0 or one of {', '.join(TAU_RULES)}, got {text!r}") from None
+
+
+def _methods(values):
+    if values is None:
+        return None
+    return [m for v in values for m in v.split(",") if m]
+
+
+def _common(p, *, iterative=True, clair=True):
+    p.add_argument("--methods", nargs="+", default=None, metavar="M",
+                   help="methods to compare (space or comma separated; default: every iterative "
+                        "method and cvxpy:<SOLVER> for each installed SDP solver)")
+    if iterative:
+        p.add_argument("--tol", type=float, default=1e-8,
+                       help="relative duality-gap tolerance of the iterative methods")
+        p.add_argument("--max-iter", dest="max_iter", type=int, default=100_000,
+                       help="iteration cap of the iterative methods")
+        p.add_argument("--memory-measure", dest="memory_measure", default="rss_growth",
+                       choices=("rss_growth", "tracemalloc"),
+                       help="peak memory of the iterative methods (tracemalloc slows them)")
+    p.add_argument("--time-limit", dest="time_limit", type=float, default=300.0,
+                   help="seconds per method; a solve still running is stopped (default 300)")
+    p.add_argument("--memory-limit", dest="memory_limit", type=float, default=None,
+                   help="GB; methods estimated above it are not run (default: half the RAM)")
+    p.add_argument("--rank", type=int, default=None,
+                   help="r of the top-r projectors (default: numerical rank of the best solution)")
+    if clair:
+        p.add_argument("--tau", type=_tau, default="largest-gap",
+                       help=f"threshold of (8): a number >= 0 or {', '.join(TAU_RULES)}")
+        p.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
+    p.add_argument("--out", type=Path, required=True, help="output directory (created)")
+    p.add_argument("--overwrite", action="store_true", help="allow a non-empty --out")
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add ``compare`` (sub-commands ``clair``, ``nuclear``, ``noiseless``)."""
+    cmp_ = subparsers.add_parser("compare", help="compare exact and iterative solvers",
+                                 description=__doc__.split("\n\n")[0])
+    sub = cmp_.add_subparsers(dest="compare_command", required=True)
+    epilog = (f"exit status: 0 comparison written; {EXIT_NOTHING_RAN} no method returned a "
+              "point; 2 bad input")
+    p = sub.add_parser("clair", help="program (7): FISTA, Algorithm 1, CVXPY solvers",
+                       epilog=epilog)
+    p.add_argument("W_hat", type=Path, help=".npz holding an array W_hat of shape (K, q, p)")
+    p.add_argument("--lam-L", dest="lam_L", type=float, required=True, help="nuclear penalty > 0")
+    p.add_argument("--lam-S", dest="lam_S", type=float, required=True, help="block penalty > 0")
+    p.add_argument("--weights", type=Path, default=None,
+                   help=".npy of pair weights, shape (K(K-1)/2,); default 1/K")
+    _common(p)
+    p.set_defaults(handler=run_compare_clair)
+    p = sub.add_parser("nuclear", help="nuclear-norm multi-task least squares: proximal "
+                                       "gradient vs CVXPY", epilog=epilog)
+    p.add_argument("data", type=Path, help=".npz holding X (n, m, d) and y (n, m)")
+    p.add_argument("--mu", type=float, required=True, help="nuclear penalty > 0")
+    _common(p, clair=False)
+    p.set_defaults(handler=run_compare_nuclear)
+    p = sub.add_parser("noiseless", help="program (24): CVXPY solvers", epilog=epilog)
+    p.add_argument("W", type=Path, help=".npz holding W (or W_hat) of shape (K, q, p)")
+    p.add_argument("--lam-L", dest="lam_L", type=float, required=True, help="nuclear penalty > 0")
+    p.add_argument("--lam-S", dest="lam_S", type=float, required=True, help="block penalty > 0")
+    _common(p, iterative=False)
+    p.set_defaults(handler=run_compare_noiseless)
+    return cmp_
+
+
+def _limits(args):
+    mem = None if args.memory_limit is None else args.memory_limit * 1e9
+    return {"time_limit": args.time_limit, "memory_limit": mem, "rank": args.rank,
+            "methods": _methods(args.methods)}
+
+
+def _finish(comparison, args) -> int:
+    paths = save(comparison, args.out, overwrite=args.overwrite)
+    print(comparison.table(), end="")
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    if not any(r.outcome == "ok" for r in comparison.methods):
+        return EXIT_NOTHING_RAN
+    return 0
+
+
+def run_compare_clair(args) -> int:
+    check_out_dir(args.out, overwrite=args.overwrite)
+    W = load_arrays(args.W_hat, ["W_hat"])["W_hat"]
+    weights = None
+    if args.weights is not None:
+        if not Path(args.weights).is_file():
+            raise FileNotFoundError(f"weights file not found: {args.weights}")
+        weights = np.load(args.weights, allow_pickle=False)
+    c = compare_clair(W, args.lam_L, args.lam_S, weights=weights, tol=args.tol,
+                      max_iter=args.max_iter, tau=args.tau, alpha=args.alpha,
+                      memory_measure=args.memory_measure, **_limits(args))
+    return _finish(c, args)
+
+
+def run_compare_nuclear(args) -> int:
+    check_out_dir(args.out, overwrite=args.overwrite)
+    arrays = load_arrays(args.data, ["X", "y"])
+    c = compare_nuclear(arrays["X"], arrays["y"], args.mu, tol=args.tol, max_iter=args.max_iter,
+                        memory_measure=args.memory_measure, **_limits(args))
+    return _finish(c, args)
+
+
+def run_compare_noiseless(args) -> int:
+    check_out_dir(args.out, overwrite=args.overwrite)
+    W = load_arrays(args.W, ["W"], alternatives={"W": "W_hat"})["W"]
+    c = compare_noiseless(W, args.lam_L, args.lam_S, tau=args.tau, alpha=args.alpha,
+                          **_limits(args))
+    return _finish(c, args)
