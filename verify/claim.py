@@ -28,6 +28,23 @@ A claim is data plus one experiment::
   which tests feed a deliberately broken variant and check that the verdict turns to "fails".
 * ``ctx.save_figure(fig)`` stores a matplotlib figure for the report and returns its relative path.
 
+Rules the machinery enforces (issue 9 §1):
+
+* **Solve records.** Every solve or run a claim's evidence rests on is reported: a task returns a
+  dict with :func:`solve_record` entries under the reserved key :data:`SOLVES_KEY` (``ctx.map``
+  collects and removes them), the claim body calls ``ctx.record_solve(result, tol=...)``.
+  :meth:`Claim.run` summarises them in ``Evidence.solves``; a claim whose evidence rests on a
+  non-converged solve (status other than "optimal"/"completed", or a relative gap above its stated
+  tolerance) cannot hold or confirm an erratum: its verdict becomes "inconclusive", and the summary
+  says why. Runs whose divergence *is* the finding are not recorded as solves.
+* **Baselines.** A comparison against a baseline first checks that the baseline reaches its own
+  reference (:func:`verify.criteria.baseline_check`), recorded in ``Evidence.baselines``; a failed
+  baseline check makes "holds"/"fails" inconclusive.
+* **Remarks.** ``kind="remark"`` marks a claim that checks only a definition or the verifier's own
+  code: it is reported, never counted as verified (:attr:`Claim.counted`).
+* **Relaxed criteria.** A threshold changed after a run is reported with the original:
+  ``Evidence.relaxations`` (see :func:`verify.criteria.relaxation`).
+
 Claims the toolkit does not implement are registered with :func:`omit` and a reason; the report
 lists them.
 """
@@ -45,9 +62,19 @@ __all__ = [
     "KINDS", "VERDICTS", "SCALES", "PAPERS",
     "Evidence", "Claim", "Omitted", "Context",
     "claim", "omit", "REGISTRY", "OMITTED", "verdict_from",
+    "SOLVES_KEY", "CONVERGED_STATUSES", "UNCOUNTED_KINDS", "solve_record", "summarize_solves",
+    "enforce_rules",
 ]
 
-KINDS = ("identity", "bound", "rate", "scaling", "comparison", "phase transition", "erratum")
+KINDS = ("identity", "bound", "rate", "scaling", "comparison", "phase transition", "erratum", "remark")
+#: kinds reported but not counted as verified (they check a definition or the verifier's own code)
+UNCOUNTED_KINDS = ("remark",)
+#: reserved key of a task's return dict under which it reports its solve records
+SOLVES_KEY = "__solves__"
+#: statuses of a solve/run that the evidence may rest on
+CONVERGED_STATUSES = ("optimal", "completed")
+#: at most this many non-converged records are kept verbatim in ``Evidence.solves``
+_MAX_LISTED = 10
 VERDICTS = ("holds", "fails", "inconclusive", "erratum confirmed")
 SCALES = ("smoke", "quick", "full")
 PAPERS = {
@@ -70,6 +97,61 @@ def verdict_from(passed: bool | None, *, erratum: bool = False) -> str:
     if erratum:
         return "erratum confirmed" if passed else "fails"
     return "holds" if passed else "fails"
+
+
+def solve_record(result: Any, *, tol: float | None = None, what: str = "") -> dict:
+    """A small JSON-able record of one solve or run the evidence rests on.
+
+    Parameters
+    ----------
+    result : SolverResult, Trace, or anything with a ``status`` (and optionally ``relative_gap``)
+    tol : float, optional
+        The relative duality gap the claim relies on (its stated tolerance); ``None`` checks the
+        status only.
+    what : str
+        What was solved (``"program (7), FISTA"``); default: the result's class name.
+
+    Returns
+    -------
+    dict
+        ``{"what", "status", "relative_gap", "tol", "ok"}``: ``ok`` is True when the status is one
+        of :data:`CONVERGED_STATUSES` and the relative gap (when the result has one and ``tol`` is
+        given) is at most ``tol``.
+    """
+    status = str(getattr(result, "status", "unknown"))
+    gap = getattr(result, "relative_gap", None)
+    gap = None if gap is None else float(gap)
+    ok = status in CONVERGED_STATUSES
+    if tol is not None and gap is not None:
+        ok = ok and bool(np.isfinite(gap) and gap <= tol)
+    return {"what": what or type(result).__name__, "status": status, "relative_gap": gap,
+            "tol": None if tol is None else float(tol), "ok": bool(ok)}
+
+
+def summarize_solves(records: Sequence[Mapping]) -> dict:
+    """``{"count", "not_converged", "by_status", "max_relative_gap", "failures"}`` of solve records
+    (``failures``: the first few non-converged records verbatim); ``{}`` when there are none."""
+    if not records:
+        return {}
+    by_status: dict[str, int] = {}
+    for r in records:
+        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+    gaps = [r["relative_gap"] for r in records if r.get("relative_gap") is not None]
+    bad = [dict(r) for r in records if not r["ok"]]
+    return {"count": len(records), "not_converged": len(bad), "by_status": by_status,
+            "max_relative_gap": max(gaps) if gaps else None, "failures": bad[:_MAX_LISTED]}
+
+
+def _pop_solves(result: Any, sink: list) -> Any:
+    """Move the records a task reported under :data:`SOLVES_KEY` into ``sink``; return the result
+    without them (a copy: cached objects are never modified)."""
+    if isinstance(result, Mapping) and SOLVES_KEY in result:
+        records = result[SOLVES_KEY]
+        if isinstance(records, Mapping):
+            records = [records]
+        sink.extend(dict(r) for r in records)
+        return {k: v for k, v in result.items() if k != SOLVES_KEY}
+    return result
 
 
 def _jsonable(x: Any) -> Any:
@@ -112,6 +194,15 @@ class Evidence:
         Runtime (filled in by :meth:`Claim.run`).
     notes : str
         Caveats, e.g. why a verdict is inconclusive or which erratum is involved.
+    solves : dict
+        Summary of every solve/run the evidence rests on (:func:`summarize_solves`; filled in by
+        :meth:`Claim.run` from the records the tasks and the body reported).
+    baselines : list of dict
+        Checks that each compared baseline reached its own reference
+        (:func:`verify.criteria.baseline_check`).
+    relaxations : list of dict
+        Criteria changed after a run: the original and the relaxed criterion with their outcomes
+        (:func:`verify.criteria.relaxation`).
     """
 
     verdict: str
@@ -123,6 +214,9 @@ class Evidence:
     seeds: list = field(default_factory=list)
     seconds: float = 0.0
     notes: str = ""
+    solves: dict = field(default_factory=dict)
+    baselines: list = field(default_factory=list)
+    relaxations: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -131,11 +225,13 @@ class Evidence:
             raise ValueError("summary must be a non-empty string")
 
     def to_dict(self) -> dict:
-        return _jsonable({
-            "verdict": self.verdict, "summary": self.summary, "measured": self.measured,
-            "predicted": self.predicted, "table": self.table, "figure": self.figure,
-            "seeds": self.seeds, "seconds": self.seconds, "notes": self.notes,
-        })
+        d = {"verdict": self.verdict, "summary": self.summary, "measured": self.measured,
+             "predicted": self.predicted, "table": self.table, "figure": self.figure,
+             "seeds": self.seeds, "seconds": self.seconds, "notes": self.notes}
+        for name in ("solves", "baselines", "relaxations"):      # only when used: older JSON stays
+            if getattr(self, name):
+                d[name] = getattr(self, name)
+        return _jsonable(d)
 
 
 @dataclass(frozen=True)
@@ -162,15 +258,56 @@ class Claim:
         if not self.id.startswith(self.paper + "."):
             raise ValueError(f"claim id {self.id!r} must start with its paper {self.paper!r}")
 
+    @property
+    def counted(self) -> bool:
+        """Whether the claim counts as verified when it holds (a "remark" is reported only)."""
+        return self.kind not in UNCOUNTED_KINDS
+
     def run(self, ctx: "Context | None" = None, **options) -> Evidence:
-        """Run the experiment under ``ctx`` (default: smoke scale, sequential, no cache)."""
+        """Run the experiment under ``ctx`` (default: smoke scale, sequential, no cache).
+
+        The solve records the experiment reported are summarised in ``Evidence.solves``; a
+        non-converged one, or a failed baseline check, turns a "holds" (or "erratum confirmed")
+        into "inconclusive" (:func:`enforce_rules`).
+        """
         ctx = (ctx or Context()).for_claim(self.id)
         start = time.perf_counter()
         evidence = self.experiment(ctx, **options)
         if not isinstance(evidence, Evidence):
             raise TypeError(f"claim {self.id} returned {type(evidence).__name__}, expected Evidence")
-        return replace(evidence, seeds=sorted(set(ctx.seeds_used)),
+        evidence = replace(evidence, solves=summarize_solves(ctx.solves) or evidence.solves)
+        return replace(enforce_rules(evidence), seeds=sorted(set(ctx.seeds_used)),
                        seconds=round(time.perf_counter() - start, 3))
+
+
+def enforce_rules(evidence: Evidence) -> Evidence:
+    """Apply the framework's rules to a claim's evidence.
+
+    * A non-converged solve in ``evidence.solves`` → a "holds"/"erratum confirmed" verdict becomes
+      "inconclusive" (a "fails" stays: a failure that rests on an unconverged solve is reported as
+      it is, with the solve listed).
+    * A failed check in ``evidence.baselines`` → "holds"/"fails" become "inconclusive": a
+      comparison against a baseline that does not reach its own reference decides nothing.
+    """
+    reasons = []
+    bad = evidence.solves.get("not_converged", 0) if evidence.solves else 0
+    if bad and evidence.verdict in ("holds", "erratum confirmed"):
+        first = evidence.solves["failures"][0]
+        gap = first.get("relative_gap")
+        reasons.append(f"{bad} of {evidence.solves['count']} solves not converged (e.g. {first['what']}: "
+                       f"status {first['status']}" + (f", relative gap {gap:.1e} > tol {first['tol']:.1e}"
+                                                       if gap is not None and first.get("tol") is not None
+                                                       and not gap <= first["tol"] else "") + ")")
+    failed = [b for b in evidence.baselines if not b.get("ok")]
+    if failed and evidence.verdict != "inconclusive":
+        reasons.append(f"baseline {failed[0].get('what', '?')} missed its reference")
+    if not reasons:
+        return evidence
+    why = "; ".join(reasons)
+    return replace(evidence, verdict="inconclusive",
+                   summary=f"inconclusive ({why}; was {evidence.verdict}): {evidence.summary}",
+                   notes=(evidence.notes + "\n\n" if evidence.notes else "")
+                   + f"Verdict {evidence.verdict!r} withheld by the framework: {why}.")
 
 
 @dataclass(frozen=True)
@@ -237,6 +374,7 @@ class Context:
     base_seed: int = 0
     claim_id: str = ""
     seeds_used: list = field(default_factory=list)
+    solves: list = field(default_factory=list)
     map_calls: int = field(default=0, init=False)
 
     def __post_init__(self):
@@ -254,8 +392,16 @@ class Context:
         ``claim_id``'s own run (and hits its cache entries). Seeds it uses are recorded in its own
         ``seeds_used``; a caller that wants them in its evidence extends its list with them.
         """
+        # inside a claim (claim_id set), a sub-context reports its solves to the same evidence
         return Context(scale=self.scale, sweep=self.sweep, out_dir=self.out_dir,
-                       base_seed=self.base_seed, claim_id=claim_id, seeds_used=[])
+                       base_seed=self.base_seed, claim_id=claim_id, seeds_used=[],
+                       solves=self.solves if self.claim_id else [])
+
+    def record_solve(self, result: Any, *, tol: float | None = None, what: str = "") -> dict:
+        """Record a solve/run done in the claim body (see :func:`solve_record`); returns the record."""
+        rec = solve_record(result, tol=tol, what=what)
+        self.solves.append(rec)
+        return rec
 
     def pick(self, smoke, quick, full):
         """The value for the current scale."""
@@ -278,13 +424,16 @@ class Context:
 
         Returns ``out[i][j]`` = result of grid point ``i``, replicate ``j``. Each call draws from
         its own seed stream (the ``k``-th call of this context uses ``seed(i, j, call=k)``), so two
-        maps of one claim never share seeds while reruns of the claim reproduce them.
+        maps of one claim never share seeds while reruns of the claim reproduce them. Solve records
+        a task returned under :data:`SOLVES_KEY` are collected into ``self.solves`` and removed
+        from the results.
         """
         grid = [dict(g) for g in grid]
         call = self.map_calls
         self.map_calls += 1
         seeds = [[self.seed(i, j, call=call) for j in range(replicates)] for i in range(len(grid))]
-        return self.sweep.map(task, grid, seeds, label=self.claim_id)
+        out = self.sweep.map(task, grid, seeds, label=self.claim_id)
+        return [[_pop_solves(r, self.solves) for r in row] for row in out]
 
     def save_figure(self, fig, name: str | None = None) -> str | None:
         """Save a matplotlib figure as ``figures/<name or claim id>.png``; returns the relative path.
