@@ -17,7 +17,7 @@ import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 from ..claim import REGISTRY, Claim, Context, Evidence
 from ..runner import ERROR_PREFIX, load_modules, run_claims, select_claims
@@ -43,6 +43,9 @@ class Mutant:
         ``make(original) -> replacement``.
     claims : tuple of str
         Optional glob patterns restricting which of those papers' claims are run.
+    local : bool
+        Replace the target only in its owner (``"pkg.mod:name"`` patches ``mod``'s global
+        ``name``, e.g. one module's ``np``-free import of a shared helper), not everywhere.
     """
 
     id: str
@@ -51,6 +54,7 @@ class Mutant:
     papers: tuple
     make: Callable
     claims: tuple = ()
+    local: bool = False
 
 
 @dataclass
@@ -89,38 +93,96 @@ def resolve(target: str):
     return owner, name, owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
 
 
-def _holders(original) -> list[tuple[object, str]]:
-    """Every (module or class, attribute) among loaded ``lowrank_fl``/``verify`` modules bound to
-    ``original``."""
+class _Slot(NamedTuple):
+    """A place that holds a reference: an attribute, a dict item, or a function's default."""
+
+    obj: object
+    key: object
+    kind: str            # "attr", "item", "kwdefault" or "default"
+
+    def set(self, value) -> None:
+        if self.kind == "attr":
+            setattr(self.obj, self.key, value)
+        elif self.kind == "item":
+            self.obj[self.key] = value
+        elif self.kind == "kwdefault":
+            self.obj.__kwdefaults__[self.key] = value
+        else:
+            defaults = list(self.obj.__defaults__)
+            defaults[self.key] = value
+            self.obj.__defaults__ = tuple(defaults)
+
+
+def _default_slots(fn, original) -> list[_Slot]:
+    """Keyword and positional defaults of ``fn`` bound to ``original`` (a claim's injection points
+    such as ``algorithm=fedrep`` hold the library function from import time)."""
+    fn = getattr(fn, "__func__", fn)
     found = []
+    for key, value in (getattr(fn, "__kwdefaults__", None) or {}).items():
+        if value is original:
+            found.append(_Slot(fn, key, "kwdefault"))
+    for i, value in enumerate(getattr(fn, "__defaults__", None) or ()):
+        if value is original:
+            found.append(_Slot(fn, i, "default"))
+    return found
+
+
+def _holders(original) -> list[_Slot]:
+    """Every slot among loaded ``lowrank_fl``/``verify`` modules bound to ``original``: module and
+    class attributes, values of module-level dicts (method registries), and the defaults of
+    module-level functions, methods and claim experiments."""
+    found, seen = [], set()
+
+    def scan_function(fn):
+        if id(fn) not in seen:
+            seen.add(id(fn))
+            found.extend(_default_slots(fn, original))
+
     for mod_name, mod in list(sys.modules.items()):
-        if mod is None or not mod_name.split(".")[0] in ("lowrank_fl", "verify"):
+        if mod is None or mod_name.split(".")[0] not in ("lowrank_fl", "verify"):
             continue
         for attr, value in list(vars(mod).items()):
             if value is original:
-                found.append((mod, attr))
+                found.append(_Slot(mod, attr, "attr"))
+            if callable(value) and not isinstance(value, type):
+                scan_function(value)
+            experiment = getattr(value, "experiment", None)        # a registered Claim
+            if callable(experiment):
+                scan_function(experiment)
+            if isinstance(value, dict) and not attr.startswith("__"):
+                for key, item in list(value.items()):
+                    if item is original:
+                        found.append(_Slot(value, key, "item"))
+                    elif callable(getattr(item, "experiment", None)):
+                        scan_function(item.experiment)
             elif isinstance(value, type) and value.__module__ == mod_name:
                 for cattr, cvalue in list(vars(value).items()):
                     if cvalue is original:
-                        found.append((value, cattr))
+                        found.append(_Slot(value, cattr, "attr"))
+                    elif callable(cvalue) or isinstance(cvalue, (staticmethod, classmethod)):
+                        scan_function(cvalue)
     return found
 
 
 @contextmanager
 def apply(mutant: Mutant) -> Iterator[None]:
-    """Replace the target everywhere it is referenced; restore on exit."""
+    """Replace the target everywhere it is referenced (only in its owner with ``mutant.local``);
+    restore on exit."""
     owner, name, original = resolve(mutant.target)
     replacement = mutant.make(original)
-    holders = _holders(original) or [(owner, name)]
-    if (owner, name) not in holders:
-        holders.append((owner, name))
+    target_slot = _Slot(owner, name, "attr")
+    holders = [target_slot] if mutant.local else _holders(original)
+    if target_slot not in holders:
+        holders.append(target_slot)
+    done = []
     try:
-        for holder, attr in holders:
-            setattr(holder, attr, replacement)
+        for slot in holders:
+            slot.set(replacement)
+            done.append(slot)
         yield
     finally:
-        for holder, attr in holders:
-            setattr(holder, attr, original)
+        for slot in reversed(done):
+            slot.set(original)
 
 
 def _claims_for(mutant: Mutant) -> list[Claim]:
