@@ -221,9 +221,9 @@ def cmd_conditions(args) -> int:
     if bad:
         raise TypeError(f"verify.conditions.{args.paper}.evaluate returned {bad[0]}, expected Condition")
     if args.json:
-        from .claim import _jsonable
+        from .claim import jsonable
 
-        print(json.dumps([_jsonable(vars(c)) for c in conditions], indent=1))
+        print(json.dumps([jsonable(vars(c)) for c in conditions], indent=1))
         return 0
     holds = {True: "yes", False: "NO", None: "-"}
     _print_table(["theorem", "condition", "value", "required", "holds", "note"],
