@@ -170,6 +170,7 @@ def save(fig, path, *, title: str | None = None) -> dict:
     """
     path = Path(path)
     base = path.with_suffix("") if path.suffix in (".png", ".svg", ".pdf") else path
+    # names like "flute.thm5_1.rate" contain dots: append the suffix, never replace one
     base.parent.mkdir(parents=True, exist_ok=True)
     with style():
         own = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
@@ -181,7 +182,7 @@ def save(fig, path, *, title: str | None = None) -> dict:
             tidy_log_axes(ax)
             mark_unplotted(ax)
         thin_overlapping_ticks(fig)
-        out = {"svg": base.with_suffix(".svg"), "png": base.with_suffix(".png")}
+        out = {"svg": base.with_name(base.name + ".svg"), "png": base.with_name(base.name + ".png")}
         fig.savefig(out["svg"], format="svg", bbox_inches="tight", metadata={"Date": None})
         fig.savefig(out["png"], format="png", dpi=PNG_DPI, bbox_inches="tight")
     return out
