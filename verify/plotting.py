@@ -22,7 +22,7 @@ import matplotlib
 import numpy as np
 
 __all__ = ["STYLE", "PNG_DPI", "use_style", "style", "save", "tidy_log_axes", "mark_unplotted",
-           "thin_overlapping_ticks"]
+           "thin_overlapping_ticks", "what_is_shown"]
 
 PNG_DPI = 200
 
@@ -162,11 +162,23 @@ def mark_unplotted(ax) -> int:
 
 
 # ----------------------------------------------------------------------------- saving
+def what_is_shown(fig) -> str:
+    """``"<y label> vs <x label>"`` of a one-panel figure without a title, else ``""``."""
+    axes = [ax for ax in fig.axes if ax.get_visible() and ax.get_label() != "<colorbar>"]
+    if len(axes) != 1 or axes[0].get_title():
+        return ""
+    y = axes[0].get_ylabel().split("\n")[0].strip()
+    x = axes[0].get_xlabel().split("\n")[0].strip()
+    return f"{y} vs {x}" if x and y else ""
+
+
+
 def save(fig, path, *, title: str | None = None) -> dict:
     """Save ``fig`` as ``<path>.svg`` and ``<path>.png`` (suffix of ``path`` ignored).
 
     ``title`` becomes the figure's title unless it already has one (``fig.suptitle``); when both
-    exist the claim's name is prefixed. Returns ``{"svg": Path, "png": Path}``.
+    exist the claim's name is prefixed. A bare name (no ``":"``) on a one-panel figure without an
+    axes title gets ``": <y label> vs <x label>"`` appended (:func:`what_is_shown`). Returns ``{"svg": Path, "png": Path}``.
     """
     path = Path(path)
     base = path.with_suffix("") if path.suffix in (".png", ".svg", ".pdf") else path
@@ -174,6 +186,8 @@ def save(fig, path, *, title: str | None = None) -> dict:
     base.parent.mkdir(parents=True, exist_ok=True)
     with style():
         own = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+        if title and not own and ":" not in title:
+            title = f"{title}: {what_is_shown(fig)}" if what_is_shown(fig) else title
         if title and own and title not in own:
             fig.suptitle(f"{title} — {own}")
         elif title and not own:

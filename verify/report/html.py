@@ -39,7 +39,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .claim h3 a.back{font-size:.75em;font-weight:normal;margin-left:.6em}
 blockquote{margin:.4em 0;padding-left:.8em;border-left:3px solid #ccc;color:#444}
 pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.85em}
-figure{margin:.8em 0} figure img{max-width:100%;height:auto;border:1px solid #eee}
+figure{margin:.8em 0} figure img{max-width:100%;min-width:min(100%,640px);height:auto;border:1px solid #eee}
 figcaption{color:#555;font-size:.85em}
 details .all{max-width:60em;word-break:break-word}
 dl.legend dt{font-weight:bold;margin-top:.3em} dl.legend dd{margin-left:1.5em}

@@ -7,7 +7,8 @@ summary that opens to every value.
 * floats: 4 significant digits between 1e-3 and 1e5 (``0.3333``, ``12.32``), otherwise scientific
   with 3 (``2.2e-16``, ``1.5e6``); ``∞``, ``−∞``, ``NaN`` for non-finite values;
 * bools ``yes`` / ``no``; ``None`` ``—``;
-* a pair of numbers ``[lo, hi]`` (intervals are stored as pairs);
+* a pair of numbers ``[lo, hi]`` (intervals are stored as pairs); a dict with ``ci_low`` /
+  ``ci_high`` as ``centre [lo, hi] (95%, n seeds)``;
 * a numeric list of up to :data:`SHORT` values in full, a longer one as
   ``first, second, …, last (n values; min a, max b)``; a list of bools as ``k of n true``;
 * a dict of scalars ``a: 1 · b: 2``; nested containers summarized by size.
@@ -21,7 +22,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["fmt", "fmt_number", "html_value", "is_records", "plain"]
+__all__ = ["fmt", "fmt_number", "html_value", "interval", "is_records", "plain", "columns"]
 
 SHORT = 6
 
@@ -45,6 +46,8 @@ def _is_number(v) -> bool:
 
 def fmt_number(v, *, digits: int = 4) -> str:
     """A number with ``digits`` significant digits, scientific outside [1e-3, 1e5)."""
+    if not _is_number(v):
+        return _scalar(v)
     if isinstance(v, Integral):
         return str(int(v))
     v = float(v)
@@ -102,9 +105,32 @@ def _list_summary(values: list) -> str:
     return f"{shown}, … ({n} entries)"
 
 
+_CENTRES = ("slope", "mean", "estimate", "value", "median")
+
+
+def interval(value: Mapping) -> str | None:
+    """``0.04 [-0.06, 0.14] (95%, 3 seeds)`` for a dict holding ``ci_low`` and ``ci_high`` (and a
+    centre such as ``slope`` or ``mean``), as :mod:`verify.stats` writes them; else ``None``."""
+    if not isinstance(value, Mapping) or "ci_low" not in value or "ci_high" not in value:
+        return None
+    centre = next((k for k in _CENTRES if k in value), None)
+    text = (f"{fmt_number(value[centre])} " if centre else "") + \
+        f"[{fmt_number(value['ci_low'])}, {fmt_number(value['ci_high'])}]"
+    extra = []
+    if "level" in value and _is_number(value["level"]):
+        extra.append(f"{100 * float(value['level']):g}%")
+    if "n_seeds" in value:
+        extra.append(f"{value['n_seeds']} seeds")
+    rest = [k for k in value if k not in ("ci_low", "ci_high", "level", "n_seeds", centre)]
+    extra += [f"{k}: {fmt(value[k])}" for k in rest]
+    return text + (f" ({', '.join(extra)})" if extra else "")
+
+
 def fmt(value: Any) -> str:
     """One line of text for ``value`` (see the module docstring)."""
     value = plain(value)
+    if interval(value) is not None:
+        return interval(value)
     if isinstance(value, Mapping):
         if not value:
             return "—"
@@ -144,6 +170,8 @@ def columns(rows) -> list[str]:
 def html_value(value: Any, *, depth: int = 0) -> str:
     """HTML for ``value``: dicts and records as small tables, long lists folded."""
     value = plain(value)
+    if interval(value) is not None:
+        return escape(interval(value))
     if depth < 2 and isinstance(value, Mapping) and value:
         return _html_table(["", ""], [[f"<b>{escape(str(k))}</b>", html_value(v, depth=depth + 1)]
                                       for k, v in value.items()])
