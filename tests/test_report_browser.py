@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from _dummy_tasks import dummy_claims
-from verify.claim import Context, Evidence, Omitted
+from verify.claim import Claim, Context, Evidence, Omitted
 from verify.report.write import write_report
 from verify.runner import run_claims
 
@@ -68,7 +68,8 @@ def _probe(html_path, tmp_path) -> tuple[dict, str]:
 def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("browser-report")
     results = run_claims(dummy_claims(), Context(scale="smoke", out_dir=out))
-    c = dummy_claims()[0]
+    c = Claim(id="fedavg_ft.dummy.diverges", paper="fedavg_ft", reference="Theorem 1", kind="rate",
+              statement="It converges.", experiment=lambda ctx: None)
     # a failing claim with a non-finite measurement: shown first, null in the JSON
     results.append((c, Evidence(verdict="fails", summary="diverged", measured={"rate": float("inf")},
                                 figure=results[0][1].figure)))
