@@ -197,7 +197,7 @@ class Claim:
 
 @dataclass(frozen=True)
 class Omitted:
-    """A claim from the notes that the toolkit does not check, with the reason."""
+    """A claim of a paper that the toolkit does not check, with the reason."""
 
     id: str
     paper: str

@@ -59,12 +59,13 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, raw: bool = 
     """An HTML table in a horizontally scrolling box; cells escaped unless ``raw`` (already HTML)."""
     cell = (lambda x: str(x)) if raw else (lambda x: escape(str(x)))
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    thead = f"<thead><tr>{head}</tr></thead>" if any(header) else ""
     body = []
     for k, row in enumerate(rows):
         rid = f' id="{row_ids[k]}"' if row_ids else ""
         body.append(f"<tr{rid}>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>")
     klass = f' class="{cls}"' if cls else ""
-    return (f'<div class="scroll"><table{klass}><thead><tr>{head}</tr></thead>'
+    return (f'<div class="scroll"><table{klass}>{thead}'
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
 

@@ -97,7 +97,7 @@ def _provenance(results, scale: str, meta: Mapping) -> list[str]:
     deps = prov.get("dependencies") or meta.get("versions") or {}
     if deps:
         rows.append(["dependencies", ", ".join(f"{k} {v}" for k, v in deps.items())])
-    out = _table(["", ""], rows) + [
+    out = _table(["item", "value"], rows) + [
         "", "Seeds: every task's seed is `SeedSequence(base_seed, spawn_key=(crc32(claim id), "
         "[map call,] grid point, replicate))`, so every backend gives the same numbers; each "
         "claim's seeds are listed in `results.json`.", "",

@@ -152,9 +152,11 @@ def fmt(value: Any) -> str:
 
 # ----------------------------------------------------------------------------- HTML
 def _html_table(header, rows, cls="inner") -> str:
+    """A table; no header row when every header is empty (a key/value table)."""
     head = "".join(f"<th>{escape(str(h))}</th>" for h in header)
+    thead = f"<thead><tr>{head}</tr></thead>" if any(str(h) for h in header) else ""
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+    return f'<table class="{cls}">{thead}<tbody>{body}</tbody></table>'
 
 
 def columns(rows) -> list[str]:
