@@ -59,7 +59,7 @@ def test_verify_writes_the_report(dummy_registry, tmp_path, capsys):
     assert (out / "README.md").is_file() and (out / "figures" / "fedrep.dummy.mean.png").is_file()
     page = (out / "index.html").read_text()
     assert not re.search(r"https?://", page)
-    assert all(s.startswith("data:image/png;base64,") for s in re.findall(r'src="([^"]*)"', page))
+    assert all(s.startswith("data:image/svg+xml;base64,") for s in re.findall(r'src="([^"]*)"', page))
     doc = json.loads((out / "results.json").read_text())
     assert doc["scale"] == "smoke" and doc["backend"] == "sequential"
     assert {"python", "numpy", "scipy", "cvxpy", "clarabel", "scs", "joblib", "lowrank_fl",

@@ -78,6 +78,9 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of generate() (default: 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=cmd_conditions)
+    from .report.diff import add_parser as add_report_parser
+
+    add_report_parser(subparsers)  # lowrank-fl report diff A/results.json B/results.json
 
 
 def build_verify_parser(prog: str = "python -m verify") -> argparse.ArgumentParser:
@@ -221,9 +224,9 @@ def cmd_conditions(args) -> int:
     if bad:
         raise TypeError(f"verify.conditions.{args.paper}.evaluate returned {bad[0]}, expected Condition")
     if args.json:
-        from .claim import _jsonable
+        from .claim import jsonable
 
-        print(json.dumps([_jsonable(vars(c)) for c in conditions], indent=1))
+        print(json.dumps([jsonable(vars(c)) for c in conditions], indent=1))
         return 0
     holds = {True: "yes", False: "NO", None: "-"}
     _print_table(["theorem", "condition", "value", "required", "holds", "note"],
