@@ -429,7 +429,7 @@ def lora_matrix_problem(d: int, n_clients: int, rank: int, *, gamma: float = 1.0
     if gamma > 0 and n_clients < 2:
         raise ValueError(f"gamma > 0 needs n_clients >= 2 (heterogeneity across clients), got {n_clients}")
     rng = as_generator(seed)
-    A_star = haar_orthonormal(d, rank, rng)
+    A_star = haar_orthonormal(d=d, rank=rank, seed=rng)
     B_bar = b_scale * rng.standard_normal((rank, d))
     B_star = spread_exactly(B_bar, rng.standard_normal((n_clients, rank, d)), gamma)
     return LoRAMatrixProblem(A_star=A_star, B_star=B_star, gamma=gamma)

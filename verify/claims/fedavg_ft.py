@@ -33,14 +33,14 @@ ALPHA = 0.4
 def _fedavg_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper",
                 seed=None):
     """The toolkit's FedAvg in the injection signature."""
-    return fedavg(problem, rounds, local_steps, step_size, clients_per_round=clients_per_round,
+    return fedavg(problem, rounds, step_size, local_steps=local_steps, clients_per_round=clients_per_round,
                   init=init, seed=seed)
 
 
 def _dgd_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper",
              seed=None):
     """D-GD in the injection signature (``local_steps`` is ignored: D-GD takes one)."""
-    return fedavg(problem, rounds, 1, step_size, init=init, seed=seed, method="dgd")
+    return fedavg(problem, rounds, step_size, local_steps=1, init=init, seed=seed, method="dgd")
 
 
 def _sizes(ctx):
@@ -80,7 +80,7 @@ def _figure(curves, labels, *, ylabel="dist(B_t, B*)", title="", hlines=()):
 def _task_identities(seed, d, k, M, tau, rounds, clients, round_fn, alpha=0.2):
     # alpha = 0.2: the identities are exact for any step, and 0.2 keeps partial participation with
     # tau = 5 stable (alpha = 0.4, m = M/4 can diverge, see the participation claim)
-    inst = paper_instance(d, k, M, step_size=alpha, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=alpha, seed=seed)
     p = inst.problem
     rng = np.random.default_rng(seed + 1)
     B, w = inst.B0, inst.w0
@@ -91,7 +91,7 @@ def _task_identities(seed, d, k, M, tau, rounds, clients, round_fn, alpha=0.2):
     for _ in range(rounds):
         idx = np.sort(rng.choice(M, size=clients, replace=False))
         with np.errstate(over="ignore", invalid="ignore"):
-            Bn, wn, path = round_fn(B, w, tau, a, targets=p.theta[idx], return_path=True)
+            Bn, wn, path = round_fn(B, w, a, local_steps=tau, targets=p.theta[idx], return_path=True)
         if not (np.all(np.isfinite(Bn)) and np.all(np.isfinite(path["w"]))):
             res["diverged"] = True
             break
@@ -166,7 +166,7 @@ omit("fedavg_ft.table1.Gt_sign", paper=P, reference="Table 1 (G_t) and eq. (28)"
 
 # ----------------------------------------------------------------------------- C2: Lemma 5
 def _task_nonexpansive(seed, d, k, M, tau, alpha, rounds, clients, round_fn):
-    inst = paper_instance(d, k, M, step_size=alpha, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=alpha, seed=seed)
     p = inst.problem
     rng = np.random.default_rng(seed + 1)
     B, w = inst.B0, inst.w0
@@ -175,7 +175,8 @@ def _task_nonexpansive(seed, d, k, M, tau, alpha, rounds, clients, round_fn):
     for _ in range(rounds):
         idx = np.sort(rng.choice(M, size=clients, replace=False))
         with np.errstate(over="ignore", invalid="ignore"):
-            Bn, wn, path = round_fn(B, w, tau, alpha, targets=p.theta[idx], return_path=True)
+            Bn, wn, path = round_fn(B, w, alpha, local_steps=tau, targets=p.theta[idx],
+                                   return_path=True)
         if not (np.all(np.isfinite(Bn)) and np.all(np.isfinite(path["w"]))):
             break        # blew up (only possible once the step condition has failed): stop here
         c0, c1 = comp(B), comp(Bn)
@@ -218,7 +219,7 @@ def _c2_nonexpansive(ctx, *, round_fn=fedavg_round):
 
 # ----------------------------------------------------------------------------- C3: Theorem 1
 def _task_learning(seed, d, k, M, tau, alpha, rounds, algorithm, clients=None):
-    inst = paper_instance(d, k, M, step_size=alpha, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=alpha, seed=seed)
     tr = algorithm(inst.problem, rounds, tau, alpha, clients_per_round=clients, init=inst.init,
                    seed=seed + 1)
     st = inst.stats
@@ -287,7 +288,7 @@ def _c3_learning(ctx, *, algorithm=_fedavg_alg):
 
 # ----------------------------------------------------------------------------- C4: D-GD stalls
 def _task_dgd_stall(seed, d, k, M, rounds, algorithm):
-    inst = paper_instance(d, k, M, step_size=ALPHA, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, seed=seed)
     p = inst.problem
     tr = algorithm(p, rounds, 1, ALPHA, init=inst.init, seed=seed + 1)
     return {"distance": tr.distance,
@@ -320,7 +321,7 @@ def _c4_dgd_stalls(ctx, *, algorithm=_dgd_alg):
 
 # ----------------------------------------------------------------------------- C5: Prop 1
 def _task_prop1(seed, d, k, M, delta0, rounds, dgd_algorithm, fedavg_algorithm):
-    inst = proposition1_instance(d, k, M, delta0, step_size=ALPHA, seed=seed)
+    inst = proposition1_instance(d=d, rank=k, n_clients=M, delta0=delta0, step_size=ALPHA, seed=seed)
     a = dgd_algorithm(inst.problem, rounds, 1, ALPHA, init=inst.init, seed=seed)
     b = dgd_algorithm(inst.reflected, rounds, 1, ALPHA, init=inst.init, seed=seed)
     f1 = fedavg_algorithm(inst.problem, rounds, 2, ALPHA, init=inst.init, seed=seed)
@@ -424,7 +425,7 @@ def _c6_stationarity(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_al
 
 # ----------------------------------------------------------------------------- C7: fine-tuning
 def _task_finetune(seed, d, k, M, rounds, ns, fedavg_algorithm, dgd_algorithm, ft_steps):
-    inst = paper_instance(d, k, M, step_size=ALPHA, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, seed=seed)
     p = inst.problem
     fa = fedavg_algorithm(p, rounds, 2, ALPHA, init=inst.init, seed=seed)
     dg = dgd_algorithm(p, rounds, 1, ALPHA, init=inst.init, seed=seed)
@@ -432,7 +433,7 @@ def _task_finetune(seed, d, k, M, rounds, ns, fedavg_algorithm, dgd_algorithm, f
     head = rng.standard_normal(k)
     res = {}
     for n in ns:
-        cl = new_client(p, n, noise=0.1, head=head, seed=rng)
+        cl = new_client(p, samples_per_client=n, noise=0.1, head=head, seed=rng)
         a = fine_tune(cl, fa.B, fa.extra["w"], steps=ft_steps, step_size=0.01)
         b = fine_tune(cl, dg.B, dg.extra["w"], steps=ft_steps, step_size=0.01)
         res[n] = {"fedavg_full": a.full_error, "dgd_full": b.full_error,
@@ -479,7 +480,7 @@ def _c7_fine_tune(ctx, *, fedavg_algorithm=_fedavg_alg, dgd_algorithm=_dgd_alg):
 
 # ----------------------------------------------------------------------------- C8: rate scaling
 def _task_rates(seed, d, k, M, combos, rounds, algorithm):
-    inst = paper_instance(d, k, M, step_size=ALPHA, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, seed=seed)
     Q = inst.B0 * np.sqrt(ALPHA)             # same orthonormal start, rescaled per alpha
     rates, curves = [], []
     for a, t in combos:
@@ -529,7 +530,7 @@ def _c8_rate_scaling(ctx, *, algorithm=_fedavg_alg):
 
 # ----------------------------------------------------------------------------- C9: hypotheses
 def _task_hypotheses(seed, d, k, M, tau, alpha, rounds, init_scale, round_fn=fedavg_round):
-    inst = paper_instance(d, k, M, step_size=alpha, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=alpha, seed=seed)
     p = inst.problem
     st = inst.stats
     L = st.L_max
@@ -556,7 +557,7 @@ def _task_hypotheses(seed, d, k, M, tau, alpha, rounds, init_scale, round_fn=fed
             worst["alpha_sigma_min2_final"] = alpha * sig2
             worst["dist_final/dist0"] = subspace_distance(p.B_star, B) / max(np.sqrt(1 - E0), 1e-300)
             break
-        Bn, wn, path = round_fn(B, w, tau, alpha, targets=p.theta, return_path=True)
+        Bn, wn, path = round_fn(B, w, alpha, local_steps=tau, targets=p.theta, return_path=True)
         worst["w_local/bound"] = max(worst["w_local/bound"], float(np.max(np.linalg.norm(
             path["w"], axis=-1))) / (2 * np.sqrt(alpha) * L))
         dist = subspace_distance(p.B_star, B)
@@ -615,8 +616,8 @@ def _identical_plus_spread(rng, M, k, spread):
 def _task_diversity(seed, d, k, M, tau, spread, rounds, make_heads):
     rng = np.random.default_rng(seed)
     heads = make_heads(rng, M, k, spread)
-    inst = paper_instance(d, k, M, step_size=ALPHA, heads=heads, seed=rng)
-    tr = fedavg(inst.problem, rounds, tau, ALPHA, init=inst.init)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, heads=heads, seed=rng)
+    tr = fedavg(inst.problem, rounds, ALPHA, local_steps=tau, init=inst.init)
     return {"final": float(tr.distance[-1]), "rate": -_fit_rate(tr.distance, lo=1e-12, hi=0.5)[0],
             "mu": head_statistics(heads).mu, "distance": tr.distance}
 
@@ -656,7 +657,7 @@ def _c10_diversity(ctx, *, make_heads=_identical_plus_spread):
 
 # ----------------------------------------------------------------------------- C11: participation
 def _task_participation(seed, d, k, M, ms, rounds, algorithm):
-    inst = paper_instance(d, k, M, step_size=ALPHA, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, seed=seed)
     final, curves = [], []
     for m in ms:
         tr = algorithm(inst.problem, rounds, 2, ALPHA, clients_per_round=m, init=inst.init, seed=seed)
@@ -698,9 +699,9 @@ def _c11_participation(ctx, *, algorithm=_fedavg_alg):
 # ----------------------------------------------------------------------------- C12: centered diversity
 def _task_centered(seed, d, k, rounds, fedavg_algorithm):
     heads = 3.0 * np.eye(k)
-    inst = paper_instance(d, k, k, step_size=ALPHA, heads=heads, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=k, step_size=ALPHA, heads=heads, seed=seed)
     fa = fedavg_algorithm(inst.problem, rounds, 2, ALPHA, init=inst.init, seed=seed)
-    dg = fedavg(inst.problem, rounds, 1, ALPHA, init=inst.init)
+    dg = fedavg(inst.problem, rounds, ALPHA, local_steps=1, init=inst.init)
     return {"fedavg": float(fa.distance[-1]), "dgd": float(dg.distance[-1]),
             "mu": inst.stats.mu, "second_moment_min": inst.stats.second_moment_min}
 
@@ -731,7 +732,7 @@ def _task_empirical(seed, d, k, M, ns, noise, rounds, algorithm):
     """One instance (B*, heads) and warm start, fresh datasets of each size n: paired floors."""
     alpha = 0.2
     rng = np.random.default_rng(seed)
-    base = paper_instance(d, k, M, step_size=alpha, seed=rng)
+    base = paper_instance(d=d, rank=k, n_clients=M, step_size=alpha, seed=rng)
     # warm start at a moderate distance: the claim is about the statistical floor, not the
     # escape from a random (nearly orthogonal) initialization
     Q = np.linalg.qr(base.problem.B_star + 0.3 * rng.standard_normal((d, k)) / np.sqrt(d))[0]
@@ -748,7 +749,7 @@ def _task_empirical(seed, d, k, M, ns, noise, rounds, algorithm):
 
 
 def _empirical_alg(problem, rounds, local_steps, step_size, *, init, seed=None):
-    return fedavg(problem, rounds, local_steps, step_size, init=init, mode="empirical", seed=seed)
+    return fedavg(problem, rounds, step_size, local_steps=local_steps, init=init, data="fixed", seed=seed)
 
 
 @claim("fedavg_ft.ext.empirical_floor", paper=P, reference="Eq. (5) (finite samples; beyond Theorem 1)",

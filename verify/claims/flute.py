@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 from scipy import stats
 
+from lowrank_fl.algorithms.fedrep import fedrep
 from lowrank_fl.algorithms.flute import flute, flute_init
-from lowrank_fl.algorithms.flute_baselines import fedrep_flute_baseline
 from lowrank_fl.exact import flute as ex
 from lowrank_fl.problems.multitask import haar_orthonormal
 from lowrank_fl.problems.underparameterized import (UnderparameterizedProblem, appendix_c_spectrum,
@@ -67,7 +67,7 @@ def _rounds_to_converge(problem, eta, digits=12.0, extra=300):
 # =============================================================================================
 def _task_global(seed, *, k, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, k, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=k, seed=rng)
     rounds = _rounds_to_converge(p, ETA)
     tr = algorithm(p, rounds, ETA, record_every=10, seed=rng)
     W = tr.extra["W"]
@@ -110,7 +110,7 @@ def _c1(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_rate(seed, *, k, normalization, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, k, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=k, seed=rng)
     tr = algorithm(p, _rounds_to_converge(p, ETA), ETA, normalization=normalization, seed=rng)
     return {"rho": _tail_rate(tr.extra["frob_target"]), "gap": p.gap,
             "curve": tr.extra["frob_target"][::5]}
@@ -182,7 +182,7 @@ def _slowed(algorithm, factor):
 # =============================================================================================
 def _task_gap_rate(seed, *, g, eta, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, spectrum=[4.0, 3.0, 3.0 - g, 1.0, 0.5], seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, spectrum=[4.0, 3.0, 3.0 - g, 1.0, 0.5], seed=rng)
     # 1e-11 at rate 1 - eta g needs ~25 / (eta g) rounds after the entry phase
     tr = algorithm(p, int(26 / (eta * g)) + 200, eta, seed=rng)
     return {"rho": _tail_rate(tr.extra["frob_target"]), "gap": p.gap}
@@ -222,7 +222,7 @@ def _c2c(ctx, *, algorithm=flute):
 
 def _task_norm(seed, *, normalization, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, seed=rng)
     tr = algorithm(p, 650, ETA, normalization=normalization, seed=rng)
     W = tr.extra["W"]
     return {"rho": _tail_rate(tr.extra["frob_target"]),
@@ -264,8 +264,8 @@ def _task_entry(seed, *, alpha, phi_seed, algorithm):
     # one Phi and one init direction per replicate (phi_seed), shared by its alphas, so that t_e is
     # compared across alphas on the same instance (B0, W0 = alpha * G)
     r_phi, r_init = (np.random.default_rng(s) for s in np.random.SeedSequence(phi_seed).spawn(2))
-    p = underparameterized(10, 15, 4, seed=r_phi)
-    G_B, G_W = flute_init(10, 4, 15, 1.0, r_init)
+    p = underparameterized(d=10, n_clients=15, rank=4, seed=r_phi)
+    G_B, G_W = flute_init(d=10, rank=4, n_clients=15, init_scale=1.0, seed=r_init)
     B0, W0 = alpha * G_B, alpha * G_W
     s0 = ex.region_quantities(ex.theta_embedding(B0, W0, p.Phi), 4)["sigmak_k"]
     TR = ex.entry_time_bound(p.spectrum, 4, ETA, s0)
@@ -340,9 +340,10 @@ def _c3(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_absorb(seed, *, samples, rounds, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, seed=rng, noise=NOISE if samples else 0.0,
+    p = underparameterized(d=10, n_clients=15, rank=2, seed=rng, noise=NOISE if samples else 0.0,
                            samples_per_client=None)
-    tr = algorithm(p, rounds, ETA, record_theta=True, samples=samples, seed=rng)
+    tr = algorithm(p, rounds, ETA, record_theta=True, data="fresh" if samples else None,
+                   batch_size=samples, seed=rng)
     l1s, lks = 2 * p.spectrum[0], 2 * p.spectrum[1]
     gap = p.gap
     s1, sr, sk = (tr.extra[n] ** 2 for n in ("sigma1", "sigma1_res", "sigmak_k"))
@@ -388,7 +389,7 @@ def _c4(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_snr(seed, *, steps, eta_small, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, seed=rng)
     # enter R with the reference FLUTE at eta = 0.03 (the lemma is about the steps inside R):
     # find the entry round, then replay the same run up to 5 rounds past it
     warm_seed = int(rng.integers(2 ** 32))
@@ -460,7 +461,7 @@ def _task_discrepancy(seed, *, N, spectrum, k, gram, phi_seed, d=10, noise=NOISE
     noise residual E = y - X phi is taken against ("Phi": the truth, as in the lemma). With
     ``sample_seed`` the samples come from it instead of ``seed`` (common random numbers)."""
     rng = np.random.default_rng(seed if sample_seed is None else sample_seed)
-    p = underparameterized(d, 15, k, spectrum=spectrum, noise=noise, seed=phi_seed)
+    p = underparameterized(d=d, n_clients=15, rank=k, spectrum=spectrum, noise=noise, seed=phi_seed)
     Bs, Ws = ex.balanced_factors(p.Phi, k)
     X, y = p.sample(N, rng)
     R = Bs @ Ws - p.Phi                                  # (d, M) residual at the optimum
@@ -507,7 +508,7 @@ def _c6(ctx, *, gram=_empirical_gram):
 
 def _task_discrepancy_over(seed, *, gram, phi_seed):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 3, spectrum=[5.0, 3.0, 2.0], seed=phi_seed)
+    p = underparameterized(d=10, n_clients=15, rank=3, spectrum=[5.0, 3.0, 2.0], seed=phi_seed)
     Bs, Ws = ex.balanced_factors(p.Phi, 3)
     X, _ = p.sample(100, rng)
     R = Bs @ Ws - p.Phi
@@ -576,8 +577,8 @@ C7_SPECTRUM = [6.0, 5.0, 4.0, 2.0, 1.5, 1.0]
 
 def _task_sample_scaling(seed, *, N, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(20, 10, 3, spectrum=C7_SPECTRUM, samples_per_client=N, noise=NOISE, seed=rng)
-    tr = algorithm(p, 450, ETA, fresh_samples=False, record_every=450, seed=rng)
+    p = underparameterized(d=20, n_clients=10, rank=3, spectrum=C7_SPECTRUM, samples_per_client=N, noise=NOISE, seed=rng)
+    tr = algorithm(p, 450, ETA, data="fixed", record_every=450, seed=rng)
     return float(tr.extra["error_target"][-1]) if tr.status != "diverged" else np.inf
 
 
@@ -613,8 +614,8 @@ C8_SPECTRUM = [6.0, 5.0, 4.0, 2.0, 1.0]
 
 def _task_m_scaling(seed, *, d, N, M, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(d, M, 3, spectrum=C8_SPECTRUM, samples_per_client=N, noise=NOISE, seed=rng)
-    tr = algorithm(p, 450, ETA, fresh_samples=False, record_every=450, seed=rng)
+    p = underparameterized(d=d, n_clients=M, rank=3, spectrum=C8_SPECTRUM, samples_per_client=N, noise=NOISE, seed=rng)
+    tr = algorithm(p, 450, ETA, data="fixed", record_every=450, seed=rng)
     return float(tr.extra["error_target"][-1]) if tr.status != "diverged" else np.inf
 
 
@@ -685,12 +686,12 @@ C9_ETA = 0.075
 def _task_gap(seed, *, g, N, rounds, algorithm):
     rng = np.random.default_rng(seed)
     spec = [4.0, 3.0, 3.0 - g, 1.0, 0.5]
-    p = underparameterized(10, 15, 2, spectrum=spec, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, spectrum=spec, seed=rng)
     pop = algorithm(p, rounds, C9_ETA, record_every=10, seed=rng)
     e = pop.extra["frob_target"] / np.linalg.norm(p.target)
     hit = np.flatnonzero(e < 1e-6)
-    q = underparameterized(10, 15, 2, spectrum=spec, samples_per_client=N, noise=NOISE, seed=rng)
-    fixed = algorithm(q, rounds, C9_ETA, fresh_samples=False, record_every=rounds, seed=rng)
+    q = underparameterized(d=10, n_clients=15, rank=2, spectrum=spec, samples_per_client=N, noise=NOISE, seed=rng)
+    fixed = algorithm(q, rounds, C9_ETA, data="fixed", record_every=rounds, seed=rng)
     return {"iters": int(hit[0]) if len(hit) else np.inf, "error": float(fixed.extra["error_target"][-1])}
 
 
@@ -730,7 +731,7 @@ def _c9(ctx, *, algorithm=flute):
 def _task_example1(seed, *, M, algorithm):
     rng = np.random.default_rng(seed)
     lam = np.linspace(5.0, 1.0, M)       # gap 4/(M-1) >= 0.2: converges within 3000 rounds
-    U = haar_orthonormal(2 * M, M, rng)
+    U = haar_orthonormal(d=2 * M, rank=M, seed=rng)
     p = UnderparameterizedProblem(U=U, spectrum=lam, V=np.eye(M), k=1)
     u1 = U[:, 0]
 
@@ -780,10 +781,10 @@ def _rounds_to(err, level):
 
 def _task_vs_fedrep(seed, *, k, rounds, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, k, samples_per_client=20, noise=NOISE, seed=rng)
-    fl = algorithm(p, rounds, ETA, fresh_samples=False, seed=rng).extra["error_truth"]
-    fr = fedrep_flute_baseline(p, rounds, 0.1, init="moments", seed=rng).extra["error_truth"]
-    ri = fedrep_flute_baseline(p, rounds, 0.1, init="random", seed=rng).extra["error_truth"]
+    p = underparameterized(d=10, n_clients=15, rank=k, samples_per_client=20, noise=NOISE, seed=rng)
+    fl = algorithm(p, rounds, ETA, data="fixed", seed=rng).extra["error_truth"]
+    fr = fedrep(p, rounds, 0.1, init="moments", seed=rng).extra["error_truth"]
+    ri = fedrep(p, rounds, 0.1, init="random", seed=rng).extra["error_truth"]
     plateau_fl, plateau_fr = float(fl[-1]), float(fr[-1])
     level = 1.05 * min(plateau_fl, float(ri[-1]))
     return {"plateau_flute": plateau_fl, "plateau_fedrep": plateau_fr,
@@ -863,7 +864,7 @@ GAMMAS = [(0.25, 0.125, "appendix"), (0.125, 0.125, "appendix"), (1 / 12, 0.125,
 
 def _task_limit(seed, *, g1, g2, normalization, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, seed=rng)
     tr = algorithm(p, 1500, ETA, gamma1=g1, gamma2=g2, normalization=normalization,
                    record_every=1500, seed=rng)
     Z = ex.regularized_minimizer(p.Phi, 2, gamma1=g1, gamma2=g2, normalization=normalization)
@@ -900,7 +901,7 @@ def _c12a(ctx, *, algorithm=flute):
 
 def _task_boundary(seed, *, g1, normalization, eta, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, seed=rng)
     tr = algorithm(p, 1500, eta, gamma1=g1, gamma2=0.125, normalization=normalization,
                    record_every=1500, seed=rng)
     if tr.status == "diverged":
@@ -955,11 +956,11 @@ def _c12b(ctx, *, algorithm=flute):
 
 def _task_ablation(seed, *, N, ratios, rounds, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 10, 6, samples_per_client=N, noise=NOISE, seed=rng)
-    init = flute_init(10, 6, 10, 0.01, rng)
+    p = underparameterized(d=10, n_clients=10, rank=6, samples_per_client=N, noise=NOISE, seed=rng)
+    init = flute_init(d=10, rank=6, n_clients=10, init_scale=0.01, seed=rng)
     res = []
     for r in ratios:
-        tr = algorithm(p, rounds, ETA, gamma1=r * 0.125, gamma2=0.125, fresh_samples=False,
+        tr = algorithm(p, rounds, ETA, gamma1=r * 0.125, gamma2=0.125, data="fixed",
                        init=init, record_every=rounds)
         res.append(float(tr.extra["error_truth"][-1]) if tr.status != "diverged" else np.inf)
     return res
@@ -1012,7 +1013,7 @@ def _c12c(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_over(seed, *, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 4, spectrum=[10.0, 6.0, 4.0, 2.5], seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=4, spectrum=[10.0, 6.0, 4.0, 2.5], seed=rng)
     tr = algorithm(p, 500, ETA, seed=rng)
     W = tr.extra["W"]
     return {"err": float(np.linalg.norm(tr.B @ W - p.Phi) / np.linalg.norm(p.Phi)),
@@ -1046,7 +1047,7 @@ def _task_identities(seed, *, algorithm):
     rng = np.random.default_rng(seed)
     out = {}
     for d, M in ((8, 5), (5, 8)):
-        p = underparameterized(d, M, 2, seed=rng)
+        p = underparameterized(d=d, n_clients=M, rank=2, seed=rng)
         B, W = 0.3 * rng.standard_normal((d, 2)), 0.3 * rng.standard_normal((2, M))
         eta = 0.05
         tr = algorithm(p, 1, eta, init=(B, W))
@@ -1100,8 +1101,8 @@ def _c14(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_fresh(seed, *, N, rounds, phi_seed, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, noise=NOISE, seed=phi_seed)     # one Phi for every N
-    tr = algorithm(p, rounds, ETA, samples=N, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, noise=NOISE, seed=phi_seed)     # one Phi for every N
+    tr = algorithm(p, rounds, ETA, data="fresh", batch_size=N, seed=rng)
     return tr.extra["error_target"]
 
 
@@ -1162,8 +1163,8 @@ def _c15(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_erm(seed, *, k, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, k, samples_per_client=20, noise=NOISE, seed=rng)
-    tr = algorithm(p, 2000, ETA, fresh_samples=False, record_every=2000, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=k, samples_per_client=20, noise=NOISE, seed=rng)
+    tr = algorithm(p, 2000, ETA, data="fixed", record_every=2000, seed=rng)
     erm = ex.altmin_erm(p.X, p.y, k, seed=rng)
     Zn, _ = ex.nuclear_relaxation_estimate(p.X, p.y, k, 0.3)
     if tr.status == "diverged":

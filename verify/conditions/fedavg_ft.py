@@ -30,7 +30,7 @@ def generate(seed=0, *, d: int = 100, k: int = 5, n_clients: int = 40, step_size
     Keys: ``B_star`` (d, k), ``heads`` (M, k), ``B0`` (d, k), ``w0`` (k,), ``step_size``,
     ``local_steps``, ``epsilon``, ``clients_per_round`` (M when None).
     """
-    inst = paper_instance(d, k, n_clients, step_size=step_size, heads=heads, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=n_clients, step_size=step_size, heads=heads, seed=seed)
     return {"B_star": inst.problem.B_star, "heads": inst.problem.heads, "B0": inst.B0, "w0": inst.w0,
             "step_size": float(step_size), "local_steps": int(local_steps), "epsilon": float(epsilon),
             "clients_per_round": int(n_clients if clients_per_round is None else clients_per_round)}

@@ -55,7 +55,7 @@ def generate(seed=0, *, d: int = 50, k: int = 2, n: int = 100, m: int = 10, r: f
     """A FedRep instance: truth, MoM initialization from a batch of ``m`` samples per client.
 
     ``eta`` defaults to ``1/(4 sigma_max*^2)`` (full-W value)."""
-    p = multitask_linear(d, k, n, heads=heads, seed=seed)
+    p = multitask_linear(d=d, rank=k, n_clients=n, heads=heads, seed=seed)
     B0 = method_of_moments(*p.sample(m, seed=np.random.default_rng(seed).integers(2**31)), k)
     if eta is None:
         eta = 1.0 / (4 * np.linalg.norm(p.heads / math.sqrt(n), 2) ** 2)

@@ -37,9 +37,9 @@ def generate(seed=0, *, d: int = 10, n_clients: int = 15, k: int = 2, spectrum=N
     ``delta``, ``epsilon``.
     """
     rng = as_generator(seed)
-    p = underparameterized(d, n_clients, k, spectrum=spectrum, noise=noise, seed=rng)
+    p = underparameterized(d=d, n_clients=n_clients, rank=k, spectrum=spectrum, noise=noise, seed=rng)
     alpha = 1.0 / (10 * d) if init_scale is None else check_positive(init_scale, "init_scale")
-    B0, W0 = flute_init(d, k, n_clients, alpha, rng)
+    B0, W0 = flute_init(d=d, rank=k, n_clients=n_clients, init_scale=alpha, seed=rng)
     return {"Phi": p.Phi, "B0": B0, "W0": W0, "k": k, "noise": float(noise),
             "step_size": float(step_size), "init_scale": alpha, "gamma1": float(gamma1),
             "gamma2": float(gamma2), "samples_per_client": int(samples_per_client),
