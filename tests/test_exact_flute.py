@@ -231,15 +231,18 @@ def test_nuclear_relaxation_estimate_recovers_subspace_and_agrees_with_cvxpy():
     # noiseless, N >> d: the relaxation's rank-k truncation is close to Phi_k's subspace
     p = underparameterized(d=5, n_clients=6, rank=2, spectrum=[4.0, 3.0, 0.3], samples_per_client=60, seed=9)
     Zp, rp = ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05)
-    Zc, rc = ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, solver="cvxpy")
+    Zc, rc = ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, method="cvxpy")
     assert rp.status == "optimal" and rc.status == "optimal"
     # both solve the same convex program: agreement to the solvers' accuracy (1e-5 relative)
     assert np.linalg.norm(Zp - Zc) / np.linalg.norm(Zc) < 1e-5
     from lowrank_fl.linalg import subspace_distance
     assert subspace_distance(p.U_k, np.linalg.svd(Zp)[0][:, :2]) < 0.1
     assert Zp.shape == (5, 6)
-    with pytest.raises(ValueError, match="solver must be one of"):
-        ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, solver="admm")
+    with pytest.raises(ValueError, match="method must be one of"):
+        ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, method="admm")
+    with pytest.warns(DeprecationWarning, match="use 'method'"):
+        old = ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, solver="prox")
+    np.testing.assert_array_equal(old.Z_k, Zp)
 
 
 def test_theta_step_and_altmin_erm_validation():
@@ -257,5 +260,5 @@ def test_embed_factors_equals_theta_embedding():
     p = underparameterized(d=5, n_clients=7, rank=2, seed=2)
     rng = np.random.default_rng(0)
     B, W = rng.standard_normal((5, 2)), rng.standard_normal((2, 7))
-    U, _, V = ex._padded_svd(p.Phi)
+    U, _, V = ex.padded_svd(p.Phi)
     np.testing.assert_array_equal(ex.embed_factors(B, W, U, V), ex.theta_embedding(B, W, p.Phi))

@@ -8,6 +8,7 @@ from lowrank_fl.algorithms.fedavg import (MAX_LOCAL_STEPS, FineTuneResult, dgd, 
 from lowrank_fl.exact.fedavg_ft import global_objective, gradient_norm
 from lowrank_fl.problems.fedavg_ft import new_client, paper_instance
 from lowrank_fl.problems.multitask import multitask_linear
+from lowrank_fl.results import ConvergenceWarning
 
 from _fedavg_reference import loop_round
 
@@ -262,7 +263,8 @@ def test_fine_tune_zero_steps_and_tuple_input(inst, trained):
 def test_fine_tune_divergence(inst, trained):
     B, w = trained
     cl = new_client(inst.problem, samples_per_client=10, seed=5)
-    res = fine_tune(cl, B, w, steps=500, step_size=100.0)
+    with pytest.warns(ConvergenceWarning, match="fine_tune.*diverged"):
+        res = fine_tune(cl, B, w, steps=500, step_size=100.0)
     assert res.status == "diverged" and res.diverged_at is not None and np.isnan(res.full_error)
 
 

@@ -26,6 +26,7 @@ steps ``r < s`` with one batched einsum), not over clients. With
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -38,7 +39,7 @@ from ..linalg import orth
 from ..problems.dataset import renamed_size
 from ..problems.fedavg_ft import new_client, paper_init
 from ..problems.multitask import MultitaskProblem
-from ..results import Trace
+from ..results import ConvergenceWarning, Trace
 from .common import (MAX_LOCAL_STEPS, check_clients_per_round, check_local_steps, choose_clients,
                      deprecated_keywords, resolve_data)
 from .recorder import TraceRecorder
@@ -394,7 +395,7 @@ class FineTuneResult:
     head_ls_error, full_error : float
         ``||beta_hat - beta*||^2`` when the client's ``beta*`` is known, else ``nan``.
     status : str
-        ``"completed"`` or ``"diverged"`` (full GD).
+        ``"completed"`` or ``"diverged"`` (full GD; a ``ConvergenceWarning`` is issued).
     diverged_at : int or None
         GD step at which a non-finite value appeared.
     """
@@ -489,6 +490,10 @@ def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01,
                 break
             g = X.T @ r / n                                   # gradient w.r.t. the product B w
             Bf, wf = Bf - lr * np.outer(g, wf), wf - lr * (Bf.T @ g)
+    if status == "diverged":
+        warnings.warn(f"fine_tune's full gradient descent diverged at step {at} (step_size="
+                      f"{lr:g}); the head-only least squares is unaffected", ConvergenceWarning,
+                      stacklevel=2)
     err = (lambda b: float(np.sum((b - beta) ** 2))) if beta is not None else (lambda b: np.nan)
     return FineTuneResult(head_ls_beta=beta_ls, head_ls_w=w_hat, full_B=Bf, full_w=wf,
                           full_loss=loss, head_ls_error=err(beta_ls),

@@ -43,8 +43,8 @@ import numpy as np
 
 from ..validation import (as_float_array, as_generator, check_choice, check_instance, check_int,
                            check_positive)
-from ..exact.flute import (AGGREGATIONS, NORMALIZATIONS, _data_gradients, _padded_svd,
-                           _regularizer_gradients, data_weight, embed_factors)
+from ..exact.flute import (AGGREGATIONS, NORMALIZATIONS, check_gammas, data_gradients_unchecked,
+                           data_weight, embed_factors, padded_svd, regularizer_gradients_unchecked)
 from ..linalg import subspace_distance
 from ..problems.dataset import renamed_size
 from ..problems.underparameterized import UnderparameterizedProblem
@@ -144,8 +144,7 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
     rounds = check_int(rounds, "rounds", minimum=0)
     eta = check_positive(step_size, "step_size")
     eta_r = eta if step_size_reg is None else check_positive(step_size_reg, "step_size_reg")
-    gamma1 = check_positive(gamma1, "gamma1", strict=False)
-    gamma2 = check_positive(gamma2, "gamma2", strict=False)
+    gamma1, gamma2 = check_gammas(gamma1, gamma2)
     check_choice(normalization, "normalization", NORMALIZATIONS)
     check_choice(aggregation, "aggregation", AGGREGATIONS)
     d, M, k = problem.d, problem.n_clients, problem.k
@@ -196,11 +195,15 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
             raise TypeError(f"init must be 'random' or a tuple (B0, W0), got {type(init).__name__}")
         B = as_float_array(init[0], "init[0] (B0)", shape=(d, k)).copy()
         W = as_float_array(init[1], "init[1] (W0)", shape=(k, M)).copy()
+        if not (np.any(B) or np.any(W)):
+            raise ValueError("init must not be (B0, W0) = (0, 0): it is a stationary point of eq. "
+                             "(4) (every gradient vanishes), so FLUTE would never move; use a small "
+                             "random start (flute_init)")
 
     scale = 2.0 * data_weight(normalization, aggregation, M)
     Phi, Phi_k = problem.Phi, problem.target
     if record_theta:
-        U_s, _, V_s = _padded_svd(Phi)
+        U_s, _, V_s = padded_svd(Phi)
 
     rec = TraceRecorder(f"flute[{normalization}]", rounds, truth=problem.U_k,
                         divergence_threshold=divergence_threshold,
@@ -255,8 +258,8 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
                     X, y = problem.sample(int(schedule[t - 1]), rng)
                 else:
                     X, y = problem.X, problem.y
-                gB, gW = _data_gradients(B, W, X, y, scale)
-            rB, rW = _regularizer_gradients(B, W, gamma1, gamma2)   # eq. (6): at the OLD iterate
+                gB, gW = data_gradients_unchecked(B, W, X, y, scale)
+            rB, rW = regularizer_gradients_unchecked(B, W, gamma1, gamma2)   # eq. (6): at the OLD iterate
             B, W = B - eta * gB - eta_r * rB, W - eta * gW - eta_r * rW
             rec.communicate(t, up=M * (d * k + k), down=M * (d * k + k))
             ok = record(t)
