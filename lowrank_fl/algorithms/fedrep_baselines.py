@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..validation import as_generator, check_choice, check_int, check_positive
+from ..validation import as_float_array, as_generator, check_choice, check_int, check_positive
 from ..exact.multitask import fit_heads, local_least_squares
 from ..problems.multitask import haar_orthonormal
 from ..results import Trace
 from .common import (check_clients_per_round, choose_clients, deprecated_keywords,
                      fresh_samples_to_data, participation_to_clients, resolve_data)
-from .fedrep import check_problem
+from .fedrep import check_init_basis, check_problem
 from .recorder import TraceRecorder
 
 __all__ = ["local_only", "fedsgd", "FEDSGD_AGGREGATIONS"]
@@ -56,13 +56,13 @@ _FEDSGD_RENAMES = {"participation": "clients_per_round", "fresh_samples": "data"
 
 
 def fedsgd(problem, rounds: int, step_size: float, *, data: str | None = None,
-           batch_size: int | None = None, clients_per_round: int | None = None,
+           batch_size: int | None = None, clients_per_round: int | None = None, init="random",
            head_ridge: float = 1e-5, aggregation: str = "mean", seed=None, **deprecated) -> Trace:
     """FedSGD on the shared model of problem (4): ``min_{B, w} 1/(2n) sum_i E(y_i - w^T B^T x_i)^2``.
 
     Each round the sampled clients send the gradient of their batch loss at the shared
     ``(B, w)``; the server aggregates and steps (no orthonormalization: the model is ``Bw``).
-    Start: Haar-random ``B``, ``w = 0``.
+    Start: ``B^0`` from ``init``, ``w = 0``.
 
     Parameters
     ----------
@@ -75,6 +75,9 @@ def fedsgd(problem, rounds: int, step_size: float, *, data: str | None = None,
         Fresh batch size (default ``problem.samples_per_client``); only with ``data="fresh"``.
     clients_per_round : int, optional
         Clients per round, sampled without replacement (default: all).
+    init : "random" or array_like of shape (d, k)
+        Haar-random ``B^0`` (default) or a given full-column-rank start (used as is: FedSGD does
+        not orthonormalize).
     head_ridge : float
         Ridge of the final personalized heads fitted on ``B`` (in the paper's units; the
         notebook's 1e-5 on inputs scaled by ``1/sqrt(m)`` is ``1e-5 * m`` here).
@@ -124,7 +127,12 @@ def fedsgd(problem, rounds: int, step_size: float, *, data: str | None = None,
     c = check_clients_per_round(clients_per_round, n)
     rng = as_generator(seed, stream="fedsgd")
     agg = 1.0 if aggregation == "mean" else float(c)        # sum = c x mean of client gradients
-    B = haar_orthonormal(d=d, rank=k, seed=rng)
+    if isinstance(init, str):
+        check_choice(init, "init", ("random",))
+        B = haar_orthonormal(d=d, rank=k, seed=rng)
+    else:
+        B = as_float_array(init, "init", shape=(d, k)).copy()
+        check_init_basis(B, d, k)                 # rejects a zero or rank-deficient start
     w = np.zeros(k)
 
     def shared_metrics(B, w):
@@ -136,7 +144,8 @@ def fedsgd(problem, rounds: int, step_size: float, *, data: str | None = None,
 
     rec = TraceRecorder("fedsgd", rounds, truth=problem.truth_basis,
                         config={"data": data, "batch_size": m, "clients_per_round": c,
-                                "init": "random", "aggregation": aggregation})
+                                "init": init if isinstance(init, str) else "array",
+                                "aggregation": aggregation})
     if rec.record(0, B, *shared_metrics(B, w)[:1]):
         for t in range(1, rounds + 1):
             sel = choose_clients(rng, n, c)
