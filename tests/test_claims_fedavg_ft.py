@@ -27,7 +27,7 @@ def test_claim_smoke_well_formed(cid):
     ev = run(cid)
     assert isinstance(ev, Evidence) and ev.verdict in VERDICTS and ev.summary
     assert ev.seeds and ev.to_dict()["verdict"] == ev.verdict
-    # at smoke scale nothing the paper (or the notes' measurements) supports may come out "fails"
+    # at smoke scale nothing the paper (or the pilot measurements) supports may come out "fails"
     assert ev.verdict != "fails", ev.summary
 
 
@@ -185,7 +185,7 @@ def test_conditions_paper_instance():
     conds = {c.name: c for c in C.evaluate(inst)}
     assert conds["mu (Assumption 2, centered diversity)"].holds
     assert conds["(ii) ||I - alpha B0^T B0||"].holds and conds["(iii) ||w0||"].holds   # Delta0 = 0, w0 = 0
-    # alpha = 0.4 is far above the theorem's bound (notes 7.4: about 1e-9)
+    # alpha = 0.4 is far above the theorem's bound (Theorem 2's bound is about 1e-9 here)
     step = conds["step size alpha (c3 = 4800)"]
     assert step.holds is False and float(step.required.split()[-1]) < 1e-6
     assert conds["round bound for epsilon = 1e-06 at the step-size bound"].value > 1e15

@@ -138,7 +138,7 @@ def test_dgd_is_eq70(inst):
 
 
 def test_paper_init_first_dgd_step_keeps_B(inst):
-    # w0 = 0 makes the first B-step vanish (notes Sec. 8)
+    # w0 = 0 makes the first B-step vanish (App. C.1's init: the B-gradient is e w^T)
     tr = dgd(inst.problem, 1, 0.3, init=inst.init)
     assert np.array_equal(tr.B, inst.B0)
 

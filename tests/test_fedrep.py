@@ -69,7 +69,7 @@ def test_lemma1_identity_exact():
 
 
 def test_population_rounds_match_closed_form_recursion():
-    # m -> inf: Bbar = B + eta (I - B B^T) B* Sigma B*^T B with Sigma = W*^T W* / n (note §2.2).
+    # m -> inf: Bbar = B + eta (I - B B^T) B* Sigma B*^T B with Sigma = W*^T W* / n (Alg. 2 with Pi_i = I).
     p = multitask_linear(d=10, rank=2, n_clients=8, seed=5)
     B0 = np.linalg.qr(p.B_star + 0.5 * np.random.default_rng(0).standard_normal((10, 2)))[0]
     tr = fedrep(p, 3, 0.2, init=B0, seed=0)

@@ -37,7 +37,7 @@ def test_population_converges_to_truncated_svd(pop):
     (0.125, 0.125, "appendix"), (0.3, 0.125, "appendix"), (0.125, 0.125, "main"),
     (0.25, 0.125, "main")])
 def test_population_limit_equals_closed_form(pop, g1, g2, normalization):
-    # note §6.2: BW -> a/(a + 2g2 - g1) Phi_k (0.8 Phi_k for g1 = g2 = 1/8, appendix)
+    # population minimizer of eq. (4): BW -> a/(a + 2g2 - g1) Phi_k (0.8 Phi_k for g1 = g2 = 1/8, appendix)
     tr = flute(pop, 1500, 0.05, gamma1=g1, gamma2=g2, normalization=normalization, seed=0,
                record_every=100)
     Z = ex.regularized_minimizer(pop.Phi, 2, gamma1=g1, gamma2=g2, normalization=normalization)

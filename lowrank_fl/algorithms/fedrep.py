@@ -1,6 +1,7 @@
 """FedRep for multi-task linear regression (Collins et al., ICML 2021, Algorithm 2).
 
-Each round ``t = 0..T-1`` (the paper's ``t = 1..T``, re-indexed as its note errata 1 says):
+Each round ``t = 0..T-1`` (the paper's ``t = 1..T`` uses ``B^t`` to produce ``B^{t+1}``
+with ``B^0`` from the init, so the loop runs ``t = 0..T-1``):
 
 1. the server samples ``rn`` clients ``I^t`` uniformly without replacement and sends ``B^t``;
 2. each client draws a batch (fresh every round: the theory; or its fixed dataset: the experiments)

@@ -158,7 +158,7 @@ def projected_gd_init(X, y, k: int, *, steps: int = 10, step_size: float = 0.5, 
     Start from the rank-k truncation of a Gaussian (n, d) matrix; each step takes a gradient step
     ``M_i <- M_i - step_size (1/m) X_i^T (X_i M_i - y_i)`` and re-truncates to rank k. Returns the
     top-k right singular vectors (d, k) of the final ``M`` (the official notebook takes ``Vh[:, :k]``
-    instead, which is not this subspace: note errata 8).
+    instead, an indexing slip that is not this subspace).
     """
     X, y = _check_data(X, y)
     n, m, d = X.shape

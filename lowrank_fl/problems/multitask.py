@@ -7,10 +7,11 @@ FedAvg-FT: client ``i`` observes
 
 with ``B*`` a (d, k) matrix with orthonormal columns (Assumption 3) and ``w_i*`` the client's head.
 ``theta_i* = B* w_i*`` is the client's regression vector; stacked, ``Theta* = W* B*^T`` (n, d) has
-rank k. ``noise`` is a *standard deviation* (the paper's N(., 1e-3) is ambiguous, see the FedRep
-note, errata 5).
+rank k. ``noise`` is a *standard deviation* (the paper's N(., 1e-3) is ambiguous: it may be read
+as a variance; the official notebook uses std 1e-3).
 
-Heads (the scale matters: it sets sigma_min/max in Theorem 1, see note errata 6):
+Heads (the scale matters: it sets sigma_min/max in Theorem 1, and the paper's text, Assumption 3
+and the notebook's figures use different scales):
 
 * ``"normalized"`` (default, Assumption 3): rows ``sqrt(k) g_i / ||g_i||`` with ``g_i ~ N(0, I_k)``,
   so ``||w_i*|| = sqrt(k)`` exactly.

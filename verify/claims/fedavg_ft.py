@@ -1,5 +1,5 @@
 """Claims of "FedAvg with fine tuning: local updates lead to representation learning"
-(Collins, Hassani, Mokhtari, Shakkottai, 2022), notes 004 Sec. 5 (C1-C13).
+(Collins, Hassani, Mokhtari, Shakkottai, 2022), checkable claims C1-C13 (the paper's Sec. 3-5 and App. B-C).
 
 Setup "PAPER-LIN" (App. C.1): d = 100, k = 5, M = 40, full participation, alpha = 0.4,
 ``B_0 = orth(N(0,1))/sqrt(alpha)``, ``w_0 = 0``, heads N(0, I_5), population gradients. Smoke and
@@ -151,7 +151,7 @@ def _c1_identities(ctx, *, round_fn=fedavg_round):
                   "a_run_diverged": worst["diverged"]},
         predicted={key: 0.0 for key in keys},
         notes="tau in {2, 5}, full and quarter participation, alpha = 0.2; residuals normalized by "
-              "||B_t|| (notes C1). Eq. (28) is not checked: with G_t = (B_t - B_{t+1})/alpha it is algebra "
+              "||B_t||. Eq. (28) is not checked: with G_t = (B_t - B_{t+1})/alpha it is algebra "
               "for any B_{t+1} (see the omitted fedavg_ft.table1.Gt_sign).")
 
 
@@ -214,7 +214,7 @@ def _c2_nonexpansive(ctx, *, round_fn=fedavg_round):
                   "rounds_skipped_condition": sum(r["skipped"] for row in out for r in row)},
         predicted={"max_ratio": 1.0},
         notes="Rounds where the step condition fails are skipped (counted); ratios only while the "
-              "off-subspace norm exceeds 1e-8 (notes C2).")
+              "off-subspace norm exceeds 1e-8.")
 
 
 # ----------------------------------------------------------------------------- C3: Theorem 1
@@ -283,7 +283,7 @@ def _c3_learning(ctx, *, algorithm=_fedavg_alg):
               "mean with Student-t half-width). Pass: every seed decays log-linearly (R^2 > 0.95) to "
               "< 1e-8. [measured] alpha = 0.4 with tau = 5 stalls on about 3 of 10 PAPER-LIN seeds, "
               "hence alpha = 0.2 for tau = 5. Both are far outside the theorem's step-size range "
-              "(notes 7.4).")
+              "(Theorem 2, c3 = 4800).")
 
 
 # ----------------------------------------------------------------------------- C4: D-GD stalls
@@ -316,7 +316,7 @@ def _c4_dgd_stalls(ctx, *, algorithm=_dgd_alg):
         measured={"min_margin": margin, "lower_bounds": lbs, "final_dist": final},
         predicted={"min_margin": ">= 0", "final_dist": ">= 0.5 (0.99 at d = 100)"},
         figure=ctx.save_figure(fig),
-        notes="The invariant lower bound is not in the paper (notes 3.7/C4); it follows from (70).")
+        notes="The invariant lower bound is not in the paper; it follows from (70).")
 
 
 # ----------------------------------------------------------------------------- C5: Prop 1
@@ -366,8 +366,8 @@ def _c5_prop1(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_alg):
         summary=(f"D-GD frozen at delta0 (max dev {max(r['dgd_dev'] for row in out for r in row):.1e}), "
                  f"identical on B*, B*'; FedAvg reaches {max(r['fedavg'] for row in out for r in row):.1e}"),
         measured={"max_traj_diff": max(r["traj_diff"] for row in out for r in row)}, table=rows,
-        predicted={"dgd_dist": ">= 0.7 delta0 (paper); = delta0 (stronger, notes 3.7)",
-                   "fedavg_dist": "< 0.1 delta0 (about 1e-15 at full scale, notes C5)",
+        predicted={"dgd_dist": ">= 0.7 delta0 (paper); = delta0 (stronger: D-GD only adds B* wbar* directions)",
+                   "fedavg_dist": "< 0.1 delta0 (about 1e-15 at full scale)",
                    "reflection": "2 delta0 sqrt(1 - delta0^2) (eq. (69))"},
         figure=ctx.save_figure(fig),
         notes="Prop. 2 prints '>= delta0' while its proof guarantees 0.7 delta0; numerically D-GD sits at "
@@ -474,7 +474,7 @@ def _c7_fine_tune(ctx, *, fedavg_algorithm=_fedavg_alg, dgd_algorithm=_dgd_alg):
         measured={"rows": rows}, predicted={"ordering": "FedAvg < D-GD at every n"}, table=rows,
         figure=ctx.save_figure(fig),
         notes="Head-only least squares on orth(B_T) (not in the paper) is reported beside the paper's full "
-              "(B, w) fine-tuning, which over-fits B when n < d (notes C7); noise N(0, 0.01) read as a "
+              "(B, w) fine-tuning, which over-fits B when n < d; noise N(0, 0.01) read as a "
               "variance.")
 
 
@@ -524,7 +524,7 @@ def _c8_rate_scaling(ctx, *, algorithm=_fedavg_alg):
         measured={"rows": rows}, table=rows, figure=ctx.save_figure(fig),
         predicted={"order": "rate(0.2,4) > rate(0.2,2) < rate(0.4,2)", "lower": "0.04 alpha^2 tau mu^2 E0"},
         notes="Rate = -slope of log dist on [1e-10, 1e-2]; 'heuristic' alpha^2 (tau-1) lambda_min of the "
-              "uncentered head moment is not in the paper (notes C8). All (alpha, tau) run on the same "
+              "uncentered head moment is not in the paper. All (alpha, tau) run on the same "
               "instance per replicate, so the orderings are paired.")
 
 
@@ -599,7 +599,7 @@ def _c9_hypotheses(ctx, *, init_scale=1.0, round_fn=fedavg_round):
                    "sigma_min_drop": "<= 1e-10 (sigma_min^2(B_t^T B*) non-decreasing)",
                    "alpha_sigma_min2_final": "-> 1 eventually (reported only)"},
         notes="alpha = 0.05 (still far above the theorem's ~1e-9 bound, so these are 'hypotheses hold along "
-              "the run' checks, notes C9). Judged: the five bounds and that sigma_min^2(B_t^T B*) never "
+              "the run' checks). Judged: the five bounds and that sigma_min^2(B_t^T B*) never "
               "decreases (relative drop between rounds <= 1e-10). Reported only: "
               "||Delta_t||/(alpha^2 tau L^2 kappa^2) (the theorem gives no constant to compare with) and "
               "'sigma_min^2 eventually near 1/alpha' (alpha_sigma_min2_final): at alpha = 0.05 the runs "
@@ -693,7 +693,7 @@ def _c11_participation(ctx, *, algorithm=_fedavg_alg):
                    "small m": "reported (instability expected at alpha=0.4)"},
         figure=ctx.save_figure(fig),
         notes="Only m in {M, M/2} is tested; smaller m is reported (the theorem needs small alpha with "
-              "large m; notes C11).")
+              "large m).")
 
 
 # ----------------------------------------------------------------------------- C12: centered diversity
@@ -724,7 +724,7 @@ def _c12_centered(ctx, *, fedavg_algorithm=_fedavg_alg):
                 f"FedAvg dist {fa:.1e}, D-GD dist {dg:.3f}",
         measured={"fedavg_final_max": fa, "dgd_final_min": dg, "mu": out[0]["mu"]},
         predicted={"fedavg": "< 1e-8", "dgd": "> 0.5 (0.999 at d = 100)"},
-        notes="Exploratory (notes C12): only the uncentered second moment drives the contraction of Lemma 10.")
+        notes="Exploratory: only the uncentered second moment drives the contraction of Lemma 10.")
 
 
 # ----------------------------------------------------------------------------- C13: finite samples

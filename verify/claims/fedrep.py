@@ -211,7 +211,7 @@ def _c2(ctx, *, options=None, algorithm=fedrep):
         t = np.arange(len(res[0]["distance"]))
         line = ax.semilogy(t, res[0]["distance"], label=rows[-1]["setting"])[0]
         ax.semilogy(t, res[0]["distance"][0] * th[0] ** t, "--", color=line.get_color(), lw=0.8)
-    # note §5 C2: the step condition is sufficient, not necessary; eta = 1 (~4x the theorem's step
+    # Theorem 1's step condition is sufficient, not necessary; eta = 1 (~4x the theorem's step
     # for Assumption 3 heads) still converges (half the rounds suffice at the faster rate)
     big = ctx.map(_task_rate, [{**grid[0], "eta": 1.0, "rounds": rounds // 2}], replicates=reps)[0]
     eta1_final = [float(o["distance"][-1]) for o in big]
@@ -235,7 +235,7 @@ def _c2(ctx, *, options=None, algorithm=fedrep):
         notes="Criteria (every seed): R^2 > 0.98 of the semilog fit, rho_hat <= sqrt(1 - eta E0 "
               "sigma_min^2/2), >= 99% monotone steps, dist_T < 1e-10; and, on the first setting, "
               "eta = 1 (beyond the theorem's 1/(4 sigma_max^2)) reaches dist < 1e-10 in T/2 rounds "
-              "(note §5 C2). For r < 1 the sigma's are the full-W values (the subset max/min is "
+              "(Theorem 1 gives a sufficient condition only). For r < 1 the sigma's are the full-W values (the subset max/min is "
               "combinatorial).")
 
 
@@ -250,7 +250,7 @@ def _task_pop_rate(seed, d, k, n, eta_mult, E0, skew, rounds, options):
     return {"distance": tr.distance, "eta": eta, "smin2": smin2, "smax2": smax2, "E0": E0}
 
 
-@claim("fedrep.thm1.rate_dependence", paper=PAPER, reference="Theorem 1, eq. (10); note §2.2",
+@claim("fedrep.thm1.rate_dependence", paper=PAPER, reference="Theorem 1, eq. (10); proof of Lemma 5",
        statement="The contraction factor never exceeds sqrt(1 - eta E0 sigma_min*^2/2) and improves with "
                  "eta sigma_min*^2; in the m -> inf limit each step contracts by at most 1 - eta (1 - dist_t^2) "
                  "sigma_min*^2.",
@@ -274,7 +274,7 @@ def _c3(ctx, *, options=None):
             if T1 - lo >= 3 else float("nan")
         ratios = dist[1:T1 + 1] / dist[:T1]
         th = guaranteed_rate(o["eta"], o["E0"], math.sqrt(o["smin2"]))
-        # derived per-step bound (note §2.2): ratio <= 1 - eta (1 - dist_t^2) sigma_min^2, as R >= I
+        # derived per-step bound (Alg. 2 with exact heads, proof of Theorem 1): ratio <= 1 - eta (1 - dist_t^2) sigma_min^2, as R >= I
         step_bound = 1 - o["eta"] * (1 - dist[:T1] ** 2) * o["smin2"]
         # ratios of distances below 1e-8 carry float64 relative error >~ 1e-8: checked above that level
         acc = (dist[:T1] > 1e-8) & (dist[1:T1 + 1] > 1e-8)
@@ -329,7 +329,7 @@ def _task_threshold(seed, d, k, n, m_grid, eps, algorithm=fedrep):
     rp, rr = _rngs(seed)
     p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
     smin2, smax2 = _sigmas2(p.heads)
-    B0 = _warm_start(p.B_star, 0.75, rp)                 # dist(B0, B*) = 0.5, as in the note's pilot
+    B0 = _warm_start(p.B_star, 0.75, rp)                 # dist(B0, B*) = 0.5, a pilot-calibrated start
     eta = 1 / (4 * smax2)
     pop = fedrep(p, 5000, eta, init=B0, tol=eps, seed=0)  # population rounds (deterministic)
     rounds = 2 * _rounds_to(pop.distance, eps) + 10
@@ -540,7 +540,7 @@ def _c5c(ctx, *, design="gaussian"):
         out = ctx.map(_task_lemma5, [{**base, key: v} for v in vals], replicates=reps)
         Y = np.array([[o["lemma5"] for o in row] for row in out])
         fits[f"lemma5_vs_{key}"] = fit_loglog_slope(vals, Y)
-        # note §5 C5: accept exponents within +-0.1 of (1/2, -1/2, -1/2), judged on the 95% interval
+        # accept exponents within +-0.1 of (1/2, -1/2, -1/2), judged on the 95% interval
         flags[f"lemma5_{key}_ok"] = _band(fits[f"lemma5_vs_{key}"], expo[key] - 0.1, expo[key] + 0.1)
         if key == "m":
             Z = np.array([[o["lemma2"] for o in row] for row in out])
@@ -601,10 +601,10 @@ def _c6b(ctx, *, fedrep_options=None):
               "95% upper bound on the success probability is below 0.9.")
 
 
-omit("fedrep.thm1.fixed_dataset", paper=PAPER, reference="Theorem 1 vs the experiments' fixed datasets (note §5 C4)",
+omit("fedrep.thm1.fixed_dataset", paper=PAPER, reference="Theorem 1 vs the experiments' fixed datasets (App. A.1)",
      statement="In the fixed-dataset regime the threshold m*(n) follows the identifiability limit "
                "m >= k + k(d - k)/n, and Local Only needs m >= d.",
-     reason="Not a statement of the paper's theory (Theorem 1 assumes fresh samples): the note only records "
+     reason="Not a statement of the paper's theory (Theorem 1 assumes fresh samples): our reading only records "
             "pilot values. A threshold search over n needs ~5 bisection runs x 300 rounds per (n, seed), beyond "
             "the quick/full budgets next to fedrep.thm1.sample_complexity; Local Only's m >= d is the rank "
             "condition of ordinary least squares (exact algebra) and its failure below d is judged in "
@@ -956,7 +956,7 @@ def _task_noise_floor(seed, d, k, n, m, noise, rounds, options=None, algorithm=f
     return float(np.median(tr.distance[-rounds // 4:]))
 
 
-@claim("fedrep.ext.noise_floor", paper=PAPER, reference="extension (note C12a; theory is noiseless)",
+@claim("fedrep.ext.noise_floor", paper=PAPER, reference="extension (label noise; the theory is noiseless)",
        statement="With label noise sigma and fresh samples, dist(B^t, B*) decays linearly to a floor "
                  "proportional to sigma (about sigma sqrt(d/(rnm))).",
        kind="scaling")
@@ -1004,7 +1004,7 @@ def _task_split(seed, d, k, n, m, rounds, batch, options):
     return tr.distance
 
 
-@claim("fedrep.ext.split_batch", paper=PAPER, reference="Lemma 5 caveat (note §3.4, C12b)",
+@claim("fedrep.ext.split_batch", paper=PAPER, reference="Lemma 5 caveat (head and gradient on the same batch)",
        statement="Using the same batch for the head and the representation gradient (Alg. 2) or independent "
                  "halves (the independence Lemma 5's proof assumes) both converge linearly to exact recovery.",
        kind="comparison")
@@ -1036,7 +1036,7 @@ def _task_head_steps(seed, d, k, n, m, tau, rounds, eps, head_step_size):
     return _rounds_to(tr.distance, eps) if tr.status != "diverged" else rounds + 1
 
 
-@claim("fedrep.ext.head_steps", paper=PAPER, reference="Alg. 1 (tau_h), Fig. 3/5 trend (note C12c)",
+@claim("fedrep.ext.head_steps", paper=PAPER, reference="Alg. 1 (tau_h), Fig. 3/5 trend",
        statement="With tau_h gradient steps on the head instead of the exact minimizer, the rounds needed "
                  "decrease with tau_h towards FedRep's.",
        kind="comparison")
@@ -1078,7 +1078,7 @@ def _task_exact(seed, d, k, n, m, rounds, fedrep_options, nuclear_mu=1e-6):
             "population_mom": subspace_distance(p.B_star, vecs[:, -k:])}
 
 
-@claim("fedrep.sec6.exact_references", paper=PAPER, reference="Algorithm 2 vs exact solutions (note §6)",
+@claim("fedrep.sec6.exact_references", paper=PAPER, reference="Algorithm 2 vs exact solutions (AltMin, OLS+SVD, nuclear norm)",
        statement="On noiseless identifiable data FedRep's representation agrees with the exact references: "
                  "AltMin, per-client OLS then SVD, nuclear-norm least squares (small mu), and the population "
                  "optima (truncated SVD, method of moments).",

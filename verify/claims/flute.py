@@ -1,5 +1,5 @@
 """Claims of FLUTE (Liu, Shen & Yang, "Federated representation learning in the
-under-parameterized regime", ICML 2024): the note's checkable claims C1–C15 (notes 000 §5).
+under-parameterized regime", ICML 2024): checkable claims C1–C15 (FLUTE's theorems, remarks and App. C).
 
 Defaults follow App. C (``d = 10``, ``M = 15``, ``lambda_i = 2 min(d, M)/(i + 1)``, ``eta = 0.03``,
 ``alpha = 1/(10 d)``, noise variance 0.3) and the appendix normalization the theorems analyse.
@@ -25,7 +25,7 @@ from verify.stats import fit_loglog_slope, interval_verdict, mean_ci
 
 PAPER = "flute"
 ETA = 0.03
-NOISE = float(np.sqrt(0.3))     # App. C: N(0, 0.3) read as a variance (note §7.7)
+NOISE = float(np.sqrt(0.3))     # App. C: N(0, 0.3) read as a variance
 
 
 def _fig(nrows=1, ncols=1, **kw):
@@ -89,7 +89,7 @@ def _c1(ctx, *, algorithm=flute):
     rel = max(o["rel"] for row in out for o in row)
     bal = max(o["balance"] for row in out for o in row)
     dist = max(o["distance"] for row in out for o in row)
-    # 1e-8: population iterations reach 1e-14 (note §5 C1); 1e-8 leaves room for slow seeds.
+    # 1e-8: population iterations reach 1e-14 (pilot runs); 1e-8 leaves room for slow seeds.
     passed = rel < 1e-8 and bal < 1e-8
     fig, ax = _fig()
     for k, row in zip(ks, out):
@@ -139,7 +139,7 @@ def _c2(ctx, *, algorithm=flute):
                      "max_abs_dev_from_sharp": dev, "median_abs_dev_from_sharp": float(np.median(devs)),
                      "seeds_off_sharp": int(np.sum(devs >= 1e-3)),
                      "bound_ok": bool(fin and np.all(rho <= bound)),
-                     # 1e-3: note §5 C2 (population fits agree with 1 - eta Delta/2 to ~1e-7). The sharp
+                     # 1e-3: pilot runs (population fits agree with 1 - eta Delta/2 to ~1e-7). The sharp
                      # rate is asymptotic: a seed whose init barely excites the slowest mode still shows
                      # a faster transient inside the fit window, so the median over seeds is judged and
                      # the seeds off the sharp rate are counted and reported.
@@ -160,7 +160,7 @@ def _c2(ctx, *, algorithm=flute):
                             f"({off} seed(s) off by >= 1e-3: transient)",
                     measured={"rows": rows, "bound_ok": bound_ok, "sharp_ok": sharp_ok},
                     predicted={"rho_bound": "1 - eta Delta / 16",
-                               "rho_population": "1 - eta Delta / 2 within 1e-3 (note §5 C2)"},
+                               "rho_population": "1 - eta Delta / 2 within 1e-3 (pilot runs)"},
                     table=rows, figure=ctx.save_figure(fig),
                     notes="Tail fit on 1e-11 < err < 1e-3 of population runs, judged per seed. The paper's "
                           "bound is loose by 8x in the exponent; the sharp population rate "
@@ -188,7 +188,7 @@ def _task_gap_rate(seed, *, g, eta, algorithm):
     return {"rho": _tail_rate(tr.extra["frob_target"]), "gap": p.gap}
 
 
-@claim("flute.thm5_5.gap_linearity", paper=PAPER, reference="Theorem 5.5, eq. (8); note §5 C2",
+@claim("flute.thm5_5.gap_linearity", paper=PAPER, reference="Theorem 5.5, eq. (8)",
        statement="With lambda_1 fixed and the gap Delta varied, the population rate satisfies "
                  "log(1/rho) proportional to Delta (log-log slope 1).", kind="scaling")
 def _c2c(ctx, *, algorithm=flute):
@@ -301,7 +301,7 @@ def _c3(ctx, *, algorithm=flute):
         ratio = {"mean": float(m), "ci_low": float(m - h), "ci_high": float(m + h),
                  "per_seed": per_seed}
         # band [0.75, 1.25]: the formula's slope is asymptotic (the growth factor of sigma_k before
-        # the cubic term matters); pilots measure 0.85-1.0 of it (note §5 C3)
+        # the cubic term matters); pilots measure 0.85-1.0 of it
         slope_ok = _band_verdict(m - h, m + h, 0.75, 1.25)
     else:
         ratio, slope_ok = {"mean": float("inf")}, False
@@ -487,7 +487,7 @@ def _c6(ctx, *, gram=_empirical_gram):
     f1 = fit_loglog_slope(Ns, A1)
     f2 = fit_loglog_slope(Ns, A2)
     over = ctx.map(_task_discrepancy_over, [{"gram": gram, "phi_seed": phi_seed}], replicates=1)[0][0]
-    # slope band of the note (-0.5 +- 0.1): Monte Carlo noise of a log-log fit over >= 3 decades
+    # slope band -0.5 +- 0.1: Monte Carlo noise of a log-log fit over >= 3 decades
     # of N with >= 4 seeds is ~0.03.
     passed = bool(-0.6 <= f1.slope <= -0.4 and -0.6 <= f2.slope <= -0.4 and over < 1e-10
                   and np.all(A1 > 0))
@@ -546,7 +546,7 @@ def _c6b(ctx, *, gram=_empirical_gram, residual="Phi"):
     A2s = np.array([row[0]["A2"] for row in by_s]).reshape(reps, len(sigmas)).T
     fits = {"A1_vs_d": fit_loglog_slope(ds, A1d), "A2_vs_d": fit_loglog_slope(ds, A2d),
             "A2_vs_sigma": fit_loglog_slope(sigmas, A2s)}
-    # bands: note §5 C6 asks +0.5 in d (+-0.1 as for N); A_2 is linear in sigma (+-0.1)
+    # bands: Lemma A.13 gives +0.5 in d (+-0.1 as for N); A_2 is linear in sigma (+-0.1)
     bands = {"A1_vs_d": (0.4, 0.6), "A2_vs_d": (0.4, 0.6), "A2_vs_sigma": (0.9, 1.1)}
     flags = {key: _band_verdict(f.low, f.high, *bands[key]) for key, f in fits.items()}
     passed = _combine(*flags.values())
@@ -637,7 +637,7 @@ def _c8(ctx, *, algorithm=flute):
     high = [i for i, M in enumerate(Ms) if M >= d // 2]
     f_low = fit_loglog_slope([Ms[i] for i in low], err[low])
     mono = bool(np.all(np.diff(err.mean(axis=1)) <= 0))
-    # slope <= -0.5 (Remark 5.2, note §5 C8) judged on the 95% interval over seeds
+    # slope <= -0.5 (Remark 5.2) judged on the 95% interval over seeds
     slope_ok = interval_verdict(f_low.low, f_low.high, -0.5, side="below")
     measured = {"slope_M_le_d": f_low.as_dict(), "mean_error": err.mean(axis=1), "M": Ms, "d": d,
                 "monotone": mono, "slope_ok": slope_ok}
@@ -664,7 +664,7 @@ def _c8(ctx, *, algorithm=flute):
                                "flattening": "slope for M >= d/2 larger than for M <= d (paired interval)"},
                     figure=ctx.save_figure(fig),
                     notes="Fixed rank-5 spectrum (E fixed), so per-client column norms shrink like "
-                          "M^(-1/2) and the error can fall faster than M^(-1/2) (note §5 C8 caveat). "
+                          "M^(-1/2) and the error can fall faster than M^(-1/2) (Remark 5.2 is an upper bound). "
                           "Slopes are fitted per seed; holds when the 95% interval lies below -0.5, fails "
                           "when it lies above, else inconclusive. Smoke scale covers M <= d only (no "
                           "flattening test).")
@@ -755,7 +755,7 @@ def _c10(ctx, *, algorithm=flute):
     id_err = max(max(abs(o["plain"] - o["pred_plain"]), abs(o["weighted"] - o["pred_weighted"]))
                  for o in flat)
     dist = max(o["flute_dist"] for o in flat)
-    # identities: exact up to rounding (1e-12); FLUTE: principal angle < 1e-6 (note §5 C10)
+    # identities: exact up to rounding (1e-12); FLUTE: principal angle < 1e-6 (Example 1)
     passed = id_err < 1e-12 and dist < 1e-6
     fig, ax = _fig()
     ax.bar(["avg (w=lambda)", "avg (w=sqrt)", "FLUTE"],
@@ -809,7 +809,7 @@ def _c11(ctx, *, algorithm=flute):
         pr = np.mean([o["plateau_fedrep"] for o in row])
         ef = np.mean([o["early_flute"] for o in row])
         er = np.mean([o["early_fedrep"] for o in row])
-        late = bool(pf <= 1.01 * pr)                        # 1%: note §5 C11 criterion (i)
+        late = bool(pf <= 1.01 * pr)                        # 1%: criterion (i), Figs. 1 and 3
         early = bool(er < ef)
         passed &= late and early
         rows.append({"k": k, "late_ok": late, "early_ok": early,
@@ -819,7 +819,7 @@ def _c11(ctx, *, algorithm=flute):
                      "rounds_to_1.05plateau_flute": float(np.mean([o["rounds_flute"] for o in row])),
                      "rounds_to_1.05plateau_fedrep_ri": float(np.mean([o["rounds_fedrep_ri"] for o in row]))})
         r = rows[-1]
-        # (ii), (iii) of note §5 C11, reported only (see notes)
+        # (ii), (iii), reported only (see the claim's notes)
         r["ii_flute_fewer_rounds_than_ri"] = bool(r["rounds_to_1.05plateau_flute"]
                                                   < r["rounds_to_1.05plateau_fedrep_ri"])
         r["iii_plateau_gap_fedrep_minus_flute"] = float(pr - pf)
@@ -851,7 +851,7 @@ def _c11(ctx, *, algorithm=flute):
                           "FedRep(RI)) and (iii) (the gap shrinks with k) are reported, not judged: "
                           "FedRep(RI)'s round counts depend on its step size, which the paper does not "
                           "report, and with a fixed dataset the three plateaus coincide (same empirical "
-                          "ERM, note §5 C11), so the gap of (iii) is within seed noise.")
+                          "ERM, Remark 4.1 on the empirical eq. (4)), so the gap of (iii) is within seed noise.")
 
 
 # =============================================================================================
@@ -875,7 +875,7 @@ def _task_limit(seed, *, g1, g2, normalization, algorithm):
             "scale": float(np.sum(BW * p.target) / np.sum(p.target ** 2))}
 
 
-@claim("flute.eq4.regularized_limit", paper=PAPER, reference="eq. (4); note §2.1 / §6.2",
+@claim("flute.eq4.regularized_limit", paper=PAPER, reference="eq. (4) (population minimizer a/(a + 2 g2 - g1) Phi_k)",
        statement="Population FLUTE converges to Phi_k / (1 + 2(2 gamma2 - gamma1)) (appendix; "
                  "Phi_k / (1 + 2 gamma2 - gamma1) main) whenever the objective is bounded below.",
        kind="identity")
@@ -888,7 +888,7 @@ def _c12a(ctx, *, algorithm=flute):
              "measured_scale": float(np.mean([o["scale"] for o in row])),
              "max_rel_error": max(o["err"] for o in row)} for (a, b, n), row in zip(gam, out)]
     worst = max(r["max_rel_error"] for r in rows)
-    passed = worst < 1e-8                                  # note §5 C12 (a): 1e-8
+    passed = worst < 1e-8                                  # 1e-8: closed form vs iteration
     fig, ax = _fig()
     ax.plot([r["predicted_scale"] for r in rows], [r["measured_scale"] for r in rows], "o")
     ax.plot([0.7, 2.1], [0.7, 2.1], "k:")
@@ -1028,7 +1028,7 @@ def _c13(ctx, *, algorithm=flute):
     err = max(o["err"] for o in out)
     rho = np.array([o["rho"] for o in out])
     pred = 1 - ETA * 2.5
-    # rate tolerance 1e-3 (note §5 C2/C13: measured 0.92497 vs 0.925)
+    # rate tolerance 1e-3 (pilot: measured 0.92497 vs 0.925)
     passed = bool(err < 1e-8 and np.all(np.abs(rho - pred) < 1e-3))
     fig, ax = _fig()
     ax.bar(["fitted rho", "1 - eta lambda_k"], [float(np.mean(rho)) if np.all(np.isfinite(rho)) else 0.0, pred])
@@ -1178,7 +1178,7 @@ def _task_erm(seed, *, k, algorithm):
 
 
 @claim("flute.alg1.empirical_erm", paper=PAPER,
-       reference="Remark 4.1 applied to the empirical eq. (4) (gamma1 = 2 gamma2); note §2.6, §6.4",
+       reference="Remark 4.1 applied to the empirical eq. (4) (gamma1 = 2 gamma2)",
        statement="With a fixed dataset reused every round and gamma1 = 2 gamma2, FLUTE from a small "
                  "random init converges to the empirical rank-k ERM (computed independently by "
                  "alternating least squares with restarts).",

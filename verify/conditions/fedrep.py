@@ -1,6 +1,6 @@
 """Theorem 1 (and Theorem 2, Assumptions 1-3) of FedRep evaluated on an instance.
 
-Quantities (FedRep note §3): ``E0 = 1 - dist^2(B^0, B*)``; ``sigma_min*``, ``sigma_max*`` the extreme
+Quantities (Sec. 4, Theorem 1): ``E0 = 1 - dist^2(B^0, B*)``; ``sigma_min*``, ``sigma_max*`` the extreme
 singular values of ``W*_I / sqrt(rn)`` over all client subsets ``|I| = rn`` (exact for ``r = 1``,
 brute force for ``C(n, rn) <= max_subsets``, otherwise only bracketed: reported with
 ``holds=None``); ``kappa``; the step bound ``eta <= 1/(4 sigma_max*^2)``; the two terms of the sample
@@ -46,7 +46,7 @@ def subset_sigmas(W, c: int, *, max_subsets: int = 20000):
 
 
 def guaranteed_rate(eta: float, E0: float, sigma_min: float) -> float:
-    """Theorem 1's per-round factor ``sqrt(1 - eta E0 sigma_min*^2 / 2)`` (note errata 3)."""
+    """Theorem 1's per-round factor ``sqrt(1 - eta E0 sigma_min*^2 / 2)`` (eq. (10): the rate is a square root per round)."""
     return math.sqrt(max(0.0, 1.0 - eta * E0 * sigma_min ** 2 / 2))
 
 
