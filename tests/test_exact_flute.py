@@ -15,8 +15,9 @@ def _rand(shape, seed):
 @given(d=st.integers(2, 7), k=st.integers(1, 4), M=st.integers(1, 7),
        g1=st.floats(0, 2), g2=st.floats(0, 2), seed=st.integers(0, 10_000))
 def test_regularizer_identity(d, k, M, g1, g2, seed):
-    # note §2.1: -g1||BW||^2 + g2(||B^TB||^2 + ||WW^T||^2) = g2||B^TB - WW^T||^2 + (2g2 - g1)||BW||^2
-    B, W = _rand((d, k), seed), _rand((k, M), seed + 1)
+    # -g1||BW||^2 + g2(||B^TB||^2 + ||WW^T||^2) = g2||B^TB - WW^T||^2 + (2g2 - g1)||BW||^2
+    # (paper's (k, M) W; the functions take the heads (M, k), its transpose)
+    B, W = _rand((d, k), seed), _rand((k, M), seed + 1).T
     lhs = ex.regularizer(B, W, g1, g2)
     rhs = ex.regularizer_balanced_form(B, W, g1, g2)
     assert abs(lhs - rhs) <= 1e-10 * (1 + abs(lhs))
@@ -38,7 +39,8 @@ def test_gradients_match_finite_differences(normalization, aggregation):
     # O(eps |f| / h) ~ 1e-9 for |f| ~ 10, so a 1e-6 absolute tolerance is ample yet catches any
     # factor-of-2 or sign error (gradient entries are O(1)).
     p = underparameterized(d=5, n_clients=4, rank=2, samples_per_client=6, noise=0.3, seed=2)
-    B, W = _rand((5, 2), 0), _rand((2, 4), 1)
+    B, W = _rand((5, 2), 0), _rand((2, 4), 1).T
+    assert ex.data_gradients(B, W, p.X, p.y)[1].shape == (4, 2)          # client axis first
     kw = dict(gamma1=0.3, gamma2=0.1, normalization=normalization, aggregation=aggregation)
     gB, gW = ex.data_gradients(B, W, p.X, p.y, normalization=normalization, aggregation=aggregation)
     rB, rW = ex.regularizer_gradients(B, W, 0.3, 0.1)
@@ -56,11 +58,11 @@ def test_gradients_match_finite_differences(normalization, aggregation):
 
 def test_appendix_step_form_at_theory_gammas():
     # C14 (vi): with g1 = 1/4, g2 = 1/8 the eq. (6) gradients are (1/2)B(B^TB - WW^T), -(1/2)(..)W
-    B, W = _rand((6, 3), 3), _rand((3, 5), 4)
+    B, W = _rand((6, 3), 3), _rand((3, 5), 4).T                         # heads W (M, k)
     rB, rW = ex.regularizer_gradients(B, W, 0.25, 0.125)
-    D = B.T @ B - W @ W.T
+    D = B.T @ B - W.T @ W                                                # paper's B^TB - WW^T
     np.testing.assert_allclose(rB, 0.5 * B @ D, atol=1e-12)
-    np.testing.assert_allclose(rW, -0.5 * D @ W, atol=1e-12)
+    np.testing.assert_allclose(rW, -0.5 * W @ D, atol=1e-12)
 
 
 def test_data_gradients_equal_population_under_orthogonal_design():
@@ -70,7 +72,7 @@ def test_data_gradients_equal_population_under_orthogonal_design():
     N = 8
     Q = np.stack([np.linalg.qr(_rand((N, 4), s))[0] for s in range(3)]) * np.sqrt(N)
     y = np.einsum("ind,di->in", Q, p.Phi)
-    B, W = _rand((4, 2), 1), _rand((2, 3), 2)
+    B, W = _rand((4, 2), 1), _rand((2, 3), 2).T
     for norm in ("appendix", "main"):
         g = ex.data_gradients(B, W, Q, y, normalization=norm)
         h = ex.population_data_gradients(B, W, p.Phi, normalization=norm)
@@ -95,8 +97,9 @@ def test_truncated_target_and_balanced_factors():
     np.testing.assert_allclose(t.Phi_k, p.target, atol=1e-12)
     assert np.isclose(t.value, p.floor) and np.isclose(t.gap, p.gap)
     B, W = ex.balanced_factors(p.Phi, 3)
-    np.testing.assert_allclose(B @ W, p.target, atol=1e-12)
-    np.testing.assert_allclose(B.T @ B, W @ W.T, atol=1e-12)
+    assert W.shape == (5, 3)                                             # heads, client axis first
+    np.testing.assert_allclose(B @ W.T, p.target, atol=1e-12)
+    np.testing.assert_allclose(B.T @ B, W.T @ W, atol=1e-12)
     np.testing.assert_allclose(np.diag(B.T @ B), p.spectrum[:3], atol=1e-12)
     with pytest.raises(ValueError, match="k must be <= 5"):
         ex.truncated_target(p.Phi, 6)
@@ -137,7 +140,7 @@ def test_divergence_boundary_paper_vs_correct():
 def test_theta_recursion_reproduces_population_step(d, M):
     # C14 (i): eq. (13) with R = 0 is an exact identity (padded case d != M included)
     p = underparameterized(d=d, n_clients=M, rank=2, seed=3)
-    B, W = 0.3 * _rand((d, 2), 1), 0.3 * _rand((2, M), 2)
+    B, W = 0.3 * _rand((d, 2), 1), 0.3 * _rand((2, M), 2).T
     eta = 0.05
     gB, gW = ex.population_data_gradients(B, W, p.Phi)
     rB, rW = ex.regularizer_gradients(B, W)
@@ -151,13 +154,13 @@ def test_theta_recursion_reproduces_population_step(d, M):
 def test_lemma_a18_and_region_quantities():
     p = underparameterized(d=6, n_clients=5, rank=2, seed=4)
     for s in range(5):
-        B, W = _rand((6, 2), s), _rand((2, 5), s + 10)
+        B, W = _rand((6, 2), s), _rand((2, 5), s + 10).T
         T = ex.theta_embedding(B, W, p.Phi)
         lam = ex.lambda_tilde(p.Phi)
         target = np.zeros((T.shape[0],) * 2)
         target[:2, :2] = np.diag(lam[:2])
         # Lemma A.18: ||BW - Phi_k||_F <= ||Theta Theta^T - diag(Lambda~_k, 0)||_F
-        assert np.linalg.norm(B @ W - p.target) <= np.linalg.norm(T @ T.T - target) + 1e-12
+        assert np.linalg.norm(B @ W.T - p.target) <= np.linalg.norm(T @ T.T - target) + 1e-12
         q = ex.region_quantities(T, 2)
         assert np.isclose(q["sigma1"], np.linalg.norm(T, 2))
         assert np.isclose(q["sigmak_k"], np.linalg.svd(T[:2], compute_uv=False)[-1])
@@ -222,7 +225,7 @@ def test_altmin_erm_max_iter_warns_and_errors():
     (lambda B, W: ex.region_quantities(np.zeros((4, 2)), 3), "k must be <= 2"),
 ])
 def test_shape_errors(call, match):
-    B, W = np.ones((5, 2)), np.ones((2, 3))
+    B, W = np.ones((5, 2)), np.ones((3, 2))                              # heads (M, k)
     with pytest.raises(ValueError, match=match):
         call(B, W)
 
@@ -259,6 +262,6 @@ def test_theta_step_and_altmin_erm_validation():
 def test_embed_factors_equals_theta_embedding():
     p = underparameterized(d=5, n_clients=7, rank=2, seed=2)
     rng = np.random.default_rng(0)
-    B, W = rng.standard_normal((5, 2)), rng.standard_normal((2, 7))
+    B, W = rng.standard_normal((5, 2)), rng.standard_normal((2, 7)).T
     U, _, V = ex.padded_svd(p.Phi)
     np.testing.assert_array_equal(ex.embed_factors(B, W, U, V), ex.theta_embedding(B, W, p.Phi))

@@ -25,11 +25,11 @@ def test_population_converges_to_truncated_svd(pop):
     # Rate 1 - eta Delta / 2 = 0.9 per round (Delta = 2(8/1.5 - 8/2) ~ 2.67 at eta = 0.075)
     tr = flute(pop, 600, 0.075, seed=0, record_every=50)
     assert tr.status == "completed" and tr.diverged_at is None
-    W = tr.extra["W"]
-    assert np.linalg.norm(tr.B @ W - pop.target) / np.linalg.norm(pop.target) < 1e-8
-    assert np.linalg.norm(tr.B.T @ tr.B - W @ W.T) < 1e-8
+    W = tr.heads                                   # (M, k): client axis first (the paper's W^T)
+    assert W.shape == (10, 2) and "W" not in tr.extra
+    assert np.linalg.norm(tr.B @ W.T - pop.target) / np.linalg.norm(pop.target) < 1e-8
+    assert np.linalg.norm(tr.B.T @ tr.B - W.T @ W) < 1e-8
     assert tr.distance[-1] < 1e-8 and tr.extra["error_target"][-1] < 1e-8
-    np.testing.assert_allclose(tr.heads, W.T)
     assert np.isnan(tr.distance[1]) and np.isfinite(tr.distance[50])   # record_every
 
 
@@ -41,7 +41,7 @@ def test_population_limit_equals_closed_form(pop, g1, g2, normalization):
     tr = flute(pop, 1500, 0.05, gamma1=g1, gamma2=g2, normalization=normalization, seed=0,
                record_every=100)
     Z = ex.regularized_minimizer(pop.Phi, 2, gamma1=g1, gamma2=g2, normalization=normalization)
-    assert np.linalg.norm(tr.B @ tr.extra["W"] - Z) < 1e-8
+    assert np.linalg.norm(tr.B @ tr.heads.T - Z) < 1e-8
 
 
 def test_divergence_beyond_boundary_is_reported(pop):
@@ -73,9 +73,10 @@ def test_batched_round_equals_per_client_loop(data, normalization, two):
     B0, W0 = flute_init(d=6, rank=2, n_clients=5, init_scale=0.5, seed=3)
     tr = flute(data, 1, 0.02, gamma1=0.3, gamma2=0.1, step_size_reg=0.04, init=(B0, W0),
                normalization=normalization, data="fixed")
-    Bn, Wn = _loop_round(B0, W0, data.X, data.y, 0.02, 0.04, 0.3, 0.1, two)
+    assert W0.shape == (5, 2)                       # heads, client axis first
+    Bn, Wn = _loop_round(B0, W0.T, data.X, data.y, 0.02, 0.04, 0.3, 0.1, two)   # paper's (k, M)
     np.testing.assert_allclose(tr.B, Bn, atol=1e-12)
-    np.testing.assert_allclose(tr.extra["W"], Wn, atol=1e-12)
+    np.testing.assert_allclose(tr.heads, Wn.T, atol=1e-12)
 
 
 def test_mean_aggregation_scales_data_gradient(data):
@@ -91,7 +92,7 @@ def test_fixed_dataset_converges_to_empirical_erm(data):
     # the empirical rank-k ERM
     tr = flute(data, 3000, 0.05, data="fixed", seed=0, record_every=500)
     erm = ex.altmin_erm(data.X, data.y, 2, seed=0)
-    assert np.linalg.norm(tr.B @ tr.extra["W"] - erm.Z) < 1e-6
+    assert np.linalg.norm(tr.B @ tr.heads.T - erm.Z) < 1e-6
     # FedRep(RI) reaches the same ERM (on this tiny instance the moment init of FedRep lands in
     # a spurious stationary point, objective 6.12 vs 3.75: the ERM is non-convex)
     base = fedrep(data, 1500, 0.1, init="random", seed=0)
@@ -129,7 +130,7 @@ def test_bytes_and_theta_record(pop):
     d, M, k = 8, 10, 2
     np.testing.assert_array_equal(tr.bytes_up, 8 * M * (d * k + k) * np.ones(4))
     np.testing.assert_array_equal(tr.bytes_down, tr.bytes_up)
-    q = ex.region_quantities(ex.theta_embedding(tr.B, tr.extra["W"], pop.Phi), k)
+    q = ex.region_quantities(ex.theta_embedding(tr.B, tr.heads, pop.Phi), k)
     assert np.isclose(tr.extra["sigma1"][-1], q["sigma1"], rtol=1e-10)
     assert np.isclose(tr.extra["sigma1_res"][-1], q["sigma1_res"], rtol=1e-10)
     assert np.isclose(tr.extra["sigmak_k"][-1], q["sigmak_k"], rtol=1e-10)
@@ -138,7 +139,7 @@ def test_bytes_and_theta_record(pop):
 def test_default_init_scale_and_loss(pop):
     tr = flute(pop, 1, 1e-9, seed=0, gamma1=0, gamma2=0)
     B0, W0 = flute_init(d=8, rank=2, n_clients=10, init_scale=1 / 80, seed=0)
-    np.testing.assert_allclose(tr.loss[0], np.sum((B0 @ W0 - pop.Phi) ** 2) / 10)
+    np.testing.assert_allclose(tr.loss[0], np.sum((B0 @ W0.T - pop.Phi) ** 2) / 10)
 
 
 @pytest.mark.parametrize("kwargs, err, match", [
@@ -155,8 +156,8 @@ def test_default_init_scale_and_loss(pop):
     (dict(record_every=0), ValueError, "record_every must be >= 1"),
     (dict(init=np.zeros((6, 2))), TypeError, "init must be 'random' or a tuple"),
     (dict(init="zeros"), ValueError, "init must be one of"),
-    (dict(init=(np.zeros((5, 2)), np.zeros((2, 5)))), ValueError, r"init\[0\] \(B0\) must have shape"),
-    (dict(init=(np.zeros((6, 2)), np.zeros((2, 4)))), ValueError, r"init\[1\] \(W0\) must have shape"),
+    (dict(init=(np.zeros((5, 2)), np.zeros((5, 2)))), ValueError, r"init\[0\] \(B0\) must have shape"),
+    (dict(init=(np.zeros((6, 2)), np.zeros((2, 5)))), ValueError, r"init\[1\] \(W0\) must have shape \(5, 2\)"),
     (dict(data="fresh", batch_size=[3, 4]), ValueError, "batch_size must be a positive int or a sequence of 3"),
     (dict(data="fresh", batch_size=0), ValueError, "batch_size must be >= 1"),
     (dict(batch_size=5, data="fixed"), ValueError, "batch_size is only used with data='fresh'"),
@@ -225,4 +226,4 @@ def test_zero_rounds_is_the_initialization(pop, data):
 def test_divergence_returns_last_finite_iterate(pop):
     tr = flute(pop, 400, 0.03, gamma1=0.8, seed=0)
     assert tr.status == "diverged"
-    assert np.all(np.isfinite(tr.B)) and np.all(np.isfinite(tr.extra["W"]))
+    assert np.all(np.isfinite(tr.B)) and np.all(np.isfinite(tr.heads))

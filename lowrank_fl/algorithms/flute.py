@@ -31,7 +31,8 @@ in ``extra``; a rank-deficient ``B`` is at distance 1), ``loss`` =
 
 * ``error_target``: ``(1/M) sum_i ||B w_i - Phi_k e_i||`` (the metric of eqs. (7)-(8));
 * ``error_truth``: ``(1/M) sum_i ||B w_i - phi_i||`` (the synthetic experiments' metric, App. C);
-* ``frob_target``: ``||BW - Phi_k||_F``; ``balance``: ``||B^T B - W W^T||_F``;
+* ``frob_target``: ``||BW - Phi_k||_F``; ``balance``: ``||B^T B - W W^T||_F`` (the paper's
+  (k, M) ``W``; the code holds the heads client axis first, (M, k));
 * with ``record_theta=True``: ``sigma1``, ``sigma1_res``, ``sigmak_k`` of the embedding
   ``Theta`` (App. A.2, regions R / R_s).
 """
@@ -56,8 +57,9 @@ __all__ = ["flute", "flute_init"]
 
 def flute_init(*, d: int | None = None, rank: int | None = None, n_clients: int | None = None,
                init_scale: float | None = None, seed=None, k: int | None = None):
-    """Data-independent initialization of Alg. 1: entries of ``B^0`` (d, rank) and ``W^0``
-    (rank, M) i.i.d. ``N(0, init_scale^2)`` (Remark 4.1; theory: ``alpha <~ 1/(10 d)``).
+    """Data-independent initialization of Alg. 1: entries of ``B^0`` (d, rank) and of the heads
+    ``W^0`` (n_clients, rank) i.i.d. ``N(0, init_scale^2)`` (Remark 4.1; theory:
+    ``alpha <~ 1/(10 d)``). Returns ``(B0, W0)``, client axis first for ``W0``.
 
     Sizes are keywords only (``k`` is a deprecated alias of ``rank``, the paper's k); ``init_scale``
     defaults to App. C's ``1 / (10 d)``.
@@ -70,8 +72,9 @@ def flute_init(*, d: int | None = None, rank: int | None = None, n_clients: int 
     n_clients = check_int(n_clients, "n_clients", minimum=1)
     rng = as_generator(seed, stream="flute")
     init_scale = 1.0 / (10 * d) if init_scale is None else check_positive(init_scale, "init_scale")
-    return (init_scale * rng.standard_normal((d, k)),
-            init_scale * rng.standard_normal((k, n_clients)))
+    B0 = init_scale * rng.standard_normal((d, k))
+    W0 = init_scale * rng.standard_normal((k, n_clients))  # drawn in the paper's (k, M) order
+    return B0, np.ascontiguousarray(W0.T)
 
 
 def _samples_schedule(samples, rounds):
@@ -117,7 +120,7 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
     batch_size : int or sequence of int, optional
         Fresh samples per client (``data="fresh"`` only): one number, or one per round
         (Theorem 5.5's growing ``N_t``). Default ``problem.samples_per_client``.
-    init : "random" or tuple (B0 (d, k), W0 (k, M))
+    init : "random" or tuple (B0 (d, k), W0 (M, k))
         ``"random"``: :func:`flute_init` with ``init_scale``; or start at the given arrays.
     record_theta : bool
         Record the region quantities of ``Theta`` (App. A.2) every round.
@@ -134,10 +137,10 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
     Returns
     -------
     Trace
-        ``B`` (d, k), ``heads`` (M, k) (= ``W^T``; the last finite iterate if the run diverged;
+        ``B`` (d, k), ``heads`` (M, k) (the paper's ``W^T``; the last finite iterate if the run diverged;
         ``loss[-1] == problem.population_loss(B, heads)`` when the last round is recorded),
         per-round metrics (see module docstring);
-        ``extra["W"]`` (k, M), ``extra["data_mode"]``. Bytes per round: each client receives
+        ``extra["data_mode"]``. Bytes per round: each client receives
         ``B, w_i`` and sends ``grad_B L_i, grad_w L_i``: ``M (dk + k)`` entries each way.
     """
     check_instance(problem, "problem", UnderparameterizedProblem)
@@ -194,7 +197,7 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
         if not isinstance(init, (tuple, list)) or len(init) != 2:
             raise TypeError(f"init must be 'random' or a tuple (B0, W0), got {type(init).__name__}")
         B = as_float_array(init[0], "init[0] (B0)", shape=(d, k)).copy()
-        W = as_float_array(init[1], "init[1] (W0)", shape=(k, M)).copy()
+        W = as_float_array(init[1], "init[1] (W0)", shape=(M, k)).copy()
         if not (np.any(B) or np.any(W)):
             raise ValueError("init must not be (B0, W0) = (0, 0): it is a stationary point of eq. "
                              "(4) (every gradient vanishes), so FLUTE would never move; use a small "
@@ -224,8 +227,8 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
             return rec.record(t, None, np.nan, B=B, W=W)
         if not (np.all(np.isfinite(B)) and np.all(np.isfinite(W))):
             return rec.record(t, None, np.nan, B=B, W=W)
-        Z = B @ W
-        loss = float(np.sum((Z - Phi) ** 2)) / M + problem.noise ** 2   # = population_loss(B, W^T)
+        Z = B @ W.T
+        loss = float(np.sum((Z - Phi) ** 2)) / M + problem.noise ** 2   # = population_loss(B, W)
         if not np.isfinite(loss):
             return rec.record(t, None, loss, B=B, W=W)
         # a B that lost rank on its way to divergence is at distance 1 (linalg's "span" rule)
@@ -235,7 +238,7 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
         rec.record_extra("error_target", t, float(np.mean(np.linalg.norm(Z - Phi_k, axis=0))))
         rec.record_extra("error_truth", t, float(np.mean(np.linalg.norm(Z - Phi, axis=0))))
         rec.record_extra("frob_target", t, float(np.linalg.norm(Z - Phi_k)))
-        rec.record_extra("balance", t, float(np.linalg.norm(B.T @ B - W @ W.T)))
+        rec.record_extra("balance", t, float(np.linalg.norm(B.T @ B - W.T @ W)))
         if record_theta:
             theta = embed_factors(B, W, U_s, V_s)
             rec.record_extra("sigma1", t, np.linalg.norm(theta, 2))
@@ -251,8 +254,8 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
             B_old, W_old = B, W
             # client messages: gradients of L_i at (B^(t-1), w_i^(t-1)), summed for B (eq. (5))
             if mode == "population":
-                R = B @ W - Phi
-                gB, gW = scale * (R @ W.T), scale * (B.T @ R)
+                R = B @ W.T - Phi
+                gB, gW = scale * (R @ W), scale * (R.T @ B)
             else:
                 if mode == "fresh":
                     X, y = problem.sample(int(schedule[t - 1]), rng)
@@ -265,4 +268,4 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
             ok = record(t)
             if not ok:
                 B, W = B_old, W_old          # diverged: return the last finite iterate
-    return rec.finish(B=B, heads=W.T, W=W, data_mode=mode)
+    return rec.finish(B=B, heads=W, data_mode=mode)

@@ -20,8 +20,10 @@ Normalizations (the paper's main text and App. A.1 differ by a factor 2). The da
 * ``S = 1`` for ``aggregation="sum"`` (eq. (5) sums client gradients), ``S = 1/M`` for ``"mean"``
   (eq. (4) read literally, with its 1/M).
 
-Shapes: ``B`` (d, k), ``W`` (k, M) (heads as columns, the paper's orientation), ``Phi`` (d, M),
-``X`` (M, N, d), ``y`` (M, N).
+Shapes: ``B`` (d, k), ``W`` (M, k) — the heads, client axis first: row i is client i's ``w_i``
+(the transpose of the paper's (k, M) ``W``, so the paper's ``BW`` is ``B @ W.T`` here) — ``Phi``
+(d, M) (the paper's matrix, one column per client), ``X`` (M, N, d), ``y`` (M, N). Formulas in the
+docstrings keep the paper's notation (``BW``, ``W W^T`` for the paper's (k, M) ``W``).
 """
 from __future__ import annotations
 
@@ -113,19 +115,21 @@ def truncated_target(Phi, k: int) -> TruncatedTarget:
 
 
 def balanced_factors(Phi, k: int):
-    """Balanced optimal factors ``B* = U_k Lambda_k^(1/2)`` (d, k), ``W* = Lambda_k^(1/2) V_k^T``
-    (k, M): ``B* W* = Phi_k`` and ``B*^T B* = W* W*^T = Lambda_k`` (the balanced minimizers of
+    """Balanced optimal factors ``B* = U_k Lambda_k^(1/2)`` (d, k) and heads ``W*`` (M, k), the
+    transpose of the paper's ``Lambda_k^(1/2) V_k^T``: ``B* W*^T = Phi_k`` and ``B*^T B* = W* W*^T = Lambda_k`` (the balanced minimizers of
     eq. (4) with ``g1 = 2 g2``)."""
     U, s, Vt = truncated_svd(as_float_array(Phi, "Phi", ndim=2), k, name="Phi")
     r = np.sqrt(s)
-    return U * r, r[:, None] * Vt
+    return U * r, Vt.T * r
 
 
 # --------------------------------------------------------------------------- objective
 def _check_BW(B, W, d=None, M=None):
+    """``B`` (d, k) and heads ``W`` (M, k), checked; returns ``B`` and the paper's (k, M) ``W``
+    (a transposed view) for the formulas below."""
     B = as_float_array(B, "B", shape=(d, None))
-    W = as_float_array(W, "W", shape=(B.shape[1], M))
-    return B, W
+    W = as_float_array(W, "W", shape=(M, B.shape[1]))
+    return B, W.T
 
 
 def check_gammas(gamma1, gamma2) -> tuple[float, float]:
@@ -171,13 +175,13 @@ def flute_objective(B, W, X, y, *, gamma1: float = 0.25, gamma2: float = 0.125,
 
     Parameters
     ----------
-    B : (d, k); W : (k, M); X : (M, N, d); y : (M, N).
+    B : (d, k); W : (M, k); X : (M, N, d); y : (M, N).
     """
     B, W = _check_BW(B, W)
     X, y = _check_data(X, y, B, W)
     w = data_weight(normalization, aggregation, W.shape[1])
     res, _ = _residuals(B, W, X, y)
-    return w * float(np.sum(res ** 2)) / X.shape[1] + regularizer(B, W, gamma1, gamma2)
+    return w * float(np.sum(res ** 2)) / X.shape[1] + regularizer(B, W.T, gamma1, gamma2)
 
 
 def population_objective(B, W, Phi, *, noise: float = 0.0, gamma1: float = 0.25,
@@ -190,7 +194,7 @@ def population_objective(B, W, Phi, *, noise: float = 0.0, gamma1: float = 0.25,
     noise = check_positive(noise, "noise", strict=False)
     w = data_weight(normalization, aggregation, W.shape[1])
     return (w * (float(np.sum((B @ W - Phi) ** 2)) + Phi.shape[1] * noise ** 2)
-            + regularizer(B, W, gamma1, gamma2))
+            + regularizer(B, W.T, gamma1, gamma2))
 
 
 def data_gradients(B, W, X, y, *, normalization: str = "appendix", aggregation: str = "sum"):
@@ -202,53 +206,56 @@ def data_gradients(B, W, X, y, *, normalization: str = "appendix", aggregation: 
     Returns
     -------
     gB : ndarray (d, k) — already summed over clients as in eq. (5);
-    gW : ndarray (k, M) — column i is client i's head gradient.
+    gW : ndarray (M, k) — row i is client i's head gradient.
     """
-    B, W = _check_BW(B, W)
-    X, y = _check_data(X, y, B, W)
-    return data_gradients_unchecked(B, W, X, y,
-                                    2.0 * data_weight(normalization, aggregation, W.shape[1]))
+    B, Wk = _check_BW(B, W)
+    X, y = _check_data(X, y, B, Wk)
+    return data_gradients_unchecked(B, Wk.T, X, y,
+                                    2.0 * data_weight(normalization, aggregation, Wk.shape[1]))
 
 
 def data_gradients_unchecked(B, W, X, y, scale: float):
-    """:func:`data_gradients` with the factor ``scale = 2 a S`` given and no input checks (the hot
-    path of :func:`lowrank_fl.algorithms.flute.flute`)."""
+    """:func:`data_gradients` (heads ``W`` (M, k)) with the factor ``scale = 2 a S`` given and no
+    input checks (the hot path of :func:`lowrank_fl.algorithms.flute.flute`)."""
+    W = W.T                                                 # the paper's (k, M) layout
     res, XB = _residuals(B, W, X, y)
     M, N, d = X.shape
     c = scale / N
     # sum_(i, j) x_ij r_ij w_i^T as one (d, MN) @ (MN, k) product (no einsum path search per call)
     gB = c * (X.reshape(M * N, d).T @ (res[:, :, None] * W.T[:, None, :]).reshape(M * N, -1))
-    gW = c * np.einsum("mnk,mn->km", XB, res)
+    gW = c * np.einsum("mnk,mn->mk", XB, res)
     return gB, gW
 
 
 def population_data_gradients(B, W, Phi, *, normalization: str = "appendix",
                               aggregation: str = "sum"):
     """Population gradients (``N -> inf``, ``Q = Q~ = 0``): ``2aS (BW - Phi) W^T`` and
-    ``2aS B^T (BW - Phi)``; shapes (d, k) and (k, M)."""
+    ``2aS B^T (BW - Phi)``; shapes (d, k) and (M, k) (row i: client i's head gradient)."""
     Phi = as_float_array(Phi, "Phi", ndim=2)
     B, W = _check_BW(B, W, *Phi.shape)
     scale = 2.0 * data_weight(normalization, aggregation, W.shape[1])
     R = B @ W - Phi
-    return scale * (R @ W.T), scale * (B.T @ R)
+    return scale * (R @ W.T), scale * (R.T @ B)
 
 
 def regularizer_gradients(B, W, gamma1: float = 0.25, gamma2: float = 0.125):
     """Gradients of the penalty of eq. (4), the terms of eq. (6):
-    ``-2 g1 B W W^T + 4 g2 B B^T B`` (d, k) and ``-2 g1 B^T B W + 4 g2 W W^T W`` (k, M).
+    ``-2 g1 B W W^T + 4 g2 B B^T B`` (d, k) and ``-2 g1 B^T B W + 4 g2 W W^T W``, returned as
+    (M, k) heads gradients (its transpose).
 
     With ``g1 = 1/4``, ``g2 = 1/8`` these are ``(1/2) B (B^T B - W W^T)`` and
     ``-(1/2) (B^T B - W W^T) W`` (App. A.1)."""
-    B, W = _check_BW(B, W)
-    return regularizer_gradients_unchecked(B, W, *check_gammas(gamma1, gamma2))
+    B, Wk = _check_BW(B, W)
+    return regularizer_gradients_unchecked(B, Wk.T, *check_gammas(gamma1, gamma2))
 
 
 def regularizer_gradients_unchecked(B, W, gamma1: float, gamma2: float):
     """:func:`regularizer_gradients` without input checks (the hot path of
-    :func:`lowrank_fl.algorithms.flute.flute`, which validates once per run)."""
-    BtB, WWt = B.T @ B, W @ W.T
+    :func:`lowrank_fl.algorithms.flute.flute`, which validates once per run); heads ``W``
+    (M, k), gradients (d, k) and (M, k)."""
+    BtB, WWt = B.T @ B, W.T @ W
     return (-2 * gamma1 * B @ WWt + 4 * gamma2 * B @ BtB,
-            -2 * gamma1 * BtB @ W + 4 * gamma2 * WWt @ W)
+            -2 * gamma1 * W @ BtB + 4 * gamma2 * W @ WWt)
 
 
 # --------------------------------------------------------------------------- gamma analysis
@@ -317,13 +324,13 @@ def lambda_tilde(Phi) -> np.ndarray:
 
 
 def embed_factors(B, W, U_s, V_s) -> np.ndarray:
-    """``Theta`` (2D, k) from ``B`` (d, k), ``W`` (k, M) and the padded singular bases ``U_s``,
+    """``Theta`` (2D, k) from ``B`` (d, k), heads ``W`` (M, k) and the padded singular bases ``U_s``,
     ``V_s`` (D, D) of :func:`padded_svd` — no validation, no SVD (used every round by
     :func:`lowrank_fl.algorithms.flute.flute` with ``record_theta=True``)."""
     D, k = U_s.shape[0], B.shape[1]
-    d, M = B.shape[0], W.shape[1]
+    d, M = B.shape[0], W.shape[0]
     Bt = U_s[:d].T @ B                                      # = U_*^T [B; 0]
-    Wt = V_s[:M].T @ W.T                                    # = V_*^T [W^T; 0]
+    Wt = V_s[:M].T @ W                                      # = V_*^T [W^T; 0] (paper's W)
     return np.vstack([(Bt + Wt) / np.sqrt(2), (Bt - Wt) / np.sqrt(2)])
 
 
@@ -337,13 +344,13 @@ def theta_embedding(B, W, Phi) -> np.ndarray:
 
     Parameters
     ----------
-    B : array_like, shape (d, k);  W : array_like, shape (k, M);  Phi : array_like, shape (d, M)
+    B : array_like, shape (d, k);  W : array_like, shape (M, k);  Phi : array_like, shape (d, M)
     """
     Phi = as_float_array(Phi, "Phi", ndim=2)
     d, M = Phi.shape
-    B, W = _check_BW(B, W, d, M)
+    B, Wk = _check_BW(B, W, d, M)
     U, _, V = padded_svd(Phi)
-    return embed_factors(B, W, U, V)
+    return embed_factors(B, Wk.T, U, V)
 
 
 def theta_step(Theta, lam_tilde, step_size: float) -> np.ndarray:
@@ -440,7 +447,8 @@ class ErmResult(SolverResult):
     ----------
     Z : ndarray (d, M)
     B : ndarray (d, k), orthonormal columns
-    W : ndarray (k, M)
+    W : ndarray (M, k)
+        The heads, client axis first (``Z = B W^T``).
     ``gap`` is ``nan``: the problem is non-convex (no dual certificate).
     """
 
@@ -524,7 +532,7 @@ def altmin_erm(X, y, k: int, *, restarts: int = 3, max_iter: int = 5000, tol: fl
         warnings.warn(f"altmin_erm stopped at max_iter = {max_iter} before tol = {tol}",
                       ConvergenceWarning, stacklevel=2)
     return ErmResult(objective=float(f), gap=float("nan"), iterations=int(it), status=status,
-                     solver="altmin", seconds=time.perf_counter() - t0, Z=B @ W, B=B, W=W)
+                     solver="altmin", seconds=time.perf_counter() - t0, Z=B @ W, B=B, W=W.T)
 
 
 class NuclearEstimate(NamedTuple):

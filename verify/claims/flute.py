@@ -70,9 +70,9 @@ def _task_global(seed, *, k, algorithm):
     p = underparameterized(d=10, n_clients=15, rank=k, seed=rng)
     rounds = _rounds_to_converge(p, ETA)
     tr = algorithm(p, rounds, ETA, record_every=10, seed=rng)
-    W = tr.extra["W"]
-    rel = float(np.linalg.norm(tr.B @ W - p.target) / np.linalg.norm(p.target))
-    bal = float(np.linalg.norm(tr.B.T @ tr.B - W @ W.T))
+    W = tr.heads                                          # (M, k): the paper's W^T
+    rel = float(np.linalg.norm(tr.B @ W.T - p.target) / np.linalg.norm(p.target))
+    bal = float(np.linalg.norm(tr.B.T @ tr.B - W.T @ W))
     curve = tr.extra["frob_target"][::10] / np.linalg.norm(p.target)
     return {"rel": rel if np.isfinite(rel) else np.inf, "balance": bal if np.isfinite(bal) else np.inf,
             "distance": float(tr.distance[-1]), "curve": curve, "rounds": rounds}
@@ -224,9 +224,9 @@ def _task_norm(seed, *, normalization, algorithm):
     rng = np.random.default_rng(seed)
     p = underparameterized(d=10, n_clients=15, rank=2, seed=rng)
     tr = algorithm(p, 650, ETA, normalization=normalization, seed=rng)
-    W = tr.extra["W"]
+    W = tr.heads
     return {"rho": _tail_rate(tr.extra["frob_target"]),
-            "rel": float(np.linalg.norm(tr.B @ W - p.target) / np.linalg.norm(p.target)),
+            "rel": float(np.linalg.norm(tr.B @ W.T - p.target) / np.linalg.norm(p.target)),
             "gap": p.gap}
 
 
@@ -400,7 +400,7 @@ def _task_snr(seed, *, steps, eta_small, algorithm):
     warm = flute(p, int(hit[0]) + 5, ETA, seed=warm_seed)
     res = {}
     for name, eta in (("theory", eta_small), ("experiment", ETA)):
-        tr = algorithm(p, steps, eta, init=(warm.B, warm.extra["W"]), record_theta=True)
+        tr = algorithm(p, steps, eta, init=(warm.B, warm.heads), record_theta=True)
         ratio = (tr.extra["sigma1_res"] / tr.extra["sigmak_k"]) ** 2
         bound = (1 - eta * p.gap / 16) ** 2
         # ratio_(t+1) / (bound * ratio_t): <= 1 where Lemma A.10 holds
@@ -462,14 +462,14 @@ def _task_discrepancy(seed, *, N, spectrum, k, gram, phi_seed, d=10, noise=NOISE
     ``sample_seed`` the samples come from it instead of ``seed`` (common random numbers)."""
     rng = np.random.default_rng(seed if sample_seed is None else sample_seed)
     p = underparameterized(d=d, n_clients=15, rank=k, spectrum=spectrum, noise=noise, seed=phi_seed)
-    Bs, Ws = ex.balanced_factors(p.Phi, k)
+    Bs, Ws = ex.balanced_factors(p.Phi, k)              # Ws (M, k): heads, client axis first
     X, y = p.sample(N, rng)
-    R = Bs @ Ws - p.Phi                                  # (d, M) residual at the optimum
+    R = Bs @ Ws.T - p.Phi                                # (d, M) residual at the optimum
     G = gram(X)
     D = R - np.einsum("mde,em->dm", G, R)                # (I - X_i^T X_i/N) r_i
-    A1 = np.linalg.norm(D @ Ws.T, 2)
+    A1 = np.linalg.norm(D @ Ws, 2)
     E = y - np.einsum("mnd,dm->mn", X, p.Phi if residual == "Phi" else p.target)
-    A2 = np.linalg.norm(np.einsum("mnd,mn->dm", X, E) @ Ws.T / N, 2)
+    A2 = np.linalg.norm(np.einsum("mnd,mn->dm", X, E) @ Ws / N, 2)
     return {"A1": float(A1), "A2": float(A2)}
 
 
@@ -511,9 +511,9 @@ def _task_discrepancy_over(seed, *, gram, phi_seed):
     p = underparameterized(d=10, n_clients=15, rank=3, spectrum=[5.0, 3.0, 2.0], seed=phi_seed)
     Bs, Ws = ex.balanced_factors(p.Phi, 3)
     X, _ = p.sample(100, rng)
-    R = Bs @ Ws - p.Phi
+    R = Bs @ Ws.T - p.Phi
     D = R - np.einsum("mde,em->dm", gram(X), R)
-    return float(np.linalg.norm(D @ Ws.T, 2))
+    return float(np.linalg.norm(D @ Ws, 2))
 
 
 def _gram_first_features(X, n_est=10):
@@ -870,7 +870,7 @@ def _task_limit(seed, *, g1, g2, normalization, algorithm):
     Z = ex.regularized_minimizer(p.Phi, 2, gamma1=g1, gamma2=g2, normalization=normalization)
     if tr.status == "diverged":
         return {"err": np.inf, "scale": np.nan}
-    BW = tr.B @ tr.extra["W"]
+    BW = tr.B @ tr.heads.T
     return {"err": float(np.linalg.norm(BW - Z) / np.linalg.norm(Z)),
             "scale": float(np.sum(BW * p.target) / np.sum(p.target ** 2))}
 
@@ -907,7 +907,7 @@ def _task_boundary(seed, *, g1, normalization, eta, algorithm):
     if tr.status == "diverged":
         return {"diverged": True, "err": np.nan}
     Z = ex.regularized_minimizer(p.Phi, 2, gamma1=g1, gamma2=0.125, normalization=normalization)
-    return {"diverged": False, "err": float(np.linalg.norm(tr.B @ tr.extra["W"] - Z) / np.linalg.norm(Z))}
+    return {"diverged": False, "err": float(np.linalg.norm(tr.B @ tr.heads.T - Z) / np.linalg.norm(Z))}
 
 
 @claim("flute.appC.gamma_boundary", paper=PAPER, reference="App. C (Fig. 4 discussion), eq. (4)",
@@ -1015,8 +1015,7 @@ def _task_over(seed, *, algorithm):
     rng = np.random.default_rng(seed)
     p = underparameterized(d=10, n_clients=15, rank=4, spectrum=[10.0, 6.0, 4.0, 2.5], seed=rng)
     tr = algorithm(p, 500, ETA, seed=rng)
-    W = tr.extra["W"]
-    return {"err": float(np.linalg.norm(tr.B @ W - p.Phi) / np.linalg.norm(p.Phi)),
+    return {"err": float(np.linalg.norm(tr.B @ tr.heads.T - p.Phi) / np.linalg.norm(p.Phi)),
             "rho": _tail_rate(tr.extra["frob_target"])}
 
 
@@ -1048,27 +1047,28 @@ def _task_identities(seed, *, algorithm):
     out = {}
     for d, M in ((8, 5), (5, 8)):
         p = underparameterized(d=d, n_clients=M, rank=2, seed=rng)
-        B, W = 0.3 * rng.standard_normal((d, 2)), 0.3 * rng.standard_normal((2, M))
+        # heads W (M, k), client axis first (drawn in the paper's (k, M) order)
+        B, W = 0.3 * rng.standard_normal((d, 2)), 0.3 * rng.standard_normal((2, M)).T
         eta = 0.05
         tr = algorithm(p, 1, eta, init=(B, W))
         T1 = ex.theta_step(ex.theta_embedding(B, W, p.Phi), ex.lambda_tilde(p.Phi), eta)
         out[f"theta_recursion_{d}x{M}"] = float(np.max(np.abs(
-            ex.theta_embedding(tr.B, tr.extra["W"], p.Phi) - T1)))
+            ex.theta_embedding(tr.B, tr.heads, p.Phi) - T1)))
         Bs, Ws = ex.balanced_factors(p.Phi, 2)
-        per_client = np.sum(np.linalg.norm(B @ W - Bs @ Ws, axis=0) ** 2)
-        out[f"sum_identity_{d}x{M}"] = float(abs(per_client - np.linalg.norm(B @ W - Bs @ Ws) ** 2))
+        per_client = np.sum(np.linalg.norm(B @ W.T - Bs @ Ws.T, axis=0) ** 2)
+        out[f"sum_identity_{d}x{M}"] = float(abs(per_client - np.linalg.norm(B @ W.T - Bs @ Ws.T) ** 2))
         T = ex.theta_embedding(B, W, p.Phi)
         lam = ex.lambda_tilde(p.Phi)
         tgt = np.zeros((T.shape[0],) * 2)
         tgt[:2, :2] = np.diag(lam[:2])
-        out[f"lemmaA18_slack_{d}x{M}"] = float(np.linalg.norm(B @ W - p.target)
+        out[f"lemmaA18_slack_{d}x{M}"] = float(np.linalg.norm(B @ W.T - p.target)
                                                - np.linalg.norm(T @ T.T - tgt))
         out[f"regularizer_identity_{d}x{M}"] = abs(ex.regularizer(B, W, 0.3, 0.1)
                                                    - ex.regularizer_balanced_form(B, W, 0.3, 0.1))
         rB, rW = ex.regularizer_gradients(B, W, 0.25, 0.125)
-        D = B.T @ B - W @ W.T
+        D = B.T @ B - W.T @ W                            # the paper's B^T B - W W^T
         out[f"step_form_{d}x{M}"] = float(max(np.max(np.abs(rB - 0.5 * B @ D)),
-                                              np.max(np.abs(rW + 0.5 * D @ W))))
+                                              np.max(np.abs(rW + 0.5 * W @ D))))
     return out
 
 
@@ -1169,8 +1169,8 @@ def _task_erm(seed, *, k, algorithm):
     Zn, _ = ex.nuclear_relaxation_estimate(p.X, p.y, k, 0.3)
     if tr.status == "diverged":
         return {"rel": np.inf, "obj_gap": np.inf, "nuc_dist": np.nan, "erm_status": erm.status}
-    BW = tr.B @ tr.extra["W"]
-    f = ex.flute_objective(tr.B, tr.extra["W"], p.X, p.y, gamma1=0.0, gamma2=0.0)
+    BW = tr.B @ tr.heads.T
+    f = ex.flute_objective(tr.B, tr.heads, p.X, p.y, gamma1=0.0, gamma2=0.0)
     return {"rel": float(np.linalg.norm(BW - erm.Z) / np.linalg.norm(erm.Z)),
             "obj_gap": float(f - erm.objective), "erm_status": erm.status,
             "flute_dist": float(tr.distance[-1]),

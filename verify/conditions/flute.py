@@ -32,7 +32,7 @@ def generate(seed=0, *, d: int = 10, n_clients: int = 15, k: int = 2, spectrum=N
 
     Returns
     -------
-    dict with ``Phi`` (d, M), ``B0`` (d, k), ``W0`` (k, M) and scalars ``k``, ``noise``,
+    dict with ``Phi`` (d, M), ``B0`` (d, k), ``W0`` (M, k) (heads, client axis first) and scalars ``k``, ``noise``,
     ``step_size``, ``init_scale``, ``gamma1``, ``gamma2``, ``samples_per_client``, ``rounds``,
     ``delta``, ``epsilon``.
     """
@@ -98,7 +98,7 @@ def evaluate(instance: Mapping) -> list[Condition]:
                 1 - eta * gap / 2))
     if "B0" in instance and "W0" in instance:
         B0 = as_float_array(instance["B0"], "B0", shape=(d, k))
-        W0 = as_float_array(instance["W0"], "W0", shape=(k, M))
+        W0 = as_float_array(instance["W0"], "W0", shape=(M, k))
         q = region_quantities(theta_embedding(B0, W0, Phi), k)
         C(Condition("Claim A.3", "sigma_1^2(Theta^0) <= lambda*_1", q["sigma1"] ** 2,
                     f"<= {lam1s:.3g}", q["sigma1"] ** 2 <= lam1s))
