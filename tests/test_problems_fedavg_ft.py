@@ -32,7 +32,7 @@ def test_paper_instance_seeded_and_finite_sample():
 
 def test_paper_init_errors():
     with pytest.raises(ValueError, match="step_size must be finite and > 0"):
-        paper_init(5, 2, 0.0)
+        paper_init(d=5, rank=2, step_size=0.0)
 
 
 def test_new_client_model():

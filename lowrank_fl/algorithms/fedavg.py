@@ -215,7 +215,7 @@ def _initial(init, problem, alpha, rng):
     d, k = problem.d, problem.k
     if isinstance(init, str):
         check_choice(init, "init", ("paper",))
-        return paper_init(d, k, alpha, rng)
+        return paper_init(d=d, rank=k, step_size=alpha, seed=rng)
     if not isinstance(init, (tuple, list)) or len(init) != 2:
         raise TypeError(f"init must be 'paper' or a pair (B0, w0), got {type(init).__name__}")
     B0 = as_float_array(init[0], "init B0", shape=(d, k))

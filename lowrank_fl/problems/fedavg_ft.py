@@ -28,9 +28,11 @@ __all__ = ["FedAvgFTInstance", "paper_instance", "paper_init", "NewClient", "new
            "Proposition1Instance", "proposition1_instance"]
 
 
-def paper_init(d: int, k: int, step_size: float, seed=None):
+def paper_init(*, d: int, rank: int, step_size: float, seed=None):
     """App. C.1 initialization: ``B_0 = Q / sqrt(alpha)`` with ``Q`` the QR factor of an
-    N(0, 1) (d, k) matrix, ``w_0 = 0``. Returns ``B0`` (d, k), ``w0`` (k,)."""
+    N(0, 1) (d, rank) matrix, ``w_0 = 0``. Returns ``B0`` (d, rank), ``w0`` (rank,). Keywords only."""
+    d = check_int(d, "d", minimum=2)
+    k = check_int(rank, "rank", minimum=1, maximum=d - 1)
     alpha = check_positive(step_size, "step_size")
     rng = as_generator(seed)
     Q = orth(rng.standard_normal((d, k)))
@@ -95,7 +97,7 @@ def paper_instance(*, d: int = 100, rank: int | None = None, n_clients: int = 40
     problem = multitask_linear(d=d, rank=k, n_clients=n_clients,
                                samples_per_client=samples_per_client, noise=noise, heads=heads,
                                seed=rng)
-    B0, w0 = paper_init(problem.d, problem.k, step_size, rng)
+    B0, w0 = paper_init(d=problem.d, rank=problem.k, step_size=step_size, seed=rng)
     return FedAvgFTInstance(problem=problem, B0=B0, w0=w0, step_size=float(step_size),
                             stats=head_statistics(problem.heads))
 
@@ -226,7 +228,7 @@ def proposition1_instance(*, d: int | None = None, rank: int | None = None,
     if not np.linalg.norm(wbar) > 1e-12:
         raise ValueError("heads must have a nonzero mean (wbar* != 0) for Proposition 1")
     if B0 is None:
-        B0, w0 = paper_init(d, k, alpha, rng)
+        B0, w0 = paper_init(d=d, rank=k, step_size=alpha, seed=rng)
     else:
         B0, w0 = as_float_array(B0, "B0", shape=(d, k)), np.zeros(k)
     Q0 = orth(B0, name="B0")
