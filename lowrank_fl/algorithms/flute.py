@@ -4,7 +4,8 @@ Each round every client sends the gradients of its local loss with respect to ``
 ``w_i`` at the current iterate (clients do not update locally); the server takes the data step
 eq. (5) — summing the client gradients — and then the regularizer step eq. (6), whose gradients
 are evaluated at the OLD iterate ``(B^(t-1), W^(t-1))`` (a simultaneous step, not a
-proximal or sequential one: eq. (6) writes both gradients at ``t-1``). Together this is one full gradient step on eq. (4).
+proximal or sequential one: eq. (6) writes both gradients at ``t-1``). Together this is one full
+gradient step on eq. (4).
 
 Options that the paper leaves open are named:
 

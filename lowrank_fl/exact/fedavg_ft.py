@@ -113,8 +113,8 @@ def head_statistics(heads) -> HeadStatistics:
 def population_optimum(B_star, heads):
     """Population optimum of the global objective (7).
 
-    ``(1/M) sum_i ||B w - B* w_i*||^2 = ||B w - B* wbar*||^2 + gamma^2`` (bias-variance split around ``wbar*``), so the
-    minimizers are exactly ``{(B, w): B w = B* wbar*}`` with value ``gamma^2``.
+    ``(1/M) sum_i ||B w - B* w_i*||^2 = ||B w - B* wbar*||^2 + gamma^2`` (bias-variance split
+    around ``wbar*``), so the minimizers are exactly ``{(B, w): B w = B* wbar*}`` with value ``gamma^2``.
 
     Parameters
     ----------

@@ -12,7 +12,8 @@
   alternating minimization and the nuclear-norm convex relaxation truncated to rank k (solved by
   :mod:`lowrank_fl.exact.nuclear`).
 
-Normalizations (the paper's main text and App. A.1 differ by a factor 2). The data term of eq. (4) is written ``a * S * sum_i L_i`` with
+Normalizations (the paper's main text and App. A.1 differ by a factor 2). The data term of eq. (4)
+is written ``a * S * sum_i L_i`` with
 ``L_i = (1/N) ||X_i B w_i - y_i||^2`` and
 
 * ``a = 1/2`` for ``"appendix"`` (App. A.1: the data gradient has no factor 2 — the version the
@@ -116,8 +117,8 @@ def truncated_target(Phi, k: int) -> TruncatedTarget:
 
 def balanced_factors(Phi, k: int):
     """Balanced optimal factors ``B* = U_k Lambda_k^(1/2)`` (d, k) and heads ``W*`` (M, k), the
-    transpose of the paper's ``Lambda_k^(1/2) V_k^T``: ``B* W*^T = Phi_k`` and ``B*^T B* = W* W*^T = Lambda_k`` (the balanced minimizers of
-    eq. (4) with ``g1 = 2 g2``)."""
+    transpose of the paper's ``Lambda_k^(1/2) V_k^T``: ``B* W*^T = Phi_k`` and
+    ``B*^T B* = W*^T W* = Lambda_k`` (the balanced minimizers of eq. (4) with ``g1 = 2 g2``)."""
     U, s, Vt = truncated_svd(as_float_array(Phi, "Phi", ndim=2), k, name="Phi")
     r = np.sqrt(s)
     return U * r, Vt.T * r
