@@ -36,7 +36,6 @@ from ..validation import (as_float_array, as_generator, check_choice, check_inst
                            check_positive)
 from ..exact.fedavg_ft import head_only_least_squares
 from ..linalg import orth
-from ..problems.dataset import renamed_size
 from ..problems.fedavg_ft import new_client, paper_init
 from ..problems.multitask import MultitaskProblem
 from ..results import ConvergenceWarning, Trace
@@ -427,7 +426,7 @@ def _client_data(client):
 
 def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01,
               samples_per_client: int | None = None, noise: float = 0.1, seed=None,
-              n: int | None = None) -> FineTuneResult:
+              **deprecated) -> FineTuneResult:
     """Fine-tune ``(B, w)`` on a new client's data (eq. (4); App. C.1) and, beside it, fit the head
     alone by least squares on ``orth(B)``.
 
@@ -451,9 +450,11 @@ def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01,
     -------
     FineTuneResult
     """
+    n = deprecated_keywords("fine_tune", deprecated, {"n": "samples_per_client"}).get("n")
     if n is not None:
-        samples_per_client = renamed_size("fine_tune", samples_per_client, n,
-                                          "samples_per_client", "n")
+        if samples_per_client is not None:
+            raise TypeError("fine_tune() got both 'samples_per_client' and its deprecated alias 'n'")
+        samples_per_client = n
     if isinstance(client, MultitaskProblem):
         if samples_per_client is None:
             raise ValueError("samples_per_client (the new client's number of samples) is required "
