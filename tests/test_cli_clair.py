@@ -161,39 +161,23 @@ def test_help_documents_exit_status(capsys):
     assert "exit status: 0 converged; 3 solver stopped unconverged" in capsys.readouterr().out
 
 
-def test_verify_import_errors_are_not_swallowed(monkeypatch):
-    """Only the absence of the verify package itself is tolerated."""
-    import builtins
-
+def test_library_command_has_only_the_library_subcommands(capsys):
+    """``python -m lowrank_fl.cli``: the library's own command, without the verifier's."""
     from lowrank_fl.cli import build_parser
 
-    real_import = builtins.__import__
-
-    def fake(name, *args, **kwargs):
-        if name == "verify" or name.startswith("verify."):
-            raise ModuleNotFoundError("No module named 'scipy_missing'", name="scipy_missing")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", fake)
-    with pytest.raises(ModuleNotFoundError, match="scipy_missing"):
-        build_parser()
-
-    def absent(name, *args, **kwargs):
-        if name == "verify" or name.startswith("verify."):
-            raise ModuleNotFoundError("No module named 'verify'", name="verify")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", absent)
     parser = build_parser()
-    assert "clair" in parser._subparsers._group_actions[0].choices
-    assert "verify" not in parser._subparsers._group_actions[0].choices
+    assert set(parser._subparsers._group_actions[0].choices) == {"clair"}
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--out", "x"])
+    assert exc.value.code == 2 and "invalid choice: 'verify'" in capsys.readouterr().err
 
 
 def test_cli_survives_a_closed_pipe():
     # ``lowrank-fl claims | head -1`` must not end in a BrokenPipeError traceback.
     import subprocess
     import sys
-    proc = subprocess.run(f"{sys.executable} -m lowrank_fl.cli claims | head -1", shell=True,
+    proc = subprocess.run(f"{sys.executable} -c 'import sys; from verify.cli import lowrank_fl_main; "
+                          f"sys.exit(lowrank_fl_main([\"claims\"]))' | head -1", shell=True,
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.startswith("id")
     assert "BrokenPipeError" not in proc.stderr and "Traceback" not in proc.stderr

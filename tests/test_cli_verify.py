@@ -294,9 +294,10 @@ def test_run_claims_reports_a_failing_sweep_task_with_claim_and_params(tmp_path)
 
 
 def test_lowrank_fl_command_has_the_verifier_subcommands(capsys):
-    from lowrank_fl.cli import build_parser, main
+    from verify.cli import build_parser, lowrank_fl_main as main
 
     parser = build_parser()
+    assert {"clair", "verify", "claims", "conditions"} <= set(parser._subparsers._group_actions[0].choices)
     for command in ("verify", "claims", "conditions"):
         args = parser.parse_args([command, "fedrep"] if command == "conditions"
                                  else [command] + (["--out", "x"] if command == "verify" else []))

@@ -1,6 +1,10 @@
-"""Command-line interface of the verifier: ``lowrank-fl verify | claims | conditions``.
+"""The ``lowrank-fl`` command: the library's sub-commands plus the verifier's ``verify | claims |
+conditions``.
 
-``python -m verify ARGS`` is the same as ``lowrank-fl verify ARGS``.
+The console script lives here, above the library: :func:`build_parser` adds the library's own
+sub-commands (:func:`lowrank_fl.cli.add_library_parsers`) and the verifier's (:func:`add_parsers`),
+so ``lowrank_fl`` never imports ``verify``. ``python -m verify ARGS`` is the same as
+``lowrank-fl verify ARGS``.
 
 Defaults of ``verify``: scale ``quick``, backend ``loky`` on all cores (``dask`` when
 ``--scheduler`` is given), base seed 0, and the task cache in ``$LOWRANK_FL_CACHE`` if set, else
@@ -21,7 +25,8 @@ from pathlib import Path
 from .claim import OMITTED, PAPERS, REGISTRY, SCALES, Context
 from .sweep import BACKENDS, Sweep
 
-__all__ = ["add_parsers", "main", "default_cache_dir", "build_verify_parser"]
+__all__ = ["add_parsers", "main", "lowrank_fl_main", "build_parser", "default_cache_dir",
+           "build_verify_parser"]
 
 
 def default_cache_dir() -> Path:
@@ -232,11 +237,30 @@ def cmd_conditions(args) -> int:
     return 0
 
 
+def build_parser(prog: str = "lowrank-fl") -> argparse.ArgumentParser:
+    """Parser of the ``lowrank-fl`` command: the library's sub-commands and the verifier's."""
+    from lowrank_fl.cli import add_library_parsers, add_version_argument
+
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Federated low-rank learning: CLAIR fits and the papers' verifier.")
+    add_version_argument(parser)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_library_parsers(sub)
+    add_parsers(sub)
+    return parser
+
+
+def lowrank_fl_main(argv=None) -> int:
+    """The ``lowrank-fl`` console script; returns the exit status."""
+    from lowrank_fl.cli import run
+
+    return run(build_parser(), argv, errors=(KeyError,))
+
+
 def main(argv=None) -> int:
     """``python -m verify`` entry point (the ``lowrank-fl verify`` command)."""
-    args = build_verify_parser().parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, KeyError) as exc:
-        print(f"python -m verify: error: {exc}", file=sys.stderr)
-        return 2
+    from lowrank_fl.cli import add_version_argument, run
+
+    parser = build_verify_parser()
+    add_version_argument(parser)
+    return run(parser, argv, errors=(KeyError,))
