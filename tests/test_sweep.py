@@ -459,7 +459,7 @@ def test_unreachable_scheduler_is_a_setup_error():
     from verify.sweep import SetupError
 
     with pytest.raises(SetupError, match=r"cannot connect to the dask scheduler at tcp://127.0.0.1:9"):
-        Sweep("dask", scheduler="tcp://127.0.0.1:9").prepare()
+        Sweep("dask", scheduler="tcp://127.0.0.1:9", connect_timeout=1).prepare()
 
 
 def test_a_stale_dask_worker_is_refused(tmp_path, monkeypatch):

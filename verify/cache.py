@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import zipfile
@@ -37,7 +38,7 @@ try:  # POSIX only; without it runs on one cache may duplicate work (nothing is 
 except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
-__all__ = ["FORMAT", "UncacheableResult", "encode", "decode", "store_entry", "load_entry",
+__all__ = ["safe_name", "FORMAT", "UncacheableResult", "encode", "decode", "store_entry", "load_entry",
            "TaskLocks", "clear_cache", "mark_cache_dir", "MARKER"]
 
 #: Format tag of an entry; entries of another format are recomputed (never read).
@@ -48,6 +49,11 @@ _MARKER_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
                 "# lowrank_fl verifier task cache (lowrank-fl cache clear removes it).\n")
 _SUFFIXES = (".npz", ".tmp", ".lock", ".pkl")
 _DTYPE_KINDS = "biufcU"
+
+
+def safe_name(name: str) -> str:
+    """``name`` as a directory name of the cache (claim ids and task names)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "_"
 
 
 class UncacheableResult(TypeError):

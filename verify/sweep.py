@@ -171,11 +171,20 @@ def code_version(task: Callable) -> str:
 
 
 # ----------------------------------------------------------------------------- worker side
-@functools.lru_cache(maxsize=None)
-def _thread_controller():
-    from threadpoolctl import ThreadpoolController
+_CONTROLLER: list = [None, -1]  # [threadpoolctl controller, len(sys.modules) when it was built]
 
-    return ThreadpoolController()
+
+def _thread_controller():
+    """A ThreadpoolController that knows every BLAS/OpenMP library loaded so far.
+
+    Building one scans the loaded libraries (milliseconds); it is rebuilt only after imports,
+    the only way a task's process loads a new native library.
+    """
+    if _CONTROLLER[1] != len(sys.modules):
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER[:] = [ThreadpoolController(), len(sys.modules)]
+    return _CONTROLLER[0]
 
 
 def _execute(task: Callable, params: Mapping, seed: int, index: int, expected: str | None = None):
@@ -202,10 +211,6 @@ def _execute(task: Callable, params: Mapping, seed: int, index: int, expected: s
 
 
 # ----------------------------------------------------------------------------- the sweep
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name) or "_"
-
-
 def _short(params: Mapping, limit: int = 300) -> str:
     text = repr(dict(params))
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -237,12 +242,14 @@ class Sweep:
         Fixed code version for the cache key instead of the source hash.
     refresh : bool
         Recompute every task (do not read the cache) and overwrite its entry.
+    connect_timeout : float
+        Seconds to wait for the dask scheduler at ``scheduler``.
     """
 
     def __init__(self, backend: str = "sequential", n_jobs: int = 1, cache_dir=None,
                  scheduler: str | None = None, progress: bool = False, *, client=None,
                  cluster_options: Mapping | None = None, code_version: str | None = None,
-                 refresh: bool = False):
+                 refresh: bool = False, connect_timeout: float = 10.0):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0 or n_jobs < -1:
@@ -261,6 +268,7 @@ class Sweep:
         self.cluster_options = dict(cluster_options or {})
         self.code_version = code_version
         self.refresh = bool(refresh)
+        self.connect_timeout = float(connect_timeout)
         self._client = client
         self._own_client = None
         self._own_cluster = None
@@ -318,7 +326,8 @@ class Sweep:
                                  "pip install 'lowrank_fl[dask]'") from None
             try:
                 if self.scheduler is not None:
-                    self._own_client = Client(self.scheduler, set_as_default=False, timeout="10s")
+                    self._own_client = Client(self.scheduler, set_as_default=False,
+                                             timeout=f"{self.connect_timeout}s")
                 else:
                     opts = {"n_workers": os.cpu_count() if self.n_jobs == -1 else self.n_jobs,
                             "threads_per_worker": 1, "dashboard_address": ":0"}
@@ -341,7 +350,7 @@ class Sweep:
             key = joblib.hash((label, name, dict(params), int(seed), version))
         except Exception:  # noqa: BLE001 - unhashable option (lambda, local object): no caching
             return None
-        return self.cache_dir / _safe(label or "_") / _safe(name) / f"{key}.npz"
+        return self.cache_dir / _cache.safe_name(label or "_") / _cache.safe_name(name) / f"{key}.npz"
 
     @staticmethod
     def _header(task: Callable, label: str, seed: int, path: Path) -> dict:
