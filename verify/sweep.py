@@ -521,4 +521,6 @@ class Sweep:
             if close is not None:
                 with warnings.catch_warnings():  # joblib notes the in-flight results we drop
                     warnings.filterwarnings("ignore", message=r".*successfully executed\s+but not used")
+                    warnings.filterwarnings("ignore", message=r".*still being processed by the workers "
+                                                              r"have been cancelled")
                     close()  # abort what is still queued when we stop early
