@@ -217,29 +217,32 @@ def _setup_logging(bars: bool) -> None:
 
 def _setup(args):
     """Every check that can fail before the first claim; returns (claims, backend, staging, sweep)."""
-    from lowrank_fl.files import stage_output_dir
+    from lowrank_fl.files import discard_staging, stage_output_dir
 
     from .runner import select_claims
 
     backend = args.backend or ("dask" if args.scheduler else "loky")
     if args.scheduler and backend != "dask":
         raise ValueError(f"--scheduler needs --backend dask, got --backend {backend}")
-    _load_claims(args.paper)
-    claims = select_claims(papers=args.paper, ids=args.claim)
-    if not claims:
-        raise ValueError("no claims selected (is any claims module written yet?)")
     if args.no_cache and args.refresh:
         raise ValueError("--refresh needs the cache; drop --no-cache")
-    cache_dir = None if args.no_cache else (args.cache or default_cache_dir())
-    bars = not args.no_progress and _interactive()
-    sweep = Sweep(backend=backend, n_jobs=args.jobs, cache_dir=cache_dir, scheduler=args.scheduler,
-                  progress=bars, refresh=args.refresh)
-    staging = None
+    # --out first: it is the cheapest check and the one most often wrong
+    staging = stage_output_dir(args.out, overwrite=args.overwrite, marker="results.json")
+    sweep = None
     try:
+        _load_claims(args.paper)
+        claims = select_claims(papers=args.paper, ids=args.claim)
+        if not claims:
+            raise ValueError("no claims selected (is any claims module written yet?)")
+        cache_dir = None if args.no_cache else (args.cache or default_cache_dir())
+        bars = not args.no_progress and _interactive()
+        sweep = Sweep(backend=backend, n_jobs=args.jobs, cache_dir=cache_dir,
+                      scheduler=args.scheduler, progress=bars, refresh=args.refresh)
         sweep.prepare()
-        staging = stage_output_dir(args.out, overwrite=args.overwrite, marker="results.json")
     except BaseException:
-        sweep.close()
+        if sweep is not None:
+            sweep.close()
+        discard_staging(staging)
         raise
     return claims, backend, staging, sweep
 
