@@ -507,3 +507,46 @@ def test_run_claims_lets_setup_errors_through():
               experiment=stale)
     with pytest.raises(StaleWorkerError):
         run_claims([c])
+
+
+def test_claim_bodies_run_with_one_blas_thread(dummy_registry, tmp_path):
+    """The main process is pinned like the workers (threadpoolctl), not only the tasks."""
+    from threadpoolctl import threadpool_info
+
+    from verify.claim import Evidence
+
+    seen = []
+
+    def body(ctx):
+        seen.extend(int(p["num_threads"]) for p in threadpool_info())
+        return Evidence(verdict="holds", summary="threads recorded")
+
+    REGISTRY["fedrep.dummy.threads"] = Claim(id="fedrep.dummy.threads", paper="fedrep",
+                                             reference="r", statement="s", kind="bound",
+                                             experiment=body)
+    assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
+                       "--claim", "fedrep.dummy.threads", "--out", str(tmp_path / "o")]) == 0
+    assert seen and set(seen) == {1}
+
+
+def test_interactive_runs_show_bars_and_write_claim_lines_through_tqdm(dummy_registry, tmp_path,
+                                                                       monkeypatch, capsys):
+    seen = {}
+    real_prepare = Sweep.prepare
+
+    def spy(self):
+        seen["progress"] = self.progress
+        return real_prepare(self)
+
+    monkeypatch.setattr(vcli, "_interactive", lambda: True)
+    monkeypatch.setattr(Sweep, "prepare", spy)
+    assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
+                       "--claim", "fedrep.dummy.mean", "--out", str(tmp_path / "o")]) == 0
+    assert seen["progress"] is True
+    handlers = [h for h in vcli.log.handlers if isinstance(h, vcli._StderrHandler)]
+    assert len(handlers) == 1 and handlers[0].through_tqdm
+    assert "[1/1] fedrep.dummy.mean: holds" in capsys.readouterr().err
+    # --no-progress: no bars even on a terminal
+    assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
+                       "--no-progress", "--claim", "fedrep.dummy.mean", "--out", str(tmp_path / "p")]) == 0
+    assert seen["progress"] is False

@@ -28,6 +28,7 @@ import re
 import shutil
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +187,8 @@ class TaskLocks:
 
     @staticmethod
     def _offset(path: Path) -> int:
-        return int(path.stem[:15], 16) if _is_hex(path.stem[:15]) else abs(hash(path.stem)) % (1 << 60)
+        # keys are hex digests; anything else still maps to the same byte in every process
+        return int(path.stem[:15], 16) if _is_hex(path.stem[:15]) else zlib.crc32(path.stem.encode())
 
     def _fd(self, path: Path) -> int:
         lock_file = path.parent / ".lock"
