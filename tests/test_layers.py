@@ -37,20 +37,6 @@ KNOWN_VIOLATIONS_TO_FIX: set[tuple[str, str]] = {
     ("private", "lowrank_fl.clair.programs: lowrank_fl.clair.penalized._op_norm"),
     ("private", "lowrank_fl.clair.programs: lowrank_fl.clair.penalized._svd_parts"),
     ("private", "lowrank_fl.clair.programs: lowrank_fl.clair.penalized._zero_objective"),
-    # algorithms: kernels of exact/ used by the iterative methods
-    ("private", "lowrank_fl.algorithms.fedrep_baselines: lowrank_fl.algorithms.fedrep._check_bool"),
-    ("private", "lowrank_fl.algorithms.flute_baselines: lowrank_fl.algorithms.fedrep._check_bool"),
-    ("private", "lowrank_fl.algorithms.flute: lowrank_fl.exact.flute._data_gradients"),
-    ("private", "lowrank_fl.algorithms.flute: lowrank_fl.exact.flute._padded_svd"),
-    ("private", "lowrank_fl.algorithms.flute: lowrank_fl.exact.flute._regularizer_gradients"),
-    ("private", "lowrank_fl.algorithms.rolora: lowrank_fl.exact.rolora._local_b"),
-    ("private", "lowrank_fl.algorithms.rolora: lowrank_fl.exact.rolora._population_b"),
-    # verify: claim._jsonable and report._common need public names (claim.py, report/ are
-    # being edited elsewhere); verify.cli switches to them once they exist
-    ("private", "verify.cli: verify.claim._jsonable"),
-    ("private", "verify.cli: verify.report._common"),
-    ("private", "verify.report._common: verify.claim._jsonable"),
-    ("private", "verify.report.results_json: verify.claim._jsonable"),
 }
 
 

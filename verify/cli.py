@@ -353,7 +353,7 @@ def cmd_conditions(args) -> int:
     import numpy as np
 
     from .conditions import Condition
-    from .report._common import fmt
+    from .report.values import fmt
     from .runner import load_modules
 
     if args.paper not in PAPERS:
