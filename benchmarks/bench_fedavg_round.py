@@ -37,7 +37,8 @@ def best_time(fn, repeat=5):
 
 
 def main():
-    inst = paper_instance(D, K, N_CLIENTS, step_size=ALPHA, samples_per_client=M_SAMPLES,
+    inst = paper_instance(d=D, rank=K, n_clients=N_CLIENTS, step_size=ALPHA,
+                          samples_per_client=M_SAMPLES,
                           noise=0.1, seed=0)
     p = inst.problem
     rng = np.random.default_rng(1)
@@ -51,10 +52,10 @@ def main():
              ("empirical (Gram given)", dict(X=p.X, y=p.y, gram=gram), dict(X=p.X, y=p.y)),
              ("population", dict(targets=p.theta), dict(targets=p.theta)))
     for mode, kwb, kwl in cases:
-        Bb, wb = fedavg_round(B, w, TAU, ALPHA, **kwb)             # the call that is timed below
+        Bb, wb, _ = fedavg_round(B, w, ALPHA, local_steps=TAU, **kwb)   # the call timed below
         Bl, wl = loop_round(B, w, TAU, ALPHA, **kwl)
         diff = max(float(np.max(np.abs(Bb - Bl))), float(np.max(np.abs(wb - wl))))
-        tb = best_time(lambda: fedavg_round(B, w, TAU, ALPHA, **kwb), repeat=15)
+        tb = best_time(lambda: fedavg_round(B, w, ALPHA, local_steps=TAU, **kwb), repeat=15)
         tl = best_time(lambda: loop_round(B, w, TAU, ALPHA, **kwl), repeat=3)
         rows.append({"mode": mode, "batched_s": tb, "loop_s": tl, "speedup": tl / tb,
                      "max_abs_diff": diff, "identical": bool(diff <= 1e-12)})

@@ -42,7 +42,7 @@ def loop_round(B, X, y, eta):
 
 
 def main(n=1000, d=100, k=5, m=10, eta=0.1, repeat=15):
-    p = multitask_linear(d, k, n, seed=0)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=0)
     X, y = p.sample(m, seed=1)
     B = np.linalg.qr(np.random.default_rng(2).standard_normal((d, k)))[0]
     fast = fedrep_round(B, X, y, eta)

@@ -1,65 +1,114 @@
-"""The ``lowrank-fl`` command.
+"""The library's command-line sub-commands and the dispatcher every ``lowrank-fl`` command shares.
 
-Sub-commands::
+The ``lowrank-fl`` console script itself lives in the verifier (``verify.cli.lowrank_fl_main``),
+which sits above the library: it adds the library's sub-commands (:func:`add_library_parsers`)
+and its own (``verify``, ``claims``, ``conditions``, ``cache``). The library never imports
+``verify``; ``python -m lowrank_fl.cli`` is the library-only command::
 
     lowrank-fl clair fit W_hat.npz --rank R --lam-L X --lam-S Y --out DIR     (lowrank_fl.clair.cli)
     lowrank-fl compare {clair,nuclear,noiseless} FILE.npz ... --out DIR        (lowrank_fl.compare.cli)
-    lowrank-fl verify [--paper P] [--claim ID ...] [--scale S] --out DIR       (verify.cli)
-    lowrank-fl claims                                                          (verify.cli)
-    lowrank-fl conditions <paper> [--instance FILE.npz | --param k=v ...]     (verify.cli)
 
-The verifier commands live in the top-level ``verify`` package, which sits above ``lowrank_fl``;
-they are imported lazily here so that ``lowrank_fl`` itself never imports ``verify``.
+Exit status of :func:`run`: the handler's status; 2 on bad input (one line ``prog: error: ...``,
+no traceback); 130 on Ctrl-C (one line); 0 when stdout is a pipe closed by its reader.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import Callable, Sequence
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "add_library_parsers", "add_version_argument", "run",
+           "version_string", "EXIT_USAGE", "EXIT_INTERRUPTED"]
+
+#: Exit status on bad input or a failed solve (argparse's own usage errors use 2 as well).
+EXIT_USAGE = 2
+#: Exit status after Ctrl-C (128 + SIGINT, the shell's convention).
+EXIT_INTERRUPTED = 130
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lowrank-fl", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def version_string() -> str:
+    """``"lowrank_fl X.Y.Z (Python A.B.C, numpy N)"``."""
+    import numpy
+
+    import lowrank_fl
+
+    return (f"lowrank_fl {lowrank_fl.__version__} (Python {sys.version.split()[0]}, "
+            f"numpy {numpy.__version__})")
+
+
+def add_version_argument(parser: argparse.ArgumentParser) -> None:
+    """``--version``: print :func:`version_string` and exit 0."""
+    parser.add_argument("--version", action="version", version=f"%(prog)s: {version_string()}")
+
+
+def add_library_parsers(subparsers) -> None:
+    """Register the library's sub-commands (``clair fit``, ``compare``) on an argparse sub-parser set."""
     from .clair import cli as clair_cli
 
-    clair_cli.add_parser(sub)
+    clair_cli.add_parser(subparsers)
     from .compare import cli as compare_cli
 
-    compare_cli.add_parser(sub)
-    try:
-        from verify import cli as verify_cli
-    except ModuleNotFoundError as exc:  # the library installed without the verifier package
-        if exc.name != "verify":        # a missing dependency inside verify is a real error
-            raise
-        verify_cli = None
-    if verify_cli is not None:
-        verify_cli.add_parsers(sub)
+    compare_cli.add_parser(subparsers)
+
+
+def build_parser(prog: str = "lowrank-fl") -> argparse.ArgumentParser:
+    """Parser of the library-only command (``python -m lowrank_fl.cli``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    add_version_argument(parser)
+    add_library_parsers(parser.add_subparsers(dest="command", required=True))
     return parser
 
 
-def main(argv=None) -> int:
-    """Run the command line; returns the exit status (2 on bad input or a failed solve)."""
+def _user_errors() -> tuple:
     from numpy.linalg import LinAlgError
 
     from .clair.cli import MissingArrayError
     from .results import SolverError
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    # OSError covers a missing, unreadable or unwritable path (its message names the path)
+    return (ValueError, TypeError, OSError, MissingArrayError, SolverError, LinAlgError)
+
+
+def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, *,
+        errors: tuple = (), prog: str | None = None,
+        before: Callable[[argparse.Namespace], None] | None = None) -> int:
+    """Parse ``argv``, call ``args.handler(args)`` and turn failures into one line and a status.
+
+    Parameters
+    ----------
+    parser : argparse.ArgumentParser
+        Its sub-commands set ``handler`` (a function ``args -> int | None``).
+    errors : tuple of exception types
+        Reported like the library's input errors (exit 2), e.g. the verifier's setup errors.
+    prog : str, optional
+        Prefix of the error line (default: ``parser.prog``).
+    before : callable, optional
+        Called with the parsed arguments before the handler (e.g. to set up logging).
+    """
+    prog = prog or parser.prog
     try:
+        args = parser.parse_args(argv)
+        if before is not None:
+            before(args)
         return int(args.handler(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, MissingArrayError, SolverError,
-            LinAlgError) as exc:
-        print(f"lowrank-fl: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # Output piped into a reader that stopped early (``lowrank-fl claims | head``): not an
         # error. Point stdout at devnull so the interpreter's final flush does not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except _user_errors() + tuple(errors) as exc:
+        message = " ".join(str(exc).split("\n")[0].split()) or type(exc).__name__
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def main(argv=None) -> int:
+    """The library-only command line (``clair fit``); returns the exit status."""
+    return run(build_parser(), argv)
 
 
 if __name__ == "__main__":

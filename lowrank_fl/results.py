@@ -134,16 +134,18 @@ class Trace:
     ----------
     method : str
         Name of the algorithm and variant (e.g. ``"fedrep"``, ``"flute[main]"``).
-    distance : ndarray, shape (T+1,)
-        Subspace distance to the ground truth at rounds 0..T (``nan`` where no truth is known).
-        Entries after a divergence are ``nan``.
+    distance : ndarray, shape (T+1,), or None
+        Subspace distance to the ground truth at rounds 0..T; ``None`` when the problem has no
+        ground truth (built from data). Entries not computed (after a divergence, after a
+        tolerance stop, between ``record_every`` rounds) are ``nan``.
     loss : ndarray, shape (T+1,)
         Global loss at rounds 0..T (population loss where available, else empirical).
     bytes_up, bytes_down : ndarray, shape (T,)
         Bytes sent client→server and server→client in each round (float64 = 8 bytes per entry,
         summed over participating clients).
     status : str
-        ``"completed"``, ``"optimal"`` (stopped on a tolerance) or ``"diverged"``.
+        ``"completed"`` (the requested rounds were run), ``"optimal"`` (stopped on a tolerance),
+        ``"max_iter"`` (a tolerance was requested and not reached) or ``"diverged"``.
     diverged_at : int or None
         The round at which a non-finite value appeared.
     B, heads, a, b : ndarray or None
@@ -159,7 +161,7 @@ class Trace:
     """
 
     method: str
-    distance: np.ndarray
+    distance: np.ndarray | None
     loss: np.ndarray
     bytes_up: np.ndarray
     bytes_down: np.ndarray
@@ -177,12 +179,18 @@ class Trace:
 
     @property
     def rounds(self) -> int:
-        """Number of rounds requested (``len(distance) - 1``)."""
-        return len(self.distance) - 1
+        """Number of rounds requested (``len(loss) - 1``)."""
+        return len(self.loss) - 1
 
     @property
-    def final_distance(self) -> float:
-        return float(self.distance[-1])
+    def final_distance(self) -> float | None:
+        """The distance at the last round that was computed: the round a tolerance stop or a
+        divergence ended the run at (the returned ``B``), else round T. ``None`` when the problem
+        has no ground truth (``distance is None``); ``nan`` only if no round was computed."""
+        if self.distance is None:
+            return None
+        done = np.flatnonzero(np.isfinite(self.distance))
+        return float(self.distance[done[-1]]) if done.size else float("nan")
 
     @property
     def total_bytes(self) -> float:

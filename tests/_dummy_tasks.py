@@ -5,6 +5,7 @@ execution leaves a marker file in ``log_dir`` so tests can count executions acro
 """
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -13,8 +14,10 @@ import numpy as np
 from verify.claim import Claim, Evidence, verdict_from
 
 
-def noisy_task(seed, x, log_dir=None, poison=None, fail_on=None, interrupt_on=None):
+def noisy_task(seed, x, log_dir=None, poison=None, fail_on=None, interrupt_on=None, sleep=0.0):
     """A small random result depending on ``seed`` and ``x``; optionally fails on ``x == fail_on``.
+
+    ``sleep`` seconds of waiting make runs overlap in concurrency tests.
 
     The failure fires only while the file ``poison`` exists, so a rerun with the same parameters
     (same cache keys) succeeds once the test removes it.
@@ -26,8 +29,33 @@ def noisy_task(seed, x, log_dir=None, poison=None, fail_on=None, interrupt_on=No
         raise ValueError(f"boom at x={x}")
     if armed and interrupt_on is not None and x == interrupt_on:
         raise KeyboardInterrupt
+    if sleep:
+        time.sleep(sleep)
     rng = np.random.default_rng(seed)
     return {"x": x, "draw": rng.standard_normal(4) * (1 + x), "sum": float(rng.random() + x)}
+
+
+def blas_threads_task(seed):
+    """The thread counts of the BLAS/OpenMP pools the task runs with."""
+    from threadpoolctl import threadpool_info
+
+    return {"threads": sorted({int(p["num_threads"]) for p in threadpool_info()})}
+
+
+def mixed_task(seed):
+    """Every kind of value the cache format stores, including the awkward floats."""
+    rng = np.random.default_rng(seed)
+    return {"nan": float("nan"), "neg_zero": -0.0, "inf": [float("inf"), -float("inf")],
+            1: ("tuple", None, True, 3), (2, "k"): rng.standard_normal((2, 3)),
+            "scalar": np.float64(rng.random()), "int64": np.int64(7), "bool": np.bool_(False),
+            "ints": np.arange(4, dtype=np.int32), "empty": np.zeros((0, 2)),
+            "complex": np.array([1 + 2j]), "text": np.array(["a", "bc"]),
+            "nested": [[{"a": np.ones(2, dtype=bool)}]], "big": 2 ** 70, "draw": float(rng.random())}
+
+
+def uncacheable_task(seed):
+    """A result the cache format does not hold (a set)."""
+    return {"set": {seed}}
 
 
 def executions(log_dir) -> list[tuple[int, int]]:

@@ -27,12 +27,13 @@ def test_claim_smoke_well_formed(cid):
     ev = run(cid)
     assert isinstance(ev, Evidence) and ev.verdict in VERDICTS and ev.summary
     assert ev.seeds and ev.to_dict()["verdict"] == ev.verdict
-    # at smoke scale nothing the paper (or the notes' measurements) supports may come out "fails"
+    # at smoke scale nothing the paper (or the pilot measurements) supports may come out "fails"
     assert ev.verdict != "fails", ev.summary
 
 
 # ----------------------------------------------------------------------------- broken variants
-def gauss_seidel_round(B, w, tau, alpha, *, targets, return_path=False):
+def gauss_seidel_round(B, w, alpha, *, local_steps, targets, return_path=False):
+    tau = local_steps
     """Broken: each local step updates B first and then w with the NEW B (not simultaneous)."""
     m, (d, k) = len(targets), B.shape
     Bp, Wp = np.empty((m, tau + 1, d, k)), np.empty((m, tau + 1, k))
@@ -47,9 +48,10 @@ def gauss_seidel_round(B, w, tau, alpha, *, targets, return_path=False):
     return out + ({"B": Bp, "w": Wp},) if return_path else out
 
 
-def overcounted_round(B, w, tau, alpha, *, targets, return_path=False):
+def overcounted_round(B, w, alpha, *, local_steps, targets, return_path=False):
+    tau = local_steps
     """Broken server: divides the sum of the m local models by m - 1."""
-    Bn, wn, path = fedavg_round(B, w, tau, alpha, targets=targets, return_path=True)
+    Bn, wn, path = fedavg_round(B, w, alpha, local_steps=tau, targets=targets, return_path=True)
     m = len(targets)
     Bn, wn = Bn * m / (m - 1), wn * m / (m - 1)
     return (Bn, wn, path) if return_path else (Bn, wn)
@@ -58,23 +60,23 @@ def overcounted_round(B, w, tau, alpha, *, targets, return_path=False):
 def dgd_ignoring_tau(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper",
                      seed=None):
     """Broken FedAvg: drops the local steps (always one)."""
-    return fedavg(problem, rounds, 1, step_size, clients_per_round=clients_per_round, init=init, seed=seed)
+    return fedavg(problem, rounds, step_size, local_steps=1, clients_per_round=clients_per_round, init=init, seed=seed)
 
 
 def fedavg_as_dgd(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper",
                   seed=None):
     """Broken D-GD: actually takes two local steps."""
-    return fedavg(problem, rounds, 2, step_size, init=init, seed=seed)
+    return fedavg(problem, rounds, step_size, local_steps=2, init=init, seed=seed)
 
 
 def fixed_tau2(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper", seed=None):
     """Broken FedAvg: ignores the requested number of local steps (always 2)."""
-    return fedavg(problem, rounds, 2, step_size, clients_per_round=clients_per_round, init=init, seed=seed)
+    return fedavg(problem, rounds, step_size, local_steps=2, clients_per_round=clients_per_round, init=init, seed=seed)
 
 
 def wrong_step(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper", seed=None):
     """Broken FedAvg: a 10x step size (and the init scaled for the intended one)."""
-    return fedavg(problem, rounds, local_steps, 10 * step_size, clients_per_round=clients_per_round,
+    return fedavg(problem, rounds, 10 * step_size, local_steps=local_steps, clients_per_round=clients_per_round,
                   init=init, seed=seed)
 
 
@@ -93,7 +95,7 @@ def server_divides_by_M(problem, rounds, local_steps, step_size, *, clients_per_
     with np.errstate(over="ignore", invalid="ignore"):
         for _ in range(rounds):
             idx = np.sort(rng.choice(M, size=m, replace=False))
-            Bn, wn = fedavg_round(B, w, local_steps, step_size, targets=problem.theta[idx])
+            Bn, wn, _ = fedavg_round(B, w, step_size, local_steps=local_steps, targets=problem.theta[idx])
             B, w = Bn * m / M, wn * m / M
             if not np.all(np.isfinite(B)):
                 return SimpleNamespace(distance=np.array(dist + [np.nan]), status="diverged")
@@ -101,9 +103,10 @@ def server_divides_by_M(problem, rounds, local_steps, step_size, *, clients_per_
     return SimpleNamespace(distance=np.array(dist), status="completed")
 
 
-def shrinking_round(B, w, tau, alpha, *, targets, return_path=False):
+def shrinking_round(B, w, alpha, *, local_steps, targets, return_path=False):
+    tau = local_steps
     """Broken round: the server shrinks B by 1% (weight decay), so sigma_min(B^T B*) decreases."""
-    Bn, wn, path = fedavg_round(B, w, tau, alpha, targets=targets, return_path=True)
+    Bn, wn, path = fedavg_round(B, w, alpha, local_steps=tau, targets=targets, return_path=True)
     return (0.99 * Bn, wn, path) if return_path else (0.99 * Bn, wn)
 
 
@@ -117,7 +120,7 @@ def first_samples_only(problem, rounds, local_steps, step_size, *, init, seed=No
     from lowrank_fl.problems.multitask import MultitaskProblem
     small = MultitaskProblem(B_star=problem.B_star, heads=problem.heads, noise=problem.noise,
                              X=problem.X[:, :5], y=problem.y[:, :5])
-    return fedavg(small, rounds, local_steps, step_size, init=init, mode="empirical", seed=seed)
+    return fedavg(small, rounds, step_size, local_steps=local_steps, init=init, data="fixed", seed=seed)
 
 
 @pytest.mark.parametrize("cid, opts", [
@@ -182,7 +185,7 @@ def test_conditions_paper_instance():
     conds = {c.name: c for c in C.evaluate(inst)}
     assert conds["mu (Assumption 2, centered diversity)"].holds
     assert conds["(ii) ||I - alpha B0^T B0||"].holds and conds["(iii) ||w0||"].holds   # Delta0 = 0, w0 = 0
-    # alpha = 0.4 is far above the theorem's bound (notes 7.4: about 1e-9)
+    # alpha = 0.4 is far above the theorem's bound (Theorem 2's bound is about 1e-9 here)
     step = conds["step size alpha (c3 = 4800)"]
     assert step.holds is False and float(step.required.split()[-1]) < 1e-6
     assert conds["round bound for epsilon = 1e-06 at the step-size bound"].value > 1e15

@@ -49,6 +49,8 @@ def _fedrep_first_k_clients(problem, rounds, step_size, **kw):
     """Broken: the server only ever uses k clients, whatever n is."""
     from lowrank_fl.problems.multitask import MultitaskProblem
     sub = MultitaskProblem(B_star=problem.B_star, heads=problem.heads[:problem.k], noise=problem.noise)
+    if kw.get("clients_per_round") is not None:
+        kw["clients_per_round"] = min(kw["clients_per_round"], sub.n_clients)
     return fedrep(sub, rounds, step_size, **kw)
 
 
@@ -58,6 +60,8 @@ def _fedrep_first_k_clients_data(problem, rounds, step_size, **kw):
     k = problem.k
     sub = MultitaskProblem(B_star=problem.B_star, heads=problem.heads[:k], noise=problem.noise,
                            X=problem.X[:k], y=problem.y[:k])
+    if kw.get("clients_per_round") is not None:
+        kw["clients_per_round"] = min(kw["clients_per_round"], sub.n_clients)
     return fedrep(sub, rounds, step_size, **kw)
 
 
@@ -66,9 +70,9 @@ def _fedrep_tripled_step(problem, rounds, step_size, **kw):
     return fedrep(problem, rounds, 3 * step_size, **kw)
 
 
-def _fedrep_full_participation(problem, rounds, step_size, *, participation=1.0, **kw):
-    """Broken: ignores the requested participation rate."""
-    return fedrep(problem, rounds, step_size, participation=1.0, **kw)
+def _fedrep_full_participation(problem, rounds, step_size, *, clients_per_round=None, **kw):
+    """Broken: ignores the requested number of clients per round (always all of them)."""
+    return fedrep(problem, rounds, step_size, **kw)
 
 
 @pytest.mark.parametrize("cid, opts", [

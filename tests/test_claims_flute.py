@@ -77,7 +77,7 @@ def _gap_normalized_step(problem, rounds, step_size, **kw):
 
 def _ignore_sample_size(problem, rounds, step_size, **kw):
     # always 100 fresh samples per round, whatever N the experiment asks for
-    kw["samples"] = 100
+    kw["data"], kw["batch_size"] = "fresh", 100
     return flute(problem, rounds, step_size, **kw)
 
 

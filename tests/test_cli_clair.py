@@ -45,6 +45,9 @@ def test_round_trip(tmp_path, npz, instance, capsys):
     assert summary["rank"] == 2 and summary["status"] == ref.solution.status
     assert summary["objective"] == pytest.approx(ref.solution.objective, rel=1e-12)
     assert summary["gap"] == pytest.approx(ref.solution.gap, rel=1e-9, abs=1e-15)
+    # the relative gap is the one --tol (default 1e-8) applies to
+    assert summary["relative_gap"] == pytest.approx(ref.solution.relative_gap, rel=1e-9, abs=1e-15)
+    assert summary["relative_gap"] <= 1e-8 and summary["tol"] is None
     assert summary["tau"] == pytest.approx(ref.tau, rel=1e-12)
     assert summary["tau_rule"] == "largest-gap" and summary["solver"] == "fista"
     with np.load(out / "refined.npz") as data:
@@ -151,7 +154,7 @@ def test_npy_input_is_explained(tmp_path, instance, capsys):
     code = main(["clair", "fit", str(path), "--rank", "1", "--lam-L", "1", "--lam-S", "1",
                  "--out", str(tmp_path / "o")])
     assert code == 2
-    assert "not an .npz archive: expected an .npz holding an array named 'W_hat'" in \
+    assert "W.npy is a single array (ndarray), not an .npz archive: save it with numpy.savez" in \
         capsys.readouterr().err
 
 
@@ -161,39 +164,135 @@ def test_help_documents_exit_status(capsys):
     assert "exit status: 0 converged; 3 solver stopped unconverged" in capsys.readouterr().out
 
 
-def test_verify_import_errors_are_not_swallowed(monkeypatch):
-    """Only the absence of the verify package itself is tolerated."""
-    import builtins
-
+def test_library_command_has_only_the_library_subcommands(capsys):
+    """``python -m lowrank_fl.cli``: the library's own command, without the verifier's."""
     from lowrank_fl.cli import build_parser
 
-    real_import = builtins.__import__
-
-    def fake(name, *args, **kwargs):
-        if name == "verify" or name.startswith("verify."):
-            raise ModuleNotFoundError("No module named 'scipy_missing'", name="scipy_missing")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", fake)
-    with pytest.raises(ModuleNotFoundError, match="scipy_missing"):
-        build_parser()
-
-    def absent(name, *args, **kwargs):
-        if name == "verify" or name.startswith("verify."):
-            raise ModuleNotFoundError("No module named 'verify'", name="verify")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", absent)
     parser = build_parser()
-    assert "clair" in parser._subparsers._group_actions[0].choices
-    assert "verify" not in parser._subparsers._group_actions[0].choices
+    assert set(parser._subparsers._group_actions[0].choices) == {"clair"}
+    with pytest.raises(SystemExit) as exc:
+        main(["verify", "--out", "x"])
+    assert exc.value.code == 2 and "invalid choice: 'verify'" in capsys.readouterr().err
 
 
 def test_cli_survives_a_closed_pipe():
     # ``lowrank-fl claims | head -1`` must not end in a BrokenPipeError traceback.
     import subprocess
     import sys
-    proc = subprocess.run(f"{sys.executable} -m lowrank_fl.cli claims | head -1", shell=True,
+    proc = subprocess.run(f"{sys.executable} -c 'import sys; from verify.cli import lowrank_fl_main; "
+                          f"sys.exit(lowrank_fl_main([\"claims\"]))' | head -1", shell=True,
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.startswith("id")
     assert "BrokenPipeError" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- bad files, --out, Ctrl-C
+def _fit_args(w_hat, out, *extra):
+    return ["clair", "fit", str(w_hat), "--rank", "2", "--lam-L", "0.1", "--lam-S", "0.05",
+            "--out", str(out), *extra]
+
+
+def _one_error_line(capsys, expected):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lowrank-fl: error: "), err
+    assert expected in err[0], err[0]
+    assert "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"", "is empty, expected an .npz archive"),
+    (b"PK\x03\x04 truncated", "is not an .npz archive (numpy.savez output)"),
+    (b"hello, not numpy\n", "is not an .npz archive (numpy.savez output): not a numpy file"),
+])
+def test_bad_input_files_are_one_line(tmp_path, capsys, content, expected):
+    path = tmp_path / "in.npz"
+    path.write_bytes(content)
+    assert main(_fit_args(path, tmp_path / "o")) == 2
+    _one_error_line(capsys, expected)
+    assert not (tmp_path / "o").exists()
+
+
+def test_truncated_npz_is_one_line(tmp_path, npz, capsys):
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(npz.read_bytes()[: npz.stat().st_size // 2])
+    assert main(_fit_args(cut, tmp_path / "o")) == 2
+    _one_error_line(capsys, "cut.npz is")
+    assert "allow_pickle" not in capsys.readouterr().err
+
+
+def test_a_directory_as_W_hat_is_named_as_such(tmp_path, capsys):
+    assert main(_fit_args(tmp_path, tmp_path / "o")) == 2
+    _one_error_line(capsys, "is a directory, expected a file")
+
+
+@pytest.fixture
+def no_fit(monkeypatch):
+    """The fit must not start: the output is checked first."""
+    from lowrank_fl.clair import cli as clair_cli
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("fit ran before --out was checked")
+
+    monkeypatch.setattr(clair_cli, "fit", forbidden)
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda d: "", "--out must name a directory, got ''"),
+    (lambda d: (d / "file").write_text("x") and d / "file", "is a file, not a directory"),
+    (lambda d: (d / "file").write_text("x") and d / "file" / "sub", "cannot write --out"),
+    (lambda d: (d / "full").mkdir() or (d / "full" / "x.txt").write_text("x") and d / "full",
+     "is not empty; pass --overwrite to replace its contents"),
+])
+def test_bad_out_is_checked_before_the_fit(tmp_path, npz, capsys, no_fit, make, expected):
+    out = make(tmp_path)
+    assert main(_fit_args(npz, out)) == 2
+    _one_error_line(capsys, expected)
+
+
+def test_overwrite_needs_a_previous_fit_and_replaces_it(tmp_path, npz, capsys):
+    out = tmp_path / "o"
+    assert main(_fit_args(npz, out)) == 0
+    (out / "stale.txt").write_text("old")
+    assert main(_fit_args(npz, out)) == 2  # not empty
+    assert main(_fit_args(npz, out, "--overwrite")) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["refined.npz", "summary.json"]
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("keep")
+    assert main(_fit_args(npz, other, "--overwrite")) == 2
+    assert "does not hold a previous output (no summary.json)" in capsys.readouterr().err
+    assert (other / "notes.txt").read_text() == "keep"
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name or ".old-" in p.name]
+
+
+def test_ctrl_c_during_the_fit_is_one_line_and_writes_nothing(tmp_path, npz, capsys, monkeypatch):
+    from lowrank_fl.clair import cli as clair_cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(clair_cli, "fit", interrupted)
+    assert main(_fit_args(npz, tmp_path / "o")) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["lowrank-fl: interrupted"]
+    assert list(tmp_path.iterdir()) == [npz]  # no output, no staging directory
+
+
+def test_a_failed_fit_leaves_the_previous_output(tmp_path, npz, capsys, monkeypatch):
+    from lowrank_fl.clair import cli as clair_cli
+
+    out = tmp_path / "o"
+    assert main(_fit_args(npz, out)) == 0
+    before = (out / "summary.json").read_text()
+    monkeypatch.setattr(clair_cli, "fit", lambda *a, **k: (_ for _ in ()).throw(ValueError("bad lam")))
+    assert main(_fit_args(npz, out, "--overwrite")) == 2
+    assert (out / "summary.json").read_text() == before
+
+
+def test_version(capsys):
+    import lowrank_fl
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.startswith(f"lowrank-fl: lowrank_fl {lowrank_fl.__version__} (Python ")

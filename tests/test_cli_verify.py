@@ -11,23 +11,20 @@ import types
 import numpy as np
 import pytest
 
-from _dummy_tasks import dummy_claims
+import functools
+from dataclasses import replace
+
+from _dummy_tasks import _mean_experiment, dummy_claims, noisy_task
 from verify import cli as vcli
-from verify.claim import OMITTED, REGISTRY, Context, Omitted
+from verify.claim import OMITTED, REGISTRY, Claim, Context, Omitted
 from verify.conditions import Condition
 from verify.runner import load_modules, run_claims, select_claims
+from verify.sweep import Sweep
 
 
 def lowrank_fl(argv) -> int:
-    """``lowrank-fl ARGV`` as ``lowrank_fl.cli.main`` wires it (parser + handler + error handling)."""
-    parser = argparse.ArgumentParser(prog="lowrank-fl")
-    vcli.add_parsers(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, KeyError) as exc:
-        print(f"lowrank-fl: error: {exc}", file=sys.stderr)
-        return 2
+    """``lowrank-fl ARGV``: the console script's function (parser, handler, error handling)."""
+    return vcli.lowrank_fl_main(argv)
 
 
 @pytest.fixture
@@ -52,14 +49,14 @@ def test_verify_writes_the_report(dummy_registry, tmp_path, capsys):
     out = tmp_path / "rep"
     code = lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
                        "--no-progress", "--out", str(out)])
-    assert code == 0
+    assert code == 1  # flute.dummy.raises raised: the report is written, the status says so
     err = capsys.readouterr().err
     assert "[1/4] clair.dummy.table: holds" in err
     assert "flute.dummy.raises: inconclusive" in err and "ZeroDivisionError" in err
     assert (out / "README.md").is_file() and (out / "figures" / "fedrep.dummy.mean.png").is_file()
     page = (out / "index.html").read_text()
     assert not re.search(r"https?://", page)
-    assert all(s.startswith("data:image/png;base64,") for s in re.findall(r'src="([^"]*)"', page))
+    assert all(s.startswith("data:image/svg+xml;base64,") for s in re.findall(r'src="([^"]*)"', page))
     doc = json.loads((out / "results.json").read_text())
     assert doc["scale"] == "smoke" and doc["backend"] == "sequential"
     assert {"python", "numpy", "scipy", "cvxpy", "clarabel", "scs", "joblib", "lowrank_fl",
@@ -71,9 +68,15 @@ def test_verify_writes_the_report(dummy_registry, tmp_path, capsys):
                 "seconds", "statement", "summary", "notes", "figure", "table"} <= set(c)
     assert [o["id"] for o in doc["omitted"]] == ["clair.prop9.gap"]
     assert doc["totals"]["errors"] == 1 and doc["tasks"] == {"executed": 6, "from_cache": 0}
-    # --strict turns a failing or raising claim into exit status 1
-    assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
-                       "--strict", "--claim", "flute.*", "--out", str(out)]) == 1
+    # --strict also turns a failing claim into exit status 1
+    argv = ["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache", "--overwrite",
+            "--claim", "rolora.*", "--out", str(out)]
+    assert lowrank_fl(argv) == 0 and lowrank_fl(argv + ["--strict"]) == 0
+    assert lowrank_fl(argv[:-4] + ["--claim", "fedrep.dummy.mean", "--out", str(out)]) == 0
+    REGISTRY["fedrep.dummy.mean"] = replace(REGISTRY["fedrep.dummy.mean"],
+                                            experiment=functools.partial(_mean_experiment, shift=5.0))
+    assert lowrank_fl(argv[:-4] + ["--claim", "fedrep.dummy.mean", "--out", str(out)]) == 0
+    assert lowrank_fl(argv[:-4] + ["--claim", "fedrep.dummy.mean", "--strict", "--out", str(out)]) == 1
 
 
 def test_verify_loky_cache_resumes(dummy_registry, tmp_path):
@@ -190,8 +193,9 @@ def test_conditions_table_params_instance_json(monkeypatch, tmp_path, capsys):
 @pytest.mark.parametrize("argv, match", [
     (["conditions", "bert"], r"unknown paper 'bert'; expected one of \['clair', 'fedrep'"),
     (["conditions", "fedrep", "--param", "n"], r"--param must look like name=value, got 'n'"),
-    (["conditions", "fedrep", "--instance", "missing.npz"], r"--instance file missing.npz does not exist"),
-    (["conditions", "fedrep", "--param", "bogus=1"], r"unexpected keyword argument 'bogus'"),
+    (["conditions", "fedrep", "--instance", "missing.npz"], r"--instance file not found: missing.npz"),
+    (["conditions", "fedrep", "--param", "bogus=1"],
+     r"unknown --param 'bogus' for fedrep; accepted: n, kappa, name$"),
 ])
 def test_conditions_errors(monkeypatch, capsys, argv, match):
     monkeypatch.setitem(sys.modules, "verify.conditions.fedrep", _fake_conditions())
@@ -294,12 +298,255 @@ def test_run_claims_reports_a_failing_sweep_task_with_claim_and_params(tmp_path)
 
 
 def test_lowrank_fl_command_has_the_verifier_subcommands(capsys):
-    from lowrank_fl.cli import build_parser, main
+    from verify.cli import build_parser, lowrank_fl_main as main
 
     parser = build_parser()
+    assert {"clair", "verify", "claims", "conditions"} <= set(parser._subparsers._group_actions[0].choices)
     for command in ("verify", "claims", "conditions"):
         args = parser.parse_args([command, "fedrep"] if command == "conditions"
                                  else [command] + (["--out", "x"] if command == "verify" else []))
         assert args.handler is getattr(vcli, f"cmd_{command}")
     assert main(["conditions", "bert"]) == 2
     assert "lowrank-fl: error: unknown paper 'bert'" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- set-up errors, --out, Ctrl-C
+@pytest.fixture
+def no_claim_runs(monkeypatch):
+    """Set-up errors must stop the command before the first claim."""
+    import verify.runner
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a claim ran before the set-up was checked")
+
+    monkeypatch.setattr(verify.runner, "run_claims", forbidden)
+
+
+def _single_error_line(capsys, pattern):
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [ln for ln in err if "error" in ln]
+    assert len(errors) == 1 and re.search(pattern, errors[0]), err
+    assert not any("Traceback" in ln for ln in err)
+
+
+@pytest.mark.parametrize("make_argv, pattern", [
+    (lambda d: ["--out", ""], r"lowrank-fl: error: --out must name a directory, got ''"),
+    (lambda d: ["--out", str(d / "file")], r"--out .*file is a file, not a directory"),
+    (lambda d: ["--out", str(d / "file" / "sub")], r"cannot write --out .*file/sub"),
+    (lambda d: ["--out", str(d / "full")], r"--out .*full is not empty; pass --overwrite"),
+    (lambda d: ["--out", str(d / "full"), "--overwrite"],
+     r"--out .*full does not hold a previous output \(no results.json\); refusing to clear it"),
+    (lambda d: ["--out", str(d / "o"), "--cache", str(d / "file")],
+     r"cache directory .*file is not usable"),
+    (lambda d: ["--out", str(d / "o"), "--cache", str(d / "file" / "sub")],
+     r"cache directory .*file/sub is not usable"),
+    (lambda d: ["--out", str(d / "o"), "--no-cache", "--refresh"], r"--refresh needs the cache"),
+])
+def test_verify_setup_errors_stop_before_the_first_claim(dummy_registry, no_claim_runs, tmp_path,
+                                                         capsys, monkeypatch, make_argv, pattern):
+    monkeypatch.setenv("LOWRANK_FL_CACHE", str(tmp_path / "c"))
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine")
+    assert lowrank_fl(["verify", "--backend", "sequential"] + make_argv(tmp_path)) == 2
+    _single_error_line(capsys, pattern)
+    assert (tmp_path / "full" / "notes.txt").read_text() == "mine"
+    assert not (tmp_path / "o").exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_verify_dask_without_distributed_is_a_setup_error(dummy_registry, no_claim_runs, tmp_path,
+                                                          capsys, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def no_distributed(name, *args, **kwargs):
+        if name == "distributed" or name.startswith("distributed."):
+            raise ImportError("No module named 'distributed'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_distributed)
+    assert lowrank_fl(["verify", "--backend", "dask", "--no-cache", "--out", str(tmp_path / "o")]) == 2
+    _single_error_line(capsys, r"backend 'dask' needs dask\[distributed\], which is not installed")
+
+
+@pytest.mark.parametrize("seed", ["-1", "abc", "1.5"])
+def test_verify_bad_seed_is_a_usage_error(tmp_path, capsys, seed):
+    with pytest.raises(SystemExit) as exc:
+        lowrank_fl(["verify", "--seed", seed, "--out", str(tmp_path / "o")])
+    assert exc.value.code == 2
+    assert "argument --seed: must be an int >= 0" in capsys.readouterr().err
+
+
+def test_overwrite_replaces_the_report_and_removes_stale_files(dummy_registry, tmp_path):
+    out = tmp_path / "rep"
+    argv = ["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache", "--no-progress",
+            "--claim", "fedrep.dummy.mean", "--out", str(out)]
+    assert lowrank_fl(argv) == 0
+    (out / "figures" / "stale.png").write_bytes(b"old figure")
+    (out / "old.txt").write_text("old")
+    assert lowrank_fl(argv) == 2  # not empty
+    assert lowrank_fl(argv + ["--overwrite"]) == 0
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
+        "README.md", "figures", "figures/fedrep.dummy.mean.png", "index.html", "results.json"]
+    assert [p.name for p in tmp_path.iterdir()] == ["rep"]  # no staging or old directory left
+
+
+def test_ctrl_c_is_one_line_that_says_the_cache_resumes(dummy_registry, tmp_path, capsys):
+    def interrupted(ctx):
+        ctx.map(noisy_task, [{"x": 0}], replicates=2)
+        raise KeyboardInterrupt
+
+    REGISTRY["fedrep.dummy.ctrlc"] = Claim(id="fedrep.dummy.ctrlc", paper="fedrep", reference="r",
+                                           statement="s", kind="bound", experiment=interrupted)
+    cache = tmp_path / "cache"
+    code = lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--cache", str(cache),
+                       "--no-progress", "--claim", "fedrep.dummy.ctrlc", "--out", str(tmp_path / "o")])
+    assert code == 130
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err[-1] == f"verify: interrupted; no report written; rerun the same command to resume " \
+                      f"from the cache ({cache})"
+    assert not any("Traceback" in ln for ln in err)
+    assert not (tmp_path / "o").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+    assert len(list(cache.rglob("*.npz"))) == 2  # the finished tasks are kept
+
+
+def test_refresh_and_cache_clear(dummy_registry, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    argv = ["verify", "--scale", "smoke", "--backend", "sequential", "--cache", str(cache),
+            "--no-progress", "--claim", "fedrep.dummy.mean", "--overwrite", "--out", str(tmp_path / "o")]
+    tasks = lambda: json.loads((tmp_path / "o" / "results.json").read_text())["tasks"]  # noqa: E731
+    assert lowrank_fl(argv) == 0 and tasks() == {"executed": 6, "from_cache": 0}
+    assert lowrank_fl(argv) == 0 and tasks() == {"executed": 0, "from_cache": 6}
+    assert lowrank_fl(argv + ["--refresh"]) == 0 and tasks() == {"executed": 6, "from_cache": 0}
+    capsys.readouterr()
+    assert lowrank_fl(["cache", "clear", "--cache", str(cache), "--claim", "clair.other"]) == 0
+    assert capsys.readouterr().out.startswith("cache clear: removed 0 entries")
+    assert lowrank_fl(["cache", "clear", "--cache", str(cache), "--claim", "fedrep.dummy.mean"]) == 0
+    assert capsys.readouterr().out.startswith("cache clear: removed 6 entries")
+    assert lowrank_fl(argv) == 0 and tasks() == {"executed": 6, "from_cache": 0}
+    assert lowrank_fl(["cache", "clear", "--cache", str(cache)]) == 0
+    assert not list(cache.rglob("*.npz"))
+    # a directory that is not a cache is never deleted
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "thesis.tex").write_text("precious")
+    assert lowrank_fl(["cache", "clear", "--cache", str(tmp_path / "docs")]) == 2
+    assert "does not look like a lowrank_fl task cache" in capsys.readouterr().err
+    assert (tmp_path / "docs" / "thesis.tex").exists()
+
+
+def test_one_log_line_per_claim_when_not_a_terminal(dummy_registry, tmp_path, capsys):
+    assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
+                       "--paper", "fedrep", "--paper", "clair", "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err  # no progress bar
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("verify: 2 claims at scale smoke")
+    assert re.match(r"\[1/2\] clair.dummy.table: holds \(\d+\.\d s\) - table only$", lines[1])
+    assert re.match(r"\[2/2\] fedrep.dummy.mean: holds", lines[2])
+    assert lines[3].startswith("verify: 2 holds, 0 fails") and len(lines) == 4
+
+
+def test_version_of_both_entry_points(capsys):
+    import lowrank_fl as lib
+
+    for entry in (vcli.lowrank_fl_main, vcli.main):
+        with pytest.raises(SystemExit) as exc:
+            entry(["--version"])
+        assert exc.value.code == 0
+        assert f"lowrank_fl {lib.__version__}" in capsys.readouterr().out
+
+
+def test_conditions_list_params(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "verify.conditions.fedrep", _fake_conditions())
+    assert lowrank_fl(["conditions", "fedrep", "--list-params"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["parameter", "default"]
+    assert [ln.split()[:2] for ln in out[2:]] == [["n", "10"], ["kappa", "2.0"], ["name", "'x'"]]
+
+
+@pytest.mark.parametrize("content, pattern", [
+    (b"", r"--instance .*inst.npz is empty, expected an .npz archive"),
+    (b"garbage", r"--instance .*inst.npz is not an .npz archive \(numpy.savez output\): not a numpy file"),
+])
+def test_conditions_bad_instance_file(monkeypatch, tmp_path, capsys, content, pattern):
+    monkeypatch.setitem(sys.modules, "verify.conditions.fedrep", _fake_conditions())
+    (tmp_path / "inst.npz").write_bytes(content)
+    assert lowrank_fl(["conditions", "fedrep", "--instance", str(tmp_path / "inst.npz")]) == 2
+    _single_error_line(capsys, pattern)
+
+
+def test_a_cached_value_the_experiment_cannot_use_is_recomputed(tmp_path):
+    """A valid entry holding a wrong-type value: the claim reruns with its tasks recomputed."""
+    sweep = Sweep(cache_dir=tmp_path)
+    claim = dummy_claims()[0]  # fedrep.dummy.mean: sums the tasks' "sum" floats
+    first = run_claims([claim], Context(scale="smoke", sweep=sweep))[0][1]
+    assert first.verdict == "holds"
+    entry = sorted(tmp_path.rglob("*.npz"))[0]
+    with np.load(entry, allow_pickle=False) as data:
+        doc = json.loads(str(data["__json__"][()]))
+        arrays = {k: data[k] for k in data.files if k != "__json__"}
+    items = doc["result"]["dict"]
+    assert items[2][0] == "sum"
+    items[2][1] = "not a float"
+    np.savez(entry, __json__=np.array(json.dumps(doc)), **arrays)
+    again = Sweep(cache_dir=tmp_path)
+    second = run_claims([claim], Context(scale="smoke", sweep=again))[0][1]
+    assert second.verdict == "holds" and second.measured == first.measured
+    assert again.executed == 6 and again.refresh is False
+
+
+def test_run_claims_lets_setup_errors_through():
+    from verify.sweep import StaleWorkerError
+
+    def stale(ctx):
+        raise StaleWorkerError("worker runs other code")
+
+    c = Claim(id="fedrep.dummy.stale", paper="fedrep", reference="r", statement="s", kind="bound",
+              experiment=stale)
+    with pytest.raises(StaleWorkerError):
+        run_claims([c])
+
+
+def test_claim_bodies_run_with_one_blas_thread(dummy_registry, tmp_path):
+    """The main process is pinned like the workers (threadpoolctl), not only the tasks."""
+    from threadpoolctl import threadpool_info
+
+    from verify.claim import Evidence
+
+    seen = []
+
+    def body(ctx):
+        seen.extend(int(p["num_threads"]) for p in threadpool_info())
+        return Evidence(verdict="holds", summary="threads recorded")
+
+    REGISTRY["fedrep.dummy.threads"] = Claim(id="fedrep.dummy.threads", paper="fedrep",
+                                             reference="r", statement="s", kind="bound",
+                                             experiment=body)
+    assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
+                       "--claim", "fedrep.dummy.threads", "--out", str(tmp_path / "o")]) == 0
+    assert seen and set(seen) == {1}
+
+
+def test_interactive_runs_show_bars_and_write_claim_lines_through_tqdm(dummy_registry, tmp_path,
+                                                                       monkeypatch, capsys):
+    seen = {}
+    real_prepare = Sweep.prepare
+
+    def spy(self):
+        seen["progress"] = self.progress
+        return real_prepare(self)
+
+    monkeypatch.setattr(vcli, "_interactive", lambda: True)
+    monkeypatch.setattr(Sweep, "prepare", spy)
+    assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
+                       "--claim", "fedrep.dummy.mean", "--out", str(tmp_path / "o")]) == 0
+    assert seen["progress"] is True
+    handlers = [h for h in vcli.log.handlers if isinstance(h, vcli._StderrHandler)]
+    assert len(handlers) == 1 and handlers[0].through_tqdm
+    assert "[1/1] fedrep.dummy.mean: holds" in capsys.readouterr().err
+    # --no-progress: no bars even on a terminal
+    assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
+                       "--no-progress", "--claim", "fedrep.dummy.mean", "--out", str(tmp_path / "p")]) == 0
+    assert seen["progress"] is False

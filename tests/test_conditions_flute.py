@@ -13,7 +13,7 @@ def test_generate_is_reproducible_and_has_the_arrays():
     a, b = cf.generate(seed=3), cf.generate(seed=3)
     np.testing.assert_array_equal(a["Phi"], b["Phi"])
     np.testing.assert_array_equal(a["B0"], b["B0"])
-    assert a["Phi"].shape == (10, 15) and a["B0"].shape == (10, 2) and a["W0"].shape == (2, 15)
+    assert a["Phi"].shape == (10, 15) and a["B0"].shape == (10, 2) and a["W0"].shape == (15, 2)
     assert a["init_scale"] == pytest.approx(0.01)
 
 

@@ -20,8 +20,8 @@ TOL = 1e-12
 
 @pytest.fixture(scope="module")
 def state():
-    inst = paper_instance(15, 3, 10, step_size=0.4, seed=2)
-    tr = fedavg(inst.problem, 30, 3, 0.4, init=inst.init)
+    inst = paper_instance(d=15, rank=3, n_clients=10, step_size=0.4, seed=2)
+    tr = fedavg(inst.problem, 30, 0.4, local_steps=3, init=inst.init)
     return inst, tr.B, tr.extra["w"]
 
 
@@ -30,7 +30,7 @@ def test_one_round_closed_form(state, clients):
     inst, B, w = state
     p = inst.problem
     idx = np.arange(10) if clients is None else np.array(clients)
-    Bn, wn, path = fedavg_round(B, w, 3, 0.4, targets=p.theta[idx], return_path=True)
+    Bn, wn, path = fedavg_round(B, w, 0.4, local_steps=3, targets=p.theta[idx], return_path=True)
     prior, signal = one_round_closed_form(path["w"][:, :3], p.heads[idx], 0.4)
     assert np.max(np.abs(B @ prior + p.B_star @ signal - Bn)) / np.linalg.norm(B, 2) <= TOL
 
@@ -38,7 +38,7 @@ def test_one_round_closed_form(state, clients):
 def test_eq57(state):
     inst, B, w = state
     p = inst.problem
-    Bn, _, path = fedavg_round(B, w, 3, 0.4, targets=p.theta, return_path=True)
+    Bn, _, path = fedavg_round(B, w, 0.4, local_steps=3, targets=p.theta, return_path=True)
     lhs = Bn - p.B_star @ (p.B_star.T @ Bn)
     rhs = complement_closed_form(B, p.B_star, path["w"][:, :3], 0.4)
     assert np.max(np.abs(lhs - rhs)) / np.linalg.norm(B, 2) <= TOL
@@ -48,7 +48,7 @@ def test_local_head_and_delta_recursions(state):
     inst, B, w = state
     p = inst.problem
     a = 0.4
-    _, _, path = fedavg_round(B, w, 3, a, targets=p.theta, return_path=True)
+    _, _, path = fedavg_round(B, w, a, local_steps=3, targets=p.theta, return_path=True)
     Bp, Wp = path["B"], path["w"]
     for s in range(3):
         Bs, ws = Bp[:, s], Wp[:, s]
@@ -68,7 +68,7 @@ def test_local_head_and_delta_recursions(state):
 def test_eq28_global_with_corrected_sign(state):
     inst, B, w = state
     a = 0.4
-    Bn, _ = fedavg_round(B, w, 3, a, targets=inst.problem.theta)
+    Bn, _, _ = fedavg_round(B, w, a, local_steps=3, targets=inst.problem.theta)
     G = (B - Bn) / a            # Table 1 prints (B_{t+1} - B_t)/alpha: a sign typo (notes 3.9)
     D, Dn = np.eye(3) - a * B.T @ B, np.eye(3) - a * Bn.T @ Bn
     assert np.max(np.abs(D + a**2 * B.T @ G + a**2 * G.T @ B - a**3 * G.T @ G - Dn)) <= TOL
@@ -125,17 +125,17 @@ def test_head_statistics_by_hand():
 
 
 def test_dgd_invariant_lower_bound_holds_along_run():
-    inst = paper_instance(20, 3, 10, step_size=0.4, seed=5)
+    inst = paper_instance(d=20, rank=3, n_clients=10, step_size=0.4, seed=5)
     p = inst.problem
     lb = dgd_invariant_lower_bound(inst.B0, p.B_star, p.heads)
     tr = dgd(p, 300, 0.4, init=inst.init)
     assert 0 < lb < 1 and np.min(tr.distance) >= lb - 1e-10
     # FedAvg (tau = 2) is not confined to S and goes below it
-    assert fedavg(p, 300, 2, 0.4, init=inst.init).distance[-1] < lb - 0.1
+    assert fedavg(p, 300, 0.4, local_steps=2, init=inst.init).distance[-1] < lb - 0.1
 
 
 def test_invariant_bound_on_prop1_instance_is_delta0():
-    inst = proposition1_instance(12, 3, 6, 0.3, seed=0)
+    inst = proposition1_instance(d=12, rank=3, n_clients=6, delta0=0.3, seed=0)
     assert np.isclose(dgd_invariant_lower_bound(inst.B0, inst.problem.B_star, inst.problem.heads),
                       0.3, atol=1e-12)
 

@@ -15,8 +15,9 @@ def _rand(shape, seed):
 @given(d=st.integers(2, 7), k=st.integers(1, 4), M=st.integers(1, 7),
        g1=st.floats(0, 2), g2=st.floats(0, 2), seed=st.integers(0, 10_000))
 def test_regularizer_identity(d, k, M, g1, g2, seed):
-    # note §2.1: -g1||BW||^2 + g2(||B^TB||^2 + ||WW^T||^2) = g2||B^TB - WW^T||^2 + (2g2 - g1)||BW||^2
-    B, W = _rand((d, k), seed), _rand((k, M), seed + 1)
+    # -g1||BW||^2 + g2(||B^TB||^2 + ||WW^T||^2) = g2||B^TB - WW^T||^2 + (2g2 - g1)||BW||^2
+    # (paper's (k, M) W; the functions take the heads (M, k), its transpose)
+    B, W = _rand((d, k), seed), _rand((k, M), seed + 1).T
     lhs = ex.regularizer(B, W, g1, g2)
     rhs = ex.regularizer_balanced_form(B, W, g1, g2)
     assert abs(lhs - rhs) <= 1e-10 * (1 + abs(lhs))
@@ -37,8 +38,9 @@ def test_gradients_match_finite_differences(normalization, aggregation):
     # Central differences with h = 1e-6: truncation O(h^2 |f'''|) ~ 1e-11 and round-off
     # O(eps |f| / h) ~ 1e-9 for |f| ~ 10, so a 1e-6 absolute tolerance is ample yet catches any
     # factor-of-2 or sign error (gradient entries are O(1)).
-    p = underparameterized(5, 4, 2, samples_per_client=6, noise=0.3, seed=2)
-    B, W = _rand((5, 2), 0), _rand((2, 4), 1)
+    p = underparameterized(d=5, n_clients=4, rank=2, samples_per_client=6, noise=0.3, seed=2)
+    B, W = _rand((5, 2), 0), _rand((2, 4), 1).T
+    assert ex.data_gradients(B, W, p.X, p.y)[1].shape == (4, 2)          # client axis first
     kw = dict(gamma1=0.3, gamma2=0.1, normalization=normalization, aggregation=aggregation)
     gB, gW = ex.data_gradients(B, W, p.X, p.y, normalization=normalization, aggregation=aggregation)
     rB, rW = ex.regularizer_gradients(B, W, 0.3, 0.1)
@@ -56,21 +58,21 @@ def test_gradients_match_finite_differences(normalization, aggregation):
 
 def test_appendix_step_form_at_theory_gammas():
     # C14 (vi): with g1 = 1/4, g2 = 1/8 the eq. (6) gradients are (1/2)B(B^TB - WW^T), -(1/2)(..)W
-    B, W = _rand((6, 3), 3), _rand((3, 5), 4)
+    B, W = _rand((6, 3), 3), _rand((3, 5), 4).T                         # heads W (M, k)
     rB, rW = ex.regularizer_gradients(B, W, 0.25, 0.125)
-    D = B.T @ B - W @ W.T
+    D = B.T @ B - W.T @ W                                                # paper's B^TB - WW^T
     np.testing.assert_allclose(rB, 0.5 * B @ D, atol=1e-12)
-    np.testing.assert_allclose(rW, -0.5 * D @ W, atol=1e-12)
+    np.testing.assert_allclose(rW, -0.5 * W @ D, atol=1e-12)
 
 
 def test_data_gradients_equal_population_under_orthogonal_design():
     # With X_i^T X_i / N = I exactly and noiseless labels the empirical gradients are the
     # population ones (Q = Q~ = 0 in eqs. (11)-(12)).
-    p = underparameterized(4, 3, 2, seed=5)
+    p = underparameterized(d=4, n_clients=3, rank=2, seed=5)
     N = 8
     Q = np.stack([np.linalg.qr(_rand((N, 4), s))[0] for s in range(3)]) * np.sqrt(N)
     y = np.einsum("ind,di->in", Q, p.Phi)
-    B, W = _rand((4, 2), 1), _rand((2, 3), 2)
+    B, W = _rand((4, 2), 1), _rand((2, 3), 2).T
     for norm in ("appendix", "main"):
         g = ex.data_gradients(B, W, Q, y, normalization=norm)
         h = ex.population_data_gradients(B, W, p.Phi, normalization=norm)
@@ -90,13 +92,14 @@ def test_data_weight_values():
 
 
 def test_truncated_target_and_balanced_factors():
-    p = underparameterized(7, 5, 3, seed=1)
+    p = underparameterized(d=7, n_clients=5, rank=3, seed=1)
     t = ex.truncated_target(p.Phi, 3)
     np.testing.assert_allclose(t.Phi_k, p.target, atol=1e-12)
     assert np.isclose(t.value, p.floor) and np.isclose(t.gap, p.gap)
     B, W = ex.balanced_factors(p.Phi, 3)
-    np.testing.assert_allclose(B @ W, p.target, atol=1e-12)
-    np.testing.assert_allclose(B.T @ B, W @ W.T, atol=1e-12)
+    assert W.shape == (5, 3)                                             # heads, client axis first
+    np.testing.assert_allclose(B @ W.T, p.target, atol=1e-12)
+    np.testing.assert_allclose(B.T @ B, W.T @ W, atol=1e-12)
     np.testing.assert_allclose(np.diag(B.T @ B), p.spectrum[:3], atol=1e-12)
     with pytest.raises(ValueError, match="k must be <= 5"):
         ex.truncated_target(p.Phi, 6)
@@ -107,7 +110,7 @@ def test_truncated_target_and_balanced_factors():
 def test_regularized_minimizer_is_stationary(g1, g2, normalization):
     # The closed form a/(a + 2g2 - g1) Phi_k with balanced factors zeroes the full population
     # gradient (data + penalty); exact arithmetic up to 1e-10.
-    p = underparameterized(6, 5, 2, seed=2)
+    p = underparameterized(d=6, n_clients=5, rank=2, seed=2)
     Z = ex.regularized_minimizer(p.Phi, 2, gamma1=g1, gamma2=g2, normalization=normalization)
     a = ex.data_weight(normalization)
     np.testing.assert_allclose(Z, a / (a + 2 * g2 - g1) * p.target, atol=1e-12)
@@ -124,7 +127,7 @@ def test_divergence_boundary_paper_vs_correct():
     assert ex.divergence_boundary(0.125, normalization="main", aggregation="mean",
                                   n_clients=4) == 0.5
     assert ex.is_unbounded(0.8, 0.125) and not ex.is_unbounded(0.3, 0.125)
-    p = underparameterized(5, 4, 2, seed=0)
+    p = underparameterized(d=5, n_clients=4, rank=2, seed=0)
     with pytest.raises(ValueError, match="unbounded below"):
         ex.regularized_minimizer(p.Phi, 2, gamma1=0.8, gamma2=0.125)
     with pytest.raises(ValueError, match="statement must be one of"):
@@ -136,8 +139,8 @@ def test_divergence_boundary_paper_vs_correct():
 @pytest.mark.parametrize("d, M", [(6, 4), (4, 6), (5, 5)])
 def test_theta_recursion_reproduces_population_step(d, M):
     # C14 (i): eq. (13) with R = 0 is an exact identity (padded case d != M included)
-    p = underparameterized(d, M, 2, seed=3)
-    B, W = 0.3 * _rand((d, 2), 1), 0.3 * _rand((2, M), 2)
+    p = underparameterized(d=d, n_clients=M, rank=2, seed=3)
+    B, W = 0.3 * _rand((d, 2), 1), 0.3 * _rand((2, M), 2).T
     eta = 0.05
     gB, gW = ex.population_data_gradients(B, W, p.Phi)
     rB, rW = ex.regularizer_gradients(B, W)
@@ -149,15 +152,15 @@ def test_theta_recursion_reproduces_population_step(d, M):
 
 
 def test_lemma_a18_and_region_quantities():
-    p = underparameterized(6, 5, 2, seed=4)
+    p = underparameterized(d=6, n_clients=5, rank=2, seed=4)
     for s in range(5):
-        B, W = _rand((6, 2), s), _rand((2, 5), s + 10)
+        B, W = _rand((6, 2), s), _rand((2, 5), s + 10).T
         T = ex.theta_embedding(B, W, p.Phi)
         lam = ex.lambda_tilde(p.Phi)
         target = np.zeros((T.shape[0],) * 2)
         target[:2, :2] = np.diag(lam[:2])
         # Lemma A.18: ||BW - Phi_k||_F <= ||Theta Theta^T - diag(Lambda~_k, 0)||_F
-        assert np.linalg.norm(B @ W - p.target) <= np.linalg.norm(T @ T.T - target) + 1e-12
+        assert np.linalg.norm(B @ W.T - p.target) <= np.linalg.norm(T @ T.T - target) + 1e-12
         q = ex.region_quantities(T, 2)
         assert np.isclose(q["sigma1"], np.linalg.norm(T, 2))
         assert np.isclose(q["sigmak_k"], np.linalg.svd(T[:2], compute_uv=False)[-1])
@@ -180,15 +183,15 @@ def test_entry_time_bound_formula():
 
 
 def test_ols_truncated_svd_exact_for_noiseless_data():
-    p = underparameterized(4, 5, 2, samples_per_client=12, seed=6)
+    p = underparameterized(d=4, n_clients=5, rank=2, samples_per_client=12, seed=6)
     np.testing.assert_allclose(ex.ols_truncated_svd(p.X, p.y, 2), p.target, atol=1e-10)
-    q = underparameterized(6, 5, 2, samples_per_client=4, seed=6)
+    q = underparameterized(d=6, n_clients=5, rank=2, samples_per_client=4, seed=6)
     with pytest.raises(ValueError, match="N >= d"):
         ex.ols_truncated_svd(q.X, q.y, 2)
 
 
 def test_altmin_erm_is_stationary_and_beats_random_rank_k():
-    p = underparameterized(6, 8, 2, samples_per_client=10, noise=0.5, seed=7)
+    p = underparameterized(d=6, n_clients=8, rank=2, samples_per_client=10, noise=0.5, seed=7)
     res = ex.altmin_erm(p.X, p.y, 2, seed=0)
     assert res.status == "optimal" and np.isnan(res.gap)
     # first-order stationarity of (1/2N) sum ||X_i B w_i - y_i||^2 (the 1e-11 relative
@@ -203,7 +206,7 @@ def test_altmin_erm_is_stationary_and_beats_random_rank_k():
 
 
 def test_altmin_erm_max_iter_warns_and_errors():
-    p = underparameterized(6, 8, 2, samples_per_client=10, noise=0.5, seed=7)
+    p = underparameterized(d=6, n_clients=8, rank=2, samples_per_client=10, noise=0.5, seed=7)
     with pytest.warns(ConvergenceWarning, match="max_iter"):
         r = ex.altmin_erm(p.X, p.y, 2, max_iter=1, restarts=1, seed=0)
     assert r.status == "max_iter"
@@ -222,28 +225,31 @@ def test_altmin_erm_max_iter_warns_and_errors():
     (lambda B, W: ex.region_quantities(np.zeros((4, 2)), 3), "k must be <= 2"),
 ])
 def test_shape_errors(call, match):
-    B, W = np.ones((5, 2)), np.ones((2, 3))
+    B, W = np.ones((5, 2)), np.ones((3, 2))                              # heads (M, k)
     with pytest.raises(ValueError, match=match):
         call(B, W)
 
 
 def test_nuclear_relaxation_estimate_recovers_subspace_and_agrees_with_cvxpy():
     # noiseless, N >> d: the relaxation's rank-k truncation is close to Phi_k's subspace
-    p = underparameterized(5, 6, 2, spectrum=[4.0, 3.0, 0.3], samples_per_client=60, seed=9)
+    p = underparameterized(d=5, n_clients=6, rank=2, spectrum=[4.0, 3.0, 0.3], samples_per_client=60, seed=9)
     Zp, rp = ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05)
-    Zc, rc = ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, solver="cvxpy")
+    Zc, rc = ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, method="cvxpy")
     assert rp.status == "optimal" and rc.status == "optimal"
     # both solve the same convex program: agreement to the solvers' accuracy (1e-5 relative)
     assert np.linalg.norm(Zp - Zc) / np.linalg.norm(Zc) < 1e-5
     from lowrank_fl.linalg import subspace_distance
     assert subspace_distance(p.U_k, np.linalg.svd(Zp)[0][:, :2]) < 0.1
     assert Zp.shape == (5, 6)
-    with pytest.raises(ValueError, match="solver must be one of"):
-        ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, solver="admm")
+    with pytest.raises(ValueError, match="method must be one of"):
+        ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, method="admm")
+    with pytest.warns(DeprecationWarning, match="use 'method'"):
+        old = ex.nuclear_relaxation_estimate(p.X, p.y, 2, 0.05, solver="prox")
+    np.testing.assert_array_equal(old.Z_k, Zp)
 
 
 def test_theta_step_and_altmin_erm_validation():
-    p = underparameterized(4, 3, 2, samples_per_client=1, seed=0)
+    p = underparameterized(d=4, n_clients=3, rank=2, samples_per_client=1, seed=0)
     with pytest.raises(ValueError, match="X must have N >= k samples per client"):
         ex.altmin_erm(p.X, p.y, 2)
     T = np.ones((8, 2))
@@ -254,8 +260,8 @@ def test_theta_step_and_altmin_erm_validation():
 
 
 def test_embed_factors_equals_theta_embedding():
-    p = underparameterized(5, 7, 2, seed=2)
+    p = underparameterized(d=5, n_clients=7, rank=2, seed=2)
     rng = np.random.default_rng(0)
-    B, W = rng.standard_normal((5, 2)), rng.standard_normal((2, 7))
-    U, _, V = ex._padded_svd(p.Phi)
+    B, W = rng.standard_normal((5, 2)), rng.standard_normal((2, 7)).T
+    U, _, V = ex.padded_svd(p.Phi)
     np.testing.assert_array_equal(ex.embed_factors(B, W, U, V), ex.theta_embedding(B, W, p.Phi))

@@ -15,7 +15,7 @@ from lowrank_fl.results import ConvergenceWarning
 
 
 def test_moment_matrix_matches_loop_and_population_limit():
-    p = multitask_linear(6, 2, 4, noise=0.2, seed=0)
+    p = multitask_linear(d=6, rank=2, n_clients=4, noise=0.2, seed=0)
     X, y = p.sample(3, seed=1)
     ref = sum(y[i, j] ** 2 * np.outer(X[i, j], X[i, j]) for i in range(4) for j in range(3)) / 12
     assert np.allclose(moment_matrix(X, y), ref, atol=1e-13)
@@ -26,7 +26,7 @@ def test_moment_matrix_matches_loop_and_population_limit():
 
 
 def test_population_moments_top_eigenspace_is_B_star():
-    p = multitask_linear(10, 3, 20, seed=1)
+    p = multitask_linear(d=10, rank=3, n_clients=20, seed=1)
     M = population_moment_matrix(p.theta)
     vals, vecs = np.linalg.eigh(M)
     assert subspace_distance(p.B_star, vecs[:, -3:]) < 1e-12
@@ -35,7 +35,7 @@ def test_population_moments_top_eigenspace_is_B_star():
 
 
 def test_method_of_moments_improves_with_samples():
-    p = multitask_linear(20, 2, 100, seed=2)
+    p = multitask_linear(d=20, rank=2, n_clients=100, seed=2)
     d_small = subspace_distance(p.B_star, method_of_moments(*p.sample(5, seed=3), 2))
     d_big = subspace_distance(p.B_star, method_of_moments(*p.sample(500, seed=3), 2))
     # dist ~ 3.2 sqrt(d/(nm)) (note §3.5): ~0.6 vs ~0.06
@@ -43,7 +43,7 @@ def test_method_of_moments_improves_with_samples():
 
 
 def test_projected_gd_init_recovers_subspace_and_is_deterministic():
-    p = multitask_linear(20, 2, 100, samples_per_client=10, seed=0)
+    p = multitask_linear(d=20, rank=2, n_clients=100, samples_per_client=10, seed=0)
     B = projected_gd_init(p.X, p.y, 2, step_size=0.5, seed=1)
     assert B.shape == (20, 2) and np.allclose(B.T @ B, np.eye(2), atol=1e-12)
     # 10 SVP steps from a random start: dist ~0.08 here (a random subspace has dist ~1)
@@ -54,7 +54,7 @@ def test_projected_gd_init_recovers_subspace_and_is_deterministic():
 
 
 def test_fit_heads_closed_form_and_population_version():
-    p = multitask_linear(8, 2, 5, seed=3)
+    p = multitask_linear(d=8, rank=2, n_clients=5, seed=3)
     X, y = p.sample(20, seed=4)
     B = np.linalg.qr(np.random.default_rng(0).standard_normal((8, 2)))[0]
     W = fit_heads(B, X, y)
@@ -68,22 +68,22 @@ def test_fit_heads_closed_form_and_population_version():
 
 
 def test_local_least_squares_and_min_norm_fallback():
-    p = multitask_linear(5, 2, 4, samples_per_client=9, seed=0)
+    p = multitask_linear(d=5, rank=2, n_clients=4, samples_per_client=9, seed=0)
     assert np.allclose(local_least_squares(p.X, p.y), p.theta, atol=1e-10)
-    q = multitask_linear(5, 2, 4, samples_per_client=3, seed=0)   # m < d: singular, min-norm solution
+    q = multitask_linear(d=5, rank=2, n_clients=4, samples_per_client=3, seed=0)   # m < d: singular, min-norm solution
     T = local_least_squares(q.X, q.y)
     for i in range(4):
         assert np.allclose(T[i], np.linalg.pinv(q.X[i]) @ q.y[i], atol=1e-10)
 
 
 def test_ols_then_svd_and_population_optimum_recover_subspace():
-    p = multitask_linear(6, 2, 10, samples_per_client=8, seed=1)
+    p = multitask_linear(d=6, rank=2, n_clients=10, samples_per_client=8, seed=1)
     assert subspace_distance(p.B_star, ols_then_svd(p.X, p.y, 2)) < 1e-10
     assert subspace_distance(p.B_star, population_optimum(p.theta, 2)) < 1e-12
 
 
 def test_pooled_least_squares_and_fedavg_error():
-    p = multitask_linear(6, 2, 10, samples_per_client=4000, seed=5)
+    p = multitask_linear(d=6, rank=2, n_clients=10, samples_per_client=4000, seed=5)
     # pooled OLS -> B* mean(w*) as m grows (noiseless: error ~ heterogeneity / sqrt(nm) ~ 0.03)
     th = pooled_least_squares(p.X, p.y)
     assert np.linalg.norm(th - p.B_star @ p.heads.mean(axis=0)) < 0.1
@@ -95,7 +95,7 @@ def test_pooled_least_squares_and_fedavg_error():
 
 def test_altmin_reaches_exact_fit_noiseless_and_is_monotone():
     # m = 10: MoM start at dist ~0.75; AltMin reaches the exact fit (at m = 6 it can stall).
-    p = multitask_linear(10, 2, 40, samples_per_client=10, seed=2)
+    p = multitask_linear(d=10, rank=2, n_clients=40, samples_per_client=10, seed=2)
     res = altmin(p.X, p.y, 2, max_iter=300, tol=1e-14)
     obj = res.history["objective"]
     assert np.all(np.diff(obj) <= 1e-12 * obj[:-1] + 1e-18)     # exact block minimization never increases
@@ -105,14 +105,14 @@ def test_altmin_reaches_exact_fit_noiseless_and_is_monotone():
 
 
 def test_altmin_max_iter_warns():
-    p = multitask_linear(10, 2, 40, samples_per_client=6, noise=0.1, seed=2)
+    p = multitask_linear(d=10, rank=2, n_clients=40, samples_per_client=6, noise=0.1, seed=2)
     with pytest.warns(ConvergenceWarning, match="altmin stopped at max_iter=2"):
         res = altmin(p.X, p.y, 2, max_iter=2)
     assert res.status == "max_iter" and res.iterations == 2
 
 
 def test_lemma1_shapes():
-    p = multitask_linear(7, 2, 3, seed=0)
+    p = multitask_linear(d=7, rank=2, n_clients=3, seed=0)
     X, _ = p.sample(5, seed=1)
     q = lemma1_decomposition(p.B_star, p.B_star, p.heads, X)
     assert q["G"].shape == (3, 2, 2) and q["D"].shape == (2, 2)
@@ -132,7 +132,7 @@ def test_lemma1_shapes():
     (lambda X, y: population_moment_matrix(np.ones(3)), ValueError, "theta must have 2 dimensions"),
 ])
 def test_bad_input(call, err, match):
-    p = multitask_linear(6, 2, 4, seed=0)
+    p = multitask_linear(d=6, rank=2, n_clients=4, seed=0)
     X, y = p.sample(5, seed=0)
     with pytest.raises(err, match=match):
         call(X, y)
@@ -141,7 +141,7 @@ def test_bad_input(call, err, match):
 def test_shared_head_and_representation_solvers():
     from lowrank_fl.exact.multitask import gram_heads, least_squares_heads, representation_step
 
-    p = multitask_linear(7, 2, 5, samples_per_client=9, noise=0.3, seed=3)
+    p = multitask_linear(d=7, rank=2, n_clients=5, samples_per_client=9, noise=0.3, seed=3)
     B = np.linalg.qr(np.random.default_rng(1).standard_normal((7, 2)))[0]
     gram = np.einsum("nmd,nme->nde", p.X, p.X)
     xty = np.einsum("nmd,nm->nd", p.X, p.y)

@@ -11,7 +11,7 @@ from lowrank_fl.results import ConvergenceWarning, SolverError
 
 @pytest.fixture(scope="module")
 def data():
-    p = multitask_linear(8, 2, 10, samples_per_client=6, noise=0.1, seed=0)
+    p = multitask_linear(d=8, rank=2, n_clients=10, samples_per_client=6, noise=0.1, seed=0)
     return p.X, p.y
 
 
@@ -88,7 +88,7 @@ def test_max_iter_warns(data):
 
 
 def test_recovers_low_rank_subspace_noiseless():
-    p = multitask_linear(6, 2, 30, samples_per_client=12, seed=1)
+    p = multitask_linear(d=6, rank=2, n_clients=30, samples_per_client=12, seed=1)
     res = solve_nuclear_prox(p.X, p.y, 1e-4, tol=1e-10)
     from lowrank_fl.linalg import subspace_distance, truncated_svd
     V = truncated_svd(res.Theta, 2)[2].T

@@ -27,7 +27,7 @@ def loop_round(B, X, y, eta, *, head_steps=None, heads=None, alpha=None, qr=True
 
 
 def _data(seed=0, n=9, m=6, d=8, k=2, noise=0.1):
-    p = multitask_linear(d, k, n, noise=noise, seed=seed)
+    p = multitask_linear(d=d, rank=k, n_clients=n, noise=noise, seed=seed)
     X, y = p.sample(m, seed=seed + 1)
     B = np.linalg.qr(np.random.default_rng(seed).standard_normal((d, k)))[0]
     return p, B, X, y
@@ -57,7 +57,7 @@ def test_gradient_orthogonal_to_B_and_R_has_sigma_min_at_least_one():
 
 
 def test_lemma1_identity_exact():
-    p = multitask_linear(12, 3, 10, seed=2)
+    p = multitask_linear(d=12, rank=3, n_clients=10, seed=2)
     X, _ = p.sample(7, seed=3)
     B = np.linalg.qr(np.random.default_rng(4).standard_normal((12, 3)))[0]
     q = lemma1_decomposition(B, p.B_star, p.heads, X)
@@ -69,8 +69,8 @@ def test_lemma1_identity_exact():
 
 
 def test_population_rounds_match_closed_form_recursion():
-    # m -> inf: Bbar = B + eta (I - B B^T) B* Sigma B*^T B with Sigma = W*^T W* / n (note §2.2).
-    p = multitask_linear(10, 2, 8, seed=5)
+    # m -> inf: Bbar = B + eta (I - B B^T) B* Sigma B*^T B with Sigma = W*^T W* / n (Alg. 2 with Pi_i = I).
+    p = multitask_linear(d=10, rank=2, n_clients=8, seed=5)
     B0 = np.linalg.qr(p.B_star + 0.5 * np.random.default_rng(0).standard_normal((10, 2)))[0]
     tr = fedrep(p, 3, 0.2, init=B0, seed=0)
     B = np.linalg.qr(B0)[0]
@@ -81,15 +81,15 @@ def test_population_rounds_match_closed_form_recursion():
 
 
 def test_population_moments_init_is_exact():
-    p = multitask_linear(15, 3, 20, seed=1)
+    p = multitask_linear(d=15, rank=3, n_clients=20, seed=1)
     tr = fedrep(p, 0, 0.1, seed=0)
     assert tr.distance[0] < 1e-12
 
 
 def test_converges_linearly_with_fresh_samples_and_records_everything():
-    p = multitask_linear(30, 2, 100, seed=0)
+    p = multitask_linear(d=30, rank=2, n_clients=100, seed=0)
     eta = 1 / 8
-    tr = fedrep(p, 100, eta, batch_size=10, seed=1)
+    tr = fedrep(p, 100, eta, data="fresh", batch_size=10, seed=1)
     assert tr.status == "completed" and tr.rounds == 100
     # linear convergence: log dist(B^t, B*) is a straight line in t (R^2 > 0.99; a sublinear
     # 1/t decay over these two decades would give R^2 ~ 0.8) whose slope is at least Theorem 1's
@@ -109,35 +109,35 @@ def test_converges_linearly_with_fresh_samples_and_records_everything():
 
 
 def test_fixed_dataset_regime_and_split_batch():
-    p = multitask_linear(10, 2, 100, samples_per_client=6, noise=1e-3, seed=0)
-    tr = fedrep(p, 300, 0.25, fresh_samples=False, seed=1)
+    p = multitask_linear(d=10, rank=2, n_clients=100, samples_per_client=6, noise=1e-3, seed=0)
+    tr = fedrep(p, 300, 0.25, data="fixed", seed=1)
     # on a fixed dataset FedRep converges (linearly) to the empirical minimizer, which AltMin
     # computes exactly: after 300 rounds the two subspaces agree to 1e-8 (measured ~5e-11)
     am = altmin(p.X, p.y, 2, max_iter=500, tol=1e-15)
     assert subspace_distance(am.B, tr.B) < 1e-8
-    q = multitask_linear(10, 2, 100, samples_per_client=12, noise=1e-3, seed=0)
-    tr2 = fedrep(q, 100, 0.25, fresh_samples=False, batch="split", seed=1)
+    q = multitask_linear(d=10, rank=2, n_clients=100, samples_per_client=12, noise=1e-3, seed=0)
+    tr2 = fedrep(q, 100, 0.25, data="fixed", batch="split", seed=1)
     assert tr2.status == "completed" and tr2.distance[-1] < tr2.distance[0]
 
 
 def test_pgd_and_random_inits():
-    p = multitask_linear(20, 2, 100, samples_per_client=10, seed=0)
+    p = multitask_linear(d=20, rank=2, n_clients=100, samples_per_client=10, seed=0)
     # noiseless data: B* is an exact fixed point, so the tolerance 1e-10 (1e6 x machine
     # precision) must be reached; status "optimal" says it was, within 200 rounds
-    tr = fedrep(p, 200, 0.5, init="pgd", fresh_samples=False, tol=1e-10, seed=3)
+    tr = fedrep(p, 200, 0.5, init="pgd", data="fixed", tol=1e-10, seed=3)
     assert tr.distance[0] < 0.5 and tr.status == "optimal"
-    q = multitask_linear(20, 2, 100, seed=0)
-    assert fedrep(q, 0, 0.1, init="pgd", batch_size=10, seed=1).distance[0] < 0.5
+    q = multitask_linear(d=20, rank=2, n_clients=100, seed=0)
+    assert fedrep(q, 0, 0.1, init="pgd", data="fresh", batch_size=10, seed=1).distance[0] < 0.5
     with pytest.raises(ValueError, match="init='pgd' needs samples"):
         fedrep(q, 1, 0.1, init="pgd", seed=1)
-    r = fedrep(q, 0, 0.1, init="random", batch_size=10, seed=1)
+    r = fedrep(q, 0, 0.1, init="random", data="fresh", batch_size=10, seed=1)
     assert 0.5 < r.distance[0] <= 1.0        # a random 2-dim subspace of R^20 is far from B*
 
 
 def test_partial_participation_uses_rn_clients():
     assert n_participants(0.1, 100) == 10 and n_participants(0.001, 100) == 1
-    p = multitask_linear(20, 2, 50, seed=0)
-    tr = fedrep(p, 5, 0.1, participation=0.2, batch_size=8, seed=3)
+    p = multitask_linear(d=20, rank=2, n_clients=50, seed=0)
+    tr = fedrep(p, 5, 0.1, clients_per_round=10, data="fresh", batch_size=8, seed=3)
     part = tr.extra["participants"]
     assert part.shape == (5, 10)
     assert all(len(set(row)) == 10 for row in part)
@@ -145,22 +145,22 @@ def test_partial_participation_uses_rn_clients():
 
 
 def test_same_seed_same_trace():
-    p = multitask_linear(20, 2, 30, seed=0)
-    a = fedrep(p, 10, 0.1, participation=0.5, batch_size=8, seed=4)
-    b = fedrep(p, 10, 0.1, participation=0.5, batch_size=8, seed=4)
+    p = multitask_linear(d=20, rank=2, n_clients=30, seed=0)
+    a = fedrep(p, 10, 0.1, clients_per_round=15, data="fresh", batch_size=8, seed=4)
+    b = fedrep(p, 10, 0.1, clients_per_round=15, data="fresh", batch_size=8, seed=4)
     assert np.array_equal(a.distance, b.distance) and np.array_equal(a.B, b.B)
 
 
 def test_head_gd_variant_warm_starts_and_differs_from_exact():
-    p = multitask_linear(20, 2, 50, seed=0)
-    exact = fedrep(p, 20, 0.1, batch_size=10, seed=2)
-    gd = fedrep(p, 20, 0.1, batch_size=10, head_steps=1, seed=2)
+    p = multitask_linear(d=20, rank=2, n_clients=50, seed=0)
+    exact = fedrep(p, 20, 0.1, data="fresh", batch_size=10, seed=2)
+    gd = fedrep(p, 20, 0.1, data="fresh", batch_size=10, head_steps=1, seed=2)
     assert gd.method == "fedrep[head_steps=1]"
     assert gd.distance[-1] > exact.distance[-1]
     # warm start: round 2's head GD starts from round 1's heads (fixed data: deterministic)
-    q = multitask_linear(10, 2, 8, samples_per_client=6, seed=1)
+    q = multitask_linear(d=10, rank=2, n_clients=8, samples_per_client=6, seed=1)
     B0 = np.linalg.qr(np.random.default_rng(0).standard_normal((10, 2)))[0]
-    tr = fedrep(q, 2, 0.1, init=B0, head_steps=1, head_step_size=0.3, fresh_samples=False, seed=0)
+    tr = fedrep(q, 2, 0.1, init=B0, head_steps=1, head_step_size=0.3, data="fixed", seed=0)
     r1 = fedrep_round(B0, q.X, q.y, 0.1, head_steps=1, head_step_size=0.3)
     r2 = fedrep_round(r1.B, q.X, q.y, 0.1, head_steps=1, head_step_size=0.3, heads=r1.heads)
     cold = fedrep_round(r1.B, q.X, q.y, 0.1, head_steps=1, head_step_size=0.3)
@@ -170,8 +170,8 @@ def test_head_gd_variant_warm_starts_and_differs_from_exact():
 
 
 def test_tolerance_stops_early_with_status_optimal():
-    p = multitask_linear(20, 2, 50, seed=0)
-    tr = fedrep(p, 200, 0.2, batch_size=10, tol=1e-6, seed=1)
+    p = multitask_linear(d=20, rank=2, n_clients=50, seed=0)
+    tr = fedrep(p, 200, 0.2, data="fresh", batch_size=10, tol=1e-6, seed=1)
     assert tr.status == "optimal"
     last = int(np.max(np.nonzero(np.isfinite(tr.distance))[0]))
     assert tr.distance[last] <= 1e-6 < tr.distance[last - 1] and last < 200
@@ -179,8 +179,8 @@ def test_tolerance_stops_early_with_status_optimal():
 
 
 def test_divergence_is_reported_with_round():
-    p = multitask_linear(20, 2, 30, seed=0)
-    tr = fedrep(p, 40, 0.1, batch_size=10, head_steps=10, head_step_size=100.0, seed=1)
+    p = multitask_linear(d=20, rank=2, n_clients=30, seed=0)
+    tr = fedrep(p, 40, 0.1, data="fresh", batch_size=10, head_steps=10, head_step_size=100.0, seed=1)
     assert tr.status == "diverged" and 1 <= tr.diverged_at <= 40
     assert np.all(np.isnan(tr.distance[tr.diverged_at:]))
 
@@ -193,8 +193,9 @@ def test_fit_heads_matches_round_heads():
 @pytest.mark.parametrize("kwargs, err, match", [
     (dict(step_size=0.0), ValueError, "step_size must be finite and > 0"),
     (dict(step_size=-1.0), ValueError, "step_size must be finite and > 0"),
-    (dict(participation=0.0), ValueError, r"participation must lie in \(0.0, 1.0\]"),
-    (dict(participation=1.5), ValueError, r"participation must lie in \(0.0, 1.0\]"),
+    (dict(clients_per_round=0), ValueError, "clients_per_round must be >= 1"),
+    (dict(clients_per_round=31), ValueError, "clients_per_round must be <= 30"),
+    (dict(clients_per_round=0.5), TypeError, "clients_per_round must be an integer"),
     (dict(init="pca"), ValueError, "init must be one of"),
     (dict(init=np.ones((5, 2))), ValueError, r"init must have shape \(20, 2\)"),
     (dict(batch="halves"), ValueError, "batch must be one of"),
@@ -202,15 +203,20 @@ def test_fit_heads_matches_round_heads():
     (dict(head_step_size=-0.1), ValueError, "head_step_size must be finite and > 0"),
     (dict(head_step_size=0.1), ValueError, "head_step_size applies to head gradient steps only"),
     (dict(orthonormalize="yes"), TypeError, "orthonormalize must be a bool"),
-    (dict(fresh_samples=False), ValueError, "fresh_samples=False needs a fixed dataset"),
-    (dict(fresh_samples=1), TypeError, "fresh_samples must be a bool"),
-    (dict(participation=0.01), ValueError, "clients per round must be >= k"),
-    (dict(batch_size=0), ValueError, "batch_size must be >= 1"),
+    (dict(data="fixed"), ValueError, "data='fixed' needs a problem with a dataset"),
+    (dict(data="empirical"), ValueError, "data must be one of"),
+    (dict(data="fresh"), ValueError, "data='fresh' needs batch_size"),
+    (dict(data="fresh", batch_size=0), ValueError, "batch_size must be >= 1"),
+    (dict(batch_size=4), ValueError, "batch_size is only used with data='fresh'"),
+    (dict(init=np.zeros((20, 2))), ValueError, "init must be a full-column-rank"),
+    (dict(init=np.ones((20, 2))), ValueError, "init must be a full-column-rank"),
+    (dict(init=np.full((20, 2), np.nan)), ValueError, "init must be finite"),
+    (dict(sample_mode="fresh"), TypeError, "unexpected keyword argument 'sample_mode'"),
     (dict(rounds=-1), ValueError, "rounds must be >= 0"),
     (dict(tol=0.0), ValueError, "tol must be finite and > 0"),
 ])
 def test_bad_input(kwargs, err, match):
-    p = multitask_linear(20, 2, 30, seed=0)
+    p = multitask_linear(d=20, rank=2, n_clients=30, seed=0)
     args = dict(rounds=3, step_size=0.1)
     args.update(kwargs)
     with pytest.raises(err, match=match):
@@ -230,10 +236,11 @@ def test_bad_problem_and_round_input():
 
 
 def test_options_of_the_other_regime_are_rejected():
-    p = multitask_linear(8, 2, 6, samples_per_client=5, seed=0)
-    for name in ("batch_size", "init_samples"):
-        with pytest.raises(ValueError, match=f"{name} applies to fresh samples only"):
-            fedrep(p, 1, 0.1, fresh_samples=False, seed=0, **{name: 4})
+    p = multitask_linear(d=8, rank=2, n_clients=6, samples_per_client=5, seed=0)
+    with pytest.raises(ValueError, match="batch_size is only used with data='fresh'"):
+        fedrep(p, 1, 0.1, data="fixed", batch_size=4, seed=0)
+    with pytest.raises(ValueError, match="init_samples applies to drawn samples only"):
+        fedrep(p, 1, 0.1, data="fixed", init_samples=4, seed=0)
     _, B, X, y = _data(0)
     with pytest.raises(ValueError, match="heads applies to head gradient steps only"):
         fedrep_round(B, X, y, 0.1, heads=np.zeros((9, 2)))
@@ -261,13 +268,13 @@ def test_heads_are_minimum_norm_when_underdetermined():
 
 def test_loss_is_population_loss_of_returned_model_in_every_regime():
     # package convention: loss[t] = problem.population_loss(B^t, W^t), W^t = Alg. 2's exact heads
-    pop = multitask_linear(12, 2, 20, noise=0.1, seed=0)
+    pop = multitask_linear(d=12, rank=2, n_clients=20, noise=0.1, seed=0)
     tr = fedrep(pop, 5, 0.2, seed=1)
     assert tr.loss[-1] == pytest.approx(pop.population_loss(tr.B, tr.heads), rel=1e-12)
     # population heads are optimal: the loss is min_W F(B, W) = ||(I - BB^T) Theta^T||^2/(2n) + s^2/2
     R = pop.theta - pop.theta @ tr.B @ tr.B.T
     assert tr.loss[-1] == pytest.approx(0.5 * np.mean(np.sum(R * R, axis=1)) + 0.005, rel=1e-10)
-    fix = multitask_linear(12, 2, 20, samples_per_client=8, noise=0.1, seed=0)
-    tr = fedrep(fix, 5, 0.2, fresh_samples=False, seed=1)
+    fix = multitask_linear(d=12, rank=2, n_clients=20, samples_per_client=8, noise=0.1, seed=0)
+    tr = fedrep(fix, 5, 0.2, data="fixed", seed=1)
     np.testing.assert_allclose(tr.heads, fit_heads(tr.B, fix.X, fix.y), atol=1e-12)
     assert tr.loss[-1] == pytest.approx(fix.population_loss(tr.B, tr.heads), rel=1e-12)

@@ -23,33 +23,33 @@ def test_paper_instance_defaults_and_init():
 
 
 def test_paper_instance_seeded_and_finite_sample():
-    a = paper_instance(10, 2, 5, samples_per_client=7, noise=0.1, seed=3)
-    b = paper_instance(10, 2, 5, samples_per_client=7, noise=0.1, seed=3)
+    a = paper_instance(d=10, rank=2, n_clients=5, samples_per_client=7, noise=0.1, seed=3)
+    b = paper_instance(d=10, rank=2, n_clients=5, samples_per_client=7, noise=0.1, seed=3)
     assert np.array_equal(a.B0, b.B0) and np.array_equal(a.problem.X, b.problem.X)
     assert a.problem.X.shape == (5, 7, 10) and a.problem.y.shape == (5, 7)
-    assert not np.array_equal(a.B0, paper_instance(10, 2, 5, seed=4).B0)
+    assert not np.array_equal(a.B0, paper_instance(d=10, rank=2, n_clients=5, seed=4).B0)
 
 
 def test_paper_init_errors():
     with pytest.raises(ValueError, match="step_size must be finite and > 0"):
-        paper_init(5, 2, 0.0)
+        paper_init(d=5, rank=2, step_size=0.0)
 
 
 def test_new_client_model():
-    p = multitask_linear(9, 2, 4, seed=1)
-    cl = new_client(p, 6, noise=0.0, seed=2)
+    p = multitask_linear(d=9, rank=2, n_clients=4, seed=1)
+    cl = new_client(p, samples_per_client=6, noise=0.0, seed=2)
     assert cl.X.shape == (6, 9) and np.allclose(cl.y, cl.X @ cl.beta, atol=1e-13)
     assert np.allclose(cl.beta, p.B_star @ cl.head)
-    cl2 = new_client(p, 6, head=[1.0, 2.0], seed=2)
+    cl2 = new_client(p, samples_per_client=6, head=[1.0, 2.0], seed=2)
     assert np.array_equal(cl2.head, [1.0, 2.0]) and cl2.noise == 0.1
     with pytest.raises(TypeError, match="problem must be a MultitaskProblem"):
-        new_client("p", 3)
-    with pytest.raises(ValueError, match="n must be >= 1"):
-        new_client(p, 0)
+        new_client("p", samples_per_client=3)
+    with pytest.raises(ValueError, match="samples_per_client must be >= 1"):
+        new_client(p, samples_per_client=0)
     with pytest.raises(ValueError, match=r"head must have shape \(2\)"):
-        new_client(p, 3, head=[1.0])
+        new_client(p, samples_per_client=3, head=[1.0])
     with pytest.raises(ValueError, match="noise must be finite and >= 0"):
-        new_client(p, 3, noise=-1.0)
+        new_client(p, samples_per_client=3, noise=-1.0)
 
 
 # Construction identities are exact up to rounding of a few (d, k) products: 1e-12.
@@ -58,7 +58,7 @@ def test_new_client_model():
        seed=st.integers(0, 2**16))
 def test_proposition1_construction(k, extra, delta0, seed):
     d = 2 * k - 1 + extra
-    inst = proposition1_instance(d, k, 7, delta0, seed=seed)
+    inst = proposition1_instance(d=d, rank=k, n_clients=7, delta0=delta0, seed=seed)
     Bs, Br = inst.problem.B_star, inst.reflected.B_star
     wbar = inst.problem.heads.mean(axis=0)
     assert np.max(np.abs(Bs.T @ Bs - np.eye(k))) < 1e-12 and np.max(np.abs(Br.T @ Br - np.eye(k))) < 1e-12
@@ -73,7 +73,7 @@ def test_proposition1_construction(k, extra, delta0, seed):
 
 
 def test_proposition1_dgd_frozen_at_delta0():
-    inst = proposition1_instance(12, 3, 8, 0.2, seed=3)
+    inst = proposition1_instance(d=12, rank=3, n_clients=8, delta0=0.2, seed=3)
     a = dgd(inst.problem, 100, 0.4, init=inst.init)
     b = dgd(inst.reflected, 100, 0.4, init=inst.init)
     assert np.max(np.abs(a.B - b.B)) < 1e-12
@@ -82,7 +82,7 @@ def test_proposition1_dgd_frozen_at_delta0():
 
 def test_proposition1_given_B0():
     B0 = np.eye(8)[:, :3] * 2.0
-    inst = proposition1_instance(8, 3, 5, 0.4, B0=B0, seed=0)
+    inst = proposition1_instance(d=8, rank=3, n_clients=5, delta0=0.4, B0=B0, seed=0)
     assert np.array_equal(inst.B0, B0) and abs(subspace_distance(B0, inst.problem.B_star) - 0.4) < 1e-12
 
 
@@ -97,4 +97,4 @@ def test_proposition1_given_B0():
 ])
 def test_proposition1_errors(args, kw, match):
     with pytest.raises(ValueError, match=match):
-        proposition1_instance(*args, **kw)
+        proposition1_instance(**dict(zip(("d", "rank", "n_clients", "delta0"), args)), **kw)

@@ -181,4 +181,4 @@ def test_spread_exactly_errors_and_haar_draw():
     # A* is the shared Haar draw of the multitask module (same generator, same numbers)
     from lowrank_fl.problems.multitask import haar_orthonormal
     np.testing.assert_array_equal(lora_matrix_problem(d=6, n_clients=3, rank=2, seed=4).A_star,
-                                  haar_orthonormal(6, 2, np.random.default_rng(4)).T)
+                                  haar_orthonormal(d=6, rank=2, seed=np.random.default_rng(4)).T)

@@ -16,7 +16,7 @@ def test_appendix_c_spectrum_values():
 
 
 def test_default_instance_structure():
-    p = underparameterized(10, 15, 4, seed=0)
+    p = underparameterized(d=10, n_clients=15, rank=4, seed=0)
     assert p.Phi.shape == (10, 15) and p.U_k.shape == (10, 4)
     np.testing.assert_allclose(np.linalg.svd(p.Phi, compute_uv=False), p.spectrum, atol=1e-12)
     # Eckart-Young: the target is the rank-k SVD truncation and the floor its residual
@@ -25,13 +25,13 @@ def test_default_instance_structure():
     assert np.isclose(np.sum((p.Phi - p.target) ** 2), p.floor, rtol=1e-12)
     assert np.isclose(p.gap, 2 * (10 / 2.5 - 10 / 3)), "Delta = 2 (lambda_4 - lambda_5)"
     assert np.isclose(p.energy, np.sum(p.Phi ** 2))
-    assert p.underparameterized and p.rank == 10
+    assert p.underparameterized and p.phi_rank == 10 and p.rank == p.k == 4
     assert p.X is None and p.samples_per_client is None
 
 
 def test_seed_reproducible_and_sample_shapes():
-    a = underparameterized(6, 5, 2, samples_per_client=7, noise=0.5, seed=3)
-    b = underparameterized(6, 5, 2, samples_per_client=7, noise=0.5, seed=3)
+    a = underparameterized(d=6, n_clients=5, rank=2, samples_per_client=7, noise=0.5, seed=3)
+    b = underparameterized(d=6, n_clients=5, rank=2, samples_per_client=7, noise=0.5, seed=3)
     np.testing.assert_array_equal(a.Phi, b.Phi)
     np.testing.assert_array_equal(a.X, b.X)
     assert a.X.shape == (5, 7, 6) and a.y.shape == (5, 7)
@@ -42,7 +42,7 @@ def test_seed_reproducible_and_sample_shapes():
 
 
 def test_noiseless_labels_are_linear():
-    p = underparameterized(6, 5, 2, seed=1)
+    p = underparameterized(d=6, n_clients=5, rank=2, seed=1)
     X, y = p.sample(9, seed=2)
     np.testing.assert_allclose(y, np.einsum("imd,di->im", X, p.Phi), atol=1e-12)
 
@@ -50,7 +50,7 @@ def test_noiseless_labels_are_linear():
 def test_noise_variance_is_noise_squared():
     # noise is a standard deviation: residual variance ~ noise^2 (Monte Carlo, 60k draws,
     # relative standard error sqrt(2/60000) = 0.6%, tolerance 4%)
-    p = underparameterized(4, 3, 1, noise=0.7, seed=1)
+    p = underparameterized(d=4, n_clients=3, rank=1, noise=0.7, seed=1)
     X, y = p.sample(20000, seed=5)
     r = y - np.einsum("imd,di->im", X, p.Phi)
     assert abs(r.var() / 0.49 - 1) < 0.04
@@ -60,34 +60,34 @@ def test_noise_variance_is_noise_squared():
 @given(d=st.integers(3, 9), M=st.integers(2, 9), data=st.data())
 def test_property_target_is_best_rank_k(d, M, data):
     k = data.draw(st.integers(1, min(d - 1, M)))
-    p = underparameterized(d, M, k, seed=data.draw(st.integers(0, 1000)))
+    p = underparameterized(d=d, n_clients=M, rank=k, seed=data.draw(st.integers(0, 1000)))
     assert np.linalg.matrix_rank(p.target, tol=1e-9) == k
     # U_k spans the column space of the target
     np.testing.assert_allclose(p.U_k @ (p.U_k.T @ p.target), p.target, atol=1e-10)
 
 
 def test_overparameterized_rank_k_spectrum():
-    p = underparameterized(8, 6, 3, spectrum=[5.0, 3.0, 2.0], seed=0)
+    p = underparameterized(d=8, n_clients=6, rank=3, spectrum=[5.0, 3.0, 2.0], seed=0)
     assert not p.underparameterized and p.floor == 0.0
     np.testing.assert_allclose(p.target, p.Phi, atol=1e-12)
     assert np.isclose(p.gap, 4.0)     # lambda_(k+1) = 0
 
 
 @pytest.mark.parametrize("kwargs, err, match", [
-    (dict(d=5, n_clients=4, k=5), ValueError, "k must be < d"),
-    (dict(d=5, n_clients=2, k=3), ValueError, "k must be <= n_clients"),
-    (dict(d=5, n_clients=4, k=0), ValueError, "k must be >= 1"),
-    (dict(d=5, n_clients=4, k=2.5), TypeError, "k must be an integer"),
-    (dict(d=1, n_clients=4, k=1), ValueError, "d must be >= 2"),
-    (dict(d=5, n_clients=4, k=2, spectrum=[3.0, 2.0, 2.0]), ValueError, "gap at k"),
-    (dict(d=5, n_clients=4, k=2, spectrum=[3.0, 4.0]), ValueError, "non-increasing"),
-    (dict(d=5, n_clients=4, k=2, spectrum=[3.0, -1.0]), ValueError, "positive"),
-    (dict(d=5, n_clients=4, k=2, spectrum=[5, 4, 3, 2, 1]), ValueError, "at most min"),
-    (dict(d=5, n_clients=4, k=3, spectrum=[5, 4]), ValueError, "at least k"),
-    (dict(d=5, n_clients=4, k=2, spectrum=[]), ValueError, "at least one"),
-    (dict(d=5, n_clients=4, k=2, noise=-1.0), ValueError, "noise must be"),
-    (dict(d=5, n_clients=4, k=2, samples_per_client=0), ValueError, "samples_per_client must be"),
-    (dict(d=5, n_clients=4, k=2, seed="x"), TypeError, "seed must be"),
+    (dict(d=5, n_clients=4, rank=5), ValueError, "rank must be < d"),
+    (dict(d=5, n_clients=2, rank=3), ValueError, "rank must be <= n_clients"),
+    (dict(d=5, n_clients=4, rank=0), ValueError, "rank must be >= 1"),
+    (dict(d=5, n_clients=4, rank=2.5), TypeError, "rank must be an integer"),
+    (dict(d=1, n_clients=4, rank=1), ValueError, "d must be >= 2"),
+    (dict(d=5, n_clients=4, rank=2, spectrum=[3.0, 2.0, 2.0]), ValueError, "gap at k"),
+    (dict(d=5, n_clients=4, rank=2, spectrum=[3.0, 4.0]), ValueError, "non-increasing"),
+    (dict(d=5, n_clients=4, rank=2, spectrum=[3.0, -1.0]), ValueError, "positive"),
+    (dict(d=5, n_clients=4, rank=2, spectrum=[5, 4, 3, 2, 1]), ValueError, "at most min"),
+    (dict(d=5, n_clients=4, rank=3, spectrum=[5, 4]), ValueError, "at least k"),
+    (dict(d=5, n_clients=4, rank=2, spectrum=[]), ValueError, "at least one"),
+    (dict(d=5, n_clients=4, rank=2, noise=-1.0), ValueError, "noise must be"),
+    (dict(d=5, n_clients=4, rank=2, samples_per_client=0), ValueError, "samples_per_client must be"),
+    (dict(d=5, n_clients=4, rank=2, seed="x"), TypeError, "seed must be"),
 ])
 def test_errors(kwargs, err, match):
     with pytest.raises(err, match=match):
@@ -95,7 +95,7 @@ def test_errors(kwargs, err, match):
 
 
 def test_dataclass_errors():
-    p = underparameterized(5, 4, 2, seed=0)
+    p = underparameterized(d=5, n_clients=4, rank=2, seed=0)
     with pytest.raises(ValueError, match="U must have orthonormal columns"):
         UnderparameterizedProblem(U=2 * p.U, spectrum=p.spectrum, V=p.V, k=2)
     with pytest.raises(ValueError, match="V must have orthonormal rows"):
@@ -112,7 +112,7 @@ def test_dataclass_errors():
 
 
 def test_population_loss_closed_form_matches_monte_carlo():
-    p = underparameterized(5, 4, 2, noise=0.5, seed=3)
+    p = underparameterized(d=5, n_clients=4, rank=2, noise=0.5, seed=3)
     rng = np.random.default_rng(0)
     B, H = rng.standard_normal((5, 2)), rng.standard_normal((4, 2))
     exact = p.population_loss(B, H)
@@ -127,10 +127,10 @@ def test_population_loss_closed_form_matches_monte_carlo():
 
 
 def test_dataset_mixin_messages():
-    p = underparameterized(5, 4, 2, seed=0)
+    p = underparameterized(d=5, n_clients=4, rank=2, seed=0)
     with pytest.raises(ValueError, match="needs a fixed dataset; this problem has no fixed dataset"):
         p.require_dataset("this step")
-    q = underparameterized(5, 4, 2, samples_per_client=3, seed=0)
+    q = underparameterized(d=5, n_clients=4, rank=2, samples_per_client=3, seed=0)
     X, y = q.require_dataset("this step")
     assert X.shape == (4, 3, 5) and y.shape == (4, 3) and q.samples_per_client == 3
     with pytest.raises(ValueError, match=r"y must have shape \(4, 3\)"):

@@ -15,6 +15,7 @@ from verify.claim import Claim, Context, Evidence, Omitted
 from verify.report._common import fmt, totals
 from verify.report.html import render_html
 from verify.report.markdown import render_markdown
+from verify.report.values import html_value
 from verify.report.write import write_report
 from verify.runner import run_claims
 
@@ -37,27 +38,50 @@ def test_writes_the_four_artifacts(report):
     pngs = sorted(p.name for p in (out / "figures").glob("*.png"))
     assert pngs == ["fedrep.dummy.mean.png"]
     assert (out / "figures" / pngs[0]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = (out / "figures" / "fedrep.dummy.mean.svg").read_text()  # the vector twin
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
 
 
 def test_markdown_summary_sections_tables_and_omitted(report):
     out, results, _ = report
     md = (out / "README.md").read_text()
-    # summary table: one row per claim, pipes in cells escaped
-    assert "| claim | reference | verdict | evidence |" in md
-    assert re.search(r"\| `fedrep\.dummy\.mean` \| Theorem 0, eq\. \(0\) \| \*\*holds\*\* \| means .* \\\| x\+0\.5 \|", md)
-    assert "| `flute.dummy.raises` | Theorem 9 | **inconclusive (error)** | experiment raised ZeroDivisionError: dummy experiment divided by zero |" in md
+    # counts per paper x verdict first, then the legends
+    assert "| paper | claims | holds | fails | inconclusive | erratum confirmed | omitted |" in md
+    assert "| FLUTE | 1 | 0 | 0 | 1 | 0 | 1 |" in md and "| **all** | **4** | **2** | **0** | **1** | **1** | **1** |" in md
+    assert md.index("| paper | claims |") < md.index("Verdicts:") < md.index("Kinds of claim:")
+    # the non-holds verdicts come before the table of all claims, each with its section
+    attention = md.index("## Verdicts other than holds")
+    assert attention < md.index("### `flute.dummy.raises`") < md.index("## All claims")
+    assert attention < md.index("### `rolora.dummy.erratum`") < md.index("## All claims")
+    # the table: one row per claim, linked to its section, the section linked back
+    assert "| claim | paper: reference | kind | verdict | evidence | runtime (s) |" in md
+    assert re.search(r'\| <a id="row-claim-fedrep-dummy-mean"></a>\[`fedrep\.dummy\.mean`\]\(#claim-fedrep-dummy-mean\) '
+                     r'\| \[FedRep, Collins et al\. \(2021\)\]\(#ref-fedrep\): Theorem 0, eq\. \(0\) \| identity '
+                     r'\| \*\*holds\*\* \| means .* \\\| x\+0\.5 \|', md)
+    assert "[↑ back to the table](#row-claim-fedrep-dummy-mean)" in md
+    assert "| **inconclusive (error)** | experiment raised ZeroDivisionError: dummy experiment divided by zero |" in md
     assert "**erratum confirmed**" in md
     # per-paper sections in paper order, with statement, measured vs predicted, figure, seeds, runtime
     assert md.index("## CLAIR") < md.index("## FedRep") < md.index("## FLUTE") < md.index("## RoLoRA")
     assert "> The mean of U(0,1) + x is x + 1/2." in md
-    assert "| quantity | measured | predicted |" in md and "| ratio | 2 | 1 |" in md
-    assert "![fedrep.dummy.mean](figures/fedrep.dummy.mean.png)" in md
-    assert "Seeds: 6 · runtime:" in md
+    assert "| quantity | measured | predicted |" in md and "| `ratio` | 2 | 1 |" in md
+    assert re.search(r"\| `means` \| \[0\.\d+, 1\.\d+, 2\.\d+\] \| \[0\.5, 1\.5, 2\.5\] \|", md)
+    assert "![Figure of fedrep.dummy.mean](figures/fedrep.dummy.mean.png)" in md
+    assert "6 seeds · runtime" in md
+    # a claim shown among the non-holds is a one-line pointer in its paper's section
+    assert "`flute.dummy.raises` — **inconclusive (error)**: shown above" in md.split("## FLUTE")[1]
     # Evidence.table as a Markdown table, columns = union of the rows' keys
     assert "| method | error | time |" in md and "| ours | 0.1251 | 2 |" in md and "| paper | 0.125 |  |" in md
-    # the error's traceback, and omitted claims with reasons
-    assert "ZeroDivisionError: dummy experiment divided by zero" in md.split("## FLUTE")[1]
+    # the error's traceback, omitted claims with reasons, provenance, references
+    assert "ZeroDivisionError: dummy experiment divided by zero" in md.split("## Verdicts other than holds")[1]
     assert "## Omitted claims" in md and "needs an oracle we do not have" in md
+    prov = md.split("## Provenance")[1]
+    for label in ("| lowrank_fl |", "| git commit |", "| command |", "| scale | smoke |", "| base seed | 0 |",
+                  "| machine |", "| dependencies |", "cpu_count:"):
+        assert label in prov, label
+    refs = md.split("## References")[1]
+    assert refs.count("```bibtex") == 5 and "Exploiting Shared Representations for Personalized" in refs
+    assert "notes §" not in md
 
 
 def test_html_is_self_contained(report):
@@ -66,10 +90,17 @@ def test_html_is_self_contained(report):
     assert "http://" not in page and "https://" not in page
     assert "<link" not in page and "<script" not in page and "@import" not in page
     sources = re.findall(r'src="([^"]*)"', page)
-    assert len(sources) == 1 and all(s.startswith("data:image/png;base64,") for s in sources)
-    png = base64.b64decode(sources[0].split(",", 1)[1])
-    assert png == (out / "figures" / "fedrep.dummy.mean.png").read_bytes()
+    assert len(sources) == 1 and all(s.startswith("data:image/svg+xml;base64,") for s in sources)
+    svg = base64.b64decode(sources[0].split(",", 1)[1])
+    assert svg == (out / "figures" / "fedrep.dummy.mean.svg").read_bytes()
     assert page.count('class="claim"') == 4
+    # every row of the table links to its section, every section back to its row
+    for c, _ in results:
+        aid = "claim-" + c.id.replace(".", "-")
+        assert f'<tr id="row-{aid}">' in page and f'href="#{aid}"' in page
+        assert f'id="{aid}"' in page and f'href="#row-{aid}"' in page
+    # wide tables scroll instead of overflowing
+    assert ".scroll{overflow-x:auto" in page and page.count('<div class="scroll">') >= 5
     assert "a dummy claim with a | pipe" in page
     assert "<style>" in page and "needs an oracle we do not have" in page
 
@@ -112,9 +143,10 @@ def test_figures_saved_elsewhere_are_copied(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "report"
     results = run_claims(dummy_claims()[:1], Context(out_dir=runs))
     write_report(results, out, "smoke", {}, figure_root=runs, meta={"versions": {"python": "x"}})
-    assert (out / "figures" / "fedrep.dummy.mean.png").read_bytes() == \
-        (runs / "figures" / "fedrep.dummy.mean.png").read_bytes()
-    assert 'src="data:image/png;base64,' in (out / "index.html").read_text()
+    for suffix in (".png", ".svg"):
+        assert (out / "figures" / f"fedrep.dummy.mean{suffix}").read_bytes() == \
+            (runs / "figures" / f"fedrep.dummy.mean{suffix}").read_bytes()
+    assert 'src="data:image/svg+xml;base64,' in (out / "index.html").read_text()
 
 
 def _png(path, value):
@@ -163,16 +195,33 @@ def test_missing_figure_is_reported_not_fatal(tmp_path):
 
 
 def test_fmt_and_totals():
-    assert fmt(np.float64(1 / 3)) == "0.3333" and fmt(1.5e-7) == "1.500e-07" and fmt(True) == "True"
-    assert fmt(list(range(10)), max_items=3) == "[0, 1, 2, … (10 items)]"
-    assert fmt({"a": np.array([1.0, 2.0])}) == "{a=[1, 2]}"
-    assert fmt(float("nan")) == "nan"
+    assert fmt(np.float64(1 / 3)) == "0.3333" and fmt(1.5e-7) == "1.5e-7" and fmt(True) == "yes"
+    assert fmt(12.3456) == "12.35" and fmt(2.2e-16) == "2.2e-16" and fmt(1.5e6) == "1.5e6" and fmt(0.0) == "0"
+    assert fmt(float("inf")) == "∞" and fmt(-np.inf) == "−∞" and fmt(float("nan")) == "NaN" and fmt(None) == "—"
+    assert fmt([0.49, 0.79]) == "[0.49, 0.79]"                      # an interval
+    assert fmt(list(range(10))) == "0, 1, …, 9 (10 values; min 0, max 9)"  # a long list, summarized
+    assert fmt([True] * 9 + [False]) == "9 of 10 true"
+    assert fmt({"a": np.array([1.0, 2.0])}) == "a: [1, 2]"
+    assert fmt({"a": 1, "b": False}) == "a: 1 · b: no"
+    assert fmt({"slope": -0.489, "ci_low": -0.5, "ci_high": -0.478, "level": 0.95, "n_seeds": 20}) == \
+        "-0.489 [-0.5, -0.478] (95%, 20 seeds)"
+    assert fmt([{"k": 2}, {"k": 4}]) == "table of 2 rows"
+    assert "items)" not in fmt(list(range(100))) and "{" not in fmt({"x": {"y": 1}})
     c = dummy_claims()[0]
     t = totals([(c, Evidence(verdict="fails", summary="x")), (c, Evidence(verdict="holds", summary="y"))])
     assert t["fails"] == 1 and t["holds"] == 1 and t["errors"] == 0 and t["claims"] == 2
 
 
+def test_html_values_are_small_tables_not_reprs():
+    assert html_value({"a": 1.0, "b": [1, 2]}).startswith('<table class="inner">')
+    records = html_value([{"k": 2, "err": 0.5}, {"k": 4, "err": float("inf")}])
+    assert "<th>k</th><th>err</th>" in records and "<td>∞</td>" in records
+    folded = html_value(list(np.linspace(0, 1, 20)))
+    assert folded.startswith("<details><summary>0, 0.05263, …, 1 (20 values; min 0, max 1)</summary>")
+    assert "{'" not in records and "'}" not in folded
+
+
 def test_markdown_without_results_or_omitted():
     md = render_markdown([], scale="full")
-    assert md.startswith("# lowrank_fl validation report") and "Verdicts — none." in md
-    assert "Omitted" not in md
+    assert md.startswith("# lowrank_fl validation report") and "| **all** | **0** |" in md
+    assert "Omitted" not in md and "## Verdicts other than holds" not in md

@@ -21,7 +21,6 @@ from lowrank_fl.algorithms.rolora import fedavg_lora, ffa_lora, rolora
 from lowrank_fl.algorithms.fedrep import fedrep
 from lowrank_fl.algorithms.fedrep_baselines import fedsgd
 from lowrank_fl.algorithms.flute import flute
-from lowrank_fl.algorithms.flute_baselines import fedrep_flute_baseline
 from lowrank_fl.linalg import subspace_distance
 from lowrank_fl.problems.lora import lora_matrix_problem, rank_one_lora
 from lowrank_fl.problems.multitask import multitask_linear
@@ -29,11 +28,11 @@ from lowrank_fl.problems.underparameterized import underparameterized
 
 
 def _mt(data=False):
-    return multitask_linear(10, 2, 12, samples_per_client=8 if data else None, noise=0.1, seed=0)
+    return multitask_linear(d=10, rank=2, n_clients=12, samples_per_client=8 if data else None, noise=0.1, seed=0)
 
 
 def _up(data=False):
-    return underparameterized(6, 8, 2, samples_per_client=9 if data else None, noise=0.2, seed=1)
+    return underparameterized(d=6, n_clients=8, rank=2, samples_per_client=9 if data else None, noise=0.2, seed=1)
 
 
 def _shared_head_loss(p):
@@ -47,7 +46,7 @@ def _heads_loss(p):
 
 def _fedrep(**kw):
     def run():
-        p = _mt(data=kw.get("fresh_samples") is False)
+        p = _mt(data=kw.get("data") == "fixed")
         return fedrep(p, 6, 0.2, seed=2, **kw), p.B_star, _heads_loss(p)
     return run
 
@@ -62,21 +61,22 @@ def _fedsgd(**kw):
 def _fedavg(**kw):
     def run():
         p = _mt(data=True)
-        return fedavg(p, 4, 3, 0.05, seed=2, **kw), p.B_star, _shared_head_loss(p)
+        return fedavg(p, 4, 0.05, local_steps=3, seed=2, **kw), p.B_star, _shared_head_loss(p)
     return run
 
 
-def _flute(data, **kw):
+def _flute(with_data, **kw):
     def run():
-        p = _up(data)
+        p = _up(with_data)
         return flute(p, 30, 0.03, seed=2, **kw), p.U_k, _heads_loss(p)
     return run
 
 
-def _flute_baseline(**kw):
+def _fedrep_on_flute(**kw):
+    """FedRep on FLUTE's problem: the loss is the problem's own (FLUTE's MSE convention)."""
     def run():
         p = _up(data=True)
-        return fedrep_flute_baseline(p, 5, 0.1, seed=2, **kw), p.U_k, _heads_loss(p)
+        return fedrep(p, 5, 0.1, seed=2, **kw), p.U_k, _heads_loss(p)
     return run
 
 
@@ -106,21 +106,25 @@ def _lora_matrix(method):
 
 CASES = {
     "fedrep/population": _fedrep(),
-    "fedrep/fresh": _fedrep(batch_size=6),
-    "fedrep/fixed": _fedrep(fresh_samples=False),
+    "fedrep/fresh": _fedrep(data="fresh", batch_size=6),
+    "fedrep/fixed": _fedrep(data="fixed"),
     "fedrep/no-qr": _fedrep(orthonormalize=False),
-    "fedrep/head-gd": _fedrep(head_steps=2, batch_size=6),
+    "fedrep/head-gd": _fedrep(head_steps=2, data="fresh", batch_size=6),
+    "fedrep/partial": _fedrep(clients_per_round=4),
     "fedsgd/fixed": _fedsgd(),
-    "fedsgd/population": _fedsgd(fresh_samples=True, participation=0.5),
-    "fedavg/population": _fedavg(),
-    "fedavg/empirical": _fedavg(mode="empirical"),
+    "fedsgd/population": _fedsgd(data="population", clients_per_round=6),
+    "fedsgd/fresh": _fedsgd(data="fresh", batch_size=5),
+    "fedavg/population": _fedavg(data="population"),
+    "fedavg/fresh": _fedavg(data="fresh", batch_size=5),
+    "fedavg/empirical": _fedavg(data="fixed"),
     "flute/population": _flute(False),
-    "flute/fixed": _flute(True, fresh_samples=False),
-    "flute/fresh": _flute(True, fresh_samples=True),
-    "fedrep_flute_baseline/moments": _flute_baseline(),
-    "fedrep_flute_baseline/random": _flute_baseline(init="random", fresh_samples=True),
-    "dgd/population": _dgd(),
-    "dgd/empirical": _dgd(mode="empirical"),
+    "flute/fixed": _flute(True, data="fixed"),
+    "flute/fresh": _flute(True, data="fresh"),
+    "fedrep-on-flute/moments": _fedrep_on_flute(),
+    "fedrep-on-flute/random": _fedrep_on_flute(init="random", data="fresh"),
+    "fedrep-on-flute/population": _fedrep_on_flute(data="population"),
+    "dgd/population": _dgd(data="population"),
+    "dgd/empirical": _dgd(data="fixed"),
     "fedavg/partial": _fedavg(clients_per_round=5),
     "rolora/population": _lora(rolora, False, 0.2),
     "rolora/reuse": _lora(rolora, True, 0.2),
@@ -151,11 +155,11 @@ def test_multitask_losses_share_one_scale():
     # identical client heads, FedRep, FedSGD and FedAvg all converge to B* w* and their losses
     # agree. Population regime, rounds chosen to converge to ~1e-10 (rates measured: <= 0.9/round).
     w = np.array([1.0, 0.5])
-    p = multitask_linear(8, 2, 6, heads=np.tile(w, (6, 1)), noise=0.3, seed=0)
+    p = multitask_linear(d=8, rank=2, n_clients=6, heads=np.tile(w, (6, 1)), noise=0.3, seed=0)
     floor = 0.5 * 0.3 ** 2
     rep = fedrep(p, 50, 0.5, seed=1)
-    sgd = fedsgd(p, 400, 0.5, fresh_samples=True, seed=1)
-    avg = fedavg(p, 400, 1, 0.5, seed=1)
+    sgd = fedsgd(p, 400, 0.5, seed=1)
+    avg = fedavg(p, 400, 0.5, local_steps=1, seed=1)
     for tr in (rep, sgd, avg):
         assert tr.status == "completed", tr.method
         assert tr.loss[-1] == pytest.approx(floor, abs=1e-8), tr.method

@@ -20,7 +20,7 @@ def test_named_streams_are_deterministic_and_independent():
 
 def test_same_int_seed_for_problem_and_algorithm_does_not_replay_the_truth():
     # Before named streams, seed=0 for both made the random init equal to B* (distance 0).
-    prob = multitask_linear(20, 2, 30, seed=0)
+    prob = multitask_linear(d=20, rank=2, n_clients=30, seed=0)
     tr = fedrep(prob, 1, 0.1, init="random", seed=0)
     assert tr.distance[0] > 0.5
 
@@ -57,10 +57,10 @@ def test_algorithms_name_the_problem_type_they_need():
     from lowrank_fl.problems import MultitaskProblem
     with pytest.raises(TypeError, match=r"problem must be a MultitaskProblem \(lowrank_fl.problems.multitask\), got str"):
         check_instance("x", "problem", MultitaskProblem)
-    prob = multitask_linear(10, 2, 5, seed=0)
+    prob = multitask_linear(d=10, rank=2, n_clients=5, seed=0)
     with pytest.raises(TypeError, match="problem must be an UnderparameterizedProblem"):
         flute(prob, 1, 0.1)
     with pytest.raises(TypeError, match="problem must be a RankOneLoRAProblem"):
         rolora(prob, 1, 0.1)
     with pytest.raises(TypeError, match="problem must be a MultitaskProblem"):
-        fedavg("not a problem", 1, 1, 0.1)
+        fedavg("not a problem", 1, 0.1, local_steps=1)

@@ -26,7 +26,8 @@ A claim is data plus one experiment::
   index beyond every grid (e.g. ``ctx.seed(99, 0)``).
 * Keyword options of the experiment (``algorithm=...`` above) are the injection points through
   which tests feed a deliberately broken variant and check that the verdict turns to "fails".
-* ``ctx.save_figure(fig)`` stores a matplotlib figure for the report and returns its relative path.
+* ``ctx.save_figure(fig, title=...)`` stores a matplotlib figure for the report (PNG and SVG, in the
+  style of :mod:`verify.plotting`) and returns its relative path.
 
 Rules the machinery enforces (issue 9 §1):
 
@@ -61,7 +62,7 @@ import numpy as np
 __all__ = [
     "KINDS", "VERDICTS", "SCALES", "PAPERS",
     "Evidence", "Claim", "Omitted", "Context",
-    "claim", "omit", "REGISTRY", "OMITTED", "verdict_from",
+    "claim", "omit", "REGISTRY", "OMITTED", "verdict_from", "jsonable",
     "SOLVES_KEY", "CONVERGED_STATUSES", "UNCOUNTED_KINDS", "solve_record", "summarize_solves",
     "enforce_rules",
 ]
@@ -154,22 +155,35 @@ def _pop_solves(result: Any, sink: list) -> Any:
     return result
 
 
-def _jsonable(x: Any) -> Any:
-    """Convert numpy scalars/arrays (and nested containers) to plain JSON types."""
+def jsonable(x: Any, nonfinite: dict | None = None, path: str = "") -> Any:
+    """Convert numpy scalars/arrays (and nested containers) to plain JSON types.
+
+    Non-finite floats become ``None`` (JSON ``null``); when ``nonfinite`` is a dict, each one is
+    recorded there as ``{json_pointer: "inf" | "-inf" | "nan"}``, the pointer (RFC 6901) relative to
+    ``x`` and prefixed with ``path``, so a reader of the JSON knows what the ``null`` stood for.
+    """
     if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v, nonfinite, f"{path}/{_pointer_token(k)}") for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
+        return [jsonable(v, nonfinite, f"{path}/{i}") for i, v in enumerate(x)]
     if isinstance(x, np.ndarray):
-        return _jsonable(x.tolist())
+        return jsonable(x.tolist(), nonfinite, path)
     if isinstance(x, (np.bool_, bool)):
         return bool(x)
     if isinstance(x, np.integer):
         return int(x)
     if isinstance(x, (np.floating, float)):
         v = float(x)
-        return v if np.isfinite(v) else str(v)
+        if np.isfinite(v):
+            return v
+        if nonfinite is not None:
+            nonfinite[path] = str(v)
+        return None
     return x
+
+
+def _pointer_token(key: Any) -> str:
+    return str(key).replace("~", "~0").replace("/", "~1")
 
 
 @dataclass(frozen=True)
@@ -225,13 +239,19 @@ class Evidence:
             raise ValueError("summary must be a non-empty string")
 
     def to_dict(self) -> dict:
+        """JSON-able dict; non-finite numbers are ``null`` and listed in ``nonfinite``
+        (JSON pointer relative to this dict -> ``"inf"``, ``"-inf"`` or ``"nan"``). ``solves``,
+        ``baselines`` and ``relaxations`` appear only when used (older JSON stays as it was)."""
+        nonfinite: dict = {}
         d = {"verdict": self.verdict, "summary": self.summary, "measured": self.measured,
              "predicted": self.predicted, "table": self.table, "figure": self.figure,
              "seeds": self.seeds, "seconds": self.seconds, "notes": self.notes}
-        for name in ("solves", "baselines", "relaxations"):      # only when used: older JSON stays
+        for name in ("solves", "baselines", "relaxations"):
             if getattr(self, name):
                 d[name] = getattr(self, name)
-        return _jsonable(d)
+        out = jsonable(d, nonfinite)
+        out["nonfinite"] = nonfinite
+        return out
 
 
 @dataclass(frozen=True)
@@ -270,7 +290,10 @@ class Claim:
         non-converged one, or a failed baseline check, turns a "holds" (or "erratum confirmed")
         into "inconclusive" (:func:`enforce_rules`).
         """
+        from .plotting import use_style
+
         ctx = (ctx or Context()).for_claim(self.id)
+        use_style()  # figures drawn by the experiment get the report's style
         start = time.perf_counter()
         evidence = self.experiment(ctx, **options)
         if not isinstance(evidence, Evidence):
@@ -312,7 +335,7 @@ def enforce_rules(evidence: Evidence) -> Evidence:
 
 @dataclass(frozen=True)
 class Omitted:
-    """A claim from the notes that the toolkit does not check, with the reason."""
+    """A claim of a paper that the toolkit does not check, with the reason."""
 
     id: str
     paper: str
@@ -435,18 +458,24 @@ class Context:
         out = self.sweep.map(task, grid, seeds, label=self.claim_id)
         return [[_pop_solves(r, self.solves) for r in row] for row in out]
 
-    def save_figure(self, fig, name: str | None = None) -> str | None:
-        """Save a matplotlib figure as ``figures/<name or claim id>.png``; returns the relative path.
+    def save_figure(self, fig, name: str | None = None, *, title: str | None = None) -> str | None:
+        """Save a matplotlib figure as ``figures/<name or claim id>.png`` and ``.svg``.
 
-        Without an output directory the figure is closed and ``None`` returned.
+        :func:`verify.plotting.save` gives it the report's style, a title naming the claim
+        (``"<claim id>: <title>"``, or the claim id before the figure's own suptitle), legible log
+        ticks and markers for off-scale points. Returns the PNG's path relative to the output
+        directory; without an output directory the figure is closed and ``None`` returned.
         """
         import matplotlib.pyplot as plt
 
+        from .plotting import save
+
         path = None
         if self.out_dir is not None:
-            rel = Path("figures") / f"{(name or self.claim_id).replace('/', '_')}.png"
-            (Path(self.out_dir) / rel).parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(Path(self.out_dir) / rel, dpi=110, bbox_inches="tight")
+            stem = (name or self.claim_id).replace("/", "_")
+            rel = Path("figures") / f"{stem}.png"
+            heading = self.claim_id if not title else f"{self.claim_id}: {title}"
+            save(fig, Path(self.out_dir) / rel, title=heading or None)
             path = rel.as_posix()
         plt.close(fig)
         return path

@@ -1,27 +1,50 @@
-"""Command-line interface of the verifier: ``lowrank-fl verify | claims | conditions``.
+"""The ``lowrank-fl`` command: the library's sub-commands plus the verifier's ``verify | claims |
+conditions``.
 
-``python -m verify ARGS`` is the same as ``lowrank-fl verify ARGS``.
+The console script lives here, above the library: :func:`build_parser` adds the library's own
+sub-commands (:func:`lowrank_fl.cli.add_library_parsers`) and the verifier's (:func:`add_parsers`),
+so ``lowrank_fl`` never imports ``verify``. ``python -m verify ARGS`` is the same as
+``lowrank-fl verify ARGS``.
 
 Defaults of ``verify``: scale ``quick``, backend ``loky`` on all cores (``dask`` when
 ``--scheduler`` is given), base seed 0, and the task cache in ``$LOWRANK_FL_CACHE`` if set, else
 ``$XDG_CACHE_HOME/lowrank_fl/verify`` (``~/.cache/lowrank_fl/verify``). The cache is keyed by claim,
 task, parameters, seed and code version, so one cache serves every report directory and an
-interrupted run resumes where it stopped; ``--no-cache`` turns it off.
+interrupted run resumes where it stopped; ``--no-cache`` turns it off, ``--refresh`` recomputes
+and ``lowrank-fl cache clear`` empties it.
+
+Before the first claim, ``verify`` checks its set-up (backend, scheduler, cache, ``--out``) and
+stops with exit status 2 on a problem. The report is written into a staging directory next to
+``--out`` and swapped in at the end: ``--out`` must be new or empty, or hold a previous report and
+``--overwrite`` be given (its old contents are then replaced, stale figures included). Exit
+status: 0; 1 when an experiment raised, or with ``--strict`` when a claim fails; 2 for a set-up
+error; 130 after Ctrl-C (rerunning the same command resumes from the cache).
+
+Progress: with a terminal on stdout and stderr, tqdm bars per map of tasks; otherwise one log line
+per claim on stderr.
 """
 from __future__ import annotations
 
 import argparse
 import ast
+import inspect
 import json
+import logging
 import os
 import sys
 import time
 from pathlib import Path
 
 from .claim import OMITTED, PAPERS, REGISTRY, SCALES, Context
-from .sweep import BACKENDS, Sweep
+from .sweep import BACKENDS, SetupError, Sweep
 
-__all__ = ["add_parsers", "main", "default_cache_dir", "build_verify_parser"]
+log = logging.getLogger("verify")
+
+__all__ = ["add_parsers", "main", "lowrank_fl_main", "build_parser", "default_cache_dir",
+           "build_verify_parser", "EXIT_EXPERIMENT"]
+
+#: Exit status of ``verify`` when an experiment raised (or, with ``--strict``, a claim fails).
+EXIT_EXPERIMENT = 1
 
 
 def default_cache_dir() -> Path:
@@ -46,20 +69,42 @@ def _add_verify_arguments(p: argparse.ArgumentParser) -> None:
                    help="dask scheduler address (implies --backend dask); without it the dask "
                         "backend starts a local cluster")
     cache = p.add_mutually_exclusive_group()
-    cache.add_argument("--cache", type=Path, metavar="DIR",
+    cache.add_argument("--cache", type=_directory, metavar="DIR",
                        help=f"task cache directory (default: {default_cache_dir()})")
     cache.add_argument("--no-cache", action="store_true", help="do not cache (nor resume) tasks")
-    p.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
+    p.add_argument("--refresh", action="store_true",
+                   help="recompute every task of the selected claims and overwrite its cache entry")
+    p.add_argument("--seed", type=_seed, default=0, help="base seed, an int >= 0 (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--strict", action="store_true",
-                   help="exit with status 1 if a claim fails or its experiment raises")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR",
-                   help="report directory (README.md, index.html, figures/, results.json)")
+                   help="also exit with status 1 when a claim fails (an experiment that raises "
+                        "always does)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="report directory (README.md, index.html, figures/, results.json); new "
+                        "or empty unless --overwrite")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the previous report in --out (files it does not rewrite are removed)")
     p.set_defaults(handler=cmd_verify)
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an int >= 0, got {value}")
+    return value
+
+
+def _directory(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a directory, got ''")
+    return Path(text)
+
+
 def add_parsers(subparsers) -> None:
-    """Add ``verify``, ``claims`` and ``conditions`` to the ``lowrank-fl`` sub-command parsers."""
+    """Add ``verify``, ``claims``, ``conditions`` and ``cache`` to the ``lowrank-fl`` sub-commands."""
     _add_verify_arguments(subparsers.add_parser(
         "verify", help="run the papers' claims and write a report",
         description="Run the verifier's claims and write README.md, index.html, figures/ and "
@@ -72,12 +117,27 @@ def add_parsers(subparsers) -> None:
     p = subparsers.add_parser("conditions", help="evaluate a paper's theorem conditions on an instance")
     p.add_argument("paper", help=f"one of {', '.join(PAPERS)}")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--instance", type=Path, metavar="FILE.npz", help="instance arrays (npz)")
+    src.add_argument("--instance", metavar="FILE.npz", help="instance arrays (npz)")
     src.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                     help="parameter of the module's generate() (repeatable)")
-    p.add_argument("--seed", type=int, default=0, help="seed of generate() (default: 0)")
+                     help="parameter of the paper's generate() (repeatable; --list-params lists them)")
+    src.add_argument("--list-params", action="store_true",
+                     help="list the parameters --param accepts for this paper, with defaults")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of generate() (default: 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=cmd_conditions)
+    p = subparsers.add_parser("cache", help="manage the verifier's task cache")
+    csub = p.add_subparsers(dest="cache_command", required=True)
+    clear = csub.add_parser("clear", help="delete cached task results",
+                            description="Delete the task cache (or the entries of some claims).")
+    clear.add_argument("--cache", type=_directory, metavar="DIR",
+                       help=f"task cache directory (default: {default_cache_dir()})")
+    clear.add_argument("--claim", action="append", metavar="ID",
+                       help="only the entries of this claim id (repeatable)")
+    clear.set_defaults(handler=cmd_cache_clear)
+
+    from .report.diff import add_parser as add_report_parser
+
+    add_report_parser(subparsers)  # lowrank-fl report diff A/results.json B/results.json
 
 
 def build_verify_parser(prog: str = "python -m verify") -> argparse.ArgumentParser:
@@ -107,6 +167,15 @@ def _print_table(header, rows, file=None) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip(), file=file)
 
 
+def _generate_parameters(generate) -> dict:
+    """``{name: default}`` of the keyword parameters ``--param`` can set (all but ``seed``)."""
+    out = {}
+    for p in inspect.signature(generate).parameters.values():
+        if p.name != "seed" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            out[p.name] = "(required)" if p.default is p.empty else repr(p.default)
+    return out
+
+
 def _parse_param(text: str):
     name, sep, value = text.partition("=")
     if not sep or not name.strip().isidentifier():
@@ -119,50 +188,135 @@ def _parse_param(text: str):
 
 
 # ----------------------------------------------------------------------------- handlers
-def cmd_verify(args) -> int:
-    """Handler of ``lowrank-fl verify``."""
-    from .report.write import write_report
-    from .runner import run_claims, select_claims
+class _StderrHandler(logging.Handler):
+    """Log lines on the current ``sys.stderr``, through tqdm when bars may be on screen."""
+
+    def __init__(self, through_tqdm: bool):
+        super().__init__()
+        self.through_tqdm = through_tqdm
+
+    def emit(self, record):
+        message = self.format(record)
+        if self.through_tqdm:
+            from tqdm.auto import tqdm
+
+            tqdm.write(message, file=sys.stderr)
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+
+def _interactive() -> bool:
+    return all(getattr(f, "isatty", lambda: False)() for f in (sys.stdout, sys.stderr))
+
+
+def _setup_logging(bars: bool) -> None:
+    for handler in [h for h in log.handlers if isinstance(h, _StderrHandler)]:
+        log.removeHandler(handler)
+    handler = _StderrHandler(through_tqdm=bars)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
+
+
+def _setup(args):
+    """Every check that can fail before the first claim; returns (claims, backend, staging, sweep)."""
+    from lowrank_fl.files import discard_staging, stage_output_dir
+
+    from .runner import select_claims
 
     backend = args.backend or ("dask" if args.scheduler else "loky")
     if args.scheduler and backend != "dask":
         raise ValueError(f"--scheduler needs --backend dask, got --backend {backend}")
-    _load_claims(args.paper)
-    claims = select_claims(papers=args.paper, ids=args.claim)
-    if not claims:
-        raise ValueError("no claims selected (is any claims module written yet?)")
-    cache_dir = None if args.no_cache else (args.cache or default_cache_dir())
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(f"verify: {len(claims)} claims at scale {args.scale}, backend {backend}"
-          f" (jobs {args.jobs}), cache {cache_dir or 'off'}", file=sys.stderr)
+    if args.no_cache and args.refresh:
+        raise ValueError("--refresh needs the cache; drop --no-cache")
+    # --out first: it is the cheapest check and the one most often wrong
+    staging = stage_output_dir(args.out, overwrite=args.overwrite, marker="results.json")
+    sweep = None
+    try:
+        _load_claims(args.paper)
+        claims = select_claims(papers=args.paper, ids=args.claim)
+        if not claims:
+            raise ValueError("no claims selected (is any claims module written yet?)")
+        cache_dir = None if args.no_cache else (args.cache or default_cache_dir())
+        bars = not args.no_progress and _interactive()
+        sweep = Sweep(backend=backend, n_jobs=args.jobs, cache_dir=cache_dir,
+                      scheduler=args.scheduler, progress=bars, refresh=args.refresh)
+        sweep.prepare()
+    except BaseException:
+        if sweep is not None:
+            sweep.close()
+        discard_staging(staging)
+        raise
+    return claims, backend, staging, sweep
 
-    def log(k, n, c, e):
-        print(f"[{k}/{n}] {c.id}: {e.verdict} ({e.seconds:.1f} s) - {e.summary}", file=sys.stderr)
+
+def cmd_verify(args) -> int:
+    """Handler of ``lowrank-fl verify``."""
+    from threadpoolctl import threadpool_limits
+
+    from lowrank_fl.files import commit_output_dir, discard_staging
+
+    from .report.write import write_report
+    from .runner import ERROR_PREFIX, run_claims
+
+    _setup_logging(bars=not args.no_progress and _interactive())
+    claims, backend, staging, sweep = _setup(args)
+    cache_dir = sweep.cache_dir
+    log.info("verify: %d claims at scale %s, backend %s (jobs %s), cache %s%s", len(claims),
+             args.scale, backend, args.jobs, cache_dir or "off", " (refresh)" if args.refresh else "")
+
+    def on_result(k, n, c, e):
+        log.info("[%d/%d] %s: %s (%.1f s) - %s", k, n, c.id, e.verdict, e.seconds, e.summary)
 
     start = time.perf_counter()
-    with Sweep(backend=backend, n_jobs=args.jobs, cache_dir=cache_dir, scheduler=args.scheduler,
-               progress=not args.no_progress) as sweep:
-        ctx = Context(scale=args.scale, sweep=sweep, out_dir=out, base_seed=args.seed)
-        results = run_claims(claims, ctx, on_result=log)
-        executed, reused = sweep.executed, sweep.reused
-    papers = set(args.paper or PAPERS)
-    omitted = [o for o in OMITTED.values() if o.paper in papers]
-    paths = write_report(results, out, args.scale, omitted, meta={
-        "base_seed": args.seed, "backend": backend,
-        "total_seconds": round(time.perf_counter() - start, 2),
-        "tasks": {"executed": executed, "from_cache": reused}})
+    try:
+        # tasks pin their own threads; the claims' own numerics run here, pinned the same way
+        with sweep, threadpool_limits(limits=1):
+            ctx = Context(scale=args.scale, sweep=sweep, out_dir=staging, base_seed=args.seed)
+            results = run_claims(claims, ctx, on_result=on_result)
+        papers = set(args.paper or PAPERS)
+        omitted = [o for o in OMITTED.values() if o.paper in papers]
+        paths = write_report(results, staging, args.scale, omitted, meta={
+            "base_seed": args.seed, "backend": backend,
+            "total_seconds": round(time.perf_counter() - start, 2),
+            "tasks": {"executed": sweep.executed, "from_cache": sweep.reused}})
+        out = commit_output_dir(staging, args.out)
+    except KeyboardInterrupt:
+        discard_staging(staging)
+        hint = (f"rerun the same command to resume from the cache ({cache_dir})" if cache_dir
+                else "nothing was cached (--no-cache)")
+        print(f"\nverify: interrupted; no report written; {hint}", file=sys.stderr)
+        return 130
+    except BaseException:
+        discard_staging(staging)
+        raise
     for key in ("markdown", "html", "json"):
-        print(paths[key])
-    verdicts = [e.verdict for _, e in results]
-    from .report._common import totals
+        print(Path(args.out) / Path(paths[key]).resolve().relative_to(Path(staging).resolve()))
+    counts = {v: sum(e.verdict == v for _, e in results)
+              for v in ("holds", "fails", "inconclusive", "erratum confirmed")}
+    errors = [c.id for c, e in results if e.summary.startswith(ERROR_PREFIX)]
+    log.info("verify: %d holds, %d fails, %d inconclusive (%d errors), %d erratum confirmed; "
+             "%d tasks run, %d from cache%s; report in %s", counts["holds"], counts["fails"],
+             counts["inconclusive"], len(errors), counts["erratum confirmed"], sweep.executed,
+             sweep.reused, f", {sweep.invalid} invalid entries recomputed" if sweep.invalid else "",
+             out)
+    if errors:
+        log.info("verify: experiments raised in %s (exit status %d)", ", ".join(errors), EXIT_EXPERIMENT)
+        return EXIT_EXPERIMENT
+    if args.strict and counts["fails"]:
+        return EXIT_EXPERIMENT
+    return 0
 
-    t = totals(results)
-    print(f"verify: {t['holds']} holds, {t['fails']} fails, {t['inconclusive']} inconclusive "
-          f"({t['errors']} errors), {t['erratum confirmed']} erratum confirmed; "
-          f"{executed} tasks run, {reused} from cache", file=sys.stderr)
-    if args.strict and ("fails" in verdicts or t["errors"]):
-        return 1
+
+def cmd_cache_clear(args) -> int:
+    """Handler of ``lowrank-fl cache clear``."""
+    from .cache import clear_cache, safe_name
+
+    cache_dir = args.cache or default_cache_dir()
+    labels = None if not args.claim else [safe_name(c) for c in args.claim]
+    removed = clear_cache(cache_dir, labels)
+    print(f"cache clear: removed {removed} entries from {cache_dir}")
     return 0
 
 
@@ -199,7 +353,7 @@ def cmd_conditions(args) -> int:
     import numpy as np
 
     from .conditions import Condition
-    from .report._common import fmt
+    from .report.values import fmt
     from .runner import load_modules
 
     if args.paper not in PAPERS:
@@ -209,21 +363,31 @@ def cmd_conditions(args) -> int:
     for fn in ("generate", "evaluate"):
         if not callable(getattr(module, fn, None)):
             raise ValueError(f"verify.conditions.{args.paper} has no {fn}() function")
+    accepted = _generate_parameters(module.generate)
+    if args.list_params:
+        _print_table(["parameter", "default"], [[k, v] for k, v in accepted.items()])
+        return 0
     if args.instance is not None:
-        if not Path(args.instance).is_file():
-            raise FileNotFoundError(f"--instance file {args.instance} does not exist")
-        with np.load(args.instance, allow_pickle=False) as data:
-            instance = {k: (data[k].item() if data[k].ndim == 0 else data[k]) for k in data.files}
+        from lowrank_fl.files import load_npz
+
+        data = load_npz(args.instance, option="--instance")
+        instance = {k: (v.item() if v.ndim == 0 else v) for k, v in data.items()}
     else:
-        instance = module.generate(seed=args.seed, **dict(_parse_param(t) for t in args.param))
+        params = dict(_parse_param(t) for t in args.param)
+        unknown = sorted(set(params) - set(accepted))
+        if unknown and not any(p.kind == p.VAR_KEYWORD
+                               for p in inspect.signature(module.generate).parameters.values()):
+            raise ValueError(f"unknown --param {unknown[0]!r} for {args.paper}; accepted: "
+                             f"{', '.join(accepted) or 'none'}")
+        instance = module.generate(seed=args.seed, **params)
     conditions = list(module.evaluate(instance))
     bad = [type(c).__name__ for c in conditions if not isinstance(c, Condition)]
     if bad:
         raise TypeError(f"verify.conditions.{args.paper}.evaluate returned {bad[0]}, expected Condition")
     if args.json:
-        from .claim import _jsonable
+        from .claim import jsonable
 
-        print(json.dumps([_jsonable(vars(c)) for c in conditions], indent=1))
+        print(json.dumps([jsonable(vars(c)) for c in conditions], indent=1))
         return 0
     holds = {True: "yes", False: "NO", None: "-"}
     _print_table(["theorem", "condition", "value", "required", "holds", "note"],
@@ -232,11 +396,30 @@ def cmd_conditions(args) -> int:
     return 0
 
 
+def build_parser(prog: str = "lowrank-fl") -> argparse.ArgumentParser:
+    """Parser of the ``lowrank-fl`` command: the library's sub-commands and the verifier's."""
+    from lowrank_fl.cli import add_library_parsers, add_version_argument
+
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Federated low-rank learning: CLAIR fits and the papers' verifier.")
+    add_version_argument(parser)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_library_parsers(sub)
+    add_parsers(sub)
+    return parser
+
+
+def lowrank_fl_main(argv=None) -> int:
+    """The ``lowrank-fl`` console script; returns the exit status."""
+    from lowrank_fl.cli import run
+
+    return run(build_parser(), argv, errors=(KeyError, SetupError))
+
+
 def main(argv=None) -> int:
     """``python -m verify`` entry point (the ``lowrank-fl verify`` command)."""
-    args = build_verify_parser().parse_args(argv)
-    try:
-        return int(args.handler(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError, KeyError) as exc:
-        print(f"python -m verify: error: {exc}", file=sys.stderr)
-        return 2
+    from lowrank_fl.cli import add_version_argument, run
+
+    parser = build_verify_parser()
+    add_version_argument(parser)
+    return run(parser, argv, errors=(KeyError, SetupError))

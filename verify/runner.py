@@ -2,7 +2,11 @@
 
 A claim whose experiment raises does not stop the run: it becomes Evidence with verdict
 "inconclusive", a summary ``"experiment raised <Type>: <message>"`` and the traceback in the notes,
-so the report shows it.
+so the report shows it (and the command exits non-zero). Before that, a claim that raised after
+reading task results from the cache is run once more with those tasks recomputed (an entry that
+passed validation but does not fit the experiment must not make a claim permanently
+inconclusive). Setup errors (:class:`verify.sweep.SetupError`: backend, scheduler, cache, stale
+workers) are not evidence: they stop the run.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .claim import PAPERS, REGISTRY, Claim, Context, Evidence
+from .sweep import SetupError
 
 __all__ = ["load_modules", "select_claims", "run_claims", "ERROR_PREFIX"]
 
@@ -99,6 +104,24 @@ def _error_evidence(exc: BaseException, seconds: float) -> Evidence:
         seconds=round(seconds, 3))
 
 
+def _run_one(c: Claim, ctx: Context, options) -> Evidence:
+    """``c.run``; if it raises after tasks came from the cache, once more recomputing them."""
+    sweep = ctx.sweep
+    reused_before = getattr(sweep, "reused", 0)
+    try:
+        return c.run(ctx, **options)
+    except SetupError:
+        raise
+    except Exception:
+        if getattr(sweep, "reused", 0) == reused_before or getattr(sweep, "refresh", True):
+            raise
+    sweep.refresh = True
+    try:
+        return c.run(ctx, **options)
+    finally:
+        sweep.refresh = False
+
+
 def run_claims(claims: Sequence[Claim], ctx: Context | None = None, *,
                on_result: Callable[[int, int, Claim, Evidence], None] | None = None,
                **options) -> list[tuple[Claim, Evidence]]:
@@ -124,7 +147,9 @@ def run_claims(claims: Sequence[Claim], ctx: Context | None = None, *,
     for k, c in enumerate(claims, 1):
         start = time.perf_counter()
         try:
-            evidence = c.run(ctx, **options)
+            evidence = _run_one(c, ctx, options)
+        except SetupError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the run continues, the report shows the error
             evidence = _error_evidence(exc, time.perf_counter() - start)
         results.append((c, evidence))

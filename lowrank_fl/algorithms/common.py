@@ -16,7 +16,8 @@ import numpy as np
 
 from ..validation import check_choice, check_int
 
-__all__ = ["DATA_REGIMES", "MAX_LOCAL_STEPS", "resolve_data", "check_local_steps",
+__all__ = ["DATA_REGIMES", "MAX_LOCAL_STEPS", "resolve_data", "check_local_steps", "deprecated_keywords",
+           "participation_to_clients", "fresh_samples_to_data",
            "check_clients_per_round", "choose_clients"]
 
 DATA_REGIMES = ("population", "fixed", "fresh")
@@ -75,3 +76,37 @@ def choose_clients(rng: np.random.Generator, n_clients: int, clients_per_round: 
     if clients_per_round >= n_clients:
         return None
     return np.sort(rng.choice(n_clients, size=clients_per_round, replace=False))
+
+
+def deprecated_keywords(method: str, given: dict, renames: dict) -> dict:
+    """Check the ``**deprecated`` keywords a function received against its table of old names.
+
+    ``renames`` maps an old keyword to its new name. Each old keyword given issues a
+    ``DeprecationWarning`` naming the new one (the old names stay for one release); an unknown
+    keyword raises ``TypeError`` exactly as Python would. Returns ``given`` (old name → value).
+    """
+    for old in given:
+        if old not in renames:
+            raise TypeError(f"{method}() got an unexpected keyword argument {old!r}")
+    for old in given:
+        warnings.warn(f"{method}(): the keyword {old!r} is deprecated and will be removed in the "
+                      f"next release; use {renames[old]!r} instead", DeprecationWarning, stacklevel=3)
+    return given
+
+
+def participation_to_clients(participation, n_clients: int) -> int:
+    """The old participation *fraction* ``r`` as a client count: ``round(r n)``, at least 1."""
+    from ..validation import check_in_interval
+    r = check_in_interval(participation, "participation", 0.0, 1.0, closed="right")
+    return max(1, int(round(r * n_clients)))
+
+
+def fresh_samples_to_data(fresh_samples, *, has_samples: bool) -> str:
+    """The old ``fresh_samples`` bool as a ``data`` regime: False → ``"fixed"``; True →
+    ``"fresh"`` when a batch size is known (``has_samples``), else ``"population"`` (the old
+    behaviour of a fresh-sample run without any sample size)."""
+    if not isinstance(fresh_samples, (bool, np.bool_)):
+        raise TypeError(f"fresh_samples must be a bool, got {fresh_samples!r}")
+    if not fresh_samples:
+        return "fixed"
+    return "fresh" if has_samples else "population"

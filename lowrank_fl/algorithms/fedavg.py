@@ -6,14 +6,15 @@ representation learning". One *global* pair ``(B, w)`` (``B`` (d, k), ``w`` (k,)
 
 * :func:`fedavg` -- eqs. (2)-(3) as analysed in App. B.1: each of the m sampled clients runs
   ``tau`` simultaneous gradient steps on ``(B, w)`` with one step size alpha (``s = 0..tau-1``; the
-  paper's "s = 1..tau-1" in (2) is an off-by-one, notes Sec. 3.9), then the server averages both
+  paper's "s = 1..tau-1" in (2) is an off-by-one: App. B.1 runs tau steps), then the server averages both
   ``B`` and ``w`` with equal weights. Population gradients (the theory and the Sec. 5.1 experiment)
   use ``f_i = 1/2 ||B w - B* w_i*||^2``; the finite-sample mode uses full-batch gradients of
   ``f_i = 1/(2 n) sum_j (y_ij - <B w, x_ij>)^2`` (eq. (5)).
 * :func:`dgd` -- the named special case ``tau = 1``, full participation (eq. (70)); the paper's
   experiments call it "D-SGD".
 * :func:`fine_tune` -- a new client (eq. (4), App. C.1): full ``(B, w)`` gradient descent (200 steps,
-  lr 0.01, the paper's) and head-only least squares on ``orth(B)`` (notes Sec. 6.4), both reported.
+  lr 0.01, the paper's) and head-only least
+  squares on ``orth(B)`` (only the head moves), both reported.
 
 Batching: the local models of all sampled clients differ from the global ``B_t`` by a rank-<= s
 update, ``B_{t,i,s} = B_t - alpha sum_{r<s} g_{t,i,r} w_{t,i,r}^T`` (``g`` the gradient with respect
@@ -25,7 +26,9 @@ steps ``r < s`` with one batched einsum), not over clients. With
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,21 +38,30 @@ from ..exact.fedavg_ft import head_only_least_squares
 from ..linalg import orth
 from ..problems.fedavg_ft import new_client, paper_init
 from ..problems.multitask import MultitaskProblem
-from ..results import Trace
+from ..results import ConvergenceWarning, Trace
+from .common import (MAX_LOCAL_STEPS, check_clients_per_round, check_local_steps, choose_clients,
+                     deprecated_keywords, resolve_data)
 from .recorder import TraceRecorder
 
-__all__ = ["fedavg", "dgd", "fedavg_round", "fine_tune", "FineTuneResult", "MAX_LOCAL_STEPS"]
+__all__ = ["fedavg", "dgd", "fedavg_round", "FedAvgRound", "fine_tune", "FineTuneResult",
+           "MAX_LOCAL_STEPS"]
 
-#: Upper bound on tau: beyond it a round is effectively local training to convergence and the
-#: (m, tau, d) local path would dominate memory; use more rounds instead.
-MAX_LOCAL_STEPS = 10_000
-MODES = ("population", "empirical")
+_MODES = {"population": "population", "empirical": "fixed"}     # the old ``mode`` values
+
+
+class FedAvgRound(NamedTuple):
+    """One FedAvg round: the new global ``B`` (d, k) and ``w`` (k,); ``path`` the local path
+    (dict, see :func:`fedavg_round`) or ``None`` without ``return_path``."""
+
+    B: np.ndarray
+    w: np.ndarray
+    path: dict | None = None
 
 
 # ----------------------------------------------------------------------------- one round
-def fedavg_round(B, w, local_steps: int, step_size: float, *, targets=None, X=None, y=None,
-                 gram=None, return_path: bool = False):
-    """One FedAvg round on m clients (App. B.1, Sec. 2.2 of the notes), batched over clients.
+def fedavg_round(B, w, step_size: float, *, local_steps: int = 1, targets=None, X=None, y=None,
+                 gram=None, return_path: bool = False) -> FedAvgRound:
+    """One FedAvg round on m clients (eqs. (2)-(3) as analysed in App. B.1), batched over clients.
 
     For each client ``i`` and ``s = 0..tau-1`` (simultaneous update from the old ``(B, w)``)::
 
@@ -62,10 +74,10 @@ def fedavg_round(B, w, local_steps: int, step_size: float, *, targets=None, X=No
     ----------
     B : ndarray, shape (d, k);  w : ndarray, shape (k,)
         Global model ``(B_t, w_t)``, ``k < d``.
-    local_steps : int
-        tau >= 1.
     step_size : float
         alpha > 0.
+    local_steps : int
+        tau >= 1 (keyword).
     targets : ndarray, shape (m, d), optional
         Population mode: the clients' ``beta_i* = B* w_i*``.
     X : ndarray, shape (m, n, d);  y : ndarray, shape (m, n), optional
@@ -79,8 +91,8 @@ def fedavg_round(B, w, local_steps: int, step_size: float, *, targets=None, X=No
 
     Returns
     -------
-    B_next : ndarray, shape (d, k);  w_next : ndarray, shape (k,)
-    path : dict (only with ``return_path``)
+    FedAvgRound
+        ``B`` (d, k), ``w`` (k,), ``path`` (dict with ``return_path``, else None).
     """
     B = as_float_array(B, "B", ndim=2)
     d, k = B.shape
@@ -88,7 +100,7 @@ def fedavg_round(B, w, local_steps: int, step_size: float, *, targets=None, X=No
         raise ValueError(f"B must have fewer columns than rows (k < d, a low-rank representation), "
                          f"got shape {B.shape}")
     w = as_float_array(w, "w", shape=(k,))
-    tau = check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
+    tau = check_local_steps(local_steps)
     alpha = check_positive(step_size, "step_size")
     if (targets is None) == (X is None):
         raise ValueError("give either targets (population mode) or X and y (finite-sample mode), "
@@ -102,7 +114,7 @@ def fedavg_round(B, w, local_steps: int, step_size: float, *, targets=None, X=No
         y = as_float_array(y, "y", shape=X.shape[:2])
         if gram is not None:
             gram = as_float_array(gram, "gram", shape=(X.shape[0], X.shape[1], X.shape[1]))
-    return _round(B, w, tau, alpha, targets, X, y, gram, return_path)
+    return FedAvgRound(*_round(B, w, tau, alpha, targets, X, y, gram, return_path))
 
 
 def _round(B, w, tau, alpha, targets, X, y, gram, return_path):
@@ -202,7 +214,7 @@ def _initial(init, problem, alpha, rng):
     d, k = problem.d, problem.k
     if isinstance(init, str):
         check_choice(init, "init", ("paper",))
-        return paper_init(d, k, alpha, rng)
+        return paper_init(d=d, rank=k, step_size=alpha, seed=rng)
     if not isinstance(init, (tuple, list)) or len(init) != 2:
         raise TypeError(f"init must be 'paper' or a pair (B0, w0), got {type(init).__name__}")
     B0 = as_float_array(init[0], "init B0", shape=(d, k))
@@ -212,33 +224,44 @@ def _initial(init, problem, alpha, rng):
 
 
 # ----------------------------------------------------------------------------- FedAvg
-def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: float, *,
-           clients_per_round: int | None = None, init="paper", mode: str = "population",
-           seed=None, method: str | None = None) -> Trace:
+_FEDAVG_RENAMES = {"mode": "data"}
+
+
+def fedavg(problem: MultitaskProblem, rounds: int, step_size: float, *, data: str | None = None,
+           batch_size: int | None = None, clients_per_round: int | None = None,
+           local_steps: int = 1, init="paper", method: str | None = None, seed=None,
+           **deprecated) -> Trace:
     """FedAvg with ``tau`` local GD steps on the global ``(B, w)`` (eqs. (2)-(3), App. B.1).
 
     Parameters
     ----------
     problem : MultitaskProblem
-        ``B_star`` (d, k), ``heads`` (M, k); ``X`` (M, n, d) / ``y`` (M, n) for ``mode="empirical"``.
+        ``B_star`` (d, k), ``heads`` (M, k); ``X`` (M, n, d) / ``y`` (M, n) for ``data="fixed"``.
     rounds : int
         T >= 0 (``T = 0``: the trace of the initialization).
-    local_steps : int
-        tau, ``1 <= tau <= MAX_LOCAL_STEPS`` (10 000); ``tau = 1`` is D-GD.
     step_size : float
         alpha > 0, the same for ``B`` and ``w`` (the paper has a single step size).
+    data : {"population", "fixed", "fresh"} or None
+        Population gradients (theory, Sec. 5.1), full-batch gradients of (5) on the problem's
+        dataset, or a fresh batch of ``batch_size`` samples per client per round. ``None``:
+        ``"fixed"`` if the problem carries a dataset, else ``"population"``.
+    batch_size : int, optional
+        Only with ``data="fresh"`` (default ``problem.samples_per_client``).
     clients_per_round : int, optional
         m in ``[1, M]``, sampled uniformly without replacement each round (the model of Lemma 1);
         default ``M`` (full participation, deterministic).
+    local_steps : int
+        tau, ``1 <= tau <= MAX_LOCAL_STEPS``; ``tau = 1`` is D-GD.
     init : "paper" or (B0, w0)
         ``"paper"``: ``B_0 = orth(N(0,1)^{d x k}) / sqrt(alpha)``, ``w_0 = 0`` (App. C.1, so
-        ``Delta_0 = 0``); or explicit arrays (d, k) and (k,).
-    mode : {"population", "empirical"}
-        Population gradients (theory, Sec. 5.1) or full-batch gradients of (5) on ``problem.X``.
-    seed : int or Generator
-        Draw order: the ``"paper"`` init, then the client sample of each round.
+        ``Delta_0 = 0``); or explicit arrays (d, k) and (k,) (a zero or rank-deficient ``B0``
+        raises ``ValueError`` naming ``init``).
     method : str, optional
         Name stored in the trace (default ``"fedavg[tau=...]"``).
+    seed : int or Generator
+        Draw order: the ``"paper"`` init, then the client sample (and fresh batch) of each round.
+    **deprecated
+        ``mode`` (``"population"``/``"empirical"``; use ``data="population"``/``"fixed"``).
 
     Returns
     -------
@@ -253,21 +276,32 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
         ``extra``: ``"w"`` (k,) final head, per-round ``"grad_norm"`` (Fig. 3 left formula),
         ``"w_norm"``, ``"delta_norm"`` ``||I - alpha B_t^T B_t||``, ``"complement_norm"``
         ``||(I - B* B*^T) B_t||_2`` (= ``||B*_perp^T B_t||``), and ``"empirical_loss"`` (eq. (5))
-        in the empirical mode. A NaN/inf (or a value above 1e150) stops the run with status
-        ``"diverged"``; ``B`` and ``extra["w"]`` are then the last finite iterate (round
-        ``diverged_at - 1``).
+        with ``data="fixed"``. A NaN/inf (or a value above 1e150) stops the run with status
+        ``"diverged"`` and a ``ConvergenceWarning``; ``B`` and ``extra["w"]`` are then the last
+        finite iterate (round ``diverged_at - 1``).
     """
     problem = _check_problem(problem)
+    old = deprecated_keywords("fedavg", deprecated, _FEDAVG_RENAMES)
+    if "mode" in old:
+        if data is not None:
+            raise TypeError("fedavg() got both data and its deprecated alias mode")
+        data = _MODES[check_choice(old["mode"], "mode", tuple(_MODES))]
+    if not problem.has_truth:
+        raise ValueError("fedavg records the paper's objective (7) against B* and w_i*; this "
+                         "problem was built from data and has none")
     rounds = check_int(rounds, "rounds", minimum=0)
-    tau = check_int(local_steps, "local_steps", minimum=1, maximum=MAX_LOCAL_STEPS)
+    tau = check_local_steps(local_steps)
     alpha = check_positive(step_size, "step_size")
     M = problem.n_clients
-    m = M if clients_per_round is None else check_int(clients_per_round, "clients_per_round",
-                                                      minimum=1, maximum=M)
-    check_choice(mode, "mode", MODES)
-    if mode == "empirical" and problem.X is None:
-        raise ValueError("mode='empirical' needs a problem with a fixed dataset "
-                         "(samples_per_client=...), got a population-only problem")
+    m = check_clients_per_round(clients_per_round, M)
+    mode = resolve_data(data, has_dataset=problem.X is not None, can_sample=True,
+                        batch_size=batch_size, method="fedavg")
+    n_fresh = None
+    if mode == "fresh":
+        n_fresh = problem.samples_per_client if batch_size is None else batch_size
+        if n_fresh is None:
+            raise ValueError("data='fresh' needs batch_size (the problem has no samples_per_client "
+                             "to default to)")
     rng = as_generator(seed, stream="fedavg")
     B, w = _initial(init, problem, alpha, rng)
     Bs = problem.B_star
@@ -277,10 +311,13 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
     spread = float(np.mean(np.sum((theta - target) ** 2, axis=1)))      # = gamma^2 (B* orthonormal)
     noise_term = 0.5 * problem.noise ** 2
     name = method or ("dgd" if tau == 1 and m == M else f"fedavg[tau={tau}]")
-    rec = TraceRecorder(name, rounds, truth=Bs)
+    rec = TraceRecorder(name, rounds, truth=Bs,
+                        config={"data": mode, "batch_size": n_fresh, "clients_per_round": m,
+                                "local_steps": tau,
+                                "init": init if isinstance(init, str) else "array"})
     eye = np.eye(problem.k)
     gram = None
-    if mode == "empirical" and problem.X.shape[1] <= problem.d:
+    if mode == "fixed" and problem.X.shape[1] <= problem.d:
         gram = np.einsum("mad,mbd->mab", problem.X, problem.X)     # fixed data: once per run
 
     def record(t):
@@ -295,7 +332,7 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
         rec.record_extra("w_norm", t, np.linalg.norm(w))
         rec.record_extra("delta_norm", t, np.linalg.norm(eye - alpha * B.T @ B, 2))
         rec.record_extra("complement_norm", t, np.linalg.norm(B - Bs @ (Bs.T @ B), 2))
-        if mode == "empirical":
+        if mode == "fixed":
             resid = problem.y - np.einsum("nmd,d->nm", problem.X, B @ w)
             rec.record_extra("empirical_loss", t, 0.5 * float(np.mean(resid * resid)))
         return True
@@ -305,9 +342,13 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
         if record(0):
             for t in range(1, rounds + 1):
                 B_prev, w_prev = B, w
-                idx = np.arange(M) if m == M else np.sort(rng.choice(M, size=m, replace=False))
+                sel = choose_clients(rng, M, m)
+                idx = np.arange(M) if sel is None else sel
                 if mode == "population":
                     B, w = _round(B, w, tau, alpha, theta[idx], None, None, None, False)
+                elif mode == "fresh":
+                    X, y = problem.sample(n_fresh, rng, clients=idx)
+                    B, w = _round(B, w, tau, alpha, None, X, y, None, False)
                 else:
                     B, w = _round(B, w, tau, alpha, None, problem.X[idx], problem.y[idx],
                                   None if gram is None else gram[idx], False)
@@ -318,15 +359,21 @@ def fedavg(problem: MultitaskProblem, rounds: int, local_steps: int, step_size: 
     return rec.finish(B=B, w=w)
 
 
-def dgd(problem: MultitaskProblem, rounds: int, step_size: float, *, init="paper",
-        mode: str = "population", seed=None) -> Trace:
+def dgd(problem: MultitaskProblem, rounds: int, step_size: float, *, data: str | None = None,
+        batch_size: int | None = None, init="paper", seed=None, **deprecated) -> Trace:
     """D-GD: FedAvg with one local step and full participation (eq. (70); "D-SGD" in App. C).
 
     ``B_{t+1} = B_t - alpha (B_t w_t - B* wbar*) w_t^T``, ``w_{t+1} = w_t - alpha B_t^T (B_t w_t -
-    B* wbar*)``. Same parameters and trace as :func:`fedavg` (method name ``"dgd"``).
+    B* wbar*)``. Same parameters and trace as :func:`fedavg` (method name ``"dgd"``); ``mode`` is
+    a deprecated alias of ``data``.
     """
-    return fedavg(problem, rounds, 1, step_size, clients_per_round=None, init=init, mode=mode,
-                  seed=seed, method="dgd")
+    old = deprecated_keywords("dgd", deprecated, _FEDAVG_RENAMES)
+    if "mode" in old:
+        if data is not None:
+            raise TypeError("dgd() got both data and its deprecated alias mode")
+        data = _MODES[check_choice(old["mode"], "mode", tuple(_MODES))]
+    return fedavg(problem, rounds, step_size, data=data, batch_size=batch_size, local_steps=1,
+                  clients_per_round=None, init=init, seed=seed, method="dgd")
 
 
 # ----------------------------------------------------------------------------- fine-tuning
@@ -337,7 +384,7 @@ class FineTuneResult:
     Attributes
     ----------
     head_ls_beta : ndarray, shape (d,)
-        ``Q w_hat``: head-only least squares on ``Q = orth(B)`` (closed form, notes Sec. 6.4).
+        ``Q w_hat``: head-only least squares on ``Q = orth(B)`` (closed form).
     head_ls_w : ndarray, shape (k,)
         ``w_hat`` in the basis ``Q``.
     full_B : ndarray, shape (d, k);  full_w : ndarray, shape (k,)
@@ -347,7 +394,7 @@ class FineTuneResult:
     head_ls_error, full_error : float
         ``||beta_hat - beta*||^2`` when the client's ``beta*`` is known, else ``nan``.
     status : str
-        ``"completed"`` or ``"diverged"`` (full GD).
+        ``"completed"`` or ``"diverged"`` (full GD; a ``ConvergenceWarning`` is issued).
     diverged_at : int or None
         GD step at which a non-finite value appeared.
     """
@@ -377,8 +424,9 @@ def _client_data(client):
                     f"tuple (X, y) / (X, y, beta_star), got {type(client).__name__}")
 
 
-def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01, n: int | None = None,
-              noise: float = 0.1, seed=None) -> FineTuneResult:
+def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01,
+              samples_per_client: int | None = None, noise: float = 0.1, seed=None,
+              **deprecated) -> FineTuneResult:
     """Fine-tune ``(B, w)`` on a new client's data (eq. (4); App. C.1) and, beside it, fit the head
     alone by least squares on ``orth(B)``.
 
@@ -394,18 +442,27 @@ def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01, n: int
         tau' full-batch GD iterations on ``(B, w)`` (200 in the paper).
     step_size : float
         Fine-tuning learning rate (0.01 in the paper).
-    n, noise, seed
-        Only when ``client`` is a problem: samples, noise std and seed of the drawn client.
+    samples_per_client, noise, seed
+        Only when ``client`` is a problem: samples (``n`` is a deprecated alias), noise std and
+        seed of the drawn client.
 
     Returns
     -------
     FineTuneResult
     """
+    n = deprecated_keywords("fine_tune", deprecated, {"n": "samples_per_client"}).get("n")
+    if n is not None:
+        if samples_per_client is not None:
+            raise TypeError("fine_tune() got both 'samples_per_client' and its deprecated alias 'n'")
+        samples_per_client = n
     if isinstance(client, MultitaskProblem):
-        if n is None:
-            raise ValueError("n (the new client's number of samples) is required when client is a "
-                             "MultitaskProblem")
-        client = new_client(client, n, noise=noise, seed=seed)
+        if samples_per_client is None:
+            raise ValueError("samples_per_client (the new client's number of samples) is required "
+                             "when client is a MultitaskProblem")
+        client = new_client(client, samples_per_client=samples_per_client, noise=noise, seed=seed)
+    elif samples_per_client is not None or seed is not None:
+        raise ValueError("samples_per_client and seed only apply when client is a MultitaskProblem "
+                         "(a client is drawn); got a client with its data")
     X, y, beta = _client_data(client)
     X = as_float_array(X, "X", ndim=2)
     n, d = X.shape
@@ -434,6 +491,10 @@ def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01, n: int
                 break
             g = X.T @ r / n                                   # gradient w.r.t. the product B w
             Bf, wf = Bf - lr * np.outer(g, wf), wf - lr * (Bf.T @ g)
+    if status == "diverged":
+        warnings.warn(f"fine_tune's full gradient descent diverged at step {at} (step_size="
+                      f"{lr:g}); the head-only least squares is unaffected", ConvergenceWarning,
+                      stacklevel=2)
     err = (lambda b: float(np.sum((b - beta) ** 2))) if beta is not None else (lambda b: np.nan)
     return FineTuneResult(head_ls_beta=beta_ls, head_ls_w=w_hat, full_B=Bf, full_w=wf,
                           full_loss=loss, head_ls_error=err(beta_ls),

@@ -38,7 +38,9 @@ class TraceRecorder:
     rounds : int
         Number of rounds T; arrays have T+1 entries (distance, loss) or T entries (bytes).
     truth : ndarray (d, k) or None
-        Ground-truth representation; the distance is ``subspace_distance(truth, B)``.
+        Ground-truth representation; the distance is ``subspace_distance(truth, B)``. Without a
+        truth and without explicit ``record(..., distance=...)`` values the trace's ``distance``
+        is ``None`` (a problem built from data has no distance to report).
     divergence_threshold : float
         A loss or parameter norm above this counts as divergence (besides NaN/inf).
     config : mapping, optional
@@ -61,6 +63,7 @@ class TraceRecorder:
         self.threshold = divergence_threshold
         self.diverged_at: int | None = None
         self.extra: dict[str, np.ndarray] = {}
+        self._explicit_distance = False
 
     def communicate(self, t: int, *, up: float, down: float) -> None:
         """Record ``up``/``down`` float64 *entries* sent in round ``t`` (1-based)."""
@@ -85,6 +88,7 @@ class TraceRecorder:
             return False
         self.loss[t] = loss
         if distance is not None:
+            self._explicit_distance = True
             self.distance[t] = distance
         elif rep is not None and self.truth is not None:
             self.distance[t] = subspace_distance(self.truth, rep, rank_deficient="span")
@@ -114,7 +118,8 @@ class TraceRecorder:
         elif status == "max_iter":
             warnings.warn(f"{self.method} reached its round cap before its tolerance",
                           ConvergenceWarning, stacklevel=3)
-        return Trace(method=self.method, distance=self.distance, loss=self.loss,
+        distance = self.distance if (self.truth is not None or self._explicit_distance) else None
+        return Trace(method=self.method, distance=distance, loss=self.loss,
                      bytes_up=self.bytes_up, bytes_down=self.bytes_down,
                      status=status or "completed", diverged_at=self.diverged_at, extra=extra,
                      config=self.config, **known)

@@ -4,11 +4,14 @@
 
     lowrank-fl clair fit W_hat.npz --rank R --lam-L X --lam-S Y [--alpha A] [--tau T]
                          [--method M] [--weights FILE.npy] [--tol T] [--max-iter N]
-                         --out DIR
+                         --out DIR [--overwrite]
 
 Input: an ``.npz`` with an array ``W_hat`` of shape (K, q, p). Output in ``DIR``:
-``summary.json`` (benign set, rank, objective, gap, status, tau, solver, ...) and
-``refined.npz`` (``W_tilde`` (K, q, p), ``benign`` (K,), ``projector`` (p, p)).
+``summary.json`` (benign set, rank, objective, duality gap and the relative gap ``--tol`` applies
+to, status, tau, solver, ...) and ``refined.npz`` (``W_tilde`` (K, q, p), ``benign`` (K,),
+``projector`` (p, p)). ``DIR`` is checked before the fit: it must be new or empty, or hold a
+previous fit and ``--overwrite`` be given; both files appear together at the end (nothing is
+half-written when the fit fails or is interrupted).
 
 Exit status: 0 when the solve of (7) is ``optimal`` (or ``completed``); 3 when it stopped
 unconverged (``max_iter`` or ``optimal_inaccurate``: outputs are still written, from the inexact
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import commit_output_dir, discard_staging, load_npy, load_npz, stage_output_dir
 from .pipeline import TAU_RULES, fit
 
 __all__ = ["add_parser", "run_fit", "load_W_hat", "MissingArrayError", "EXIT_UNCONVERGED"]
@@ -74,52 +78,54 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="relative duality-gap tolerance of the iterative solvers (default 1e-8)")
     p.add_argument("--max-iter", dest="max_iter", type=int, default=None,
                    help="iteration cap of the iterative solvers (default 10000)")
-    p.add_argument("--out", type=Path, required=True, help="output directory (created)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (created; must be new or empty unless --overwrite)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the contents of an --out directory holding a previous fit")
     p.set_defaults(handler=run_fit)
     return p
 
 
 def load_W_hat(path) -> np.ndarray:
-    """Read the array ``W_hat`` from an ``.npz``; a clear KeyError names it and the keys found.
+    """Read the array ``W_hat`` from an ``.npz``; every failure is one clear message.
 
     Raises
     ------
     FileNotFoundError
         No such file.
     ValueError
-        The file is not an ``.npz`` archive (e.g. a bare ``.npy`` array).
+        A directory, an empty, truncated or non-``.npz`` file (e.g. a bare ``.npy`` array).
     MissingArrayError
         The archive has no ``W_hat``.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"W_hat file not found: {path}")
-    data = np.load(path, allow_pickle=False)
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path} is a single array ({type(data).__name__}), not an .npz "
-                         "archive: expected an .npz holding an array named 'W_hat' of shape "
-                         "(K, q, p) (save it with numpy.savez(path, W_hat=...))")
-    with data:
-        if "W_hat" not in data.files:
-            raise MissingArrayError(f"{path} has no array named 'W_hat' (shape (K, q, p)); "
-                           f"keys found: {sorted(data.files) or 'none'}")
-        return np.array(data["W_hat"])
+    data = load_npz(path, option="W_hat")
+    if "W_hat" not in data:
+        raise MissingArrayError(f"{path} has no array named 'W_hat' (shape (K, q, p)); "
+                                f"keys found: {sorted(data) or 'none'}")
+    return np.array(data["W_hat"])
 
 
 def run_fit(args) -> int:
-    """Handler of ``clair fit``: fit, then write ``summary.json`` and ``refined.npz``."""
+    """Handler of ``clair fit``: check the output, fit, then write ``summary.json`` and
+    ``refined.npz`` together."""
     W_hat = load_W_hat(args.W_hat)
-    weights = None
-    if args.weights is not None:
-        if not Path(args.weights).is_file():
-            raise FileNotFoundError(f"weights file not found: {args.weights}")
-        weights = np.load(args.weights, allow_pickle=False)
+    weights = None if args.weights is None else load_npy(args.weights, option="--weights")
+    staging = stage_output_dir(args.out, overwrite=args.overwrite, marker="summary.json")
+    try:
+        code = _fit_and_write(args, W_hat, weights, staging)
+        out = commit_output_dir(staging, args.out)
+    except BaseException:
+        discard_staging(staging)
+        raise
+    print(f"wrote {Path(args.out) / 'summary.json'} and {Path(args.out) / 'refined.npz'}")
+    return code
+
+
+def _fit_and_write(args, W_hat, weights, out: Path) -> int:
     # only options the user gave are forwarded (cvxpy refuses iterative-only options)
     opts = {k: v for k, v in (("tol", args.tol), ("max_iter", args.max_iter)) if v is not None}
     res = fit(W_hat, args.rank, args.lam_L, args.lam_S, alpha=args.alpha, tau=args.tau,
               weights=weights, method=args.method, **opts)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     sol = res.solution
     K, q, p = W_hat.shape
     summary = {
@@ -130,6 +136,8 @@ def run_fit(args) -> int:
         "numerical_rank": res.numerical_rank,
         "objective": float(sol.objective),
         "gap": float(sol.gap),
+        "relative_gap": float(sol.relative_gap),
+        "tol": args.tol,
         "status": str(sol.status),
         "iterations": int(sol.iterations),
         "tau": float(res.tau),
@@ -144,8 +152,7 @@ def run_fit(args) -> int:
     np.savez(out / "refined.npz", W_tilde=res.refined, benign=res.benign,
              projector=res.projector)
     print(f"CLAIR: kept {len(summary['benign'])} of {K} clients "
-          f"(tau={res.tau:.4g}, status={sol.status}); wrote {out / 'summary.json'} and "
-          f"{out / 'refined.npz'}")
+          f"(tau={res.tau:.4g}, status={sol.status}, relative gap {summary['relative_gap']:.2e})")
     if str(sol.status) not in _CONVERGED:
         print(f"lowrank-fl: warning: the solve of (7) did not converge (status {sol.status}); "
               f"exit status {EXIT_UNCONVERGED}", file=sys.stderr)

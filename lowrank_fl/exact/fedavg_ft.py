@@ -74,7 +74,8 @@ class HeadStatistics:
     gamma2 : float
         Client variance ``gamma^2 = (1/M) sum_i ||w_i* - wbar*||^2`` (Definition 1).
     H : float
-        ``H`` of Definition 1 with the typo corrected (notes Sec. 1.3):
+        ``H`` of Definition 1 with its typo corrected (the second moment is centered at the mean
+        of the ``w_i' w_i'^T``, not at ``wbar wbar^T``):
         ``H^4 = (1/M) sum_i ||w_i* w_i*^T - (1/M) sum_i' w_i'* w_i'*^T||_2^2``.
     second_moment_min : float
         ``lambda_min((1/M) sum_i w_i* w_i*^T)``, the uncentered moment Lemma 10 actually uses.
@@ -112,8 +113,8 @@ def head_statistics(heads) -> HeadStatistics:
 def population_optimum(B_star, heads):
     """Population optimum of the global objective (7).
 
-    ``(1/M) sum_i ||B w - B* w_i*||^2 = ||B w - B* wbar*||^2 + gamma^2`` (notes Sec. 1.2), so the
-    minimizers are exactly ``{(B, w): B w = B* wbar*}`` with value ``gamma^2``.
+    ``(1/M) sum_i ||B w - B* w_i*||^2 = ||B w - B* wbar*||^2 + gamma^2`` (bias-variance split
+    around ``wbar*``), so the minimizers are exactly ``{(B, w): B w = B* wbar*}`` with value ``gamma^2``.
 
     Parameters
     ----------
@@ -258,7 +259,8 @@ def complement_closed_form(B, B_star, local_w, step_size) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- D-GD / Prop 1
 def dgd_invariant_lower_bound(B0, B_star, heads, *, rtol: float = 1e-10) -> float:
-    """Lower bound on ``dist(B_t, B*)`` valid for every D-GD iterate (notes Sec. 3.7, C4).
+    """Lower bound on ``dist(B_t, B*)`` valid for every D-GD iterate (the mechanism behind
+    Proposition 1: D-GD only ever adds ``B* wbar*`` directions).
 
     By (70) every D-GD update adds a multiple of ``B* wbar*`` to the columns, so
     ``col(B_t) ⊆ S := col(B_0) + span(B* wbar*)`` and ``dist(B_t, B*) >= ||(I - P_S) B*||_2``.
@@ -273,6 +275,7 @@ def dgd_invariant_lower_bound(B0, B_star, heads, *, rtol: float = 1e-10) -> floa
         ``rtol * ||B* wbar*||`` (then ``S = col(B_0)``).
     """
     Bs, W = _basis_and_heads(B_star, heads)
+    rtol = check_positive(rtol, "rtol")
     Q = orth(as_float_array(B0, "B0", shape=Bs.shape), name="B0")
     target = Bs @ W.mean(axis=0)
     out = target - Q @ (Q.T @ target)
@@ -347,7 +350,8 @@ def theorem2_constants(heads, delta0: float, local_steps: int, *, step_size: flo
     E0 : float in (0, 1], optional
         Defaults to ``1 - delta0^2`` (Table 1).
     c3 : float
-        The constant of the step-size bound (4800 in Theorem 2; the notes list inconsistent variants).
+        The constant of the step-size bound (4800 in Theorem 2; the paper's other statements of it
+        differ), > 0.
     """
     stats = head_statistics(heads)
     if not stats.mu > 0:
@@ -356,6 +360,7 @@ def theorem2_constants(heads, delta0: float, local_steps: int, *, step_size: flo
     tau = check_int(local_steps, "local_steps", minimum=1)
     eps = check_in_interval(epsilon, "epsilon", 0.0, 1.0, closed="neither")
     E0 = 1.0 - d0 ** 2 if E0 is None else check_in_interval(E0, "E0", 0.0, 1.0, closed="right")
+    c3 = check_positive(c3, "c3")
     L, kap, mu = stats.L_max, stats.kappa_max, stats.mu
     bound = (1 - d0) / (c3 * np.sqrt(tau) * L * kap ** 2)
     alpha = bound if step_size is None else check_positive(step_size, "step_size")
@@ -373,7 +378,8 @@ def theorem2_constants(heads, delta0: float, local_steps: int, *, step_size: flo
 
 # ----------------------------------------------------------------------------- fine-tuning
 def head_only_least_squares(X, y, B):
-    """Head-only least squares on a fixed representation (notes Sec. 6.4).
+    """Head-only least squares on a fixed representation (fine-tuning of the head alone, eq. (4)
+    with ``B`` frozen).
 
     ``Q = orth(B)``, ``w_hat = argmin ||X Q w - y||`` (LAPACK least squares), ``beta_hat = Q w_hat``.
 
@@ -397,7 +403,7 @@ def head_only_expected_error(Q, beta_star, noise: float, n: int) -> float:
     """``E ||Q w_hat - beta*||^2`` of head-only least squares for ``x ~ N(0, I_d)``, n > k + 1.
 
     ``||(I - QQ^T) beta*||^2 + (sigma^2 + ||(I - QQ^T) beta*||^2) k / (n - k - 1)`` (standard OLS
-    result, notes Sec. 6.4; not in the paper). ``Q`` (d, k) orthonormal, ``beta_star`` (d,).
+    result; not in the paper). ``Q`` (d, k) orthonormal, ``beta_star`` (d,).
     """
     Q = as_float_array(Q, "Q", ndim=2)
     b = as_float_array(beta_star, "beta_star", shape=(Q.shape[0],))
@@ -409,7 +415,7 @@ def head_only_expected_error(Q, beta_star, noise: float, n: int) -> float:
 
 
 def oracle_representation(B_star, heads) -> np.ndarray:
-    """Top-k left singular vectors of ``[beta_1* ... beta_M*]`` (Eckart-Young; notes Sec. 6.2).
+    """Top-k left singular vectors of ``[beta_1* ... beta_M*]`` (Eckart-Young).
 
     Equals ``col(B*)`` iff the uncentered head moment is full rank. Returns (d, k).
     """

@@ -5,14 +5,15 @@
 * FLUTE's objective eq. (4), its gradients (data term, regularizer), the regularizer identity
   ``-g1 ||BW||^2 + g2 (||B^T B||^2 + ||W W^T||^2) = g2 ||B^T B - W W^T||^2 + (2 g2 - g1) ||BW||^2``
   and the closed-form population minimizer ``BW = a/(a + 2 g2 - g1) Phi_k`` with its divergence
-  boundary (note §2.1 / §6.2).
+  boundary (``g1 >= 2 g2 + a``; App. C states ``2 g2``).
 * The symmetric embedding ``Theta`` of App. A.1 (eq. (13)), the region quantities of Prop. A.2 /
   A.9 and the entry time ``T_R`` (eq. (16)).
 * Empirical references: per-client OLS then truncated SVD, the empirical rank-k ERM by
-  alternating minimization (note §6.3–6.4) and the nuclear-norm convex relaxation truncated to
-  rank k (note §6.5; solved by :mod:`lowrank_fl.exact.nuclear`).
+  alternating minimization and the nuclear-norm convex relaxation truncated to rank k (solved by
+  :mod:`lowrank_fl.exact.nuclear`).
 
-Normalizations (note §7.1). The data term of eq. (4) is written ``a * S * sum_i L_i`` with
+Normalizations (the paper's main text and App. A.1 differ by a factor 2). The data term of eq. (4)
+is written ``a * S * sum_i L_i`` with
 ``L_i = (1/N) ||X_i B w_i - y_i||^2`` and
 
 * ``a = 1/2`` for ``"appendix"`` (App. A.1: the data gradient has no factor 2 — the version the
@@ -20,13 +21,16 @@ Normalizations (note §7.1). The data term of eq. (4) is written ``a * S * sum_i
 * ``S = 1`` for ``aggregation="sum"`` (eq. (5) sums client gradients), ``S = 1/M`` for ``"mean"``
   (eq. (4) read literally, with its 1/M).
 
-Shapes: ``B`` (d, k), ``W`` (k, M) (heads as columns, the paper's orientation), ``Phi`` (d, M),
-``X`` (M, N, d), ``y`` (M, N).
+Shapes: ``B`` (d, k), ``W`` (M, k) — the heads, client axis first: row i is client i's ``w_i``
+(the transpose of the paper's (k, M) ``W``, so the paper's ``BW`` is ``B @ W.T`` here) — ``Phi``
+(d, M) (the paper's matrix, one column per client), ``X`` (M, N, d), ``y`` (M, N). Formulas in the
+docstrings keep the paper's notation (``BW``, ``W W^T`` for the paper's (k, M) ``W``).
 """
 from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,6 +46,8 @@ __all__ = [
     "regularizer_gradients", "regularized_minimizer", "divergence_boundary", "is_unbounded",
     "theta_embedding", "embed_factors", "lambda_tilde", "theta_step", "region_quantities", "entry_time_bound",
     "ols_truncated_svd", "ErmResult", "altmin_erm", "nuclear_relaxation_estimate",
+    "NuclearEstimate", "check_gammas", "padded_svd", "data_gradients_unchecked",
+    "regularizer_gradients_unchecked",
 ]
 
 NORMALIZATIONS = ("appendix", "main")
@@ -110,18 +116,28 @@ def truncated_target(Phi, k: int) -> TruncatedTarget:
 
 
 def balanced_factors(Phi, k: int):
-    """Balanced optimal factors ``B* = U_k Lambda_k^(1/2)`` (d, k), ``W* = Lambda_k^(1/2) V_k^T``
-    (k, M): ``B* W* = Phi_k`` and ``B*^T B* = W* W*^T = Lambda_k`` (note §1.3)."""
+    """Balanced optimal factors ``B* = U_k Lambda_k^(1/2)`` (d, k) and heads ``W*`` (M, k), the
+    transpose of the paper's ``Lambda_k^(1/2) V_k^T``: ``B* W*^T = Phi_k`` and
+    ``B*^T B* = W*^T W* = Lambda_k`` (the balanced minimizers of eq. (4) with ``g1 = 2 g2``)."""
     U, s, Vt = truncated_svd(as_float_array(Phi, "Phi", ndim=2), k, name="Phi")
     r = np.sqrt(s)
-    return U * r, r[:, None] * Vt
+    return U * r, Vt.T * r
 
 
 # --------------------------------------------------------------------------- objective
 def _check_BW(B, W, d=None, M=None):
+    """``B`` (d, k) and heads ``W`` (M, k), checked; returns ``B`` and the paper's (k, M) ``W``
+    (a transposed view) for the formulas below."""
     B = as_float_array(B, "B", shape=(d, None))
-    W = as_float_array(W, "W", shape=(B.shape[1], M))
-    return B, W
+    W = as_float_array(W, "W", shape=(M, B.shape[1]))
+    return B, W.T
+
+
+def check_gammas(gamma1, gamma2) -> tuple[float, float]:
+    """``gamma1``, ``gamma2`` of eq. (4) as finite floats >= 0 (``ValueError`` naming the argument:
+    a NaN or negative weight would silently turn the penalty into something else)."""
+    return (check_positive(gamma1, "gamma1", strict=False),
+            check_positive(gamma2, "gamma2", strict=False))
 
 
 def _check_data(X, y, B, W):
@@ -133,14 +149,17 @@ def _check_data(X, y, B, W):
 def regularizer(B, W, gamma1: float, gamma2: float) -> float:
     """Penalty of eq. (4): ``-g1 ||BW||_F^2 + g2 (||B^T B||_F^2 + ||W W^T||_F^2)``."""
     B, W = _check_BW(B, W)
+    gamma1, gamma2 = check_gammas(gamma1, gamma2)
     return float(-gamma1 * np.sum((B @ W) ** 2)
                  + gamma2 * (np.sum((B.T @ B) ** 2) + np.sum((W @ W.T) ** 2)))
 
 
 def regularizer_balanced_form(B, W, gamma1: float, gamma2: float) -> float:
-    """Same penalty written ``g2 ||B^T B - W W^T||_F^2 + (2 g2 - g1) ||BW||_F^2`` (note §2.1;
-    uses ``tr(B^T B W W^T) = ||BW||_F^2``). With ``g1 = 2 g2`` it is the balancing penalty."""
+    """Same penalty written ``g2 ||B^T B - W W^T||_F^2 + (2 g2 - g1) ||BW||_F^2`` (expanding
+    ``||B^T B - W W^T||_F^2`` with ``tr(B^T B W W^T) = ||BW||_F^2``). With ``g1 = 2 g2`` it is the
+    balancing penalty."""
     B, W = _check_BW(B, W)
+    gamma1, gamma2 = check_gammas(gamma1, gamma2)
     return float(gamma2 * np.sum((B.T @ B - W @ W.T) ** 2)
                  + (2 * gamma2 - gamma1) * np.sum((B @ W) ** 2))
 
@@ -157,13 +176,13 @@ def flute_objective(B, W, X, y, *, gamma1: float = 0.25, gamma2: float = 0.125,
 
     Parameters
     ----------
-    B : (d, k); W : (k, M); X : (M, N, d); y : (M, N).
+    B : (d, k); W : (M, k); X : (M, N, d); y : (M, N).
     """
     B, W = _check_BW(B, W)
     X, y = _check_data(X, y, B, W)
     w = data_weight(normalization, aggregation, W.shape[1])
     res, _ = _residuals(B, W, X, y)
-    return w * float(np.sum(res ** 2)) / X.shape[1] + regularizer(B, W, gamma1, gamma2)
+    return w * float(np.sum(res ** 2)) / X.shape[1] + regularizer(B, W.T, gamma1, gamma2)
 
 
 def population_objective(B, W, Phi, *, noise: float = 0.0, gamma1: float = 0.25,
@@ -173,9 +192,10 @@ def population_objective(B, W, Phi, *, noise: float = 0.0, gamma1: float = 0.25,
     ``a S (||BW - Phi||_F^2 + M noise^2) + penalty``."""
     Phi = as_float_array(Phi, "Phi", ndim=2)
     B, W = _check_BW(B, W, *Phi.shape)
+    noise = check_positive(noise, "noise", strict=False)
     w = data_weight(normalization, aggregation, W.shape[1])
     return (w * (float(np.sum((B @ W - Phi) ** 2)) + Phi.shape[1] * noise ** 2)
-            + regularizer(B, W, gamma1, gamma2))
+            + regularizer(B, W.T, gamma1, gamma2))
 
 
 def data_gradients(B, W, X, y, *, normalization: str = "appendix", aggregation: str = "sum"):
@@ -187,55 +207,64 @@ def data_gradients(B, W, X, y, *, normalization: str = "appendix", aggregation: 
     Returns
     -------
     gB : ndarray (d, k) — already summed over clients as in eq. (5);
-    gW : ndarray (k, M) — column i is client i's head gradient.
+    gW : ndarray (M, k) — row i is client i's head gradient.
     """
-    B, W = _check_BW(B, W)
-    X, y = _check_data(X, y, B, W)
-    return _data_gradients(B, W, X, y, 2.0 * data_weight(normalization, aggregation, W.shape[1]))
+    B, Wk = _check_BW(B, W)
+    X, y = _check_data(X, y, B, Wk)
+    return data_gradients_unchecked(B, Wk.T, X, y,
+                                    2.0 * data_weight(normalization, aggregation, Wk.shape[1]))
 
 
-def _data_gradients(B, W, X, y, scale):
+def data_gradients_unchecked(B, W, X, y, scale: float):
+    """:func:`data_gradients` (heads ``W`` (M, k)) with the factor ``scale = 2 a S`` given and no
+    input checks (the hot path of :func:`lowrank_fl.algorithms.flute.flute`)."""
+    W = W.T                                                 # the paper's (k, M) layout
     res, XB = _residuals(B, W, X, y)
     M, N, d = X.shape
     c = scale / N
     # sum_(i, j) x_ij r_ij w_i^T as one (d, MN) @ (MN, k) product (no einsum path search per call)
     gB = c * (X.reshape(M * N, d).T @ (res[:, :, None] * W.T[:, None, :]).reshape(M * N, -1))
-    gW = c * np.einsum("mnk,mn->km", XB, res)
+    gW = c * np.einsum("mnk,mn->mk", XB, res)
     return gB, gW
 
 
 def population_data_gradients(B, W, Phi, *, normalization: str = "appendix",
                               aggregation: str = "sum"):
     """Population gradients (``N -> inf``, ``Q = Q~ = 0``): ``2aS (BW - Phi) W^T`` and
-    ``2aS B^T (BW - Phi)``; shapes (d, k) and (k, M)."""
+    ``2aS B^T (BW - Phi)``; shapes (d, k) and (M, k) (row i: client i's head gradient)."""
     Phi = as_float_array(Phi, "Phi", ndim=2)
     B, W = _check_BW(B, W, *Phi.shape)
     scale = 2.0 * data_weight(normalization, aggregation, W.shape[1])
     R = B @ W - Phi
-    return scale * (R @ W.T), scale * (B.T @ R)
+    return scale * (R @ W.T), scale * (R.T @ B)
 
 
 def regularizer_gradients(B, W, gamma1: float = 0.25, gamma2: float = 0.125):
     """Gradients of the penalty of eq. (4), the terms of eq. (6):
-    ``-2 g1 B W W^T + 4 g2 B B^T B`` (d, k) and ``-2 g1 B^T B W + 4 g2 W W^T W`` (k, M).
+    ``-2 g1 B W W^T + 4 g2 B B^T B`` (d, k) and ``-2 g1 B^T B W + 4 g2 W W^T W``, returned as
+    (M, k) heads gradients (its transpose).
 
     With ``g1 = 1/4``, ``g2 = 1/8`` these are ``(1/2) B (B^T B - W W^T)`` and
     ``-(1/2) (B^T B - W W^T) W`` (App. A.1)."""
-    B, W = _check_BW(B, W)
-    return _regularizer_gradients(B, W, gamma1, gamma2)
+    B, Wk = _check_BW(B, W)
+    return regularizer_gradients_unchecked(B, Wk.T, *check_gammas(gamma1, gamma2))
 
 
-def _regularizer_gradients(B, W, gamma1, gamma2):
-    BtB, WWt = B.T @ B, W @ W.T
+def regularizer_gradients_unchecked(B, W, gamma1: float, gamma2: float):
+    """:func:`regularizer_gradients` without input checks (the hot path of
+    :func:`lowrank_fl.algorithms.flute.flute`, which validates once per run); heads ``W``
+    (M, k), gradients (d, k) and (M, k)."""
+    BtB, WWt = B.T @ B, W.T @ W
     return (-2 * gamma1 * B @ WWt + 4 * gamma2 * B @ BtB,
-            -2 * gamma1 * BtB @ W + 4 * gamma2 * WWt @ W)
+            -2 * gamma1 * W @ BtB + 4 * gamma2 * W @ WWt)
 
 
 # --------------------------------------------------------------------------- gamma analysis
 def regularized_minimizer(Phi, k: int, *, gamma1: float = 0.25, gamma2: float = 0.125,
                           normalization: str = "appendix", aggregation: str = "sum") -> np.ndarray:
     """Global minimizer of the population objective: ``BW = a/(a + c) Phi_k``, ``c = 2 g2 - g1``
-    (note §2.1, §6.2), with balanced factors; (d, M).
+    (on balanced factors the objective is ``a ||BW - Phi||^2 + c ||BW||^2``, minimized along the
+    top-k singular directions), with balanced factors; (d, M).
 
     Raises
     ------
@@ -243,6 +272,7 @@ def regularized_minimizer(Phi, k: int, *, gamma1: float = 0.25, gamma2: float = 
         If ``a + c <= 0``: the objective is unbounded below (no minimizer).
     """
     Phi, k = _check_Phi_k(Phi, k)
+    gamma1, gamma2 = check_gammas(gamma1, gamma2)
     a = data_weight(normalization, aggregation, Phi.shape[1])
     c = 2 * gamma2 - gamma1
     if a + c <= 0:
@@ -257,7 +287,7 @@ def divergence_boundary(gamma2: float, *, normalization: str = "appendix",
     """The ``gamma1`` above which FLUTE's objective has no minimizer.
 
     ``statement="paper"``: App. C's "we do not set g1 > 2 g2 because ... ||BW||_F usually
-    diverges", i.e. ``2 g2``. ``statement="correct"`` (note §2.1): on balanced factors the quartic
+    diverges", i.e. ``2 g2``. ``statement="correct"``: on balanced factors the quartic
     coefficient of ``||BW||`` is ``a + 2 g2 - g1``, so the objective is unbounded below iff
     ``g1 >= 2 g2 + a`` (``a`` from :func:`data_weight`).
     """
@@ -271,12 +301,13 @@ def divergence_boundary(gamma2: float, *, normalization: str = "appendix",
 def is_unbounded(gamma1: float, gamma2: float, *, normalization: str = "appendix",
                  aggregation: str = "sum", n_clients: int | None = None) -> bool:
     """True iff the population objective is unbounded below (``g1 >= 2 g2 + a``)."""
+    gamma1 = check_positive(gamma1, "gamma1", strict=False)
     return gamma1 >= divergence_boundary(gamma2, normalization=normalization,
                                          aggregation=aggregation, n_clients=n_clients)
 
 
 # --------------------------------------------------------------------------- Theta embedding
-def _padded_svd(Phi):
+def padded_svd(Phi):
     """Full SVD of ``Phi`` padded to (D, D), ``D = max(d, M)``: ``U_*`` (D, D), ``s`` (D,), ``V_*``."""
     d, M = Phi.shape
     D = max(d, M)
@@ -289,18 +320,18 @@ def _padded_svd(Phi):
 def lambda_tilde(Phi) -> np.ndarray:
     """Eigenvalues of ``Lambda~ = diag(2 Lambda_*, -2 Lambda_*)`` (2D,), App. A.1, in that order."""
     Phi = as_float_array(Phi, "Phi", ndim=2)
-    s = _padded_svd(Phi)[1]
+    s = padded_svd(Phi)[1]
     return np.concatenate([2 * s, -2 * s])
 
 
 def embed_factors(B, W, U_s, V_s) -> np.ndarray:
-    """``Theta`` (2D, k) from ``B`` (d, k), ``W`` (k, M) and the padded singular bases ``U_s``,
-    ``V_s`` (D, D) of :func:`_padded_svd` — no validation, no SVD (used every round by
+    """``Theta`` (2D, k) from ``B`` (d, k), heads ``W`` (M, k) and the padded singular bases ``U_s``,
+    ``V_s`` (D, D) of :func:`padded_svd` — no validation, no SVD (used every round by
     :func:`lowrank_fl.algorithms.flute.flute` with ``record_theta=True``)."""
     D, k = U_s.shape[0], B.shape[1]
-    d, M = B.shape[0], W.shape[1]
+    d, M = B.shape[0], W.shape[0]
     Bt = U_s[:d].T @ B                                      # = U_*^T [B; 0]
-    Wt = V_s[:M].T @ W.T                                    # = V_*^T [W^T; 0]
+    Wt = V_s[:M].T @ W                                      # = V_*^T [W^T; 0] (paper's W)
     return np.vstack([(Bt + Wt) / np.sqrt(2), (Bt - Wt) / np.sqrt(2)])
 
 
@@ -314,13 +345,13 @@ def theta_embedding(B, W, Phi) -> np.ndarray:
 
     Parameters
     ----------
-    B : array_like, shape (d, k);  W : array_like, shape (k, M);  Phi : array_like, shape (d, M)
+    B : array_like, shape (d, k);  W : array_like, shape (M, k);  Phi : array_like, shape (d, M)
     """
     Phi = as_float_array(Phi, "Phi", ndim=2)
     d, M = Phi.shape
-    B, W = _check_BW(B, W, d, M)
-    U, _, V = _padded_svd(Phi)
-    return embed_factors(B, W, U, V)
+    B, Wk = _check_BW(B, W, d, M)
+    U, _, V = padded_svd(Phi)
+    return embed_factors(B, Wk.T, U, V)
 
 
 def theta_step(Theta, lam_tilde, step_size: float) -> np.ndarray:
@@ -387,7 +418,8 @@ def entry_time_bound(spectrum, k: int, step_size: float, sigmak0: float) -> floa
 
 # --------------------------------------------------------------------------- empirical references
 def ols_truncated_svd(X, y, k: int):
-    """Per-client least squares then truncated SVD (note §6.3): a consistent estimator of ``Phi_k``.
+    """Per-client least squares then truncated SVD: a consistent estimator of ``Phi_k`` (the
+    baseline FLUTE's Example 1 / Remark 5.2 compare against).
 
     Parameters
     ----------
@@ -416,7 +448,8 @@ class ErmResult(SolverResult):
     ----------
     Z : ndarray (d, M)
     B : ndarray (d, k), orthonormal columns
-    W : ndarray (k, M)
+    W : ndarray (M, k)
+        The heads, client axis first (``Z = B W^T``).
     ``gap`` is ``nan``: the problem is non-convex (no dual certificate).
     """
 
@@ -427,7 +460,8 @@ class ErmResult(SolverResult):
 
 def altmin_erm(X, y, k: int, *, restarts: int = 3, max_iter: int = 5000, tol: float = 1e-11,
                seed=None) -> ErmResult:
-    """Empirical rank-k ERM by alternating exact minimization (note §6.4a).
+    """Empirical rank-k ERM by alternating exact minimization (the empirical version of eq. (3),
+    Remark 4.1's target when a dataset is reused).
 
     Heads: batched least squares given ``B`` (:func:`lowrank_fl.exact.multitask.gram_heads`).
     Representation: the (dk, dk) normal equations
@@ -499,12 +533,21 @@ def altmin_erm(X, y, k: int, *, restarts: int = 3, max_iter: int = 5000, tol: fl
         warnings.warn(f"altmin_erm stopped at max_iter = {max_iter} before tol = {tol}",
                       ConvergenceWarning, stacklevel=2)
     return ErmResult(objective=float(f), gap=float("nan"), iterations=int(it), status=status,
-                     solver="altmin", seconds=time.perf_counter() - t0, Z=B @ W, B=B, W=W)
+                     solver="altmin", seconds=time.perf_counter() - t0, Z=B @ W, B=B, W=W.T)
 
 
-def nuclear_relaxation_estimate(X, y, k: int, mu: float, *, solver: str = "prox", tol: float = 1e-9):
-    """Nuclear-norm relaxation then rank-k truncation (note §6.5): an independent convex
-    estimator of ``Phi_k`` and ``span(U_k)``.
+class NuclearEstimate(NamedTuple):
+    """Result of :func:`nuclear_relaxation_estimate`: ``Z_k`` (d, M) the rank-k truncation, and
+    ``result`` the convex solve (a :class:`~lowrank_fl.exact.nuclear.NuclearResult`)."""
+
+    Z_k: np.ndarray
+    result: object
+
+
+def nuclear_relaxation_estimate(X, y, k: int, mu: float, *, method: str = "prox",
+                                tol: float = 1e-9, solver: str | None = None) -> NuclearEstimate:
+    """Nuclear-norm relaxation then rank-k truncation: an independent convex estimator of
+    ``Phi_k`` and ``span(U_k)`` (the convex surrogate of the rank constraint in eq. (3)).
 
     Solves ``min_Z sum_i (1/(2N)) ||X_i z_i - y_i||^2 + mu ||Z||_*`` with
     :func:`lowrank_fl.exact.nuclear.solve_nuclear_prox` (duality-gap certified) or
@@ -513,21 +556,32 @@ def nuclear_relaxation_estimate(X, y, k: int, mu: float, *, solver: str = "prox"
     Parameters
     ----------
     X : (M, N, d); y : (M, N); k : rank; mu : float > 0
-    solver : {"prox", "cvxpy"}
+    method : {"prox", "cvxpy"}
+        The algorithm (``solver`` is a deprecated alias: in this package ``solver`` names a CVXPY
+        backend only).
+    tol : float > 0
+        Relative duality-gap tolerance of ``method="prox"``.
 
     Returns
     -------
-    Z_k : ndarray (d, M)
-        Rank-k truncation of the relaxation's solution (FLUTE's orientation: one column per client).
-    result : NuclearResult
-        The convex solve (``Theta`` is (M, d) in that module's layout).
+    NuclearEstimate
+        ``Z_k`` (d, M), rank-k truncation of the relaxation's solution (FLUTE's orientation: one
+        column per client); ``result`` the convex solve (``Theta`` is (M, d) in that module's
+        layout).
     """
     from .nuclear import solve_nuclear_cvxpy, solve_nuclear_prox
 
-    check_choice(solver, "solver", ("prox", "cvxpy"))
+    if solver is not None:
+        warnings.warn("nuclear_relaxation_estimate(): the keyword 'solver' is deprecated and will be "
+                      "removed in the next release; use 'method' instead", DeprecationWarning,
+                      stacklevel=2)
+        method = solver
+    check_choice(method, "method", ("prox", "cvxpy"))
     X = as_float_array(X, "X", ndim=3)
     y = as_float_array(y, "y", shape=X.shape[:2])
     k = check_int(k, "k", minimum=1, maximum=min(X.shape[0], X.shape[2]))
-    res = (solve_nuclear_prox(X, y, mu, tol=tol) if solver == "prox"
+    mu = check_positive(mu, "mu")
+    tol = check_positive(tol, "tol")
+    res = (solve_nuclear_prox(X, y, mu, tol=tol) if method == "prox"
            else solve_nuclear_cvxpy(X, y, mu))
-    return truncated_target(res.Theta.T, k).Phi_k, res
+    return NuclearEstimate(truncated_target(res.Theta.T, k).Phi_k, res)

@@ -1,4 +1,4 @@
-"""Closed-form and exact references for multi-task linear regression (FedRep note §6).
+"""Closed-form and exact references for multi-task linear regression (FedRep, Sec. 4-5).
 
 * :func:`moment_matrix` / :func:`method_of_moments` — FedRep's initialization (Alg. 2, Theorem 2):
   top-k eigenvectors of ``(1/(nm)) sum_{i,j} y_ij^2 x_ij x_ij^T``; :func:`population_moment_matrix`
@@ -134,7 +134,7 @@ def population_moment_matrix(theta, noise: float = 0.0) -> np.ndarray:
     """``E[moment_matrix]`` for ``x ~ N(0, I_d)``: ``(mean ||theta_i||^2 + noise^2) I + (2/n) Theta^T Theta``.
 
     Its top-k eigenspace is ``col(Theta^T)`` with eigengap ``2 sigma_min(Theta^T Theta / n)``
-    (note §2.4). ``theta`` has shape (n, d).
+    (the expectation behind Theorem 2's method-of-moments bound). ``theta`` has shape (n, d).
     """
     theta = as_float_array(theta, "theta", ndim=2)
     noise = check_positive(noise, "noise", strict=False)
@@ -158,7 +158,7 @@ def projected_gd_init(X, y, k: int, *, steps: int = 10, step_size: float = 0.5, 
     Start from the rank-k truncation of a Gaussian (n, d) matrix; each step takes a gradient step
     ``M_i <- M_i - step_size (1/m) X_i^T (X_i M_i - y_i)`` and re-truncates to rank k. Returns the
     top-k right singular vectors (d, k) of the final ``M`` (the official notebook takes ``Vh[:, :k]``
-    instead, which is not this subspace: note errata 8).
+    instead, an indexing slip that is not this subspace).
     """
     X, y = _check_data(X, y)
     n, m, d = X.shape
@@ -214,7 +214,7 @@ def local_least_squares(X, y, *, ridge: float = 0.0) -> np.ndarray:
 
 def ols_then_svd(X, y, k: int, *, ridge: float = 0.0) -> np.ndarray:
     """Local-then-SVD estimate of ``col(B*)``: top-k right singular vectors of the stacked
-    per-client estimates ``Theta_hat`` (n, d) (note §6.3). Returns (d, k)."""
+    per-client estimates ``Theta_hat`` (n, d). Returns (d, k)."""
     theta = local_least_squares(X, y, ridge=ridge)
     k = check_int(k, "k", minimum=1, maximum=min(theta.shape))
     return truncated_svd(theta, k)[2].T.copy()
@@ -246,8 +246,9 @@ def _objective(B, W, X, y):
 
 
 def altmin(X, y, k: int, *, B0=None, max_iter: int = 500, tol: float = 1e-12,
-           seed=None) -> AltMinResult:
-    """Exact alternating minimization of ``1/(2nm) sum_{i,j} (y_ij - x_ij^T B w_i)^2`` (note §6.2).
+           **deprecated) -> AltMinResult:
+    """Exact alternating minimization of the empirical objective (8),
+    ``1/(2nm) sum_{i,j} (y_ij - x_ij^T B w_i)^2``.
 
     Each sweep solves the head problems exactly (:func:`fit_heads`), then the representation
     problem exactly through its normal equations
@@ -263,16 +264,24 @@ def altmin(X, y, k: int, *, B0=None, max_iter: int = 500, tol: float = 1e-12,
     max_iter : int;  tol : float
         Stop when ``(obj_prev - obj) <= tol * max(obj_prev, tiny)`` or the objective is below
         ``tol**2`` in absolute terms (exact fit).
-    seed : ignored
-        Kept for signature compatibility (the start is deterministic).
+    **deprecated
+        ``seed`` was accepted and ignored (the start is deterministic): it now warns
+        (``DeprecationWarning``) and will be removed.
 
     Returns
     -------
     AltMinResult
         ``B`` (d, k) orthonormal, ``heads`` (n, k), ``objective`` the final loss (8),
-        ``history["objective"]`` per sweep, ``status`` ``"optimal"``, ``"max_iter"`` (with a
-        :class:`ConvergenceWarning`) or ``"diverged"`` (the representation step lost rank).
+        ``history["objective"]`` per sweep, ``status`` ``"optimal"``, ``"max_iter"`` or
+        ``"diverged"`` (the representation step lost rank), the last two with a
+        :class:`ConvergenceWarning`.
     """
+    for name in deprecated:
+        if name != "seed":
+            raise TypeError(f"altmin() got an unexpected keyword argument {name!r}")
+        warnings.warn("altmin(): the keyword 'seed' is deprecated and ignored (the start is "
+                      "deterministic: the method of moments, or B0); it will be removed in the next "
+                      "release", DeprecationWarning, stacklevel=2)
     X, y = _check_data(X, y)
     n, m, d = X.shape
     k = check_int(k, "k", minimum=1, maximum=d - 1)
@@ -299,7 +308,12 @@ def altmin(X, y, k: int, *, B0=None, max_iter: int = 500, tol: float = 1e-12,
             status = "optimal"
             break
     if status == "max_iter":
-        warnings.warn(f"altmin stopped at max_iter={max_iter} before tol={tol:g}", ConvergenceWarning)
+        warnings.warn(f"altmin stopped at max_iter={max_iter} before tol={tol:g}", ConvergenceWarning,
+                      stacklevel=2)
+    elif status == "diverged":
+        warnings.warn(f"altmin stopped at sweep {it}: the representation step lost rank (a head "
+                      f"collapsed); the last full-rank iterate is returned", ConvergenceWarning,
+                      stacklevel=2)
     return AltMinResult(objective=hist[-1], gap=float("nan"), iterations=it, status=status,
                         solver="altmin", seconds=time.perf_counter() - start,
                         history={"objective": np.asarray(hist)}, B=B, heads=W)

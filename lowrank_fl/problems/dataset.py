@@ -11,11 +11,39 @@ The label attribute is ``y`` by default; a class whose labels are stored under a
 """
 from __future__ import annotations
 
+import warnings
+from typing import NamedTuple
+
 import numpy as np
 
 from ..validation import as_float_array
 
-__all__ = ["ClientDataset", "check_orthonormal", "ORTHO_TOL"]
+__all__ = ["ClientDataset", "Samples", "check_orthonormal", "ORTHO_TOL", "renamed_size"]
+
+
+class Samples(NamedTuple):
+    """What every problem's ``sample(m, seed)`` returns, client axis first.
+
+    X : ndarray, shape (n_clients, m, d)
+    y : ndarray, shape (n_clients, m) (or (n_clients, m, q) for vector outputs)
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+
+
+def renamed_size(func: str, new_value, old_value, new: str, old: str):
+    """Resolve a size given under its new keyword ``new`` or its deprecated alias ``old``
+    (``DeprecationWarning`` naming the new one; ``TypeError`` if both or neither are given)."""
+    if old_value is not None:
+        if new_value is not None:
+            raise TypeError(f"{func}() got both {new!r} and its deprecated alias {old!r}")
+        warnings.warn(f"{func}(): the keyword {old!r} is deprecated and will be removed in the next "
+                      f"release; use {new!r} instead", DeprecationWarning, stacklevel=3)
+        return old_value
+    if new_value is None:
+        raise TypeError(f"{func}() missing required keyword argument {new!r}")
+    return new_value
 
 ORTHO_TOL = 1e-8
 
@@ -64,7 +92,8 @@ class ClientDataset:
         """Return ``(X, labels)``; ``ValueError`` naming ``what`` when there is no dataset."""
         if self.X is None:
             raise ValueError(f"{what} needs a fixed dataset; this problem has no fixed dataset "
-                             f"(build it with samples_per_client=m)")
+                             f"(build it with samples_per_client=m, or from your data with "
+                             f"from_data(X, y))")
         return self.X, getattr(self, self._label_name)
 
     def client_index(self, clients) -> np.ndarray:

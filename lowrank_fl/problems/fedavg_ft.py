@@ -8,7 +8,7 @@
 * :func:`new_client` -- the fine-tuning client of App. C.1: ``w*_{M+1} ~ N(0, I_k)``,
   ``x ~ N(0, I_d)`` (the appendix prints ``I_k``, a typo), ``y = <B* w*_{M+1}, x> + zeta`` with
   ``zeta ~ N(0, 0.01)`` read as a variance (noise std 0.1).
-* :func:`proposition1_instance` -- Proposition 1's construction (App. B.2, notes C5): ``B*`` and its
+* :func:`proposition1_instance` -- Proposition 1's construction (App. B.2): ``B*`` and its
   reflection ``B*'`` with the same ``B* wbar* ∈ col(B_0)``, both at distance δ0 from ``col(B_0)``.
 """
 from __future__ import annotations
@@ -21,15 +21,18 @@ from ..validation import (as_float_array, as_generator, check_in_interval, check
                            check_int, check_positive)
 from ..exact.fedavg_ft import HeadStatistics, head_statistics
 from ..linalg import orth, subspace_distance
+from .dataset import renamed_size
 from .multitask import MultitaskProblem, multitask_linear
 
 __all__ = ["FedAvgFTInstance", "paper_instance", "paper_init", "NewClient", "new_client",
            "Proposition1Instance", "proposition1_instance"]
 
 
-def paper_init(d: int, k: int, step_size: float, seed=None):
+def paper_init(*, d: int, rank: int, step_size: float, seed=None):
     """App. C.1 initialization: ``B_0 = Q / sqrt(alpha)`` with ``Q`` the QR factor of an
-    N(0, 1) (d, k) matrix, ``w_0 = 0``. Returns ``B0`` (d, k), ``w0`` (k,)."""
+    N(0, 1) (d, rank) matrix, ``w_0 = 0``. Returns ``B0`` (d, rank), ``w0`` (rank,). Keywords only."""
+    d = check_int(d, "d", minimum=2)
+    k = check_int(rank, "rank", minimum=1, maximum=d - 1)
     alpha = check_positive(step_size, "step_size")
     rng = as_generator(seed)
     Q = orth(rng.standard_normal((d, k)))
@@ -68,15 +71,16 @@ class FedAvgFTInstance:
         return self.B0, self.w0
 
 
-def paper_instance(d: int = 100, k: int = 5, n_clients: int = 40, *, step_size: float = 0.4,
-                   heads="gaussian", samples_per_client: int | None = None, noise: float = 0.0,
-                   seed=None) -> FedAvgFTInstance:
+def paper_instance(*, d: int = 100, rank: int | None = None, n_clients: int = 40,
+                   step_size: float = 0.4, heads="gaussian", samples_per_client: int | None = None,
+                   noise: float = 0.0, seed=None, k: int | None = None) -> FedAvgFTInstance:
     """The linear experiment of Sec. 5.1 / App. C.1 (defaults are the paper's).
 
     Parameters
     ----------
-    d, k, n_clients : int
-        Ambient dimension, representation dimension (``k < d``) and number of clients M.
+    d, rank, n_clients : int
+        Ambient dimension, representation dimension (the paper's k, ``rank < d``; default 5) and
+        number of clients M. Keywords only (``k`` is a deprecated alias of ``rank``).
     step_size : float
         alpha; sets the scale of ``B_0`` (0.4 in the paper).
     heads : {"gaussian", "normalized", "qr"} or array_like (n_clients, k)
@@ -88,10 +92,12 @@ def paper_instance(d: int = 100, k: int = 5, n_clients: int = 40, *, step_size: 
     seed : int or Generator
         Draw order: the problem (B*, heads, data), then ``B_0``.
     """
+    k = 5 if rank is None and k is None else renamed_size("paper_instance", rank, k, "rank", "k")
     rng = as_generator(seed)
-    problem = multitask_linear(d, k, n_clients, samples_per_client=samples_per_client,
-                               noise=noise, heads=heads, seed=rng)
-    B0, w0 = paper_init(problem.d, problem.k, step_size, rng)
+    problem = multitask_linear(d=d, rank=k, n_clients=n_clients,
+                               samples_per_client=samples_per_client, noise=noise, heads=heads,
+                               seed=rng)
+    B0, w0 = paper_init(d=problem.d, rank=problem.k, step_size=step_size, seed=rng)
     return FedAvgFTInstance(problem=problem, B0=B0, w0=w0, step_size=float(step_size),
                             stats=head_statistics(problem.heads))
 
@@ -118,23 +124,28 @@ class NewClient:
     noise: float
 
 
-def new_client(problem: MultitaskProblem, n: int, *, noise: float = 0.1, head=None,
-               seed=None) -> NewClient:
+def new_client(problem: MultitaskProblem, *, samples_per_client: int | None = None,
+               noise: float = 0.1, head=None, seed=None, n: int | None = None) -> NewClient:
     """Draw the fine-tuning client of App. C.1 for ``problem``'s ``B*``.
 
     Parameters
     ----------
     problem : MultitaskProblem
-    n : int
-        Number of fine-tuning samples.
+    samples_per_client : int
+        The new client's number of fine-tuning samples (the paper's n; ``n`` is a deprecated
+        alias). Keyword only.
     noise : float
         Noise standard deviation; 0.1 is the paper's ``N(0, 0.01)`` read as a variance.
     head : array_like, shape (k,), optional
         ``w*_{M+1}``; drawn from ``N(0, I_k)`` by default.
     seed : int or Generator
     """
+    n = renamed_size("new_client", samples_per_client, n, "samples_per_client", "n")
     check_instance(problem, "problem", MultitaskProblem)
-    n = check_int(n, "n", minimum=1)
+    if not problem.has_truth:
+        raise ValueError("new_client draws a client for problem.B_star; this problem was built "
+                         "from data and has none")
+    n = check_int(n, "samples_per_client", minimum=1)
     noise = check_positive(noise, "noise", strict=False)
     rng = as_generator(seed)
     h = rng.standard_normal(problem.k) if head is None else \
@@ -171,10 +182,11 @@ class Proposition1Instance:
         return self.B0, self.w0
 
 
-def proposition1_instance(d: int, k: int, n_clients: int, delta0: float, *,
+def proposition1_instance(*, d: int | None = None, rank: int | None = None,
+                          n_clients: int | None = None, delta0: float | None = None,
                           step_size: float = 0.4, heads="gaussian", B0=None,
-                          seed=None) -> Proposition1Instance:
-    """Build Proposition 1's instance (App. B.2; construction of notes C5).
+                          seed=None, k: int | None = None) -> Proposition1Instance:
+    """Build Proposition 1's instance (App. B.2: the pair of ground truths of eq. (66)).
 
     With ``Q_0 = orth(B_0)``, a unit ``c``, ``u = Q_0 c``, ``B~_0 = Q_0 [c^perp basis]`` and an
     orthonormal (d, k-1) block ``N`` orthogonal to ``col(B_0)``, set
@@ -185,8 +197,9 @@ def proposition1_instance(d: int, k: int, n_clients: int, delta0: float, *,
 
     Parameters
     ----------
-    d, k, n_clients : int
-        Needs ``k >= 2`` and ``d >= 2k - 1`` (room for ``N``).
+    d, rank, n_clients : int
+        Keywords only; needs ``rank >= 2`` (the paper's k) and ``d >= 2 rank - 1`` (room for
+        ``N``). ``k`` is a deprecated alias of ``rank``.
     delta0 : float in (0, 1/2]
         Initial distance (Proposition 1's range).
     step_size : float
@@ -197,8 +210,11 @@ def proposition1_instance(d: int, k: int, n_clients: int, delta0: float, *,
         Any full-rank initialization (default: the paper's ``orth(Gaussian)/sqrt(alpha)``).
     seed : int or Generator
     """
+    k = renamed_size("proposition1_instance", rank, k, "rank", "k")
+    if d is None or n_clients is None or delta0 is None:
+        raise TypeError("proposition1_instance() needs the keywords d, rank, n_clients and delta0")
     d = check_int(d, "d", minimum=3)
-    k = check_int(k, "k", minimum=2)
+    k = check_int(k, "rank", minimum=2)
     if 2 * k - 1 > d:
         raise ValueError(f"d must be at least 2k - 1 = {2 * k - 1} for Proposition 1's "
                          f"construction, got d={d}")
@@ -206,13 +222,13 @@ def proposition1_instance(d: int, k: int, n_clients: int, delta0: float, *,
     d0 = check_in_interval(delta0, "delta0", 0.0, 0.5, closed="right")
     alpha = check_positive(step_size, "step_size")
     rng = as_generator(seed)
-    heads_problem = multitask_linear(d, k, n, heads=heads, seed=rng)
+    heads_problem = multitask_linear(d=d, rank=k, n_clients=n, heads=heads, seed=rng)
     W = heads_problem.heads
     wbar = W.mean(axis=0)
     if not np.linalg.norm(wbar) > 1e-12:
         raise ValueError("heads must have a nonzero mean (wbar* != 0) for Proposition 1")
     if B0 is None:
-        B0, w0 = paper_init(d, k, alpha, rng)
+        B0, w0 = paper_init(d=d, rank=k, step_size=alpha, seed=rng)
     else:
         B0, w0 = as_float_array(B0, "B0", shape=(d, k)), np.zeros(k)
     Q0 = orth(B0, name="B0")

@@ -453,7 +453,7 @@ def lora_matrix_problem(*, d: int, n_clients: int, rank: int, d_out: int | None 
     rng = as_generator(seed)
     # draws in the order (and shapes) of the paper's letters, then transposed: the instance for a
     # given seed is the transpose of the paper-letter one
-    A_star = haar_orthonormal(d, rank, rng).T
+    A_star = haar_orthonormal(d=d, rank=rank, seed=rng).T
     B_bar = b_scale * rng.standard_normal((rank, d_out)).T
     Z = np.swapaxes(rng.standard_normal((n_clients, rank, d_out)), 1, 2)
     B_star = spread_exactly(B_bar, Z, gamma)

@@ -1,5 +1,5 @@
 """Claims of "FedAvg with fine tuning: local updates lead to representation learning"
-(Collins, Hassani, Mokhtari, Shakkottai, 2022), notes 004 Sec. 5 (C1-C13).
+(Collins, Hassani, Mokhtari, Shakkottai, 2022), checkable claims C1-C13 (the paper's Sec. 3-5 and App. B-C).
 
 Setup "PAPER-LIN" (App. C.1): d = 100, k = 5, M = 40, full participation, alpha = 0.4,
 ``B_0 = orth(N(0,1))/sqrt(alpha)``, ``w_0 = 0``, heads N(0, I_5), population gradients. Smoke and
@@ -33,14 +33,14 @@ ALPHA = 0.4
 def _fedavg_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper",
                 seed=None):
     """The toolkit's FedAvg in the injection signature."""
-    return fedavg(problem, rounds, local_steps, step_size, clients_per_round=clients_per_round,
+    return fedavg(problem, rounds, step_size, local_steps=local_steps, clients_per_round=clients_per_round,
                   init=init, seed=seed)
 
 
 def _dgd_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper",
              seed=None):
     """D-GD in the injection signature (``local_steps`` is ignored: D-GD takes one)."""
-    return fedavg(problem, rounds, 1, step_size, init=init, seed=seed, method="dgd")
+    return fedavg(problem, rounds, step_size, local_steps=1, init=init, seed=seed, method="dgd")
 
 
 def _sizes(ctx):
@@ -80,7 +80,7 @@ def _figure(curves, labels, *, ylabel="dist(B_t, B*)", title="", hlines=()):
 def _task_identities(seed, d, k, M, tau, rounds, clients, round_fn, alpha=0.2):
     # alpha = 0.2: the identities are exact for any step, and 0.2 keeps partial participation with
     # tau = 5 stable (alpha = 0.4, m = M/4 can diverge, see the participation claim)
-    inst = paper_instance(d, k, M, step_size=alpha, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=alpha, seed=seed)
     p = inst.problem
     rng = np.random.default_rng(seed + 1)
     B, w = inst.B0, inst.w0
@@ -91,7 +91,7 @@ def _task_identities(seed, d, k, M, tau, rounds, clients, round_fn, alpha=0.2):
     for _ in range(rounds):
         idx = np.sort(rng.choice(M, size=clients, replace=False))
         with np.errstate(over="ignore", invalid="ignore"):
-            Bn, wn, path = round_fn(B, w, tau, a, targets=p.theta[idx], return_path=True)
+            Bn, wn, path = round_fn(B, w, a, local_steps=tau, targets=p.theta[idx], return_path=True)
         if not (np.all(np.isfinite(Bn)) and np.all(np.isfinite(path["w"]))):
             res["diverged"] = True
             break
@@ -151,7 +151,7 @@ def _c1_identities(ctx, *, round_fn=fedavg_round):
                   "a_run_diverged": worst["diverged"]},
         predicted={key: 0.0 for key in keys},
         notes="tau in {2, 5}, full and quarter participation, alpha = 0.2; residuals normalized by "
-              "||B_t|| (notes C1). Eq. (28) is not checked: with G_t = (B_t - B_{t+1})/alpha it is algebra "
+              "||B_t||. Eq. (28) is not checked: with G_t = (B_t - B_{t+1})/alpha it is algebra "
               "for any B_{t+1} (see the omitted fedavg_ft.table1.Gt_sign).")
 
 
@@ -166,7 +166,7 @@ omit("fedavg_ft.table1.Gt_sign", paper=P, reference="Table 1 (G_t) and eq. (28)"
 
 # ----------------------------------------------------------------------------- C2: Lemma 5
 def _task_nonexpansive(seed, d, k, M, tau, alpha, rounds, clients, round_fn):
-    inst = paper_instance(d, k, M, step_size=alpha, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=alpha, seed=seed)
     p = inst.problem
     rng = np.random.default_rng(seed + 1)
     B, w = inst.B0, inst.w0
@@ -175,7 +175,8 @@ def _task_nonexpansive(seed, d, k, M, tau, alpha, rounds, clients, round_fn):
     for _ in range(rounds):
         idx = np.sort(rng.choice(M, size=clients, replace=False))
         with np.errstate(over="ignore", invalid="ignore"):
-            Bn, wn, path = round_fn(B, w, tau, alpha, targets=p.theta[idx], return_path=True)
+            Bn, wn, path = round_fn(B, w, alpha, local_steps=tau, targets=p.theta[idx],
+                                   return_path=True)
         if not (np.all(np.isfinite(Bn)) and np.all(np.isfinite(path["w"]))):
             break        # blew up (only possible once the step condition has failed): stop here
         c0, c1 = comp(B), comp(Bn)
@@ -213,12 +214,12 @@ def _c2_nonexpansive(ctx, *, round_fn=fedavg_round):
                   "rounds_skipped_condition": sum(r["skipped"] for row in out for r in row)},
         predicted={"max_ratio": 1.0},
         notes="Rounds where the step condition fails are skipped (counted); ratios only while the "
-              "off-subspace norm exceeds 1e-8 (notes C2).")
+              "off-subspace norm exceeds 1e-8.")
 
 
 # ----------------------------------------------------------------------------- C3: Theorem 1
 def _task_learning(seed, d, k, M, tau, alpha, rounds, algorithm, clients=None):
-    inst = paper_instance(d, k, M, step_size=alpha, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=alpha, seed=seed)
     tr = algorithm(inst.problem, rounds, tau, alpha, clients_per_round=clients, init=inst.init,
                    seed=seed + 1)
     st = inst.stats
@@ -282,12 +283,12 @@ def _c3_learning(ctx, *, algorithm=_fedavg_alg):
               "mean with Student-t half-width). Pass: every seed decays log-linearly (R^2 > 0.95) to "
               "< 1e-8. [measured] alpha = 0.4 with tau = 5 stalls on about 3 of 10 PAPER-LIN seeds, "
               "hence alpha = 0.2 for tau = 5. Both are far outside the theorem's step-size range "
-              "(notes 7.4).")
+              "(Theorem 2, c3 = 4800).")
 
 
 # ----------------------------------------------------------------------------- C4: D-GD stalls
 def _task_dgd_stall(seed, d, k, M, rounds, algorithm):
-    inst = paper_instance(d, k, M, step_size=ALPHA, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, seed=seed)
     p = inst.problem
     tr = algorithm(p, rounds, 1, ALPHA, init=inst.init, seed=seed + 1)
     return {"distance": tr.distance,
@@ -315,12 +316,12 @@ def _c4_dgd_stalls(ctx, *, algorithm=_dgd_alg):
         measured={"min_margin": margin, "lower_bounds": lbs, "final_dist": final},
         predicted={"min_margin": ">= 0", "final_dist": ">= 0.5 (0.99 at d = 100)"},
         figure=ctx.save_figure(fig),
-        notes="The invariant lower bound is not in the paper (notes 3.7/C4); it follows from (70).")
+        notes="The invariant lower bound is not in the paper; it follows from (70).")
 
 
 # ----------------------------------------------------------------------------- C5: Prop 1
 def _task_prop1(seed, d, k, M, delta0, rounds, dgd_algorithm, fedavg_algorithm):
-    inst = proposition1_instance(d, k, M, delta0, step_size=ALPHA, seed=seed)
+    inst = proposition1_instance(d=d, rank=k, n_clients=M, delta0=delta0, step_size=ALPHA, seed=seed)
     a = dgd_algorithm(inst.problem, rounds, 1, ALPHA, init=inst.init, seed=seed)
     b = dgd_algorithm(inst.reflected, rounds, 1, ALPHA, init=inst.init, seed=seed)
     f1 = fedavg_algorithm(inst.problem, rounds, 2, ALPHA, init=inst.init, seed=seed)
@@ -365,8 +366,8 @@ def _c5_prop1(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_alg):
         summary=(f"D-GD frozen at delta0 (max dev {max(r['dgd_dev'] for row in out for r in row):.1e}), "
                  f"identical on B*, B*'; FedAvg reaches {max(r['fedavg'] for row in out for r in row):.1e}"),
         measured={"max_traj_diff": max(r["traj_diff"] for row in out for r in row)}, table=rows,
-        predicted={"dgd_dist": ">= 0.7 delta0 (paper); = delta0 (stronger, notes 3.7)",
-                   "fedavg_dist": "< 0.1 delta0 (about 1e-15 at full scale, notes C5)",
+        predicted={"dgd_dist": ">= 0.7 delta0 (paper); = delta0 (stronger: D-GD only adds B* wbar* directions)",
+                   "fedavg_dist": "< 0.1 delta0 (about 1e-15 at full scale)",
                    "reflection": "2 delta0 sqrt(1 - delta0^2) (eq. (69))"},
         figure=ctx.save_figure(fig),
         notes="Prop. 2 prints '>= delta0' while its proof guarantees 0.7 delta0; numerically D-GD sits at "
@@ -424,7 +425,7 @@ def _c6_stationarity(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_al
 
 # ----------------------------------------------------------------------------- C7: fine-tuning
 def _task_finetune(seed, d, k, M, rounds, ns, fedavg_algorithm, dgd_algorithm, ft_steps):
-    inst = paper_instance(d, k, M, step_size=ALPHA, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, seed=seed)
     p = inst.problem
     fa = fedavg_algorithm(p, rounds, 2, ALPHA, init=inst.init, seed=seed)
     dg = dgd_algorithm(p, rounds, 1, ALPHA, init=inst.init, seed=seed)
@@ -432,7 +433,7 @@ def _task_finetune(seed, d, k, M, rounds, ns, fedavg_algorithm, dgd_algorithm, f
     head = rng.standard_normal(k)
     res = {}
     for n in ns:
-        cl = new_client(p, n, noise=0.1, head=head, seed=rng)
+        cl = new_client(p, samples_per_client=n, noise=0.1, head=head, seed=rng)
         a = fine_tune(cl, fa.B, fa.extra["w"], steps=ft_steps, step_size=0.01)
         b = fine_tune(cl, dg.B, dg.extra["w"], steps=ft_steps, step_size=0.01)
         res[n] = {"fedavg_full": a.full_error, "dgd_full": b.full_error,
@@ -473,13 +474,13 @@ def _c7_fine_tune(ctx, *, fedavg_algorithm=_fedavg_alg, dgd_algorithm=_dgd_alg):
         measured={"rows": rows}, predicted={"ordering": "FedAvg < D-GD at every n"}, table=rows,
         figure=ctx.save_figure(fig),
         notes="Head-only least squares on orth(B_T) (not in the paper) is reported beside the paper's full "
-              "(B, w) fine-tuning, which over-fits B when n < d (notes C7); noise N(0, 0.01) read as a "
+              "(B, w) fine-tuning, which over-fits B when n < d; noise N(0, 0.01) read as a "
               "variance.")
 
 
 # ----------------------------------------------------------------------------- C8: rate scaling
 def _task_rates(seed, d, k, M, combos, rounds, algorithm):
-    inst = paper_instance(d, k, M, step_size=ALPHA, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, seed=seed)
     Q = inst.B0 * np.sqrt(ALPHA)             # same orthonormal start, rescaled per alpha
     rates, curves = [], []
     for a, t in combos:
@@ -523,13 +524,13 @@ def _c8_rate_scaling(ctx, *, algorithm=_fedavg_alg):
         measured={"rows": rows}, table=rows, figure=ctx.save_figure(fig),
         predicted={"order": "rate(0.2,4) > rate(0.2,2) < rate(0.4,2)", "lower": "0.04 alpha^2 tau mu^2 E0"},
         notes="Rate = -slope of log dist on [1e-10, 1e-2]; 'heuristic' alpha^2 (tau-1) lambda_min of the "
-              "uncentered head moment is not in the paper (notes C8). All (alpha, tau) run on the same "
+              "uncentered head moment is not in the paper. All (alpha, tau) run on the same "
               "instance per replicate, so the orderings are paired.")
 
 
 # ----------------------------------------------------------------------------- C9: hypotheses
 def _task_hypotheses(seed, d, k, M, tau, alpha, rounds, init_scale, round_fn=fedavg_round):
-    inst = paper_instance(d, k, M, step_size=alpha, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=alpha, seed=seed)
     p = inst.problem
     st = inst.stats
     L = st.L_max
@@ -556,7 +557,7 @@ def _task_hypotheses(seed, d, k, M, tau, alpha, rounds, init_scale, round_fn=fed
             worst["alpha_sigma_min2_final"] = alpha * sig2
             worst["dist_final/dist0"] = subspace_distance(p.B_star, B) / max(np.sqrt(1 - E0), 1e-300)
             break
-        Bn, wn, path = round_fn(B, w, tau, alpha, targets=p.theta, return_path=True)
+        Bn, wn, path = round_fn(B, w, alpha, local_steps=tau, targets=p.theta, return_path=True)
         worst["w_local/bound"] = max(worst["w_local/bound"], float(np.max(np.linalg.norm(
             path["w"], axis=-1))) / (2 * np.sqrt(alpha) * L))
         dist = subspace_distance(p.B_star, B)
@@ -598,7 +599,7 @@ def _c9_hypotheses(ctx, *, init_scale=1.0, round_fn=fedavg_round):
                    "sigma_min_drop": "<= 1e-10 (sigma_min^2(B_t^T B*) non-decreasing)",
                    "alpha_sigma_min2_final": "-> 1 eventually (reported only)"},
         notes="alpha = 0.05 (still far above the theorem's ~1e-9 bound, so these are 'hypotheses hold along "
-              "the run' checks, notes C9). Judged: the five bounds and that sigma_min^2(B_t^T B*) never "
+              "the run' checks). Judged: the five bounds and that sigma_min^2(B_t^T B*) never "
               "decreases (relative drop between rounds <= 1e-10). Reported only: "
               "||Delta_t||/(alpha^2 tau L^2 kappa^2) (the theorem gives no constant to compare with) and "
               "'sigma_min^2 eventually near 1/alpha' (alpha_sigma_min2_final): at alpha = 0.05 the runs "
@@ -615,8 +616,8 @@ def _identical_plus_spread(rng, M, k, spread):
 def _task_diversity(seed, d, k, M, tau, spread, rounds, make_heads):
     rng = np.random.default_rng(seed)
     heads = make_heads(rng, M, k, spread)
-    inst = paper_instance(d, k, M, step_size=ALPHA, heads=heads, seed=rng)
-    tr = fedavg(inst.problem, rounds, tau, ALPHA, init=inst.init)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, heads=heads, seed=rng)
+    tr = fedavg(inst.problem, rounds, ALPHA, local_steps=tau, init=inst.init)
     return {"final": float(tr.distance[-1]), "rate": -_fit_rate(tr.distance, lo=1e-12, hi=0.5)[0],
             "mu": head_statistics(heads).mu, "distance": tr.distance}
 
@@ -656,7 +657,7 @@ def _c10_diversity(ctx, *, make_heads=_identical_plus_spread):
 
 # ----------------------------------------------------------------------------- C11: participation
 def _task_participation(seed, d, k, M, ms, rounds, algorithm):
-    inst = paper_instance(d, k, M, step_size=ALPHA, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, seed=seed)
     final, curves = [], []
     for m in ms:
         tr = algorithm(inst.problem, rounds, 2, ALPHA, clients_per_round=m, init=inst.init, seed=seed)
@@ -692,15 +693,15 @@ def _c11_participation(ctx, *, algorithm=_fedavg_alg):
                    "small m": "reported (instability expected at alpha=0.4)"},
         figure=ctx.save_figure(fig),
         notes="Only m in {M, M/2} is tested; smaller m is reported (the theorem needs small alpha with "
-              "large m; notes C11).")
+              "large m).")
 
 
 # ----------------------------------------------------------------------------- C12: centered diversity
 def _task_centered(seed, d, k, rounds, fedavg_algorithm):
     heads = 3.0 * np.eye(k)
-    inst = paper_instance(d, k, k, step_size=ALPHA, heads=heads, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=k, step_size=ALPHA, heads=heads, seed=seed)
     fa = fedavg_algorithm(inst.problem, rounds, 2, ALPHA, init=inst.init, seed=seed)
-    dg = fedavg(inst.problem, rounds, 1, ALPHA, init=inst.init)
+    dg = fedavg(inst.problem, rounds, ALPHA, local_steps=1, init=inst.init)
     return {"fedavg": float(fa.distance[-1]), "dgd": float(dg.distance[-1]),
             "mu": inst.stats.mu, "second_moment_min": inst.stats.second_moment_min}
 
@@ -723,7 +724,7 @@ def _c12_centered(ctx, *, fedavg_algorithm=_fedavg_alg):
                 f"FedAvg dist {fa:.1e}, D-GD dist {dg:.3f}",
         measured={"fedavg_final_max": fa, "dgd_final_min": dg, "mu": out[0]["mu"]},
         predicted={"fedavg": "< 1e-8", "dgd": "> 0.5 (0.999 at d = 100)"},
-        notes="Exploratory (notes C12): only the uncentered second moment drives the contraction of Lemma 10.")
+        notes="Exploratory: only the uncentered second moment drives the contraction of Lemma 10.")
 
 
 # ----------------------------------------------------------------------------- C13: finite samples
@@ -731,7 +732,7 @@ def _task_empirical(seed, d, k, M, ns, noise, rounds, algorithm):
     """One instance (B*, heads) and warm start, fresh datasets of each size n: paired floors."""
     alpha = 0.2
     rng = np.random.default_rng(seed)
-    base = paper_instance(d, k, M, step_size=alpha, seed=rng)
+    base = paper_instance(d=d, rank=k, n_clients=M, step_size=alpha, seed=rng)
     # warm start at a moderate distance: the claim is about the statistical floor, not the
     # escape from a random (nearly orthogonal) initialization
     Q = np.linalg.qr(base.problem.B_star + 0.3 * rng.standard_normal((d, k)) / np.sqrt(d))[0]
@@ -748,7 +749,7 @@ def _task_empirical(seed, d, k, M, ns, noise, rounds, algorithm):
 
 
 def _empirical_alg(problem, rounds, local_steps, step_size, *, init, seed=None):
-    return fedavg(problem, rounds, local_steps, step_size, init=init, mode="empirical", seed=seed)
+    return fedavg(problem, rounds, step_size, local_steps=local_steps, init=init, data="fixed", seed=seed)
 
 
 @claim("fedavg_ft.ext.empirical_floor", paper=P, reference="Eq. (5) (finite samples; beyond Theorem 1)",

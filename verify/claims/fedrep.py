@@ -13,7 +13,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from lowrank_fl.algorithms.fedrep import fedrep, fedrep_round
+from lowrank_fl.algorithms.fedrep import fedrep, fedrep_round, n_participants
 from lowrank_fl.algorithms.fedrep_baselines import fedsgd, local_only
 from lowrank_fl.exact.multitask import (altmin, fedavg_population_error, fit_heads,
                                         lemma1_decomposition, method_of_moments, ols_then_svd,
@@ -104,8 +104,8 @@ def _figure():
 # ====================================================================== C1
 def _task_population_optima(seed, d, k, n, rounds, fedrep_options, shared_model=fedsgd):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, seed=rp)
-    s = shared_model(p, rounds, 0.5, fresh_samples=True, seed=rr)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
+    s = shared_model(p, rounds, 0.5, seed=rr)       # no dataset: population gradients
     smin2, smax2 = _sigmas2(p.heads)
     B0 = _warm_start(p.B_star, 0.5, rr)
     opts = {"step_size": 1 / (4 * smax2), **(fedrep_options or {})}
@@ -161,10 +161,11 @@ def _c1(ctx, *, fedrep_options=None, shared_model=fedsgd):
 # ====================================================================== C2
 def _task_rate(seed, d, k, n, m, r, rounds, options, algorithm=fedrep, eta=None):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
     smin2, smax2 = _sigmas2(p.heads)
     eta = 1 / (4 * smax2) if eta is None else eta
-    tr = algorithm(p, rounds, eta, participation=r, batch_size=m, seed=rr, **(options or {}))
+    tr = algorithm(p, rounds, eta, clients_per_round=n_participants(r, n), data="fresh", batch_size=m,
+                   seed=rr, **(options or {}))
     return {"distance": tr.distance, "eta": eta, "smin2": smin2, "smax2": smax2,
             "sigma_min_R": float(np.nanmin(tr.extra.get("sigma_min_R", [np.nan])))}
 
@@ -210,7 +211,7 @@ def _c2(ctx, *, options=None, algorithm=fedrep):
         t = np.arange(len(res[0]["distance"]))
         line = ax.semilogy(t, res[0]["distance"], label=rows[-1]["setting"])[0]
         ax.semilogy(t, res[0]["distance"][0] * th[0] ** t, "--", color=line.get_color(), lw=0.8)
-    # note §5 C2: the step condition is sufficient, not necessary; eta = 1 (~4x the theorem's step
+    # Theorem 1's step condition is sufficient, not necessary; eta = 1 (~4x the theorem's step
     # for Assumption 3 heads) still converges (half the rounds suffice at the faster rate)
     big = ctx.map(_task_rate, [{**grid[0], "eta": 1.0, "rounds": rounds // 2}], replicates=reps)[0]
     eta1_final = [float(o["distance"][-1]) for o in big]
@@ -234,22 +235,22 @@ def _c2(ctx, *, options=None, algorithm=fedrep):
         notes="Criteria (every seed): R^2 > 0.98 of the semilog fit, rho_hat <= sqrt(1 - eta E0 "
               "sigma_min^2/2), >= 99% monotone steps, dist_T < 1e-10; and, on the first setting, "
               "eta = 1 (beyond the theorem's 1/(4 sigma_max^2)) reaches dist < 1e-10 in T/2 rounds "
-              "(note §5 C2). For r < 1 the sigma's are the full-W values (the subset max/min is "
+              "(Theorem 1 gives a sufficient condition only). For r < 1 the sigma's are the full-W values (the subset max/min is "
               "combinatorial).")
 
 
 # ====================================================================== C3
 def _task_pop_rate(seed, d, k, n, eta_mult, E0, skew, rounds, options):
     rp, rr = _rngs(seed)
-    B_star = haar_orthonormal(d, k, rp)
-    p = multitask_linear(d, k, n, heads=_skewed_heads(n, k, skew, rp), B_star=B_star, seed=rp)
+    B_star = haar_orthonormal(d=d, rank=k, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, heads=_skewed_heads(n, k, skew, rp), B_star=B_star, seed=rp)
     smin2, smax2 = _sigmas2(p.heads)
     eta = eta_mult / smax2
     tr = fedrep(p, rounds, eta, init=_warm_start(B_star, E0, rr), seed=rr, **(options or {}))
     return {"distance": tr.distance, "eta": eta, "smin2": smin2, "smax2": smax2, "E0": E0}
 
 
-@claim("fedrep.thm1.rate_dependence", paper=PAPER, reference="Theorem 1, eq. (10); note §2.2",
+@claim("fedrep.thm1.rate_dependence", paper=PAPER, reference="Theorem 1, eq. (10); proof of Lemma 5",
        statement="The contraction factor never exceeds sqrt(1 - eta E0 sigma_min*^2/2) and improves with "
                  "eta sigma_min*^2; in the m -> inf limit each step contracts by at most 1 - eta (1 - dist_t^2) "
                  "sigma_min*^2.",
@@ -273,7 +274,7 @@ def _c3(ctx, *, options=None):
             if T1 - lo >= 3 else float("nan")
         ratios = dist[1:T1 + 1] / dist[:T1]
         th = guaranteed_rate(o["eta"], o["E0"], math.sqrt(o["smin2"]))
-        # derived per-step bound (note §2.2): ratio <= 1 - eta (1 - dist_t^2) sigma_min^2, as R >= I
+        # derived per-step bound (Alg. 2 with exact heads, proof of Theorem 1): ratio <= 1 - eta (1 - dist_t^2) sigma_min^2, as R >= I
         step_bound = 1 - o["eta"] * (1 - dist[:T1] ** 2) * o["smin2"]
         # ratios of distances below 1e-8 carry float64 relative error >~ 1e-8: checked above that level
         acc = (dist[:T1] > 1e-8) & (dist[1:T1 + 1] > 1e-8)
@@ -326,15 +327,15 @@ def _task_threshold(seed, d, k, n, m_grid, eps, algorithm=fedrep):
     dist <= eps within twice the rounds the m -> inf recursion needs from the same start
     (so that the threshold measures samples, not the conditioning of W*); inf if none."""
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
     smin2, smax2 = _sigmas2(p.heads)
-    B0 = _warm_start(p.B_star, 0.75, rp)                 # dist(B0, B*) = 0.5, as in the note's pilot
+    B0 = _warm_start(p.B_star, 0.75, rp)                 # dist(B0, B*) = 0.5, a pilot-calibrated start
     eta = 1 / (4 * smax2)
     pop = fedrep(p, 5000, eta, init=B0, tol=eps, seed=0)  # population rounds (deterministic)
     rounds = 2 * _rounds_to(pop.distance, eps) + 10
 
     def success(m):
-        tr = algorithm(p, rounds, eta, init=B0, batch_size=m, tol=eps, seed=rr)
+        tr = algorithm(p, rounds, eta, init=B0, data="fresh", batch_size=m, tol=eps, seed=rr)
         return bool(np.nanmin(tr.distance) <= eps)
 
     lo, hi = 0, len(m_grid) - 1
@@ -406,7 +407,7 @@ def _c4(ctx, *, algorithm=fedrep):
 # ====================================================================== C5
 def _task_identities(seed, d, k, n, m, round_options):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
     X, y = p.sample(m, rr)
     B = np.linalg.qr(p.B_star + 0.7 * rr.standard_normal((d, k)))[0]
     q = lemma1_decomposition(B, p.B_star, p.heads, X)
@@ -451,7 +452,7 @@ def _c5(ctx, *, round_options=None):
 
 def _task_lemma4(seed, d, k, n, ms, dist0, design):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
     B = _warm_start(p.B_star, 1 - dist0 ** 2, rr)
     vals = []
     for m in ms:
@@ -500,7 +501,7 @@ def _task_lemma5(seed, d, k, n, m, design):
     """Lemma 5's (1/rn) ||(A*A(Q)/m - Q)^T W||_2 / dist and Lemma 2's mean_i (1 - sigma_min(G^i)),
     at a fixed B (dist 0.5) with the m -> inf heads W = Theta* B, on a batch independent of W."""
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
     B = _warm_start(p.B_star, 0.75, rr)                   # dist(B, B*) = 0.5
     W = p.theta @ B                                      # (n, k)
     Q = W @ B.T - p.theta                                # (n, d) rows q_i = B w_i - theta_i*
@@ -539,7 +540,7 @@ def _c5c(ctx, *, design="gaussian"):
         out = ctx.map(_task_lemma5, [{**base, key: v} for v in vals], replicates=reps)
         Y = np.array([[o["lemma5"] for o in row] for row in out])
         fits[f"lemma5_vs_{key}"] = fit_loglog_slope(vals, Y)
-        # note §5 C5: accept exponents within +-0.1 of (1/2, -1/2, -1/2), judged on the 95% interval
+        # accept exponents within +-0.1 of (1/2, -1/2, -1/2), judged on the 95% interval
         flags[f"lemma5_{key}_ok"] = _band(fits[f"lemma5_vs_{key}"], expo[key] - 0.1, expo[key] + 0.1)
         if key == "m":
             Z = np.array([[o["lemma2"] for o in row] for row in out])
@@ -569,9 +570,9 @@ def _c5c(ctx, *, design="gaussian"):
 
 def _task_random_init(seed, d, k, n, m, rounds, eps, fedrep_options):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, samples_per_client=m, noise=1e-3, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, samples_per_client=m, noise=1e-3, seed=rp)
     opts = {"step_size": 0.5, **(fedrep_options or {})}
-    tr = fedrep(p, rounds, opts.pop("step_size"), init="random", fresh_samples=False, tol=eps, seed=rr, **opts)
+    tr = fedrep(p, rounds, opts.pop("step_size"), init="random", data="fixed", tol=eps, seed=rr, **opts)
     return bool(tr.status != "diverged" and np.nanmin(tr.distance) <= eps)
 
 
@@ -600,10 +601,10 @@ def _c6b(ctx, *, fedrep_options=None):
               "95% upper bound on the success probability is below 0.9.")
 
 
-omit("fedrep.thm1.fixed_dataset", paper=PAPER, reference="Theorem 1 vs the experiments' fixed datasets (note §5 C4)",
+omit("fedrep.thm1.fixed_dataset", paper=PAPER, reference="Theorem 1 vs the experiments' fixed datasets (App. A.1)",
      statement="In the fixed-dataset regime the threshold m*(n) follows the identifiability limit "
                "m >= k + k(d - k)/n, and Local Only needs m >= d.",
-     reason="Not a statement of the paper's theory (Theorem 1 assumes fresh samples): the note only records "
+     reason="Not a statement of the paper's theory (Theorem 1 assumes fresh samples): our reading only records "
             "pilot values. A threshold search over n needs ~5 bisection runs x 300 rounds per (n, seed), beyond "
             "the quick/full budgets next to fedrep.thm1.sample_complexity; Local Only's m >= d is the rank "
             "condition of ordinary least squares (exact algebra) and its failure below d is judged in "
@@ -613,13 +614,13 @@ omit("fedrep.thm1.fixed_dataset", paper=PAPER, reference="Theorem 1 vs the exper
 # ====================================================================== C6
 def _task_fig3(seed, d, k, n, m, noise, method, step, rounds, eps, fedrep_options, head_step=0.25):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, samples_per_client=m, noise=noise, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, samples_per_client=m, noise=noise, seed=rp)
     opts = {"exact": {}, "gd": {"head_steps": 1, "head_step_size": head_step},
             "10gd": {"head_steps": 10, "head_step_size": head_step}}[method]
     if method == "exact":
         opts = {**opts, **(fedrep_options or {})}
     B0 = _warm_start(p.B_star, 0.5, rp)                  # same init for every method
-    tr = fedrep(p, rounds, step, init=B0, fresh_samples=False, tol=eps, seed=rr, **opts)
+    tr = fedrep(p, rounds, step, init=B0, data="fixed", tol=eps, seed=rr, **opts)
     return _rounds_to(tr.distance, eps) if tr.status != "diverged" else rounds + 1
 
 
@@ -684,9 +685,9 @@ def _c6(ctx, *, fedrep_options=None):
 # ====================================================================== C7
 def _task_fig1(seed, d, k, n, m, noise, rounds, fedrep_options, algorithm=fedrep):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, samples_per_client=m, noise=noise, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, samples_per_client=m, noise=noise, seed=rp)
     opts = {"step_size": 0.5, **(fedrep_options or {})}
-    tr = algorithm(p, rounds, opts.pop("step_size"), init="random", fresh_samples=False, seed=rr, **opts)
+    tr = algorithm(p, rounds, opts.pop("step_size"), init="random", data="fixed", seed=rr, **opts)
     def excess(theta_hat):
         return float(np.mean(np.sum((theta_hat - p.theta) ** 2, axis=1)))
     rep = excess(fit_heads(tr.B, p.X, p.y) @ tr.B.T) if tr.status != "diverged" else float("inf")
@@ -738,11 +739,11 @@ def _c7(ctx, *, fedrep_options=None, algorithm=fedrep):
 # ====================================================================== C8
 def _task_fig4(seed, d, k, n, m, noise, rounds, m_new, n_new, fedrep_options, head_ridge=1e-5):
     rp, rr, rn = _rngs(seed, 3)
-    p = multitask_linear(d, k, n, samples_per_client=m, noise=noise, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, samples_per_client=m, noise=noise, seed=rp)
     opts = {"step_size": 0.5, **(fedrep_options or {})}
-    tr = fedrep(p, rounds, opts.pop("step_size"), fresh_samples=False, seed=rr, **opts)
+    tr = fedrep(p, rounds, opts.pop("step_size"), data="fixed", seed=rr, **opts)
     s = fedsgd(p, 2 * rounds, 0.1, seed=rr)
-    new = multitask_linear(d, k, n_new, noise=noise, B_star=p.B_star, seed=rn)
+    new = multitask_linear(d=d, rank=k, n_clients=n_new, noise=noise, B_star=p.B_star, seed=rn)
     res = {"fedrep": [], "fedsgd": [], "local": [], "pred": []}
     Q = np.linalg.qr(tr.B)[0]
     bias = float(np.mean(np.sum((new.theta - new.theta @ Q @ Q.T) ** 2, axis=1)))
@@ -809,7 +810,7 @@ def _c8(ctx, *, fedrep_options=None, head_ridge=1e-5):
 # ====================================================================== C9 (erratum)
 def _task_mom(seed, d, k, n, ms, estimator=method_of_moments):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
     return np.array([subspace_distance(p.B_star, estimator(*p.sample(m, rr), k)) for m in ms])
 
 
@@ -866,7 +867,7 @@ def _task_rip(seed, d, m, n, k, design_scale):
     # A(e_1 x_1^T) = [<x_1^j, x_1>]_j; ratio ||A(M)||^2 / (m ||M||_F^2)
     Mx = np.concatenate([[x @ x], X @ x])
     rho = float(Mx @ Mx / (m * (x @ x)))
-    p = multitask_linear(d, k, n, seed=rng)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=rng)
     Xs, _ = p.sample(m, rng)
     Xs *= design_scale
     M = p.theta
@@ -907,10 +908,10 @@ def _c10(ctx, *, design_scale=1.0):
 # ====================================================================== C11
 def _task_participation(seed, d, k, n, m, r, rounds, eps, algorithm=fedrep):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
     smin2, smax2 = _sigmas2(p.heads)
-    tr = algorithm(p, rounds, 1 / (4 * smax2), participation=r, init=_warm_start(p.B_star, 0.75, rp),
-                   batch_size=m, tol=eps, seed=rr)
+    tr = algorithm(p, rounds, 1 / (4 * smax2), clients_per_round=n_participants(r, n), init=_warm_start(p.B_star, 0.75, rp),
+                   data="fresh", batch_size=m, tol=eps, seed=rr)
     return _rounds_to(tr.distance, eps)
 
 
@@ -948,14 +949,14 @@ def _c11(ctx, *, algorithm=fedrep):
 # ====================================================================== C12 (extensions)
 def _task_noise_floor(seed, d, k, n, m, noise, rounds, options=None, algorithm=fedrep):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, noise=noise, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, noise=noise, seed=rp)
     smin2, smax2 = _sigmas2(p.heads)
-    tr = algorithm(p, rounds, 1 / (4 * smax2), init=_warm_start(p.B_star, 0.75, rp), batch_size=m, seed=rr,
+    tr = algorithm(p, rounds, 1 / (4 * smax2), init=_warm_start(p.B_star, 0.75, rp), data="fresh", batch_size=m, seed=rr,
                    **(options or {}))
     return float(np.median(tr.distance[-rounds // 4:]))
 
 
-@claim("fedrep.ext.noise_floor", paper=PAPER, reference="extension (note C12a; theory is noiseless)",
+@claim("fedrep.ext.noise_floor", paper=PAPER, reference="extension (label noise; the theory is noiseless)",
        statement="With label noise sigma and fresh samples, dist(B^t, B*) decays linearly to a floor "
                  "proportional to sigma (about sigma sqrt(d/(rnm))).",
        kind="scaling")
@@ -996,14 +997,14 @@ def _c12a(ctx, *, options=None, algorithm=fedrep):
 
 def _task_split(seed, d, k, n, m, rounds, batch, options):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
     smin2, smax2 = _sigmas2(p.heads)
-    tr = fedrep(p, rounds, 1 / (4 * smax2), batch_size=m, batch=batch, init=_warm_start(p.B_star, 0.75, rp),
+    tr = fedrep(p, rounds, 1 / (4 * smax2), data="fresh", batch_size=m, batch=batch, init=_warm_start(p.B_star, 0.75, rp),
                 seed=rr, **(options or {}))
     return tr.distance
 
 
-@claim("fedrep.ext.split_batch", paper=PAPER, reference="Lemma 5 caveat (note §3.4, C12b)",
+@claim("fedrep.ext.split_batch", paper=PAPER, reference="Lemma 5 caveat (head and gradient on the same batch)",
        statement="Using the same batch for the head and the representation gradient (Alg. 2) or independent "
                  "halves (the independence Lemma 5's proof assumes) both converge linearly to exact recovery.",
        kind="comparison")
@@ -1028,14 +1029,14 @@ def _c12b(ctx, *, options=None):
 
 def _task_head_steps(seed, d, k, n, m, tau, rounds, eps, head_step_size):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, samples_per_client=m, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, samples_per_client=m, seed=rp)
     opts = {} if tau is None else {"head_steps": tau, "head_step_size": head_step_size}
-    tr = fedrep(p, rounds, 0.5, init=_warm_start(p.B_star, 0.5, rp), fresh_samples=False, tol=eps,
+    tr = fedrep(p, rounds, 0.5, init=_warm_start(p.B_star, 0.5, rp), data="fixed", tol=eps,
                 seed=rr, **opts)
     return _rounds_to(tr.distance, eps) if tr.status != "diverged" else rounds + 1
 
 
-@claim("fedrep.ext.head_steps", paper=PAPER, reference="Alg. 1 (tau_h), Fig. 3/5 trend (note C12c)",
+@claim("fedrep.ext.head_steps", paper=PAPER, reference="Alg. 1 (tau_h), Fig. 3/5 trend",
        statement="With tau_h gradient steps on the head instead of the exact minimizer, the rounds needed "
                  "decrease with tau_h towards FedRep's.",
        kind="comparison")
@@ -1062,9 +1063,9 @@ def _c12c(ctx, *, head_step_size=0.5):
 # ====================================================================== exact references
 def _task_exact(seed, d, k, n, m, rounds, fedrep_options, nuclear_mu=1e-6):
     rp, rr = _rngs(seed)
-    p = multitask_linear(d, k, n, samples_per_client=m, seed=rp)
+    p = multitask_linear(d=d, rank=k, n_clients=n, samples_per_client=m, seed=rp)
     opts = {"step_size": 0.5, **(fedrep_options or {})}
-    tr = fedrep(p, rounds, opts.pop("step_size"), fresh_samples=False, seed=rr, **opts)
+    tr = fedrep(p, rounds, opts.pop("step_size"), data="fixed", seed=rr, **opts)
     am = altmin(p.X, p.y, k, max_iter=500, tol=1e-15)
     ols = ols_then_svd(p.X, p.y, k)
     nuc = solve_nuclear_prox(p.X, p.y, nuclear_mu, tol=1e-12, max_iter=20000)
@@ -1077,7 +1078,7 @@ def _task_exact(seed, d, k, n, m, rounds, fedrep_options, nuclear_mu=1e-6):
             "population_mom": subspace_distance(p.B_star, vecs[:, -k:])}
 
 
-@claim("fedrep.sec6.exact_references", paper=PAPER, reference="Algorithm 2 vs exact solutions (note §6)",
+@claim("fedrep.sec6.exact_references", paper=PAPER, reference="Algorithm 2 vs exact solutions (AltMin, OLS+SVD, nuclear norm)",
        statement="On noiseless identifiable data FedRep's representation agrees with the exact references: "
                  "AltMin, per-client OLS then SVD, nuclear-norm least squares (small mu), and the population "
                  "optima (truncated SVD, method of moments).",

@@ -1,5 +1,5 @@
 """Claims of FLUTE (Liu, Shen & Yang, "Federated representation learning in the
-under-parameterized regime", ICML 2024): the note's checkable claims C1–C15 (notes 000 §5).
+under-parameterized regime", ICML 2024): checkable claims C1–C15 (FLUTE's theorems, remarks and App. C).
 
 Defaults follow App. C (``d = 10``, ``M = 15``, ``lambda_i = 2 min(d, M)/(i + 1)``, ``eta = 0.03``,
 ``alpha = 1/(10 d)``, noise variance 0.3) and the appendix normalization the theorems analyse.
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 from scipy import stats
 
+from lowrank_fl.algorithms.fedrep import fedrep
 from lowrank_fl.algorithms.flute import flute, flute_init
-from lowrank_fl.algorithms.flute_baselines import fedrep_flute_baseline
 from lowrank_fl.exact import flute as ex
 from lowrank_fl.problems.multitask import haar_orthonormal
 from lowrank_fl.problems.underparameterized import (UnderparameterizedProblem, appendix_c_spectrum,
@@ -25,7 +25,7 @@ from verify.stats import fit_loglog_slope, interval_verdict, mean_ci
 
 PAPER = "flute"
 ETA = 0.03
-NOISE = float(np.sqrt(0.3))     # App. C: N(0, 0.3) read as a variance (note §7.7)
+NOISE = float(np.sqrt(0.3))     # App. C: N(0, 0.3) read as a variance
 
 
 def _fig(nrows=1, ncols=1, **kw):
@@ -67,12 +67,12 @@ def _rounds_to_converge(problem, eta, digits=12.0, extra=300):
 # =============================================================================================
 def _task_global(seed, *, k, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, k, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=k, seed=rng)
     rounds = _rounds_to_converge(p, ETA)
     tr = algorithm(p, rounds, ETA, record_every=10, seed=rng)
-    W = tr.extra["W"]
-    rel = float(np.linalg.norm(tr.B @ W - p.target) / np.linalg.norm(p.target))
-    bal = float(np.linalg.norm(tr.B.T @ tr.B - W @ W.T))
+    W = tr.heads                                          # (M, k): the paper's W^T
+    rel = float(np.linalg.norm(tr.B @ W.T - p.target) / np.linalg.norm(p.target))
+    bal = float(np.linalg.norm(tr.B.T @ tr.B - W.T @ W))
     curve = tr.extra["frob_target"][::10] / np.linalg.norm(p.target)
     return {"rel": rel if np.isfinite(rel) else np.inf, "balance": bal if np.isfinite(bal) else np.inf,
             "distance": float(tr.distance[-1]), "curve": curve, "rounds": rounds}
@@ -89,7 +89,7 @@ def _c1(ctx, *, algorithm=flute):
     rel = max(o["rel"] for row in out for o in row)
     bal = max(o["balance"] for row in out for o in row)
     dist = max(o["distance"] for row in out for o in row)
-    # 1e-8: population iterations reach 1e-14 (note §5 C1); 1e-8 leaves room for slow seeds.
+    # 1e-8: population iterations reach 1e-14 (pilot runs); 1e-8 leaves room for slow seeds.
     passed = rel < 1e-8 and bal < 1e-8
     fig, ax = _fig()
     for k, row in zip(ks, out):
@@ -110,7 +110,7 @@ def _c1(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_rate(seed, *, k, normalization, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, k, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=k, seed=rng)
     tr = algorithm(p, _rounds_to_converge(p, ETA), ETA, normalization=normalization, seed=rng)
     return {"rho": _tail_rate(tr.extra["frob_target"]), "gap": p.gap,
             "curve": tr.extra["frob_target"][::5]}
@@ -139,7 +139,7 @@ def _c2(ctx, *, algorithm=flute):
                      "max_abs_dev_from_sharp": dev, "median_abs_dev_from_sharp": float(np.median(devs)),
                      "seeds_off_sharp": int(np.sum(devs >= 1e-3)),
                      "bound_ok": bool(fin and np.all(rho <= bound)),
-                     # 1e-3: note §5 C2 (population fits agree with 1 - eta Delta/2 to ~1e-7). The sharp
+                     # 1e-3: pilot runs (population fits agree with 1 - eta Delta/2 to ~1e-7). The sharp
                      # rate is asymptotic: a seed whose init barely excites the slowest mode still shows
                      # a faster transient inside the fit window, so the median over seeds is judged and
                      # the seeds off the sharp rate are counted and reported.
@@ -160,7 +160,7 @@ def _c2(ctx, *, algorithm=flute):
                             f"({off} seed(s) off by >= 1e-3: transient)",
                     measured={"rows": rows, "bound_ok": bound_ok, "sharp_ok": sharp_ok},
                     predicted={"rho_bound": "1 - eta Delta / 16",
-                               "rho_population": "1 - eta Delta / 2 within 1e-3 (note §5 C2)"},
+                               "rho_population": "1 - eta Delta / 2 within 1e-3 (pilot runs)"},
                     table=rows, figure=ctx.save_figure(fig),
                     notes="Tail fit on 1e-11 < err < 1e-3 of population runs, judged per seed. The paper's "
                           "bound is loose by 8x in the exponent; the sharp population rate "
@@ -182,13 +182,13 @@ def _slowed(algorithm, factor):
 # =============================================================================================
 def _task_gap_rate(seed, *, g, eta, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, spectrum=[4.0, 3.0, 3.0 - g, 1.0, 0.5], seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, spectrum=[4.0, 3.0, 3.0 - g, 1.0, 0.5], seed=rng)
     # 1e-11 at rate 1 - eta g needs ~25 / (eta g) rounds after the entry phase
     tr = algorithm(p, int(26 / (eta * g)) + 200, eta, seed=rng)
     return {"rho": _tail_rate(tr.extra["frob_target"]), "gap": p.gap}
 
 
-@claim("flute.thm5_5.gap_linearity", paper=PAPER, reference="Theorem 5.5, eq. (8); note §5 C2",
+@claim("flute.thm5_5.gap_linearity", paper=PAPER, reference="Theorem 5.5, eq. (8)",
        statement="With lambda_1 fixed and the gap Delta varied, the population rate satisfies "
                  "log(1/rho) proportional to Delta (log-log slope 1).", kind="scaling")
 def _c2c(ctx, *, algorithm=flute):
@@ -222,11 +222,11 @@ def _c2c(ctx, *, algorithm=flute):
 
 def _task_norm(seed, *, normalization, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, seed=rng)
     tr = algorithm(p, 650, ETA, normalization=normalization, seed=rng)
-    W = tr.extra["W"]
+    W = tr.heads
     return {"rho": _tail_rate(tr.extra["frob_target"]),
-            "rel": float(np.linalg.norm(tr.B @ W - p.target) / np.linalg.norm(p.target)),
+            "rel": float(np.linalg.norm(tr.B @ W.T - p.target) / np.linalg.norm(p.target)),
             "gap": p.gap}
 
 
@@ -264,8 +264,8 @@ def _task_entry(seed, *, alpha, phi_seed, algorithm):
     # one Phi and one init direction per replicate (phi_seed), shared by its alphas, so that t_e is
     # compared across alphas on the same instance (B0, W0 = alpha * G)
     r_phi, r_init = (np.random.default_rng(s) for s in np.random.SeedSequence(phi_seed).spawn(2))
-    p = underparameterized(10, 15, 4, seed=r_phi)
-    G_B, G_W = flute_init(10, 4, 15, 1.0, r_init)
+    p = underparameterized(d=10, n_clients=15, rank=4, seed=r_phi)
+    G_B, G_W = flute_init(d=10, rank=4, n_clients=15, init_scale=1.0, seed=r_init)
     B0, W0 = alpha * G_B, alpha * G_W
     s0 = ex.region_quantities(ex.theta_embedding(B0, W0, p.Phi), 4)["sigmak_k"]
     TR = ex.entry_time_bound(p.spectrum, 4, ETA, s0)
@@ -301,7 +301,7 @@ def _c3(ctx, *, algorithm=flute):
         ratio = {"mean": float(m), "ci_low": float(m - h), "ci_high": float(m + h),
                  "per_seed": per_seed}
         # band [0.75, 1.25]: the formula's slope is asymptotic (the growth factor of sigma_k before
-        # the cubic term matters); pilots measure 0.85-1.0 of it (note §5 C3)
+        # the cubic term matters); pilots measure 0.85-1.0 of it
         slope_ok = _band_verdict(m - h, m + h, 0.75, 1.25)
     else:
         ratio, slope_ok = {"mean": float("inf")}, False
@@ -340,9 +340,10 @@ def _c3(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_absorb(seed, *, samples, rounds, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, seed=rng, noise=NOISE if samples else 0.0,
+    p = underparameterized(d=10, n_clients=15, rank=2, seed=rng, noise=NOISE if samples else 0.0,
                            samples_per_client=None)
-    tr = algorithm(p, rounds, ETA, record_theta=True, samples=samples, seed=rng)
+    tr = algorithm(p, rounds, ETA, record_theta=True, data="fresh" if samples else None,
+                   batch_size=samples, seed=rng)
     l1s, lks = 2 * p.spectrum[0], 2 * p.spectrum[1]
     gap = p.gap
     s1, sr, sk = (tr.extra[n] ** 2 for n in ("sigma1", "sigma1_res", "sigmak_k"))
@@ -388,7 +389,7 @@ def _c4(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_snr(seed, *, steps, eta_small, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, seed=rng)
     # enter R with the reference FLUTE at eta = 0.03 (the lemma is about the steps inside R):
     # find the entry round, then replay the same run up to 5 rounds past it
     warm_seed = int(rng.integers(2 ** 32))
@@ -399,7 +400,7 @@ def _task_snr(seed, *, steps, eta_small, algorithm):
     warm = flute(p, int(hit[0]) + 5, ETA, seed=warm_seed)
     res = {}
     for name, eta in (("theory", eta_small), ("experiment", ETA)):
-        tr = algorithm(p, steps, eta, init=(warm.B, warm.extra["W"]), record_theta=True)
+        tr = algorithm(p, steps, eta, init=(warm.B, warm.heads), record_theta=True)
         ratio = (tr.extra["sigma1_res"] / tr.extra["sigmak_k"]) ** 2
         bound = (1 - eta * p.gap / 16) ** 2
         # ratio_(t+1) / (bound * ratio_t): <= 1 where Lemma A.10 holds
@@ -460,15 +461,15 @@ def _task_discrepancy(seed, *, N, spectrum, k, gram, phi_seed, d=10, noise=NOISE
     noise residual E = y - X phi is taken against ("Phi": the truth, as in the lemma). With
     ``sample_seed`` the samples come from it instead of ``seed`` (common random numbers)."""
     rng = np.random.default_rng(seed if sample_seed is None else sample_seed)
-    p = underparameterized(d, 15, k, spectrum=spectrum, noise=noise, seed=phi_seed)
-    Bs, Ws = ex.balanced_factors(p.Phi, k)
+    p = underparameterized(d=d, n_clients=15, rank=k, spectrum=spectrum, noise=noise, seed=phi_seed)
+    Bs, Ws = ex.balanced_factors(p.Phi, k)              # Ws (M, k): heads, client axis first
     X, y = p.sample(N, rng)
-    R = Bs @ Ws - p.Phi                                  # (d, M) residual at the optimum
+    R = Bs @ Ws.T - p.Phi                                # (d, M) residual at the optimum
     G = gram(X)
     D = R - np.einsum("mde,em->dm", G, R)                # (I - X_i^T X_i/N) r_i
-    A1 = np.linalg.norm(D @ Ws.T, 2)
+    A1 = np.linalg.norm(D @ Ws, 2)
     E = y - np.einsum("mnd,dm->mn", X, p.Phi if residual == "Phi" else p.target)
-    A2 = np.linalg.norm(np.einsum("mnd,mn->dm", X, E) @ Ws.T / N, 2)
+    A2 = np.linalg.norm(np.einsum("mnd,mn->dm", X, E) @ Ws / N, 2)
     return {"A1": float(A1), "A2": float(A2)}
 
 
@@ -486,7 +487,7 @@ def _c6(ctx, *, gram=_empirical_gram):
     f1 = fit_loglog_slope(Ns, A1)
     f2 = fit_loglog_slope(Ns, A2)
     over = ctx.map(_task_discrepancy_over, [{"gram": gram, "phi_seed": phi_seed}], replicates=1)[0][0]
-    # slope band of the note (-0.5 +- 0.1): Monte Carlo noise of a log-log fit over >= 3 decades
+    # slope band -0.5 +- 0.1: Monte Carlo noise of a log-log fit over >= 3 decades
     # of N with >= 4 seeds is ~0.03.
     passed = bool(-0.6 <= f1.slope <= -0.4 and -0.6 <= f2.slope <= -0.4 and over < 1e-10
                   and np.all(A1 > 0))
@@ -507,12 +508,12 @@ def _c6(ctx, *, gram=_empirical_gram):
 
 def _task_discrepancy_over(seed, *, gram, phi_seed):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 3, spectrum=[5.0, 3.0, 2.0], seed=phi_seed)
+    p = underparameterized(d=10, n_clients=15, rank=3, spectrum=[5.0, 3.0, 2.0], seed=phi_seed)
     Bs, Ws = ex.balanced_factors(p.Phi, 3)
     X, _ = p.sample(100, rng)
-    R = Bs @ Ws - p.Phi
+    R = Bs @ Ws.T - p.Phi
     D = R - np.einsum("mde,em->dm", gram(X), R)
-    return float(np.linalg.norm(D @ Ws.T, 2))
+    return float(np.linalg.norm(D @ Ws, 2))
 
 
 def _gram_first_features(X, n_est=10):
@@ -545,7 +546,7 @@ def _c6b(ctx, *, gram=_empirical_gram, residual="Phi"):
     A2s = np.array([row[0]["A2"] for row in by_s]).reshape(reps, len(sigmas)).T
     fits = {"A1_vs_d": fit_loglog_slope(ds, A1d), "A2_vs_d": fit_loglog_slope(ds, A2d),
             "A2_vs_sigma": fit_loglog_slope(sigmas, A2s)}
-    # bands: note §5 C6 asks +0.5 in d (+-0.1 as for N); A_2 is linear in sigma (+-0.1)
+    # bands: Lemma A.13 gives +0.5 in d (+-0.1 as for N); A_2 is linear in sigma (+-0.1)
     bands = {"A1_vs_d": (0.4, 0.6), "A2_vs_d": (0.4, 0.6), "A2_vs_sigma": (0.9, 1.1)}
     flags = {key: _band_verdict(f.low, f.high, *bands[key]) for key, f in fits.items()}
     passed = _combine(*flags.values())
@@ -576,8 +577,8 @@ C7_SPECTRUM = [6.0, 5.0, 4.0, 2.0, 1.5, 1.0]
 
 def _task_sample_scaling(seed, *, N, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(20, 10, 3, spectrum=C7_SPECTRUM, samples_per_client=N, noise=NOISE, seed=rng)
-    tr = algorithm(p, 450, ETA, fresh_samples=False, record_every=450, seed=rng)
+    p = underparameterized(d=20, n_clients=10, rank=3, spectrum=C7_SPECTRUM, samples_per_client=N, noise=NOISE, seed=rng)
+    tr = algorithm(p, 450, ETA, data="fixed", record_every=450, seed=rng)
     return float(tr.extra["error_target"][-1]) if tr.status != "diverged" else np.inf
 
 
@@ -613,8 +614,8 @@ C8_SPECTRUM = [6.0, 5.0, 4.0, 2.0, 1.0]
 
 def _task_m_scaling(seed, *, d, N, M, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(d, M, 3, spectrum=C8_SPECTRUM, samples_per_client=N, noise=NOISE, seed=rng)
-    tr = algorithm(p, 450, ETA, fresh_samples=False, record_every=450, seed=rng)
+    p = underparameterized(d=d, n_clients=M, rank=3, spectrum=C8_SPECTRUM, samples_per_client=N, noise=NOISE, seed=rng)
+    tr = algorithm(p, 450, ETA, data="fixed", record_every=450, seed=rng)
     return float(tr.extra["error_target"][-1]) if tr.status != "diverged" else np.inf
 
 
@@ -636,7 +637,7 @@ def _c8(ctx, *, algorithm=flute):
     high = [i for i, M in enumerate(Ms) if M >= d // 2]
     f_low = fit_loglog_slope([Ms[i] for i in low], err[low])
     mono = bool(np.all(np.diff(err.mean(axis=1)) <= 0))
-    # slope <= -0.5 (Remark 5.2, note §5 C8) judged on the 95% interval over seeds
+    # slope <= -0.5 (Remark 5.2) judged on the 95% interval over seeds
     slope_ok = interval_verdict(f_low.low, f_low.high, -0.5, side="below")
     measured = {"slope_M_le_d": f_low.as_dict(), "mean_error": err.mean(axis=1), "M": Ms, "d": d,
                 "monotone": mono, "slope_ok": slope_ok}
@@ -663,7 +664,7 @@ def _c8(ctx, *, algorithm=flute):
                                "flattening": "slope for M >= d/2 larger than for M <= d (paired interval)"},
                     figure=ctx.save_figure(fig),
                     notes="Fixed rank-5 spectrum (E fixed), so per-client column norms shrink like "
-                          "M^(-1/2) and the error can fall faster than M^(-1/2) (note §5 C8 caveat). "
+                          "M^(-1/2) and the error can fall faster than M^(-1/2) (Remark 5.2 is an upper bound). "
                           "Slopes are fitted per seed; holds when the 95% interval lies below -0.5, fails "
                           "when it lies above, else inconclusive. Smoke scale covers M <= d only (no "
                           "flattening test).")
@@ -685,12 +686,12 @@ C9_ETA = 0.075
 def _task_gap(seed, *, g, N, rounds, algorithm):
     rng = np.random.default_rng(seed)
     spec = [4.0, 3.0, 3.0 - g, 1.0, 0.5]
-    p = underparameterized(10, 15, 2, spectrum=spec, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, spectrum=spec, seed=rng)
     pop = algorithm(p, rounds, C9_ETA, record_every=10, seed=rng)
     e = pop.extra["frob_target"] / np.linalg.norm(p.target)
     hit = np.flatnonzero(e < 1e-6)
-    q = underparameterized(10, 15, 2, spectrum=spec, samples_per_client=N, noise=NOISE, seed=rng)
-    fixed = algorithm(q, rounds, C9_ETA, fresh_samples=False, record_every=rounds, seed=rng)
+    q = underparameterized(d=10, n_clients=15, rank=2, spectrum=spec, samples_per_client=N, noise=NOISE, seed=rng)
+    fixed = algorithm(q, rounds, C9_ETA, data="fixed", record_every=rounds, seed=rng)
     return {"iters": int(hit[0]) if len(hit) else np.inf, "error": float(fixed.extra["error_target"][-1])}
 
 
@@ -730,7 +731,7 @@ def _c9(ctx, *, algorithm=flute):
 def _task_example1(seed, *, M, algorithm):
     rng = np.random.default_rng(seed)
     lam = np.linspace(5.0, 1.0, M)       # gap 4/(M-1) >= 0.2: converges within 3000 rounds
-    U = haar_orthonormal(2 * M, M, rng)
+    U = haar_orthonormal(d=2 * M, rank=M, seed=rng)
     p = UnderparameterizedProblem(U=U, spectrum=lam, V=np.eye(M), k=1)
     u1 = U[:, 0]
 
@@ -754,7 +755,7 @@ def _c10(ctx, *, algorithm=flute):
     id_err = max(max(abs(o["plain"] - o["pred_plain"]), abs(o["weighted"] - o["pred_weighted"]))
                  for o in flat)
     dist = max(o["flute_dist"] for o in flat)
-    # identities: exact up to rounding (1e-12); FLUTE: principal angle < 1e-6 (note §5 C10)
+    # identities: exact up to rounding (1e-12); FLUTE: principal angle < 1e-6 (Example 1)
     passed = id_err < 1e-12 and dist < 1e-6
     fig, ax = _fig()
     ax.bar(["avg (w=lambda)", "avg (w=sqrt)", "FLUTE"],
@@ -780,10 +781,10 @@ def _rounds_to(err, level):
 
 def _task_vs_fedrep(seed, *, k, rounds, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, k, samples_per_client=20, noise=NOISE, seed=rng)
-    fl = algorithm(p, rounds, ETA, fresh_samples=False, seed=rng).extra["error_truth"]
-    fr = fedrep_flute_baseline(p, rounds, 0.1, init="moments", seed=rng).extra["error_truth"]
-    ri = fedrep_flute_baseline(p, rounds, 0.1, init="random", seed=rng).extra["error_truth"]
+    p = underparameterized(d=10, n_clients=15, rank=k, samples_per_client=20, noise=NOISE, seed=rng)
+    fl = algorithm(p, rounds, ETA, data="fixed", seed=rng).extra["error_truth"]
+    fr = fedrep(p, rounds, 0.1, init="moments", seed=rng).extra["error_truth"]
+    ri = fedrep(p, rounds, 0.1, init="random", seed=rng).extra["error_truth"]
     plateau_fl, plateau_fr = float(fl[-1]), float(fr[-1])
     level = 1.05 * min(plateau_fl, float(ri[-1]))
     return {"plateau_flute": plateau_fl, "plateau_fedrep": plateau_fr,
@@ -808,7 +809,7 @@ def _c11(ctx, *, algorithm=flute):
         pr = np.mean([o["plateau_fedrep"] for o in row])
         ef = np.mean([o["early_flute"] for o in row])
         er = np.mean([o["early_fedrep"] for o in row])
-        late = bool(pf <= 1.01 * pr)                        # 1%: note §5 C11 criterion (i)
+        late = bool(pf <= 1.01 * pr)                        # 1%: criterion (i), Figs. 1 and 3
         early = bool(er < ef)
         passed &= late and early
         rows.append({"k": k, "late_ok": late, "early_ok": early,
@@ -818,7 +819,7 @@ def _c11(ctx, *, algorithm=flute):
                      "rounds_to_1.05plateau_flute": float(np.mean([o["rounds_flute"] for o in row])),
                      "rounds_to_1.05plateau_fedrep_ri": float(np.mean([o["rounds_fedrep_ri"] for o in row]))})
         r = rows[-1]
-        # (ii), (iii) of note §5 C11, reported only (see notes)
+        # (ii), (iii), reported only (see the claim's notes)
         r["ii_flute_fewer_rounds_than_ri"] = bool(r["rounds_to_1.05plateau_flute"]
                                                   < r["rounds_to_1.05plateau_fedrep_ri"])
         r["iii_plateau_gap_fedrep_minus_flute"] = float(pr - pf)
@@ -850,7 +851,7 @@ def _c11(ctx, *, algorithm=flute):
                           "FedRep(RI)) and (iii) (the gap shrinks with k) are reported, not judged: "
                           "FedRep(RI)'s round counts depend on its step size, which the paper does not "
                           "report, and with a fixed dataset the three plateaus coincide (same empirical "
-                          "ERM, note §5 C11), so the gap of (iii) is within seed noise.")
+                          "ERM, Remark 4.1 on the empirical eq. (4)), so the gap of (iii) is within seed noise.")
 
 
 # =============================================================================================
@@ -863,18 +864,18 @@ GAMMAS = [(0.25, 0.125, "appendix"), (0.125, 0.125, "appendix"), (1 / 12, 0.125,
 
 def _task_limit(seed, *, g1, g2, normalization, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, seed=rng)
     tr = algorithm(p, 1500, ETA, gamma1=g1, gamma2=g2, normalization=normalization,
                    record_every=1500, seed=rng)
     Z = ex.regularized_minimizer(p.Phi, 2, gamma1=g1, gamma2=g2, normalization=normalization)
     if tr.status == "diverged":
         return {"err": np.inf, "scale": np.nan}
-    BW = tr.B @ tr.extra["W"]
+    BW = tr.B @ tr.heads.T
     return {"err": float(np.linalg.norm(BW - Z) / np.linalg.norm(Z)),
             "scale": float(np.sum(BW * p.target) / np.sum(p.target ** 2))}
 
 
-@claim("flute.eq4.regularized_limit", paper=PAPER, reference="eq. (4); note §2.1 / §6.2",
+@claim("flute.eq4.regularized_limit", paper=PAPER, reference="eq. (4) (population minimizer a/(a + 2 g2 - g1) Phi_k)",
        statement="Population FLUTE converges to Phi_k / (1 + 2(2 gamma2 - gamma1)) (appendix; "
                  "Phi_k / (1 + 2 gamma2 - gamma1) main) whenever the objective is bounded below.",
        kind="identity")
@@ -887,7 +888,7 @@ def _c12a(ctx, *, algorithm=flute):
              "measured_scale": float(np.mean([o["scale"] for o in row])),
              "max_rel_error": max(o["err"] for o in row)} for (a, b, n), row in zip(gam, out)]
     worst = max(r["max_rel_error"] for r in rows)
-    passed = worst < 1e-8                                  # note §5 C12 (a): 1e-8
+    passed = worst < 1e-8                                  # 1e-8: closed form vs iteration
     fig, ax = _fig()
     ax.plot([r["predicted_scale"] for r in rows], [r["measured_scale"] for r in rows], "o")
     ax.plot([0.7, 2.1], [0.7, 2.1], "k:")
@@ -900,13 +901,13 @@ def _c12a(ctx, *, algorithm=flute):
 
 def _task_boundary(seed, *, g1, normalization, eta, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, seed=rng)
     tr = algorithm(p, 1500, eta, gamma1=g1, gamma2=0.125, normalization=normalization,
                    record_every=1500, seed=rng)
     if tr.status == "diverged":
         return {"diverged": True, "err": np.nan}
     Z = ex.regularized_minimizer(p.Phi, 2, gamma1=g1, gamma2=0.125, normalization=normalization)
-    return {"diverged": False, "err": float(np.linalg.norm(tr.B @ tr.extra["W"] - Z) / np.linalg.norm(Z))}
+    return {"diverged": False, "err": float(np.linalg.norm(tr.B @ tr.heads.T - Z) / np.linalg.norm(Z))}
 
 
 @claim("flute.appC.gamma_boundary", paper=PAPER, reference="App. C (Fig. 4 discussion), eq. (4)",
@@ -955,11 +956,11 @@ def _c12b(ctx, *, algorithm=flute):
 
 def _task_ablation(seed, *, N, ratios, rounds, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 10, 6, samples_per_client=N, noise=NOISE, seed=rng)
-    init = flute_init(10, 6, 10, 0.01, rng)
+    p = underparameterized(d=10, n_clients=10, rank=6, samples_per_client=N, noise=NOISE, seed=rng)
+    init = flute_init(d=10, rank=6, n_clients=10, init_scale=0.01, seed=rng)
     res = []
     for r in ratios:
-        tr = algorithm(p, rounds, ETA, gamma1=r * 0.125, gamma2=0.125, fresh_samples=False,
+        tr = algorithm(p, rounds, ETA, gamma1=r * 0.125, gamma2=0.125, data="fixed",
                        init=init, record_every=rounds)
         res.append(float(tr.extra["error_truth"][-1]) if tr.status != "diverged" else np.inf)
     return res
@@ -1012,10 +1013,9 @@ def _c12c(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_over(seed, *, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 4, spectrum=[10.0, 6.0, 4.0, 2.5], seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=4, spectrum=[10.0, 6.0, 4.0, 2.5], seed=rng)
     tr = algorithm(p, 500, ETA, seed=rng)
-    W = tr.extra["W"]
-    return {"err": float(np.linalg.norm(tr.B @ W - p.Phi) / np.linalg.norm(p.Phi)),
+    return {"err": float(np.linalg.norm(tr.B @ tr.heads.T - p.Phi) / np.linalg.norm(p.Phi)),
             "rho": _tail_rate(tr.extra["frob_target"])}
 
 
@@ -1027,7 +1027,7 @@ def _c13(ctx, *, algorithm=flute):
     err = max(o["err"] for o in out)
     rho = np.array([o["rho"] for o in out])
     pred = 1 - ETA * 2.5
-    # rate tolerance 1e-3 (note §5 C2/C13: measured 0.92497 vs 0.925)
+    # rate tolerance 1e-3 (pilot: measured 0.92497 vs 0.925)
     passed = bool(err < 1e-8 and np.all(np.abs(rho - pred) < 1e-3))
     fig, ax = _fig()
     ax.bar(["fitted rho", "1 - eta lambda_k"], [float(np.mean(rho)) if np.all(np.isfinite(rho)) else 0.0, pred])
@@ -1046,28 +1046,29 @@ def _task_identities(seed, *, algorithm):
     rng = np.random.default_rng(seed)
     out = {}
     for d, M in ((8, 5), (5, 8)):
-        p = underparameterized(d, M, 2, seed=rng)
-        B, W = 0.3 * rng.standard_normal((d, 2)), 0.3 * rng.standard_normal((2, M))
+        p = underparameterized(d=d, n_clients=M, rank=2, seed=rng)
+        # heads W (M, k), client axis first (drawn in the paper's (k, M) order)
+        B, W = 0.3 * rng.standard_normal((d, 2)), 0.3 * rng.standard_normal((2, M)).T
         eta = 0.05
         tr = algorithm(p, 1, eta, init=(B, W))
         T1 = ex.theta_step(ex.theta_embedding(B, W, p.Phi), ex.lambda_tilde(p.Phi), eta)
         out[f"theta_recursion_{d}x{M}"] = float(np.max(np.abs(
-            ex.theta_embedding(tr.B, tr.extra["W"], p.Phi) - T1)))
+            ex.theta_embedding(tr.B, tr.heads, p.Phi) - T1)))
         Bs, Ws = ex.balanced_factors(p.Phi, 2)
-        per_client = np.sum(np.linalg.norm(B @ W - Bs @ Ws, axis=0) ** 2)
-        out[f"sum_identity_{d}x{M}"] = float(abs(per_client - np.linalg.norm(B @ W - Bs @ Ws) ** 2))
+        per_client = np.sum(np.linalg.norm(B @ W.T - Bs @ Ws.T, axis=0) ** 2)
+        out[f"sum_identity_{d}x{M}"] = float(abs(per_client - np.linalg.norm(B @ W.T - Bs @ Ws.T) ** 2))
         T = ex.theta_embedding(B, W, p.Phi)
         lam = ex.lambda_tilde(p.Phi)
         tgt = np.zeros((T.shape[0],) * 2)
         tgt[:2, :2] = np.diag(lam[:2])
-        out[f"lemmaA18_slack_{d}x{M}"] = float(np.linalg.norm(B @ W - p.target)
+        out[f"lemmaA18_slack_{d}x{M}"] = float(np.linalg.norm(B @ W.T - p.target)
                                                - np.linalg.norm(T @ T.T - tgt))
         out[f"regularizer_identity_{d}x{M}"] = abs(ex.regularizer(B, W, 0.3, 0.1)
                                                    - ex.regularizer_balanced_form(B, W, 0.3, 0.1))
         rB, rW = ex.regularizer_gradients(B, W, 0.25, 0.125)
-        D = B.T @ B - W @ W.T
+        D = B.T @ B - W.T @ W                            # the paper's B^T B - W W^T
         out[f"step_form_{d}x{M}"] = float(max(np.max(np.abs(rB - 0.5 * B @ D)),
-                                              np.max(np.abs(rW + 0.5 * D @ W))))
+                                              np.max(np.abs(rW + 0.5 * W @ D))))
     return out
 
 
@@ -1100,8 +1101,8 @@ def _c14(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_fresh(seed, *, N, rounds, phi_seed, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, 2, noise=NOISE, seed=phi_seed)     # one Phi for every N
-    tr = algorithm(p, rounds, ETA, samples=N, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=2, noise=NOISE, seed=phi_seed)     # one Phi for every N
+    tr = algorithm(p, rounds, ETA, data="fresh", batch_size=N, seed=rng)
     return tr.extra["error_target"]
 
 
@@ -1162,14 +1163,14 @@ def _c15(ctx, *, algorithm=flute):
 # =============================================================================================
 def _task_erm(seed, *, k, algorithm):
     rng = np.random.default_rng(seed)
-    p = underparameterized(10, 15, k, samples_per_client=20, noise=NOISE, seed=rng)
-    tr = algorithm(p, 2000, ETA, fresh_samples=False, record_every=2000, seed=rng)
+    p = underparameterized(d=10, n_clients=15, rank=k, samples_per_client=20, noise=NOISE, seed=rng)
+    tr = algorithm(p, 2000, ETA, data="fixed", record_every=2000, seed=rng)
     erm = ex.altmin_erm(p.X, p.y, k, seed=rng)
     Zn, _ = ex.nuclear_relaxation_estimate(p.X, p.y, k, 0.3)
     if tr.status == "diverged":
         return {"rel": np.inf, "obj_gap": np.inf, "nuc_dist": np.nan, "erm_status": erm.status}
-    BW = tr.B @ tr.extra["W"]
-    f = ex.flute_objective(tr.B, tr.extra["W"], p.X, p.y, gamma1=0.0, gamma2=0.0)
+    BW = tr.B @ tr.heads.T
+    f = ex.flute_objective(tr.B, tr.heads, p.X, p.y, gamma1=0.0, gamma2=0.0)
     return {"rel": float(np.linalg.norm(BW - erm.Z) / np.linalg.norm(erm.Z)),
             "obj_gap": float(f - erm.objective), "erm_status": erm.status,
             "flute_dist": float(tr.distance[-1]),
@@ -1177,7 +1178,7 @@ def _task_erm(seed, *, k, algorithm):
 
 
 @claim("flute.alg1.empirical_erm", paper=PAPER,
-       reference="Remark 4.1 applied to the empirical eq. (4) (gamma1 = 2 gamma2); note §2.6, §6.4",
+       reference="Remark 4.1 applied to the empirical eq. (4) (gamma1 = 2 gamma2)",
        statement="With a fixed dataset reused every round and gamma1 = 2 gamma2, FLUTE from a small "
                  "random init converges to the empirical rank-k ERM (computed independently by "
                  "alternating least squares with restarts).",

@@ -30,7 +30,7 @@ def generate(seed=0, *, d: int = 100, k: int = 5, n_clients: int = 40, step_size
     Keys: ``B_star`` (d, k), ``heads`` (M, k), ``B0`` (d, k), ``w0`` (k,), ``step_size``,
     ``local_steps``, ``epsilon``, ``clients_per_round`` (M when None).
     """
-    inst = paper_instance(d, k, n_clients, step_size=step_size, heads=heads, seed=seed)
+    inst = paper_instance(d=d, rank=k, n_clients=n_clients, step_size=step_size, heads=heads, seed=seed)
     return {"B_star": inst.problem.B_star, "heads": inst.problem.heads, "B0": inst.B0, "w0": inst.w0,
             "step_size": float(step_size), "local_steps": int(local_steps), "epsilon": float(epsilon),
             "clients_per_round": int(n_clients if clients_per_round is None else clients_per_round)}
@@ -72,11 +72,11 @@ def evaluate(instance: Mapping) -> list[Condition]:
         Condition(A, "gamma^2 (Definition 1)", st.gamma2),
         Condition(A, "H (Definition 1, typo corrected)", st.H),
         Condition(A, "lambda_min of the uncentered head moment (Lemma 10)", st.second_moment_min,
-                  note="what actually drives the contraction; > 0 suffices in experiments (notes C12)"),
+                  note="what actually drives the contraction; > 0 suffices in experiments (Lemma 10 uses the uncentered second moment)"),
         Condition(T1, "(i) delta0 = dist(B0, B*)", delta0, "< 1 (E0 = 1 - delta0^2 > 0)", bool(delta0 < 1)),
         Condition(T1, "tau >= 2", tau, ">= 2", tau >= 2, note="tau = 1 is D-GD (Proposition 1)"),
         Condition(A, "D-GD invariant lower bound ||(I - P_S) B*||", dgd_invariant_lower_bound(B0, Bs, W),
-                  note="every D-GD iterate stays at least this far from B* (notes 3.7)"),
+                  note="every D-GD iterate stays at least this far from B* (D-GD only adds B* wbar* directions, eq. (70))"),
     ]
     Delta0 = float(np.linalg.norm(np.eye(k) - alpha * B0.T @ B0, 2))
     if mu > 0:
@@ -91,7 +91,7 @@ def evaluate(instance: Mapping) -> list[Condition]:
             Condition(T2, "step size, Lemma 9 (54) variant", alpha,
                       f"<= {(1 - delta0) / (4800 * np.sqrt(tau) * L**2 * kap**2):.3g}",
                       bool(alpha <= (1 - delta0) / (4800 * np.sqrt(tau) * L**2 * kap**2)),
-                      note="the proofs cite inconsistent L-powers (notes 3.9)"),
+                      note="the proofs cite inconsistent L-powers (Theorem 2, (54), (39))"),
             Condition(T2, "step size, (39) variant alpha^2 <= 1/(120 kappa^2 L^2)", alpha,
                       f"<= {1 / np.sqrt(120 * kap**2 * L**2):.3g}",
                       bool(alpha <= 1 / np.sqrt(120 * kap**2 * L**2))),
@@ -103,5 +103,5 @@ def evaluate(instance: Mapping) -> list[Condition]:
         ]
         cmax = theorem2_constants(W, delta0, tau, epsilon=eps, E0=E0 if E0 > 0 else None)
         out.append(Condition(T2, f"round bound for epsilon = {eps:g} at the step-size bound",
-                             cmax.round_bound, note="what the theorem guarantees (notes 7.4)"))
+                             cmax.round_bound, note="what the theorem guarantees (Theorem 2, c3 = 4800)"))
     return out

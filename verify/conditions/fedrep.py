@@ -1,6 +1,6 @@
 """Theorem 1 (and Theorem 2, Assumptions 1-3) of FedRep evaluated on an instance.
 
-Quantities (FedRep note §3): ``E0 = 1 - dist^2(B^0, B*)``; ``sigma_min*``, ``sigma_max*`` the extreme
+Quantities (Sec. 4, Theorem 1): ``E0 = 1 - dist^2(B^0, B*)``; ``sigma_min*``, ``sigma_max*`` the extreme
 singular values of ``W*_I / sqrt(rn)`` over all client subsets ``|I| = rn`` (exact for ``r = 1``,
 brute force for ``C(n, rn) <= max_subsets``, otherwise only bracketed: reported with
 ``holds=None``); ``kappa``; the step bound ``eta <= 1/(4 sigma_max*^2)``; the two terms of the sample
@@ -46,7 +46,7 @@ def subset_sigmas(W, c: int, *, max_subsets: int = 20000):
 
 
 def guaranteed_rate(eta: float, E0: float, sigma_min: float) -> float:
-    """Theorem 1's per-round factor ``sqrt(1 - eta E0 sigma_min*^2 / 2)`` (note errata 3)."""
+    """Theorem 1's per-round factor ``sqrt(1 - eta E0 sigma_min*^2 / 2)`` (eq. (10): the rate is a square root per round)."""
     return math.sqrt(max(0.0, 1.0 - eta * E0 * sigma_min ** 2 / 2))
 
 
@@ -55,7 +55,7 @@ def generate(seed=0, *, d: int = 50, k: int = 2, n: int = 100, m: int = 10, r: f
     """A FedRep instance: truth, MoM initialization from a batch of ``m`` samples per client.
 
     ``eta`` defaults to ``1/(4 sigma_max*^2)`` (full-W value)."""
-    p = multitask_linear(d, k, n, heads=heads, seed=seed)
+    p = multitask_linear(d=d, rank=k, n_clients=n, heads=heads, seed=seed)
     B0 = method_of_moments(*p.sample(m, seed=np.random.default_rng(seed).integers(2**31)), k)
     if eta is None:
         eta = 1.0 / (4 * np.linalg.norm(p.heads / math.sqrt(n), 2) ** 2)

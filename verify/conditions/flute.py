@@ -1,6 +1,6 @@
 """Conditions of FLUTE's Theorems 5.1 / 5.5 (and App. A) on an instance.
 
-Scales (note §1.4): the main text uses the singular values ``lambda_j`` of ``Phi``; the appendix
+Scales (Sec. 5 vs App. A): the main text uses the singular values ``lambda_j`` of ``Phi``; the appendix
 ``lambda*_j = 2 lambda_j``; ``Delta = 2 (lambda_k - lambda_(k+1)) = lambda*_k - lambda*_(k+1)``.
 Unspecified absolute constants (``c``, ``c_1``, ``c'``) are taken as 1 and the conditions that
 involve them are reported (``holds=None``), not decided.
@@ -32,14 +32,14 @@ def generate(seed=0, *, d: int = 10, n_clients: int = 15, k: int = 2, spectrum=N
 
     Returns
     -------
-    dict with ``Phi`` (d, M), ``B0`` (d, k), ``W0`` (k, M) and scalars ``k``, ``noise``,
+    dict with ``Phi`` (d, M), ``B0`` (d, k), ``W0`` (M, k) (heads, client axis first) and scalars ``k``, ``noise``,
     ``step_size``, ``init_scale``, ``gamma1``, ``gamma2``, ``samples_per_client``, ``rounds``,
     ``delta``, ``epsilon``.
     """
     rng = as_generator(seed)
-    p = underparameterized(d, n_clients, k, spectrum=spectrum, noise=noise, seed=rng)
+    p = underparameterized(d=d, n_clients=n_clients, rank=k, spectrum=spectrum, noise=noise, seed=rng)
     alpha = 1.0 / (10 * d) if init_scale is None else check_positive(init_scale, "init_scale")
-    B0, W0 = flute_init(d, k, n_clients, alpha, rng)
+    B0, W0 = flute_init(d=d, rank=k, n_clients=n_clients, init_scale=alpha, seed=rng)
     return {"Phi": p.Phi, "B0": B0, "W0": W0, "k": k, "noise": float(noise),
             "step_size": float(step_size), "init_scale": alpha, "gamma1": float(gamma1),
             "gamma2": float(gamma2), "samples_per_client": int(samples_per_client),
@@ -84,7 +84,7 @@ def evaluate(instance: Mapping) -> list[Condition]:
     paper = gap ** 2 / (228 * lam1 ** 3)
     fixed = gap ** 2 / (288 * lam1 ** 3)
     C(Condition("Thm 5.1", "step size eta <= Delta^2 / (228 lambda_1^3) (as printed)", eta,
-                f"<= {paper:.3g}", eta <= paper, note="228 is likely a typo for 288 (note §7.2)"))
+                f"<= {paper:.3g}", eta <= paper, note="228 is likely a typo for 288 (Lemmas A.10-A.12 give 288)"))
     C(Condition("Lemma A.10-A.12", "step size eta <= Delta^2 / (36 lambda*_1^3) = Delta^2/(288 "
                 "lambda_1^3)", eta, f"<= {fixed:.3g}", eta <= fixed, note="the binding condition"))
     C(Condition("Prop A.2", "step size eta <= 1 / (6 lambda*_1)", eta, f"<= {1 / (6 * lam1s):.3g}",
@@ -94,11 +94,11 @@ def evaluate(instance: Mapping) -> list[Condition]:
     rho = 1 - eta * gap / 16
     C(Condition("Thm 5.5 eq. (8)", "contraction factor 1 - eta Delta / 16", rho, "in (0, 1)",
                 0 < rho < 1))
-    C(Condition("note §5 C2", "population rate 1 - eta Delta / 2 (measured, sharper)",
+    C(Condition("measured", "population rate 1 - eta Delta / 2 (measured, sharper)",
                 1 - eta * gap / 2))
     if "B0" in instance and "W0" in instance:
         B0 = as_float_array(instance["B0"], "B0", shape=(d, k))
-        W0 = as_float_array(instance["W0"], "W0", shape=(k, M))
+        W0 = as_float_array(instance["W0"], "W0", shape=(M, k))
         q = region_quantities(theta_embedding(B0, W0, Phi), k)
         C(Condition("Claim A.3", "sigma_1^2(Theta^0) <= lambda*_1", q["sigma1"] ** 2,
                     f"<= {lam1s:.3g}", q["sigma1"] ** 2 <= lam1s))

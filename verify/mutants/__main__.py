@@ -24,11 +24,17 @@ def _run_one(mutant_id: str, baseline: dict, scale: str, seed: int) -> dict:
     return run_mutant(CATALOGUE[mutant_id], baseline, scale, seed).to_dict()
 
 
+def _baseline_chunk(paper: str, ids: list, scale: str, seed: int) -> dict:
+    from .harness import baseline_verdicts
+
+    return baseline_verdicts([paper], scale, seed, ids=ids)
+
+
 def main(argv=None) -> int:
     from joblib import Parallel, delayed
 
     from .catalogue import CATALOGUE
-    from .harness import baseline_verdicts
+    from .harness import claims_for
 
     parser = argparse.ArgumentParser(prog="python -m verify.mutants", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", choices=SCALES[:2], default="smoke")
@@ -54,11 +60,19 @@ def main(argv=None) -> int:
               f"(use --overwrite)", file=sys.stderr)
         return 2
     chosen = [CATALOGUE[m] for m in (args.mutant or CATALOGUE)]
-    papers = sorted({p for m in chosen for p in m.papers})
-    print(f"baseline: claims of {', '.join(papers)} at {args.scale} scale ...", flush=True)
-    baseline = baseline_verdicts(papers, args.scale, args.seed)
-    rows = Parallel(n_jobs=args.jobs, backend="loky" if args.jobs > 1 else "sequential")(
-        delayed(_run_one)(m.id, baseline, args.scale, args.seed) for m in chosen)
+    # the baseline covers exactly the claims some chosen mutant runs, one task per paper
+    needed: dict[str, set] = {}
+    for m in chosen:
+        for c in claims_for(m):
+            needed.setdefault(c.paper, set()).add(c.id)
+    print(f"baseline: {sum(map(len, needed.values()))} claims of {', '.join(sorted(needed))} at "
+          f"{args.scale} scale ...", flush=True)
+    parallel = Parallel(n_jobs=args.jobs, backend="loky" if args.jobs > 1 else "sequential")
+    baseline = {}
+    for chunk in parallel(delayed(_baseline_chunk)(paper, sorted(ids), args.scale, args.seed)
+                          for paper, ids in sorted(needed.items())):
+        baseline.update(chunk)
+    rows = parallel(delayed(_run_one)(m.id, baseline, args.scale, args.seed) for m in chosen)
     out.mkdir(parents=True, exist_ok=True)
     (out / "mutants.json").write_text(json.dumps(rows, indent=2) + "\n")
     width = max(len(r["mutant"]) for r in rows)

@@ -171,8 +171,8 @@ def _fedavg_one_local_step(original, B, w, tau, *args, **kwargs):
 # --------------------------------------------------------------------------------------------
 # FLUTE
 def _reg_gradient_gamma1_sign(original, B, W, gamma1, gamma2):
-    BtB, WWt = B.T @ B, W @ W.T
-    return (2 * gamma1 * B @ WWt + 4 * gamma2 * B @ BtB, 2 * gamma1 * BtB @ W + 4 * gamma2 * WWt @ W)
+    """The -2 gamma1 (B W^T W, W B^T B) terms enter with a + sign."""
+    return original(B, W, -gamma1, gamma2)
 
 
 def _data_weight_doubled(result, *args, **kwargs):
@@ -293,7 +293,7 @@ _M = [
            "FedAvg runs one local step whatever local_steps says.", ("fedavg_ft",),
            _replace(_fedavg_one_local_step)),
     # ---------------------------------------------------------------- FLUTE
-    Mutant("flute.regularizer_gradient_sign", "lowrank_fl.exact.flute:_regularizer_gradients",
+    Mutant("flute.regularizer_gradient_sign", "lowrank_fl.exact.flute:regularizer_gradients_unchecked",
            "The gamma1 term of the regularizer gradient has the wrong sign.", ("flute",),
            _replace(_reg_gradient_gamma1_sign)),
     Mutant("flute.data_weight_doubled", "lowrank_fl.exact.flute:data_weight",

@@ -22,7 +22,7 @@ from typing import Callable, Iterator, NamedTuple, Sequence
 from ..claim import REGISTRY, Claim, Context, Evidence
 from ..runner import ERROR_PREFIX, load_modules, run_claims, select_claims
 
-__all__ = ["Mutant", "MutantOutcome", "apply", "resolve", "baseline_verdicts", "run_mutant"]
+__all__ = ["Mutant", "MutantOutcome", "apply", "resolve", "claims_for", "baseline_verdicts", "run_mutant"]
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,8 @@ def apply(mutant: Mutant) -> Iterator[None]:
             slot.set(original)
 
 
-def _claims_for(mutant: Mutant) -> list[Claim]:
+def claims_for(mutant: Mutant) -> list[Claim]:
+    """The claims a mutant is run against: its papers' claims, restricted by ``mutant.claims``."""
     load_modules("verify.claims", mutant.papers, required=True)
     return select_claims(REGISTRY, papers=list(mutant.papers), ids=list(mutant.claims) or None)
 
@@ -195,17 +196,19 @@ def _verdicts(claims: Sequence[Claim], scale: str, base_seed: int) -> dict[str, 
     return {c.id: e for c, e in run_claims(claims, ctx)}   # must never be stored under the code key
 
 
-def baseline_verdicts(papers: Sequence[str], scale: str, base_seed: int = 0) -> dict[str, str]:
-    """Verdicts of every claim of ``papers`` on the unmodified library."""
+def baseline_verdicts(papers: Sequence[str], scale: str, base_seed: int = 0, *,
+                      ids: Sequence[str] | None = None) -> dict[str, str]:
+    """Verdicts of the claims of ``papers`` (only ``ids``, exact ids or globs, when given) on the
+    unmodified library."""
     load_modules("verify.claims", papers, required=True)
-    claims = select_claims(REGISTRY, papers=list(papers))
+    claims = select_claims(REGISTRY, papers=list(papers), ids=list(ids) if ids else None)
     return {cid: e.verdict for cid, e in _verdicts(claims, scale, base_seed).items()}
 
 
 def run_mutant(mutant: Mutant, baseline: dict[str, str], scale: str,
                base_seed: int = 0) -> MutantOutcome:
     """Run the mutant's claims under the patch and compare with ``baseline`` verdicts."""
-    claims = _claims_for(mutant)
+    claims = claims_for(mutant)
     missing = [c.id for c in claims if c.id not in baseline]
     if missing:
         raise ValueError(f"baseline has no verdict for {missing[:3]}")

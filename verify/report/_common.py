@@ -1,33 +1,15 @@
-"""Shared pieces of the report writers: value formatting, grouping, totals, versions."""
+"""Shared pieces of the report writers: grouping, totals, rows; value formatting lives in ``values``."""
 from __future__ import annotations
 
-import math
-import platform
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
-from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted, _jsonable
+from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted
 from ..runner import ERROR_PREFIX
+from .values import columns as table_columns
+from .values import fmt
 
-__all__ = ["fmt", "by_paper", "totals", "versions", "is_error", "table_columns", "kv_rows"]
-
-
-def fmt(value: Any, *, max_items: int = 8, digits: int = 4) -> str:
-    """Compact text for a measured/predicted value (floats to ``digits`` significant digits)."""
-    value = _jsonable(value)
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, float):
-        if math.isfinite(value) and value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
-            return f"{value:.{digits - 1}e}"
-        return f"{value:.{digits}g}"
-    if isinstance(value, Mapping):
-        items = list(value.items())
-        body = ", ".join(f"{k}={fmt(v, max_items=max_items, digits=digits)}" for k, v in items[:max_items])
-        return "{" + body + (", …" if len(items) > max_items else "") + "}"
-    if isinstance(value, list):
-        body = ", ".join(fmt(v, max_items=max_items, digits=digits) for v in value[:max_items])
-        return "[" + body + (f", … ({len(value)} items)" if len(value) > max_items else "") + "]"
-    return str(value)
+__all__ = ["fmt", "by_paper", "totals", "totals_by_paper", "is_error", "table_columns", "kv_rows",
+           "omitted_sorted", "non_holds", "anchor", "svg_twin", "VERDICT_LEGEND", "KIND_LEGEND"]
 
 
 def is_error(evidence: Evidence) -> bool:
@@ -53,36 +35,78 @@ def totals(results: Sequence[tuple[Claim, Evidence]]) -> dict:
     return out
 
 
-def versions() -> dict:
-    """Versions of the interpreter, the numerical stack, the toolkit, and the platform.
+_MISSING = object()
 
-    Keys: python, numpy, scipy, cvxpy, clarabel, scs, joblib (those of the cache key,
-    :func:`verify.sweep.dependency_versions`), lowrank_fl, platform.
+
+def kv_rows(evidence: Evidence) -> list[tuple[str, object, object]]:
+    """(quantity, measured, predicted) raw values; keys of both dicts, measured's order first.
+
+    A side without the quantity holds :data:`MISSING` (rendered as an empty cell).
     """
-    import lowrank_fl
-
-    from ..sweep import dependency_versions
-
-    return {**dependency_versions(), "lowrank_fl": lowrank_fl.__version__, "platform": platform.platform()}
-
-
-def table_columns(rows: Iterable[Mapping]) -> list[str]:
-    """Union of the rows' keys, in first-seen order."""
-    cols: list[str] = []
-    for row in rows:
-        for k in row:
-            if str(k) not in cols:
-                cols.append(str(k))
-    return cols
-
-
-def kv_rows(evidence: Evidence) -> list[tuple[str, str, str]]:
-    """(quantity, measured, predicted) rows; keys of both dicts, measured's order first."""
     keys = list(evidence.measured) + [k for k in evidence.predicted if k not in evidence.measured]
-    return [(str(k), fmt(evidence.measured[k]) if k in evidence.measured else "",
-             fmt(evidence.predicted[k]) if k in evidence.predicted else "") for k in keys]
+    return [(str(k), evidence.measured.get(k, _MISSING), evidence.predicted.get(k, _MISSING))
+            for k in keys]
+
+
+MISSING = _MISSING
+
+
+def totals_by_paper(results: Sequence[tuple[Claim, Evidence]], omitted: Iterable[Omitted] = ()) -> dict:
+    """``{paper: {verdict: count, "errors": n, "claims": n, "omitted": n}}`` in paper order."""
+    omitted = list(omitted)
+    out = {}
+    for paper, rows in by_paper(results):
+        out[paper] = totals(rows)
+    for o in omitted:
+        out.setdefault(o.paper, totals([]))
+    for paper in out:
+        out[paper]["omitted"] = sum(o.paper == paper for o in omitted)
+    order = list(PAPERS)
+    return dict(sorted(out.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
+
+
+def non_holds(results: Sequence[tuple[Claim, Evidence]]) -> list[tuple[Claim, Evidence]]:
+    """The results whose verdict is not "holds": fails first, then inconclusive, then errata."""
+    rank = {"fails": 0, "inconclusive": 1, "erratum confirmed": 2}
+    picked = [(i, c, e) for i, (c, e) in enumerate(results) if e.verdict != "holds"]
+    return [(c, e) for _, c, e in sorted(picked, key=lambda t: (rank.get(t[2].verdict, 3), t[0]))]
 
 
 def omitted_sorted(omitted: Iterable[Omitted]) -> list[Omitted]:
     order = list(PAPERS)
     return sorted(omitted, key=lambda o: (order.index(o.paper) if o.paper in order else len(order), o.id))
+
+
+#: What each verdict means (the legend of the report).
+VERDICT_LEGEND = {
+    "holds": "the experiment's criterion passed: the measurements agree with the claim.",
+    "fails": "the criterion failed: the measurements contradict the claim as implemented here.",
+    "inconclusive": "the experiment could not decide (e.g. an interval straddles the threshold); "
+                    "\"inconclusive (error)\" when the experiment raised, with its traceback.",
+    "erratum confirmed": "the paper's statement is wrong as printed; the experiment reproduces the "
+                         "error (and checks the corrected version beside it).",
+}
+
+#: What each claim kind checks.
+KIND_LEGEND = {
+    "identity": "an equality (algebra, closed form) checked to numerical precision on random instances.",
+    "bound": "an inequality checked on instances, with the ratio to the bound reported.",
+    "rate": "a convergence rate: the per-round contraction of an error, fitted over seeds.",
+    "scaling": "how a quantity scales with a parameter: a fitted log-log slope with its interval.",
+    "comparison": "one method against another, or the paper's table/figure against our numbers.",
+    "phase transition": "where success turns into failure as a parameter moves.",
+    "erratum": "a statement the paper gets wrong; the verdict says whether the error is reproduced.",
+}
+
+
+def anchor(claim_id: str) -> str:
+    """HTML id of a claim's section (the summary row is ``"row-" + anchor(...)``)."""
+    return "claim-" + "".join(ch if ch.isalnum() else "-" for ch in claim_id)
+
+
+def svg_twin(png) -> "Path":
+    """The SVG saved beside a figure's PNG (``figures/x.y.png`` -> ``figures/x.y.svg``)."""
+    from pathlib import Path
+
+    png = Path(png)
+    return png.with_name(png.stem + ".svg") if png.suffix == ".png" else png.with_name(png.name + ".svg")

@@ -1,7 +1,6 @@
-"""Write a report directory: ``README.md``, ``index.html``, ``figures/*.png``, ``results.json``."""
+"""Write a report directory: ``README.md``, ``index.html``, ``figures/*.png`` (+ ``.svg``), ``results.json``."""
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import shutil
 from dataclasses import replace
@@ -9,7 +8,9 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..claim import Claim, Evidence, Omitted
-from ._common import versions as _versions
+from ._common import svg_twin
+from .provenance import collect as _provenance
+from .provenance import versions as _versions
 from .html import render_html
 from .markdown import render_markdown
 from .results_json import build_results
@@ -56,6 +57,9 @@ def _collect_figures(results, out_dir: Path, figure_root: Path) -> list[tuple[Cl
                     taken[rel.as_posix()] = src
                     (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(src, out_dir / rel)
+                    twin = svg_twin(src)
+                    if twin.is_file():  # the vector version saved beside the PNG
+                        shutil.copyfile(twin, svg_twin(out_dir / rel))
             e = replace(e, figure=rel.as_posix())
         fixed.append((c, e))
     return fixed
@@ -79,8 +83,9 @@ def write_report(results: Sequence[tuple[Claim, Evidence]], out_dir, scale: str,
         Directory the evidence's figure paths are relative to (default ``out_dir``, which is where
         ``Context(out_dir=...)`` saves them); figures elsewhere are copied into ``out_dir/figures``.
     meta : mapping, optional
-        Extra top-level entries (``base_seed``, ``total_seconds``, ...). ``versions`` and
-        ``created`` are filled in when absent.
+        Extra top-level entries (``base_seed``, ``backend``, ``total_seconds``, ...). ``versions``,
+        ``provenance`` (:func:`verify.report.provenance.collect`: git commit, command line,
+        dependencies, machine) and ``created`` are filled in when absent.
 
     Returns
     -------
@@ -94,7 +99,8 @@ def write_report(results: Sequence[tuple[Claim, Evidence]], out_dir, scale: str,
         omitted = list(omitted.values())
     meta = dict(meta or {})
     meta.setdefault("versions", _versions())
-    meta.setdefault("created", _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    meta.setdefault("provenance", _provenance(out_dir))
+    meta.setdefault("created", meta["provenance"].get("created"))
     results = _collect_figures(list(results), out_dir, figure_root)
     md = out_dir / "README.md"
     md.write_text(render_markdown(results, scale=scale, omitted=omitted, meta=meta), encoding="utf-8")

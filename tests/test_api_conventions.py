@@ -1,0 +1,109 @@
+"""The one vocabulary (README "Glossary"): every public federated method and generator follows it.
+
+These tests read signatures only; behaviour is tested beside each method.
+"""
+import inspect
+
+import pytest
+
+import lowrank_fl.algorithms as algorithms
+import lowrank_fl.problems as problems
+from lowrank_fl import clair
+from lowrank_fl.algorithms.lora_aggregation import rolora_matrix
+from lowrank_fl.results import SolverResult, Trace
+
+FEDERATED = [algorithms.fedrep, algorithms.fedsgd, algorithms.flute, algorithms.fedavg,
+             algorithms.dgd, algorithms.rolora, algorithms.ffa_lora, algorithms.fedavg_lora,
+             algorithms.federated_lora_matrix, rolora_matrix]
+GENERATORS = [problems.multitask_linear, problems.underparameterized, problems.rank_one_lora,
+              problems.lora_matrix_problem, problems.paper_instance,
+              problems.proposition1_instance, problems.haar_orthonormal]
+
+# names retired by the convention: each concept has one name (they survive only as deprecated
+# **keywords that warn, never as visible parameters)
+RETIRED = {"fresh_samples", "sample_mode", "mode", "participation", "step", "a0", "b0", "A0",
+           "B0", "delta0", "samples", "K", "n", "k", "r"}
+SHARED_DEFAULTS = {"data": None, "batch_size": None, "clients_per_round": None, "local_steps": 1,
+                   "seed": None}
+
+
+def _named(sig):
+    return [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+
+
+@pytest.mark.parametrize("method", FEDERATED, ids=lambda f: f.__name__)
+def test_federated_method_signature(method):
+    sig = inspect.signature(method)
+    params = _named(sig)
+    positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+    assert positional == ["problem", "rounds", "step_size"], positional
+    keyword = [p for p in params if p.kind is p.KEYWORD_ONLY]
+    assert keyword and keyword[-1].name == "seed", "seed is last and keyword-only"
+    names = {p.name for p in params}
+    assert not names & RETIRED, names & RETIRED
+    assert {"data", "init", "seed"} <= names
+    for p in params:
+        if p.name in SHARED_DEFAULTS:
+            assert p.default == SHARED_DEFAULTS[p.name], (p.name, p.default)
+    extra = [p for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD]
+    assert all(p.name == "deprecated" for p in extra)
+
+
+def test_shared_concepts_have_one_name_across_methods():
+    # a concept that two methods share is spelled, defaulted and ordered the same way
+    seen = {}
+    for method in FEDERATED:
+        for p in _named(inspect.signature(method)):
+            if p.name in SHARED_DEFAULTS:
+                seen.setdefault(p.name, set()).add((p.kind, p.default))
+    assert all(len(v) == 1 for v in seen.values()), seen
+    assert {"data", "batch_size", "clients_per_round", "local_steps", "seed"} <= set(seen)
+
+
+@pytest.mark.parametrize("generator", GENERATORS, ids=lambda f: f.__name__)
+def test_generators_take_sizes_as_keywords_only(generator):
+    params = _named(inspect.signature(generator))
+    assert all(p.kind is p.KEYWORD_ONLY for p in params), \
+        [p.name for p in params if p.kind is not p.KEYWORD_ONLY]
+    names = {p.name for p in params}
+    assert not names & RETIRED, names & RETIRED
+    assert params[-1].name == "seed"
+
+
+def test_clair_generators_share_the_names():
+    for generator in (clair.simulate, clair.generate):
+        params = _named(inspect.signature(generator))
+        names = {p.name for p in params}
+        assert {"n_clients", "rank", "p", "q", "contaminated", "seed"} <= names, names
+        assert not names & RETIRED, names & RETIRED
+        assert all(p.kind is p.KEYWORD_ONLY for p in params)
+
+
+def test_solvers_name_method_and_solver_apart():
+    sig = inspect.signature(clair.solve_penalized)
+    names = list(sig.parameters)
+    assert names[:4] == ["D", "q", "lam_L", "lam_S"]
+    for name in ("method", "solver", "solver_options", "step_size", "tol", "max_iter"):
+        assert sig.parameters[name].kind is inspect.Parameter.KEYWORD_ONLY, name
+    assert "step" not in names
+    fit = inspect.signature(clair.fit)
+    assert list(fit.parameters)[:3] == ["W_hat", "lam_L", "lam_S"]
+    assert all(p.kind is not p.VAR_KEYWORD for p in fit.parameters.values()), \
+        "solver options are an explicit solver_options mapping"
+
+
+def test_results_are_read_only():
+    import numpy as np
+
+    tr = Trace(method="x", distance=np.zeros(3), loss=np.zeros(3), bytes_up=np.zeros(2),
+               bytes_down=np.zeros(2), extra={"curve": np.zeros(3)})
+    with pytest.raises(ValueError, match="read-only"):
+        tr.distance[0] = -1
+    with pytest.raises(ValueError, match="read-only"):
+        tr.extra["curve"][0] = -1
+    with pytest.raises(TypeError):
+        tr.extra["new"] = 1
+    res = SolverResult(objective=1.0, gap=0.0, iterations=1, status="optimal", solver="x",
+                       history={"gap": np.zeros(2)})
+    with pytest.raises(ValueError, match="read-only"):
+        res.history["gap"][0] = 1
