@@ -22,8 +22,9 @@ from lowrank_fl.exact.nuclear import solve_nuclear_prox
 from lowrank_fl.linalg import subspace_distance, truncated_svd
 from lowrank_fl.problems.multitask import haar_orthonormal, multitask_linear
 from verify.claim import Evidence, claim, omit, verdict_from
+from verify.criteria import all_of, fit_band, rounds_to
 from verify.conditions.fedrep import guaranteed_rate
-from verify.stats import fit_loglog_slope, interval_verdict, mean_ci
+from verify.stats import fit_loglog_slope, mean_ci
 
 PAPER = "fedrep"
 
@@ -38,12 +39,6 @@ def _sigmas2(W):
     """``(sigma_min^2, sigma_max^2)`` of ``W / sqrt(n)`` (exact sigma-bar for r = 1)."""
     s = np.linalg.svd(W / math.sqrt(W.shape[0]), compute_uv=False)
     return float(s[-1] ** 2), float(s[0] ** 2)
-
-
-def _rounds_to(dist, eps):
-    """First round with ``dist <= eps`` (``len(dist)`` = censored when never reached)."""
-    hit = np.nonzero(np.asarray(dist) <= eps)[0]
-    return int(hit[0]) if hit.size else len(dist)
 
 
 def _linear_phase_fit(dist, *, floor=1e-12, start=3):
@@ -78,21 +73,6 @@ def _skewed_heads(n, k, skew, rng):
     scale[0] = 1.0
     G = rng.standard_normal((n, k)) * scale
     return math.sqrt(k) * G / np.linalg.norm(G, axis=1, keepdims=True)
-
-
-def _band(fit, lo, hi):
-    """Two-sided criterion ``lo <= slope <= hi`` on a fit's interval: True inside, False entirely
-    outside, None (inconclusive) when the interval straddles an edge or is undefined."""
-    below = interval_verdict(fit.low, fit.high, hi, side="below")
-    above = interval_verdict(fit.low, fit.high, lo, side="above")
-    if False in (below, above):
-        return False
-    return None if None in (below, above) else True
-
-
-def _all(*flags):
-    """False if any flag is False, None if any is undecided, else True."""
-    return False if False in flags else (None if None in flags else True)
 
 
 def _figure():
@@ -332,7 +312,7 @@ def _task_threshold(seed, d, k, n, m_grid, eps, algorithm=fedrep):
     B0 = _warm_start(p.B_star, 0.75, rp)                 # dist(B0, B*) = 0.5, a pilot-calibrated start
     eta = 1 / (4 * smax2)
     pop = fedrep(p, 5000, eta, init=B0, tol=eps, seed=0)  # population rounds (deterministic)
-    rounds = 2 * _rounds_to(pop.distance, eps) + 10
+    rounds = 2 * rounds_to(pop.distance, eps, censored=len(pop.distance)) + 10
 
     def success(m):
         tr = algorithm(p, rounds, eta, init=B0, data="fresh", batch_size=m, tol=eps, seed=rr)
@@ -375,9 +355,9 @@ def _c4(ctx, *, algorithm=fedrep):
         # one slope per seed of log(m* - k) against log(d/rn) (m* >= 3 > k on the grid), t-interval
         fit = fit_loglog_slope(x[big], M[big] - k)
         fit_d = fit.as_dict()
-        slope_ok = _band(fit, 0.7, 1.3)
+        slope_ok = fit_band(fit, 0.7, 1.3)
     slope = fit_d["slope"] if fit_d else float("nan")
-    passed = False if not finite else _all(slope_ok, sat_ok)
+    passed = False if not finite else all_of(slope_ok, sat_ok)
     plt = _figure()
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     ax.loglog(x, np.where(np.isfinite(mstar), mstar, np.nan), "o-", label="m*(n) (80% of seeds)")
@@ -541,13 +521,13 @@ def _c5c(ctx, *, design="gaussian"):
         Y = np.array([[o["lemma5"] for o in row] for row in out])
         fits[f"lemma5_vs_{key}"] = fit_loglog_slope(vals, Y)
         # accept exponents within +-0.1 of (1/2, -1/2, -1/2), judged on the 95% interval
-        flags[f"lemma5_{key}_ok"] = _band(fits[f"lemma5_vs_{key}"], expo[key] - 0.1, expo[key] + 0.1)
+        flags[f"lemma5_{key}_ok"] = fit_band(fits[f"lemma5_vs_{key}"], expo[key] - 0.1, expo[key] + 0.1)
         if key == "m":
             Z = np.array([[o["lemma2"] for o in row] for row in out])
             fits["lemma2_vs_m"] = fit_loglog_slope(vals, Z)
-            flags["lemma2_m_ok"] = _band(fits["lemma2_vs_m"], -0.6, -0.4)
+            flags["lemma2_m_ok"] = fit_band(fits["lemma2_vs_m"], -0.6, -0.4)
             m_vals, Z_mean = vals, Z.mean(axis=1)
-    passed = _all(*flags.values())
+    passed = all_of(*flags.values())
     plt = _figure()
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     ax.loglog(m_vals, Z_mean, "o-", label="mean_i 1 - sigma_min(G^i)")
@@ -621,7 +601,7 @@ def _task_fig3(seed, d, k, n, m, noise, method, step, rounds, eps, fedrep_option
         opts = {**opts, **(fedrep_options or {})}
     B0 = _warm_start(p.B_star, 0.5, rp)                  # same init for every method
     tr = fedrep(p, rounds, step, init=B0, data="fixed", tol=eps, seed=rr, **opts)
-    return _rounds_to(tr.distance, eps) if tr.status != "diverged" else rounds + 1
+    return rounds_to(tr.distance, eps, censored=len(tr.distance)) if tr.status != "diverged" else rounds + 1
 
 
 @claim("fedrep.fig3.exact_head_value", paper=PAPER, reference="Fig. 3, Fig. 7 (App. A.1)",
@@ -912,7 +892,7 @@ def _task_participation(seed, d, k, n, m, r, rounds, eps, algorithm=fedrep):
     smin2, smax2 = _sigmas2(p.heads)
     tr = algorithm(p, rounds, 1 / (4 * smax2), clients_per_round=n_participants(r, n), init=_warm_start(p.B_star, 0.75, rp),
                    data="fresh", batch_size=m, tol=eps, seed=rr)
-    return _rounds_to(tr.distance, eps)
+    return rounds_to(tr.distance, eps, censored=len(tr.distance))
 
 
 @claim("fedrep.thm1.participation", paper=PAPER, reference="Theorem 1 (d/(rn) term), Sec. 4",
@@ -974,7 +954,7 @@ def _c12a(ctx, *, options=None, algorithm=fedrep):
     else:
         fit = fit_loglog_slope(sig, Y)
         ratio = Y.mean(axis=1) / pred
-        passed = _band(fit, 0.85, 1.15)
+        passed = fit_band(fit, 0.85, 1.15)
     plt = _figure()
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     ax.loglog(sig, Y.mean(axis=1), "o-", label="floor (median of the last T/4 rounds)")
@@ -1033,7 +1013,7 @@ def _task_head_steps(seed, d, k, n, m, tau, rounds, eps, head_step_size):
     opts = {} if tau is None else {"head_steps": tau, "head_step_size": head_step_size}
     tr = fedrep(p, rounds, 0.5, init=_warm_start(p.B_star, 0.5, rp), data="fixed", tol=eps,
                 seed=rr, **opts)
-    return _rounds_to(tr.distance, eps) if tr.status != "diverged" else rounds + 1
+    return rounds_to(tr.distance, eps, censored=len(tr.distance)) if tr.status != "diverged" else rounds + 1
 
 
 @claim("fedrep.ext.head_steps", paper=PAPER, reference="Alg. 1 (tau_h), Fig. 3/5 trend",

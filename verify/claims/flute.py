@@ -21,6 +21,7 @@ from lowrank_fl.problems.multitask import haar_orthonormal
 from lowrank_fl.problems.underparameterized import (UnderparameterizedProblem, appendix_c_spectrum,
                                                     underparameterized)
 from verify.claim import Evidence, claim, omit, verdict_from
+from verify.criteria import all_of, band, rounds_to
 from verify.stats import fit_loglog_slope, interval_verdict, mean_ci
 
 PAPER = "flute"
@@ -41,20 +42,6 @@ def _tail_rate(err, high=1e-3, low=1e-11):
     if len(idx) < 5:
         return np.nan
     return float(np.exp(np.polyfit(idx, np.log(err[idx]), 1)[0]))
-
-
-def _band_verdict(low, high, lo, hi):
-    """Two-sided criterion ``lo <= value <= hi`` on an interval ``[low, high]``: True when the interval
-    lies inside the band, False when it lies entirely outside, None (inconclusive) otherwise."""
-    inside = (interval_verdict(low, high, lo, side="above"), interval_verdict(low, high, hi, side="below"))
-    if False in inside:
-        return False
-    return None if None in inside else True
-
-
-def _combine(*flags):
-    """All criteria: False if any is False, None if any is undecided, else True."""
-    return False if False in flags else (None if None in flags else True)
 
 
 def _rounds_to_converge(problem, eta, digits=12.0, extra=300):
@@ -205,7 +192,7 @@ def _c2c(ctx, *, algorithm=flute):
         fit = fit_loglog_slope(delta, -np.log(rho))
         fit_d = fit.as_dict()
         # band 1 +- 0.1: log(1/(1 - x)) = x + x^2/2 + ... bends the slope by < 0.03 at eta Delta/2 <= 0.11
-        passed = _band_verdict(fit.low, fit.high, 0.9, 1.1)
+        passed = band(fit.low, fit.high, 0.9, 1.1)
         slope_txt = str(fit)
     fig, ax = _fig()
     ax.loglog(delta, -np.log(rho).mean(axis=1), "o-", label="measured log(1/rho)")
@@ -302,10 +289,10 @@ def _c3(ctx, *, algorithm=flute):
                  "per_seed": per_seed}
         # band [0.75, 1.25]: the formula's slope is asymptotic (the growth factor of sigma_k before
         # the cubic term matters); pilots measure 0.85-1.0 of it
-        slope_ok = _band_verdict(m - h, m + h, 0.75, 1.25)
+        slope_ok = band(m - h, m + h, 0.75, 1.25)
     else:
         ratio, slope_ok = {"mean": float("inf")}, False
-    passed = _combine(within, slope_ok)
+    passed = all_of(within, slope_ok)
     fig, ax = _fig()
     xa = np.log(1 / np.array(all_alphas))
     ax.plot(xa, te_all.mean(axis=1), "o-", label="measured t_e")
@@ -548,8 +535,8 @@ def _c6b(ctx, *, gram=_empirical_gram, residual="Phi"):
             "A2_vs_sigma": fit_loglog_slope(sigmas, A2s)}
     # bands: Lemma A.13 gives +0.5 in d (+-0.1 as for N); A_2 is linear in sigma (+-0.1)
     bands = {"A1_vs_d": (0.4, 0.6), "A2_vs_d": (0.4, 0.6), "A2_vs_sigma": (0.9, 1.1)}
-    flags = {key: _band_verdict(f.low, f.high, *bands[key]) for key, f in fits.items()}
-    passed = _combine(*flags.values())
+    flags = {key: band(f.low, f.high, *bands[key]) for key, f in fits.items()}
+    passed = all_of(*flags.values())
     fig, ax = _fig(1, 2)
     ax[0].loglog(ds, A1d.mean(axis=1), "o-", label="A_1"), ax[0].loglog(ds, A2d.mean(axis=1), "s-", label="A_2")
     ax[0].set_xlabel(f"d (N = {N})"), ax[0].legend()
@@ -650,7 +637,7 @@ def _c8(ctx, *, algorithm=flute):
         measured.update({"slope_M_ge_d/2": f_high.as_dict(), "flattening": [float(m), float(h)],
                          "flattening_ok": flat_ok})
         flags.append(flat_ok)
-    passed = _combine(*flags)
+    passed = all_of(*flags)
     fig, ax = _fig()
     ax.loglog(Ms, err.mean(axis=1), "o-")
     ax.axvline(d, color="k", ls=":")
@@ -774,11 +761,6 @@ def _c10(ctx, *, algorithm=flute):
 # =============================================================================================
 # C11  FLUTE vs FedRep / FedRep(RI) (Fig. 1 / Fig. 3)
 # =============================================================================================
-def _rounds_to(err, level):
-    hit = np.flatnonzero(err <= level)
-    return int(hit[0]) if len(hit) else np.inf
-
-
 def _task_vs_fedrep(seed, *, k, rounds, algorithm):
     rng = np.random.default_rng(seed)
     p = underparameterized(d=10, n_clients=15, rank=k, samples_per_client=20, noise=NOISE, seed=rng)
@@ -789,8 +771,8 @@ def _task_vs_fedrep(seed, *, k, rounds, algorithm):
     level = 1.05 * min(plateau_fl, float(ri[-1]))
     return {"plateau_flute": plateau_fl, "plateau_fedrep": plateau_fr,
             "plateau_fedrep_ri": float(ri[-1]), "early_flute": float(fl[10]),
-            "early_fedrep": float(fr[10]), "rounds_flute": _rounds_to(fl, level),
-            "rounds_fedrep_ri": _rounds_to(ri, level),
+            "early_fedrep": float(fr[10]), "rounds_flute": rounds_to(fl, level),
+            "rounds_fedrep_ri": rounds_to(ri, level),
             "curves": [fl[::10], fr[::10], ri[::10]]}
 
 
