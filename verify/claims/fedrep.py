@@ -892,7 +892,11 @@ def _task_participation(seed, d, k, n, m, r, rounds, eps, algorithm=fedrep):
     smin2, smax2 = _sigmas2(p.heads)
     tr = algorithm(p, rounds, 1 / (4 * smax2), clients_per_round=n_participants(r, n), init=_warm_start(p.B_star, 0.75, rp),
                    data="fresh", batch_size=m, tol=eps, seed=rr)
-    return rounds_to(tr.distance, eps, censored=len(tr.distance))
+    # Algorithm 1 samples the rn participants uniformly without replacement: every round's set distinct
+    ran = np.isfinite(tr.distance[1:])           # rows of rounds not run (stopped at tol) are padding
+    P = np.sort(np.asarray(tr.extra["participants"])[ran], axis=1)
+    distinct = bool(np.all(P[:, 1:] != P[:, :-1])) if P.size else True
+    return {"rounds": rounds_to(tr.distance, eps, censored=len(tr.distance)), "distinct": distinct}
 
 
 @claim("fedrep.thm1.participation", paper=PAPER, reference="Theorem 1 (d/(rn) term), Sec. 4",
@@ -907,10 +911,11 @@ def _c11(ctx, *, algorithm=fedrep):
     grid = [{"d": d, "k": 2, "n": n, "m": m, "r": r, "rounds": rounds, "eps": 1e-6, "algorithm": algorithm}
             for r in rs]
     out = ctx.map(_task_participation, grid, replicates=reps)
-    med = np.array([float(np.median(o)) for o in out])
+    distinct = all(o["distinct"] for row in out for o in row)
+    med = np.array([float(np.median([o["rounds"] for o in row])) for row in out])
     mono = bool(np.all(med[1:] <= 1.05 * med[:-1]))       # 5% slack between neighbouring r
     gain = float(med[0] / med[-1])
-    passed = bool(mono and gain >= 1.15 and med[0] <= rounds)
+    passed = bool(mono and gain >= 1.15 and med[0] <= rounds and distinct)
     rows = [{"r": r, "rounds_median": float(x), "client_participations": float(x * r * n)}
             for r, x in zip(rs, med)]
     plt = _figure()
@@ -921,8 +926,11 @@ def _c11(ctx, *, algorithm=fedrep):
     path = ctx.save_figure(fig)
     return Evidence(
         verdict=verdict_from(passed),
-        summary=f"rounds {', '.join(f'r={r}: {x:.0f}' for r, x in zip(rs, med))}; smallest/largest r ratio {gain:.2f}",
-        measured={"rows": rows}, predicted={"trend": "non-increasing in r (5% slack), smallest/largest r ratio >= 1.15"}, table=rows,
+        summary=f"rounds {', '.join(f'r={r}: {x:.0f}' for r, x in zip(rs, med))}; smallest/largest r ratio {gain:.2f}"
+                + ("" if distinct else "; a round sampled a client twice"),
+        measured={"rows": rows, "participants_distinct": distinct},
+        predicted={"trend": "non-increasing in r (5% slack), smallest/largest r ratio >= 1.15",
+                   "participants": "rn distinct clients every round (sampled without replacement)"}, table=rows,
         figure=path, notes=f"d = {d}, k = 2, n = {n}, m = {m} fresh samples, warm start at dist 0.5.")
 
 
