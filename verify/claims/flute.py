@@ -20,8 +20,8 @@ from lowrank_fl.exact import flute as ex
 from lowrank_fl.problems.multitask import haar_orthonormal
 from lowrank_fl.problems.underparameterized import (UnderparameterizedProblem, appendix_c_spectrum,
                                                     underparameterized)
-from verify.claim import Evidence, claim, omit, verdict_from
-from verify.criteria import all_of, band, rounds_to
+from verify.claim import SOLVES_KEY, Evidence, claim, omit, solve_record, verdict_from
+from verify.criteria import all_of, band, baseline_check, relaxation, rounds_to
 from verify.stats import fit_loglog_slope, interval_verdict, mean_ci
 
 PAPER = "flute"
@@ -761,19 +761,29 @@ def _c10(ctx, *, algorithm=flute):
 # =============================================================================================
 # C11  FLUTE vs FedRep / FedRep(RI) (Fig. 1 / Fig. 3)
 # =============================================================================================
+def _erm_objective(p, B, W):
+    """``(1/2) sum_i (1/N) ||X_i B w_i - y_i||^2`` (the ERM's objective, ErmResult's normalisation)."""
+    r = np.einsum("mnd,dm->mn", p.X, B @ W.T) - p.y
+    return 0.5 * float(np.sum(np.mean(r * r, axis=1)))
+
+
 def _task_vs_fedrep(seed, *, k, rounds, algorithm):
     rng = np.random.default_rng(seed)
     p = underparameterized(d=10, n_clients=15, rank=k, samples_per_client=20, noise=NOISE, seed=rng)
     fl = algorithm(p, rounds, ETA, data="fixed", seed=rng).extra["error_truth"]
-    fr = fedrep(p, rounds, 0.1, init="moments", seed=rng).extra["error_truth"]
+    fr_tr = fedrep(p, rounds, 0.1, init="moments", seed=rng)
+    fr = fr_tr.extra["error_truth"]
     ri = fedrep(p, rounds, 0.1, init="random", seed=rng).extra["error_truth"]
+    erm = ex.altmin_erm(p.X, p.y, k)       # FedRep's own reference: the empirical rank-k ERM
     plateau_fl, plateau_fr = float(fl[-1]), float(fr[-1])
     level = 1.05 * min(plateau_fl, float(ri[-1]))
     return {"plateau_flute": plateau_fl, "plateau_fedrep": plateau_fr,
             "plateau_fedrep_ri": float(ri[-1]), "early_flute": float(fl[10]),
             "early_fedrep": float(fr[10]), "rounds_flute": rounds_to(fl, level),
             "rounds_fedrep_ri": rounds_to(ri, level),
-            "curves": [fl[::10], fr[::10], ri[::10]]}
+            "fedrep_objective": _erm_objective(p, fr_tr.B, fr_tr.heads), "erm_objective": float(erm.objective),
+            "curves": [fl[::10], fr[::10], ri[::10]],
+            SOLVES_KEY: [solve_record(erm, what="AltMin rank-k ERM"), solve_record(fr_tr, what="FedRep")]}
 
 
 @claim("flute.fig1.vs_fedrep", paper=PAPER, reference="Figures 1 and 3 (App. C)",
@@ -783,21 +793,29 @@ def _c11(ctx, *, algorithm=flute):
     ks = ctx.pick([2], [2, 4], [2, 4, 6, 8])
     rounds = ctx.pick(300, 800, 1500)
     out = ctx.map(_task_vs_fedrep, [{"k": k, "rounds": rounds, "algorithm": algorithm} for k in ks],
-                  replicates=ctx.pick(1, 3, 4))
-    rows = []
-    passed = True
+                  replicates=ctx.pick(2, 6, 12))
+    rows, flags, worst = [], [], None
     for k, row in zip(ks, out):
-        pf = np.mean([o["plateau_flute"] for o in row])
-        pr = np.mean([o["plateau_fedrep"] for o in row])
-        ef = np.mean([o["early_flute"] for o in row])
-        er = np.mean([o["early_fedrep"] for o in row])
-        late = bool(pf <= 1.01 * pr)                        # 1%: criterion (i), Figs. 1 and 3
-        early = bool(er < ef)
-        passed &= late and early
-        rows.append({"k": k, "late_ok": late, "early_ok": early,
+        # per-seed plateau ratio FLUTE / FedRep - 1 and round-10 gap, decided on t-intervals over
+        # seeds: late "FLUTE <= FedRep + 1%" (criterion (i), Figs. 1 and 3), early "FedRep < FLUTE"
+        ratio = np.array([o["plateau_flute"] / o["plateau_fedrep"] - 1 for o in row])
+        early_gap = np.array([o["early_fedrep"] - o["early_flute"] for o in row])
+        rm, rh = mean_ci(ratio)
+        em, eh = mean_ci(early_gap)
+        late = interval_verdict(float(rm - rh), float(rm + rh), 0.01, side="below")
+        if not np.all(np.isfinite([o["plateau_flute"] for o in row])):
+            late = False                                     # FLUTE blew up: it never gets below FedRep
+        early = interval_verdict(float(em - eh), float(em + eh), 0.0, side="below")
+        flags += [late, early]
+        pf = float(np.mean([o["plateau_flute"] for o in row]))
+        pr = float(np.mean([o["plateau_fedrep"] for o in row]))
+        rows.append({"k": k, "late_ok": late, "early_ok": early, "plateau_ratio_minus_1": float(rm),
+                     "plateau_ratio_ci": [float(rm - rh), float(rm + rh)],
+                     "round10_gap_fedrep_minus_flute": float(em), "round10_gap_ci": [float(em - eh), float(em + eh)],
                      "plateau_flute": pf, "plateau_fedrep": pr,
                      "plateau_fedrep_ri": float(np.mean([o["plateau_fedrep_ri"] for o in row])),
-                     "error_round10_flute": ef, "error_round10_fedrep": er,
+                     "error_round10_flute": float(np.mean([o["early_flute"] for o in row])),
+                     "error_round10_fedrep": float(np.mean([o["early_fedrep"] for o in row])),
                      "rounds_to_1.05plateau_flute": float(np.mean([o["rounds_flute"] for o in row])),
                      "rounds_to_1.05plateau_fedrep_ri": float(np.mean([o["rounds_fedrep_ri"] for o in row]))})
         r = rows[-1]
@@ -805,24 +823,48 @@ def _c11(ctx, *, algorithm=flute):
         r["ii_flute_fewer_rounds_than_ri"] = bool(r["rounds_to_1.05plateau_flute"]
                                                   < r["rounds_to_1.05plateau_fedrep_ri"])
         r["iii_plateau_gap_fedrep_minus_flute"] = float(pr - pf)
+        margin = float(rm + rh) - 0.01                      # how close k comes to deciding "fails"
+        if worst is None or margin > worst[0]:
+            worst = (margin, k, row)
+    passed = all_of(*flags)
+    # the baseline first: FedRep (moment init) must reach its own reference, the empirical rank-k ERM
+    # (AltMin, 3 restarts), to 1e-3 relative in objective on every seed
+    fr_obj = np.array([o["fedrep_objective"] for row in out for o in row])
+    erm_obj = np.array([o["erm_objective"] for row in out for o in row])
+    baselines = [baseline_check("FedRep (moment init) objective vs the AltMin rank-k ERM, worst seed",
+                                float(np.max(fr_obj / erm_obj)), 1.0, rtol=1e-3)]
     gaps = [r["iii_plateau_gap_fedrep_minus_flute"] for r in rows]
+    # the plot shows the k whose interval comes closest to deciding the verdict, mean over seeds
+    _, k_dec, row_dec = worst
     fig, ax = _fig()
-    c = out[0][0]["curves"]
-    for curve, name in zip(c, ("FLUTE", "FedRep", "FedRep(RI)")):
+    for j, name in enumerate(("FLUTE", "FedRep", "FedRep(RI)")):
+        curve = np.mean([o["curves"][j] for o in row_dec], axis=0)
         ax.plot(10 * np.arange(len(curve)), curve, label=name)
+    ax.set_title(f"k = {k_dec} (deciding case), mean of {len(row_dec)} seeds")
     ax.set_xlabel("round"), ax.set_ylabel("(1/M) sum ||B w_i - phi_i||"), ax.legend()
     return Evidence(verdict=verdict_from(passed),
-                    summary="; ".join(f"k={r['k']}: plateau FLUTE {r['plateau_flute']:.3f} vs FedRep "
-                                      f"{r['plateau_fedrep']:.3f}, round-10 error {r['error_round10_flute']:.2f}"
-                                      f" vs {r['error_round10_fedrep']:.2f}" for r in rows),
-                    measured={"rows": rows, "late_ok": all(r["late_ok"] for r in rows),
-                              "early_ok": all(r["early_ok"] for r in rows),
+                    summary="; ".join(f"k={r['k']}: plateau FLUTE/FedRep - 1 = {r['plateau_ratio_minus_1']:+.1e} "
+                                      f"[{r['plateau_ratio_ci'][0]:+.1e}, {r['plateau_ratio_ci'][1]:+.1e}] (<= 1%), "
+                                      f"round-10 error {r['error_round10_flute']:.2f} vs {r['error_round10_fedrep']:.2f}"
+                                      for r in rows),
+                    measured={"rows": rows, "late_ok": all_of(*[r["late_ok"] for r in rows]),
+                              "early_ok": all_of(*[r["early_ok"] for r in rows]), "deciding_k": k_dec,
                               "iii_gap_decreasing_in_k (reported)": bool(np.all(np.diff(gaps) <= 0))
                               if len(gaps) > 1 else None},
-                    table=rows,
-                    predicted={"plateau": "FLUTE <= FedRep (+1%)", "early": "FedRep < FLUTE",
+                    table=rows, baselines=baselines,
+                    predicted={"plateau": "FLUTE <= FedRep (+1%), 95% t-interval of the per-seed ratio",
+                               "early": "FedRep < FLUTE at round 10, 95% t-interval of the per-seed gap",
+                               "baseline": "FedRep reaches the AltMin rank-k ERM objective (1e-3 relative)",
                                "(ii) rounds FLUTE < FedRep(RI), reported": True,
                                "(iii) gap decreasing in k, reported": True},
+                    relaxations=[relaxation("mean plateau over the seeds: FLUTE <= 1.01 FedRep (4 seeds at "
+                                            "full scale)", all(r["plateau_flute"] <= 1.01 * r["plateau_fedrep"]
+                                                               for r in rows),
+                                            relaxed="95% t-interval of the per-seed ratio FLUTE/FedRep - 1 "
+                                                    "below 0.01 (12 seeds at full scale)",
+                                            relaxed_outcome=all_of(*[r["late_ok"] for r in rows]),
+                                            reason="a bare mean over 4 seeds flipped between scales; issue 9 "
+                                                   "asks for intervals over enough seeds (not a looser band)")],
                     figure=ctx.save_figure(fig),
                     notes="Fixed dataset (N = 20, M = 15, d = 10, noise variance 0.3), FLUTE eta = 0.03, "
                           "FedRep eta = 0.1 (not reported by the paper). With a fixed dataset all three "
