@@ -13,6 +13,7 @@ IDS = [
     "fedrep.thm2.mom_exponent", "fedrep.claim1.no_rip", "fedrep.thm1.participation",
     "fedrep.ext.noise_floor", "fedrep.ext.split_batch", "fedrep.ext.head_steps",
     "fedrep.sec6.exact_references", "fedrep.lemma5.concentration", "fedrep.fig3.random_init",
+    "fedrep.thm1.fixed_dataset",
 ]
 
 
@@ -40,8 +41,14 @@ def test_erratum_claim_is_marked():
 
 
 def test_omitted_claims_have_reasons():
-    for oid in ("fedrep.table1.real_data", "fedrep.thm1.probability", "fedrep.thm1.fixed_dataset"):
+    for oid in ("fedrep.table1.real_data", "fedrep.thm1.probability"):
         assert OMITTED[oid].reason
+    assert "fedrep.thm1.fixed_dataset" not in OMITTED          # checked now (issue 9)
+
+
+def test_fixed_dataset_fails_when_the_server_uses_k_clients():
+    ev = run("fedrep.thm1.fixed_dataset", algorithm=_fedrep_first_k_clients_data)
+    assert ev.verdict == "fails" and ev.measured["checks"]["recovery_above"] is False
 
 
 # ------------------------------------------------------------------ broken variants
