@@ -22,8 +22,8 @@ import scipy.optimize
 
 from ..validation import as_float_array, check_int, check_positive
 from ..results import ConvergenceWarning
-from .penalized import _op_norm, _svd_parts
-from .programs import OracleResult, _check_benign_in_row_space, _oracle_inputs
+from .program7 import op_norm, singular_parts
+from .programs import OracleResult, check_benign_in_row_space, oracle_inputs
 
 __all__ = ["solve_oracle_smooth", "oracle_objective"]
 
@@ -63,7 +63,7 @@ def oracle_objective(Y, D0, q, A, I_mask, lam_L, lam_S) -> float:
     D0, q, A, I_mask, lam_L, lam_S
         As in :func:`solve_oracle_smooth`.
     """
-    D0, q, G, lam_L, lam_S, A, I_mask = _oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
+    D0, q, G, lam_L, lam_S, A, I_mask = oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
     Y = as_float_array(Y, "Y", shape=(G * q, A.shape[0])).reshape(G, q, A.shape[0])
     B = D0.reshape(G, q, -1)
     res = B[I_mask] - Y[I_mask] @ A
@@ -114,12 +114,12 @@ def solve_oracle_smooth(D0, q, A, I_mask, lam_L, lam_S, *, gtol: float = 1e-12,
         then not smooth; use :func:`~lowrank_fl.clair.programs.solve_oracle`).
     """
     t0 = time.perf_counter()
-    D0, q, G, lam_L, lam_S, A, I_mask = _oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
+    D0, q, G, lam_L, lam_S, A, I_mask = oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
     gtol = check_positive(gtol, "gtol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     grad_rtol = check_positive(grad_rtol, "grad_rtol")
     check_tol = check_positive(check_tol, "check_tol")
-    _check_benign_in_row_space(D0, q, A, I_mask, check_tol)
+    check_benign_in_row_space(D0, q, A, I_mask, check_tol)
     B, Z, c = _parts(D0, q, A, I_mask)
     r = A.shape[0]
     Yfix = Z[~I_mask].reshape(-1, r)
@@ -155,10 +155,10 @@ def solve_oracle_smooth(D0, q, A, I_mask, lam_L, lam_S, *, gtol: float = 1e-12,
     L = Y @ A
     S = D0 - L
     S.reshape(G, q, -1)[~I_mask] = 0.0
-    s, Vt = _svd_parts(L)
+    s, Vt = singular_parts(L)
     objective = lam_L * float(s.sum()) + lam_S * float(
         np.linalg.norm(S.reshape(G, -1), axis=1).sum())
     return OracleResult(Y=Y, L=L, S=S, A=A, singular_values=s, Vt=Vt, objective=objective,
                         gap=float("nan"), iterations=iters, status=status,
                         solver="lbfgsb", seconds=time.perf_counter() - t0,
-                        history={"grad_norm": np.array([gnorm])}, data_norm=_op_norm(D0))
+                        history={"grad_norm": np.array([gnorm])}, data_norm=op_norm(D0))

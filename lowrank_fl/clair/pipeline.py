@@ -21,10 +21,11 @@ import numpy as np
 
 from ..validation import (as_float_array, check_choice, check_in_interval, check_int,
                            check_positive)
-from ..linalg import block_norms as _block_norms
+from .. import linalg
 from ..linalg import thin_svd
 from ..results import ConvergenceWarning, SolverError
 from .contrasts import as_blocks, check_weights, contrasts, incidence, pair_values_to_matrix
+from .penalized import solve_penalized
 
 __all__ = [
     "ClairFit",
@@ -390,8 +391,6 @@ def _check_solver_options(options: dict) -> None:
 def _solve(D, q, lam_L, lam_S, weights, method, solver_options):
     """Solve (7); the solver's ConvergenceWarnings are held back so the caller can warn at the
     user's line (returns the result and the held-back messages)."""
-    from .penalized import solve_penalized  # deferred: the solver module sits beside this one
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvergenceWarning)
         sol = solve_penalized(D, q, lam_L, lam_S, weights=weights, method=method,
@@ -516,7 +515,7 @@ def fit(W_hat, rank: int, lam_L: float, lam_S: float, alpha: float = 0.5, tau="l
                           stacklevel=2)
     P = _projector(Vt, dim)
     S_perp = as_blocks(D - D @ P, q)
-    norms = _block_norms(S_perp)
+    norms = linalg.block_norms(S_perp)
     if isinstance(tau, str):
         tau_value = largest_gap_threshold(norms, log=(tau == "largest-log-gap"))
         rule = tau

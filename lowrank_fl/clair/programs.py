@@ -28,8 +28,8 @@ from ..validation import as_float_array, check_choice, check_positive
 from ..linalg import orth
 from ..results import ConvergenceWarning, SolverError, SolverResult
 from .contrasts import check_block_rows
-from .penalized import (LowRankMixin, PenalizedResult, _block_sq, _check_problem,
-                        _dual_from_residual, _op_norm, _svd_parts, _zero_objective)
+from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, check_problem,
+                       dual_from_residual, op_norm, singular_parts, zero_objective)
 
 __all__ = [
     "SOLVERS",
@@ -41,6 +41,8 @@ __all__ = [
     "solve_noisy_oracle",
     "NoiselessResult",
     "OracleResult",
+    "oracle_inputs",
+    "check_benign_in_row_space",
 ]
 
 SOLVERS = ("CLARABEL", "SCS")
@@ -197,7 +199,7 @@ def solve_program7(D, q, lam_L, lam_S, weights=None, *, solver: str = "CLARABEL"
         With ``gap`` from the dual formula of notes §7.6 at the returned point, so it is
         comparable with the iterative methods.
     """
-    D, q, G, lam_L, lam_S, w = _check_problem(D, q, lam_L, lam_S, weights)
+    D, q, G, lam_L, lam_S, w = check_problem(D, q, lam_L, lam_S, weights)
     check_choice(solver, "solver", SOLVERS)
     check_choice(nuclear, "nuclear", _NUCLEAR)
     p = D.shape[1]
@@ -212,16 +214,16 @@ def solve_program7(D, q, lam_L, lam_S, weights=None, *, solver: str = "CLARABEL"
     prob = cp.Problem(cp.Minimize(loss + lam_L * nuc + lam_S * block_l1(S, q)), cons)
     status, iters, seconds = _solve(prob, solver, accept_inaccurate, solver_options, verbose)
     Lv, Sv = np.asarray(L.value, dtype=float), np.asarray(S.value, dtype=float)
-    s, Vt = _svd_parts(Lv)
+    s, Vt = singular_parts(Lv)
     R = D - Lv - Sv
-    objective = 0.5 * float(w @ _block_sq(R, q)) + lam_L * float(s.sum()) \
-        + lam_S * float(np.sqrt(_block_sq(Sv, q)).sum())
-    Q, dual = _dual_from_residual(D, q, R, w, lam_L, lam_S)
+    objective = 0.5 * float(w @ block_sq_norms(R, q)) + lam_L * float(s.sum()) \
+        + lam_S * float(np.sqrt(block_sq_norms(Sv, q)).sum())
+    Q, dual = dual_from_residual(D, q, R, w, lam_L, lam_S)
     return PenalizedResult(
         L=Lv, S=Sv, Q=Q, dual=float(dual), singular_values=s, Vt=Vt, q=q, lam_L=lam_L,
         lam_S=lam_S, weights=w, objective=objective, gap=objective - dual, iterations=iters,
         status=status, solver=f"cvxpy:{solver}" + ("" if nuclear == "schur" else ":normNuc"),
-        seconds=seconds, gap_scale=_zero_objective(D, q, w), data_norm=_op_norm(D))
+        seconds=seconds, gap_scale=zero_objective(D, q, w), data_norm=op_norm(D))
 
 
 def solve_noiseless(D0, q, lam_L, lam_S, *, solver: str = "CLARABEL", nuclear: str = "schur",
@@ -261,12 +263,12 @@ def solve_noiseless(D0, q, lam_L, lam_S, *, solver: str = "CLARABEL", nuclear: s
     # optimal value, > 0 unless D0 = 0 (<Q, L> would be ~0 when L = 0 and fix nothing)
     if np.vdot(Q, D0) < 0:
         Q = -Q
-    s, Vt = _svd_parts(Lv)
-    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(_block_sq(Sv, q)).sum())
+    s, Vt = singular_parts(Lv)
+    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(block_sq_norms(Sv, q)).sum())
     return NoiselessResult(
         L=Lv, S=Sv, Q=Q, singular_values=s, Vt=Vt, objective=objective,
         gap=objective - float(np.vdot(Q, D0)), iterations=iters, status=status,
-        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=_op_norm(D0))
+        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=op_norm(D0))
 
 
 def _check_unweighted(D, q, lam_L, lam_S, name):
@@ -275,7 +277,10 @@ def _check_unweighted(D, q, lam_L, lam_S, name):
     return D, q, G, check_positive(lam_L, "lam_L"), check_positive(lam_S, "lam_S")
 
 
-def _oracle_inputs(D, q, A, I_mask, lam_L, lam_S, name="D0"):
+def oracle_inputs(D, q, A, I_mask, lam_L, lam_S, name="D0"):
+    """Validate the data of an oracle program ((23) or (17)): returns
+    ``(D, q, G, lam_L, lam_S, A, I_mask)`` with ``A`` (r, p) re-orthonormalised (rows spanning
+    the given row space) and ``I_mask`` a (G,) bool mask of the contaminated pairs ``I``."""
     D, q, G, lam_L, lam_S = _check_unweighted(D, q, lam_L, lam_S, name)
     A = as_float_array(A, "A", ndim=2)
     if A.shape[1] != D.shape[1] or A.shape[0] >= A.shape[1]:
@@ -288,7 +293,7 @@ def _oracle_inputs(D, q, A, I_mask, lam_L, lam_S, name="D0"):
     return D, q, G, lam_L, lam_S, A, I_mask
 
 
-def _check_benign_in_row_space(D0, q, A, I_mask, check_tol) -> None:
+def check_benign_in_row_space(D0, q, A, I_mask, check_tol) -> None:
     """(23) is infeasible unless ``D0_g = D0_g P_A`` on benign blocks: raise ``ValueError`` when
     ``||P_{I^c}(D0) P_{A⊥}||_F > check_tol * ||D0||_F`` (relative: no dependence on units)."""
     B = D0.reshape(D0.shape[0] // q, q, -1)[~I_mask]
@@ -328,9 +333,9 @@ def solve_oracle(D0, q, A, I_mask, lam_L, lam_S, *, solver: str = "CLARABEL",
     -------
     OracleResult
     """
-    D0, q, G, lam_L, lam_S, A, I_mask = _oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
+    D0, q, G, lam_L, lam_S, A, I_mask = oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
     check_tol = check_positive(check_tol, "check_tol")
-    _check_benign_in_row_space(D0, q, A, I_mask, check_tol)
+    check_benign_in_row_space(D0, q, A, I_mask, check_tol)
     B = D0.reshape(G, q, -1)
     Z = B @ A.T                                        # (G, q, r)
     idx_I = np.flatnonzero(I_mask)
@@ -355,11 +360,11 @@ def solve_oracle(D0, q, A, I_mask, lam_L, lam_S, *, solver: str = "CLARABEL",
     L = Y @ A
     S = D0 - L
     S.reshape(G, q, -1)[~I_mask] = 0.0
-    s, Vt = _svd_parts(L)
-    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(_block_sq(S, q)).sum())
+    s, Vt = singular_parts(L)
+    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(block_sq_norms(S, q)).sum())
     return OracleResult(Y=Y, L=L, S=S, A=A, singular_values=s, Vt=Vt, objective=objective,
                         gap=float("nan"), iterations=iters, status=status,
-                        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=_op_norm(D0))
+                        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=op_norm(D0))
 
 
 def solve_noisy_oracle(D_hat, q, A, I_mask, lam_L, lam_S, eps, weights=None, *,
@@ -387,7 +392,7 @@ def solve_noisy_oracle(D_hat, q, A, I_mask, lam_L, lam_S, eps, weights=None, *,
     -------
     OracleResult
     """
-    D, q, G, lam_L, lam_S, A, I_mask = _oracle_inputs(D_hat, q, A, I_mask, lam_L, lam_S,
+    D, q, G, lam_L, lam_S, A, I_mask = oracle_inputs(D_hat, q, A, I_mask, lam_L, lam_S,
                                                       name="D_hat")
     from .contrasts import check_weights
 
@@ -417,8 +422,8 @@ def solve_noisy_oracle(D_hat, q, A, I_mask, lam_L, lam_S, eps, weights=None, *,
     S = np.zeros_like(D)
     if idx_I.size:
         S[rows_I] = np.asarray(S_I.value, dtype=float)
-    s, Vt = _svd_parts(L)
-    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(_block_sq(S, q)).sum())
+    s, Vt = singular_parts(L)
+    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(block_sq_norms(S, q)).sum())
     return OracleResult(Y=Yv, L=L, S=S, A=A, singular_values=s, Vt=Vt, objective=objective,
                         gap=float("nan"), iterations=iters, status=status,
-                        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=_op_norm(D))
+                        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=op_norm(D))

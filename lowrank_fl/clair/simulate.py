@@ -24,8 +24,7 @@ import numpy as np
 from ..validation import (as_float_array, as_generator, check_choice, check_in_interval,
                            check_int, check_positive)
 from ..linalg import block_norms, orth, row_projector
-from .contrasts import contaminated_pairs as _contaminated_pairs
-from .contrasts import pairs as _pairs
+from .contrasts import contaminated_pairs, pairs
 
 __all__ = ["ClairInstance", "simulate", "generate", "ar1_covariance", "SEC7_VARIANTS"]
 
@@ -134,7 +133,7 @@ class ClairInstance:
     @cached_property
     def pairs(self) -> np.ndarray:
         """(G, 2) int array of 0-based pairs ``(j, k)``, ``j < k``, lexicographic (eq. (6))."""
-        return _pairs(self.K)
+        return pairs(self.K)
 
     # -- truth ---------------------------------------------------------------------------------
     @cached_property
@@ -155,7 +154,7 @@ class ClairInstance:
     @cached_property
     def contaminated_pairs(self) -> np.ndarray:
         """The index set ``I`` as a (G,) bool mask: pairs with at least one contaminated client."""
-        return _contaminated_pairs(self.benign)
+        return contaminated_pairs(self.benign)
 
     @property
     def I(self) -> np.ndarray:  # noqa: E743 - the paper's name
