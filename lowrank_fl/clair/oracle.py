@@ -1,4 +1,4 @@
-"""Smooth reduced noiseless oracle (23) solved with L-BFGS-B (notes §7.4).
+"""Smooth reduced noiseless oracle (23) solved with L-BFGS-B (a high-accuracy alternative to CVXPY).
 
 In the coordinates ``L = Y A`` (``A`` with orthonormal rows) with ``Y_g = Z_g := D0_g A^T``
 fixed on benign blocks, the oracle objective is::
@@ -54,7 +54,7 @@ def _fun_grad(y, Zi, ci, Gfix, lam_L, lam_S, shape):
 def oracle_objective(Y, D0, q, A, I_mask, lam_L, lam_S) -> float:
     """Objective of the noiseless oracle (23) in the reduced coordinates ``L = Y A``:
     ``lam_L ||Y||_* + lam_S sum_{g in I} ||D0_g - Y_g A||_F`` (``||Y A||_* = ||Y||_*`` for
-    orthonormal rows of ``A``; notes §7.3).
+    orthonormal rows of ``A``).
 
     Parameters
     ----------
@@ -103,7 +103,7 @@ def solve_oracle_smooth(D0, q, A, I_mask, lam_L, lam_S, *, gtol: float = 1e-12,
     -------
     OracleResult
         ``status`` ``"optimal"`` when the gradient test passes, whatever L-BFGS-B reports; else
-        ``"max_iter"`` (iteration cap) or ``"optimal_inaccurate"`` (L-BFGS-B stopped early,
+        ``"max_iter"`` (iteration cap) or ``"inaccurate"`` (L-BFGS-B stopped early,
         e.g. on its ``ftol`` test), both with a :class:`ConvergenceWarning`.
         ``history["grad_norm"]`` is the final gradient norm. ``gap`` is NaN (no dual is formed).
 
@@ -133,6 +133,7 @@ def solve_oracle_smooth(D0, q, A, I_mask, lam_L, lam_S, *, gtol: float = 1e-12,
     y0 = Zi.reshape(-1).copy() if init is None else \
         as_float_array(init, "init", shape=(shape[0] * q, r)).reshape(-1).copy()
     iters, status, gnorm = 0, "optimal", 0.0
+    message = "no contaminated pair: the oracle is its fixed benign part."
     if Zi.size:
         res = scipy.optimize.minimize(
             _fun_grad, y0, args=(Zi, ci, Gfix, lam_L, lam_S, shape), jac=True,
@@ -145,10 +146,13 @@ def solve_oracle_smooth(D0, q, A, I_mask, lam_L, lam_S, *, gtol: float = 1e-12,
         # measured against the size of the objective's gradient terms, decides
         gscale = lam_L * np.sqrt(r) + lam_S * np.sqrt(shape[0])
         if gnorm > grad_rtol * gscale:
-            status = "max_iter" if iters >= max_iter else "optimal_inaccurate"
-            warnings.warn(f"solve_oracle_smooth: L-BFGS-B stopped ({res.message}) with "
-                          f"gradient norm {gnorm:.3e} > grad_rtol * {gscale:.3g}; status "
-                          f"{status!r}", ConvergenceWarning, stacklevel=2)
+            status = "max_iter" if iters >= max_iter else "inaccurate"
+            message = (f"solve_oracle_smooth: L-BFGS-B stopped ({res.message}) with gradient "
+                       f"norm {gnorm:.3e} > grad_rtol * {gscale:.3g}; status {status!r}.")
+            warnings.warn(message, ConvergenceWarning, stacklevel=2)
+        else:
+            message = (f"L-BFGS-B reached gradient norm {gnorm:.2e} <= grad_rtol * "
+                       f"{gscale:.3g} after {iters} iterations.")
     Y = Z.copy()
     Y[I_mask] = y0.reshape(shape)
     Y = Y.reshape(G * q, r)
@@ -161,4 +165,5 @@ def solve_oracle_smooth(D0, q, A, I_mask, lam_L, lam_S, *, gtol: float = 1e-12,
     return OracleResult(Y=Y, L=L, S=S, A=A, singular_values=s, Vt=Vt, objective=objective,
                         gap=float("nan"), iterations=iters, status=status,
                         solver="lbfgsb", seconds=time.perf_counter() - t0,
-                        history={"grad_norm": np.array([gnorm])}, data_norm=op_norm(D0))
+                        history={"grad_norm": np.array([gnorm])}, data_norm=op_norm(D0),
+                        message=message)

@@ -27,15 +27,16 @@ from __future__ import annotations
 
 import time
 import warnings
+from typing import Mapping
 import numpy as np
 
 from ..validation import check_choice, check_int, check_positive
 from ..results import ConvergenceWarning
-from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, check_problem,
-                       dual_from_residual, dual_point, dual_value, duality_gap,
-                       frobenius_inner, kkt_residuals, op_norm, penalized_objective,
-                       zero_objective, check_same_shape)
-from .programs import solve_program7
+from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, certify,
+                       check_problem, check_same_shape, dual_from_residual, dual_point,
+                       dual_value, duality_gap, frobenius_inner, kkt_residuals, op_norm,
+                       penalized_objective, zero_objective)
+from .programs import DEFAULT_TOL, solve_program7
 
 __all__ = [
     "PenalizedResult",
@@ -130,11 +131,25 @@ def _bst(M, q, tau, inplace=False):
 # the solver
 
 
-def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
-                    tol: float | None = 1e-8, max_iter: int = 10000, solver: str | None = None,
-                    step: float | None = None, *, init=None, check_every: int = 5,
-                    svd: str = "auto", nuclear: str = "schur", accept_inaccurate: bool = False,
-                    solver_options: dict | None = None, verbose: bool = False) -> PenalizedResult:
+class _Default:
+    """Marker of an option left at its default (``tol``: 1e-8 for the iterative methods, the
+    CVXPY certificate's :data:`~lowrank_fl.clair.programs.DEFAULT_TOL` for ``"cvxpy"``)."""
+
+    def __repr__(self):
+        return "<default>"
+
+
+DEFAULT = _Default()
+#: Default relative-gap tolerance of the iterative methods.
+ITERATIVE_TOL = 1e-8
+
+
+def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
+                    solver: str | None = None, tol=DEFAULT, max_iter: int = 10000,
+                    step_size: float | None = None, init=None,
+                    solver_options: Mapping | None = None, check_every: int = 5,
+                    svd: str = "auto", nuclear: str = "schur", on_inaccurate: str = "warn",
+                    verbose: bool = False, step=DEFAULT) -> PenalizedResult:
     """Solve the penalized CLAIR program (7).
 
     Parameters
@@ -148,23 +163,27 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
     weights : None, float or array_like of shape (G,)
         Pair weights ``w_g`` (``None``: ``1/K`` as in §7).
     method : {"fista", "proxgrad", "cvxpy"}
-        ``"proxgrad"`` is Algorithm 1 as printed (eqs. (19)–(21)); ``"fista"`` adds momentum with
-        adaptive restart; ``"cvxpy"`` solves the conic program exactly.
+        The algorithm: ``"proxgrad"`` is Algorithm 1 as printed (eqs. (19)–(21)); ``"fista"`` adds
+        momentum with adaptive restart; ``"cvxpy"`` solves the conic program exactly.
+    solver : {"CLARABEL", "SCS"} or None
+        The CVXPY backend for ``method="cvxpy"`` (default CLARABEL); must be None otherwise.
     tol : float or None
-        Iterative methods stop when ``gap <= tol * F(0, 0)`` with
-        ``F(0, 0) = 1/2 sum_g w_g ||D_g||_F^2`` (checked every ``check_every`` iterations; the
-        result's ``relative_gap`` is the same ratio, independent of the data's units). ``None`` runs exactly ``max_iter`` steps (status
-        ``"completed"``: the paper's fixed M).
+        Relative duality gap ``gap / F(0, 0)``, ``F(0, 0) = 1/2 sum_g w_g ||D_g||_F^2`` (the
+        result's ``relative_gap``, independent of the data's units). Iterative methods stop when
+        it is reached (checked every ``check_every`` iterations; default 1e-8); ``None`` runs
+        exactly ``max_iter`` steps (status ``"completed"``: the paper's fixed M). For
+        ``method="cvxpy"`` it is the certificate that makes the answer ``"optimal"`` (default
+        1e-7), whatever CVXPY's status string says; otherwise the status is ``"inaccurate"``.
     max_iter : int
         Iteration cap (iterative methods); hitting it before ``tol`` gives status ``"max_iter"``
         and a :class:`~lowrank_fl.results.ConvergenceWarning`.
-    solver : {"CLARABEL", "SCS"} or None
-        Conic solver for ``method="cvxpy"`` (default CLARABEL); must be None otherwise.
-    step : float or None
-        Step size ``t``; default ``1/(2 max_g w_g)``, Algorithm 1's choice (the loss gradient is
-        ``2 max w``-Lipschitz on the product space, notes §2.1). Larger steps may not descend.
+    step_size : float or None
+        Step ``t``; default ``1/(2 max_g w_g)``, Algorithm 1's choice (the loss gradient is
+        ``2 max w``-Lipschitz on the product space (L, S)). Larger steps may not descend.
     init : tuple (L0, S0) of arrays (G*q, p), optional
         Warm start (default zeros, as in Algorithm 1).
+    solver_options : mapping, optional
+        Keyword arguments for ``cvxpy.Problem.solve`` (``method="cvxpy"`` only).
     check_every : int
         Duality-gap evaluation period (each costs one p x p Gram of ``P_w R``).
     svd : {"auto", "gram", "lapack"}
@@ -172,23 +191,25 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
     nuclear : {"schur", "normNuc"}
         CVXPY nuclear-norm formulation; ``"normNuc"`` (one PSD cone of size Gq + p) is slow and
         kept for benchmarks only.
-    accept_inaccurate : bool
-        CVXPY: return (status ``"optimal_inaccurate"``, with a warning) instead of raising.
-    solver_options : dict, optional
-        Extra keyword arguments for ``cvxpy.Problem.solve``.
+    on_inaccurate : {"warn", "raise"}
+        CVXPY: an answer whose certified gap misses ``tol`` warns (status ``"inaccurate"``) or
+        raises :class:`~lowrank_fl.results.SolverError`.
     verbose : bool
         CVXPY solver output (``method="cvxpy"`` only).
+    step : float
+        Deprecated alias of ``step_size``.
 
-    Options of the other family (``tol``, ``max_iter``, ``step``, ``init``, ``check_every``,
-    ``svd`` for the iterative methods; ``solver``, ``nuclear``, ``accept_inaccurate``,
-    ``solver_options``, ``verbose`` for CVXPY) must keep their defaults: a ``ValueError`` names any
-    that would be ignored.
+    Options of the other family (``max_iter``, ``step_size``, ``init``, ``check_every``,
+    ``svd`` for the iterative methods; ``solver``, ``nuclear``, ``on_inaccurate``,
+    ``solver_options``, ``verbose`` for CVXPY) must keep their defaults: a ``ValueError`` names
+    any that would be ignored.
 
     Returns
     -------
     PenalizedResult
-        ``.L, .S`` (G*q, p), ``.objective``, ``.gap``, ``.iterations``, ``.status``,
-        ``.history`` (``"objective"`` per iteration, ``"gap"`` at ``"gap_iteration"``).
+        ``.L, .S`` (G*q, p), ``.objective``, ``.gap``, ``.relative_gap``, ``.iterations``,
+        ``.status``, ``.message``, ``.history`` (``"objective"`` per iteration, ``"gap"`` at
+        ``"gap_iteration"``).
 
     Raises
     ------
@@ -196,23 +217,35 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
         Bad input (named). ``SolverError`` for a CVXPY failure.
     """
     t0 = time.perf_counter()
+    if step is not DEFAULT:
+        warnings.warn("solve_penalized(step=...) is deprecated; use step_size=...",
+                      DeprecationWarning, stacklevel=2)
+        if step_size is not None:
+            raise TypeError("pass step_size only (step is its deprecated alias), not both")
+        step_size = step
     D, q, G, lam_L, lam_S, w = check_problem(D, q, lam_L, lam_S, weights)
     check_choice(method, "method", METHODS)
-    _check_applicable(method, tol=tol, max_iter=max_iter, solver=solver, step=step, init=init,
+    _check_applicable(method, max_iter=max_iter, solver=solver, step_size=step_size, init=init,
                       check_every=check_every, svd=svd, nuclear=nuclear,
-                      accept_inaccurate=accept_inaccurate, solver_options=solver_options,
+                      on_inaccurate=on_inaccurate, solver_options=solver_options,
                       verbose=verbose)
     if method == "cvxpy":
-        solver = "CLARABEL" if solver is None else solver
-        return solve_program7(D, q, lam_L, lam_S, w, solver=solver, nuclear=nuclear,
-                              accept_inaccurate=accept_inaccurate,
-                              solver_options=solver_options, verbose=verbose)
-    if tol is not None:
+        if tol is None:
+            raise ValueError("tol=None (a fixed number of iterations) needs an iterative method; "
+                             "method='cvxpy' needs a positive tol for its certificate")
+        return solve_program7(D, q, lam_L, lam_S, w, solver="CLARABEL" if solver is None else solver,
+                              nuclear=nuclear, tol=DEFAULT_TOL if tol is DEFAULT else tol,
+                              on_inaccurate=on_inaccurate, solver_options=solver_options,
+                              verbose=verbose)
+    if tol is DEFAULT:
+        tol = ITERATIVE_TOL
+    elif tol is not None:
         tol = check_positive(tol, "tol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     check_every = check_int(check_every, "check_every", minimum=1)
     check_choice(svd, "svd", _SVD_MODES)
-    t = 1.0 / (2.0 * float(w.max())) if step is None else check_positive(step, "step")
+    t = 1.0 / (2.0 * float(w.max())) if step_size is None \
+        else check_positive(step_size, "step_size")
     if init is None:
         L = np.zeros_like(D)
         S = np.zeros_like(D)
@@ -226,29 +259,32 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
     with np.errstate(over="ignore", invalid="ignore"):  # blow-ups are caught as "diverged"
         out = loop(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale)
     L, S, sv, Vt, it, status, hist, div_at = out
-    R = D - L - S
-    objective = 0.5 * float(w @ block_sq_norms(R, q)) + lam_L * float(sv.sum()) \
-        + lam_S * float(np.sqrt(block_sq_norms(S, q)).sum())
-    Q, dual = dual_from_residual(D, q, R, w, lam_L, lam_S)
-    gap = objective - dual
+    cert = certify(D, q, L, S, lam_L, lam_S, w, singular_values=sv)
     if status == "max_iter":
-        warnings.warn(
-            f"solve_penalized(method={method!r}) stopped at max_iter={max_iter} with relative "
-            f"duality gap {gap / scale:.3e} > tol={tol:.1e}", ConvergenceWarning, stacklevel=2)
+        message = (f"solve_penalized(method={method!r}) stopped at max_iter={max_iter} with "
+                   f"relative duality gap {cert.relative_gap:.3e} > tol={tol:.1e}")
+        warnings.warn(message, ConvergenceWarning, stacklevel=2)
     elif status == "diverged":
-        warnings.warn(f"solve_penalized(method={method!r}) diverged at iteration {div_at} "
-                      f"(non-finite objective; step t={t:.3g})", ConvergenceWarning, stacklevel=2)
+        message = (f"solve_penalized(method={method!r}) diverged at iteration {div_at} "
+                   f"(non-finite objective; step_size t={t:.3g})")
+        warnings.warn(message, ConvergenceWarning, stacklevel=2)
+    elif status == "optimal":
+        message = (f"{method} reached relative duality gap {cert.relative_gap:.2e} <= "
+                   f"tol={tol:.1e} after {it} iterations")
+    else:
+        message = (f"{method} ran the requested {it} iterations (tol=None); relative duality "
+                   f"gap {cert.relative_gap:.2e}")
     return PenalizedResult(
-        L=L, S=S, Q=Q, dual=float(dual), singular_values=sv, Vt=Vt, q=q, lam_L=lam_L,
-        lam_S=lam_S, weights=w, diverged_at=div_at, objective=float(objective), gap=float(gap),
+        L=L, S=S, Q=cert.Q, dual=cert.dual, singular_values=sv, Vt=Vt, q=q, lam_L=lam_L,
+        lam_S=lam_S, weights=w, diverged_at=div_at, objective=cert.objective, gap=cert.gap,
         iterations=it, status=status, solver=method, seconds=time.perf_counter() - t0,
-        history=hist, gap_scale=scale, data_norm=op_norm(D))
+        history=hist, gap_scale=cert.scale, data_norm=op_norm(D), message=message + ".")
 
 
 # options that only one family of methods reads, with their defaults
-_ITERATIVE_ONLY = {"tol": 1e-8, "max_iter": 10000, "step": None, "init": None, "check_every": 5,
+_ITERATIVE_ONLY = {"max_iter": 10000, "step_size": None, "init": None, "check_every": 5,
                    "svd": "auto"}
-_CVXPY_ONLY = {"solver": None, "nuclear": "schur", "accept_inaccurate": False,
+_CVXPY_ONLY = {"solver": None, "nuclear": "schur", "on_inaccurate": "warn",
                "solver_options": None, "verbose": False}
 
 
@@ -258,7 +294,7 @@ def _check_applicable(method, **given):
     for name, default in unused.items():
         value = given[name]
         same = value is default or (default is not None and np.ndim(value) == 0
-                                    and not isinstance(value, dict) and value == default)
+                                    and not isinstance(value, Mapping) and value == default)
         if not same:
             family = "iterative methods ('fista', 'proxgrad')" if method == "cvxpy" \
                 else "method='cvxpy'"

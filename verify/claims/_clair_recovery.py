@@ -439,7 +439,7 @@ def _scs(D0, q, lam_L, lam_S):
 
 def _scs_sloppy(D0, q, lam_L, lam_S):
     """Broken variant: SCS stopped early (first-order solver at eps = 1e-2, 50 iterations)."""
-    return solve_noiseless(D0, q, lam_L, lam_S, solver="SCS", accept_inaccurate=True,
+    return solve_noiseless(D0, q, lam_L, lam_S, solver="SCS",
                            solver_options={"eps_abs": 1e-2, "eps_rel": 1e-2, "max_iters": 50})
 
 
