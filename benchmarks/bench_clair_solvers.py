@@ -45,7 +45,7 @@ from lowrank_fl.clair.simulate import generate
 
 
 def _instance(K, p, q, r, seed=0):
-    inst = generate(K, p, q, r, contaminated=max(1, K // 10), noise=0.3 / np.sqrt(K), seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=max(1, K // 10), noise=0.3 / np.sqrt(K), seed=seed)
     return contrasts(inst.W_hat)
 
 

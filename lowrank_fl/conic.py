@@ -33,8 +33,8 @@ import numpy as np
 from .results import ConvergenceWarning, SolverError
 from .validation import check_choice
 
-__all__ = ["SOLVERS", "ON_INACCURATE", "SCS_DEFAULTS", "ConicSolution", "Decision",
-           "check_solver", "data_scale", "solve_scaled", "decide"]
+__all__ = ["SOLVERS", "ON_INACCURATE", "SCS_DEFAULTS", "SAFE_RANGE", "ConicSolution", "Decision",
+           "check_solver", "data_scale", "safe_scale", "solve_scaled", "decide"]
 
 SOLVERS = ("CLARABEL", "SCS")
 ON_INACCURATE = ("warn", "raise")
@@ -92,6 +92,25 @@ def data_scale(*arrays) -> float:
     if not (m > 0.0 and math.isfinite(m)):
         return 1.0
     return math.ldexp(1.0, math.frexp(m)[1])
+
+
+#: Largest entries in this range need no normalisation for float64 arithmetic that squares the
+#: data (Gram matrices, quadratic objectives stay within 1e-200..1e200).
+SAFE_RANGE = (1e-100, 1e100)
+
+
+def safe_scale(*arrays) -> float:
+    """1.0 when the largest absolute entry lies in :data:`SAFE_RANGE` (or all are zero), else
+    :func:`data_scale`: the normalisation of iterative solvers, which only need their squares
+    representable (keeping ``c = 1`` for ordinary data keeps their results bit-identical)."""
+    m = 0.0
+    for a in arrays:
+        a = np.asarray(a, dtype=np.float64)
+        if a.size:
+            m = max(m, float(np.max(np.abs(a))))
+    if m == 0.0 or SAFE_RANGE[0] <= m <= SAFE_RANGE[1]:
+        return 1.0
+    return data_scale(*arrays)
 
 
 def solve_scaled(build: Callable, scale: float, *, solver: str = "CLARABEL",

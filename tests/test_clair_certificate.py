@@ -13,7 +13,7 @@ from lowrank_fl.clair.simulate import generate
 
 
 def _noiseless(K, p, q, r, contaminated, seed):
-    inst = generate(K, p, q, r, contaminated=contaminated, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=contaminated, seed=seed)
     D0 = contrasts(inst.W)
     I = contaminated_pairs(inst.benign)
     L0 = D0.copy()

@@ -17,7 +17,7 @@ LAM_L, LAM_S = 1 / np.sqrt(K), 3 / K ** 1.5   # the §7 scalings with (c1, c2) =
 
 
 def _instance(seed):
-    inst = generate(K, P, Q, R, contaminated=2, noise=0.1, seed=seed)
+    inst = generate(n_clients=K, p=P, q=Q, rank=R, contaminated=2, noise=0.1, seed=seed)
     return contrasts(inst.W_hat)
 
 

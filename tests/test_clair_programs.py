@@ -19,7 +19,7 @@ K, P, Q, R = 8, 4, 3, 1
 @pytest.fixture(scope="module")
 def noiseless():
     """One contaminated client, r = 1 (notes §6.12: recovery band lam_S sqrt(s)/lam_L ~ 0.6-1)."""
-    inst = generate(K, P, Q, R, contaminated=1, seed=3)
+    inst = generate(n_clients=K, p=P, q=Q, rank=R, contaminated=1, seed=3)
     D0 = contrasts(inst.W)
     I = contaminated_pairs(inst.benign)
     return inst, D0, I
@@ -39,7 +39,7 @@ def test_block_schur_equals_nuclear_norm():
 
 
 def test_normnuc_variant_agrees_with_block_schur():
-    inst = generate(4, 3, 2, 1, contaminated=1, noise=0.1, seed=1)
+    inst = generate(n_clients=4, p=3, q=2, rank=1, contaminated=1, noise=0.1, seed=1)
     D = contrasts(inst.W_hat)
     a = solve_penalized(D, 2, 0.5, 0.4, method="cvxpy")
     b = solve_penalized(D, 2, 0.5, 0.4, method="cvxpy", nuclear="normNuc")
@@ -107,7 +107,7 @@ def test_oracle_cvxpy_and_smooth(noiseless):
 
 
 def test_noisy_oracle_feasible_and_below_truth():
-    inst = generate(6, 4, 3, 1, contaminated=1, noise=0.05, seed=2)
+    inst = generate(n_clients=6, p=4, q=3, rank=1, contaminated=1, noise=0.05, seed=2)
     G = 15
     D_hat = contrasts(inst.W_hat)
     D0 = contrasts(inst.W)
@@ -173,7 +173,7 @@ def test_program_errors(noiseless):
 def test_noiseless_decides_by_the_certificate_not_the_status_string():
     """Regression: Clarabel asked for 1e-16 accuracy stops with optimal_inaccurate although its
     answer is exact to 3e-9; solve_noiseless used to raise. The certified gap decides."""
-    inst = generate(8, 4, 3, 1, contaminated=1, seed=0)
+    inst = generate(n_clients=8, p=4, q=3, rank=1, contaminated=1, seed=0)
     ref = solve_noiseless(inst.D0, 3, 1.0, 0.5)
     tight = {"tol_gap_abs": 1e-16, "tol_gap_rel": 1e-16, "tol_feas": 1e-16, "max_iter": 40}
     with warnings.catch_warnings():

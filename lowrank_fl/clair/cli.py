@@ -116,7 +116,7 @@ def run_fit(args) -> int:
         weights = np.load(args.weights, allow_pickle=False)
     # only options the user gave are forwarded (cvxpy refuses iterative-only options)
     opts = {k: v for k, v in (("tol", args.tol), ("max_iter", args.max_iter)) if v is not None}
-    res = fit(W_hat, args.rank, args.lam_L, args.lam_S, alpha=args.alpha, tau=args.tau,
+    res = fit(W_hat, args.lam_L, args.lam_S, rank=args.rank, alpha=args.alpha, tau=args.tau,
               weights=weights, method=args.method, **opts)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

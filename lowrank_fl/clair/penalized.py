@@ -35,8 +35,9 @@ from ..results import ConvergenceWarning
 from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, certify,
                        check_problem, check_same_shape, dual_from_residual, dual_point,
                        dual_value, duality_gap, frobenius_inner, kkt_residuals, op_norm,
-                       penalized_objective, zero_objective)
+                       penalized_objective, rescale_result, zero_objective)
 from .programs import DEFAULT_TOL, solve_program7
+from ..conic import safe_scale
 
 __all__ = [
     "PenalizedResult",
@@ -182,6 +183,11 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
         ``2 max w``-Lipschitz on the product space (L, S)). Larger steps may not descend.
     init : tuple (L0, S0) of arrays (G*q, p), optional
         Warm start (default zeros, as in Algorithm 1).
+
+    Units: data whose largest entry lies outside ``1e-100..1e100`` (where squares leave
+    float64) are solved as ``(D / c, lam / c)`` and the solution scaled back (``L``, ``S``, ``Q``
+    by ``c``; objective and gaps by ``c^2``, which over- or underflows beyond about
+    ``1e+-154``: ``message`` states the certified relative gap either way).
     solver_options : mapping, optional
         Keyword arguments for ``cvxpy.Problem.solve`` (``method="cvxpy"`` only).
     check_every : int
@@ -246,14 +252,19 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
     check_choice(svd, "svd", _SVD_MODES)
     t = 1.0 / (2.0 * float(w.max())) if step_size is None \
         else check_positive(step_size, "step_size")
+    if init is not None and not (isinstance(init, (tuple, list)) and len(init) == 2):
+        raise TypeError(f"init must be a pair (L0, S0) of arrays, got {type(init).__name__}")
+    # (7) is homogeneous: data whose squares would leave float64 (the Gram route of the SVT,
+    # the objective) are solved as D / c, lam / c (c a power of two: exact) and scaled back
+    c = safe_scale(D)
+    if c != 1.0:
+        D, lam_L, lam_S = D / c, lam_L / c, lam_S / c
     if init is None:
         L = np.zeros_like(D)
         S = np.zeros_like(D)
     else:
-        if not (isinstance(init, (tuple, list)) and len(init) == 2):
-            raise TypeError(f"init must be a pair (L0, S0) of arrays, got {type(init).__name__}")
-        L = check_same_shape(init[0], "init[0] (L0)", D).copy()
-        S = check_same_shape(init[1], "init[1] (S0)", D).copy()
+        L = check_same_shape(init[0], "init[0] (L0)", D) / c
+        S = check_same_shape(init[1], "init[1] (S0)", D) / c
     scale = zero_objective(D, q, w)
     loop = _fista if method == "fista" else _proxgrad
     with np.errstate(over="ignore", invalid="ignore"):  # blow-ups are caught as "diverged"
@@ -274,11 +285,11 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
     else:
         message = (f"{method} ran the requested {it} iterations (tol=None); relative duality "
                    f"gap {cert.relative_gap:.2e}")
-    return PenalizedResult(
+    return rescale_result(PenalizedResult(
         L=L, S=S, Q=cert.Q, dual=cert.dual, singular_values=sv, Vt=Vt, q=q, lam_L=lam_L,
         lam_S=lam_S, weights=w, diverged_at=div_at, objective=cert.objective, gap=cert.gap,
         iterations=it, status=status, solver=method, seconds=time.perf_counter() - t0,
-        history=hist, gap_scale=cert.scale, data_norm=op_norm(D), message=message + ".")
+        history=hist, gap_scale=cert.scale, data_norm=op_norm(D), message=message + "."), c)
 
 
 # options that only one family of methods reads, with their defaults

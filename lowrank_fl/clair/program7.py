@@ -18,6 +18,7 @@ Every solver of (7) (:mod:`~lowrank_fl.clair.penalized`: Algorithm 1 and FISTA;
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -48,6 +49,7 @@ __all__ = [
     "duality_gap",
     "certify",
     "kkt_residuals",
+    "rescale_result",
 ]
 
 
@@ -397,3 +399,22 @@ def certify(D, q, L, S, lam_L, lam_S, w, singular_values=None) -> Certified:
     gap = objective - dual
     return Certified(objective=float(objective), Q=Q, dual=float(dual), gap=float(gap),
                      relative_gap=float(gap / scale), scale=float(scale))
+
+
+def rescale_result(result: PenalizedResult, c: float) -> PenalizedResult:
+    """A solution of (7) computed on ``(D / c, lam_L / c, lam_S / c)`` expressed for
+    ``(D, lam_L, lam_S)``: (7) is homogeneous, so ``L``, ``S``, ``Q``, the singular values and the
+    penalties scale by ``c``, the objective, dual value, gap and ``gap_scale`` by ``c^2``
+    (``relative_gap`` and ``Vt`` are unchanged). ``c = 1`` returns ``result`` itself."""
+    c = float(c)
+    if c == 1.0:
+        return result
+    c2 = c * c
+    hist = {k: (np.asarray(v) * c2 if k in ("objective", "gap") else v)
+            for k, v in result.history.items()}
+    return dataclasses.replace(
+        result, L=result.L * c, S=result.S * c, Q=result.Q * c, dual=result.dual * c2,
+        singular_values=result.singular_values * c, lam_L=result.lam_L * c,
+        lam_S=result.lam_S * c, objective=result.objective * c2, gap=result.gap * c2,
+        gap_scale=None if result.gap_scale is None else result.gap_scale * c2,
+        data_norm=None if result.data_norm is None else result.data_norm * c, history=hist)

@@ -41,7 +41,7 @@ def _random_subspace(sol, r, rng):
 def _task_thm2(seed, K, scaling, c1, c2, alpha, projector_fn, c_det):
     rng = np.random.default_rng(seed)
     tau = _TAU0 / np.sqrt(K) if scaling == "theory" else _TAU0
-    inst = generate(K, _P, _Q, _R, contaminated=max(1, round(0.1 * K)), noise=tau, seed=rng)
+    inst = generate(n_clients=K, p=_P, q=_Q, rank=_R, contaminated=max(1, round(0.1 * K)), noise=tau, seed=rng)
     D = np.asarray(inst.D_hat)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -176,7 +176,7 @@ def _refine_without_own_component(W_hat, P, keep):
 
 
 def _clair_run(rng, K, p, q, r, n_contam, tau, delta):
-    inst = generate(K, p, q, r, contaminated=n_contam, noise=tau, delta=delta, seed=rng)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, noise=tau, delta=delta, seed=rng)
     D = np.asarray(inst.D_hat)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -44,7 +44,7 @@ def _cond(conds, name_start):
 # Erratum: the window (25) is empty on the §7 design
 # --------------------------------------------------------------------------------------------
 def _task_window(seed, design, K, p, q, r):
-    inst = generate_condition_instance(seed, design=design, K=K, p=p, q=q, r=r)
+    inst = generate_condition_instance(seed, design=design, n_clients=K, p=p, q=q, rank=r)
     conds = evaluate(inst)
     return {"x": float(_cond(conds, "x =").value), "mu": float(_cond(conds, "mu").value),
             "mu_floor_ok": bool(_cond(conds, "mu").holds), "window": _cond(conds, "window").value,
@@ -120,7 +120,7 @@ def _detect_exact(D_hat, P, benign, K, q, p, tau_n) -> bool:
 
 def _task_recovery_cell(seed, K, n_contam, r, q, p, ratios, tau_rel):
     """Outside-window grid: solve (24) with CVXPY at lam_S sqrt(s)/lam_L = c for each c in ratios."""
-    inst = generate(K, p, q, r, contaminated=n_contam, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, seed=seed)
     D0 = np.asarray(inst.D0)
     P_A = np.asarray(inst.projector)
     s = inst.s
@@ -343,7 +343,7 @@ def _prop_s1(ctx, *, oracle_fn=_oracle_smooth):
 # Lemma S1 (oracle), Lemma S3, Lemma S7/S8 on small instances (smooth oracle vs CVXPY)
 # --------------------------------------------------------------------------------------------
 def _task_oracle(seed, K, n_contam, r, q, p, ratios, oracle_fn):
-    inst = generate(K, p, q, r, contaminated=n_contam, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, seed=seed)
     D0, A, I = np.asarray(inst.D0), np.asarray(inst.A), np.asarray(inst.I)
     L0 = np.asarray(inst.L0)
     P_A = np.asarray(inst.projector)
@@ -444,7 +444,7 @@ def _scs_sloppy(D0, q, lam_L, lam_S):
 
 
 def _task_two_solvers(seed, K, n_contam, r, q, p, ratio, first, second):
-    inst = generate(K, p, q, r, contaminated=n_contam, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, seed=seed)
     D0 = np.asarray(inst.D0)
     lam_S = ratio / np.sqrt(inst.s)
     with warnings.catch_warnings():
@@ -510,7 +510,7 @@ _EXACT = {"tol": 1e-11, "max_iter": 200_000}
 
 
 def _task_vs_cvxpy(seed, K, n_contam, r, q, p, weighted, iterative):
-    inst = generate(K, p, q, r, contaminated=n_contam, noise=0.1, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, noise=0.1, seed=seed)
     D = np.asarray(inst.D_hat)
     G = inst.G
     rng = np.random.default_rng(seed + 11)

@@ -90,11 +90,11 @@ def _client_mse(est, W):
 
 def _task_pilot(seed, p, q, n, K, variant, n_ratios):
     """Choose lam_S/lam_L (with lam_L = K^{-1/2}) as the middle of the rank(Lhat) = r band."""
-    inst = simulate(p, q, K, n, r=R, variant=variant, seed=seed)
+    inst = simulate(p=p, q=q, n_clients=K, samples_per_client=n, rank=R, variant=variant, seed=seed)
     ratios = np.geomspace(1.0, 12.0, n_ratios) / K
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        path = lambda_path(inst.W_hat, R, K ** -0.5, ratios, **_SOLVER)
+        path = lambda_path(inst.W_hat, K ** -0.5, ratios, rank=R, **_SOLVER)
     ranks = path.numerical_rank[0]
     if path.band is not None:
         ratio = float(np.sqrt(path.band[0] * path.band[1]))
@@ -105,13 +105,13 @@ def _task_pilot(seed, p, q, n, K, variant, n_ratios):
 
 
 def _task_sec7(seed, p, q, n, K, variant, ratio, estimator, tau):
-    inst = simulate(p, q, K, n, r=R, variant=variant, seed=seed)
+    inst = simulate(p=p, q=q, n_clients=K, samples_per_client=n, rank=R, variant=variant, seed=seed)
     W = np.asarray(inst.W)
     W_hat = estimator(inst)
     lam_L = K ** -0.5
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = fit(W_hat, R, lam_L, ratio * lam_L, alpha=0.5, tau=tau, **_SOLVER)
+        res = fit(W_hat, lam_L, ratio * lam_L, rank=R, alpha=0.5, tau=tau, **_SOLVER)
     counts = detection_counts(res.benign, inst.benign)
     return {"local": _client_mse(W_hat, W), "clair": _client_mse(res.refined, W),
             "oracle_fedavg": _client_mse(oracle_fedavg(W_hat, inst.benign), W),
@@ -123,7 +123,7 @@ def _task_sec7(seed, p, q, n, K, variant, ratio, estimator, tau):
 
 
 def _task_baselines(seed, p, q, n, K, variant, fedavg_fn=fedavg):
-    inst = simulate(p, q, K, n, r=R, variant=variant, seed=seed)
+    inst = simulate(p=p, q=q, n_clients=K, samples_per_client=n, rank=R, variant=variant, seed=seed)
     W, W_hat = np.asarray(inst.W), np.asarray(inst.W_hat)
     return {"local": _client_mse(W_hat, W), "fedavg": _client_mse(fedavg_fn(W_hat), W),
             "oracle_fedavg": _client_mse(oracle_fedavg(W_hat, inst.benign), W), "c": float(inst.params["c"])}

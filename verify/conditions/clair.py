@@ -57,26 +57,34 @@ def equal_leverage_instance(K: int = 40, p: int = 4, *, seed=0) -> dict:
     return {"W_hat": W.copy(), "W": W, "A": a[None, :], "benign": benign, "r": 1}
 
 
-def generate(seed=0, *, design: str = "general", K: int = 12, p: int = 4, q: int = 3, r: int = 1,
-             contaminated=2, delta: float = 0.0, noise: float = 0.0, n: int | None = None,
+def generate(seed=0, *, design: str = "general", n_clients: int | None = None, p: int = 4,
+             q: int = 3, rank: int | None = None, contaminated: int | None = None,
+             delta: float = 0.0, noise: float = 0.0, samples_per_client: int | None = None,
              variant: str = "unit-variance", c1: float = 1.0, c2: float = 3.0,
-             a: float = 0.99, b: float = 0.99, alpha: float = 0.5) -> dict:
+             a: float = 0.99, b: float = 0.99, alpha: float = 0.5, K: int | None = None,
+             r: int | None = None, n: int | None = None) -> dict:
     """An instance for :func:`evaluate`.
 
     Parameters
     ----------
     seed : int or Generator
     design : {"general", "sec7", "equal-leverage"}
-        ``"general"``: :func:`lowrank_fl.clair.simulate.generate` (``contaminated`` = count);
-        ``"sec7"``: :func:`lowrank_fl.clair.simulate.simulate` (``contaminated`` = fraction,
-        default 0.4 if given as the int default; ``n`` defaults to the paper's 100/150/300);
-        ``"equal-leverage"``: :func:`equal_leverage_instance` (``K``, ``p`` only).
-    K, p, q, r, contaminated, delta, noise, n, variant
+        ``"general"``: :func:`lowrank_fl.clair.simulate.generate`; ``"sec7"``:
+        :func:`lowrank_fl.clair.simulate.simulate` (``samples_per_client`` defaults to the
+        paper's 100/150/300); ``"equal-leverage"``: :func:`equal_leverage_instance`
+        (``n_clients``, ``p`` only).
+    n_clients, p, q, rank : int
+        The paper's K, p, q, r (defaults 12, 4, 3, 1).
+    contaminated : int or None
+        A COUNT of contaminated clients (default: 2 for "general", the paper's 40 % for "sec7").
+    delta, noise, samples_per_client, variant
         Passed to the generator.
     c1, c2 : float
         Tuning ``lam_L = c1 K^{-1/2}``, ``lam_S = c2 K^{-3/2}`` (Theorem 2 / §7 scalings).
     a, b, alpha : float
         Theorem constants stored in the instance.
+    K, r, n : int
+        Deprecated aliases of ``n_clients``, ``rank``, ``samples_per_client``.
 
     Returns
     -------
@@ -84,26 +92,37 @@ def generate(seed=0, *, design: str = "general", K: int = 12, p: int = 4, q: int
         ``W_hat``, ``W`` (K, q, p), ``A`` (r, p), ``benign`` (K,), and scalars ``r``, ``lam_L``,
         ``lam_S``, ``a``, ``b``, ``alpha``, ``tau`` (noise level, if known).
     """
+    import warnings
+
     from lowrank_fl.clair.simulate import generate as gen_general
     from lowrank_fl.clair.simulate import simulate
 
+    for old, new, value in (("K", "n_clients", K), ("r", "rank", r), ("n", "samples_per_client", n)):
+        if value is not None:
+            warnings.warn(f"conditions generate({old}=...) is deprecated; use {new}=...",
+                          DeprecationWarning, stacklevel=2)
+    n_clients = (K if K is not None else 12) if n_clients is None else n_clients
+    rank = (r if r is not None else 1) if rank is None else rank
+    samples_per_client = n if samples_per_client is None else samples_per_client
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
     if design == "equal-leverage":
-        inst = equal_leverage_instance(K, p, seed=seed)
+        inst = equal_leverage_instance(n_clients, p, seed=seed)
         tau = 0.0
     elif design == "sec7":
-        frac = 0.4 if isinstance(contaminated, int) else float(contaminated)
-        n = {10: 100, 20: 150, 50: 300}.get(p, 3 * p) if n is None else n
-        ci = simulate(p, q, K, n, r=r, contaminated=frac, variant=variant, seed=seed)
+        m = {10: 100, 20: 150, 50: 300}.get(p, 3 * p) if samples_per_client is None \
+            else samples_per_client
+        ci = simulate(p=p, q=q, n_clients=n_clients, samples_per_client=m, rank=rank,
+                      contaminated=contaminated, variant=variant, seed=seed)
         inst = {"W_hat": np.asarray(ci.W_hat), "W": np.asarray(ci.W), "A": np.asarray(ci.A),
-                "benign": np.asarray(ci.benign), "r": r}
+                "benign": np.asarray(ci.benign), "r": rank}
         tau = None
     else:
-        ci = gen_general(K, p, q, r, contaminated=int(contaminated), delta=delta, noise=noise,
-                         seed=seed)
+        ci = gen_general(n_clients=n_clients, p=p, q=q, rank=rank,
+                         contaminated=2 if contaminated is None else contaminated, delta=delta,
+                         noise=noise, seed=seed)
         inst = {"W_hat": np.asarray(ci.W_hat), "W": np.asarray(ci.W), "A": np.asarray(ci.A),
-                "benign": np.asarray(ci.benign), "r": r}
+                "benign": np.asarray(ci.benign), "r": rank}
         tau = float(noise)
     Kk = inst["W_hat"].shape[0]
     inst.update(lam_L=c1 / np.sqrt(Kk), lam_S=c2 / Kk ** 1.5, a=a, b=b, alpha=alpha)
