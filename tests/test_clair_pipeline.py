@@ -18,7 +18,7 @@ from lowrank_fl.clair.simulate import generate, simulate
 from lowrank_fl.results import ConvergenceWarning, SolverError
 
 # Noiseless instance, one contaminated client (K=8, q=4, p=6, r=2). On such instances (7) with
-# lam_S sqrt(s)/lam_L ~ 1 recovers row(A) (the notes' measured band is ~[0.7, 1.1]); (7) is the
+# lam_S sqrt(s)/lam_L ~ 1 recovers row(A) (measured band ~[0.7, 1.1]); (7) is the
 # penalized relaxation of (24), so P_Â deviates from P_A by O(lam/w) — measured 5e-6..2e-5 at
 # lam_L = 1e-4, w = 1/K. Tolerances below use 1e-3 for that bias.
 LAM_L = 1e-4
@@ -68,7 +68,7 @@ def test_fit_output_depends_on_program_only_through_projector(noiseless):
 
 def test_fit_ignores_S_hat_when_the_projector_is_fixed(noiseless, monkeypatch):
     """Replace Ŝ (and L̂ itself) by other matrices with the same right singular subspace: the
-    collaborative set, block norms and refinement do not move (notes §8 flag 7)."""
+    collaborative set, block norms and refinement do not move (the output depends on (7) only through P_Â)."""
     import dataclasses
 
     import lowrank_fl.clair.pipeline as pl

@@ -18,7 +18,7 @@ K, P, Q, R = 8, 4, 3, 1
 
 @pytest.fixture(scope="module")
 def noiseless():
-    """One contaminated client, r = 1 (notes §6.12: recovery band lam_S sqrt(s)/lam_L ~ 0.6-1)."""
+    """One contaminated client, r = 1 (measured recovery band lam_S sqrt(s)/lam_L ~ 0.6-1)."""
     inst = generate(n_clients=K, p=P, q=Q, rank=R, contaminated=1, seed=3)
     D0 = contrasts(inst.W)
     I = contaminated_pairs(inst.benign)
@@ -54,7 +54,7 @@ def test_noiseless_exact_row_space_recovery(noiseless):
     res = solve_noiseless(D0, Q, lam_L, lam_S)
     assert res.status == "optimal"
     scale = np.linalg.norm(D0, 2)
-    # numerical rank relative to ||D0||_op, never to sigma_1(L) (notes §7.7)
+    # numerical rank relative to ||D0||_op, never to sigma_1(L)
     assert res.rank(1e-6, scale) == R
     assert np.linalg.norm(res.projector(R) - inst.projector, 2) < 1e-5
     # the solver's dual of L + S = D0 is a dual certificate: feasible to solver accuracy
@@ -64,7 +64,7 @@ def test_noiseless_exact_row_space_recovery(noiseless):
     assert np.vdot(res.Q, res.L) >= 0 and np.vdot(res.Q, D0) > 0
     # strong duality <Q, D0> = optimal value
     assert abs(res.gap) <= 1e-6 * res.objective
-    # with lam_S too small the low-rank part vanishes (notes §6.12 measured: Lhat = 0)
+    # with lam_S too small the low-rank part vanishes (measured: Lhat = 0)
     small = solve_noiseless(D0, Q, lam_L, 0.3 / np.sqrt(s))
     assert small.rank(1e-6, scale) == 0
     assert small.rank() == 0                  # default reference: the stored ||D0||_op

@@ -1,4 +1,4 @@
-"""CLAIR claims, group A: algebraic identities, bounds and the population rule (notes §6 items 1–11, 24).
+"""CLAIR claims, group A: algebraic identities, bounds and the population rule (§3.1-§3.2, Lemmas 1-2, S1-S3, (8), Remark 3).
 
 Every experiment draws random instances with :func:`lowrank_fl.clair.simulate.generate` and checks
 an identity to round-off (relative residual <= 1e-10: the identities are exact and the arrays are
@@ -296,10 +296,10 @@ def _task_rho(seed, K, q, p, r, n_contam, ratio, low_rank_fn, oracle_fn):
             "lemma2_bound": s * mu * r / G, "eta": float(inst.eta)}
 
 
-_RHO_PRIME_MIN = 1e-6   # rho' is >= 3e-3 on these designs (notes §3); round-off rho is ~1e-30
+_RHO_PRIME_MIN = 1e-6   # rho' is >= 3e-3 on these designs (measured); round-off rho is ~1e-30
 
 
-@claim("clair.lemma1.rho_vacuous", paper="clair", reference="Lemma 1, Lemma 2, Assumption 2 (notes §8 flag 1)",
+@claim("clair.lemma1.rho_vacuous", paper="clair", reference="Lemma 1, Lemma 2, Assumption 2; Lemmas S7-S8 (rho')",
        statement="For the model-induced L0, rho = ||P_I P_U P_I||_op is identically 0 (L0 vanishes on I), so "
                  "Lemmas 1-2 are vacuous, and Block-IC forces mu >= G/(G-s); the quantity the proofs need is "
                  "rho' > 0 of an oracle optimizer, which Lemma 2 does not bound.", kind="erratum", erratum=True)

@@ -1,5 +1,5 @@
 """CLAIR claims, group F (oracle part): the oracle gain identity of Theorem 4 and the OLS error law
-(notes §6 items 25–27).
+(Theorem 4 and its OLS instance).
 
 These need no optimisation: the true projector P_A and collaborative set C are plugged into the
 refinement (9), and Monte Carlo over the estimation errors Xi_k checks the exact identities

@@ -1,6 +1,6 @@
 """CLAIR claims, groups B-D: noiseless exact recovery (Theorem 1), oracle and dual certificates
-(Lemmas S1, S3, S7, Prop. S1), and Algorithm 1 / FISTA against CVXPY (notes §6 items 12-20),
-plus the "vacuous window" erratum (notes §8 flag 2).
+(Lemmas S1, S3, S7, Prop. S1), and Algorithm 1 / FISTA against CVXPY on program (7),
+plus the "vacuous window" erratum (window (25) of Theorem 1 is empty for the model-induced L0).
 
 Exact references: CVXPY with Clarabel (interior point, ~1e-8 accuracy) on small instances and, inside
 Theorem 1's window (K = 40, q = 39), on the exactly block-reduced program (:func:`block_reduce`); the
@@ -27,8 +27,8 @@ from ..conditions.clair import generate as generate_condition_instance
 
 __all__: list[str] = []
 
-_SUCCESS_TOL = 1e-5      # ||P_Ahat - P_A||_op for "exact" with Clarabel (~1e-8 accuracy, notes §7.7)
-_RANK_REL = 1e-6         # numerical rank: sigma_i > 1e-6 ||D0||_op (absolute scale, notes §7.7)
+_SUCCESS_TOL = 1e-5      # ||P_Ahat - P_A||_op for "exact" with Clarabel (~1e-8 accuracy)
+_RANK_REL = 1e-6         # numerical rank: sigma_i > 1e-6 ||D0||_op (never relative to sigma_1(Lhat))
 
 
 def _proj(Vt, r):
@@ -52,7 +52,7 @@ def _task_window(seed, design, K, p, q, r):
 
 
 @claim("clair.thm1.window_vacuous", paper="clair", reference="Theorem 1 window (25), Theorem 2 (27), §7 "
-       "(notes §5.1 remarks, §8 flag 2)",
+       "(Block-IC forces mu >= G/(G-s))",
        statement="Because Block-IC forces mu >= G/(G-s), the window (25) needs r s/(G-s) < 1/16: it is empty on "
                  "every §7 configuration (40% contaminated), so Theorems 1-2 say nothing about the paper's "
                  "own simulation.", kind="erratum", erratum=True)
@@ -405,7 +405,7 @@ def _lemma_s1(ctx, *, oracle_fn=_oracle_smooth):
 def _lemma_s3(ctx, *, oracle_fn=_oracle_smooth):
     runs = _oracle_runs(ctx, oracle_fn)
     worst = max(o["s3"] for o in runs)
-    passed = worst < 1e-6   # smooth reduced solve reaches ~1e-8 (notes §7.4); CVXPY would give ~1e-4
+    passed = worst < 1e-6   # smooth reduced solve reaches ~1e-8 (measured); CVXPY would give ~1e-4
     return Evidence(verdict=verdict_from(passed),
                     summary=f"max relative Lemma S3 residual {worst:.1e} (< 1e-6) over {len(runs)} solves",
                     measured={"residuals": [o["s3"] for o in runs]}, predicted={"residual": 0.0})
@@ -491,7 +491,7 @@ def _uniqueness(ctx, *, second=_scs):
                     predicted={"P_diff": 0.0})
 
 
-@claim("clair.propS1.solver_dual", paper="clair", reference="Lemma S4, (S1.3); notes §6 item 18",
+@claim("clair.propS1.solver_dual", paper="clair", reference="Lemma S4, (S1.3); Proposition S1",
        statement="The solver's dual Q of L + S = D0 in (24) is dual feasible (||Q||_op <= lam_L, max_g ||Q_g||_F "
                  "<= lam_S) with zero duality gap.", kind="bound")
 def _solver_dual(ctx, *, first=_clarabel):
@@ -539,7 +539,7 @@ def _task_vs_cvxpy(seed, K, n_contam, r, q, p, weighted, iterative):
 _DEFAULT_ITERATIVE = {"algorithm1": {"method": "proxgrad", **_EXACT}, "fista": {"method": "fista", **_EXACT}}
 
 
-@claim("clair.alg1.vs_cvxpy", paper="clair", reference="Algorithm 1, eqs. (19)-(21); program (7); notes §7.6",
+@claim("clair.alg1.vs_cvxpy", paper="clair", reference="Algorithm 1, eqs. (19)-(21); program (7) and its Fenchel dual",
        statement="Algorithm 1 (proximal gradient, t = 1/(2 max w)) and FISTA reach the CVXPY optimum of (7): "
                  "objective to 1e-6 relative, the same P_Ahat, duality gap <= 1e-8, monotone descent; with "
                  "uniform and non-uniform weights.", kind="comparison")

@@ -1,5 +1,5 @@
 """CLAIR claims, §7 simulation: Tables 1-2 reproduction, FedAvg negative transfer and the
-contamination-variance reading (notes §5.1, §6 items 30-31).
+contamination-variance reading (§7, Tables 1-2).
 
 Design: :func:`lowrank_fl.clair.simulate.simulate` (40% contaminated, local OLS). CLAIR is
 :func:`lowrank_fl.clair.pipeline.fit` with w_g = 1/K, alpha = 0.5, the "largest-gap" tau_n and
@@ -7,7 +7,7 @@ lam_L = c1 K^{-1/2}, lam_S = c2 K^{-3/2}. The paper does not report c1, c2; our 
 configuration): c1 = 1 and lam_S/lam_L = c2/(c1 K) is the geometric midpoint of the band of
 ratios where rank(Lhat) = r on a pilot replicate with its own seed (``lambda_path``; ratios
 c2/c1 in [1, 12] on a log grid). Table 1's "CLAIR" is the average over all K clients with
-excluded clients at their local OLS estimate (notes §8 flag 6).
+excluded clients at their local OLS estimate (inferred from Table 1's numbers; the paper does not say).
 
 Tables 1 and 2 come from the same runs: ``clair.sec7.table2`` evaluates its runs under the seeds
 of ``clair.sec7.table1`` (the sweep cache serves them once).
@@ -43,7 +43,7 @@ _SOLVER = {"tol": 1e-4, "max_iter": 5000}          # relative duality gap; P_Aha
 
 
 # --------------------------------------------------------------------------------------------
-# analytic predictions (notes §5.1)
+# analytic predictions (local OLS error q p/(n - p - 1); FedAvg bias from the §7 design)
 def _pred_local(p, q, n):
     return q * p / (n - p - 1)
 
@@ -343,7 +343,7 @@ def _negative_transfer(ctx, *, variant="unit-variance", fedavg_fn=fedavg):
 
 
 @claim("clair.sec7.contamination_variance", paper="clair", reference="§7 design text vs Table 1 FedAvg column "
-       "(notes §8 flag 5)",
+       "(the text says Unif[-1, 1]; Table 1's FedAvg column implies unit variance)",
        statement="The contamination entries 'Unif[-1,1] scaled by c/sqrt(q(p-r))' do not reproduce Table 1's "
                  "FedAvg column; unit-variance entries do (within 5%).", kind="comparison")
 def _contamination_variance(ctx, *, readings=("unit-variance", "uniform")):

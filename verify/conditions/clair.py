@@ -13,7 +13,7 @@ Instance keys (arrays client-axis first):
 * optional scalars ``r``, ``lam_L``, ``lam_S``, ``a``, ``b`` (default 0.99), ``alpha`` (0.5),
   ``w`` (pair weight, default 1/K), ``tau`` (noise level, same as a scalar ``noise``).
 
-Notes on the paper (notes 003 §3 and §8): for the model-induced ``L0`` (zero on the contaminated
+Notes on the paper: for the model-induced ``L0`` (zero on the contaminated
 pairs I) Lemma 1's ``rho = ||P_I P_U P_I||`` is identically 0, and Block-IC forces
 ``mu >= G/(G-s)``; Theorems 1-2 then need roughly ``r s/(G-s) < 1/16``, so on the §7 design
 (40% contaminated) the window (25) is empty.
@@ -204,7 +204,7 @@ def evaluate(instance: Mapping) -> list[Condition]:
         floor = G / (G - s) if s < G else float("inf")
         out.append(Condition(T1, "mu (Block-IC of L0)", mu, f">= G/(G-s) = {floor:.4g} always",
                              bool(mu >= floor * (1 - 1e-10)),
-                             "Block-IC for the model-induced U forces mu >= G/(G-s) (notes §8 flag 2)"))
+                             "Block-IC for the model-induced U forces mu >= G/(G-s)"))
         x = theorem1_x(mu, r, s, G) if np.isfinite(mu) else float("inf")
         thr = a * b / (1 + a) ** 2
         out.append(Condition(T1, "x = sqrt(mu r s/G)", x, f"< ab/(1+a)^2 = {thr:.4g}", bool(x < thr),
@@ -223,7 +223,7 @@ def evaluate(instance: Mapping) -> list[Condition]:
         rho = float(np.linalg.norm(UI, 2) ** 2) if UI.size else 0.0
         out.append(Condition(T1, "rho = ||P_I P_U P_I|| (Lemma 1)", rho, "< 1", bool(rho < 1),
                              "identically 0 for the model-induced L0 (L0 vanishes on I): Lemmas 1-2 "
-                             "are vacuous (notes §8 flag 1); rho' below is the meaningful quantity"))
+                             "are vacuous (L0 vanishes on I, so rho = 0); rho' below is the meaningful quantity"))
         out.append(_rho_prime(D, I, q, A, r, lam_L, lam_S, G))
         eta_req = np.sqrt(max(0.0, 1 - 1 / (mu * r) + 1 / (4 * (K - 1)))) if np.isfinite(mu) else 1.0
         out.append(Condition(L2, "eta = |C|/K", eta, f"> sqrt(1 - 1/(mu r) + 1/(4(K-1))) = {eta_req:.4g}",
