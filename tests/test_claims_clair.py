@@ -30,7 +30,7 @@ def _run(cid, scale="smoke", **opts):
 # ------------------------------------------------------------------------------------------ registry
 def test_every_notes_item_is_covered():
     # notes §6 items 1-31 map onto these claims; item 32 (§8 transformer) is omitted with a reason
-    assert len(CLAIR_IDS) == 32
+    assert len(CLAIR_IDS) == 34          # + clair.sec7.no_contamination, clair.sec7.one_contaminated
     assert "clair.sec8.transformer" in OMITTED and "out of scope" in OMITTED["clair.sec8.transformer"].reason.lower()
     for cid in ("clair.thm1.exact_recovery", "clair.thm1.window_vacuous", "clair.propS1.certificate",
                 "clair.alg1.vs_cvxpy", "clair.thm2.rate", "clair.lemma3.eps_sup", "clair.thm3.detection",

@@ -40,6 +40,8 @@ __all__ = [
     "largest_gap_threshold",
     "largest_gap_split",
     "GapSplit",
+    "Subspace",
+    "Votes",
     "MIN_GAP_RATIO",
     "majority_pairs",
     "refine",
@@ -238,7 +240,21 @@ def numerical_rank(singular_values, reference: float, threshold: float = 1e-6) -
     return int(np.count_nonzero(s > threshold * reference))
 
 
-def subspace_projector(L, dim: int) -> tuple[np.ndarray, np.ndarray]:
+class Subspace(NamedTuple):
+    """``projector`` (p, p) onto a right singular subspace and all ``singular_values``."""
+
+    projector: np.ndarray
+    singular_values: np.ndarray
+
+
+class Votes(NamedTuple):
+    """Collaborative set (8): ``benign`` (K,) bool and the vote fractions ``votes`` (K,)."""
+
+    benign: np.ndarray
+    votes: np.ndarray
+
+
+def subspace_projector(L, dim: int) -> Subspace:
     """``P_Â = Â Â^T`` from the top-``dim`` right singular vectors of ``L`` (Alg. 1 / Thm 2).
 
     Parameters
@@ -249,14 +265,14 @@ def subspace_projector(L, dim: int) -> tuple[np.ndarray, np.ndarray]:
 
     Returns
     -------
-    projector : ndarray, shape (p, p)
-    singular_values : ndarray, shape (min(m, p),)
+    Subspace
+        ``projector`` (p, p) and ``singular_values`` (min(m, p),).
     """
     L = as_float_array(L, "L", ndim=2)
     dim = check_int(dim, "dim", minimum=0, maximum=min(L.shape))
     _, s, Vt = thin_svd(L, name="L")
     V = Vt[:dim].T
-    return V @ V.T, s
+    return Subspace(V @ V.T, s)
 
 
 class GapSplit(NamedTuple):
@@ -393,9 +409,8 @@ def collaborative_set(block_norms, K: int, tau: float, alpha: float = 0.5):
 
     Returns
     -------
-    benign : ndarray of bool, shape (K,)
-    votes : ndarray, shape (K,)
-        The fractions compared with ``α``.
+    Votes
+        ``benign`` bool (K,) and ``votes`` (K,), the fractions compared with ``α``.
     """
     K = check_int(K, "K", minimum=2)
     G = K * (K - 1) // 2
@@ -404,7 +419,7 @@ def collaborative_set(block_norms, K: int, tau: float, alpha: float = 0.5):
     alpha = check_in_interval(alpha, "alpha", 0.5, 1.0, closed="left")
     close = pair_values_to_matrix((norms <= tau).astype(np.float64), K, fill=0.0)
     votes = close.sum(axis=1) / (K - 1)
-    return votes >= alpha, votes
+    return Votes(votes >= alpha, votes)
 
 
 def refine(W_hat, projector, benign) -> np.ndarray:

@@ -19,7 +19,7 @@ import numbers
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from ..validation import (as_float_array, as_generator, check_choice, check_in_i
 from ..linalg import block_norms, orth, row_projector
 from .contrasts import contaminated_pairs, pairs
 
-__all__ = ["ClairInstance", "simulate", "generate", "ar1_covariance", "check_contaminated_count",
+__all__ = ["ClairInstance", "Canonical", "simulate", "generate", "ar1_covariance", "check_contaminated_count",
            "SEC7_VARIANTS"]
 
 #: Readings of the §7 contamination entries: the text says ``Unif[-1, 1]``, the FedAvg column of
@@ -46,6 +46,13 @@ def _stack_pairs(M: np.ndarray, j: np.ndarray, k: np.ndarray) -> np.ndarray:
     """``[M_j - M_k]`` over pairs, stacked as a (G*q, p) matrix (eq. (6) layout)."""
     G, q, p = len(j), M.shape[1], M.shape[2]
     return (M[j] - M[k]).reshape(G * q, p)
+
+
+class Canonical(NamedTuple):
+    """Canonical components (18) of an instance, each (G*q, p)."""
+
+    L_A: np.ndarray
+    S_A_perp: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,11 +232,11 @@ class ClairInstance:
         blocks[self.contaminated_pairs] = 0.0
         return _readonly(blocks.reshape(self.G * self.q, self.p))
 
-    def canonical(self) -> tuple[np.ndarray, np.ndarray]:
+    def canonical(self) -> "Canonical":
         """Canonical components (18): ``L_A = D0 P_A`` and ``S_{A_perp} = D0 (I - P_A)``, each
         (G*q, p). Invariant under shifts between ``L0`` and ``S0``."""
         LA = self.D0 @ self.projector
-        return LA, self.D0 - LA
+        return Canonical(LA, self.D0 - LA)
 
     @cached_property
     def beta_min(self) -> float:

@@ -530,7 +530,7 @@ def _task_vs_cvxpy(seed, K, n_contam, r, q, p, weighted, iterative):
                          "monotone": bool(np.all(np.diff(objs) <= 1e-12 * np.abs(objs[:-1]).max())),
                          "iterations": int(sol.iterations), "status": sol.status}
         big = solve_penalized(D, q, lam_L, lam_S, weights=w, method="proxgrad", tol=None, max_iter=300,
-                              step=1.5 / (2 * w.max()))
+                              step_size=1.5 / (2 * w.max()))
         objs = np.asarray(big.history["objective"])
         out["step1.5_monotone"] = bool(np.all(np.diff(objs) <= 1e-12 * np.abs(objs[:-1]).max()))
     return out
