@@ -400,13 +400,13 @@ _PURITY_LAMBDAS = (1.0, 3.5)          # lam_L = c1 K^{-1/2}, lam_S = c2 K^{-3/2}
 _PURITY_LEVEL = 0.8
 
 
-def _task_purity(seed, p, q, n, K, contaminated):
+def _task_purity(seed, p, q, n, K, contaminated, tau):
     inst = simulate(p=p, q=q, n_clients=K, samples_per_client=n, rank=R, contaminated=contaminated,
                     seed=seed)
     c1, c2 = _PURITY_LAMBDAS
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = fit(inst.W_hat, c1 * K ** -0.5, c2 * K ** -1.5, rank=R, **_SOLVER)
+        res = fit(inst.W_hat, c1 * K ** -0.5, c2 * K ** -1.5, rank=R, tau=tau, **_SOLVER)
     warned_small = any("collaborative set has" in str(w.message) for w in caught)
     return {"exact": bool(np.array_equal(res.benign, inst.benign)), "kept": int(res.benign.sum()),
             "separated": bool(res.separated), "warned_small": warned_small,
@@ -422,12 +422,13 @@ def _clopper_pearson(k: int, n: int, level: float = 0.95):
     return lo, hi
 
 
-def _purity_claim(ctx, contaminated):
+def _purity_claim(ctx, contaminated, tau):
     configs = ctx.pick(smoke=[(10, 10, 100, 10)],
                        quick=[(10, 10, 100, 5), (10, 10, 100, 10), (10, 10, 100, 20),
                               (20, 20, 150, 10)],
                        full=[(p, q, n, K) for p, q, n in CONFIGS[:2] for K in KS])
-    out = ctx.map(_task_purity, [{"p": p, "q": q, "n": n, "K": K, "contaminated": contaminated}
+    out = ctx.map(_task_purity, [{"p": p, "q": q, "n": n, "K": K, "contaminated": contaminated,
+                                  "tau": tau}
                                  for p, q, n, K in configs], replicates=ctx.pick(4, 20, 50))
     flat = [o for row in out for o in row]
     k, n = sum(o["exact"] for o in flat), len(flat)
@@ -449,12 +450,12 @@ def _purity_claim(ctx, contaminated):
 @claim("clair.sec7.no_contamination", paper="clair", reference="(8); §7 design with every client benign",
        statement="With no contaminated client, CLAIR with the largest-gap tau_n keeps every client "
                  "(C_hat = [K]) and never reports an empty or one-client set.", kind="comparison")
-def _no_contamination(ctx):
-    return _purity_claim(ctx, 0)
+def _no_contamination(ctx, *, tau="largest-gap"):
+    return _purity_claim(ctx, 0, tau)
 
 
 @claim("clair.sec7.one_contaminated", paper="clair", reference="(8); Theorem 3(ii); §7 design",
        statement="With exactly one contaminated client, CLAIR with the largest-gap tau_n excludes it "
                  "and keeps every benign client (C_hat = C).", kind="comparison")
-def _one_contaminated(ctx):
-    return _purity_claim(ctx, 1)
+def _one_contaminated(ctx, *, tau="largest-gap"):
+    return _purity_claim(ctx, 1, tau)
