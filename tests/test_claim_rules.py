@@ -24,6 +24,8 @@ def test_solve_record_checks_status_and_gap():
     assert not solve_record(_result(status="max_iter"), tol=1e-6)["ok"]
     assert not solve_record(_result(status="optimal_inaccurate"))["ok"]
     assert not solve_record(_result(gap=float("nan")), tol=1e-6)["ok"]
+    assert not solve_record(_result(gap=-1e-3), tol=1e-6)["ok"]          # weak duality violated
+    assert solve_record(_result(gap=-1e-12), tol=1e-6)["ok"]             # rounding
     rec = solve_record(SimpleNamespace(status="diverged"), what="run")      # a Trace has no gap
     assert rec == {"what": "run", "status": "diverged", "relative_gap": None, "tol": None, "ok": False}
     assert solve_record(SimpleNamespace(status="completed"))["ok"]

@@ -70,3 +70,14 @@ def test_baseline_gate():
     assert ok["ok"] and not bad["ok"]
     assert gated(True, [ok]) is True and gated(True, [ok, bad]) is None
 
+
+def test_claim_modules_define_no_private_copy_of_the_shared_helpers():
+    """One implementation: no claim module defines its own band/all-of/rounds-to helper."""
+    shared = {"_band", "_band_verdict", "_all", "_combine", "_all_of", "_rounds_to", "_all_or_none"}
+    root = Path(__file__).resolve().parent.parent / "verify" / "claims"
+    found = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name in shared:
+                found.append(f"{path.name}:{node.name}")
+    assert found == [], found

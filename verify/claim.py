@@ -117,14 +117,15 @@ def solve_record(result: Any, *, tol: float | None = None, what: str = "") -> di
     dict
         ``{"what", "status", "relative_gap", "tol", "ok"}``: ``ok`` is True when the status is one
         of :data:`CONVERGED_STATUSES` and the relative gap (when the result has one and ``tol`` is
-        given) is at most ``tol``.
+        given) is at most ``tol`` in absolute value (a gap below ``-tol`` contradicts weak duality:
+        a broken certificate).
     """
     status = str(getattr(result, "status", "unknown"))
     gap = getattr(result, "relative_gap", None)
     gap = None if gap is None else float(gap)
     ok = status in CONVERGED_STATUSES
     if tol is not None and gap is not None:
-        ok = ok and bool(np.isfinite(gap) and gap <= tol)
+        ok = ok and bool(np.isfinite(gap) and abs(gap) <= tol)   # a gap below -tol breaks weak duality
     return {"what": what or type(result).__name__, "status": status, "relative_gap": gap,
             "tol": None if tol is None else float(tol), "ok": bool(ok)}
 

@@ -17,7 +17,7 @@ from lowrank_fl.clair.penalized import solve_penalized
 from lowrank_fl.clair.simulate import generate
 from lowrank_fl.linalg import block_norms
 
-from ..claim import Evidence, claim, verdict_from
+from ..claim import SOLVES_KEY, Evidence, claim, solve_record, verdict_from
 from ..stats import fit_loglog_slope, interval_verdict
 from ._clair_support import t3
 
@@ -53,7 +53,8 @@ def _task_thm2(seed, K, scaling, c1, c2, alpha, projector_fn, c_det):
     diff = (D @ Pp - np.asarray(inst.D0) @ PAp).reshape(G, _Q, _P)
     eps_sup = float(block_norms(diff).max())
     norms = block_norms((D @ Pp).reshape(G, _Q, _P))
-    out = {"P_err": float(np.linalg.norm(P - P_A, 2)), "eps_sup": eps_sup, "beta_min": float(inst.beta_min)}
+    out = {"P_err": float(np.linalg.norm(P - P_A, 2)), "eps_sup": eps_sup, "beta_min": float(inst.beta_min),
+           SOLVES_KEY: [_record(sol)]}
     if c_det is not None:
         keep, _ = collaborative_set(norms, K, c_det * np.sqrt(np.log(K) / K), alpha)
         out["exact"] = bool(np.array_equal(keep, inst.benign))
@@ -175,6 +176,12 @@ def _refine_without_own_component(W_hat, P, keep):
     return np.where(np.asarray(keep)[:, None, None], W_hat[keep].mean(axis=0), W_hat)
 
 
+def _record(sol):
+    """Solve record of a FISTA solve of (7) at tol = 1e-8 (checked at 1e-7: the certificate is
+    recomputed at the returned point, a rounding's worth from the loop's last gap)."""
+    return solve_record(sol, tol=1e-7, what="program (7), FISTA")
+
+
 def _clair_run(rng, K, p, q, r, n_contam, tau, delta):
     inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, noise=tau, delta=delta, seed=rng)
     D = np.asarray(inst.D_hat)
@@ -186,16 +193,16 @@ def _clair_run(rng, K, p, q, r, n_contam, tau, delta):
     norms = block_norms((D - D @ P).reshape(inst.G, q, p))
     # tau_n: the largest (log-scale) gap of the block norms, the §7 data-adaptive rule
     keep, _ = collaborative_set(norms, K, largest_gap_threshold(norms, log=True), 0.5)
-    return inst, P, keep
+    return inst, P, keep, _record(sol)
 
 
 def _task_thm5(seed, K, p, q, r, n_contam, tau, delta, refine_fn):
     rng = np.random.default_rng(seed)
-    inst, P, keep = _clair_run(rng, K, p, q, r, n_contam, tau, delta)
+    inst, P, keep, rec = _clair_run(rng, K, p, q, r, n_contam, tau, delta)
     C = np.asarray(inst.benign)
     W, W_hat, Xi = np.asarray(inst.W), np.asarray(inst.W_hat), np.asarray(inst.errors)
     if not np.array_equal(keep, C):
-        return {"event": False}
+        return {"event": False, SOLVES_KEY: [rec]}
     Wt = refine_fn(W_hat, P, keep)
     P_A = np.asarray(inst.projector)
     PAp = np.eye(p) - P_A
@@ -206,7 +213,7 @@ def _task_thm5(seed, K, p, q, r, n_contam, tau, delta, refine_fn):
     T = Xi @ P_A + Xi[C].mean(axis=0) @ PAp
     Rk = -Ebar0 @ PAp + (W_hat - Wbar) @ (P - P_A)
     sq = lambda X: np.sum(X[C] ** 2, axis=(1, 2))  # noqa: E731
-    return {"event": True, "mse": sq(Wt - W), "T": sq(T), "R": sq(Rk), "local": sq(Xi)}
+    return {"event": True, "mse": sq(Wt - W), "T": sq(T), "R": sq(Rk), "local": sq(Xi), SOLVES_KEY: [rec]}
 
 
 
@@ -279,11 +286,11 @@ def _thm5(ctx, *, refine_fn=_library_refine):
 def _task_thm6(seed, K, p, q, r, tau0, refine_fn):
     rng = np.random.default_rng(seed)
     tau = tau0 / np.sqrt(K)
-    inst, P, keep = _clair_run(rng, K, p, q, r, max(1, round(0.1 * K)), tau, 0.0)
+    inst, P, keep, rec = _clair_run(rng, K, p, q, r, max(1, round(0.1 * K)), tau, 0.0)
     C = np.asarray(inst.benign)
     W, W_hat = np.asarray(inst.W), np.asarray(inst.W_hat)
     Wt = refine_fn(W_hat, P, keep)
-    return float(np.mean(np.sum((Wt - W)[C] ** 2, axis=(1, 2))) / (q * p * tau ** 2))
+    return {"ratio": float(np.mean(np.sum((Wt - W)[C] ** 2, axis=(1, 2))) / (q * p * tau ** 2)), SOLVES_KEY: [rec]}
 
 
 def _refine_identity(W_hat, P, keep):
@@ -299,7 +306,7 @@ def _thm6(ctx, *, refine_fn=_library_refine):
     Ks = ctx.pick(smoke=[10, 20], quick=[10, 20, 40], full=[10, 20, 40, 80])
     rs = ctx.pick(smoke=[1, 4], quick=[1, 2, 4], full=[1, 2, 4])
     grid = [{"K": K, "p": p, "q": q, "r": r, "tau0": 0.3, "refine_fn": refine_fn} for r in rs for K in Ks]
-    out = ctx.map(_task_thm6, grid, replicates=ctx.pick(2, 4, 10))
+    out = [[o["ratio"] for o in row] for row in ctx.map(_task_thm6, grid, replicates=ctx.pick(2, 4, 10))]
     y = np.array([np.mean(o) for o in out])
     se = np.array([np.std(o, ddof=1) / np.sqrt(len(o)) for o in out])
     eta = np.array([(g["K"] - max(1, round(0.1 * g["K"]))) / g["K"] for g in grid])

@@ -22,6 +22,7 @@ from lowrank_fl.clair.simulate import generate
 from lowrank_fl.linalg import block_norms
 
 from ..claim import Evidence, claim, verdict_from
+from ..criteria import all_judged
 from ..conditions.clair import equal_leverage_instance, evaluate
 from ..conditions.clair import generate as generate_condition_instance
 
@@ -226,12 +227,6 @@ def _task_certificate(seed, K, p, position, oracle_fn):
             "valid": cert.valid(0.99, 0.99, rtol=1e-6)}
 
 
-def _all_or_none(flags):
-    """True/False over the judged flags (None entries are not judged); None if nothing was judged."""
-    judged = [bool(f) for f in flags if f is not None]
-    return all(judged) if judged else None
-
-
 @claim("clair.thm1.exact_recovery", paper="clair", reference="Theorem 1, eq. (26); Prop. S1 / Lemmas S4-S5; "
        "Theorem 3(i)",
        statement="With delta = 0 and lam_S/lam_L in window (25), every optimizer of (24) has P_Ahat = P_A "
@@ -256,7 +251,7 @@ def _exact_recovery(ctx, *, oracle_fn=_oracle_smooth, noiseless_fn=_noiseless_cl
         cvx_out = ctx.map(_task_in_window_cvxpy, [{"K": 40, "p": 4, "position": t, "noiseless_fn": noiseless_fn,
                                                    "tau_rel": tau_rel} for t in cvx_positions], replicates=1)
         cvx_in = [o for row in cvx_out for o in row if o["window"] is not None]
-    cvxpy_in_window_ok = _all_or_none([o["ok"] for o in cvx_in]) if in_window_cvxpy else None
+    cvxpy_in_window_ok = all_judged([o["ok"] for o in cvx_in]) if in_window_cvxpy else None
     # outside the windows: CVXPY phase-transition grid (reported)
     cells = ctx.pick(smoke=[(8, 1, 1)], quick=[(8, 1, 1), (8, 3, 1)],
                      full=[(8, 1, 1), (8, 3, 1), (12, 1, 2), (12, 4, 2)])
@@ -276,7 +271,7 @@ def _exact_recovery(ctx, *, oracle_fn=_oracle_smooth, noiseless_fn=_noiseless_cl
                                                                       rate.tolist())),
                      "always-successful ratios": band})
     # (c) Theorem 3(i) on every run where P_Ahat = P_A
-    detection_exact = _all_or_none(detections)
+    detection_exact = all_judged(detections)
     flags = {"certificates_valid": certificates_valid, "cvxpy_in_window_ok": cvxpy_in_window_ok,
              "detection_exact": detection_exact}
     if False in flags.values():

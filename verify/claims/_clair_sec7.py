@@ -21,7 +21,7 @@ import numpy as np
 from lowrank_fl.clair.pipeline import (detection_counts, fedavg, fit, lambda_path, oracle_fedavg)
 from lowrank_fl.clair.simulate import simulate
 
-from ..claim import Evidence, claim, verdict_from
+from ..claim import SOLVES_KEY, Evidence, claim, solve_record, verdict_from
 from ._clair_support import t3
 
 __all__: list[str] = []
@@ -119,7 +119,8 @@ def _task_sec7(seed, p, q, n, K, variant, ratio, estimator, tau):
             "P_err": float(np.linalg.norm(res.projector - np.asarray(inst.projector), 2)),
             "accuracy": counts.accuracy, "recall": counts.contaminated_recall, "tp": counts.tp,
             "tn": counts.tn, "fp": counts.fp, "fn": counts.fn, "exact": counts.exact,
-            "status": res.solution.status, "gap": float(res.solution.gap)}
+            "status": res.solution.status, "gap": float(res.solution.gap),
+            SOLVES_KEY: [solve_record(res.solution, tol=10 * _SOLVER.get("tol", 1e-8), what="program (7) in clair.fit")]}
 
 
 def _task_baselines(seed, p, q, n, K, variant, fedavg_fn=fedavg):
