@@ -113,13 +113,19 @@ def _task_sec7(seed, p, q, n, K, variant, ratio, estimator, tau):
         warnings.simplefilter("ignore")
         res = fit(W_hat, lam_L, ratio * lam_L, rank=R, alpha=0.5, tau=tau, **_SOLVER)
     counts = detection_counts(res.benign, inst.benign)
+    # Algorithm 1's P_Ahat is the top-r right singular subspace of L_hat: re-derived here from an
+    # independent SVD of the returned L_hat (judged only with a clear singular gap sigma_r > 2 sigma_r+1)
+    s_L, V_L = np.linalg.svd(np.asarray(res.solution.L), full_matrices=False)[1:]
+    gap_ok = s_L[R - 1] > 2 * (s_L[R] if s_L.size > R else 0.0)
+    proj_dev = float(np.linalg.norm(res.projector - V_L[:R].T @ V_L[:R], 2)) if gap_ok else float("nan")
     return {"local": _client_mse(W_hat, W), "clair": _client_mse(res.refined, W),
             "oracle_fedavg": _client_mse(oracle_fedavg(W_hat, inst.benign), W),
             "fedavg": _client_mse(fedavg(W_hat), W), "c": float(inst.params["c"]),
             "P_err": float(np.linalg.norm(res.projector - np.asarray(inst.projector), 2)),
             "accuracy": counts.accuracy, "recall": counts.contaminated_recall, "tp": counts.tp,
             "tn": counts.tn, "fp": counts.fp, "fn": counts.fn, "exact": counts.exact,
-            "status": res.solution.status, "gap": float(res.solution.gap),
+            "status": res.solution.status, "gap": float(res.solution.gap), "numerical_rank": int(res.numerical_rank),
+            "projector_deviation": proj_dev,
             SOLVES_KEY: [solve_record(res.solution, tol=10 * _SOLVER.get("tol", 1e-8), what="program (7) in clair.fit")]}
 
 
@@ -215,15 +221,32 @@ def _fmt(m, s):
     return f"{m:.3f} ± {s:.3f}"
 
 
+#: plausible c2 (lam_S = c2 K^{-3/2}, lam_L = K^{-1/2}): a factor 2 either side of Theorem 2's c2 = 3;
+#: the paper does not report its lambdas, so its CLAIR column is compared with this band
+C2_BAND = (1.5, 3.0, 6.0)
+
+
+def _lambda_band(ctx, configs, estimator, tau, variant="unit-variance"):
+    """CLAIR's MSE at each c2 of :data:`C2_BAND` (fewer replicates than the main runs)."""
+    sub = ctx.for_claim("clair.sec7.table1/lambda")
+    grid = [{"p": p, "q": q, "n": n, "K": K, "variant": variant, "ratio": c2 / K, "estimator": estimator,
+             "tau": tau} for p, q, n, K in configs for c2 in C2_BAND]
+    out = sub.map(_task_sec7, grid, replicates=ctx.pick(smoke=4, quick=6, full=20))
+    ctx.seeds_used.extend(sub.seeds_used)
+    return [[_ms([o["clair"] for o in out[i * len(C2_BAND) + j]]) + (len(out[i * len(C2_BAND) + j]),)
+             for j in range(len(C2_BAND))] for i in range(len(configs))]
+
+
 @claim("clair.sec7.table1", paper="clair", reference="§7, Table 1",
        statement="Mean squared coefficient error over all clients: FedAvg >> Local, CLAIR < Local in every "
                  "setting (Table 1), with Local = qp/(n-p-1) and CLAIR near the oracle-gain prediction.",
        kind="comparison")
 def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
     configs, pilots, out = _sec7_runs(ctx, estimator=estimator, tau=tau)
+    bands = _lambda_band(ctx, configs, estimator, tau)
     rows, checks = [], {"local_2pct": [], "fedavg_5pct": [], "oracle_fedavg_5pct": [], "clair_lt_local": [],
-                        "clair_vs_oracle_10pct": []}
-    for (p, q, n, K), pl, reps in zip(configs, pilots, out):
+                        "clair_vs_oracle_10pct": [], "clair_paper_in_lambda_band": [], "projector_is_top_r": []}
+    for (p, q, n, K), pl, reps, lam in zip(configs, pilots, out, bands):
         get = {key: _ms([o[key] for o in reps]) for key in ("local", "clair", "oracle_fedavg")}
         get["fedavg"] = _ms([_fedavg_cv(o, p, K) for o in reps])
         nr = len(reps)
@@ -238,11 +261,22 @@ def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
         checks["clair_lt_local"].append(_negative(*diff, nr))
         if p >= 20:
             checks["clair_vs_oracle_10pct"].append(tol(*get["clair"], pc, 0.10))
+        # the paper's CLAIR number against our lambda-sensitivity band: inside [min, max] of the mean
+        # MSE over C2_BAND, widened by each end's Monte Carlo half-width (t * s.e.)
+        lo = min(m - t3(k) * se for m, se, k in lam)
+        hi = max(m + t3(k) * se for m, se, k in lam)
+        checks["clair_paper_in_lambda_band"].append(None if not np.isfinite(lo + hi) else bool(lo <= paper[1] <= hi))
+        deficient = float(np.mean([o["numerical_rank"] < R for o in reps]))
+        devs = [o["projector_deviation"] for o in reps if np.isfinite(o["projector_deviation"])]
+        # 1e-8: two SVDs of the same L_hat agree to rounding on a subspace with a singular gap >= 2x
+        checks["projector_is_top_r"].append(bool(max(devs) <= 1e-8) if devs else None)
         band = pl["band"]
         rows.append({"(p,q)": f"({p},{q})", "n": n, "K": K, "c1": 1.0, "c2": pl["ratio"] * K,
                      "pilot c2 band (rank r)": None if band is None else [band[0] * K, band[1] * K],
                      "Local (paper)": paper[0], "Local (ours)": _fmt(*get["local"]), "Local (qp/(n-p-1))": pl_,
                      "CLAIR (paper)": paper[1], "CLAIR (ours)": _fmt(*get["clair"]), "CLAIR (oracle pred.)": pc,
+                     "CLAIR over c2 " + "/".join(map(str, C2_BAND)): [round(m, 3) for m, _, _ in lam],
+                     "rank(L_hat) < r (fraction, completed)": deficient,
                      "FedAvg-O (paper)": paper[2], "FedAvg-O (ours)": _fmt(*get["oracle_fedavg"]),
                      "FedAvg-O (pred.)": po, "FedAvg (paper)": paper[3], "FedAvg (ours)": _fmt(*get["fedavg"]),
                      "FedAvg (pred., unit var.)": pf,
@@ -255,7 +289,15 @@ def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
                               "c2": [row["c2"] for row in rows]},
                     predicted={"local": [row["Local (qp/(n-p-1))"] for row in rows],
                                "oracle_clair": [row["CLAIR (oracle pred.)"] for row in rows]},
-                    notes="Tolerance checks (stated %): not judged (None) where the Monte Carlo half-width t * s.e. "
+                    notes="The paper's CLAIR column is compared with our lambda-sensitivity band (c2 in "
+                          f"{C2_BAND}, lam_S = c2 K^(-3/2), lam_L = K^(-1/2); the paper does not report its "
+                          "lambdas): it must lie inside the band's range widened by the Monte Carlo half-width. "
+                          "When L_hat has numerical rank below r (column 'rank(L_hat) < r'), P_A_hat is "
+                          "completed to rank r by the next right singular vectors of L_hat (clair.fit, "
+                          "rank_mode='top'): directions of a numerically zero part, i.e. LAPACK's basis; the "
+                          "completion moves cells (e.g. (10,10), K = 5 from 0.961 to 0.881 against "
+                          "rank_mode='numerical'). "
+                          "Tolerance checks (stated %): not judged (None) where the Monte Carlo half-width t * s.e. "
                           "(t: Student-t multiplier of a 3-s.e. band) exceeds the band, failed where the mean is "
                           "outside the band by more than t * s.e.; CLAIR < Local on the paired difference's "
                           "interval. Verdict: fails if any judged check fails, holds if every family has a "
@@ -295,14 +337,24 @@ def _table2(ctx, *, estimator=_ols, tau="largest-gap"):
                      "accuracy (ours)": _fmt(*acc), "recall (paper)": paper[1], "recall (ours)": _fmt(*rec),
                      "TP": float(np.mean([o["tp"] for o in reps])), "TN": float(np.mean([o["tn"] for o in reps])),
                      "FP": float(np.mean([o["fp"] for o in reps])), "FN": float(np.mean([o["fn"] for o in reps])),
-                     "P(Chat=C)": float(np.mean([o["exact"] for o in reps]))})
+                     "P(Chat=C)": float(np.mean([o["exact"] for o in reps])),
+                     # flagged: our detection is better than the paper's beyond Monte Carlo error
+                     "accuracy above the paper's": bool(acc[0] - t3(len(reps)) * acc[1] > paper[0])
+                     if np.isfinite(acc[1]) else bool(acc[0] > paper[0])})
     passed = all(ok) if ok else None
+    above = [r for r in rows if r["accuracy above the paper's"]]
     return Evidence(verdict=verdict_from(passed),
                     summary=f"accuracy >= 0.95 in {sum(ok)}/{len(ok)} configurations with p <= 20; "
+                            f"accuracy above the paper's (flagged) in {len(above)}/{len(rows)}; "
                             + "; ".join(f"{r['(p,q)']} K={r['K']}: {r['accuracy (ours)']}" for r in rows[:4]),
-                    table=rows, measured={"accuracy": [r["accuracy (ours)"] for r in rows]},
+                    table=rows, measured={"accuracy": [r["accuracy (ours)"] for r in rows],
+                                          "accuracy_above_paper": [f"{r['(p,q)']} K={r['K']}" for r in above]},
                     predicted={"accuracy (paper)": [r["accuracy (paper)"] for r in rows]},
-                    notes="Benign = positive class: TP benign kept, TN contaminated excluded. Same runs "
+                    notes="Flagged, not judged: where our detection accuracy exceeds the paper's beyond "
+                          "Monte Carlo error (e.g. 1.000 vs 0.98 at (10,10), K = 5; 0.97-1.00 vs 0.90-0.92 at "
+                          "p = 50 at full scale) the paper's runs differ from ours in a way §7 does not "
+                          "specify (tau_n rule, lambdas), so their CLAIR column is not a like-for-like target. "
+                          "Benign = positive class: TP benign kept, TN contaminated excluded. Same runs "
                           "(seeds) as clair.sec7.table1.")
 
 

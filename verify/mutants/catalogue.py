@@ -208,9 +208,9 @@ def _contrasts_reversed(original, W_hat):
     return -original(W_hat)
 
 
-def _projector_rank_plus_one(original, L, dim):
-    L = np.asarray(L, float)
-    return original(L, min(dim + 1, min(L.shape)))
+def _projector_rank_plus_one(original, Vt, dim):
+    """``P_A`` from ``dim + 1`` right singular vectors (an off-by-one slice ``Vt[:dim + 1]``)."""
+    return original(Vt, min(dim + 1, np.shape(Vt)[0]))
 
 
 def _votes_over_k(original, block_norms, K, tau, alpha=0.5):
@@ -219,12 +219,15 @@ def _votes_over_k(original, block_norms, K, tau, alpha=0.5):
     return votes >= alpha, votes
 
 
-def _gap_upper_end(original, norms, *, log=False):
-    x = np.sort(np.asarray(norms, float))
-    if x.size < 2 or x[-1] == x[0]:
-        return float(x[-1])
-    y = np.log(np.maximum(x, 1e-12 * x[-1])) if log else x
-    return float(x[int(np.argmax(np.diff(y))) + 1])
+def _gap_upper_end(original, norms, **kwargs):
+    """The threshold placed at the gap's upper end (the smallest norm above it) instead of its
+    midpoint: the closest contaminated pair then counts as collaborative."""
+    split = original(norms, **kwargs)
+    x = np.asarray(norms, float)
+    above = x[x > split.threshold]
+    if not split.separated or above.size == 0:
+        return split
+    return split._replace(threshold=float(above.min()))
 
 
 _M = [
@@ -315,12 +318,12 @@ _M = [
     Mutant("clair.contrasts_reversed", "lowrank_fl.clair.contrasts:contrasts",
            "Pair contrasts in the wrong order (W^(k) - W^(j) for j < k), against the incidence's signs.",
            ("clair",), _replace(_contrasts_reversed)),
-    Mutant("clair.projector_rank_plus_one", "lowrank_fl.clair.pipeline:subspace_projector",
+    Mutant("clair.projector_rank_plus_one", "lowrank_fl.clair.pipeline:_projector",
            "P_A built from rank + 1 right singular vectors instead of rank.", ("clair",),
            _replace(_projector_rank_plus_one)),
     Mutant("clair.votes_over_K", "lowrank_fl.clair.pipeline:collaborative_set",
            "Majority vote (8) divides by K instead of K - 1.", ("clair",), _replace(_votes_over_k)),
-    Mutant("clair.largest_gap_upper_end", "lowrank_fl.clair.pipeline:largest_gap_threshold",
+    Mutant("clair.largest_gap_upper_end", "lowrank_fl.clair.pipeline:largest_gap_split",
            "The largest-gap threshold is the gap's upper end instead of its midpoint.", ("clair",),
            _replace(_gap_upper_end)),
 ]
