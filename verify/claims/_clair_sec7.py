@@ -118,6 +118,13 @@ def _task_sec7(seed, p, q, n, K, variant, ratio, estimator, tau):
     s_L, V_L = np.linalg.svd(np.asarray(res.solution.L), full_matrices=False)[1:]
     gap_ok = s_L[R - 1] > 2 * (s_L[R] if s_L.size > R else 0.0)
     proj_dev = float(np.linalg.norm(res.projector - V_L[:R].T @ V_L[:R], 2)) if gap_ok else float("nan")
+    # tau_n of a separated split is the midpoint of the largest gap of the sorted pair norms (§7's
+    # "largest gap", our reading), re-derived from the returned norms
+    tau_dev = float("nan")
+    if tau == "largest-gap" and res.separated:
+        x = np.sort(np.asarray(res.block_norms))
+        i = int(np.argmax(np.diff(x)))
+        tau_dev = float(abs(res.tau - 0.5 * (x[i] + x[i + 1])) / x[-1])
     return {"local": _client_mse(W_hat, W), "clair": _client_mse(res.refined, W),
             "oracle_fedavg": _client_mse(oracle_fedavg(W_hat, inst.benign), W),
             "fedavg": _client_mse(fedavg(W_hat), W), "c": float(inst.params["c"]),
@@ -125,7 +132,7 @@ def _task_sec7(seed, p, q, n, K, variant, ratio, estimator, tau):
             "accuracy": counts.accuracy, "recall": counts.contaminated_recall, "tp": counts.tp,
             "tn": counts.tn, "fp": counts.fp, "fn": counts.fn, "exact": counts.exact,
             "status": res.solution.status, "gap": float(res.solution.gap), "numerical_rank": int(res.numerical_rank),
-            "projector_deviation": proj_dev,
+            "projector_deviation": proj_dev, "tau_deviation": tau_dev,
             SOLVES_KEY: [solve_record(res.solution, tol=10 * _SOLVER.get("tol", 1e-8), what="program (7) in clair.fit")]}
 
 
@@ -324,7 +331,8 @@ def _table1_figure(ctx, rows):
 
 @claim("clair.sec7.table2", paper="clair", reference="§7, Table 2; Theorem 3",
        statement="Collaborative-set recovery in the §7 simulation: accuracy ≈ 1 for p <= 20 (Table 2), "
-                 "with contaminated recall reported as in the paper.", kind="comparison")
+                 "with contaminated recall reported as in the paper; tau_n is the midpoint of the largest gap "
+                 "of the pair norms (our reading of §7's rule).", kind="comparison")
 def _table2(ctx, *, estimator=_ols, tau="largest-gap"):
     configs, pilots, out = _sec7_runs(ctx, estimator=estimator, tau=tau)
     rows, ok = [], []
@@ -333,6 +341,9 @@ def _table2(ctx, *, estimator=_ols, tau="largest-gap"):
         paper = TABLE2[(p, K)]
         if p <= 20:
             ok.append(acc[0] >= 0.95)
+        devs = [o["tau_deviation"] for o in reps if np.isfinite(o["tau_deviation"])]
+        if devs:                        # 1e-9 relative: a midpoint recomputed from the same norms
+            ok.append(max(devs) <= 1e-9)
         rows.append({"(p,q)": f"({p},{q})", "n": n, "K": K, "accuracy (paper)": paper[0],
                      "accuracy (ours)": _fmt(*acc), "recall (paper)": paper[1], "recall (ours)": _fmt(*rec),
                      "TP": float(np.mean([o["tp"] for o in reps])), "TN": float(np.mean([o["tn"] for o in reps])),
@@ -344,7 +355,7 @@ def _table2(ctx, *, estimator=_ols, tau="largest-gap"):
     passed = all(ok) if ok else None
     above = [r for r in rows if r["accuracy above the paper's"]]
     return Evidence(verdict=verdict_from(passed),
-                    summary=f"accuracy >= 0.95 in {sum(ok)}/{len(ok)} configurations with p <= 20; "
+                    summary=f"accuracy >= 0.95 (and tau_n at the largest gap's midpoint) in {sum(ok)}/{len(ok)} checks; "
                             f"accuracy above the paper's (flagged) in {len(above)}/{len(rows)}; "
                             + "; ".join(f"{r['(p,q)']} K={r['K']}: {r['accuracy (ours)']}" for r in rows[:4]),
                     table=rows, measured={"accuracy": [r["accuracy (ours)"] for r in rows],
