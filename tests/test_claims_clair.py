@@ -144,7 +144,9 @@ def test_every_claim_has_a_broken_variant():
 def test_claims_sharing_runs_share_seeds():
     # Table 2 evaluates Table 1's runs, and Lemma 3 / Theorem 3 reuse Theorem 2's runs (through
     # ctx.for_claim); every other map call of a claim has its own seeds
-    assert _run("clair.sec7.table1").seeds == _run("clair.sec7.table2").seeds
+    # (Table 1 adds its lambda-sensitivity runs on seeds of their own)
+    t1, t2 = set(_run("clair.sec7.table1").seeds), set(_run("clair.sec7.table2").seeds)
+    assert t2 < t1
     assert _run("clair.lemma3.eps_sup").seeds == _run("clair.thm3.detection").seeds
 
 
