@@ -56,7 +56,8 @@ def _task_window(seed, design, K, p, q, r):
        "(Block-IC forces mu >= G/(G-s))",
        statement="Because Block-IC forces mu >= G/(G-s), the window (25) needs r s/(G-s) < 1/16: it is empty on "
                  "every §7 configuration (40% contaminated), so Theorems 1-2 say nothing about the paper's "
-                 "own simulation.", kind="erratum", erratum=True)
+                 "own simulation (a scope remark: the paper never claims that §7 satisfies the theorem).",
+       kind="remark")
 def _window_vacuous(ctx, *, design="sec7"):
     configs = ctx.pick(smoke=[(10, 10, 5)], quick=[(10, 10, K) for K in (5, 10, 20)] + [(20, 20, 10)],
                        full=[(p, p, K) for p in (10, 20, 50) for K in (5, 10, 20)])
@@ -76,8 +77,9 @@ def _window_vacuous(ctx, *, design="sec7"):
                      "mu >= G/(G-s) in all": all(o["mu_floor_ok"] for o in row)})
     confirmed = all(r["window empty in all reps"] and r["mu >= G/(G-s) in all"] for r in rows)
     xmin = min(r["x (min)"] for r in rows)
-    return Evidence(verdict=verdict_from(confirmed, erratum=True),
-                    summary=f"window (25) empty in {sum(r['window empty in all reps'] for r in rows)}/{len(rows)} "
+    return Evidence(verdict=verdict_from(confirmed),
+                    summary="scope remark, not an erratum (the paper never claims §7 lies in the window): "
+                            f"window (25) empty in {sum(r['window empty in all reps'] for r in rows)}/{len(rows)} "
                             f"configurations; smallest x = {xmin:.2f} vs ab/(1+a)^2 = 0.2475 (a = b = 0.99)",
                     measured={"x_min": xmin}, predicted={"x needed": "< 0.2475"}, table=rows,
                     notes="Nonempty windows need about one contaminated client and K >= 35 (r = 1, perfectly "
