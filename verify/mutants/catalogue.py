@@ -305,13 +305,14 @@ _M = [
     # ---------------------------------------------------------------- CLAIR
     Mutant("clair.gap_sign_flipped", "lowrank_fl.clair.penalized:_converged",
            "FISTA's stopping rule uses dual - primal (duality gap sign flipped): it stops at the first "
-           "check and reports 'optimal'.", ("clair",), _replace(_gap_sign_flipped)),
+           "check and reports 'optimal'.", ("clair",), _replace(_gap_sign_flipped),
+           claims=("clair.thm*", "clair.lemma3.*", "clair.alg1.*", "clair.sec7.*")),
     Mutant("clair.svt_half_threshold", "lowrank_fl.clair.penalized:_svt",
            "The L-update's singular value threshold is t lam_L / 2 instead of t lam_L.", ("clair",),
-           _replace(_svt_half_threshold)),
+           _replace(_svt_half_threshold), claims=("clair.alg1.*",)),   # elsewhere: 20000-iteration runs
     Mutant("clair.block_soft_threshold_skipped", "lowrank_fl.clair.penalized:_bst",
            "The S-update's block soft threshold is not applied (S takes the whole gradient step).",
-           ("clair",), _replace(_bst_skipped)),
+           ("clair",), _replace(_bst_skipped), claims=("clair.alg1.*",)),
     Mutant("clair.refine_ignores_benign", "lowrank_fl.clair.pipeline:refine",
            "Refinement (9) averages over every client instead of the collaborative set.", ("clair",),
            _replace(_refine_all_benign)),
