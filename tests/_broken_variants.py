@@ -5,6 +5,8 @@ Each one breaks one property a claim checks; none is part of the verifier.
 """
 from __future__ import annotations
 
+import math
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -51,3 +53,10 @@ def fedsgd_quarter_clients(problem, rounds, step_size, **kw):
 def mom_first_batch(X, y, k):
     """The method of moments on the first 10 samples of every client only (ignores the rest)."""
     return method_of_moments(X[:, :10], y[:, :10], k)
+
+
+def repeated_samples(problem, m, rng):
+    """A dependent design: the same 5 inputs per client, repeated to size m (X (n, m, d)); the
+    concentration in m of Lemmas 2, 4 and 5 no longer happens."""
+    X5, _ = problem.sample(5, rng)
+    return np.tile(X5, (1, int(math.ceil(m / 5)), 1))[:, :m]

@@ -60,7 +60,7 @@ def _c9(ctx, *, estimator=method_of_moments):
         predicted={"printed": -1.0, "corrected": -0.5},
         figure=path,
         notes="d = 50, k = 2, n = 100, Assumption 3 heads. Erratum confirmed when the mean slope is in "
-              "[-0.6, -0.4] with its 95% CI inside [-0.7, -0.3] (so it excludes -1) and E0 > 0.5 at the largest N. Note §3.5 pilot: dist ~ 3.2 sqrt(d/(nm)).")
+              "[-0.6, -0.4] with its 95% CI inside [-0.7, -0.3] (so it excludes -1) and E0 > 0.5 at the largest N. Pilot runs: dist ~ 3.2 sqrt(d/(nm)).")
 
 
 def _task_random_init(seed, d, k, n, m, rounds, eps, fedrep_options):

@@ -56,9 +56,16 @@ def _c5(ctx, *, round_options=None):
         summary=f"max residual {max(worst.values()):.1e} (<= 1e-10); min sigma_min(R) = {smin:.12f} (>= 1)",
         measured={**worst, "sigma_min_R_min": smin},
         predicted={"residuals": "<= 1e-10", "sigma_min_R": ">= 1"},
-        notes="Note §2.2: the cross term the paper bounds in (80)-(81) is exactly 0, so "
+        notes="With exact least-squares heads the cross term the paper bounds in (80)-(81) is exactly 0, so "
               "||R^{-1}|| <= 1 deterministically (stronger than (92)). Tolerance 1e-10: float64 algebra on O(1) "
               "quantities with condition numbers ~1e2.")
+
+
+def gaussian_design(problem, m, rng):
+    """The lemmas' design: ``m`` fresh inputs x ~ N(0, I_d) per client, X (n, m, d). A claim's
+    ``design`` option replaces it (same signature)."""
+    X, _ = problem.sample(m, rng)
+    return X
 
 
 def _task_lemma4(seed, d, k, n, ms, dist0, design):
@@ -67,11 +74,7 @@ def _task_lemma4(seed, d, k, n, ms, dist0, design):
     B = warm_start(p.B_star, 1 - dist0 ** 2, rr)
     vals = []
     for m in ms:
-        if design == "repeated":                         # broken: the same 5 samples, repeated
-            X5, _ = p.sample(5, rr)
-            X = np.tile(X5, (1, int(math.ceil(m / 5)), 1))[:, :m]
-        else:
-            X, _ = p.sample(m, rr)
+        X = design(p, m, rr)
         F = lemma1_decomposition(B, p.B_star, p.heads, X)["F"]
         vals.append(np.linalg.norm(F) / (np.linalg.norm(p.heads, 2) * dist0))
     return np.array(vals)
@@ -80,7 +83,7 @@ def _task_lemma4(seed, d, k, n, ms, dist0, design):
 @claim("fedrep.lemma4.F_scaling", paper=PAPER, reference="Lemmas 2-4, eq. (48)",
        statement="||F||_F / (||W*||_2 dist(B^t, B*)) decays like m^{-1/2} (delta_k ~ k^{3/2} sqrt(log(rn)/m)).",
        kind="scaling")
-def _c5b(ctx, *, design="gaussian"):
+def _c5b(ctx, *, design=gaussian_design):
     ms = ctx.pick((10, 40, 160), (10, 20, 40, 80, 160, 320), (10, 20, 40, 80, 160, 320, 640))
     reps = ctx.pick(10, 20, 50)
     out = ctx.map(_task_lemma4, [{"d": 20, "k": 2, "n": 30, "ms": ms, "dist0": 0.5, "design": design}],
@@ -116,11 +119,7 @@ def _task_lemma5(seed, d, k, n, m, design):
     B = warm_start(p.B_star, 0.75, rr)                   # dist(B, B*) = 0.5
     W = p.theta @ B                                      # (n, k)
     Q = W @ B.T - p.theta                                # (n, d) rows q_i = B w_i - theta_i*
-    if design == "repeated":                             # broken: 5 samples, repeated to size m
-        X5, _ = p.sample(5, rr)
-        X = np.tile(X5, (1, int(math.ceil(m / 5)), 1))[:, :m]
-    else:
-        X, _ = p.sample(m, rr)
+    X = design(p, m, rr)
     AQ = np.einsum("nmd,nm->nd", X, np.einsum("nmd,nd->nm", X, Q)) / m
     lemma5 = np.linalg.norm((AQ - Q).T @ W, 2) / n / 0.5
     XB = X @ B                                           # (n, m, k)
@@ -134,7 +133,7 @@ def _task_lemma5(seed, d, k, n, m, design):
                  "(exponents 1/2, -1/2, -1/2 in d, rn, m), and Lemma 2's sigma_min(G^i) >= 1 - C sqrt(k/m) "
                  "(1 - sigma_min decays like m^(-1/2)).",
        kind="scaling")
-def _c5c(ctx, *, design="gaussian"):
+def _c5c(ctx, *, design=gaussian_design):
     reps = ctx.pick(4, 10, 30)
     base = {"d": 40, "k": 2, "n": 50, "m": 20, "design": design}
     sweeps = {"d": ctx.pick((20, 40, 80), (20, 40, 80, 160), (20, 40, 80, 160, 320)),

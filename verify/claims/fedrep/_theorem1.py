@@ -183,7 +183,7 @@ def _c3(ctx, *, options=None):
         table=rows, figure=path,
         notes="m -> inf (exact population rounds); E0 set by a controlled warm start; kappa varied by "
               "skewed heads. Every per-round ratio dist_{t+1}/dist_t is checked against the bound. The "
-              "note's sharper asymptotic prediction (tail factor between 1 - eta sigma_max^2 and "
+              "sharper asymptotic prediction (tail factor between 1 - eta sigma_max^2 and "
               "1 - eta sigma_min^2) is reported, not judged: it holds only once the iterates are in the "
               "asymptotic regime, which the smallest eta does not reach within T rounds.")
 

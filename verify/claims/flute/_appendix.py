@@ -57,8 +57,7 @@ def _c3(ctx, *, algorithm=flute):
         m, h = mean_ci(per_seed)
         ratio = {"mean": float(m), "ci_low": float(m - h), "ci_high": float(m + h),
                  "per_seed": per_seed}
-        # band [0.75, 1.25]: the formula's slope is asymptotic (the growth factor of sigma_k before
-        # the cubic term matters); pilots measure 0.85-1.0 of it
+        # band [0.75, 1.25] (why: the claim's notes)
         slope_ok = band_verdict(m - h, m + h, 0.75, 1.25)
     else:
         ratio, slope_ok = {"mean": float("inf")}, False
@@ -89,7 +88,9 @@ def _c3(ctx, *, algorithm=flute):
                           "46 rounds): reported, not judged. The fourth condition of Claim A.3 "
                           "(sigma_1^2(Theta_res) <= c_1 sigma_k(Theta_k)^(1+kappa)) fails at every alpha "
                           "tried, yet the bound held for alpha <= 1e-3 in pilots. The slope of t_e in "
-                          "log(1/alpha) is fitted per replicate; its 95% t-interval decides.")
+                          "log(1/alpha) is fitted per replicate; its 95% t-interval decides, in the band [0.75, 1.25] "
+                          "of the formula's slope: that slope is asymptotic (the growth factor of sigma_k "
+                          "before the cubic term matters), pilots measure 0.85-1.0 of it.")
 
 
 # =============================================================================================
