@@ -116,7 +116,7 @@ def _c6(ctx, *, fedrep_options=None):
     ax.set_xlabel("n")
     ax.set_ylabel("rounds to dist <= 1e-2 (best step)")
     ax.legend(fontsize=7)
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="rounds to 1e-2 vs n per method")
     return Evidence(
         verdict=verdict_from(passed),
         summary=f"order exact <~ 10GD-GD <~ GD-GD (10% ties; exact < GD-GD): {order}; FedRep rounds non-increasing in n: {nonincr}; "
@@ -179,7 +179,7 @@ def _c7(ctx, *, fedrep_options=None, algorithm=fedrep):
     ax.set_xlabel("m (training samples per client)")
     ax.set_ylabel("excess test MSE")
     ax.legend(fontsize=7)
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="excess MSE per m, by method")
     return Evidence(
         verdict=verdict_from(passed),
         summary="; ".join(f"m={r['m']}: FedRep {r['fedrep']:.1e}, Local {r['local']:.1e}, FedSGD {r['fedsgd']:.1e}"
@@ -249,7 +249,7 @@ def _c8(ctx, *, fedrep_options=None, head_ridge=1e-5):
     ax.set_xlabel("m_new")
     ax.set_ylabel("excess MSE on new clients")
     ax.legend(fontsize=7)
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="new clients' excess MSE vs m_new")
     return Evidence(
         verdict=verdict_from(passed),
         summary=f"FedRep / prediction in [{ratio.min():.2f}, {ratio.max():.2f}] (want [0.5, 2]); "

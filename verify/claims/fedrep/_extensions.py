@@ -11,7 +11,8 @@ from lowrank_fl.problems.multitask import multitask_linear
 from verify.claim import Evidence, claim, verdict_from
 from verify.stats import fit_loglog_slope
 
-from ._support import PAPER, band, linear_phase_fit, pyplot, rngs, rounds_to, sigmas2, warm_start
+from ._support import (PAPER, band, linear_phase_fit, pyplot, rngs, rounds_to, sigmas2,
+                       warm_start)
 
 
 # ====================================================================== C12 (extensions)
@@ -50,7 +51,7 @@ def _c12a(ctx, *, options=None, algorithm=fedrep):
     ax.set_xlabel("noise sigma")
     ax.set_ylabel("dist(B^t, B*) floor")
     ax.legend(fontsize=7)
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="floor of dist vs noise sigma")
     fit_txt = f"{fit.slope:.2f} [{fit.low:.2f}, {fit.high:.2f}]" if fit else "undefined (non-finite floor)"
     return Evidence(verdict=verdict_from(passed),
                     summary=f"floor ~ sigma^{fit_txt}; floor / (sigma sqrt(d/(nm))) = "

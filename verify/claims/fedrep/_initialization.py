@@ -52,7 +52,7 @@ def _c9(ctx, *, estimator=method_of_moments):
     ax.set_xlabel("N = nm")
     ax.set_ylabel("dist(B0, B*)")
     ax.legend(fontsize=7)
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="MoM dist(B0, B*) vs nm")
     return Evidence(
         verdict=verdict_from(confirmed, erratum=True),
         summary=f"slope of dist(B0) vs nm = {fit} (printed bound: -1; Davis-Kahan: -0.5)",

@@ -104,7 +104,7 @@ def _c5b(ctx, *, design=gaussian_design):
     ax.set_xlabel("m")
     ax.set_ylabel("||F|| / (||W*|| dist)")
     ax.legend(fontsize=7)
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="||F|| / (||W*|| dist) vs m")
     return Evidence(verdict=verdict_from(passed), summary=f"slope {fit} (want within [-0.6, -0.4])",
                     measured=fit.as_dict(), predicted={"slope": -0.5}, figure=path,
                     notes="d = 20, k = 2, n = 30, fixed B at dist 0.5. Holds: mean slope in [-0.6, -0.4] with 95% CI "
@@ -164,7 +164,7 @@ def _c5c(ctx, *, design=gaussian_design):
     ax.loglog(m_vals, Z_mean[0] * (np.array(m_vals) / m_vals[0]) ** -0.5, "k--", label="m^-1/2")
     ax.set_xlabel("m")
     ax.legend(fontsize=7)
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="Lemma 2: 1 - sigma_min(G) vs m")
     return Evidence(
         verdict=verdict_from(passed),
         summary="; ".join(f"{key} slope {f}" for key, f in fits.items()),

@@ -13,7 +13,8 @@ from verify.claim import Evidence, claim, verdict_from
 from verify.conditions.fedrep import guaranteed_rate
 from verify.stats import fit_loglog_slope, mean_ci
 
-from ._support import PAPER, all_of, band, linear_phase_fit, pyplot, rngs, rounds_to, sigmas2, warm_start
+from ._support import (PAPER, all_of, band, linear_phase_fit, pyplot, rngs, rounds_to, sigmas2,
+                       warm_start)
 
 
 def _skewed_heads(n, k, skew, rng):
@@ -87,7 +88,7 @@ def _c2(ctx, *, options=None, algorithm=fedrep):
     ax.set_xlabel("round t")
     ax.set_ylabel("dist(B^t, B*)")
     ax.legend(fontsize=6)
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="dist per round (dashed: bound)")
     worst = max(rows, key=lambda r: r["rho_hat_max"] / r["rho_theory"])
     rate_ok = bool(ok)
     return Evidence(
@@ -168,7 +169,7 @@ def _c3(ctx, *, options=None):
     ax.set_xlabel("eta sigma_min*^2")
     ax.set_ylabel("-log rho")
     ax.legend(fontsize=7)
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="tail rate vs eta sigma_min^2")
     return Evidence(
         verdict=verdict_from(passed),
         summary=f"paper bound never violated: {bound_ok}; per-step 1 - eta(1-dist^2)s^2 bound: {step_ok}; "
@@ -252,7 +253,7 @@ def _c4(ctx, *, algorithm=fedrep):
     ax.set_xlabel("d / (rn)")
     ax.set_ylabel("m*")
     ax.legend(fontsize=7)
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="threshold m* vs d/(rn)")
     return Evidence(
         verdict=verdict_from(passed),
         summary=f"slope of log(m* - k) vs log(d/rn) = {slope:.2f} "
@@ -304,7 +305,7 @@ def _c11(ctx, *, algorithm=fedrep):
     ax.semilogx(rs, med, "o-")
     ax.set_xlabel("participation r")
     ax.set_ylabel("rounds to dist <= 1e-6 (median)")
-    path = ctx.save_figure(fig)
+    path = ctx.save_figure(fig, title="rounds to 1e-6 vs participation")
     return Evidence(
         verdict=verdict_from(passed),
         summary=f"rounds {', '.join(f'r={r}: {x:.0f}' for r, x in zip(rs, med))}; smallest/largest r ratio {gain:.2f}",

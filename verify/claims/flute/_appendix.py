@@ -80,7 +80,8 @@ def _c3(ctx, *, algorithm=flute):
                     measured={"rows": rows, "within": within, "slope_ratio": ratio,
                               "slope_ok": slope_ok},
                     predicted={"slope": pred_slope, "t_e": "<= T_R", "slope_ratio": "in [0.75, 1.25]"},
-                    table=rows, figure=ctx.save_figure(fig),
+                    table=rows,
+                    figure=ctx.save_figure(fig, title="t_e and T_R vs log(1/alpha)"),
                     notes="k = 4, App. C spectrum, population gradients; per replicate one random Phi and one "
                           "init direction G, B0, W0 = alpha G. Prop. A.2 needs alpha 'sufficiently small' "
                           "(Lemma A.4); its bound is judged for alpha <= 1e-3. At alpha = 0.1 and 0.01 (the "
@@ -138,7 +139,8 @@ def _c4(ctx, *, algorithm=flute):
                     summary=f"entered R in every run: {entered}; rounds outside R after entry: {viol}",
                     measured={"violations": viol, "entered_all": entered,
                               "max_sigma1_sq_over_2lambda1*": max(o["max_s1_ratio"] for o in flat)},
-                    predicted={"violations": 0}, figure=ctx.save_figure(fig),
+                    predicted={"violations": 0},
+                    figure=ctx.save_figure(fig, title="rounds outside R after entry"),
                     notes="Population runs; quick/full add fresh-sample runs with large N.")
 
 
@@ -198,7 +200,8 @@ def _c5(ctx, *, algorithm=flute):
                     measured={"worst_ratio": worst, "fraction_holding_at_eta_0.03": frac,
                               "eta_theory": eta_small, "entered_all": entered,
                               "nonfinite_steps": n_nonfinite},
-                    predicted={"worst_ratio": "<= 1"}, figure=ctx.save_figure(fig),
+                    predicted={"worst_ratio": "<= 1"},
+                    figure=ctx.save_figure(fig, title="worst step ratio / bound (clipped at 10)"),
                     notes="Started inside R (5 rounds after FLUTE at eta = 0.03 enters it), then "
                           "eta = Delta^2/(36 lambda*_1^3) (population). A non-finite step ratio counts "
                           "as a violation (worst = inf).")
@@ -259,7 +262,7 @@ def _c6(ctx, *, gram=_empirical_gram):
                     measured={"slope_A1": f1.as_dict(), "slope_A2": f2.as_dict(),
                               "A1_overparameterized": over},
                     predicted={"slope": -0.5, "A1_overparameterized": 0.0},
-                    figure=ctx.save_figure(fig),
+                    figure=ctx.save_figure(fig, title="A_1, A_2 at the optimum vs N"),
                     notes="App. C instance, k = 2, one Phi (seed recorded); fresh X at the balanced "
                           "optimum (B*, W*). The d- and sigma-sweeps are flute.lemA13.dimension_noise.")
 
@@ -309,7 +312,7 @@ def _c6b(ctx, *, gram=_empirical_gram, residual="Phi"):
                     measured={**{f"slope_{key}": f.as_dict() for key, f in fits.items()},
                               **{f"{key}_ok": v for key, v in flags.items()}},
                     predicted={"slope_A1_vs_d": 0.5, "slope_A2_vs_d": 0.5, "slope_A2_vs_sigma": 1.0},
-                    figure=ctx.save_figure(fig),
+                    figure=ctx.save_figure(fig, title="A_1, A_2 vs d (left), A_2 vs sigma (right)"),
                     notes="M = 15, k = 2, App. C spectrum for d = 10 kept fixed as d grows, N = 400 fresh "
                           "samples at the balanced optimum; 95% t-intervals over seeds decide (holds inside "
                           "the band, fails entirely outside). The sigma-sweep reuses the same samples for "
@@ -383,7 +386,6 @@ def _c14(ctx, *, algorithm=flute):
     return Evidence(verdict=verdict_from(passed),
                     summary=f"identities exact to {eq:.1e}; Lemma A.18 slack max {slack:.2e} (<= 0)",
                     measured=worst, predicted={"identities": 0.0, "lemmaA18_slack": "<= 0"},
-                    figure=ctx.save_figure(fig, title="worst identity residuals (left) and the signed "
-                                                      "Lemma A.18 slack (right)"),
+                    figure=ctx.save_figure(fig, title="identity residuals (left), Lemma A.18 slack (right)"),
                     notes="Padded cases d > M and d < M; gradients against finite differences are "
                           "unit tests (tests/test_exact_flute.py).")

@@ -56,7 +56,7 @@ def _c10(ctx, *, algorithm=flute):
                     measured={"identity_error": id_err, "flute_max_sin_angle": dist,
                               "mean_cos_plain_avg": float(np.mean([o["plain"] for o in flat]))},
                     predicted={"cos_plain_avg": "1/sqrt(M)", "flute_sin_angle": 0.0},
-                    figure=ctx.save_figure(fig),
+                    figure=ctx.save_figure(fig, title="|cos| to u_1: averages vs FLUTE"),
                     notes="Phi = U diag(lambda) (V = I), d = 2M, k = 1, population gradients.")
 
 
@@ -138,8 +138,7 @@ def _c11(ctx, *, algorithm=flute):
                     predicted={"plateau": "FLUTE <= FedRep (+1%)", "early": "FedRep < FLUTE",
                                "(ii) rounds FLUTE < FedRep(RI), reported": True,
                                "(iii) gap decreasing in k, reported": True},
-                    figure=ctx.save_figure(fig, title="error to the truth, mean over seeds, one panel per k "
-                                                      "(dots: round 10)"),
+                    figure=ctx.save_figure(fig, title="error to the truth per k (dots: round 10)"),
                     notes="Fixed dataset (N = 20, M = 15, d = 10, noise variance 0.3), FLUTE eta = 0.03, "
                           "FedRep eta = 0.1 (not reported by the paper). With a fixed dataset all three "
                           "target the same empirical rank-k ERM, which is non-convex: FLUTE can stall at "
@@ -198,7 +197,7 @@ def _c_erm(ctx, *, algorithm=flute):
                               "objective_gaps": [o["obj_gap"] for o in flat],
                               "nuclear_relaxation_rel_distance": [o["nuc_dist"] for o in flat]},
                     predicted={"rel_distance": 0.0},
-                    figure=ctx.save_figure(fig),
+                    figure=ctx.save_figure(fig, title="FLUTE's BW vs AltMin and nuclear"),
                     notes="d = 10, M = 15, N = 20, noise variance 0.3, 2000 rounds at eta = 0.03. The "
                           "nuclear-norm relaxation (truncated to rank k) is a different estimator; its "
                           "distance is reported, not judged. The empirical objective is non-convex: in "

@@ -55,7 +55,7 @@ def _c1(ctx, *, algorithm=flute):
                     measured={"max_rel_error": rel, "max_balance": bal, "max_subspace_distance": dist,
                               "k": ks},
                     predicted={"rel_error": 0.0, "balance": 0.0},
-                    figure=ctx.save_figure(fig),
+                    figure=ctx.save_figure(fig, title="error to Phi_k, first seed per k"),
                     notes="App. C instance (d = 10, M = 15), eta = 0.03, alpha = 1/(10 d), population "
                           "gradients; a different random Phi per replicate.")
 
@@ -113,7 +113,8 @@ def _c2(ctx, *, algorithm=flute):
                     measured={"rows": rows, "bound_ok": bound_ok, "sharp_ok": sharp_ok},
                     predicted={"rho_bound": "1 - eta Delta / 16",
                                "rho_population": "1 - eta Delta / 2 within 1e-3 (pilot runs)"},
-                    table=rows, figure=ctx.save_figure(fig),
+                    table=rows,
+                    figure=ctx.save_figure(fig, title="error to Phi_k, first seed per k"),
                     notes="Tail fit on 1e-11 < err < 1e-3 of population runs, judged per seed. The paper's "
                           "bound is loose by 8x in the exponent; the sharp population rate "
                           "1 - eta (lambda_k - lambda_(k+1)) is judged too, on the median over seeds "
@@ -163,7 +164,7 @@ def _c2c(ctx, *, algorithm=flute):
                     summary=f"log-log slope of log(1/rho) in Delta {slope_txt} (band [0.9, 1.1])",
                     measured={"Delta": delta, "rho": rho, "slope": fit_d, "slope_ok": passed},
                     predicted={"slope": 1.0, "log(1/rho)": "~ eta Delta / 2"},
-                    figure=ctx.save_figure(fig),
+                    figure=ctx.save_figure(fig, title="log(1/rho) vs Delta"),
                     notes=f"Spectrum [4, 3, 3 - g, 1, 0.5], k = 2, eta = {eta}, population; holds when the "
                           "95% interval over seeds lies in [0.9, 1.1], fails when it lies outside.")
 
@@ -200,7 +201,7 @@ def _c2b(ctx, *, algorithm=flute):
                     measured={"rho_appendix": rho["appendix"], "rho_main": rho["main"],
                               "log_rate_ratio": ratio, "max_rel_error": rel},
                     predicted={"log_rate_ratio": 2.0, "rel_error": 0.0},
-                    figure=ctx.save_figure(fig),
+                    figure=ctx.save_figure(fig, title="log-rate: appendix vs main"),
                     notes="Eqs. (4)-(5): the main text's L_i carries a factor 2 in its gradient, App. A.1 "
                           "does not; the theorems analyse the appendix version (default).")
 
@@ -232,7 +233,8 @@ def _c13(ctx, *, algorithm=flute):
     return Evidence(verdict=verdict_from(passed),
                     summary=f"rel. error to Phi {err:.1e} (< 1e-8); rate {np.mean(rho):.5f} vs {pred:.5f}",
                     measured={"max_rel_error": err, "rho": rho},
-                    predicted={"rel_error": 0.0, "rho": pred}, figure=ctx.save_figure(fig),
+                    predicted={"rel_error": 0.0, "rho": pred},
+                    figure=ctx.save_figure(fig, title="fitted rate vs 1 - eta lambda_k"),
                     notes="d = 10, M = 15, k = 4, lambda = (10, 6, 4, 2.5), noiseless population.")
 
 
@@ -293,6 +295,6 @@ def _c15(ctx, *, algorithm=flute):
                     measured={"slopes": slopes, "floors": floors, "floor_fit": fit_d,
                               "decay_ok": decay_ok, "floor_ok": bool(floor_ok)},
                     predicted={"slope_bound": bound, "floor_slope": -0.5},
-                    figure=ctx.save_figure(fig),
+                    figure=ctx.save_figure(fig, title="error per round, first seed per N"),
                     notes="Constant N per round (not the theorem's growing N_t), App. C instance k = 2, "
                           "noise variance 0.3.")

@@ -55,7 +55,7 @@ def _c12a(ctx, *, algorithm=flute):
     return Evidence(verdict=verdict_from(passed),
                     summary=f"limit equals the scaled Phi_k to {worst:.1e} relative (< 1e-8)",
                     measured={"rows": rows}, predicted={"rel_error": 0.0}, table=rows,
-                    figure=ctx.save_figure(fig))
+                    figure=ctx.save_figure(fig, title="limit scale: measured vs predicted"))
 
 
 def _task_boundary(seed, *, g1, normalization, eta, algorithm):
@@ -108,7 +108,7 @@ def _c12b(ctx, *, algorithm=flute):
                     measured={"rows": rows}, table=rows,
                     predicted={"paper_boundary": 0.25, "correct_boundary_appendix": 0.75,
                                "correct_boundary_main": 1.25},
-                    figure=ctx.save_figure(fig),
+                    figure=ctx.save_figure(fig, title="diverged (red) or converged (green)"),
                     notes="Population runs, gamma2 = 1/8; main normalization at smaller eta so that "
                           "the inflated target does not trigger step-size instability.")
 
@@ -159,7 +159,8 @@ def _c12c(ctx, *, algorithm=flute):
                     summary="; ".join(f"N={r['N']}: {r['err_g1=2g2']:.2f} / {r['err_g1=g2']:.2f} / "
                                       f"{r['err_g1=2g2/3']:.2f} (2g2 / g2 / 2g2/3)" for r in rows),
                     measured={"rows": rows}, table=rows,
-                    predicted={"best": "gamma1 = gamma2"}, figure=ctx.save_figure(fig),
+                    predicted={"best": "gamma1 = gamma2"},
+                    figure=ctx.save_figure(fig, title="final error vs N per gamma1/gamma2"),
                     notes="gamma2 = 1/8 (absolute values not given by the paper), fixed dataset, "
                           f"{rounds} rounds at eta = 0.03, same init for the three gammas; paired "
                           "differences with 95% t-intervals decide (inconclusive when they straddle 0). "

@@ -44,7 +44,8 @@ def _c7(ctx, *, algorithm=flute):
     return Evidence(verdict=verdict_from(passed),
                     summary=f"fitted slope {fit} (band [-0.6, -0.4])",
                     measured={"slope": fit.as_dict(), "mean_error": err.mean(axis=1)},
-                    predicted={"slope": -0.5}, figure=ctx.save_figure(fig),
+                    predicted={"slope": -0.5},
+                    figure=ctx.save_figure(fig, title="final error vs N"),
                     notes="d = 20, M = 10, k = 3, spectrum [6, 5, 4, 2, 1.5, 1], noise variance 0.3, "
                           "fixed dataset, 450 rounds at eta = 0.03 (rate 0.94 per round).")
 
@@ -105,7 +106,7 @@ def _c8(ctx, *, algorithm=flute):
                     measured=measured,
                     predicted={"slope_M_le_d": "<= -0.5 (95% interval)",
                                "flattening": "slope for M >= d/2 larger than for M <= d (paired interval)"},
-                    figure=ctx.save_figure(fig),
+                    figure=ctx.save_figure(fig, title="final error vs M (dotted: M = d)"),
                     notes="Fixed rank-5 spectrum (E fixed), so per-client column norms shrink like "
                           "M^(-1/2) and the error can fall faster than M^(-1/2) (Remark 5.2 is an upper bound). "
                           "Slopes are fitted per seed; holds when the 95% interval lies below -0.5, fails "
@@ -155,6 +156,7 @@ def _c9(ctx, *, algorithm=flute):
                             f"increases: {err_mono} (Spearman {rho:.2f})",
                     measured={"Delta": 2 * np.array(gs), "iterations": iters.mean(axis=1),
                               "final_error": err.mean(axis=1), "spearman_error_vs_gap": float(rho)},
-                    predicted={"monotone": "decreasing in Delta"}, figure=ctx.save_figure(fig),
+                    predicted={"monotone": "decreasing in Delta"},
+                    figure=ctx.save_figure(fig, title="rounds to 1e-6 (left), final error (right) vs Delta"),
                     notes="Spectrum [4, 3, 3 - g, 1, 0.5], k = 2, eta = 0.075; only monotonicity is "
                           "tested (the bound's Delta^-6 constants are loose).")

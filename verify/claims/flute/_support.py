@@ -10,8 +10,8 @@ import numpy as np
 
 from verify.stats import interval_verdict
 
-__all__ = ["PAPER", "ETA", "NOISE", "GAP_SWEEP_ETA", "figure", "tail_rate", "band_verdict", "all_of",
-           "rounds_to"]
+__all__ = ["PAPER", "ETA", "NOISE", "GAP_SWEEP_ETA", "figure", "tail_rate", "band_verdict",
+           "all_of", "rounds_to"]
 
 PAPER = "flute"
 ETA = 0.03                      # App. C's step size
