@@ -153,7 +153,8 @@ def _private_uses() -> set[str]:
     """``"importer: module._name"`` for each private name one module takes from another.
 
     ``from m import _x`` and ``alias._x`` where ``alias`` is a module imported by name. Private
-    modules (``verify.claims._clair_sec7``) may be imported inside their own package.
+    modules (``verify.claims._clair_sec7``) may be imported inside their own package, its
+    ``__init__`` included.
     """
     out = set()
     for m in MODULES:
@@ -173,7 +174,7 @@ def _private_uses() -> set[str]:
                     if sub in MODULES:
                         module_aliases[alias.asname or alias.name] = sub
                         private_module = alias.name.startswith("_") and not alias.name.startswith("__")
-                        if private_module and not m.startswith(target + "."):
+                        if private_module and not (m == target or m.startswith(target + ".")):
                             out.add(f"{m}: {sub}")
                     elif alias.name.startswith("_") and not alias.name.startswith("__"):
                         out.add(f"{m}: {target}.{alias.name}")
@@ -182,7 +183,7 @@ def _private_uses() -> set[str]:
                 for k, part in enumerate(parts):
                     if part.startswith("_") and not part.startswith("__"):
                         owner = ".".join(parts[:k])
-                        if not m.startswith(owner + "."):
+                        if not (m == owner or m.startswith(owner + ".")):
                             out.add(f"{m}: {'.'.join(parts[:k + 1])}")
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
