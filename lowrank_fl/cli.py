@@ -25,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .clair import cli as clair_cli
 
     clair_cli.add_parser(sub)
+    from .adapters import cli as adapters_cli
+
+    adapters_cli.add_parser(sub)
     try:
         from verify import cli as verify_cli
     except ModuleNotFoundError as exc:  # the library installed without the verifier package
