@@ -57,6 +57,9 @@ class ModuleOptions:
     rank_out: int | None = None
     tol: float = 1e-6
     max_iter: int = 20000
+    #: precision of the stored bases and output factors ("float32": what is written; "float64"
+    #: for exactness checks)
+    output_dtype: str = "float32"
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -235,15 +238,16 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
     red = reduce_module(f, energy=options.energy)
     res = ModuleResult(name=f.name, method=options.method, shape=tuple(f.shape),
                        ranks=list(f.ranks), reduced_dims=red.dims, discarded=red.discarded)
-    U32, V32 = red.U.astype(np.float32), red.V.astype(np.float32)
+    dt = np.dtype(options.output_dtype)
+    U32, V32 = red.U.astype(dt), red.V.astype(dt)
     m = options.method
     mean_product, fedavg_factors, flexlora = _lora_kernels()
     if m == "clair":
         _clair(f, red, options, res)
-        res.state.update(U=U32, V=V32, M=red.M, B_own=[(s * b).astype(np.float32)
+        res.state.update(U=U32, V=V32, M=red.M, B_own=[(s * b).astype(dt)
                                                         for s, b in zip(f.scaling, f.B)],
-                         A_own=[a.astype(np.float32) for a in f.A])
-        res.state["VZt"] = (V32 @ res.state["Z"].astype(np.float32)).T.copy()
+                         A_own=[a.astype(dt) for a in f.A])
+        res.state["VZt"] = (V32 @ res.state["Z"].astype(dt)).T.copy()
     elif m == "fedavg":
         Mbar = mean_product(red.X, red.Y)                      # (q′, p′), reduced exact mean
         B, A, _ = _factorize(U32, Mbar, V32, None)
@@ -252,7 +256,7 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
         rank = options.rank or _mode(f.ranks)
         rank = min(rank, *red.dims)
         Bp, Ap = flexlora(red.X, red.Y, rank)                  # reduced factors (q′, r), (r, p′)
-        res.state.update(B=U32 @ Bp.astype(np.float32), A=Ap.astype(np.float32) @ V32.T,
+        res.state.update(B=U32 @ Bp.astype(dt), A=Ap.astype(dt) @ V32.T,
                          core=(U32, Bp @ Ap, V32))
         res.rank = rank
     else:
@@ -270,7 +274,7 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
         else:
             Bbar, Abar = fedavg_factors(A, B)
         core = (U32, np.einsum("kqr->qr", red.Y) @ np.einsum("krp->rp", red.X) / K**2, V32)
-        res.state.update(B=Bbar.astype(np.float32), A=Abar.astype(np.float32), core=core)
+        res.state.update(B=Bbar.astype(dt), A=Abar.astype(dt), core=core)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -283,15 +287,18 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     rank = min(rank, pp)
     G = K * (K - 1) // 2
     w = np.full(G, 1.0 / K)
+    warm = None
     if o.lam_L is None:
         lams = auto_lambdas(D, h, K, rank, weights=w)
-        lam_L, lam_S, rule = lams.lam_L, lams.lam_S, lams.rule
+        lam_L, lam_S, rule, warm = lams.lam_L, lams.lam_S, lams.rule, lams.warm
     else:
         lam_L, lam_S, rule = float(o.lam_L), float(o.lam_S), "given"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        # explicit λ: a cold start, exactly clair.fit's iterates (reduce.py); automatic λ:
+        # warm start from the tuning path's nearest solve (same optimum, fewer iterations)
         sol = clair.solve_penalized(D, q=h, lam_L=lam_L, lam_S=lam_S, weights=w, tol=o.tol,
-                                    max_iter=o.max_iter)
+                                    max_iter=o.max_iter, init=warm)
     if sol.status == "diverged":
         raise AdapterError(f"module {f.name!r}: the solve of (7) diverged")
     Z = sol.Vt[:rank].T                                         # (p′, rank), P′ = Z Z^T

@@ -39,9 +39,9 @@ are ``V`` times those of ``L̂″`` with the same singular values, so ``P_Â = V
 ``L = S = 0`` are the lifts of the reduced iterates (SVT and block soft-thresholding commute
 with the isometry), so even the iteration counts agree.
 
-Bases are computed from the factors only — a Householder QR of the stacked ``[s_k B_k]``
-(out × Σr) and ``[A_k]^T`` (in × Σr), then an SVD of the small triangular factor for the
-numerical rank — never from out × in matrices. With ``energy < 1`` the joint spaces are
+Bases are computed from the factors only — from the Grams of the stacked ``[s_k B_k]``
+(out × Σr) and ``[A_k]^T`` (in × Σr), with a re-orthonormalizing second pass (:func:`_basis`)
+— never from out × in matrices. With ``energy < 1`` the joint spaces are
 truncated to the leading directions of ``Σ_k ΔW_k ΔW_k^T`` and ``Σ_k ΔW_k^T ΔW_k`` that keep
 that fraction of ``Σ_k ||ΔW_k||_F^2``; the energy actually discarded,
 ``Σ_k ||ΔW_k - U U^T ΔW_k V V^T||_F^2 / Σ_k ||ΔW_k||_F^2``, is reported.
@@ -58,8 +58,8 @@ from .io import ModuleFactors
 
 __all__ = ["ReducedModule", "reduce_module", "pair_blocks", "RANK_RTOL"]
 
-#: Singular values of the stacked factors' triangular part below ``RANK_RTOL * sigma_1`` are
-#: treated as exact zeros (rank-deficient factors); the energy they carry is reported.
+#: Singular values of the stacked factors below ``max(RANK_RTOL, 3e-7) * sigma_1`` are treated
+#: as exact zeros (rank-deficient factors; :func:`_basis`); the energy they carry is reported.
 RANK_RTOL = 1e-12
 
 
@@ -101,17 +101,31 @@ class ReducedModule:
 
 def _basis(F, rtol):
     """Orthonormal basis (n, rho) of ``col(F)`` for a tall (n, m) ``F``, and the coordinates
-    (rho, m) of F's columns in it: Householder QR, then an SVD of the (m, m) triangle."""
+    (rho, m) of F's columns in it.
+
+    Two passes of Gram eigendecompositions (the eigenvalue form of CholeskyQR2): the first,
+    ``F^T F = X diag(λ) X^T``, gives ``U_1 = F X_ρ λ_ρ^{-1/2}`` for the ``ρ`` eigenvalues above
+    ``(rtol_g λ_max)`` with ``rtol_g = max(rtol^2, 1e-13)`` (a Gram resolves singular values down
+    to about ``sqrt(eps) σ_1``; directions below carry a relative energy under 1e-13, and what is
+    dropped is reported by :func:`reduce_module`); the second re-orthonormalizes ``U_1``
+    (orthogonality to rounding). Cost two (n × m) Grams and two (n × m) × (m × ρ) products,
+    about five times cheaper than a Householder QR at n = 4096, m = 160. Falls back to
+    Householder QR + SVD when ``n <= m``.
+    """
     if F.shape[0] <= F.shape[1]:
         X, s, Yt = np.linalg.svd(F, full_matrices=False)
-        Q = None
-    else:
-        Q, R = scipy.linalg.qr(F, mode="economic", check_finite=False)
-        X, s, Yt = np.linalg.svd(R)
-    rho = int(np.count_nonzero(s > rtol * s[0])) if s.size and s[0] > 0 else 0
-    rho = max(rho, 1)
-    basis = X[:, :rho] if Q is None else Q @ X[:, :rho]
-    return basis, s[:rho, None] * Yt[:rho]
+        rho = max(int(np.count_nonzero(s > rtol * s[0])) if s.size and s[0] > 0 else 0, 1)
+        return X[:, :rho], s[:rho, None] * Yt[:rho]
+    C = F.T @ F
+    lam, X = np.linalg.eigh(C)
+    lam, X = lam[::-1], X[:, ::-1]
+    top = max(float(lam[0]), 0.0)
+    keep = lam > max(rtol * rtol, 1e-13) * top if top > 0 else np.zeros(lam.size, bool)
+    rho = max(int(np.count_nonzero(keep)), 1)
+    U = F @ (X[:, :rho] / np.sqrt(np.maximum(lam[:rho], np.finfo(float).tiny)))
+    lam2, X2 = np.linalg.eigh(U.T @ U)                 # second pass: U^T U = I + O(eps κ^2)
+    U = U @ (X2 / np.sqrt(lam2))
+    return U, U.T @ F
 
 
 def _energy_rotation(C, energy):
@@ -183,11 +197,11 @@ def pair_blocks(red: ReducedModule) -> tuple[np.ndarray, int]:
     """
     K, qp, pp = red.M.shape
     P = pairs(K)
-    D = red.M[P[:, 0]] - red.M[P[:, 1]]                             # (G, q′, p′)
     rmax = red.Y.shape[2]
     if 2 * rmax >= qp:
-        return D.reshape(-1, pp), qp
-    Yp = np.concatenate([red.Y[P[:, 0]], red.Y[P[:, 1]]], axis=2)  # (G, q′, 2 r_max)
-    Q, _ = np.linalg.qr(Yp)                                         # (G, q′, 2 r_max)
-    Dpp = np.matmul(np.swapaxes(Q, 1, 2), D)                       # (G, h, p′)
+        return (red.M[P[:, 0]] - red.M[P[:, 1]]).reshape(-1, pp), qp
+    # Q_g R_g = [Y_j, Y_k] (Householder, batched over pairs): Q_g^T (M_j - M_k)
+    # = Q_g^T Y_j X_j - Q_g^T Y_k X_k = R_g[:, :r] X_j - R_g[:, r:] X_k. Q_g is never formed.
+    R = np.linalg.qr(np.concatenate([red.Y[P[:, 0]], red.Y[P[:, 1]]], axis=2), mode="r")
+    Dpp = R[:, :, :rmax] @ red.X[P[:, 0]] - R[:, :, rmax:] @ red.X[P[:, 1]]   # (G, h, p′)
     return Dpp.reshape(-1, pp), 2 * rmax

@@ -9,7 +9,7 @@ The rule here therefore measures λ in units of the data:
 * ``λ_L = c1 K^{-1/2} ŝ`` with ``ŝ = median_g ||D̂_g||_F / sqrt(2 r)`` (``r`` the target rank;
   a typical pair contrast spread over its ``2r``-dimensional support) and ``c1 = 1``;
 * ``λ_S / λ_L`` from the rank-band rule of the Table 1 reproduction: scan ratios ``c2/(c1 K)``,
-  ``c2`` on a log grid of [1, 12] (warm-started solves at a loose tolerance), and take the
+  ``c2`` on 5 log-spaced points of [1, 12] (warm-started solves at a loose tolerance), and take the
   geometric midpoint of the longest run of ratios where ``rank(L̂) = r`` (numerical rank
   relative to ``||D̂||_op``). Without such a run, ``λ_L`` is halved (up to three times, the
   signal is then below the nuclear threshold); failing that, the smallest ratio with
@@ -38,6 +38,7 @@ class Lambdas:
     lam_S: float
     rule: str          # "band", "fallback", or "given"
     band: tuple | None  # (low, high) ratio band, None without one
+    warm: tuple | None = None  # (L, S) of the path solve nearest to the chosen ratio
 
 
 def data_scale(D, q: int, rank: int) -> float:
@@ -50,7 +51,7 @@ def _num_rank(sol, D_op):
     return int(np.count_nonzero(sol.singular_values > 1e-6 * D_op))
 
 
-def auto_lambdas(D, q: int, n_clients: int, rank: int, *, weights=None, n_ratios: int = 7,
+def auto_lambdas(D, q: int, n_clients: int, rank: int, *, weights=None, n_ratios: int = 5,
                  max_iter: int = 2000) -> Lambdas:
     """λ for a stacked (G*q, p) ``D̂`` of ``n_clients`` clients and target ``rank`` (module
     docstring). Deterministic; one warm-started path of ``n_ratios`` solves per ``λ_L`` tried."""
@@ -63,7 +64,7 @@ def auto_lambdas(D, q: int, n_clients: int, rank: int, *, weights=None, n_ratios
     lam_L = K ** -0.5 * s
     last = None
     for _ in range(4):
-        ranks, prev = [], None
+        ranks, prev, sols = [], None, []
         for ratio in ratios:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -71,20 +72,24 @@ def auto_lambdas(D, q: int, n_clients: int, rank: int, *, weights=None, n_ratios
                                             weights=weights, tol=_PATH_TOL, max_iter=max_iter,
                                             init=prev)
             prev = (sol.L, sol.S)
+            sols.append(prev)
             ranks.append(_num_rank(sol, D_op))
         ranks = np.array(ranks)
         band = _longest_run(ratios, ranks == rank)
         if band is not None:
-            return Lambdas(lam_L=lam_L, lam_S=float(np.sqrt(band[0] * band[1])) * lam_L,
-                           rule="band", band=band)
-        last = (lam_L, ranks)
+            ratio = float(np.sqrt(band[0] * band[1]))
+            near = int(np.argmin(np.abs(np.log(ratios / ratio))))
+            return Lambdas(lam_L=lam_L, lam_S=ratio * lam_L, rule="band", band=band,
+                           warm=sols[near])
+        last = (lam_L, ranks, sols)
         if ranks.max() > rank:      # rank already overshoots: halving λ_L would not help
             break
         lam_L /= 2
-    lam_L, ranks = last
+    lam_L, ranks, sols = last
     above = np.flatnonzero(ranks >= rank)
-    ratio = float(ratios[above[0]] if above.size else ratios[-1])
-    return Lambdas(lam_L=lam_L, lam_S=ratio * lam_L, rule="fallback", band=None)
+    i = int(above[0]) if above.size else len(ratios) - 1
+    return Lambdas(lam_L=lam_L, lam_S=float(ratios[i]) * lam_L, rule="fallback", band=None,
+                   warm=sols[i])
 
 
 def _longest_run(x, mask):
