@@ -153,3 +153,19 @@ def test_rank_out_truncation_error():
     assert Bt.shape[1] == 2
     full = B @ A
     assert err == pytest.approx(np.linalg.norm(full - Bt @ At) / np.linalg.norm(full), rel=1e-8)
+
+
+def test_client_rule_override_keeps_own_update_and_refines_with_given_set():
+    f = _factors([3, 3, 3, 3, 3], seed=6)
+    res = aggregate_module(f, ModuleOptions(output_dtype="float64"))
+    assert res.benign[0]
+    W = _full(f)
+    b = np.array([False, True, True, True, False])          # client 0 excluded by a global rule
+    B, A, _ = res.outputs(0, benign=b)
+    np.testing.assert_allclose(B @ A, W[0], atol=1e-10 * np.abs(W[0]).max())
+    red = reduce_module(f)
+    Z = res.state["Z"]
+    P = red.V @ Z @ Z.T @ red.V.T
+    ref = clair.refine_closed_form(W, P, b)[1]
+    B, A, _ = res.outputs(1, benign=b)
+    np.testing.assert_allclose(B @ A, ref, atol=1e-10 * np.abs(ref).max())

@@ -134,9 +134,9 @@ class ModuleResult:
         key = tuple(b.tolist())
         U, V, M, Z = st["U"], st["V"], st["M"], st["Z"]
         if not b[k]:                                    # excluded: keeps its own update
-            if rank_out is None:
-                return st["B_own"][k], st["A_own"][k], 0.0
-            return _factorize(U, M[k], V, rank_out)
+            if rank_out is None and k in st["own"]:
+                return st["own"][k][0], st["own"][k][1], 0.0
+            return _factorize(U, M[k], V, rank_out)    # U M_k V^T = ΔW_k (exact reduction)
         Mbar = M[b].mean(axis=0)
         if rank_out is not None:
             Mt = M[k] @ (Z @ Z.T) + Mbar - Mbar @ (Z @ Z.T)
@@ -244,9 +244,10 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
     mean_product, fedavg_factors, flexlora = _lora_kernels()
     if m == "clair":
         _clair(f, red, options, res)
-        res.state.update(U=U32, V=V32, M=red.M, B_own=[(s * b).astype(dt)
-                                                        for s, b in zip(f.scaling, f.B)],
-                         A_own=[a.astype(dt) for a in f.A])
+        # the original factors of the clients this module excludes (written back unchanged)
+        own = {k: ((f.scaling[k] * f.B[k]).astype(dt), f.A[k].astype(dt))
+               for k in range(K) if not res.benign[k]}
+        res.state.update(U=U32, V=V32, M=red.M, own=own)
         res.state["VZt"] = (V32 @ res.state["Z"].astype(dt)).T.copy()
     elif m == "fedavg":
         Mbar = mean_product(red.X, red.Y)                      # (q′, p′), reduced exact mean
