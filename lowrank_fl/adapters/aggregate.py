@@ -83,7 +83,7 @@ class ModuleResult:
     Attributes (summary fields): ``name``, ``shape`` (out, in), ``ranks`` (per client),
     ``benign`` (bool per client, CLAIR's per-module set (8), None otherwise), ``lam_L``,
     ``lam_S``, ``lam_rule``, ``weights`` (per pair for CLAIR), ``rank`` (dimension of
-    ``P_Â``), ``reduced_dims`` ([q′, p′]), ``pair_height`` (h), ``status``, ``relative_gap``,
+    ``P_Â``), ``numerical_rank`` (of ``L̂``, relative to ``||D̂||_op``), ``reduced_dims`` ([q′, p′]), ``pair_height`` (h), ``status``, ``relative_gap``,
     ``iterations``, ``discarded`` (relative energy of a truncated reduction), ``tau``, ``votes``,
     ``block_norms``, ``seconds``.
     """
@@ -101,6 +101,7 @@ class ModuleResult:
     lam_rule: str | None = None
     weights: list | None = None
     rank: int | None = None
+    numerical_rank: int | None = None
     pair_height: int | None = None
     status: str = "exact"
     relative_gap: float = 0.0
@@ -113,7 +114,7 @@ class ModuleResult:
 
     def summary(self) -> dict:
         keys = ("shape", "ranks", "benign", "lam_L", "lam_S", "lam_rule", "weights", "rank",
-                "reduced_dims", "pair_height", "status", "relative_gap", "iterations",
+                "numerical_rank", "reduced_dims", "pair_height", "status", "relative_gap", "iterations",
                 "discarded", "tau", "votes", "block_norms", "seconds")
         return {k: _jsonable(getattr(self, k)) for k in keys}
 
@@ -312,6 +313,10 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     res.lam_L, res.lam_S, res.lam_rule = lam_L, lam_S, rule
     res.weights = w.tolist()
     res.rank = rank
+    # rank(L̂) relative to ||D̂||_op (clair.fit's rule); below ``rank`` the top-rank subspace is
+    # partly arbitrary, which the CLI reports
+    d_op = float(np.linalg.norm(D, 2))
+    res.numerical_rank = int(np.count_nonzero(sol.singular_values > 1e-6 * d_op))
     res.pair_height = h
     res.status = str(sol.status)
     res.relative_gap = float(sol.relative_gap)

@@ -99,6 +99,11 @@ def run_aggregate(args) -> int:
         if bad:
             print(f"  warning: {len(bad)} module(s) stopped before the tolerance: {bad[:3]}",
                   file=sys.stderr)
+        low = [m for m, s in mods.items() if s["numerical_rank"] < s["rank"]]
+        if low:
+            print(f"  warning: {len(low)} module(s) have rank(L_hat) below --rank (their P_A is "
+                  f"partly arbitrary; see numerical_rank in summary.json): {low[:3]}",
+                  file=sys.stderr)
     if args.rank_out is not None:
         worst = max(e for d in summary["rank_out_relative_error"].values() for e in d.values())
         print(f"  --rank-out {args.rank_out}: largest relative Frobenius error {worst:.3e}")
