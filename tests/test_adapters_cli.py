@@ -224,3 +224,22 @@ def test_load_errors_are_value_errors(src):
         load_adapters(src[:1])
     with pytest.raises(ValueError, match="not a directory"):
         load_adapters([src[0], src[0] / "nothing"])
+
+
+def test_scaling_honours_patterns_and_rslora(src, tmp_path):
+    dirs = _copy(src, tmp_path)
+    cfg_file = dirs[0] / "adapter_config.json"
+    cfg = json.loads(cfg_file.read_text())
+    cfg.update(lora_alpha=6, use_rslora=True, alpha_pattern={r"layers\.1\.self_attn\.q_proj": 9})
+    cfg_file.write_text(json.dumps(cfg))
+    ad = load_adapters(dirs)
+    c = ad.clients[0]
+    m1 = "base_model.model.model.layers.1.self_attn.q_proj"
+    m0 = "base_model.model.model.layers.0.self_attn.q_proj"
+    assert c.scaling(m1, 3) == pytest.approx(9 / np.sqrt(3))
+    assert c.scaling(m0, 3) == pytest.approx(6 / np.sqrt(3))
+    assert ad.clients[1].scaling(m0, 3) == pytest.approx(6 / 3)     # lora_alpha 2r, r = 3
+    cfg.update(rank_pattern={r"layers\.1\.self_attn\.q_proj": 5})
+    cfg_file.write_text(json.dumps(cfg))
+    with pytest.raises(AdapterError, match="rank 3 in the weights but r = 5"):
+        load_adapters(dirs)

@@ -138,3 +138,41 @@ def test_peft_round_trip_single_output(clients, tmp_path, method):
         else:
             ref = np.mean([f.scaling[j] * f.B[j] for j in range(K)], axis=0) @ np.mean(f.A, axis=0)
         assert np.linalg.norm(got[m] - ref) <= 1e-5 * np.linalg.norm(ref)
+
+
+def test_gpt2_fan_in_fan_out_round_trip(tmp_path):
+    """GPT-2's Conv1D (fan_in_fan_out=True): ΔW = s B A is still (out, in) in the factors."""
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=1,
+                                  n_head=4)
+
+    def base():
+        torch.manual_seed(0)
+        return transformers.GPT2LMHeadModel(cfg).eval()
+
+    dirs = []
+    for k in range(3):
+        torch.manual_seed(10 + k)
+        model = peft.get_peft_model(base(), peft.LoraConfig(
+            r=2, lora_alpha=4, target_modules=["c_attn"], fan_in_fan_out=True,
+            init_lora_weights="gaussian"))
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_()
+        model.save_pretrained(str(tmp_path / f"c{k}"))
+        dirs.append(tmp_path / f"c{k}")
+    out = tmp_path / "out"
+    assert main(["adapters", "aggregate", *map(str, dirs), "--method", "fedavg", "--out",
+                 str(out), "--quiet"]) == 0
+    ad = load_adapters(dirs)
+    got = peft.PeftModel.from_pretrained(base(), str(out / "aggregated"))
+    seen = 0
+    for name, mod in got.named_modules():
+        if name in ad.modules:
+            seen += 1
+            f = ad.factors(name)
+            ref = np.mean([f.delta(k) for k in range(3)], axis=0)     # (out, in) = (96, 32)
+            delta = mod.get_delta_weight("default").detach().double().numpy()
+            assert delta.shape == (32, 96)                             # Conv1D stores (in, out)
+            np.testing.assert_allclose(delta.T, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
+    assert seen == 1

@@ -267,14 +267,12 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
                                f"equal ranks, got {f.ranks}")
         A = np.stack(f.A)
         B = np.stack([s * b for s, b in zip(f.scaling, f.B)])
-        if m == "ffa":
+        if m == "ffa":      # FFA-LoRA: A frozen and shared, so mean(B) A = mean ΔW exactly
             dev = float(np.abs(A - A[:1]).max())
             if dev > 1e-6 * max(float(np.abs(A).max()), np.finfo(float).tiny):
                 raise AdapterError(f"module {f.name!r}: method 'ffa' needs the same (frozen) A "
                                    f"on every client; max |A_k - A_1| = {dev:.3g}")
-            Bbar, Abar = fedavg_factors(A, B)
-        else:
-            Bbar, Abar = fedavg_factors(A, B)
+        Bbar, Abar = fedavg_factors(A, B)
         core = (U32, np.einsum("kqr->qr", red.Y) @ np.einsum("krp->rp", red.X) / K**2, V32)
         res.state.update(B=Bbar.astype(dt), A=Abar.astype(dt), core=core)
     res.seconds = time.perf_counter() - t0
