@@ -313,7 +313,8 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     res.rank = rank
     # rank(L̂) relative to ||D̂||_op (clair.fit's rule); below ``rank`` the top-rank subspace is
     # partly arbitrary, which the CLI reports
-    d_op = float(np.linalg.norm(D, 2))
+    d_op = getattr(sol, "data_norm", None)
+    d_op = float(np.linalg.norm(D, 2)) if d_op is None else float(d_op)
     res.numerical_rank = int(np.count_nonzero(sol.singular_values > 1e-6 * d_op))
     res.pair_height = h
     res.status = str(sol.status)

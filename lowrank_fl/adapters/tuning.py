@@ -59,7 +59,7 @@ def auto_lambdas(D, q: int, n_clients: int, rank: int, *, weights=None, n_ratios
     s = data_scale(D, q, rank)
     if s <= 0:
         return Lambdas(lam_L=1.0, lam_S=1.0, rule="fallback", band=None)
-    D_op = float(np.linalg.norm(D, 2))
+    D_op = None
     ratios = np.geomspace(1.0, 12.0, n_ratios) / K
     lam_L = K ** -0.5 * s
     last = None
@@ -73,6 +73,9 @@ def auto_lambdas(D, q: int, n_clients: int, rank: int, *, weights=None, n_ratios
                                             init=prev)
             prev = (sol.L, sol.S)
             sols.append(prev)
+            if D_op is None:        # ||D||_op, as the solver computed it (clair.fit's reference)
+                D_op = getattr(sol, "data_norm", None)
+                D_op = float(np.linalg.norm(D, 2)) if D_op is None else float(D_op)
             ranks.append(_num_rank(sol, D_op))
         ranks = np.array(ranks)
         band = _longest_run(ratios, ranks == rank)
