@@ -99,6 +99,12 @@ def part1(workdir: Path, quick: bool, jobs: int) -> dict:
     res = {"modules": len(mods), "clients": len(summary["clients"]), "jobs": jobs,
            "generate_seconds": gen, "cli_seconds": wall, "solve_seconds": summary["seconds"],
            "cpu_seconds_tree": sum(cpu.values()),
+           "cpu_seconds_main": cpu.get(proc.pid, 0.0),
+           "cpu_seconds_workers": sum(v for k, v in cpu.items() if k != proc.pid),
+           # what two idle cores would take: the workers' share split over the jobs, plus the
+           # main process (loading, collecting, writing), which runs mostly alone
+           "idle_estimate_seconds": cpu.get(proc.pid, 0.0)
+           + sum(v for k, v in cpu.items() if k != proc.pid) / jobs,
            "load_avg_after": os.getloadavg(), "peak_rss_gb": peak / 2**30, "flagged_modules_per_client": flagged,
            "max_relative_gap": max(m["relative_gap"] for m in mods.values()),
            "statuses": sorted({m["status"] for m in mods.values()}),
