@@ -159,7 +159,8 @@ def cmd_verify(args) -> int:
 
     t = totals(results)
     print(f"verify: {t['holds']} holds, {t['fails']} fails, {t['inconclusive']} inconclusive "
-          f"({t['errors']} errors), {t['erratum confirmed']} erratum confirmed; "
+          f"({t['errors']} errors), {t['erratum confirmed']} erratum confirmed, "
+          f"{t['requires torch']} requires torch; "
           f"{executed} tasks run, {reused} from cache", file=sys.stderr)
     if args.strict and ("fails" in verdicts or t["errors"]):
         return 1

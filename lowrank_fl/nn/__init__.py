@@ -15,16 +15,11 @@ Importing :mod:`lowrank_fl` never imports torch; importing this package without 
 """
 from __future__ import annotations
 
-_MISSING = []
-for _name in ("torch", "peft", "safetensors"):
-    try:
-        __import__(_name)
-    except ImportError:  # pragma: no cover - depends on the installation
-        _MISSING.append(_name)
-if _MISSING:  # pragma: no cover
+from importlib.util import find_spec as _find_spec
+
+REQUIREMENTS = ("torch", "peft", "safetensors")
+_MISSING = [name for name in REQUIREMENTS if _find_spec(name) is None]
+if _MISSING:  # pragma: no cover - depends on the installation
     raise ImportError(
         f"lowrank_fl.nn needs {', '.join(_MISSING)}: install the optional extra with "
         "`pip install \"lowrank_fl[peft]\"` (CPU torch is enough).")
-del _name, _MISSING
-
-REQUIREMENTS = ("torch", "peft")

@@ -23,7 +23,7 @@ th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:to
 th{background:#f3f3f3} code{font-size:.95em}
 .v{font-weight:bold;padding:.1em .45em;border-radius:.3em;white-space:nowrap}
 .holds{background:#d8f0d8;color:#175217} .fails{background:#f6d5d5;color:#7a1212}
-.inconclusive{background:#eee;color:#444} .erratum{background:#fbe8c8;color:#6b4300}
+.inconclusive{background:#eee;color:#444} .requires{background:#dde6f5;color:#1d3a6b} .erratum{background:#fbe8c8;color:#6b4300}
 .error{background:#f6d5d5;color:#7a1212;border:1px dashed #7a1212}
 .claim{border:1px solid #ddd;border-radius:.4em;padding:.4em 1em;margin:1em 0}
 blockquote{margin:.4em 0;padding-left:.8em;border-left:3px solid #ccc;color:#444}
@@ -35,7 +35,7 @@ img{max-width:100%;height:auto} .meta{color:#555;font-size:.9em}
 def _badge(e: Evidence) -> str:
     if is_error(e):
         return '<span class="v error">inconclusive (error)</span>'
-    cls = {"erratum confirmed": "erratum"}.get(e.verdict, e.verdict)
+    cls = {"erratum confirmed": "erratum", "requires torch": "requires"}.get(e.verdict, e.verdict)
     return f'<span class="v {cls}">{escape(e.verdict)}</span>'
 
 
