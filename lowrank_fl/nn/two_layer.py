@@ -150,7 +150,8 @@ def train(fed: DigitsFederation, method: str, rounds: int, step_size: float, *, 
                 with torch.no_grad():
                     for p, g in zip(params, grads):
                         p -= lr * g
-        with torch.no_grad():
-            A, B = Ak.mean(0).detach(), Bk.mean(0).detach()
+        with torch.no_grad():          # the server averages the trained factors only
+            A = Ak.mean(0).detach() if train_A else A
+            B = Bk.mean(0).detach() if train_B else B
         acc.append(test_acc(A, B))
     return TwoLayerRun(np.array(acc), A.numpy().copy(), B.numpy().copy())
