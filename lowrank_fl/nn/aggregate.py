@@ -58,11 +58,13 @@ def stack_deltas(adapter_dirs: Sequence) -> dict[str, np.ndarray]:
 
 class Aggregate(NamedTuple):
     """``deltas[method][module]`` (K, q, p); ``benign[module]`` bool (K,) CLAIR's ``Ĉ``;
-    ``clair_status[module]`` the solver status of (7)."""
+    ``clair_status[module]`` the solver status of (7); ``block_norms[module]`` (G,) the pair
+    norms ``||Ŝ_{A⊥}^{(j,k)}||_F`` compared with ``τ`` in (8)."""
 
     deltas: dict
     benign: dict
     clair_status: dict
+    block_norms: dict
 
 
 def aggregate(stacks: Mapping[str, np.ndarray], modules: Sequence[str], truth, *, lam_L: float,
@@ -77,7 +79,7 @@ def aggregate(stacks: Mapping[str, np.ndarray], modules: Sequence[str], truth, *
     if unknown:
         raise ValueError(f"methods must be among {METHODS}, got {sorted(unknown)}")
     out = {m: dict(stacks) for m in methods}
-    benign, status = {}, {}
+    benign, status, norms = {}, {}, {}
     for name in modules:
         W = stacks[name]
         if "fedavg" in methods:
@@ -90,4 +92,5 @@ def aggregate(stacks: Mapping[str, np.ndarray], modules: Sequence[str], truth, *
             out["clair"][name] = res.refined
             benign[name] = np.asarray(res.benign)
             status[name] = res.status
-    return Aggregate(out, benign, status)
+            norms[name] = np.asarray(res.block_norms)
+    return Aggregate(out, benign, status, norms)

@@ -53,6 +53,8 @@ class Sec8Replicate:
     truth : ndarray of bool, shape (K,)
     tasks : list of TaskSpec
     clair_status : list of str, one per attention matrix
+    block_norms : ndarray, shape (8, G)
+        CLAIR's pair norms compared with ``τ`` in (8), pairs in eq. (6) order.
     """
 
     accuracy: dict
@@ -60,6 +62,7 @@ class Sec8Replicate:
     truth: np.ndarray
     tasks: list
     clair_status: list = field(default_factory=list)
+    block_norms: np.ndarray | None = None
 
 
 def client_tasks(regime: str, *, n_clients: int = 10, contaminated: int = 1,
@@ -141,5 +144,7 @@ def _run_replicate(backbone, regime, *, n_clients, contaminated, contamination, 
             acc[m][k] = accuracy(merged_model(backbone, deltas), test)
     benign = (np.stack([agg.benign[n] for n in ATTENTION_MODULES]) if "clair" in methods
               else np.zeros((len(ATTENTION_MODULES), K), dtype=bool))
+    norms = (np.stack([agg.block_norms[n] for n in ATTENTION_MODULES]) if "clair" in methods else None)
     return Sec8Replicate(accuracy=acc, benign=benign, truth=truth, tasks=tasks,
-                         clair_status=[agg.clair_status.get(n, "") for n in ATTENTION_MODULES])
+                         clair_status=[agg.clair_status.get(n, "") for n in ATTENTION_MODULES],
+                         block_norms=norms)

@@ -62,7 +62,8 @@ def _task(*, seed, regime, contamination, pretrain_steps, pretrain_seed, cache_d
                       n_test=n_test, seed=seed)
     return {"accuracy": {m: 100.0 * np.asarray(v) for m, v in r.accuracy.items()},
             "benign": np.asarray(r.benign), "truth": np.asarray(r.truth),
-            "tasks": [(t.length, t.exponent, t.kind) for t in r.tasks], "status": list(r.clair_status)}
+            "tasks": [(t.length, t.exponent, t.kind) for t in r.tasks], "status": list(r.clair_status),
+            "block_norms": np.asarray(r.block_norms)}
 
 
 def runs(ctx, *, contamination: str = "reverse", reps: int | None = None) -> dict:
@@ -199,7 +200,16 @@ def detection_counts(results: dict) -> dict:
         benign = np.stack([r["benign"] for r in reps])            # (R, 8, K)
         truth = reps[0]["truth"]
         client_level = benign.mean(axis=1) > 0.5                  # (R, K)
-        out[reg] = {"excluded": (~benign).sum(axis=0), "replicates": len(reps), "truth": truth,
+        K = truth.size
+        j, k = np.triu_indices(K, 1)
+        contaminated_pair = ~(truth[j] & truth[k])
+        norms = np.stack([r["block_norms"] for r in reps]) if "block_norms" in reps[0] else None
+        sep = ({} if norms is None else {
+            "median_norm_benign_pairs": float(np.median(norms[..., ~contaminated_pair])),
+            "median_norm_contaminated_pairs": float(np.median(norms[..., contaminated_pair])),
+            # per (replicate, matrix): do all contaminated pairs exceed every benign pair?
+            "separable": int((norms[..., contaminated_pair].min(-1) > norms[..., ~contaminated_pair].max(-1)).sum())})
+        out[reg] = {**sep, "excluded": (~benign).sum(axis=0), "replicates": len(reps), "truth": truth,
                     "layer_exact": int((benign == truth).all(axis=2).sum()),
                     "layer_total": int(benign.shape[0] * benign.shape[1]),
                     "client_exact": int((client_level == truth).all(axis=1).sum())}
@@ -217,7 +227,7 @@ def detection_verdict(counts: dict) -> bool:
 def _heatmap(counts):
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(12.5, 3.8), gridspec_kw={"wspace": 0.5})
     for ax, reg in zip(axes, REGIMES):
         c = counts[reg]
         frac = c["excluded"] / c["replicates"]
@@ -248,14 +258,17 @@ def _detection(ctx, *, contamination: str = "reverse") -> Evidence:
     return Evidence(
         verdict=verdict_from(ok),
         summary="; ".join(f"{reg}: layerwise exact {c['layer_exact']}/{c['layer_total']}, client-level exact "
-                          f"{c['client_exact']}/{c['replicates']}" for reg, c in counts.items()),
+                          f"{c['client_exact']}/{c['replicates']}, separable by some tau "
+                          f"{c.get('separable', '?')}/{c['layer_total']}" for reg, c in counts.items()),
         measured={reg: {k: v for k, v in c.items() if k != "excluded"} | {"excluded": c["excluded"]}
                   for reg, c in counts.items()},
         predicted={"layer_exact_homogeneous": "all", "client_exact": "all"},
         table=table, figure=ctx.save_figure(_heatmap(counts)),
         notes="Table: replicates in which each client was excluded on each matrix (* = contaminated). "
               "Client-level set = clients kept on a majority of the eight matrices (the paper does not "
-              "say how it combines them).")
+              "say how it combines them). 'separable' counts the (replicate, matrix) pairs where every pair "
+              "involving the contaminated client has a larger block norm than every benign pair, i.e. where "
+              "some threshold tau would detect exactly; the medians put the paper's tau (0.5 / 0.01) in scale.")
 
 
 # ------------------------------------------------------------------------------------------ orderings
