@@ -32,14 +32,6 @@ from ._support import PAPER
 
 __all__ = ["PAPER"]
 
-omit("fedrep.thm1.fixed_dataset", paper=PAPER, reference="Theorem 1 vs the experiments' fixed datasets (App. A.1)",
-     statement="In the fixed-dataset regime the threshold m*(n) follows the identifiability limit "
-               "m >= k + k(d - k)/n, and Local Only needs m >= d.",
-     reason="Not a statement of the paper's theory (Theorem 1 assumes fresh samples): our reading only records "
-            "pilot values. A threshold search over n needs ~5 bisection runs x 300 rounds per (n, seed), beyond "
-            "the quick/full budgets next to fedrep.thm1.sample_complexity; Local Only's m >= d is the rank "
-            "condition of ordinary least squares (exact algebra) and its failure below d is judged in "
-            "fedrep.fig1.collaboration and fedrep.fig4.new_client.")
 omit("fedrep.table1.real_data", paper=PAPER, reference="Table 1, Sec. 5 (CIFAR, FEMNIST, Sent140)",
      statement="FedRep outperforms the personalized and global baselines on real data sets.",
      reason="Needs neural networks and the real data sets; the toolkit covers the linear model only.")

@@ -102,7 +102,7 @@ def _task_head_steps(seed, d, k, n, m, tau, rounds, eps, head_step_size):
     opts = {} if tau is None else {"head_steps": tau, "head_step_size": head_step_size}
     tr = fedrep(p, rounds, 0.5, init=warm_start(p.B_star, 0.5, rp), data="fixed", tol=eps,
                 seed=rr, **opts)
-    return rounds_to(tr.distance, eps) if tr.status != "diverged" else rounds + 1
+    return rounds_to(tr.distance, eps, censored=len(tr.distance)) if tr.status != "diverged" else rounds + 1
 
 
 @claim("fedrep.ext.head_steps", paper=PAPER, reference="Alg. 1 (tau_h), Fig. 3/5 trend",

@@ -1,8 +1,7 @@
 """Instance builders and the verdict, fit and plotting helpers shared by the FedRep claim modules.
 
 Every experiment uses the multi-task linear model with Assumption 3 heads (``||w_i*|| = sqrt(k)``)
-and x ~ N(0, I_d). The two-sided band and all-of criteria here are the FedRep copies of helpers
-other papers also define; one cross-paper module will replace them.
+and x ~ N(0, I_d). The verdict helpers (band, all-of, rounds-to) are :mod:`verify.criteria`'s, re-exported.
 """
 from __future__ import annotations
 
@@ -11,7 +10,8 @@ import math
 import numpy as np
 from scipy import stats
 
-from verify.stats import interval_verdict
+from verify.criteria import all_of, rounds_to
+from verify.criteria import fit_band as band
 
 __all__ = ["PAPER", "rngs", "sigmas2", "rounds_to", "linear_phase_fit", "warm_start", "band", "all_of",
            "pyplot"]
@@ -28,12 +28,6 @@ def sigmas2(W):
     """``(sigma_min^2, sigma_max^2)`` of ``W / sqrt(n)`` for heads W (n, k) (exact sigma-bar for r = 1)."""
     s = np.linalg.svd(W / math.sqrt(W.shape[0]), compute_uv=False)
     return float(s[-1] ** 2), float(s[0] ** 2)
-
-
-def rounds_to(dist, eps):
-    """First round with ``dist <= eps`` (``len(dist)`` = censored when never reached)."""
-    hit = np.nonzero(np.asarray(dist) <= eps)[0]
-    return int(hit[0]) if hit.size else len(dist)
 
 
 def linear_phase_fit(dist, *, floor=1e-12, start=3):
@@ -60,21 +54,6 @@ def warm_start(B_star, E0, rng):
     G -= B_star @ (B_star.T @ G)
     G = np.linalg.qr(G)[0]
     return math.sqrt(E0) * B_star + math.sqrt(1 - E0) * G
-
-
-def band(fit, lo, hi):
-    """Two-sided criterion ``lo <= slope <= hi`` on a fit's interval: True inside, False entirely
-    outside, None (inconclusive) when the interval straddles an edge or is undefined."""
-    below = interval_verdict(fit.low, fit.high, hi, side="below")
-    above = interval_verdict(fit.low, fit.high, lo, side="above")
-    if False in (below, above):
-        return False
-    return None if None in (below, above) else True
-
-
-def all_of(*flags):
-    """False if any flag is False, None if any is undecided, else True."""
-    return False if False in flags else (None if None in flags else True)
 
 
 def pyplot():

