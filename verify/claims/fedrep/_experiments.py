@@ -14,6 +14,7 @@ from lowrank_fl.exact.nuclear import solve_nuclear_prox
 from lowrank_fl.linalg import subspace_distance, truncated_svd
 from lowrank_fl.problems.multitask import haar_orthonormal, multitask_linear
 from verify.claim import Evidence, claim, verdict_from
+from verify.criteria import relaxation
 
 from ._support import PAPER, pyplot, rngs, rounds_to, sigmas2, warm_start
 
@@ -123,6 +124,13 @@ def _c6(ctx, *, fedrep_options=None):
         summary=f"order exact <~ 10GD-GD <~ GD-GD (10% ties; exact < GD-GD): {order}; FedRep rounds non-increasing in n: {nonincr}; "
                 f"GD-GD/FedRep ratio {', '.join(f'{x:.1f}' for x in ratio)} (reported)",
         measured={"rows": rows, "ratio_gd_over_fedrep": ratio, "ratio_non_decreasing": ratio_ok},
+        relaxations=[relaxation(
+            "strict order exact < 10GD-GD < GD-GD at every n",
+            all(r["exact"] < r["10gd"] < r["gd"] for r in rows),
+            relaxed="exact <= 1.1 x 10GD-GD + 1 and 10GD-GD <= 1.1 x GD-GD + 1 (ties within 10% + 1 round), "
+                    "exact < GD-GD strictly", relaxed_outcome=order,
+            reason="changed after a run: at n = 10 ten head steps are nearly exact and the medians differ by "
+                   "less than the seed spread; both are reported")],
         predicted={"order": "exact <= 1.1 10gd + 1, 10gd <= 1.1 gd + 1, exact < gd", "fedrep_rounds": "non-increasing in n",
                    "ratio (Fig. 7, reported only)": "non-decreasing in n"}, table=rows,
         figure=path,
