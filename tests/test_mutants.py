@@ -24,6 +24,7 @@ def test_catalogue_is_large_and_every_target_resolves():
         assert callable(original), m.id
         assert m.papers and m.description.endswith("."), m.id
         assert claims_for(m), m.id                          # its claim patterns match something
+        assert not any(c.requires for c in claims_for(m)), m.id   # torch-only claims left out
 
 
 def test_known_escapes_are_catalogue_entries():
