@@ -59,7 +59,8 @@ def test_table2_reuses_table1_runs_through_the_cache(tmp_path):
     ran = sweep.executed
     assert ran >= 2 and sweep.reused == 0
     t2 = _run("clair.sec7.table2", sweep)
-    assert sweep.executed == ran and sweep.reused == ran  # pilot and main runs all served from cache
-    assert t2.seeds == t1.seeds
+    # pilot and main runs all served from cache (Table 1 also runs its lambda-sensitivity band)
+    assert sweep.executed == ran and 2 <= sweep.reused < ran
+    assert set(t2.seeds) < set(t1.seeds)
     # without the cache table2 recomputes exactly the same numbers
     assert _fingerprint(_run("clair.sec7.table2", Sweep())) == _fingerprint(t2)
