@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lowrank_fl.cli import main as lowrank_fl_main
+from verify.cli import lowrank_fl_main
 from verify.report.diff import diff_reports, format_diff, load_results
 
 

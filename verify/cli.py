@@ -103,6 +103,19 @@ def _directory(text: str) -> Path:
     return Path(text)
 
 
+def _check_cache_option(path, *, create: bool) -> None:
+    """``--cache DIR``: a directory (created when ``create``); errors name the option."""
+    if path is None:
+        return
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--cache {path} is a file, not a directory")
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"--cache {path} is not usable: {exc.strerror or exc}") from None
+
+
 def add_parsers(subparsers) -> None:
     """Add ``verify``, ``claims``, ``conditions`` and ``cache`` to the ``lowrank-fl`` sub-commands."""
     _add_verify_arguments(subparsers.add_parser(
@@ -230,6 +243,9 @@ def _setup(args):
         raise ValueError(f"--scheduler needs --backend dask, got --backend {backend}")
     if args.no_cache and args.refresh:
         raise ValueError("--refresh needs the cache; drop --no-cache")
+    if isinstance(args.jobs, bool) or args.jobs == 0 or args.jobs < -1:
+        raise ValueError(f"--jobs must be an int >= 1 or -1 (all cores), got {args.jobs}")
+    _check_cache_option(args.cache, create=True)
     # --out first: it is the cheapest check and the one most often wrong
     staging = stage_output_dir(args.out, overwrite=args.overwrite, marker="results.json")
     sweep = None
@@ -313,6 +329,7 @@ def cmd_cache_clear(args) -> int:
     """Handler of ``lowrank-fl cache clear``."""
     from .cache import clear_cache, safe_name
 
+    _check_cache_option(args.cache, create=False)
     cache_dir = args.cache or default_cache_dir()
     labels = None if not args.claim else [safe_name(c) for c in args.claim]
     removed = clear_cache(cache_dir, labels)

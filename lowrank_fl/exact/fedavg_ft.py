@@ -37,6 +37,8 @@ __all__ = [
 
 def _heads(heads, k=None) -> np.ndarray:
     W = as_float_array(heads, "heads", ndim=2)
+    if W.shape[0] < 1 or W.shape[1] < 1:
+        raise ValueError(f"heads must hold at least one client's head, got shape {W.shape}")
     if k is not None and W.shape[1] != k:
         raise ValueError(f"heads must have shape (n_clients, {k}) to match B_star, got {W.shape}")
     return W

@@ -119,7 +119,9 @@ def balanced_factors(Phi, k: int):
     """Balanced optimal factors ``B* = U_k Lambda_k^(1/2)`` (d, k) and heads ``W*`` (M, k), the
     transpose of the paper's ``Lambda_k^(1/2) V_k^T``: ``B* W*^T = Phi_k`` and
     ``B*^T B* = W*^T W* = Lambda_k`` (the balanced minimizers of eq. (4) with ``g1 = 2 g2``)."""
-    U, s, Vt = truncated_svd(as_float_array(Phi, "Phi", ndim=2), k, name="Phi")
+    Phi = as_float_array(Phi, "Phi", ndim=2)
+    k = check_int(k, "k", minimum=1, maximum=min(Phi.shape))
+    U, s, Vt = truncated_svd(Phi, k, name="Phi")
     r = np.sqrt(s)
     return U * r, Vt.T * r
 
