@@ -171,7 +171,7 @@ def _algorithms():
         Case("fedrep-retired-fresh_samples", lambda t: fedrep(mt(), 1, 0.1, fresh_samples=False, seed=0), DeprecationWarning, "data"),
         Case("fedrep_round-B-X-mismatch", lambda t: fedrep_round(np.ones((5, 2)), _X(), _y(), 0.1), ValueError, "X"),
         Case("fedrep_round-y-mismatch", lambda t: fedrep_round(_B(), _X(), np.ones((4, 7)), 0.1), ValueError, "y"),
-        Case("fedrep_round-heads-shape", lambda t: fedrep_round(_B(), _X(), _y(), 0.1, heads=np.ones((4, 3))), ValueError, "heads"),
+        Case("fedrep_round-heads-shape", lambda t: fedrep_round(_B(), _X(), _y(), 0.1, head_steps=2, heads=np.ones((4, 3))), ValueError, "heads"),
         Case("local_only-ridge-negative", lambda t: local_only(mt(), ridge=-1.0), ValueError, "ridge"),
         Case("fedsgd-aggregation-unknown", lambda t: fedsgd(mt(), 2, 0.1, aggregation="bogus"), ValueError, "aggregation"),
         Case("fedsgd-head_ridge-negative", lambda t: fedsgd(mt(), 2, 0.1, head_ridge=-1.0), ValueError, "head_ridge"),
