@@ -75,6 +75,8 @@ def row_projector(A, *, name: str = "A") -> np.ndarray:
     paper's §7 simulation) but is computed from an orthonormal basis, which is stable.
     """
     A = as_float_array(A, name)
+    if A.ndim < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions, got shape {A.shape}")
     return projector(np.swapaxes(A, -1, -2), name=name)
 
 

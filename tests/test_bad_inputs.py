@@ -372,6 +372,49 @@ def _more():
     ]
 
 
+def _third():
+    """Options that another option makes meaningless, degenerate starting points, more linalg."""
+    from lowrank_fl import compare, linalg
+    from lowrank_fl.algorithms import (fedavg_lora, fedrep, fedsgd, federated_lora_matrix, ffa_lora,
+                                       flute, rolora)
+    from lowrank_fl.exact import flute as efl
+    from lowrank_fl.exact import multitask as emt
+    from lowrank_fl.problems import paper_instance, underparameterized
+    rank_one = np.outer(np.arange(1.0, 7.0), [1.0, 1.0])          # (6, 2), rank 1
+    return [
+        Case("fedrep-init-rank-deficient", lambda t: fedrep(mt(), 2, 0.1, init=rank_one), ValueError, "init"),
+        Case("fedrep-head_step_size-without-head_steps", lambda t: fedrep(mt(), 2, 0.1, head_step_size=0.1), ValueError, "head_step_size"),
+        Case("fedrep-init_samples-with-array-init", lambda t: fedrep(mt(), 2, 0.1, init=_B(), init_samples=4), ValueError, "init_samples"),
+        Case("fedsgd-clients_per_round-zero", lambda t: fedsgd(mt(), 2, 0.1, clients_per_round=0), ValueError, "clients_per_round"),
+        Case("flute-init-zero", lambda t: flute(up(), 2, 0.1, init=(np.zeros((6, 2)), np.zeros((4, 2)))), ValueError, "init"),
+        Case("flute-init-shape", lambda t: flute(up(), 2, 0.1, init=(np.ones((5, 2)), np.ones((4, 2)))), ValueError, "init"),
+        Case("flute-init_scale-with-array-init", lambda t: flute(up(), 2, 0.1, init=(_B(), np.ones((4, 2))), init_scale=0.5), ValueError, "init_scale"),
+        Case("flute-record_theta-string", lambda t: flute(up(), 2, 0.1, record_theta="yes"), TypeError, "record_theta"),
+        Case("rolora-L_max-with-numeric-step_size", lambda t: rolora(r1(), 2, 0.1, L_max=2.0), ValueError, "L_max"),
+        Case("ffa_lora-step_size-with-argmin", lambda t: ffa_lora(r1(), 2, 0.1, local="argmin"), ValueError, "step_size"),
+        Case("ffa_lora-init-zero", lambda t: ffa_lora(r1(), 2, init=np.zeros(5)), ValueError, "init"),
+        Case("fedavg_lora-normalize-string", lambda t: fedavg_lora(r1(), 2, 0.1, normalize="no"), TypeError, "normalize"),
+        Case("fedavg_lora-init-b0-shape", lambda t: fedavg_lora(r1(), 2, 0.1, init=(np.ones(5), np.ones(4))), ValueError, "b0"),
+        Case("federated_lora_matrix-init-zero", lambda t: federated_lora_matrix(lm(), 2, 0.1, init=(np.zeros((2, 5)), np.zeros((5, 2)))), ValueError, "init"),
+        Case("federated_lora_matrix-local_steps-zero", lambda t: federated_lora_matrix(lm(), 2, 0.1, local_steps=0), ValueError, "local_steps"),
+        Case("underparameterized-noise-negative", lambda t: underparameterized(d=6, n_clients=4, rank=2, noise=-1.0), ValueError, "noise"),
+        Case("paper_instance-rank-above-d", lambda t: paper_instance(d=4, rank=5, n_clients=4), ValueError, "rank"),
+        Case("altmin-B0-rank-deficient", lambda t: emt.altmin(_X(), _y(), 2, B0=rank_one), ValueError, "B0"),
+        Case("altmin_erm-max_iter-zero", lambda t: efl.altmin_erm(_X(), _y(), 2, max_iter=0), ValueError, "max_iter"),
+        Case("altmin_erm-tol-negative", lambda t: efl.altmin_erm(_X(), _y(), 2, tol=-1.0), ValueError, "tol"),
+        Case("projected_gd_init-seed-negative", lambda t: emt.projected_gd_init(_X(), _y(), 2, seed=-1), ValueError, "seed"),
+        Case("linalg-subspace_distance-nan", lambda t: linalg.subspace_distance(_nan((4, 2)), np.eye(4)[:, :2]), ValueError, "U"),
+        Case("linalg-block_soft_threshold-tau-nan", lambda t: linalg.block_soft_threshold(np.ones((2, 3, 3)), float("nan")), ValueError, "tau"),
+        Case("linalg-block_soft_threshold-tau-shape", lambda t: linalg.block_soft_threshold(np.ones((2, 3, 3)), np.ones(3)), ValueError, "tau"),
+        Case("linalg-row_projector-1d", lambda t: linalg.row_projector(np.ones(3)), ValueError, "A"),
+        Case("linalg-projector-rank-deficient", lambda t: linalg.projector(rank_one), ValueError, "A"),
+        Case("compare_clair-weights-shape", lambda t: compare.compare_clair(np.ones((4, 3, 3)), 0.1, 0.1, weights=np.ones(2)), ValueError, "weights"),
+        Case("compare_clair-tau-unknown", lambda t: compare.compare_clair(np.ones((4, 3, 3)), 0.1, 0.1, tau="bogus"), ValueError, "tau"),
+        Case("compare_nuclear-methods-wrong-problem", lambda t: compare.compare_nuclear(_X(), _y(), 0.1, methods=["fista"]), ValueError, "fista"),
+        Case("compare_noiseless-lam_S-negative", lambda t: compare.compare_noiseless(np.ones((4, 3, 3)), 0.1, -0.1), ValueError, "lam_S"),
+    ]
+
+
 # ----------------------------------------------------------------------------- the command line
 def run_cli(argv) -> tuple[int, str]:
     """``lowrank-fl ARGV`` in this process: (exit status, stderr)."""
@@ -477,10 +520,25 @@ def _cli():
         c("cli-conditions-seed-negative", lambda t: ["conditions", "fedrep", "--seed", "-1"], "--seed"),
         c("cli-conditions-param-not-a-number", lambda t: ["conditions", "fedrep", "--param", "d=abc"], "d"),
         c("cli-unknown-command", lambda t: ["bogus"], "bogus"),
+        c("cli-clair-fit-rank-not-int", lambda t: ["clair", "fit", _w_hat(t), "--rank", "2.5", "--lam-L", "0.1", "--lam-S", "0.1", "--out", t / "o"], "--rank"),
+        c("cli-clair-fit-weights-directory", lambda t: _fit(t, _w_hat(t), "--weights", t), "--weights"),
+        c("cli-clair-fit-lam-S-nan", lambda t: ["clair", "fit", _w_hat(t), "--rank", "1", "--lam-L", "0.1", "--lam-S", "nan", "--out", t / "o"], "lam_S"),
+        c("cli-compare-clair-memory-limit-zero", lambda t: ["compare", "clair", _w_hat(t), "--lam-L", "0.1", "--lam-S", "0.1", "--memory-limit", "0", "--out", t / "o"], "memory_limit"),
+        c("cli-compare-clair-tau-unknown", lambda t: ["compare", "clair", _w_hat(t), "--lam-L", "0.1", "--lam-S", "0.1", "--tau", "bogus", "--out", t / "o"], "--tau"),
+        c("cli-compare-nuclear-mu-zero", lambda t: ["compare", "nuclear", _xy(t), "--mu", "0", "--out", t / "o"], "mu"),
+        c("cli-compare-noiseless-rank-zero", lambda t: ["compare", "noiseless", _w_hat(t), "--lam-L", "1", "--lam-S", "0.5", "--rank", "0", "--out", t / "o"], "rank"),
+        c("cli-compare-clair-truncated-npz", lambda t: ["compare", "clair", _truncated(t), "--lam-L", "0.1", "--lam-S", "0.1", "--out", t / "o"], "W_hat"),
+        c("cli-verify-refresh-without-cache", lambda t: ["verify", "--no-cache", "--refresh", "--out", t / "r"], "--refresh"),
+        c("cli-verify-scheduler-without-dask", lambda t: ["verify", "--backend", "sequential", "--scheduler", "tcp://h:1", "--no-cache", "--out", t / "r"], "--scheduler"),
+        c("cli-conditions-instance-directory", lambda t: ["conditions", "fedrep", "--instance", t], "--instance"),
+        c("cli-conditions-instance-empty", lambda t: ["conditions", "fedrep", "--instance", _write(t, "i.npz", b"")], "--instance"),
+        c("cli-conditions-instance-truncated", lambda t: ["conditions", "fedrep", "--instance", _truncated(t)], "--instance"),
+        c("cli-conditions-param-float-for-int", lambda t: ["conditions", "fedrep", "--param", "rank=1.5"], "rank"),
+        c("cli-report-diff-directory-without-results", lambda t: ["report", "diff", t, _write(t, "b.json", b"{}")], "results.json"),
     ]
 
 
-CASES = _problems() + _algorithms() + _exact() + _linalg_compare() + _more() + _cli()
+CASES = _problems() + _algorithms() + _exact() + _linalg_compare() + _more() + _third() + _cli()
 
 
 # ----------------------------------------------------------------------------- the checks
