@@ -415,6 +415,33 @@ def _third():
     ]
 
 
+def _objects():
+    """Problem dataclasses built directly, the file helpers, and the verifier's Python API."""
+    from lowrank_fl import files
+    from lowrank_fl.problems import (LoRAMatrixProblem, MultitaskProblem, RankOneLoRAProblem,
+                                     UnderparameterizedProblem)
+    from verify.claim import Context
+    from verify.sweep import Sweep
+    u = np.ones(5) / np.sqrt(5)
+    return [
+        Case("MultitaskProblem-nothing", lambda t: MultitaskProblem(), ValueError, "B_star"),
+        Case("MultitaskProblem-heads-without-B_star", lambda t: MultitaskProblem(heads=_heads()), ValueError, "heads"),
+        Case("MultitaskProblem-rank-mismatch", lambda t: MultitaskProblem(B_star=_B(), heads=_heads(), rank=3), ValueError, "rank"),
+        Case("MultitaskProblem-X-without-y", lambda t: MultitaskProblem(B_star=_B(), heads=_heads(), X=_X()), ValueError, "y"),
+        Case("RankOneLoRAProblem-a_star-not-unit", lambda t: RankOneLoRAProblem(a_star=np.ones(5), b_star=np.ones((3, 5)), gamma=0.0), ValueError, "a_star"),
+        Case("RankOneLoRAProblem-b_star-shape", lambda t: RankOneLoRAProblem(a_star=u, b_star=np.ones((3, 4)), gamma=0.0), ValueError, "b_star"),
+        Case("LoRAMatrixProblem-B_star-shape", lambda t: LoRAMatrixProblem(A_star=np.eye(5)[:2], B_star=np.ones((3, 4, 3)), gamma=1.0), ValueError, "B_star"),
+        Case("UnderparameterizedProblem-k-zero", lambda t: UnderparameterizedProblem(U=np.eye(6)[:, :3], spectrum=np.array([3.0, 2.0, 1.0]), V=np.eye(4)[:3], k=0), ValueError, "k"),
+        Case("files-load_npz-empty-path", lambda t: files.load_npz("", option="W_hat"), ValueError, "W_hat"),
+        Case("files-load_npy-npz-given", lambda t: files.load_npy(_xy(t), option="--weights"), ValueError, "--weights"),
+        Case("files-stage_output_dir-current-directory", lambda t: files.stage_output_dir(".", option="--out"), ValueError, "--out"),
+        Case("Sweep-backend-unknown", lambda t: Sweep(backend="bogus"), ValueError, "backend"),
+        Case("Sweep-n_jobs-zero", lambda t: Sweep(n_jobs=0), ValueError, "n_jobs"),
+        Case("Context-scale-unknown", lambda t: Context(scale="huge"), ValueError, "scale"),
+        Case("Sweep-map-seeds-length", lambda t: Sweep().map(abs, [{}, {}], [[0]]), ValueError, "seeds"),
+    ]
+
+
 # ----------------------------------------------------------------------------- the command line
 def run_cli(argv) -> tuple[int, str]:
     """``lowrank-fl ARGV`` in this process: (exit status, stderr)."""
@@ -538,7 +565,7 @@ def _cli():
     ]
 
 
-CASES = _problems() + _algorithms() + _exact() + _linalg_compare() + _more() + _third() + _cli()
+CASES = _problems() + _algorithms() + _exact() + _linalg_compare() + _more() + _third() + _objects() + _cli()
 
 
 # ----------------------------------------------------------------------------- the checks
