@@ -377,6 +377,7 @@ def _third():
     from lowrank_fl import compare, linalg
     from lowrank_fl.algorithms import (fedavg_lora, fedrep, fedsgd, federated_lora_matrix, ffa_lora,
                                        flute, rolora)
+    from lowrank_fl.exact import fedavg_ft as eft
     from lowrank_fl.exact import flute as efl
     from lowrank_fl.exact import multitask as emt
     from lowrank_fl.problems import paper_instance, underparameterized
@@ -402,6 +403,9 @@ def _third():
         Case("altmin-B0-rank-deficient", lambda t: emt.altmin(_X(), _y(), 2, B0=rank_one), ValueError, "B0"),
         Case("altmin_erm-max_iter-zero", lambda t: efl.altmin_erm(_X(), _y(), 2, max_iter=0), ValueError, "max_iter"),
         Case("altmin_erm-tol-negative", lambda t: efl.altmin_erm(_X(), _y(), 2, tol=-1.0), ValueError, "tol"),
+        Case("embed_factors-U_s-shape", lambda t: efl.embed_factors(np.ones((6, 2)), np.ones((4, 2)), np.ones((5, 5)), np.ones((4, 4))), ValueError, "U_s"),
+        Case("representation_step-xty-shape", lambda t: emt.representation_step(np.ones((4, 2)), np.ones((4, 5, 5)), np.ones((4, 6))), ValueError, "xty"),
+        Case("exact.fedavg_ft-global_objective-closed_form-string", lambda t: eft.global_objective(_B(), np.ones(2), _B(), _heads(), closed_form="yes"), TypeError, "closed_form"),
         Case("projected_gd_init-seed-negative", lambda t: emt.projected_gd_init(_X(), _y(), 2, seed=-1), ValueError, "seed"),
         Case("linalg-subspace_distance-nan", lambda t: linalg.subspace_distance(_nan((4, 2)), np.eye(4)[:, :2]), ValueError, "U"),
         Case("linalg-block_soft_threshold-tau-nan", lambda t: linalg.block_soft_threshold(np.ones((2, 3, 3)), float("nan")), ValueError, "tau"),

@@ -146,6 +146,8 @@ def global_objective(B, w, B_star, heads, *, closed_form: bool = False) -> float
     B : array_like, shape (d, k);  w : array_like, shape (k,)
     B_star : array_like, shape (d, k);  heads : array_like, shape (M, k)
     """
+    if not isinstance(closed_form, (bool, np.bool_)):
+        raise TypeError(f"closed_form must be a bool, got {closed_form!r}")
     Bs, W = _basis_and_heads(B_star, heads)
     B, w = _Bw(B, w, *Bs.shape)
     if closed_form:

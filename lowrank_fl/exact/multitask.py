@@ -117,7 +117,12 @@ def representation_step(W, gram, xty) -> np.ndarray:
     -------
     B : ndarray, shape (d, k) (not orthonormalized)
     """
+    W = as_float_array(W, "W", ndim=2, finite=False)
+    gram = as_float_array(gram, "gram", shape=(W.shape[0], None, None), finite=False)
     k, d = W.shape[1], gram.shape[1]
+    if gram.shape[2] != d:
+        raise ValueError(f"gram must have shape ({W.shape[0]}, d, d), got {gram.shape}")
+    xty = as_float_array(xty, "xty", shape=(W.shape[0], d), finite=False)
     # H[(a,p),(b,q)] = sum_c w_ca w_cb (X_c^T X_c)_pq; unknown vec index (a,p) = B[p, a]
     H = np.einsum("na,nb,npq->apbq", W, W, gram, optimize=True).reshape(k * d, k * d)
     rhs = (W.T @ xty).reshape(k * d)
