@@ -389,8 +389,8 @@ def test_overwrite_replaces_the_report_and_removes_stale_files(dummy_registry, t
     assert lowrank_fl(argv) == 2  # not empty
     assert lowrank_fl(argv + ["--overwrite"]) == 0
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
-        "README.md", "figures", "figures/fedrep.dummy.mean.png", "figures/fedrep.dummy.mean.svg", "index.html",
-        "results.json"]
+        "README.md", "figures", "figures/fedrep.dummy.mean.png", "figures/fedrep.dummy.mean.svg",
+        "index.html", "results.json"]
     assert [p.name for p in tmp_path.iterdir()] == ["rep"]  # no staging or old directory left
 
 
