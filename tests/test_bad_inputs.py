@@ -446,6 +446,30 @@ def _objects():
     ]
 
 
+def _regimes():
+    """The data regime and participation settings every federated method shares."""
+    from lowrank_fl.algorithms import (dgd, fedavg, fedavg_lora, fedrep, fedsgd, federated_lora_matrix,
+                                       ffa_lora, flute, rolora)
+    from lowrank_fl.problems import MultitaskProblem
+    own = lambda: MultitaskProblem.from_data(_X(), _y(), rank=2)  # noqa: E731
+    return [
+        Case("fedrep-data-population-without-truth", lambda t: fedrep(own(), 2, 0.1, data="population"), ValueError, "data"),
+        Case("fedrep-data-fresh-without-sampler", lambda t: fedrep(own(), 2, 0.1, data="fresh", batch_size=4), ValueError, "data"),
+        Case("fedsgd-data-unknown", lambda t: fedsgd(mt(), 2, 0.1, data="online"), ValueError, "data"),
+        Case("flute-data-fresh-batch_size-zero", lambda t: flute(up(), 2, 0.1, data="fresh", batch_size=0), ValueError, "batch_size"),
+        Case("flute-data-unknown", lambda t: flute(up(), 2, 0.1, data="bogus"), ValueError, "data"),
+        Case("fedavg-data-fixed-without-dataset", lambda t: fedavg(mt_pop(), 2, 0.1, data="fixed"), ValueError, "data"),
+        Case("fedavg-clients_per_round-too-many", lambda t: fedavg(mt_pop(), 2, 0.1, clients_per_round=5), ValueError, "clients_per_round"),
+        Case("dgd-data-unknown", lambda t: dgd(mt_pop(), 2, 0.1, data="bogus"), ValueError, "data"),
+        Case("rolora-batch_size-without-fresh", lambda t: rolora(r1(), 2, 0.1, batch_size=3), ValueError, "batch_size"),
+        Case("rolora-clients_per_round-zero", lambda t: rolora(r1(), 2, 0.1, clients_per_round=0), ValueError, "clients_per_round"),
+        Case("ffa_lora-data-unknown", lambda t: ffa_lora(r1(), 2, data="bogus"), ValueError, "data"),
+        Case("fedavg_lora-batch_size-zero", lambda t: fedavg_lora(r1(), 2, 0.1, data="fresh", batch_size=0), ValueError, "batch_size"),
+        Case("federated_lora_matrix-data-fixed-without-dataset", lambda t: federated_lora_matrix(lm(), 2, 0.1, data="fixed"), ValueError, "data"),
+        Case("federated_lora_matrix-clients_per_round-too-many", lambda t: federated_lora_matrix(lm(), 2, 0.1, clients_per_round=4), ValueError, "clients_per_round"),
+    ]
+
+
 # ----------------------------------------------------------------------------- the command line
 def run_cli(argv) -> tuple[int, str]:
     """``lowrank-fl ARGV`` in this process: (exit status, stderr)."""
@@ -566,10 +590,19 @@ def _cli():
         c("cli-conditions-instance-truncated", lambda t: ["conditions", "fedrep", "--instance", _truncated(t)], "--instance"),
         c("cli-conditions-param-float-for-int", lambda t: ["conditions", "fedrep", "--param", "rank=1.5"], "rank"),
         c("cli-report-diff-directory-without-results", lambda t: ["report", "diff", t, _write(t, "b.json", b"{}")], "results.json"),
+        c("cli-report-diff-not-results", lambda t: ["report", "diff", _write(t, "a.json", b"{}"), _write(t, "b.json", b"{}")], "a.json"),
+        c("cli-clair-fit-weights-negative", lambda t: _fit(t, _w_hat(t), "--weights", (np.save(t / "w.npy", -np.ones(6)), t / "w.npy")[1]), "weights"),
+        c("cli-clair-fit-alpha-nan", lambda t: _fit(t, _w_hat(t), "--alpha", "nan"), "alpha"),
+        c("cli-clair-fit-out-under-a-file", lambda t: _fit(t, _w_hat(t), out=_write(t, "f", b"x") / "sub"), "--out"),
+        c("cli-compare-clair-methods-bad-solver", lambda t: ["compare", "clair", _w_hat(t), "--lam-L", "0.1", "--lam-S", "0.1", "--methods", "cvxpy:BOGUS", "--out", t / "o"], "cvxpy:BOGUS"),
+        c("cli-compare-nuclear-tol-zero", lambda t: ["compare", "nuclear", _xy(t), "--mu", "0.1", "--tol", "0", "--out", t / "o"], "tol"),
+        c("cli-verify-out-is-file", lambda t: ["verify", "--claim", "clair.lemma1.rho_vacuous", "--scale", "smoke", "--no-cache", "--out", _write(t, "r", b"x")], "--out"),
+        c("cli-conditions-param-K-one", lambda t: ["conditions", "clair", "--param", "K=1"], "K"),
+        c("cli-conditions-instance-missing-key", lambda t: ["conditions", "fedrep", "--instance", _xy(t, other=np.ones(3))], "--instance"),
     ]
 
 
-CASES = _problems() + _algorithms() + _exact() + _linalg_compare() + _more() + _third() + _objects() + _cli()
+CASES = _problems() + _algorithms() + _exact() + _linalg_compare() + _more() + _third() + _objects() + _regimes() + _cli()
 
 
 # ----------------------------------------------------------------------------- the checks

@@ -397,7 +397,14 @@ def cmd_conditions(args) -> int:
             raise ValueError(f"unknown --param {unknown[0]!r} for {args.paper}; accepted: "
                              f"{', '.join(accepted) or 'none'}")
         instance = module.generate(seed=args.seed, **params)
-    conditions = list(module.evaluate(instance))
+    try:
+        conditions = list(module.evaluate(instance))
+    except KeyError as exc:
+        if args.instance is None:   # generate() output lacking a key is a bug, not bad input
+            raise
+        raise ValueError(f"--instance {args.instance} has no array named {exc.args[0]!r} (the "
+                         f"{args.paper} conditions need it); keys found: {sorted(instance) or 'none'}"
+                         ) from None
     bad = [type(c).__name__ for c in conditions if not isinstance(c, Condition)]
     if bad:
         raise TypeError(f"verify.conditions.{args.paper}.evaluate returned {bad[0]}, expected Condition")
