@@ -450,7 +450,7 @@ def _regimes():
     """The data regime and participation settings every federated method shares."""
     from lowrank_fl.algorithms import (dgd, fedavg, fedavg_lora, fedrep, fedsgd, federated_lora_matrix,
                                        ffa_lora, flute, rolora)
-    from lowrank_fl.problems import MultitaskProblem
+    from lowrank_fl.problems import MultitaskProblem, multitask_linear
     own = lambda: MultitaskProblem.from_data(_X(), _y(), rank=2)  # noqa: E731
     return [
         Case("fedrep-data-population-without-truth", lambda t: fedrep(own(), 2, 0.1, data="population"), ValueError, "data"),
@@ -466,6 +466,10 @@ def _regimes():
         Case("ffa_lora-data-unknown", lambda t: ffa_lora(r1(), 2, data="bogus"), ValueError, "data"),
         Case("fedavg_lora-batch_size-zero", lambda t: fedavg_lora(r1(), 2, 0.1, data="fresh", batch_size=0), ValueError, "batch_size"),
         Case("federated_lora_matrix-data-fixed-without-dataset", lambda t: federated_lora_matrix(lm(), 2, 0.1, data="fixed"), ValueError, "data"),
+        Case("fedsgd-init-zero", lambda t: fedsgd(mt(), 2, 0.1, init=np.zeros((6, 2))), ValueError, "init"),
+        Case("fedrep-rounds-bool", lambda t: fedrep(mt(), True, 0.1), TypeError, "rounds"),
+        Case("fedavg-step_size-array", lambda t: fedavg(mt_pop(), 2, np.array([0.1])), TypeError, "step_size"),
+        Case("multitask_linear-n_clients-bool", lambda t: multitask_linear(d=6, rank=2, n_clients=True), TypeError, "n_clients"),
         Case("federated_lora_matrix-clients_per_round-too-many", lambda t: federated_lora_matrix(lm(), 2, 0.1, clients_per_round=4), ValueError, "clients_per_round"),
     ]
 
