@@ -89,7 +89,7 @@ def _common(p, *, iterative=True, clair=True):
         p.add_argument("--tau", type=_tau, default="largest-gap",
                        help=f"threshold of (8): a number >= 0 or {', '.join(TAU_RULES)}")
         p.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
-    p.add_argument("--out", type=Path, required=True, help="output directory (created)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--overwrite", action="store_true", help="allow a non-empty --out")
 
 
