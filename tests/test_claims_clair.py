@@ -30,7 +30,7 @@ def _run(cid, scale="smoke", **opts):
 # ------------------------------------------------------------------------------------------ registry
 def test_every_notes_item_is_covered():
     # notes §6 items 1-31 map onto these claims; item 32 (§8 transformer) is omitted with a reason
-    assert len(CLAIR_IDS) == 32
+    assert len(CLAIR_IDS) == 34          # + clair.sec7.no_contamination, clair.sec7.one_contaminated
     assert "clair.sec8.transformer" in OMITTED and "out of scope" in OMITTED["clair.sec8.transformer"].reason.lower()
     for cid in ("clair.thm1.exact_recovery", "clair.thm1.window_vacuous", "clair.propS1.certificate",
                 "clair.alg1.vs_cvxpy", "clair.thm2.rate", "clair.lemma3.eps_sup", "clair.thm3.detection",
@@ -93,6 +93,8 @@ BROKEN = [
     ("clair.sec7.table2", {"tau": 0.0}),
     ("clair.sec7.fedavg_negative_transfer", {"fedavg_fn": sec7._fedavg_is_local}),
     ("clair.sec7.contamination_variance", {"readings": ("uniform", "unit-variance")}),
+    ("clair.sec7.no_contamination", {"tau": 0.0}),
+    ("clair.sec7.one_contaminated", {"tau": 0.0}),
 ]
 
 
@@ -168,7 +170,7 @@ def test_block_reduce_preserves_program_24():
     from lowrank_fl.clair.programs import solve_noiseless
     from lowrank_fl.clair.simulate import generate as gen
 
-    inst = gen(6, 3, 5, 1, contaminated=1, seed=3)                 # q = 5 > p = 3: blocks shrink to 3 rows
+    inst = gen(n_clients=6, p=3, q=5, rank=1, contaminated=1, seed=3)                 # q = 5 > p = 3: blocks shrink to 3 rows
     D0, q, s = np.asarray(inst.D0), 5, inst.s
     red, k = rec.block_reduce(D0, q)
     assert (red.shape, k) == ((inst.G * 3, 3), 3)
@@ -219,7 +221,7 @@ def _by_name(conds, start):
 
 
 def test_conditions_general_instance_errata():
-    conds = evaluate(generate(seed=1, K=12, p=4, q=3, r=1, contaminated=2))
+    conds = evaluate(generate(seed=1, n_clients=12, p=4, q=3, rank=1, contaminated=2))
     G, s = 66, 66 - 45                                   # 10 benign clients: C(10, 2) = 45 benign pairs
     assert _by_name(conds, "s =").value == s
     mu = _by_name(conds, "mu")
@@ -233,7 +235,7 @@ def test_conditions_general_instance_errata():
 
 
 def test_conditions_sec7_window_empty_and_alpha_range():
-    conds = evaluate(generate(seed=0, design="sec7", K=10, p=10, q=10, r=2))
+    conds = evaluate(generate(seed=0, design="sec7", n_clients=10, p=10, q=10, rank=2))
     assert _by_name(conds, "x =").value > 2               # notes §5.1: x >= 2 on the §7 design
     assert _by_name(conds, "window").value is None
     alpha = _by_name(conds, "alpha")
@@ -255,7 +257,7 @@ def test_conditions_equal_leverage_window_nonempty():
 
 
 def test_conditions_scalings_reported():
-    conds = evaluate(generate(seed=2, K=16, noise=0.1, c1=2.0, c2=5.0))
+    conds = evaluate(generate(seed=2, n_clients=16, noise=0.1, c1=2.0, c2=5.0))
     assert _by_name(conds, "K tau^2").value == pytest.approx(16 * 0.01)
     assert _by_name(conds, "lam_L sqrt(K)").value == pytest.approx(2.0)
     assert _by_name(conds, "lam_S K^{3/2}").value == pytest.approx(5.0)
@@ -263,7 +265,7 @@ def test_conditions_scalings_reported():
 
 
 def test_conditions_noise_key():
-    inst = generate(seed=4, K=10, noise=0.2)
+    inst = generate(seed=4, n_clients=10, noise=0.2)
     base = {"W_hat": inst["W_hat"]}
     assert _by_name(evaluate({**base, "noise": np.full(10, 0.2)}), "K tau^2").value == pytest.approx(0.4)
     Xi = inst["W_hat"] - inst["W"]

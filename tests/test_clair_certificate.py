@@ -13,7 +13,7 @@ from lowrank_fl.clair.simulate import generate
 
 
 def _noiseless(K, p, q, r, contaminated, seed):
-    inst = generate(K, p, q, r, contaminated=contaminated, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=contaminated, seed=seed)
     D0 = contrasts(inst.W)
     I = contaminated_pairs(inst.benign)
     L0 = D0.copy()
@@ -37,7 +37,7 @@ def test_certificate_identities(oracle_case):
     # P_T(Q) = lam_L U'V'^T holds by construction: rounding only
     assert c.tangent_residual < 1e-10
     # P_I(Q) = lam_S P_I(H) holds up to the Lemma S3 residual, i.e. the accuracy of the smooth
-    # oracle solve (notes §7.4: 1e-8 to 1e-10)
+    # oracle solve (the smooth reduced form reaches 1e-8 to 1e-10)
     s3 = lemma_s3_residual(o.L, o.S, I, q, r, lam_L, lam_S)
     # Lemma S3 by hand: lam_L P_I U'V'^T against lam_S P_I(H P_V') with H = S_g/||S_g|| on I
     U, _, Vt = np.linalg.svd(o.L, full_matrices=False)
@@ -89,7 +89,7 @@ def test_woodbury_matches_dense_inverse(oracle_case):
 
 def test_prop_s1_certificate_inside_window():
     """Prop. S1: where window (25) is non-empty (one contaminated client, K = 240, r = 1;
-    notes §6.17), the certificate at a ratio inside it has a_hat < a and b_hat < b."""
+    measured), the certificate at a ratio inside it has a_hat < a and b_hat < b."""
     a = b = 0.99
     found = False
     for seed in range(12):
@@ -110,7 +110,7 @@ def test_prop_s1_certificate_inside_window():
 
 
 def test_block_incoherence_lower_bound():
-    """mu >= G/(G - s) for the model-induced L0 (notes §8 flag 2); leverages sum to r."""
+    """mu >= G/(G - s) for the model-induced L0 (Block-IC of the model-induced L0); leverages sum to r."""
     for seed in range(3):
         inst, D0, I, L0 = _noiseless(9, 5, 3, 2, 2, seed=seed)
         G, s = I.size, int(I.sum())

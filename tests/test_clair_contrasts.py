@@ -1,4 +1,4 @@
-"""Contrasts, pair indexing and block algebra of CLAIR (§3.1; notes §6.A items 2, 10)."""
+"""Contrasts, pair indexing and block algebra of CLAIR (§3.1, eqs. (5)-(6), (11))."""
 import itertools
 
 import numpy as np
@@ -86,8 +86,8 @@ def test_lemma_s11_identity(K, q, p, seed):
 @FAST
 @given(G=st.integers(1, 15), q=st.integers(1, 3), p=st.integers(1, 3), seed=st.integers(0, 10**6))
 def test_lipschitz_constant_is_twice_max_weight(G, q, p, seed):
-    """||P_w||_op = max w_g and the product-space Hessian of the loss has norm 2 max w_g
-    (notes §6.A item 10): the math behind the default step t = 1/(2 max w). That the solver
+    """||P_w||_op = max w_g and the product-space Hessian of the loss has norm 2 max w_g (the
+    loss is (2 max w)-smooth in (L, S)): the math behind the default step t = 1/(2 max w). That the solver
     uses this step is tested in test_clair_penalized (one step against a hand-computed one)."""
     rng = np.random.default_rng(seed)
     w = rng.uniform(0.1, 2.0, G)
@@ -158,7 +158,7 @@ def test_pair_values_to_matrix_and_contaminated_pairs():
     I = contaminated_pairs(benign)
     P = pairs(K)
     np.testing.assert_array_equal(I, ~(benign[P[:, 0]] & benign[P[:, 1]]))
-    # s = G - C(|C|, 2) (notes §6.A item 7)
+    # s = G - C(|C|, 2) (the counting in the proof of Lemma 2)
     assert I.sum() == n_pairs(K) - 3
 
 

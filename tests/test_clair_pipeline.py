@@ -1,5 +1,7 @@
 """Tests of the CLAIR pipeline: fit, detection (8), refinement (9)/(S4.3), λ-path, baselines."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -8,14 +10,15 @@ from hypothesis.extra.numpy import arrays
 
 from lowrank_fl.clair.contrasts import pairs
 from lowrank_fl.clair.pipeline import (ClairFit, collaborative_set, detection_counts, fedavg, fit,
+                                       largest_gap_split, majority_pairs,
                                        lambda_path, largest_gap_threshold, local, numerical_rank,
                                        oracle_fedavg, refine, refine_closed_form,
                                        subspace_projector)
-from lowrank_fl.clair.simulate import generate
+from lowrank_fl.clair.simulate import generate, simulate
 from lowrank_fl.results import ConvergenceWarning, SolverError
 
 # Noiseless instance, one contaminated client (K=8, q=4, p=6, r=2). On such instances (7) with
-# lam_S sqrt(s)/lam_L ~ 1 recovers row(A) (the notes' measured band is ~[0.7, 1.1]); (7) is the
+# lam_S sqrt(s)/lam_L ~ 1 recovers row(A) (measured band ~[0.7, 1.1]); (7) is the
 # penalized relaxation of (24), so P_Â deviates from P_A by O(lam/w) — measured 5e-6..2e-5 at
 # lam_L = 1e-4, w = 1/K. Tolerances below use 1e-3 for that bias.
 LAM_L = 1e-4
@@ -24,8 +27,8 @@ SOLVE = dict(tol=1e-10, max_iter=50000)
 
 @pytest.fixture(scope="module")
 def noiseless():
-    inst = generate(8, 6, 4, 2, contaminated=1, seed=0)
-    res = fit(inst.W_hat, 2, LAM_L, LAM_L / np.sqrt(inst.s), **SOLVE)
+    inst = generate(n_clients=8, p=6, q=4, rank=2, contaminated=1, seed=0)
+    res = fit(inst.W_hat, LAM_L, LAM_L / np.sqrt(inst.s), rank=2, **SOLVE)
     return inst, res
 
 
@@ -52,7 +55,7 @@ def test_fit_noiseless_recovers_subspace_and_benign_set(noiseless):
 def test_fit_output_depends_on_program_only_through_projector(noiseless):
     inst, res = noiseless
     warm = dict(SOLVE, init=(res.solution.L, res.solution.S))   # already optimal: fast
-    again = fit(inst.W_hat, 2, LAM_L, LAM_L / np.sqrt(inst.s), refinement="closed-form", **warm)
+    again = fit(inst.W_hat, LAM_L, LAM_L / np.sqrt(inst.s), rank=2, refinement="closed-form", **warm)
     assert np.allclose(again.refined, res.refined, atol=1e-12)
     # block norms are those of D̂ P_Â⊥ (8), not of Ŝ from (7)
     G, q, p = inst.G, inst.q, inst.p
@@ -65,7 +68,7 @@ def test_fit_output_depends_on_program_only_through_projector(noiseless):
 
 def test_fit_ignores_S_hat_when_the_projector_is_fixed(noiseless, monkeypatch):
     """Replace Ŝ (and L̂ itself) by other matrices with the same right singular subspace: the
-    collaborative set, block norms and refinement do not move (notes §8 flag 7)."""
+    collaborative set, block norms and refinement do not move (the output depends on (7) only through P_Â)."""
     import dataclasses
 
     import lowrank_fl.clair.pipeline as pl
@@ -82,7 +85,7 @@ def test_fit_ignores_S_hat_when_the_projector_is_fixed(noiseless, monkeypatch):
 
     monkeypatch.setattr(pl, "_solve", tampered)
     warm = dict(SOLVE, init=(res.solution.L, res.solution.S))
-    other = fit(inst.W_hat, 2, LAM_L, LAM_L / np.sqrt(inst.s), **warm)
+    other = fit(inst.W_hat, LAM_L, LAM_L / np.sqrt(inst.s), rank=2, **warm)
     assert np.abs(other.solution.S - res.solution.S).max() > 0.1
     np.testing.assert_allclose(other.projector, res.projector, atol=1e-10)
     np.testing.assert_array_equal(other.benign, res.benign)
@@ -91,21 +94,23 @@ def test_fit_ignores_S_hat_when_the_projector_is_fixed(noiseless, monkeypatch):
 
 
 def test_fit_reports_unconverged_and_refuses_diverged_solves():
-    inst = generate(8, 6, 4, 2, contaminated=1, seed=0)
+    inst = generate(n_clients=8, p=6, q=4, rank=2, contaminated=1, seed=0)
     lam_S = LAM_L / np.sqrt(inst.s)
     with pytest.warns(ConvergenceWarning, match="CLAIR fit: .*max_iter=3") as rec:
-        res = fit(inst.W_hat, 2, LAM_L, lam_S, max_iter=3)
+        res = fit(inst.W_hat, LAM_L, lam_S, rank=2, max_iter=3)
     assert res.status == res.solution.status == "max_iter"
     # the warning points at the caller's line, not inside the library
     assert {r.filename for r in rec if r.category is ConvergenceWarning} == {__file__}
     with pytest.raises(SolverError, match="diverged") as exc:
-        fit(inst.W_hat, 2, LAM_L, lam_S, method="proxgrad", step=1e4)
+        fit(inst.W_hat, LAM_L, lam_S, rank=2, method="proxgrad", step_size=1e4)
     assert exc.value.status == "diverged"
-    assert fit(inst.W_hat, 2, LAM_L, lam_S, tol=None, max_iter=5).status == "completed"
-    with pytest.raises(TypeError, match=r"unexpected solver option\(s\) \['q'\]"):
-        fit(inst.W_hat, 2, LAM_L, lam_S, q=4)
-    with pytest.raises(TypeError, match=r"unexpected solver option\(s\) \['weight'\]"):
-        lambda_path(inst.W_hat, 2, LAM_L, [1.0], weight=1.0)
+    assert fit(inst.W_hat, LAM_L, lam_S, rank=2, tol=None, max_iter=5).status == "completed"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'q'"):
+        fit(inst.W_hat, LAM_L, lam_S, rank=2, q=4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'weight'"):
+        lambda_path(inst.W_hat, LAM_L, [1.0], rank=2, weight=1.0)
+    with pytest.raises(TypeError, match="3 positional arguments"):
+        fit(inst.W_hat, 2, LAM_L, lam_S)                 # the old order: rank is keyword-only
 
 
 def test_eq9_literal_sum():
@@ -129,11 +134,11 @@ def test_eq9_literal_sum():
 def test_fit_fixed_tau_and_alpha(noiseless):
     inst, res = noiseless
     warm = dict(SOLVE, init=(res.solution.L, res.solution.S))   # already optimal: fast
-    fixed = fit(inst.W_hat, 2, LAM_L, LAM_L / np.sqrt(inst.s), tau=0.5 * inst.beta_min,
+    fixed = fit(inst.W_hat, LAM_L, LAM_L / np.sqrt(inst.s), rank=2, tau=0.5 * inst.beta_min,
                 alpha=0.75, **warm)
     assert fixed.tau == 0.5 * inst.beta_min and fixed.tau_rule == "fixed"
     assert np.array_equal(fixed.benign, inst.benign)          # 6/7 >= 0.75
-    strict = fit(inst.W_hat, 2, LAM_L, LAM_L / np.sqrt(inst.s), tau=0.0, **warm)
+    strict = fit(inst.W_hat, LAM_L, LAM_L / np.sqrt(inst.s), rank=2, tau=0.0, **warm)
     assert not strict.benign.any()                            # no block is exactly 0
 
 
@@ -191,7 +196,7 @@ def test_eq9_equals_closed_form_S43(case):
 
 
 def test_refine_with_true_projector_keeps_own_row_space_component():
-    inst = generate(5, 6, 4, 2, contaminated=1, noise=0.3, seed=9)
+    inst = generate(n_clients=5, p=6, q=4, rank=2, contaminated=1, noise=0.3, seed=9)
     P = inst.projector
     out = refine(inst.W_hat, P, inst.benign)
     b = inst.benign
@@ -278,27 +283,27 @@ def test_subspace_projector():
 
 
 def test_rank_modes_when_lhat_vanishes_or_inflates():
-    inst = generate(8, 6, 4, 2, contaminated=1, seed=0)
+    inst = generate(n_clients=8, p=6, q=4, rank=2, contaminated=1, seed=0)
     rs = np.sqrt(inst.s)
     # ratio far below the band: L̂ = 0 (everything goes to Ŝ)
     with pytest.warns(RuntimeWarning, match="numerical rank 0 < rank=2"):
-        top = fit(inst.W_hat, 2, LAM_L, 0.1 * LAM_L / rs, **SOLVE)
+        top = fit(inst.W_hat, LAM_L, 0.1 * LAM_L / rs, rank=2, **SOLVE)
     assert top.numerical_rank == 0 and top.rank == 2
     with pytest.warns(RuntimeWarning, match="P_A_hat = 0"):
-        num = fit(inst.W_hat, 2, LAM_L, 0.1 * LAM_L / rs, rank_mode="numerical", **SOLVE)
+        num = fit(inst.W_hat, LAM_L, 0.1 * LAM_L / rs, rank=2, rank_mode="numerical", **SOLVE)
     assert num.rank == 0 and np.all(num.projector == 0)
     # ratio far above the band: rank inflation; numerical mode uses the compact SVD
     with pytest.warns(RuntimeWarning, match="P_A_hat = I"):
-        big = fit(inst.W_hat, 2, LAM_L, 3.0 * LAM_L / rs, rank_mode="numerical", **SOLVE)
+        big = fit(inst.W_hat, LAM_L, 3.0 * LAM_L / rs, rank=2, rank_mode="numerical", **SOLVE)
     assert big.rank == big.numerical_rank > 2
     assert np.trace(big.projector) == pytest.approx(big.rank)
 
 
 def test_lambda_path_band():
-    inst = generate(8, 6, 4, 2, contaminated=1, seed=0)
+    inst = generate(n_clients=8, p=6, q=4, rank=2, contaminated=1, seed=0)
     rs = np.sqrt(inst.s)
     ratios = np.array([0.3, 0.6, 0.95, 1.05, 3.0]) / rs
-    path = lambda_path(inst.W_hat, 2, 1e-3, ratios, truth_projector=inst.projector,
+    path = lambda_path(inst.W_hat, 1e-3, ratios, rank=2, truth_projector=inst.projector,
                        tol=1e-9, max_iter=50000)
     assert path.numerical_rank.shape == (1, 5)
     r = path.numerical_rank[0]
@@ -311,13 +316,13 @@ def test_lambda_path_band():
     assert np.all(path.projector_error[0, inside] < 5e-3)
     assert np.all(path.status == "optimal")
     assert np.allclose(path.lam_S, 1e-3 * ratios[None, :])
-    warm = lambda_path(inst.W_hat, 2, 1e-3, ratios, truth_projector=inst.projector,
+    warm = lambda_path(inst.W_hat, 1e-3, ratios, rank=2, truth_projector=inst.projector,
                        tol=1e-9, max_iter=50000, warm_start=True)
     assert np.array_equal(warm.numerical_rank, path.numerical_rank)
     # same optimum to a 1e-9 relative gap: the rank-2 subspaces agree far below the 5e-3 bias
     assert np.allclose(warm.projector_error[0, inside], path.projector_error[0, inside],
                        atol=1e-4)
-    no_truth = lambda_path(inst.W_hat, 2, [1e-3, 2e-3], ratios[:1], tol=1e-8)
+    no_truth = lambda_path(inst.W_hat, [1e-3, 2e-3], ratios[:1], rank=2, tol=1e-8)
     assert no_truth.numerical_rank.shape == (2, 1) and np.isnan(no_truth.projector_error).all()
     assert no_truth.bands == (None, None) and no_truth.band is None
 
@@ -331,7 +336,7 @@ def test_lambda_path_band():
     (dict(warm_start=True, method="cvxpy"), "warm_start=True needs an iterative method"),
 ])
 def test_lambda_path_errors(kwargs, match):
-    W = generate(4, 6, 4, 2, seed=0).W_hat
+    W = generate(n_clients=4, p=6, q=4, rank=2, seed=0).W_hat
     args = dict(W_hat=W, rank=2, lam_L=1.0, ratios=[0.5, 1.0]) | kwargs
     with pytest.raises(ValueError, match=match):
         lambda_path(**args)
@@ -425,10 +430,10 @@ def test_fit_errors(kwargs, exc, match):
 
 
 def test_fit_alpha_half_is_allowed_and_solver_options_are_forwarded():
-    res = fit(_W, 1, 0.1, 0.1, alpha=0.5, tol=None, max_iter=3, method="proxgrad")
+    res = fit(_W, 0.1, 0.1, rank=1, alpha=0.5, tol=None, max_iter=3, method="proxgrad")
     assert res.solution.status == "completed" and res.solution.iterations == 3
     with pytest.raises(ValueError, match="method must be one of"):
-        fit(_W, 1, 0.1, 0.1, method="admm")
+        fit(_W, 0.1, 0.1, rank=1, method="admm")
 
 
 def test_refine_errors():
@@ -442,10 +447,97 @@ def test_fit_with_cvxpy_matches_fista():
     # Exact conic solve (Clarabel, ~1e-8 accuracy) vs FISTA to a 1e-12 relative gap on a small
     # noisy instance: the top-1 subspaces agree to 1e-4 (measured 2.5e-6; the gap between
     # sigma_1 and sigma_2 of L̂ keeps the subspace well conditioned) and the sets are equal.
-    inst = generate(6, 4, 3, 1, contaminated=1, noise=0.05, seed=3)
+    inst = generate(n_clients=6, p=4, q=3, rank=1, contaminated=1, noise=0.05, seed=3)
     lam_S = 0.05 / np.sqrt(inst.s)
-    exact = fit(inst.W_hat, 1, 0.05, lam_S, method="cvxpy")
-    it = fit(inst.W_hat, 1, 0.05, lam_S, tol=1e-12, max_iter=100000)
+    exact = fit(inst.W_hat, 0.05, lam_S, rank=1, method="cvxpy")
+    it = fit(inst.W_hat, 0.05, lam_S, rank=1, tol=1e-12, max_iter=100000)
     assert exact.solution.solver.startswith("cvxpy")
     assert np.linalg.norm(exact.projector - it.projector, 2) < 1e-4
     assert np.array_equal(exact.benign, it.benign) and np.array_equal(it.benign, inst.benign)
+
+
+# ----------------------------------------------------------------------------------------------
+# units: one normalisation at the entry
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e-160, 1e160, 1e200])
+def test_fit_is_scale_free(scale):
+    """Regression: fit was exact for data scales 1e-154..1e152 only, then raised LinAlgError or
+    (below 1e-170) reported optimal with a wrong answer. (7) is homogeneous: with W_hat and the
+    lambdas scaled together, the subspace, the set and the refined estimates (scaled) agree."""
+    inst = simulate(p=6, q=5, n_clients=8, samples_per_client=40, seed=4)
+    lam_L, lam_S = 8 ** -0.5, 3.5 / 8 ** 1.5                  # the §7 scalings
+    ref = fit(inst.W_hat, lam_L, lam_S, rank=2)
+    assert ref.separated and ref.benign.sum() == 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        res = fit(scale * inst.W_hat, scale * lam_L, scale * lam_S, rank=2)
+    assert res.status == "optimal" and res.solution.relative_gap <= 1e-8
+    np.testing.assert_allclose(res.projector, ref.projector, atol=1e-6)
+    np.testing.assert_array_equal(res.benign, ref.benign)
+    np.testing.assert_allclose(res.refined / scale, ref.refined, rtol=1e-6,
+                               atol=1e-6 * np.abs(ref.refined).max())
+    assert res.tau / scale == pytest.approx(ref.tau, rel=1e-6)
+    np.testing.assert_allclose(res.block_norms / scale, ref.block_norms, rtol=1e-6)
+    # the solution is that of the normalised program: the same one whatever the units
+    assert ref.scale == 1.0 and res.scale != 1.0
+    assert res.solution.objective == pytest.approx(ref.solution.objective * (scale / res.scale) ** 2,
+                                                   rel=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# the tau rule when there is nothing to separate
+
+
+def test_majority_pairs():
+    # m_min = ceil(alpha (K - 1)) + 1 clients, C(m_min, 2) pairs
+    assert majority_pairs(10, 0.5) == 15          # m_min = 6
+    assert majority_pairs(5, 0.5) == 3            # m_min = 3
+    assert majority_pairs(20, 0.5) == 55          # m_min = 11
+    assert majority_pairs(10, 0.9) == 45          # m_min = 10 = K
+    with pytest.raises(ValueError, match="alpha must lie"):
+        majority_pairs(10, 0.3)
+
+
+def test_largest_gap_split_says_no_separation():
+    x = np.array([1.0, 1.3, 1.32, 1.35, 1.4, 1.41, 1.45, 1.5])   # largest gap at the bottom
+    plain = largest_gap_split(x)
+    assert plain.separated and plain.n_below == 1 and plain.threshold == pytest.approx(1.15)
+    guarded = largest_gap_split(x, min_below=3)
+    assert not guarded.separated and guarded.threshold == 1.5 and guarded.n_below == x.size
+    assert largest_gap_threshold(x, min_below=3) == 1.5
+    two = np.array([0.1, 0.11, 0.12, 0.13, 2.0, 2.1])
+    assert largest_gap_split(two, min_below=3).separated
+    with pytest.raises(ValueError, match="min_below must be >= 1"):
+        largest_gap_split(x, min_below=0)
+
+
+@pytest.mark.parametrize("K", [5, 10, 20])
+def test_no_contamination_keeps_every_client(K):
+    """Regression (issue: 8 of 20 seeds excluded every benign client, status optimal, no
+    warning): with every client benign the largest-gap rule finds no admissible separation and
+    keeps all of them, in every seed."""
+    for seed in range(20):
+        inst = simulate(p=10, q=10, n_clients=K, samples_per_client=100, contaminated=0,
+                        seed=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            res = fit(inst.W_hat, K ** -0.5, 3.5 / K ** 1.5, rank=2)
+        assert res.benign.all(), (K, seed, res.benign)
+
+
+def test_one_contaminated_client_is_excluded():
+    for seed in range(10):
+        inst = simulate(p=10, q=10, n_clients=10, samples_per_client=100, contaminated=1,
+                        seed=seed)
+        res = fit(inst.W_hat, 10 ** -0.5, 3.5 / 10 ** 1.5, rank=2)
+        assert res.separated
+        np.testing.assert_array_equal(res.benign, inst.benign)
+
+
+def test_fewer_than_two_kept_clients_warn():
+    inst = generate(n_clients=6, p=6, q=4, rank=2, contaminated=1, noise=0.05, seed=1)
+    with pytest.warns(RuntimeWarning, match="collaborative set has 0 client"):
+        res = fit(inst.W_hat, LAM_L, LAM_L / np.sqrt(inst.s), rank=2, tau=0.0)
+    assert not res.benign.any()
+    np.testing.assert_array_equal(res.refined, inst.W_hat)

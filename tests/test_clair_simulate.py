@@ -1,4 +1,6 @@
 """Tests of the CLAIR instance generators (§7 simulation and the general model (3)–(4))."""
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
@@ -18,17 +20,17 @@ def test_sec7_local_ols_error_matches_theory():
     p, q, n, K = 5, 5, 20, 50
     errs = np.concatenate([
         np.einsum("kij,kij->k", inst.errors, inst.errors)
-        for inst in (simulate(p, q, K, n, seed=s) for s in range(4))])
+        for inst in (simulate(p=p, q=q, n_clients=K, samples_per_client=n, seed=s) for s in range(4))])
     expected = q * p / (n - p - 1)
     se = errs.std(ddof=1) / np.sqrt(errs.size)
     assert abs(errs.mean() - expected) < 4 * se
-    assert simulate(p, q, K, n, seed=0).params["expected_local_error"] == pytest.approx(expected)
+    assert simulate(p=p, q=q, n_clients=K, samples_per_client=n, seed=0).params["expected_local_error"] == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("variant, half_width", [("unit-variance", np.sqrt(3.0)), ("uniform", 1.0)])
 def test_sec7_contamination_variance(variant, half_width):
     p, q, r, K = 20, 20, 2, 20
-    inst = simulate(p, q, K, 30, r=r, variant=variant, seed=7)
+    inst = simulate(p=p, q=q, n_clients=K, samples_per_client=30, rank=r, variant=variant, seed=7)
     c = inst.params["c"]
     assert c in (3.0, 4.0, 5.0, 6.0)
     Z = inst.Delta[~inst.benign] * np.sqrt(q * (p - r)) / c      # the raw entries
@@ -42,7 +44,7 @@ def test_sec7_contamination_variance(variant, half_width):
 
 def test_sec7_structure():
     p, q, r, K = 10, 8, 2, 10
-    inst = simulate(p, q, K, 40, r=r, seed=3)
+    inst = simulate(p=p, q=q, n_clients=K, samples_per_client=40, rank=r, seed=3)
     assert isinstance(inst, ClairInstance) and inst.design == "sec7"
     assert inst.W_hat.shape == inst.W.shape == (K, q, p)
     assert inst.benign.sum() == K - round(0.4 * K)
@@ -62,8 +64,8 @@ def test_sec7_structure():
 
 
 def test_sec7_contamination_factor_and_fixed_c():
-    a = simulate(10, 10, 10, 30, seed=5, c=4.0)
-    b = simulate(10, 10, 10, 30, seed=5, c=4.0, contamination_factor=0.8)
+    a = simulate(p=10, q=10, n_clients=10, samples_per_client=30, seed=5, c=4.0)
+    b = simulate(p=10, q=10, n_clients=10, samples_per_client=30, seed=5, c=4.0, contamination_factor=0.8)
     assert a.params["c"] == 4.0
     bad = ~a.benign
     assert np.allclose(b.Delta[bad], 0.8 * a.Delta[bad], atol=1e-14)
@@ -78,8 +80,8 @@ def test_ar1_covariance():
 # ----------------------------------------------------------------------------------------------
 # determinism
 @pytest.mark.parametrize("make", [
-    lambda seed: simulate(6, 5, 6, 20, seed=seed),
-    lambda seed: generate(6, 5, 4, 2, contaminated=2, delta=0.2, noise=0.1, seed=seed),
+    lambda seed: simulate(p=6, q=5, n_clients=6, samples_per_client=20, seed=seed),
+    lambda seed: generate(n_clients=6, p=5, q=4, rank=2, contaminated=2, delta=0.2, noise=0.1, seed=seed),
 ])
 def test_same_seed_same_numbers(make):
     a, b, c = make(11), make(11), make(12)
@@ -92,7 +94,7 @@ def test_same_seed_same_numbers(make):
 
 
 def test_instance_arrays_are_read_only():
-    inst = generate(4, 5, 4, 1, seed=0)
+    inst = generate(n_clients=4, p=5, q=4, rank=1, seed=0)
     with pytest.raises(ValueError):
         inst.W_hat[0, 0, 0] = 1.0
 
@@ -101,7 +103,7 @@ def test_instance_arrays_are_read_only():
 # general generator
 def test_noiseless_option_and_canonical_components():
     K, p, q, r = 7, 6, 4, 2
-    inst = generate(K, p, q, r, contaminated=2, seed=4)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=2, seed=4)
     assert np.array_equal(inst.W_hat, inst.W)                      # noise=0: What = W
     assert np.abs(inst.errors).max() == 0
     assert np.allclose(inst.A @ inst.A.T, np.eye(r), atol=1e-12)    # orthonormal rows
@@ -133,7 +135,7 @@ def test_noiseless_option_and_canonical_components():
 def test_misalignment_bound_eq4(frac, r, extra, seed):
     p = r + extra
     delta = frac * np.sqrt(2 * min(r, p - r))
-    inst = generate(6, p, r + 1, r, contaminated=1, delta=delta, seed=seed)
+    inst = generate(n_clients=6, p=p, q=r + 1, rank=r, contaminated=1, delta=delta, seed=seed)
     b = inst.benign
     Ak = inst.A_clients[b]
     assert np.allclose(Ak @ np.swapaxes(Ak, 1, 2), np.eye(r), atol=1e-10)   # orthonormal rows
@@ -155,7 +157,7 @@ def test_misalignment_bound_eq4(frac, r, extra, seed):
 def test_per_client_noise_levels():
     K, p, q = 5, 30, 30
     tau = np.array([0.0, 0.1, 0.2, 0.5, 1.0])
-    inst = generate(K, p, q, 2, contaminated=1, noise=tau, seed=2)
+    inst = generate(n_clients=K, p=p, q=q, rank=2, contaminated=1, noise=tau, seed=2)
     assert np.all(inst.errors[0] == 0)
     sd = inst.errors.reshape(K, -1).std(axis=1)
     # 900 entries per client: the sample sd has relative s.e. ~ 1/sqrt(2*900) ~ 2.4%; allow 10%.
@@ -164,7 +166,7 @@ def test_per_client_noise_levels():
 
 
 def test_contamination_scale():
-    inst = generate(10, 20, 20, 2, contaminated=5, contamination_scale=3.0, seed=1)
+    inst = generate(n_clients=10, p=20, q=20, rank=2, contaminated=5, contamination_scale=3.0, seed=1)
     Z = inst.Delta[~inst.benign]
     # 2000 N(0, 9) entries: sample sd within 10% (relative s.e. ~1.6%).
     assert Z.std() == pytest.approx(3.0, rel=0.1)
@@ -173,41 +175,75 @@ def test_contamination_scale():
 
 # ----------------------------------------------------------------------------------------------
 # errors
+_SIM = dict(p=4, q=4, n_clients=5, samples_per_client=20)
+_GEN = dict(n_clients=5, p=4, q=3, rank=1)
+
+
 @pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(p=4, q=4, K=5, n=20, r=4), ValueError, "r must satisfy"),
-    (dict(p=4, q=4, K=1, n=20), ValueError, "K must be >= 2"),
-    (dict(p=4, q=4, K=5, n=5), ValueError, "n must be >= 6"),
-    (dict(p=4, q=4, K=5, n=20, contaminated=1.0), ValueError,
-     r"contaminated must lie in \[0.0, 1.0\)"),
-    (dict(p=4, q=4, K=5, n=20, contaminated=0.9), ValueError, "at most K - 2"),
-    (dict(p=4, q=4, K=5, n=20, variant="normal"), ValueError, "variant must be one of"),
-    (dict(p=4, q=4, K=5, n=20, correlation=1.0), ValueError, "correlation must lie in"),
-    (dict(p=4, q=4, K=5, n=20, c=-1.0), ValueError, "c must be finite"),
-    (dict(p=4.5, q=4, K=5, n=20), TypeError, "p must be an integer"),
+    (_SIM | dict(rank=4), ValueError, "rank must satisfy"),
+    (_SIM | dict(n_clients=1), ValueError, "n_clients must be >= 2"),
+    (_SIM | dict(samples_per_client=5), ValueError, "samples_per_client must be >= 6"),
+    (_SIM | dict(contaminated=0.4), TypeError, r"contaminated is a count of clients, got 0.4; "
+                                               r"for a fraction f pass round\(f \* n_clients\) "
+                                               r"\(here 2\)"),
+    (_SIM | dict(contaminated=4), ValueError, "contaminated must be <= n_clients - 2 = 3"),
+    (_SIM | dict(contaminated=-1), ValueError, "contaminated must be >= 0"),
+    (dict(p=4, q=4, n_clients=2, samples_per_client=20), ValueError,
+     "default 40 % contamination gives 1 contaminated clients"),
+    (_SIM | dict(variant="normal"), ValueError, "variant must be one of"),
+    (_SIM | dict(correlation=1.0), ValueError, "correlation must lie in"),
+    (_SIM | dict(c=-1.0), ValueError, "c must be finite"),
+    (_SIM | dict(p=4.5), TypeError, "p must be an integer"),
+    (dict(p=4, q=4, samples_per_client=20), TypeError, "missing required keyword argument: 'n_clients'"),
+    (_SIM | dict(K=5), TypeError, "pass n_clients only"),
 ])
 def test_simulate_errors(kwargs, exc, match):
-    with pytest.raises(exc, match=match):
-        simulate(**kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with pytest.raises(exc, match=match):
+            simulate(**kwargs)
 
 
 @pytest.mark.parametrize("kwargs, exc, match", [
-    (dict(K=5, p=4, q=3, r=3), ValueError, "r must satisfy"),
-    (dict(K=5, p=4, q=3, r=0), ValueError, "r must be >= 1"),
-    (dict(K=1, p=4, q=3, r=1), ValueError, "K must be >= 2"),
-    (dict(K=5, p=4, q=3, r=1, contaminated=4), ValueError, "contaminated must be <= K - 2"),
-    (dict(K=5, p=4, q=3, r=1, contaminated=-1), ValueError, "contaminated must be >= 0"),
-    (dict(K=5, p=4, q=3, r=1, delta=2.0), ValueError, "delta must be <="),
-    (dict(K=5, p=4, q=3, r=1, delta=-0.1), ValueError, "delta must be finite and >= 0"),
-    (dict(K=5, p=4, q=3, r=1, noise=[0.1, 0.2]), ValueError,
-     r"noise must be a scalar or have shape \(5,\)"),
-    (dict(K=5, p=4, q=3, r=1, noise=-0.1), ValueError, "noise must be >= 0"),
-    (dict(K=5, p=4, q=3, r=1, noise=np.nan), ValueError, "noise must be finite"),
-    (dict(K=5, p=4, q=3, r=1, contamination_scale=0.0), ValueError, "contamination_scale must be"),
-    (dict(K=5, p=4, q=3, r=1, seed=-3), ValueError, "seed must be a non-negative"),
+    (_GEN | dict(rank=3), ValueError, "rank must satisfy"),
+    (_GEN | dict(rank=0), ValueError, "rank must be >= 1"),
+    (_GEN | dict(n_clients=1), ValueError, "n_clients must be >= 2"),
+    (_GEN | dict(contaminated=4), ValueError, "contaminated must be <= n_clients - 2"),
+    (_GEN | dict(contaminated=-1), ValueError, "contaminated must be >= 0"),
+    (_GEN | dict(contaminated=0.2), TypeError, "contaminated is a count of clients"),
+    (_GEN | dict(delta=2.0), ValueError, "delta must be <="),
+    (_GEN | dict(delta=-0.1), ValueError, "delta must be finite and >= 0"),
+    (_GEN | dict(noise=[0.1, 0.2]), ValueError, r"noise must be a scalar or have shape \(5,\)"),
+    (_GEN | dict(noise=-0.1), ValueError, "noise must be >= 0"),
+    (_GEN | dict(noise=np.nan), ValueError, "noise must be finite"),
+    (_GEN | dict(contamination_scale=0.0), ValueError, "contamination_scale must be"),
+    (_GEN | dict(seed=-3), ValueError, "seed must be a non-negative"),
 ])
 def test_generate_errors(kwargs, exc, match):
     with pytest.raises(exc, match=match):
         generate(**kwargs)
+
+
+def test_sizes_are_keyword_only_and_old_names_warn():
+    with pytest.raises(TypeError):
+        simulate(10, 10, 10, 30)                                  # noqa: the old positional form
+    with pytest.raises(TypeError):
+        generate(6, 5, 4, 2)
+    new = simulate(p=6, q=5, n_clients=6, samples_per_client=20, rank=2, seed=1)
+    with pytest.warns(DeprecationWarning, match="use n_clients="):
+        old = simulate(p=6, q=5, K=6, samples_per_client=20, rank=2, seed=1)
+    np.testing.assert_array_equal(old.W_hat, new.W_hat)
+    with pytest.warns(DeprecationWarning, match="use samples_per_client="):
+        simulate(p=6, q=5, n_clients=6, n=20, seed=1)
+    with pytest.warns(DeprecationWarning, match="use rank="):
+        g = generate(n_clients=5, p=4, q=3, r=1, seed=0)
+    np.testing.assert_array_equal(g.W_hat, generate(n_clients=5, p=4, q=3, rank=1, seed=0).W_hat)
+    # the default is the paper's 40 %, as a count; an explicit count gives the same instance
+    assert (~new.benign).sum() == round(0.4 * 6) == new.params["n_contaminated"]
+    same = simulate(p=6, q=5, n_clients=6, samples_per_client=20, rank=2, contaminated=2, seed=1)
+    np.testing.assert_array_equal(same.W_hat, new.W_hat)
+    assert simulate(p=6, q=5, n_clients=6, samples_per_client=20, contaminated=0,
+                    seed=1).benign.all()
 
 
 def test_instance_shapes_must_agree():
@@ -215,7 +251,7 @@ def test_instance_shapes_must_agree():
 
     from lowrank_fl.clair.contrasts import contaminated_pairs
 
-    inst = generate(5, 4, 3, 2, contaminated=1, seed=0)
+    inst = generate(n_clients=5, p=4, q=3, rank=2, contaminated=1, seed=0)
     with pytest.raises(ValueError, match=r"ClairInstance: B must have shape \(5, 3, 2\)"):
         dataclasses.replace(inst, B=inst.B[:, :, :1])
     with pytest.raises(ValueError, match=r"ClairInstance: benign must have shape \(5,\)"):

@@ -15,7 +15,7 @@ LAM_L = 1e-3
 
 @pytest.fixture(scope="module")
 def instance():
-    return generate(6, 5, 4, 2, contaminated=1, noise=1e-3, seed=2)
+    return generate(n_clients=6, p=5, q=4, rank=2, contaminated=1, noise=1e-3, seed=2)
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def test_round_trip(tmp_path, npz, instance, capsys):
     assert code == 0
     assert "kept" in capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
-    ref = fit(instance.W_hat, 2, LAM_L, lam_S)
+    ref = fit(instance.W_hat, LAM_L, lam_S, rank=2)
     assert summary["benign"] == [int(k) for k in np.flatnonzero(ref.benign)]
     assert summary["excluded"] == [int(k) for k in np.flatnonzero(~ref.benign)]
     assert summary["benign"] == [int(k) for k in np.flatnonzero(instance.benign)]
@@ -68,7 +68,7 @@ def test_options_tau_alpha_weights(tmp_path, npz, instance):
                  "--max-iter", "5000", "--out", str(out)])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
-    ref = fit(instance.W_hat, 2, 0.1, 0.05, alpha=0.7, tau=0.5, weights=w,
+    ref = fit(instance.W_hat, 0.1, 0.05, rank=2, alpha=0.7, tau=0.5, weights=w,
               method="proxgrad", tol=1e-6, max_iter=5000)
     assert summary["tau"] == 0.5 and summary["tau_rule"] == "fixed" and summary["alpha"] == 0.7
     assert summary["solver"] == "proxgrad" and summary["status"] == "optimal"

@@ -21,13 +21,13 @@ def test_prox_matches_cvxpy(data, mu):
     ref = solve_nuclear_cvxpy(X, y, mu)
     fast = solve_nuclear_prox(X, y, mu, tol=1e-10)
     assert ref.status == "optimal" and fast.status == "optimal"
-    # Clarabel's default tolerances (~1e-8) and the prox gap certificate (1e-10 relative) bound both
+    # Clarabel's default tolerances (~1e-8) and the prox gap certificate (1e-10 of P(0)) bound both
     # objectives' suboptimality far below 1e-6 relative; a wrong solution would differ by >> 1e-6.
     assert fast.objective == pytest.approx(ref.objective, rel=1e-6)
     assert fast.objective <= ref.objective + 1e-6 * abs(ref.objective)
     # the prox gap certifies the CVXPY objective too (P(ref) >= P* >= P(fast) - gap)
     assert ref.objective >= fast.objective - fast.gap - 1e-12
-    assert 0 <= fast.gap <= 1e-10 * max(1, fast.objective)
+    assert 0 <= fast.gap <= 1e-10 * fast.gap_scale and fast.relative_gap <= 1e-10
 
 
 def test_gap_is_nonnegative_and_zero_only_at_optimum(data):
@@ -37,7 +37,7 @@ def test_gap_is_nonnegative_and_zero_only_at_optimum(data):
         T = rng.standard_normal((10, 8))
         assert nuclear_duality_gap(T, X, y, 0.1) > 0
     opt = solve_nuclear_prox(X, y, 0.1, tol=1e-11)
-    assert nuclear_duality_gap(opt.Theta, X, y, 0.1) <= 1e-11 * max(1, opt.objective)
+    assert nuclear_duality_gap(opt.Theta, X, y, 0.1) <= 1e-11 * opt.gap_scale
 
 
 def test_large_mu_gives_zero_solution(data):
@@ -65,19 +65,47 @@ def test_ragged_clients_match_equal_layout(data):
 
 def test_scs_solver_and_inaccurate_handling(data):
     X, y = data
-    res = solve_nuclear_cvxpy(X, y, 0.3, solver="SCS", eps=1e-9)
+    res = solve_nuclear_cvxpy(X, y, 0.3, solver="SCS", solver_options={"eps": 1e-9})
     assert res.solver == "cvxpy:SCS"
     ref = solve_nuclear_prox(X, y, 0.3, tol=1e-10)
     assert res.objective == pytest.approx(ref.objective, rel=1e-6)
     # SCS capped at 2 iterations cannot reach optimality: never silently accepted
-    with pytest.warns(UserWarning, match="inaccurate"):
-        with pytest.raises(SolverError, match="not solved to optimality.*optimal_inaccurate"):
-            solve_nuclear_cvxpy(X, y, 0.3, solver="SCS", max_iters=2)
-    # accepted only on request, and then reported as such with its (large) certified gap
-    with pytest.warns(UserWarning, match="inaccurate"):
-        loose = solve_nuclear_cvxpy(X, y, 0.3, solver="SCS", max_iters=2, accept_inaccurate=True)
-    assert loose.status == "optimal_inaccurate" and not loose.converged
-    assert loose.gap > 1e-3 * max(1, loose.objective)
+    with pytest.raises(SolverError, match="not solved to the tolerance.*optimal_inaccurate"):
+        solve_nuclear_cvxpy(X, y, 0.3, solver="SCS", solver_options={"max_iters": 2},
+                            on_inaccurate="raise")
+    # by default reported as such, with a warning and its (large) certified relative gap
+    with pytest.warns(ConvergenceWarning, match="certified relative duality gap"):
+        loose = solve_nuclear_cvxpy(X, y, 0.3, solver="SCS", solver_options={"max_iters": 2})
+    assert loose.status == "inaccurate" and not loose.converged
+    assert loose.relative_gap > 1e-3 and loose.message
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        solve_nuclear_cvxpy(X, y, 0.3, max_iters=2)        # no **kwargs: options are a mapping
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1e-8, 1e6])
+def test_relative_gaps_make_both_solvers_scale_free(data, scale):
+    """Regression: the prox stopping rule gap <= tol * max(1, |P|) had an absolute floor, so with
+    y and mu scaled by 1e-4 it stopped after 5 iterations 43% away from the optimum. Both
+    solvers now use gap <= tol * P(0) and state it (gap_scale)."""
+    X, y = data
+    ref = solve_nuclear_prox(X, y, 0.3, tol=1e-10)
+    small = solve_nuclear_prox(X, scale * y, scale * 0.3, tol=1e-10)
+    assert small.status == "optimal" and small.relative_gap <= 1e-10
+    assert small.gap_scale == pytest.approx(scale ** 2 * ref.gap_scale, rel=1e-12)
+    err = np.linalg.norm(small.Theta / scale - ref.Theta) / np.linalg.norm(ref.Theta)
+    assert err < 1e-4
+    exact = solve_nuclear_cvxpy(X, scale * y, scale * 0.3)
+    assert exact.status == "optimal" and exact.relative_gap <= 1e-7
+    assert np.linalg.norm(exact.Theta / scale - ref.Theta) / np.linalg.norm(ref.Theta) < 1e-3
+
+
+def test_theta0_is_a_deprecated_alias_of_init(data):
+    X, y = data
+    start = np.full((10, 8), 0.1)
+    a = solve_nuclear_prox(X, y, 0.3, init=start, tol=1e-10)
+    with pytest.warns(DeprecationWarning, match="init"):
+        b = solve_nuclear_prox(X, y, 0.3, Theta0=start, tol=1e-10)
+    np.testing.assert_array_equal(a.Theta, b.Theta)
 
 
 def test_max_iter_warns(data):
@@ -99,7 +127,7 @@ def test_recovers_low_rank_subspace_noiseless():
     (lambda X, y: solve_nuclear_prox(X, y, 0.0), ValueError, "mu must be finite and > 0"),
     (lambda X, y: solve_nuclear_prox(X, y, 0.1, tol=-1), ValueError, "tol must be finite and > 0"),
     (lambda X, y: solve_nuclear_prox(X, y, 0.1, max_iter=0), ValueError, "max_iter must be >= 1"),
-    (lambda X, y: solve_nuclear_prox(X, y, 0.1, Theta0=np.zeros((3, 3))), ValueError, r"Theta0 must have shape \(10, 8\)"),
+    (lambda X, y: solve_nuclear_prox(X, y, 0.1, init=np.zeros((3, 3))), ValueError, r"init must have shape \(10, 8\)"),
     (lambda X, y: solve_nuclear_cvxpy(X, y, 0.1, solver="MOSEK"), ValueError, "solver must be one of"),
     (lambda X, y: solve_nuclear_cvxpy(X, y[:, :2], 0.1), ValueError, r"y must have shape \(10, 6\)"),
     (lambda X, y: solve_nuclear_prox("X", y, 0.1), TypeError, "X and y must be arrays"),

@@ -1,6 +1,6 @@
 """Dual certificate of Proposition S1, Lemma S3, Block-IC and the Theorem 1 window (25).
 
-Pure functions of arrays (notes §7.5), used by the verifier's conditions module:
+Pure functions of arrays (never a (Gq x Gq) object), used by the verifier's conditions module:
 
 * :func:`block_incoherence` — Block-IC constant ``mu`` of Assumption 2 for a rank-r ``L0``.
 * :func:`theorem1_window` — the ratio window (25) for ``lam_S / lam_L`` (or ``None`` if empty).
@@ -65,7 +65,7 @@ def block_incoherence(L0, q: int, r: int) -> float:
     """Smallest ``mu`` with ``max_g ||P_g P_U||_F^2 <= mu r / G`` (Block-IC, Assumption 2).
 
     For the model-induced ``L0`` (zero on the s contaminated blocks) ``mu >= G/(G - s)``
-    (notes §8 flag 2).
+    (so Theorems 1-2's window needs r s/(G - s) < 1/16: very few contaminated clients).
     """
     lev = block_leverages(L0, q, r)
     return float(lev.max() * lev.size / r)
@@ -227,7 +227,7 @@ class Certificate:
 
 def build_certificate(L, S, I_mask, q: int, r: int, lam_L: float, lam_S: float, *,
                       zero_tol: float = 1e-9) -> Certificate:
-    """Construct the dual certificate of Proposition S1 (notes §7.5).
+    """Construct the dual certificate of Proposition S1 (proof in S1; Woodbury form on the I-blocks).
 
     ``Q = lam_L U'V'^T + P_{U'⊥} Z`` with ``R = lam_S P_I(H P_{V'⊥})`` and
     ``Z = (I - P_I P_U' P_I)^{-1} R`` (S1.4): on the ``I`` rows

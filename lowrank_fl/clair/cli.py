@@ -124,7 +124,7 @@ def run_fit(args) -> int:
 def _fit_and_write(args, W_hat, weights, out: Path) -> int:
     # only options the user gave are forwarded (cvxpy refuses iterative-only options)
     opts = {k: v for k, v in (("tol", args.tol), ("max_iter", args.max_iter)) if v is not None}
-    res = fit(W_hat, args.rank, args.lam_L, args.lam_S, alpha=args.alpha, tau=args.tau,
+    res = fit(W_hat, args.lam_L, args.lam_S, rank=args.rank, alpha=args.alpha, tau=args.tau,
               weights=weights, method=args.method, **opts)
     sol = res.solution
     K, q, p = W_hat.shape

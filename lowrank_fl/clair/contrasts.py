@@ -9,12 +9,15 @@ ever built.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import scipy.sparse
 
 from ..validation import as_float_array, check_int
 
 __all__ = [
+    "BlockRows",
     "pairs",
     "n_pairs",
     "n_clients",
@@ -180,12 +183,20 @@ def contrasts(W_hat) -> np.ndarray:
     return (W[j] - W[k]).reshape(-1, p)
 
 
-def check_block_rows(X, q: int, name: str = "D") -> tuple[int, int]:
+class BlockRows(NamedTuple):
+    """Block height ``q`` and number of blocks ``G`` of a stacked (G*q, p) array."""
+
+    q: int
+    G: int
+
+
+def check_block_rows(X, q: int, name: str = "D") -> BlockRows:
     """Validate the block height ``q`` of a stacked 2-D array ``X`` (G*q, p).
 
     Returns
     -------
-    (q, G) : tuple of int
+    BlockRows
+        ``(q, G)``.
 
     Raises
     ------
@@ -201,7 +212,7 @@ def check_block_rows(X, q: int, name: str = "D") -> tuple[int, int]:
             f"{name} must be a 2-D array with a positive number of rows that is a multiple of "
             f"q={q} "
             f"(G*q rows), got shape {X.shape}")
-    return q, X.shape[0] // q
+    return BlockRows(q, X.shape[0] // q)
 
 
 def as_blocks(D, q: int) -> np.ndarray:

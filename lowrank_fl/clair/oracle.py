@@ -1,4 +1,4 @@
-"""Smooth reduced noiseless oracle (23) solved with L-BFGS-B (notes §7.4).
+"""Smooth reduced noiseless oracle (23) solved with L-BFGS-B (a high-accuracy alternative to CVXPY).
 
 In the coordinates ``L = Y A`` (``A`` with orthonormal rows) with ``Y_g = Z_g := D0_g A^T``
 fixed on benign blocks, the oracle objective is::
@@ -22,8 +22,8 @@ import scipy.optimize
 
 from ..validation import as_float_array, check_int, check_positive
 from ..results import ConvergenceWarning
-from .penalized import _op_norm, _svd_parts
-from .programs import OracleResult, _check_benign_in_row_space, _oracle_inputs
+from .program7 import op_norm, singular_parts
+from .programs import OracleResult, check_benign_in_row_space, oracle_inputs
 
 __all__ = ["solve_oracle_smooth", "oracle_objective"]
 
@@ -54,7 +54,7 @@ def _fun_grad(y, Zi, ci, Gfix, lam_L, lam_S, shape):
 def oracle_objective(Y, D0, q, A, I_mask, lam_L, lam_S) -> float:
     """Objective of the noiseless oracle (23) in the reduced coordinates ``L = Y A``:
     ``lam_L ||Y||_* + lam_S sum_{g in I} ||D0_g - Y_g A||_F`` (``||Y A||_* = ||Y||_*`` for
-    orthonormal rows of ``A``; notes §7.3).
+    orthonormal rows of ``A``).
 
     Parameters
     ----------
@@ -63,7 +63,7 @@ def oracle_objective(Y, D0, q, A, I_mask, lam_L, lam_S) -> float:
     D0, q, A, I_mask, lam_L, lam_S
         As in :func:`solve_oracle_smooth`.
     """
-    D0, q, G, lam_L, lam_S, A, I_mask = _oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
+    D0, q, G, lam_L, lam_S, A, I_mask = oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
     Y = as_float_array(Y, "Y", shape=(G * q, A.shape[0])).reshape(G, q, A.shape[0])
     B = D0.reshape(G, q, -1)
     res = B[I_mask] - Y[I_mask] @ A
@@ -103,7 +103,7 @@ def solve_oracle_smooth(D0, q, A, I_mask, lam_L, lam_S, *, gtol: float = 1e-12,
     -------
     OracleResult
         ``status`` ``"optimal"`` when the gradient test passes, whatever L-BFGS-B reports; else
-        ``"max_iter"`` (iteration cap) or ``"optimal_inaccurate"`` (L-BFGS-B stopped early,
+        ``"max_iter"`` (iteration cap) or ``"inaccurate"`` (L-BFGS-B stopped early,
         e.g. on its ``ftol`` test), both with a :class:`ConvergenceWarning`.
         ``history["grad_norm"]`` is the final gradient norm. ``gap`` is NaN (no dual is formed).
 
@@ -114,12 +114,12 @@ def solve_oracle_smooth(D0, q, A, I_mask, lam_L, lam_S, *, gtol: float = 1e-12,
         then not smooth; use :func:`~lowrank_fl.clair.programs.solve_oracle`).
     """
     t0 = time.perf_counter()
-    D0, q, G, lam_L, lam_S, A, I_mask = _oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
+    D0, q, G, lam_L, lam_S, A, I_mask = oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
     gtol = check_positive(gtol, "gtol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     grad_rtol = check_positive(grad_rtol, "grad_rtol")
     check_tol = check_positive(check_tol, "check_tol")
-    _check_benign_in_row_space(D0, q, A, I_mask, check_tol)
+    check_benign_in_row_space(D0, q, A, I_mask, check_tol)
     B, Z, c = _parts(D0, q, A, I_mask)
     r = A.shape[0]
     Yfix = Z[~I_mask].reshape(-1, r)
@@ -133,6 +133,7 @@ def solve_oracle_smooth(D0, q, A, I_mask, lam_L, lam_S, *, gtol: float = 1e-12,
     y0 = Zi.reshape(-1).copy() if init is None else \
         as_float_array(init, "init", shape=(shape[0] * q, r)).reshape(-1).copy()
     iters, status, gnorm = 0, "optimal", 0.0
+    message = "no contaminated pair: the oracle is its fixed benign part."
     if Zi.size:
         res = scipy.optimize.minimize(
             _fun_grad, y0, args=(Zi, ci, Gfix, lam_L, lam_S, shape), jac=True,
@@ -145,20 +146,24 @@ def solve_oracle_smooth(D0, q, A, I_mask, lam_L, lam_S, *, gtol: float = 1e-12,
         # measured against the size of the objective's gradient terms, decides
         gscale = lam_L * np.sqrt(r) + lam_S * np.sqrt(shape[0])
         if gnorm > grad_rtol * gscale:
-            status = "max_iter" if iters >= max_iter else "optimal_inaccurate"
-            warnings.warn(f"solve_oracle_smooth: L-BFGS-B stopped ({res.message}) with "
-                          f"gradient norm {gnorm:.3e} > grad_rtol * {gscale:.3g}; status "
-                          f"{status!r}", ConvergenceWarning, stacklevel=2)
+            status = "max_iter" if iters >= max_iter else "inaccurate"
+            message = (f"solve_oracle_smooth: L-BFGS-B stopped ({res.message}) with gradient "
+                       f"norm {gnorm:.3e} > grad_rtol * {gscale:.3g}; status {status!r}.")
+            warnings.warn(message, ConvergenceWarning, stacklevel=2)
+        else:
+            message = (f"L-BFGS-B reached gradient norm {gnorm:.2e} <= grad_rtol * "
+                       f"{gscale:.3g} after {iters} iterations.")
     Y = Z.copy()
     Y[I_mask] = y0.reshape(shape)
     Y = Y.reshape(G * q, r)
     L = Y @ A
     S = D0 - L
     S.reshape(G, q, -1)[~I_mask] = 0.0
-    s, Vt = _svd_parts(L)
+    s, Vt = singular_parts(L)
     objective = lam_L * float(s.sum()) + lam_S * float(
         np.linalg.norm(S.reshape(G, -1), axis=1).sum())
     return OracleResult(Y=Y, L=L, S=S, A=A, singular_values=s, Vt=Vt, objective=objective,
                         gap=float("nan"), iterations=iters, status=status,
                         solver="lbfgsb", seconds=time.perf_counter() - t0,
-                        history={"grad_norm": np.array([gnorm])}, data_norm=_op_norm(D0))
+                        history={"grad_norm": np.array([gnorm])}, data_norm=op_norm(D0),
+                        message=message)

@@ -1,16 +1,7 @@
-"""The penalized CLAIR program (7), its dual, and three solvers.
+"""Solvers of the penalized CLAIR program (7): Algorithm 1, FISTA, and the CVXPY reference.
 
-Program (7) (§3.1), for a stacked contrast ``D`` of shape (G*q, p) and pair weights ``w`` (G,)::
-
-    min_{L,S}  1/2 sum_g w_g ||P_g(D - L - S)||_F^2 + lam_L ||L||_* + lam_S sum_g ||S^(g)||_F
-
-Dual (notes §7.6, Fenchel duality with ``P_w`` block-diagonal)::
-
-    max_Q  <Q, D> - 1/2 sum_g ||Q^(g)||_F^2 / w_g   s.t.  ||Q||_op <= lam_L,  max_g ||Q^(g)||_F <= lam_S
-
-At an optimum ``Q* = P_w R*`` with ``R* = D - L* - S*``. From any ``(L, S)`` the point
-``c P_w R`` with the best feasible scale ``c`` is dual feasible, so ``primal - dual`` certifies
-``(L, S)`` without CVXPY (:func:`duality_gap`).
+The program itself (objective, dual, duality gap, KKT residuals, the result class) lives in
+:mod:`~lowrank_fl.clair.program7`; every solver here is certified by its duality gap.
 
 Solvers (:func:`solve_penalized`):
 
@@ -36,14 +27,17 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
-
+from typing import Mapping
 import numpy as np
 
-from ..validation import as_float_array, check_choice, check_int, check_positive
-from ..linalg import block_norms
-from ..results import ConvergenceWarning, SolverResult
-from .contrasts import as_blocks, check_block_rows, check_weights
+from ..validation import check_choice, check_int, check_positive
+from ..results import ConvergenceWarning
+from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, certify,
+                       check_problem, check_same_shape, dual_from_residual, dual_point,
+                       dual_value, duality_gap, frobenius_inner, kkt_residuals, op_norm,
+                       penalized_objective, rescale_result, zero_objective)
+from .programs import DEFAULT_TOL, solve_program7
+from ..conic import safe_scale
 
 __all__ = [
     "PenalizedResult",
@@ -62,280 +56,6 @@ _SVD_MODES = ("auto", "gram", "lapack")
 # Gram route is accurate for singular values above ~sqrt(eps)*sigma_1 = 1.5e-8 sigma_1; keep a
 # 100x margin before trusting it to decide which values survive the threshold.
 _GRAM_SAFE_RATIO = 1e-6
-
-
-class LowRankMixin:
-    """``rank`` / ``projector`` for results holding ``singular_values`` (p,) and ``Vt`` (p, p)
-    of their low-rank component ``L`` (and, optionally, ``data_norm``: ``||D||_op``)."""
-
-    def rank(self, rtol: float = 1e-6, scale: float | None = None) -> int:
-        """Numerical rank of ``L``: singular values above ``rtol * scale``.
-
-        ``scale`` defaults to the stored ``data_norm`` (``||D||_op`` of the program's data, the
-        notes' §7.7 rule; a threshold relative to ``sigma_1(L)`` alone reports noise as full rank
-        when ``L ~ 0``), or to ``sigma_1(L)`` when the result has none. No floor at 1: the rank
-        must not depend on the units of the data.
-        """
-        rtol = check_positive(rtol, "rtol")
-        s = self.singular_values
-        if scale is None:
-            scale = getattr(self, "data_norm", None)
-        if scale is None:
-            scale = float(s[0]) if s.size else 0.0
-        scale = check_positive(scale, "scale", strict=False)
-        return int(np.count_nonzero(s > rtol * scale))
-
-    def projector(self, rank: int) -> np.ndarray:
-        """``P_Â``: projector (p, p) onto the top-``rank`` right singular subspace of ``L``."""
-        rank = check_int(rank, "rank", minimum=1, maximum=self.Vt.shape[0])
-        V = self.Vt[:rank].T
-        return V @ V.T
-
-
-@dataclass(frozen=True, kw_only=True)
-class PenalizedResult(LowRankMixin, SolverResult):
-    """Solution of program (7).
-
-    Attributes
-    ----------
-    L, S : ndarray, shape (G*q, p)
-        Low-rank and block-sparse components.
-    Q : ndarray, shape (G*q, p)
-        The dual-feasible point used for :attr:`gap` (``c P_w (D - L - S)``).
-    dual : float
-        Dual objective at ``Q`` (so ``gap = objective - dual``).
-    singular_values : ndarray, shape (p,)
-        Singular values of ``L`` in decreasing order.
-    Vt : ndarray, shape (p, p)
-        Right singular vectors of ``L`` as rows, matching ``singular_values``.
-    q : int
-        Block height.
-    lam_L, lam_S : float
-    weights : ndarray, shape (G,)
-    diverged_at : int or None
-        Iteration at which a non-finite value appeared (status ``"diverged"``).
-    data_norm : float or None
-        ``||D||_op``, the default reference of :meth:`rank`.
-
-    ``gap_scale`` (see :class:`~lowrank_fl.results.SolverResult`) is the objective at
-    ``(L, S) = (0, 0)``, ``F(0, 0) = 1/2 sum_g w_g ||D_g||_F^2``: (7) is homogeneous of degree 2
-    in ``(D, lam_L, lam_S)``, so ``relative_gap = gap / F(0, 0)`` does not depend on the data's
-    units (``F* <= F(0, 0)``, so it is also a conservative relative accuracy).
-    """
-
-    L: np.ndarray
-    S: np.ndarray
-    Q: np.ndarray
-    dual: float
-    singular_values: np.ndarray
-    Vt: np.ndarray
-    q: int
-    lam_L: float
-    lam_S: float
-    weights: np.ndarray
-    diverged_at: int | None = None
-    data_norm: float | None = None
-
-
-# --------------------------------------------------------------------------------------------
-# validation
-
-
-def _check_problem(D, q, lam_L, lam_S, weights):
-    D = as_float_array(D, "D", ndim=2)
-    q = _check_q(q, D)
-    G = D.shape[0] // q
-    lam_L = check_positive(lam_L, "lam_L")
-    lam_S = check_positive(lam_S, "lam_S")
-    w = check_weights(weights, G)
-    return D, q, G, lam_L, lam_S, w
-
-
-def _check_q(q, D):
-    return check_block_rows(D, q, "D")[0]
-
-
-def _check_same(X, name, D):
-    return as_float_array(X, name, shape=D.shape)
-
-
-# --------------------------------------------------------------------------------------------
-# objective, dual, gap, KKT (public: certify any (L, S))
-
-
-def _inner(A, B) -> float:
-    # einsum's own loop, not BLAS ddot: multithreaded BLAS on tiny reductions stalls badly on a
-    # loaded machine (measured 18 ms vs 0.07 ms for 6960 x 16)
-    return float(np.einsum("ij,ij->", A, B))
-
-
-def _block_sq(X, q):
-    B = X.reshape(-1, q, X.shape[1])
-    return np.einsum("gij,gij->g", B, B)
-
-
-def _zero_objective(D, q, w) -> float:
-    """``F(0, 0) = 1/2 sum_g w_g ||D_g||_F^2``, the scale of (7) (1 for ``D = 0``, where every
-    gap is 0 anyway)."""
-    f0 = 0.5 * float(w @ _block_sq(D, q))
-    return f0 if f0 > 0 else 1.0
-
-
-def penalized_objective(D, q, L, S, lam_L, lam_S, weights=None) -> float:
-    """Objective of program (7) at ``(L, S)``.
-
-    Parameters
-    ----------
-    D, L, S : array_like, shape (G*q, p)
-    q : int
-    lam_L, lam_S : float, > 0
-    weights : None or array_like, shape (G,)
-        ``None`` means ``w_g = 1/K``.
-    """
-    D, q, G, lam_L, lam_S, w = _check_problem(D, q, lam_L, lam_S, weights)
-    L = _check_same(L, "L", D)
-    S = _check_same(S, "S", D)
-    R = D - L - S
-    nuc = float(np.linalg.svd(L, compute_uv=False).sum())
-    blk = float(np.sqrt(_block_sq(S, q)).sum())
-    return 0.5 * float(w @ _block_sq(R, q)) + lam_L * nuc + lam_S * blk
-
-
-def _op_norm(X):
-    # sqrt of the top eigenvalue of the p x p Gram: relative accuracy ~eps, enough for scaling
-    C = X.T @ X
-    return float(np.sqrt(max(np.linalg.eigvalsh(C)[-1], 0.0)))
-
-
-def _dual_from_residual(D, q, R, w, lam_L, lam_S):
-    """Best feasible rescaling ``c P_w R`` and its dual value (notes §7.6)."""
-    Q = R * np.repeat(w, q)[:, None]
-    qn2 = _block_sq(Q, q)
-    opn = _op_norm(Q)
-    c_max = 1.0 / max(opn / lam_L, float(np.sqrt(qn2.max())) / lam_S, np.finfo(float).tiny)
-    lin = _inner(Q, D)
-    quad = float(qn2 @ (1.0 / w))
-    # dual(cQ) = c lin - c^2 quad / 2 is concave in c: maximise over [0, c_max]. c = min(1, c_max)
-    # is the notes' plain rescaling; the optimal c is never worse and costs nothing.
-    c = min(max(lin / quad, 0.0), c_max) if quad > 0 else 0.0
-    return c * Q, c * lin - 0.5 * c * c * quad
-
-
-def dual_value(D, q, Q, lam_L, lam_S, weights=None, *, rtol: float = 1e-6) -> float:
-    """Dual objective of (7), ``<Q, D> - 1/2 sum_g ||Q^(g)||_F^2 / w_g``, at a feasible ``Q``.
-
-    Parameters
-    ----------
-    D, Q : array_like, shape (G*q, p)
-    rtol : float
-        Feasibility slack: ``||Q||_op <= lam_L (1 + rtol)`` and
-        ``max_g ||Q^(g)||_F <= lam_S (1 + rtol)`` are required (solver duals are feasible only to
-        solver accuracy).
-
-    Raises
-    ------
-    ValueError
-        If ``Q`` violates a dual constraint by more than ``rtol``.
-    """
-    D, q, G, lam_L, lam_S, w = _check_problem(D, q, lam_L, lam_S, weights)
-    Q = _check_same(Q, "Q", D)
-    rtol = check_positive(rtol, "rtol", strict=False)
-    qn2 = _block_sq(Q, q)
-    opn = _op_norm(Q)
-    if opn > lam_L * (1 + rtol):
-        raise ValueError(f"Q is not dual feasible: ||Q||_op = {opn:.6g} > lam_L = {lam_L:.6g}")
-    bmax = float(np.sqrt(qn2.max()))
-    if bmax > lam_S * (1 + rtol):
-        raise ValueError(
-            f"Q is not dual feasible: max_g ||Q_g||_F = {bmax:.6g} > lam_S = {lam_S:.6g}")
-    return _inner(Q, D) - 0.5 * float(qn2 @ (1.0 / w))
-
-
-def dual_point(D, q, L, S, lam_L, lam_S, weights=None):
-    """Dual-feasible ``Q`` (G*q, p) built from ``(L, S)`` and its dual value (notes §7.6).
-
-    ``Q = c P_w (D - L - S)`` with the scale ``c`` that maximises the dual subject to
-    ``||Q||_op <= lam_L`` and ``max_g ||Q^(g)||_F <= lam_S``.
-
-    Returns
-    -------
-    Q : ndarray, shape (G*q, p)
-    value : float
-    """
-    D, q, G, lam_L, lam_S, w = _check_problem(D, q, lam_L, lam_S, weights)
-    L = _check_same(L, "L", D)
-    S = _check_same(S, "S", D)
-    return _dual_from_residual(D, q, D - L - S, w, lam_L, lam_S)
-
-
-def duality_gap(D, q, L, S, lam_L, lam_S, weights=None) -> float:
-    """Duality gap of (7) at ``(L, S)``: primal objective minus the dual value of
-    :func:`dual_point`. Non-negative; zero exactly at an optimum. Shapes as in
-    :func:`penalized_objective`."""
-    primal = penalized_objective(D, q, L, S, lam_L, lam_S, weights)
-    _, dual = dual_point(D, q, L, S, lam_L, lam_S, weights)
-    return primal - dual
-
-
-def kkt_residuals(D, q, L, S, lam_L, lam_S, weights=None, *, rank_tol: float = 1e-6) -> dict:
-    """Residuals of the optimality conditions of (7) at ``(L, S)``.
-
-    With ``Z = P_w (D - L - S)`` optimality means ``Z ∈ lam_L ∂||L||_*`` and
-    ``Z ∈ lam_S ∂||S||_{blk,1}`` (notes §7.6; subdifferentials of S1.1 with supp(S) in place of I).
-    For ``L = U diag(s) V^T`` the first is ``U^T Z V = lam_L I``, ``P_U Z P_V⊥ = 0``,
-    ``P_U⊥ Z P_V = 0`` and ``||P_U⊥ Z P_V⊥||_op <= lam_L``.
-
-    Parameters
-    ----------
-    D, L, S : array_like, shape (G*q, p)
-    q : int
-    lam_L, lam_S : float, > 0
-    weights : None or array_like, shape (G,)
-    rank_tol : float, > 0
-        Singular values of ``L`` above ``rank_tol * ||D||_op`` span its range; blocks of ``S``
-        above ``rank_tol * max_g ||D_g||_F`` form its support (both scale with the data).
-
-    Returns
-    -------
-    dict of float
-        ``"nuclear_aligned"``: ``||U^T Z V - lam_L I||_F / lam_L``;
-        ``"nuclear_cross"``: ``max(||U^T Z P_V⊥||_F, ||P_U⊥ Z V||_F) / lam_L``;
-        ``"nuclear_op"``: ``max(0, ||P_U⊥ Z P_V⊥||_op / lam_L - 1)``;
-        ``"block_aligned"``: ``max_{g in supp} ||Z_g - lam_S S_g/||S_g|| ||_F / lam_S``;
-        ``"block_bound"``: ``max(0, max_{g not in supp} ||Z_g||_F / lam_S - 1)``.
-    """
-    D, q, G, lam_L, lam_S, w = _check_problem(D, q, lam_L, lam_S, weights)
-    L = _check_same(L, "L", D)
-    S = _check_same(S, "S", D)
-    rank_tol = check_positive(rank_tol, "rank_tol")
-    Z = (D - L - S) * np.repeat(w, q)[:, None]
-    U, s, Vt = np.linalg.svd(L, full_matrices=False)
-    k = int(np.count_nonzero(s > rank_tol * _op_norm(D)))
-    U, V = U[:, :k], Vt[:k].T
-    UtZ = U.T @ Z                                       # (k, p)
-    ZV = Z @ V                                          # (Gq, k)
-    aligned = UtZ @ V - lam_L * np.eye(k)
-    cross_row = UtZ - (UtZ @ V) @ V.T                   # U^T Z P_V⊥
-    cross_col = ZV - U @ (U.T @ ZV)                     # P_U⊥ Z V
-    Zperp = Z - U @ UtZ
-    Zperp = Zperp - (Zperp @ V) @ V.T
-    nuc_al = float(np.linalg.norm(aligned)) / lam_L if k else 0.0
-    nuc_cross = max(float(np.linalg.norm(cross_row)), float(np.linalg.norm(cross_col))) / lam_L \
-        if k else 0.0
-    nuc_op = max(0.0, _op_norm(Zperp) / lam_L - 1.0)
-    Sb = as_blocks(S, q)
-    Zb = as_blocks(Z, q)
-    sn = block_norms(Sb)
-    supp = sn > rank_tol * float(block_norms(as_blocks(D, q)).max())
-    if np.any(supp):
-        blk_al = float(block_norms(Zb[supp] - lam_S * Sb[supp] / sn[supp, None, None]).max()) \
-            / lam_S
-    else:
-        blk_al = 0.0
-    zn = block_norms(Zb)
-    blk_b = max(0.0, float(zn[~supp].max()) / lam_S - 1.0) if np.any(~supp) else 0.0
-    return {"nuclear_aligned": nuc_al, "nuclear_cross": nuc_cross, "nuclear_op": nuc_op,
-            "block_aligned": blk_al, "block_bound": blk_b}
 
 
 # --------------------------------------------------------------------------------------------
@@ -412,11 +132,25 @@ def _bst(M, q, tau, inplace=False):
 # the solver
 
 
-def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
-                    tol: float | None = 1e-8, max_iter: int = 10000, solver: str | None = None,
-                    step: float | None = None, *, init=None, check_every: int = 5,
-                    svd: str = "auto", nuclear: str = "schur", accept_inaccurate: bool = False,
-                    solver_options: dict | None = None, verbose: bool = False) -> PenalizedResult:
+class _Default:
+    """Marker of an option left at its default (``tol``: 1e-8 for the iterative methods, the
+    CVXPY certificate's :data:`~lowrank_fl.clair.programs.DEFAULT_TOL` for ``"cvxpy"``)."""
+
+    def __repr__(self):
+        return "<default>"
+
+
+DEFAULT = _Default()
+#: Default relative-gap tolerance of the iterative methods.
+ITERATIVE_TOL = 1e-8
+
+
+def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
+                    solver: str | None = None, tol=DEFAULT, max_iter: int = 10000,
+                    step_size: float | None = None, init=None,
+                    solver_options: Mapping | None = None, check_every: int = 5,
+                    svd: str = "auto", nuclear: str = "schur", on_inaccurate: str = "warn",
+                    verbose: bool = False, step=DEFAULT) -> PenalizedResult:
     """Solve the penalized CLAIR program (7).
 
     Parameters
@@ -430,23 +164,32 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
     weights : None, float or array_like of shape (G,)
         Pair weights ``w_g`` (``None``: ``1/K`` as in §7).
     method : {"fista", "proxgrad", "cvxpy"}
-        ``"proxgrad"`` is Algorithm 1 as printed (eqs. (19)–(21)); ``"fista"`` adds momentum with
-        adaptive restart; ``"cvxpy"`` solves the conic program exactly.
+        The algorithm: ``"proxgrad"`` is Algorithm 1 as printed (eqs. (19)–(21)); ``"fista"`` adds
+        momentum with adaptive restart; ``"cvxpy"`` solves the conic program exactly.
+    solver : {"CLARABEL", "SCS"} or None
+        The CVXPY backend for ``method="cvxpy"`` (default CLARABEL); must be None otherwise.
     tol : float or None
-        Iterative methods stop when ``gap <= tol * F(0, 0)`` with
-        ``F(0, 0) = 1/2 sum_g w_g ||D_g||_F^2`` (checked every ``check_every`` iterations; the
-        result's ``relative_gap`` is the same ratio, independent of the data's units). ``None`` runs exactly ``max_iter`` steps (status
-        ``"completed"``: the paper's fixed M).
+        Relative duality gap ``gap / F(0, 0)``, ``F(0, 0) = 1/2 sum_g w_g ||D_g||_F^2`` (the
+        result's ``relative_gap``, independent of the data's units). Iterative methods stop when
+        it is reached (checked every ``check_every`` iterations; default 1e-8); ``None`` runs
+        exactly ``max_iter`` steps (status ``"completed"``: the paper's fixed M). For
+        ``method="cvxpy"`` it is the certificate that makes the answer ``"optimal"`` (default
+        1e-7), whatever CVXPY's status string says; otherwise the status is ``"inaccurate"``.
     max_iter : int
         Iteration cap (iterative methods); hitting it before ``tol`` gives status ``"max_iter"``
         and a :class:`~lowrank_fl.results.ConvergenceWarning`.
-    solver : {"CLARABEL", "SCS"} or None
-        Conic solver for ``method="cvxpy"`` (default CLARABEL); must be None otherwise.
-    step : float or None
-        Step size ``t``; default ``1/(2 max_g w_g)``, Algorithm 1's choice (the loss gradient is
-        ``2 max w``-Lipschitz on the product space, notes §2.1). Larger steps may not descend.
+    step_size : float or None
+        Step ``t``; default ``1/(2 max_g w_g)``, Algorithm 1's choice (the loss gradient is
+        ``2 max w``-Lipschitz on the product space (L, S)). Larger steps may not descend.
     init : tuple (L0, S0) of arrays (G*q, p), optional
         Warm start (default zeros, as in Algorithm 1).
+
+    Units: data whose largest entry lies outside ``1e-100..1e100`` (where squares leave
+    float64) are solved as ``(D / c, lam / c)`` and the solution scaled back (``L``, ``S``, ``Q``
+    by ``c``; objective and gaps by ``c^2``, which over- or underflows beyond about
+    ``1e+-154``: ``message`` states the certified relative gap either way).
+    solver_options : mapping, optional
+        Keyword arguments for ``cvxpy.Problem.solve`` (``method="cvxpy"`` only).
     check_every : int
         Duality-gap evaluation period (each costs one p x p Gram of ``P_w R``).
     svd : {"auto", "gram", "lapack"}
@@ -454,23 +197,25 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
     nuclear : {"schur", "normNuc"}
         CVXPY nuclear-norm formulation; ``"normNuc"`` (one PSD cone of size Gq + p) is slow and
         kept for benchmarks only.
-    accept_inaccurate : bool
-        CVXPY: return (status ``"optimal_inaccurate"``, with a warning) instead of raising.
-    solver_options : dict, optional
-        Extra keyword arguments for ``cvxpy.Problem.solve``.
+    on_inaccurate : {"warn", "raise"}
+        CVXPY: an answer whose certified gap misses ``tol`` warns (status ``"inaccurate"``) or
+        raises :class:`~lowrank_fl.results.SolverError`.
     verbose : bool
         CVXPY solver output (``method="cvxpy"`` only).
+    step : float
+        Deprecated alias of ``step_size``.
 
-    Options of the other family (``tol``, ``max_iter``, ``step``, ``init``, ``check_every``,
-    ``svd`` for the iterative methods; ``solver``, ``nuclear``, ``accept_inaccurate``,
-    ``solver_options``, ``verbose`` for CVXPY) must keep their defaults: a ``ValueError`` names any
-    that would be ignored.
+    Options of the other family (``max_iter``, ``step_size``, ``init``, ``check_every``,
+    ``svd`` for the iterative methods; ``solver``, ``nuclear``, ``on_inaccurate``,
+    ``solver_options``, ``verbose`` for CVXPY) must keep their defaults: a ``ValueError`` names
+    any that would be ignored.
 
     Returns
     -------
     PenalizedResult
-        ``.L, .S`` (G*q, p), ``.objective``, ``.gap``, ``.iterations``, ``.status``,
-        ``.history`` (``"objective"`` per iteration, ``"gap"`` at ``"gap_iteration"``).
+        ``.L, .S`` (G*q, p), ``.objective``, ``.gap``, ``.relative_gap``, ``.iterations``,
+        ``.status``, ``.message``, ``.history`` (``"objective"`` per iteration, ``"gap"`` at
+        ``"gap_iteration"``).
 
     Raises
     ------
@@ -478,61 +223,79 @@ def solve_penalized(D, q, lam_L, lam_S, weights=None, method: str = "fista",
         Bad input (named). ``SolverError`` for a CVXPY failure.
     """
     t0 = time.perf_counter()
-    D, q, G, lam_L, lam_S, w = _check_problem(D, q, lam_L, lam_S, weights)
+    if step is not DEFAULT:
+        warnings.warn("solve_penalized(step=...) is deprecated; use step_size=...",
+                      DeprecationWarning, stacklevel=2)
+        if step_size is not None:
+            raise TypeError("pass step_size only (step is its deprecated alias), not both")
+        step_size = step
+    D, q, G, lam_L, lam_S, w = check_problem(D, q, lam_L, lam_S, weights)
     check_choice(method, "method", METHODS)
-    _check_applicable(method, tol=tol, max_iter=max_iter, solver=solver, step=step, init=init,
+    _check_applicable(method, max_iter=max_iter, solver=solver, step_size=step_size, init=init,
                       check_every=check_every, svd=svd, nuclear=nuclear,
-                      accept_inaccurate=accept_inaccurate, solver_options=solver_options,
+                      on_inaccurate=on_inaccurate, solver_options=solver_options,
                       verbose=verbose)
     if method == "cvxpy":
-        from .programs import solve_program7
-
-        solver = "CLARABEL" if solver is None else solver
-        return solve_program7(D, q, lam_L, lam_S, w, solver=solver, nuclear=nuclear,
-                              accept_inaccurate=accept_inaccurate,
-                              solver_options=solver_options, verbose=verbose)
-    if tol is not None:
+        if tol is None:
+            raise ValueError("tol=None (a fixed number of iterations) needs an iterative method; "
+                             "method='cvxpy' needs a positive tol for its certificate")
+        return solve_program7(D, q, lam_L, lam_S, w, solver="CLARABEL" if solver is None else solver,
+                              nuclear=nuclear, tol=DEFAULT_TOL if tol is DEFAULT else tol,
+                              on_inaccurate=on_inaccurate, solver_options=solver_options,
+                              verbose=verbose)
+    if tol is DEFAULT:
+        tol = ITERATIVE_TOL
+    elif tol is not None:
         tol = check_positive(tol, "tol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     check_every = check_int(check_every, "check_every", minimum=1)
     check_choice(svd, "svd", _SVD_MODES)
-    t = 1.0 / (2.0 * float(w.max())) if step is None else check_positive(step, "step")
+    t = 1.0 / (2.0 * float(w.max())) if step_size is None \
+        else check_positive(step_size, "step_size")
+    if init is not None and not (isinstance(init, (tuple, list)) and len(init) == 2):
+        raise TypeError(f"init must be a pair (L0, S0) of arrays, got {type(init).__name__}")
+    # (7) is homogeneous: data whose squares would leave float64 (the Gram route of the SVT,
+    # the objective) are solved as D / c, lam / c (c a power of two: exact) and scaled back
+    c = safe_scale(D)
+    if c != 1.0:
+        D, lam_L, lam_S = D / c, lam_L / c, lam_S / c
     if init is None:
         L = np.zeros_like(D)
         S = np.zeros_like(D)
     else:
-        if not (isinstance(init, (tuple, list)) and len(init) == 2):
-            raise TypeError(f"init must be a pair (L0, S0) of arrays, got {type(init).__name__}")
-        L = _check_same(init[0], "init[0] (L0)", D).copy()
-        S = _check_same(init[1], "init[1] (S0)", D).copy()
-    scale = _zero_objective(D, q, w)
+        L = check_same_shape(init[0], "init[0] (L0)", D) / c
+        S = check_same_shape(init[1], "init[1] (S0)", D) / c
+    scale = zero_objective(D, q, w)
     loop = _fista if method == "fista" else _proxgrad
     with np.errstate(over="ignore", invalid="ignore"):  # blow-ups are caught as "diverged"
         out = loop(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale)
     L, S, sv, Vt, it, status, hist, div_at = out
-    R = D - L - S
-    objective = 0.5 * float(w @ _block_sq(R, q)) + lam_L * float(sv.sum()) \
-        + lam_S * float(np.sqrt(_block_sq(S, q)).sum())
-    Q, dual = _dual_from_residual(D, q, R, w, lam_L, lam_S)
-    gap = objective - dual
+    cert = certify(D, q, L, S, lam_L, lam_S, w, singular_values=sv)
     if status == "max_iter":
-        warnings.warn(
-            f"solve_penalized(method={method!r}) stopped at max_iter={max_iter} with relative "
-            f"duality gap {gap / scale:.3e} > tol={tol:.1e}", ConvergenceWarning, stacklevel=2)
+        message = (f"solve_penalized(method={method!r}) stopped at max_iter={max_iter} with "
+                   f"relative duality gap {cert.relative_gap:.3e} > tol={tol:.1e}")
+        warnings.warn(message, ConvergenceWarning, stacklevel=2)
     elif status == "diverged":
-        warnings.warn(f"solve_penalized(method={method!r}) diverged at iteration {div_at} "
-                      f"(non-finite objective; step t={t:.3g})", ConvergenceWarning, stacklevel=2)
-    return PenalizedResult(
-        L=L, S=S, Q=Q, dual=float(dual), singular_values=sv, Vt=Vt, q=q, lam_L=lam_L,
-        lam_S=lam_S, weights=w, diverged_at=div_at, objective=float(objective), gap=float(gap),
+        message = (f"solve_penalized(method={method!r}) diverged at iteration {div_at} "
+                   f"(non-finite objective; step_size t={t:.3g})")
+        warnings.warn(message, ConvergenceWarning, stacklevel=2)
+    elif status == "optimal":
+        message = (f"{method} reached relative duality gap {cert.relative_gap:.2e} <= "
+                   f"tol={tol:.1e} after {it} iterations")
+    else:
+        message = (f"{method} ran the requested {it} iterations (tol=None); relative duality "
+                   f"gap {cert.relative_gap:.2e}")
+    return rescale_result(PenalizedResult(
+        L=L, S=S, Q=cert.Q, dual=cert.dual, singular_values=sv, Vt=Vt, q=q, lam_L=lam_L,
+        lam_S=lam_S, weights=w, diverged_at=div_at, objective=cert.objective, gap=cert.gap,
         iterations=it, status=status, solver=method, seconds=time.perf_counter() - t0,
-        history=hist, gap_scale=scale, data_norm=_op_norm(D))
+        history=hist, gap_scale=cert.scale, data_norm=op_norm(D), message=message + "."), c)
 
 
 # options that only one family of methods reads, with their defaults
-_ITERATIVE_ONLY = {"tol": 1e-8, "max_iter": 10000, "step": None, "init": None, "check_every": 5,
+_ITERATIVE_ONLY = {"max_iter": 10000, "step_size": None, "init": None, "check_every": 5,
                    "svd": "auto"}
-_CVXPY_ONLY = {"solver": None, "nuclear": "schur", "accept_inaccurate": False,
+_CVXPY_ONLY = {"solver": None, "nuclear": "schur", "on_inaccurate": "warn",
                "solver_options": None, "verbose": False}
 
 
@@ -542,7 +305,7 @@ def _check_applicable(method, **given):
     for name, default in unused.items():
         value = given[name]
         same = value is default or (default is not None and np.ndim(value) == 0
-                                    and not isinstance(value, dict) and value == default)
+                                    and not isinstance(value, Mapping) and value == default)
         if not same:
             family = "iterative methods ('fista', 'proxgrad')" if method == "cvxpy" \
                 else "method='cvxpy'"
@@ -562,7 +325,7 @@ def _initial_sv(L, svd):
 
 def _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its) -> bool:
     """Record the duality gap at iteration ``it``; True when ``gap <= tol * F(0, 0)``."""
-    _, dual = _dual_from_residual(D, q, R, w, lam_L, lam_S)
+    _, dual = dual_from_residual(D, q, R, w, lam_L, lam_S)
     gaps.append(F - dual)
     gap_its.append(it)
     return tol is not None and F - dual <= tol * scale
@@ -586,7 +349,7 @@ def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, s
         del G
         Rn = D - Ln
         Rn -= Sn
-        F = 0.5 * float(w @ _block_sq(Rn, q)) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
+        F = 0.5 * float(w @ block_sq_norms(Rn, q)) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
         if not np.isfinite(F):
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
         L, S, R, sv, Vt = Ln, Sn, Rn, sv_n, Vt_n
@@ -615,8 +378,8 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
     twr = t * np.repeat(w, q)[:, None]
     R = D - L - S
     sv, Vt = _initial_sv(L, svd)
-    F = 0.5 * float(w @ _block_sq(R, q)) + lam_L * float(sv.sum()) \
-        + lam_S * float(np.sqrt(_block_sq(S, q)).sum())
+    F = 0.5 * float(w @ block_sq_norms(R, q)) + lam_L * float(sv.sum()) \
+        + lam_S * float(np.sqrt(block_sq_norms(S, q)).sum())
     Ly, Sy, Ry = L.copy(), S.copy(), R.copy()
     mL = mS = None                       # momentum y - x (None: y == x, a plain prox step)
     theta = 1.0
@@ -636,7 +399,7 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
         Sn, sn = _bst(G, q, t * lam_S, inplace=True)        # Sn is G's buffer
         Rn = np.subtract(D, Ln, out=Ry)                     # y_R is consumed: reuse its buffer
         Rn -= Sn
-        Fn = 0.5 * float(w @ _block_sq(Rn, q)) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
+        Fn = 0.5 * float(w @ block_sq_norms(Rn, q)) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
         if not np.isfinite(Fn):
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
         if mL is not None and Fn > F + 1e-15 * abs(F):
@@ -653,7 +416,7 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
             dS = np.subtract(Sn, S, out=S)
             # gradient restart: <y - x+, x+ - x> = <m - d, d> > 0 means momentum points uphill
             restart = mL is not None and (
-                _inner(mL, dL) + _inner(mS, dS) - _inner(dL, dL) - _inner(dS, dS)) > 0
+                frobenius_inner(mL, dL) + frobenius_inner(mS, dS) - frobenius_inner(dL, dL) - frobenius_inner(dS, dS)) > 0
             if mL is not None:
                 pool.extend((mL, mS))
             pool.append(R)

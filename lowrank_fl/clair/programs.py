@@ -1,24 +1,26 @@
 """CVXPY formulations of CLAIR's convex programs (exact references).
 
 * :func:`nuclear_norm_block_schur` — ``||L||_*`` for a tall row-block matrix as the shared-W
-  block-Schur SDP (notes §7.2): ``||L||_* = min 1/2 (tr W + sum_g tr T_g)`` subject to
+  block-Schur SDP: ``||L||_* = min 1/2 (tr W + sum_g tr T_g)`` subject to
   ``[[W, L_g^T], [L_g, T_g]] ⪰ 0`` for every block. Exact (for fixed ``W ≻ 0`` the best
   ``sum_g tr T_g`` is ``tr(L W^{-1} L^T)``, minimised at ``W = (L^T L)^{1/2}``), with G cones of
   size p + q instead of one of size Gq + p (``cp.normNuc``), which is what makes CVXPY usable.
 * :func:`solve_program7` — penalized program (7) (called by ``solve_penalized(method="cvxpy")``).
 * :func:`solve_noiseless` — program (24), ``S`` explicit so the dual of ``L + S = D0`` is ``Q``.
-* :func:`solve_oracle` — noiseless oracle (23) in the reduced form ``L = Y A`` (notes §7.3).
+* :func:`solve_oracle` — noiseless oracle (23) in the reduced form ``L = Y A``.
 * :func:`solve_noisy_oracle` — noisy oracle (17) with per-block SOC constraints.
 
-Every solve checks the CVXPY status: anything but ``optimal`` raises
-:class:`~lowrank_fl.results.SolverError`; ``optimal_inaccurate`` is returned (with a warning) only
-when ``accept_inaccurate=True``.
+Every solve goes through :func:`lowrank_fl.conic.solve_scaled` (data rescaled to order one, the
+solution scaled back) and is decided by the library's own certificate where the program has one
+((7), (24)): ``"optimal"`` when the relative duality gap is within ``tol`` whatever CVXPY's status
+string says, ``"inaccurate"`` with a :class:`~lowrank_fl.results.ConvergenceWarning` otherwise
+(:class:`~lowrank_fl.results.SolverError` with ``on_inaccurate="raise"``). No solution at all
+(infeasible, solver failure) always raises.
 """
 from __future__ import annotations
 
-import time
-import warnings
 from dataclasses import dataclass
+from typing import Mapping
 
 import cvxpy as cp
 import numpy as np
@@ -26,10 +28,11 @@ import scipy.sparse
 
 from ..validation import as_float_array, check_choice, check_positive
 from ..linalg import orth
-from ..results import ConvergenceWarning, SolverError, SolverResult
+from ..results import SolverResult
+from ..conic import SOLVERS, data_scale, decide, solve_scaled
 from .contrasts import check_block_rows
-from .penalized import (LowRankMixin, PenalizedResult, _block_sq, _check_problem,
-                        _dual_from_residual, _op_norm, _svd_parts, _zero_objective)
+from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, certify, check_problem,
+                       op_norm, singular_parts)
 
 __all__ = [
     "SOLVERS",
@@ -41,12 +44,13 @@ __all__ = [
     "solve_noisy_oracle",
     "NoiselessResult",
     "OracleResult",
+    "oracle_inputs",
+    "check_benign_in_row_space",
 ]
 
-SOLVERS = ("CLARABEL", "SCS")
 _NUCLEAR = ("schur", "normNuc")
-# SCS is first order: its default eps (1e-4) blurs rank decisions (notes §7.7).
-_SCS_DEFAULTS = {"eps_abs": 1e-9, "eps_rel": 1e-9, "max_iters": 200_000}
+#: Default certificate tolerance of the CVXPY solves (relative duality gap).
+DEFAULT_TOL = 1e-7
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,7 +118,8 @@ def _blocks_of(L_expr, q):
 
 
 def nuclear_norm_block_schur(L_expr, q: int):
-    """Block-Schur SDP form of ``||L||_*`` (notes §7.2).
+    """Block-Schur SDP form of ``||L||_*`` (G PSD cones of size n + q instead of one of size
+    G q + n).
 
     Parameters
     ----------
@@ -141,7 +146,7 @@ def nuclear_norm_block_schur(L_expr, q: int):
 
 def block_l1(S_expr, q: int):
     """``||S||_{blk,1} = sum_g ||S_g||_F`` for a (G*q, p) expression (one vectorised norm; in C
-    order row g of the (G, q*p) reshape is block g, notes §7.3)."""
+    order row g of the (G, q*p) reshape is block g)."""
     rows, p = S_expr.shape
     return cp.sum(cp.norm(cp.reshape(S_expr, (rows // q, q * p), order="C"), 2, axis=1))
 
@@ -150,35 +155,21 @@ def block_l1(S_expr, q: int):
 # solving with status checks
 
 
-def _solve(problem: cp.Problem, solver: str, accept_inaccurate: bool, options, verbose):
-    check_choice(solver, "solver", SOLVERS)
-    opts = dict(_SCS_DEFAULTS) if solver == "SCS" else {}
-    opts.update(options or {})
-    t0 = time.perf_counter()
-    try:
-        with warnings.catch_warnings():
-            # CVXPY's own "Solution may be inaccurate" warning is replaced by our status handling
-            warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-            problem.solve(solver=solver, verbose=verbose, **opts)
-    except cp.error.SolverError as exc:
-        raise SolverError(f"CVXPY/{solver} failed: {exc}", status="solver_error") from exc
-    seconds = time.perf_counter() - t0
-    status = problem.status
-    if status == cp.OPTIMAL_INACCURATE and accept_inaccurate:
-        warnings.warn(f"CVXPY/{solver} returned optimal_inaccurate; the solution is not exact",
-                      ConvergenceWarning, stacklevel=3)
-    elif status != cp.OPTIMAL:
-        raise SolverError(f"CVXPY/{solver} did not solve the problem to optimality",
-                          status=status)
-    stats = problem.solver_stats
-    iters = -1 if stats is None or stats.num_iters is None else int(stats.num_iters)
-    return status, iters, seconds
+def _finish(values, raw, *, what, tol, on_inaccurate, relative_gap):
+    """The library's status and message for a CVXPY answer (see :func:`lowrank_fl.conic.decide`)."""
+    return decide(relative_gap, tol, raw.status, what=what, solver=raw.solver,
+                  on_inaccurate=on_inaccurate, stacklevel=4)
 
 
 def solve_program7(D, q, lam_L, lam_S, weights=None, *, solver: str = "CLARABEL",
-                   nuclear: str = "schur", accept_inaccurate: bool = False,
-                   solver_options: dict | None = None, verbose: bool = False) -> PenalizedResult:
-    """Program (7) solved exactly with CVXPY.
+                   nuclear: str = "schur", tol: float = DEFAULT_TOL, on_inaccurate: str = "warn",
+                   solver_options: Mapping | None = None,
+                   verbose: bool = False) -> PenalizedResult:
+    """Program (7) solved exactly with CVXPY, certified by the library's own duality gap.
+
+    The problem is built on ``D / c`` with ``lam / c`` (``c`` a power of two near
+    ``max |D|``, :func:`lowrank_fl.conic.data_scale`) and the solution scaled back, so the
+    solver's absolute tolerances act on data of order one whatever the units.
 
     Parameters
     ----------
@@ -190,44 +181,67 @@ def solve_program7(D, q, lam_L, lam_S, weights=None, *, solver: str = "CLARABEL"
     nuclear : {"schur", "normNuc"}
         ``"normNuc"`` uses ``cp.normNuc`` on the tall matrix (one PSD cone of size Gq + p); it is
         ~100x slower and only kept so benchmarks can show it.
+    tol : float, > 0
+        The answer is ``"optimal"`` when its relative duality gap (dual point ``c P_w R`` of
+        :func:`~lowrank_fl.clair.program7.dual_from_residual`, divided by ``F(0, 0)``) is at most
+        ``tol``, whatever CVXPY's status string says; otherwise ``"inaccurate"``.
+    on_inaccurate : {"warn", "raise"}
+        An uncertified answer warns (:class:`~lowrank_fl.results.ConvergenceWarning`) or raises
+        :class:`~lowrank_fl.results.SolverError`.
+    solver_options : mapping, optional
+        Keyword arguments for ``cvxpy.Problem.solve``.
 
     Returns
     -------
     PenalizedResult
-        With ``gap`` from the dual formula of notes §7.6 at the returned point, so it is
-        comparable with the iterative methods.
+        ``gap``/``relative_gap`` from the dual formula of :mod:`~lowrank_fl.clair.program7` at
+        the returned point, comparable with the iterative methods; ``history["cvxpy_status"]``
+        is not kept: the raw status is in ``message``.
     """
-    D, q, G, lam_L, lam_S, w = _check_problem(D, q, lam_L, lam_S, weights)
-    check_choice(solver, "solver", SOLVERS)
+    D, q, G, lam_L, lam_S, w = check_problem(D, q, lam_L, lam_S, weights)
     check_choice(nuclear, "nuclear", _NUCLEAR)
+    tol = check_positive(tol, "tol")
     p = D.shape[1]
-    L = cp.Variable((G * q, p))
-    S = cp.Variable((G * q, p))
     sw = np.sqrt(np.repeat(w, q))[:, None]
-    loss = 0.5 * cp.sum_squares(cp.multiply(sw, D - L - S))
-    if nuclear == "schur":
-        nuc, cons = nuclear_norm_block_schur(L, q)
-    else:
-        nuc, cons = cp.normNuc(L), []
-    prob = cp.Problem(cp.Minimize(loss + lam_L * nuc + lam_S * block_l1(S, q)), cons)
-    status, iters, seconds = _solve(prob, solver, accept_inaccurate, solver_options, verbose)
-    Lv, Sv = np.asarray(L.value, dtype=float), np.asarray(S.value, dtype=float)
-    s, Vt = _svd_parts(Lv)
-    R = D - Lv - Sv
-    objective = 0.5 * float(w @ _block_sq(R, q)) + lam_L * float(s.sum()) \
-        + lam_S * float(np.sqrt(_block_sq(Sv, q)).sum())
-    Q, dual = _dual_from_residual(D, q, R, w, lam_L, lam_S)
+
+    def build(c):
+        L = cp.Variable((G * q, p))
+        S = cp.Variable((G * q, p))
+        loss = 0.5 * cp.sum_squares(cp.multiply(sw, D / c - L - S))
+        if nuclear == "schur":
+            nuc, cons = nuclear_norm_block_schur(L, q)
+        else:
+            nuc, cons = cp.normNuc(L), []
+        obj = loss + (lam_L / c) * nuc + (lam_S / c) * block_l1(S, q)
+        return cp.Problem(cp.Minimize(obj), cons), {"L": L, "S": S}
+
+    raw = solve_scaled(build, data_scale(D), solver=solver, solver_options=solver_options,
+                       verbose=verbose)
+    Lv, Sv = raw.values["L"], raw.values["S"]
+    s, Vt = singular_parts(Lv)
+    cert = certify(D, q, Lv, Sv, lam_L, lam_S, w, singular_values=s)
+    status, message = _finish(raw.values, raw, what="program (7)", tol=tol,
+                              on_inaccurate=on_inaccurate, relative_gap=cert.relative_gap)
     return PenalizedResult(
-        L=Lv, S=Sv, Q=Q, dual=float(dual), singular_values=s, Vt=Vt, q=q, lam_L=lam_L,
-        lam_S=lam_S, weights=w, objective=objective, gap=objective - dual, iterations=iters,
-        status=status, solver=f"cvxpy:{solver}" + ("" if nuclear == "schur" else ":normNuc"),
-        seconds=seconds, gap_scale=_zero_objective(D, q, w), data_norm=_op_norm(D))
+        L=Lv, S=Sv, Q=cert.Q, dual=cert.dual, singular_values=s, Vt=Vt, q=q, lam_L=lam_L,
+        lam_S=lam_S, weights=w, objective=cert.objective, gap=cert.gap,
+        iterations=raw.iterations, status=status,
+        solver=raw.solver + ("" if nuclear == "schur" else ":normNuc"), seconds=raw.seconds,
+        gap_scale=cert.scale, data_norm=op_norm(D), message=message)
 
 
 def solve_noiseless(D0, q, lam_L, lam_S, *, solver: str = "CLARABEL", nuclear: str = "schur",
-                    accept_inaccurate: bool = False, solver_options: dict | None = None,
+                    tol: float = DEFAULT_TOL, on_inaccurate: str = "warn",
+                    solver_options: Mapping | None = None,
                     verbose: bool = False) -> NoiselessResult:
     """Noiseless program (24): ``min lam_L ||L||_* + lam_S ||S||_{blk,1}`` s.t. ``L + S = D0``.
+
+    Solved on ``D0 / c`` with ``lam / c`` (``c`` a power of two near ``max |D0|``) and scaled
+    back. Certified by the library, not by CVXPY's status: the primal point is made exactly
+    feasible (``S = D0 - L``), the dual ``Q`` of the equality is scaled into the dual ball
+    (``||Q||_op <= lam_L``, ``max_g ||Q_g||_F <= lam_S``), and
+    ``gap = lam_L ||L||_* + lam_S ||D0 - L||_{blk,1} - <Q, D0>`` relative to the objective
+    decides: ``"optimal"`` when ``gap <= tol * objective``, else ``"inaccurate"``.
 
     Parameters
     ----------
@@ -236,37 +250,57 @@ def solve_noiseless(D0, q, lam_L, lam_S, *, solver: str = "CLARABEL", nuclear: s
     q : int
     lam_L, lam_S : float, > 0
     solver : {"CLARABEL", "SCS"}
+    nuclear : {"schur", "normNuc"}
+    tol : float, > 0
+        Relative duality gap accepted as optimal.
+    on_inaccurate : {"warn", "raise"}
+    solver_options : mapping, optional
 
     Returns
     -------
     NoiselessResult
-        ``Q`` is the dual of the equality (sign fixed: ``<Q, L> >= 0``); by Theorem 1 only the
-        row space of ``L`` (``result.projector(r)``) is determined, not ``L`` itself.
+        ``Q`` is the solver's dual of the equality (feasible to solver accuracy), sign fixed so
+        that ``<Q, D0> >= 0``; ``gap`` uses ``Q`` scaled into the dual ball, so it is a true
+        upper bound on the suboptimality of ``(L, D0 - L)``. By Theorem 1 only the row space of
+        ``L`` (``result.projector(r)``) is determined, not ``L`` itself.
     """
     D0, q, G, lam_L, lam_S = _check_unweighted(D0, q, lam_L, lam_S, "D0")
     check_choice(nuclear, "nuclear", _NUCLEAR)
+    tol = check_positive(tol, "tol")
     p = D0.shape[1]
-    L = cp.Variable((G * q, p))
-    S = cp.Variable((G * q, p))
-    if nuclear == "schur":
-        nuc, cons = nuclear_norm_block_schur(L, q)
-    else:
-        nuc, cons = cp.normNuc(L), []
-    eq = L + S == D0
-    prob = cp.Problem(cp.Minimize(lam_L * nuc + lam_S * block_l1(S, q)), cons + [eq])
-    status, iters, seconds = _solve(prob, solver, accept_inaccurate, solver_options, verbose)
-    Lv, Sv = np.asarray(L.value, dtype=float), np.asarray(S.value, dtype=float)
-    Q = np.asarray(eq.dual_value, dtype=float)
-    # CVXPY's sign convention for equality duals (notes §7.7): at an optimum <Q, D0> is the
-    # optimal value, > 0 unless D0 = 0 (<Q, L> would be ~0 when L = 0 and fix nothing)
+
+    def build(c):
+        L = cp.Variable((G * q, p))
+        S = cp.Variable((G * q, p))
+        if nuclear == "schur":
+            nuc, cons = nuclear_norm_block_schur(L, q)
+        else:
+            nuc, cons = cp.normNuc(L), []
+        eq = L + S == D0 / c
+        prob = cp.Problem(cp.Minimize((lam_L / c) * nuc + (lam_S / c) * block_l1(S, q)),
+                          cons + [eq])
+        return prob, {"L": L, "Q": eq}
+
+    raw = solve_scaled(build, data_scale(D0), solver=solver, solver_options=solver_options,
+                       verbose=verbose)
+    Lv, Q = raw.values["L"], raw.values["Q"]
+    Sv = D0 - Lv                                   # exactly feasible
+    # CVXPY's sign convention for equality duals: at an optimum <Q, D0> is the optimal value,
+    # > 0 unless D0 = 0 (<Q, L> would be ~0 when L = 0 and fix nothing)
     if np.vdot(Q, D0) < 0:
         Q = -Q
-    s, Vt = _svd_parts(Lv)
-    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(_block_sq(Sv, q)).sum())
+    # the certificate uses Q scaled into the dual ball (the stored Q is the solver's own)
+    Qf = Q / max(1.0, op_norm(Q) / lam_L, float(np.sqrt(block_sq_norms(Q, q).max())) / lam_S)
+    s, Vt = singular_parts(Lv)
+    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(block_sq_norms(Sv, q)).sum())
+    gap = objective - float(np.vdot(Qf, D0))
+    rel = gap / objective if objective > 0 else (0.0 if gap <= 0 else float("inf"))
+    status, message = _finish(raw.values, raw, what="program (24)", tol=tol,
+                              on_inaccurate=on_inaccurate, relative_gap=rel)
     return NoiselessResult(
-        L=Lv, S=Sv, Q=Q, singular_values=s, Vt=Vt, objective=objective,
-        gap=objective - float(np.vdot(Q, D0)), iterations=iters, status=status,
-        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=_op_norm(D0))
+        L=Lv, S=Sv, Q=Q, singular_values=s, Vt=Vt, objective=objective, gap=gap,
+        iterations=raw.iterations, status=status, solver=raw.solver, seconds=raw.seconds,
+        data_norm=op_norm(D0), message=message)
 
 
 def _check_unweighted(D, q, lam_L, lam_S, name):
@@ -275,7 +309,10 @@ def _check_unweighted(D, q, lam_L, lam_S, name):
     return D, q, G, check_positive(lam_L, "lam_L"), check_positive(lam_S, "lam_S")
 
 
-def _oracle_inputs(D, q, A, I_mask, lam_L, lam_S, name="D0"):
+def oracle_inputs(D, q, A, I_mask, lam_L, lam_S, name="D0"):
+    """Validate the data of an oracle program ((23) or (17)): returns
+    ``(D, q, G, lam_L, lam_S, A, I_mask)`` with ``A`` (r, p) re-orthonormalised (rows spanning
+    the given row space) and ``I_mask`` a (G,) bool mask of the contaminated pairs ``I``."""
     D, q, G, lam_L, lam_S = _check_unweighted(D, q, lam_L, lam_S, name)
     A = as_float_array(A, "A", ndim=2)
     if A.shape[1] != D.shape[1] or A.shape[0] >= A.shape[1]:
@@ -288,7 +325,7 @@ def _oracle_inputs(D, q, A, I_mask, lam_L, lam_S, name="D0"):
     return D, q, G, lam_L, lam_S, A, I_mask
 
 
-def _check_benign_in_row_space(D0, q, A, I_mask, check_tol) -> None:
+def check_benign_in_row_space(D0, q, A, I_mask, check_tol) -> None:
     """(23) is infeasible unless ``D0_g = D0_g P_A`` on benign blocks: raise ``ValueError`` when
     ``||P_{I^c}(D0) P_{A⊥}||_F > check_tol * ||D0||_F`` (relative: no dependence on units)."""
     B = D0.reshape(D0.shape[0] // q, q, -1)[~I_mask]
@@ -301,15 +338,20 @@ def _check_benign_in_row_space(D0, q, A, I_mask, check_tol) -> None:
 
 
 def solve_oracle(D0, q, A, I_mask, lam_L, lam_S, *, solver: str = "CLARABEL",
-                 accept_inaccurate: bool = False, solver_options: dict | None = None,
+                 on_inaccurate: str = "warn", solver_options: Mapping | None = None,
                  verbose: bool = False, check_tol: float = 1e-8) -> OracleResult:
-    """Noiseless oracle (23) in reduced form (notes §7.3).
+    """Noiseless oracle (23) in reduced form.
 
     ``L = Y A`` (so ``L = L P_A``), ``Y_g = D0_g A^T`` fixed on benign blocks ``I^c`` (where
     ``S = 0`` forces ``L_g = D0_g``), free on ``I``; ``||Y A||_* = ||Y||_*`` because ``A`` has
     orthonormal rows, so the block-Schur cones have size ``r + q``::
 
         min_{Y_I}  lam_L ||Y||_* + lam_S sum_{g in I} ||D0_g - Y_g A||_F
+
+    Solved on ``D0 / c`` with ``lam / c`` (``c`` a power of two near ``max |D0|``) and scaled
+    back. No duality certificate is formed: CVXPY's ``optimal`` gives ``"optimal"``,
+    ``optimal_inaccurate`` gives ``"inaccurate"`` (warning, or ``SolverError`` with
+    ``on_inaccurate="raise"``).
 
     Parameters
     ----------
@@ -328,49 +370,61 @@ def solve_oracle(D0, q, A, I_mask, lam_L, lam_S, *, solver: str = "CLARABEL",
     -------
     OracleResult
     """
-    D0, q, G, lam_L, lam_S, A, I_mask = _oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
+    D0, q, G, lam_L, lam_S, A, I_mask = oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
     check_tol = check_positive(check_tol, "check_tol")
-    _check_benign_in_row_space(D0, q, A, I_mask, check_tol)
+    check_benign_in_row_space(D0, q, A, I_mask, check_tol)
     B = D0.reshape(G, q, -1)
     Z = B @ A.T                                        # (G, q, r)
     idx_I = np.flatnonzero(I_mask)
     r = A.shape[0]
-    Y_I = cp.Variable((idx_I.size * q, r)) if idx_I.size else None
-    pos = {g: i for i, g in enumerate(idx_I)}
-    blocks = [Y_I[pos[g] * q:(pos[g] + 1) * q, :] if I_mask[g] else Z[g] for g in range(G)]
-    nuc, cons = nuclear_norm_block_schur(blocks, q)
-    obj = lam_L * nuc
-    if idx_I.size:
-        # ||D0_g - Y_g A||_F^2 = ||Z_g - Y_g||_F^2 + c_g^2 with c_g = ||D0_g P_A⊥||_F
-        c = np.linalg.norm((B[idx_I] - Z[idx_I] @ A).reshape(idx_I.size, -1), axis=1)
-        resid = cp.reshape(Z[idx_I].reshape(-1, r) - Y_I, (idx_I.size, q * r), order="C")
-        stacked = cp.hstack([resid, c[:, None]])
-        obj = obj + lam_S * cp.sum(cp.norm(stacked, 2, axis=1))
-    prob = cp.Problem(cp.Minimize(obj), cons)
-    status, iters, seconds = _solve(prob, solver, accept_inaccurate, solver_options, verbose)
+    # ||D0_g - Y_g A||_F^2 = ||Z_g - Y_g||_F^2 + c_g^2 with c_g = ||D0_g P_A⊥||_F
+    cg = np.linalg.norm((B[idx_I] - Z[idx_I] @ A).reshape(idx_I.size, -1), axis=1)
+
+    def build(c):
+        Y_I = cp.Variable((idx_I.size * q, r)) if idx_I.size else None
+        pos = {g: i for i, g in enumerate(idx_I)}
+        blocks = [Y_I[pos[g] * q:(pos[g] + 1) * q, :] if I_mask[g] else Z[g] / c
+                  for g in range(G)]
+        nuc, cons = nuclear_norm_block_schur(blocks, q)
+        obj = (lam_L / c) * nuc
+        if idx_I.size:
+            resid = cp.reshape(Z[idx_I].reshape(-1, r) / c - Y_I, (idx_I.size, q * r),
+                               order="C")
+            stacked = cp.hstack([resid, cg[:, None] / c])
+            obj = obj + (lam_S / c) * cp.sum(cp.norm(stacked, 2, axis=1))
+        return cp.Problem(cp.Minimize(obj), cons), ({"Y_I": Y_I} if idx_I.size else {})
+
+    raw = solve_scaled(build, data_scale(D0), solver=solver, solver_options=solver_options,
+                       verbose=verbose)
+    status, message = _finish(raw.values, raw, what="oracle (23)", tol=0.0,
+                              on_inaccurate=on_inaccurate, relative_gap=None)
     Y = Z.copy()
     if idx_I.size:
-        Y[idx_I] = np.asarray(Y_I.value, dtype=float).reshape(idx_I.size, q, r)
+        Y[idx_I] = raw.values["Y_I"].reshape(idx_I.size, q, r)
     Y = Y.reshape(G * q, r)
     L = Y @ A
     S = D0 - L
     S.reshape(G, q, -1)[~I_mask] = 0.0
-    s, Vt = _svd_parts(L)
-    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(_block_sq(S, q)).sum())
+    s, Vt = singular_parts(L)
+    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(block_sq_norms(S, q)).sum())
     return OracleResult(Y=Y, L=L, S=S, A=A, singular_values=s, Vt=Vt, objective=objective,
-                        gap=float("nan"), iterations=iters, status=status,
-                        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=_op_norm(D0))
+                        gap=float("nan"), iterations=raw.iterations, status=status,
+                        solver=raw.solver, seconds=raw.seconds, data_norm=op_norm(D0),
+                        message=message)
 
 
 def solve_noisy_oracle(D_hat, q, A, I_mask, lam_L, lam_S, eps, weights=None, *,
-                       solver: str = "CLARABEL", accept_inaccurate: bool = False,
-                       solver_options: dict | None = None, verbose: bool = False) -> OracleResult:
+                       solver: str = "CLARABEL", on_inaccurate: str = "warn",
+                       solver_options: Mapping | None = None,
+                       verbose: bool = False) -> OracleResult:
     """Noisy oracle (17): ``min lam_L ||L||_* + lam_S ||S||_{blk,1}`` subject to ``L = L P_A``,
     ``P_I(S) = S`` and ``w_g ||P_g(D̂ - L - S)||_F^2 <= eps_g^2`` for every pair ``g``.
 
     ``L = Y A`` with ``Y`` free (``A`` orthonormalised); the data constraints are G second-order
     cones ``sqrt(w_g) ||D̂_g - L_g - S_g||_F <= eps_g``. The true ``(L0, S0)`` is feasible only
-    when ``w_g <= 1`` (notes §8 flag 9); an infeasible instance raises ``SolverError``.
+    when ``w_g <= 1`` (the paper's (17) uses unweighted constraints); an infeasible instance
+    raises ``SolverError``. Solved on rescaled data (``D̂ / c``, ``eps / c``, ``lam / c``) and
+    scaled back; status from CVXPY's (no certificate), as in :func:`solve_oracle`.
 
     Parameters
     ----------
@@ -387,7 +441,7 @@ def solve_noisy_oracle(D_hat, q, A, I_mask, lam_L, lam_S, eps, weights=None, *,
     -------
     OracleResult
     """
-    D, q, G, lam_L, lam_S, A, I_mask = _oracle_inputs(D_hat, q, A, I_mask, lam_L, lam_S,
+    D, q, G, lam_L, lam_S, A, I_mask = oracle_inputs(D_hat, q, A, I_mask, lam_L, lam_S,
                                                       name="D_hat")
     from .contrasts import check_weights
 
@@ -396,29 +450,37 @@ def solve_noisy_oracle(D_hat, q, A, I_mask, lam_L, lam_S, eps, weights=None, *,
     if np.any(eps < 0):
         raise ValueError(f"eps must be non-negative, got minimum {eps.min()}")
     r, p = A.shape
-    Y = cp.Variable((G * q, r))
     idx_I = np.flatnonzero(I_mask)
-    S_I = cp.Variable((idx_I.size * q, p)) if idx_I.size else None
-    nuc, cons = nuclear_norm_block_schur(Y, q)
     # residual blocks: D_g - Y_g A - S_g (S_g = 0 off I)
     rows_I = (idx_I[:, None] * q + np.arange(q)).reshape(-1)
     # sparse scatter of S_I into the I rows (never a dense (Gq, sq) matrix)
     sel = scipy.sparse.csr_matrix((np.ones(rows_I.size), (rows_I, np.arange(rows_I.size))),
                                   shape=(G * q, rows_I.size))
-    Rexpr = D - Y @ A - (sel @ S_I if idx_I.size else 0)
     sw = np.sqrt(np.repeat(w, q))[:, None]
-    Rw = cp.reshape(cp.multiply(sw, Rexpr), (G, q * p), order="C")
-    cons = cons + [cp.norm(Rw, 2, axis=1) <= eps]
-    obj = lam_L * nuc + (lam_S * block_l1(S_I, q) if idx_I.size else 0)
-    prob = cp.Problem(cp.Minimize(obj), cons)
-    status, iters, seconds = _solve(prob, solver, accept_inaccurate, solver_options, verbose)
-    Yv = np.asarray(Y.value, dtype=float)
+
+    def build(c):
+        Y = cp.Variable((G * q, r))
+        S_I = cp.Variable((idx_I.size * q, p)) if idx_I.size else None
+        nuc, cons = nuclear_norm_block_schur(Y, q)
+        Rexpr = D / c - Y @ A - (sel @ S_I if idx_I.size else 0)
+        Rw = cp.reshape(cp.multiply(sw, Rexpr), (G, q * p), order="C")
+        cons = cons + [cp.norm(Rw, 2, axis=1) <= eps / c]
+        obj = (lam_L / c) * nuc + ((lam_S / c) * block_l1(S_I, q) if idx_I.size else 0)
+        out = {"Y": Y} if not idx_I.size else {"Y": Y, "S_I": S_I}
+        return cp.Problem(cp.Minimize(obj), cons), out
+
+    raw = solve_scaled(build, data_scale(D, eps), solver=solver, solver_options=solver_options,
+                       verbose=verbose)
+    status, message = _finish(raw.values, raw, what="noisy oracle (17)", tol=0.0,
+                              on_inaccurate=on_inaccurate, relative_gap=None)
+    Yv = raw.values["Y"]
     L = Yv @ A
     S = np.zeros_like(D)
     if idx_I.size:
-        S[rows_I] = np.asarray(S_I.value, dtype=float)
-    s, Vt = _svd_parts(L)
-    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(_block_sq(S, q)).sum())
+        S[rows_I] = raw.values["S_I"]
+    s, Vt = singular_parts(L)
+    objective = lam_L * float(s.sum()) + lam_S * float(np.sqrt(block_sq_norms(S, q)).sum())
     return OracleResult(Y=Yv, L=L, S=S, A=A, singular_values=s, Vt=Vt, objective=objective,
-                        gap=float("nan"), iterations=iters, status=status,
-                        solver=f"cvxpy:{solver}", seconds=seconds, data_norm=_op_norm(D))
+                        gap=float("nan"), iterations=raw.iterations, status=status,
+                        solver=raw.solver, seconds=raw.seconds, data_norm=op_norm(D),
+                        message=message)

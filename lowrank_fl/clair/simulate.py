@@ -15,21 +15,24 @@ unstructured perturbation. Pairs ``(j, k)``, ``j < k``, are in the lexicographic
 """
 from __future__ import annotations
 
+import numbers
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 import numpy as np
 
 from ..validation import (as_float_array, as_generator, check_choice, check_in_interval,
                            check_int, check_positive)
 from ..linalg import block_norms, orth, row_projector
-from .contrasts import contaminated_pairs as _contaminated_pairs
-from .contrasts import pairs as _pairs
+from .contrasts import contaminated_pairs, pairs
 
-__all__ = ["ClairInstance", "simulate", "generate", "ar1_covariance", "SEC7_VARIANTS"]
+__all__ = ["ClairInstance", "Canonical", "simulate", "generate", "ar1_covariance", "check_contaminated_count",
+           "SEC7_VARIANTS"]
 
-#: Readings of the §7 contamination entries (notes §5.1 / §8 flag 5).
+#: Readings of the §7 contamination entries: the text says ``Unif[-1, 1]``, the FedAvg column of
+#: Table 1 implies unit variance.
 SEC7_VARIANTS = ("unit-variance", "uniform")
 
 
@@ -43,6 +46,13 @@ def _stack_pairs(M: np.ndarray, j: np.ndarray, k: np.ndarray) -> np.ndarray:
     """``[M_j - M_k]`` over pairs, stacked as a (G*q, p) matrix (eq. (6) layout)."""
     G, q, p = len(j), M.shape[1], M.shape[2]
     return (M[j] - M[k]).reshape(G * q, p)
+
+
+class Canonical(NamedTuple):
+    """Canonical components (18) of an instance, each (G*q, p)."""
+
+    L_A: np.ndarray
+    S_A_perp: np.ndarray
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,7 +144,7 @@ class ClairInstance:
     @cached_property
     def pairs(self) -> np.ndarray:
         """(G, 2) int array of 0-based pairs ``(j, k)``, ``j < k``, lexicographic (eq. (6))."""
-        return _pairs(self.K)
+        return pairs(self.K)
 
     # -- truth ---------------------------------------------------------------------------------
     @cached_property
@@ -155,7 +165,7 @@ class ClairInstance:
     @cached_property
     def contaminated_pairs(self) -> np.ndarray:
         """The index set ``I`` as a (G,) bool mask: pairs with at least one contaminated client."""
-        return _contaminated_pairs(self.benign)
+        return contaminated_pairs(self.benign)
 
     @property
     def I(self) -> np.ndarray:  # noqa: E743 - the paper's name
@@ -222,11 +232,11 @@ class ClairInstance:
         blocks[self.contaminated_pairs] = 0.0
         return _readonly(blocks.reshape(self.G * self.q, self.p))
 
-    def canonical(self) -> tuple[np.ndarray, np.ndarray]:
+    def canonical(self) -> "Canonical":
         """Canonical components (18): ``L_A = D0 P_A`` and ``S_{A_perp} = D0 (I - P_A)``, each
         (G*q, p). Invariant under shifts between ``L0`` and ``S0``."""
         LA = self.D0 @ self.projector
-        return LA, self.D0 - LA
+        return Canonical(LA, self.D0 - LA)
 
     @cached_property
     def beta_min(self) -> float:
@@ -240,12 +250,50 @@ class ClairInstance:
 
 
 # ----------------------------------------------------------------------------------------------
+def _take_alias(new_value, old_value, new: str, old: str, func: str):
+    """Resolve a deprecated size alias (``K``, ``n``, ``r``): warn and use it."""
+    if old_value is None:
+        return new_value
+    warnings.warn(f"{func}({old}=...) is deprecated; use {new}=...", DeprecationWarning,
+                  stacklevel=3)
+    if new_value is not None:
+        raise TypeError(f"{func}: pass {new} only ({old} is its deprecated alias), not both")
+    return old_value
+
+
+def _require(value, name: str, func: str):
+    if value is None:
+        raise TypeError(f"{func}() missing required keyword argument: {name!r}")
+    return value
+
+
+def check_contaminated_count(contaminated, n_clients: int) -> int:
+    """``contaminated`` is a COUNT of clients, ``0 <= contaminated <= n_clients - 2``.
+
+    A non-integer (e.g. the fraction 0.4) is refused with the count it probably meant: a fraction
+    read as a count would build a different instance without complaint.
+    """
+    if isinstance(contaminated, numbers.Real) and not isinstance(contaminated, numbers.Integral) \
+            and not isinstance(contaminated, bool):
+        if float(contaminated).is_integer():
+            contaminated = int(contaminated)
+        else:
+            raise TypeError(
+                f"contaminated is a count of clients, got {contaminated!r}; for a fraction f "
+                f"pass round(f * n_clients) (here {round(float(contaminated) * n_clients)})")
+    contaminated = check_int(contaminated, "contaminated", minimum=0)
+    if contaminated > n_clients - 2:
+        raise ValueError(f"contaminated must be <= n_clients - 2 = {n_clients - 2} (CLAIR needs "
+                         f"two benign clients), got {contaminated}")
+    return contaminated
+
+
 def _check_dims(p, q, r):
     p = check_int(p, "p", minimum=2)
     q = check_int(q, "q", minimum=2)
-    r = check_int(r, "r", minimum=1)
+    r = check_int(r, "rank", minimum=1)
     if r >= min(p, q):
-        raise ValueError(f"r must satisfy 1 <= r < min(p, q) = {min(p, q)}, got r={r}")
+        raise ValueError(f"rank must satisfy 1 <= rank < min(p, q) = {min(p, q)}, got {r}")
     return p, q, r
 
 
@@ -261,10 +309,11 @@ def ar1_covariance(q: int, rho: float) -> np.ndarray:
     return rho ** np.abs(idx[:, None] - idx[None, :])
 
 
-def simulate(p: int, q: int, K: int, n: int, r: int = 2, contaminated: float = 0.4,
-             variant: str = "unit-variance", seed=None, *, c: float | None = None,
-             benign_scale: float = 0.8, contamination_factor: float = 1.0,
-             correlation: float = 0.25) -> ClairInstance:
+def simulate(*, n_clients: int | None = None, samples_per_client: int | None = None,
+             rank: int | None = None, p: int, q: int, contaminated: int | None = None,
+             variant: str = "unit-variance", c: float | None = None, benign_scale: float = 0.8,
+             contamination_factor: float = 1.0, correlation: float = 0.25, seed=None,
+             K: int | None = None, n: int | None = None, r: int | None = None) -> ClairInstance:
     """The §7 simulation of the paper (multi-response linear model, local OLS).
 
     * ``X^(k)`` (p, n) iid N(0, 1); ``W0`` (q, p) and ``A`` (r, p) entrywise ``Unif[-1, 1]``
@@ -272,16 +321,16 @@ def simulate(p: int, q: int, K: int, n: int, r: int = 2, contaminated: float = 0
       ``A^T (A A^T)^{-1} A``).
     * Benign clients: ``W^(k) = W0 + 0.8 B^(k) A`` with ``B^(k)`` (q, r) entrywise
       ``Unif[-1, 1]``; the stored factor is ``B = 0.8 B^(k)`` so that ``W = W0 + B A``.
-    * ``round(contaminated * K)`` clients (chosen at random) are contaminated:
+    * ``contaminated`` clients (chosen at random; default 40 %) are contaminated:
       ``W^(k) = W0 + contamination_factor * c / sqrt(q (p - r)) * Z^(k)``, with one replicate-level
       ``c`` drawn uniformly from {3, 4, 5, 6} and ``Z^(k)`` entries per ``variant``:
 
       - ``"unit-variance"`` (default): ``Unif[-sqrt 3, sqrt 3]`` (mean 0, variance 1) — the
-        reading the paper's FedAvg column implies (notes §5.1, §8 flag 5);
+        reading the paper's FedAvg column of Table 1 implies;
       - ``"uniform"``: ``Unif[-1, 1]`` (variance 1/3), the paper's text.
 
       The 0.8 factor of the benign adaptation is **not** applied to the perturbation by default
-      (``contamination_factor=1``; the notes find the FedAvg column fits without it); pass
+      (``contamination_factor=1``; Table 1's FedAvg column fits without it); pass
       ``contamination_factor=0.8`` for the other reading.
     * ``Y^(k) = W^(k) X^(k) + E^(k)``, the columns of ``E^(k)`` iid ``N(0, Sigma)`` with AR(1)
       ``Sigma_ij = 0.25^|i-j|`` (unit diagonal, ``tr Sigma = q``).
@@ -290,16 +339,17 @@ def simulate(p: int, q: int, K: int, n: int, r: int = 2, contaminated: float = 0
 
     Parameters
     ----------
+    n_clients : int
+        The paper's ``K``, >= 2.
+    samples_per_client : int
+        The paper's ``n``; must exceed ``p + 1`` (OLS and a finite expected error).
+    rank : int
+        The paper's ``r``, ``1 <= rank < min(p, q)``; default 2 (§7).
     p, q : int
         Input and output dimensions (``W`` is q x p).
-    K : int
-        Number of clients (>= 2).
-    n : int
-        Samples per client; must exceed ``p + 1`` (OLS and a finite expected error).
-    r : int
-        Rank of the shared factor, ``1 <= r < min(p, q)``.
-    contaminated : float in [0, 1)
-        Fraction of contaminated clients; ``round(contaminated * K)`` of them (at most ``K - 2``).
+    contaminated : int or None
+        Number of contaminated clients, ``0 <= contaminated <= n_clients - 2``; None gives the
+        paper's 40 %: ``round(0.4 * n_clients)``. A fraction is refused (it is a count).
     variant : {"unit-variance", "uniform"}
     seed : int or Generator
     c : float, optional
@@ -310,6 +360,8 @@ def simulate(p: int, q: int, K: int, n: int, r: int = 2, contaminated: float = 0
         Extra factor on the perturbation (see above).
     correlation : float in (-1, 1)
         AR(1) correlation of the noise across responses.
+    K, n, r : int
+        Deprecated aliases of ``n_clients``, ``samples_per_client``, ``rank``.
 
     Returns
     -------
@@ -317,20 +369,23 @@ def simulate(p: int, q: int, K: int, n: int, r: int = 2, contaminated: float = 0
         ``design="sec7"``; ``params`` holds ``n``, ``c``, ``variant``, ``noise_covariance`` (q, q)
         and ``expected_local_error``.
     """
-    p, q, r = _check_dims(p, q, r)
-    K = check_int(K, "K", minimum=2)
-    n = check_int(n, "n", minimum=p + 2)
-    contaminated = check_in_interval(contaminated, "contaminated", 0.0, 1.0, closed="left")
+    K = _require(_take_alias(n_clients, K, "n_clients", "K", "simulate"), "n_clients", "simulate")
+    n = _require(_take_alias(samples_per_client, n, "samples_per_client", "n", "simulate"),
+                 "samples_per_client", "simulate")
+    r = _take_alias(rank, r, "rank", "r", "simulate")
+    p, q, r = _check_dims(p, q, 2 if r is None else r)
+    K = check_int(K, "n_clients", minimum=2)
+    n = check_int(n, "samples_per_client", minimum=p + 2)
+    m = int(round(0.4 * K)) if contaminated is None else check_contaminated_count(contaminated, K)
+    if m > K - 2:
+        raise ValueError(f"the default 40 % contamination gives {m} contaminated clients out of "
+                         f"n_clients={K}; at most n_clients - 2 = {K - 2} are allowed (pass "
+                         "contaminated=...)")
     variant = check_choice(variant, "variant", SEC7_VARIANTS)
     benign_scale = check_positive(benign_scale, "benign_scale", strict=False)
     contamination_factor = check_positive(contamination_factor, "contamination_factor",
                                           strict=False)
     correlation = check_in_interval(correlation, "correlation", -1.0, 1.0, closed="neither")
-    m = int(round(contaminated * K))
-    if m > K - 2:
-        raise ValueError(f"contaminated={contaminated} gives {m} contaminated clients out of "
-                         f"K={K}; at most K - 2 = {K - 2} are allowed (CLAIR needs two benign "
-                         "clients)")
     rng = as_generator(seed)
     if c is None:
         c = float(rng.choice([3, 4, 5, 6]))
@@ -358,7 +413,7 @@ def simulate(p: int, q: int, K: int, n: int, r: int = 2, contaminated: float = 0
     XYt = X @ np.swapaxes(Y, 1, 2)
     W_hat = np.swapaxes(np.linalg.solve(XXt, XYt), 1, 2)
 
-    params = dict(p=p, q=q, K=K, n=n, r=r, contaminated=contaminated, n_contaminated=m,
+    params = dict(p=p, q=q, K=K, n=n, r=r, contaminated=m, n_contaminated=m,
                   variant=variant, c=c, benign_scale=benign_scale,
                   contamination_factor=contamination_factor, correlation=correlation,
                   noise_covariance=Sigma, expected_local_error=q * p / (n - p - 1))
@@ -394,8 +449,10 @@ def _misaligned(rng, A: np.ndarray, delta: float, count: int) -> np.ndarray:
     return out + R @ step                                                # A + R (RA' - RA)
 
 
-def generate(K: int, p: int, q: int, r: int, *, contaminated: int = 1, delta: float = 0.0,
-             noise=0.0, contamination_scale: float = 1.0, seed=None) -> ClairInstance:
+def generate(*, n_clients: int | None = None, rank: int | None = None, p: int, q: int,
+             contaminated: int = 1, delta: float = 0.0, noise=0.0,
+             contamination_scale: float = 1.0, seed=None, K: int | None = None,
+             r: int | None = None) -> ClairInstance:
     """General CLAIR instance for model (3)–(4).
 
     * ``A`` (r, p): orthonormal rows (QR of a Gaussian matrix); ``W0`` (q, p) and ``B^(k)``
@@ -405,20 +462,20 @@ def generate(K: int, p: int, q: int, r: int, *, contaminated: int = 1, delta: fl
       holds with ``max_{k in C} min_O ||O^T A^(k) - A||_F <= delta``).
     * ``contaminated`` clients (chosen at random): ``W^(k) = W0 + contamination_scale * Z^(k)``
       with ``Z^(k)`` iid N(0, 1) (q, p) — an unstructured, generically full-rank perturbation
-      (notes §6, instance "S0").
+      (the contamination S0 of (11) is then generically full rank on every contaminated pair).
     * Estimation error: ``What^(k) = W^(k) + Xi_k``, ``Xi_k`` iid ``N(0, tau_k^2)`` entries;
       ``noise=0`` gives the noiseless setting (``What = W``).
 
     Parameters
     ----------
-    K : int
-        Number of clients, >= 2.
+    n_clients : int
+        The paper's ``K``, >= 2.
+    rank : int
+        The paper's ``r``, ``1 <= rank < min(p, q)``.
     p, q : int
         ``W`` is (q, p).
-    r : int
-        ``1 <= r < min(p, q)``.
     contaminated : int
-        Number of contaminated clients, ``0 <= contaminated <= K - 2``.
+        Number of contaminated clients, ``0 <= contaminated <= n_clients - 2``.
     delta : float
         Benign misalignment, ``0 <= delta <= sqrt(2 min(r, p - r))`` (rotation angle <= pi/2).
     noise : float or array_like, shape (K,)
@@ -426,18 +483,19 @@ def generate(K: int, p: int, q: int, r: int, *, contaminated: int = 1, delta: fl
     contamination_scale : float
         Entry standard deviation of the contamination (> 0).
     seed : int or Generator
+    K, r : int
+        Deprecated aliases of ``n_clients``, ``rank``.
 
     Returns
     -------
     ClairInstance
         ``design="general"``; ``params`` holds the arguments and ``noise`` as a (K,) array.
     """
-    K = check_int(K, "K", minimum=2)
+    K = _require(_take_alias(n_clients, K, "n_clients", "K", "generate"), "n_clients", "generate")
+    r = _require(_take_alias(rank, r, "rank", "r", "generate"), "rank", "generate")
+    K = check_int(K, "n_clients", minimum=2)
     p, q, r = _check_dims(p, q, r)
-    contaminated = check_int(contaminated, "contaminated", minimum=0)
-    if contaminated > K - 2:
-        raise ValueError(f"contaminated must be <= K - 2 = {K - 2} (CLAIR needs two benign "
-                         f"clients), got {contaminated}")
+    contaminated = check_contaminated_count(contaminated, K)
     delta = check_positive(delta, "delta", strict=False)
     dmax = np.sqrt(2 * min(r, p - r))
     if delta > dmax:

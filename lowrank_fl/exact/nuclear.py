@@ -1,4 +1,5 @@
-"""Nuclear-norm-penalized multi-task least squares (FedRep note §6.6; also used by FLUTE/FedAvg-FT).
+"""Nuclear-norm-penalized multi-task least squares: the convex relaxation of the rank-k
+multi-task model of FedRep, FLUTE and FedAvg-FT (an exact reference for their representations).
 
     minimize_Theta  P(Theta) = sum_i 1/(2 m_i) ||X_i theta_i - y_i||^2 + mu ||Theta||_*
 
@@ -7,9 +8,13 @@
 
 Two solvers:
 
-* :func:`solve_nuclear_cvxpy` — CVXPY (Clarabel by default), status checked;
+* :func:`solve_nuclear_cvxpy` — CVXPY (Clarabel by default) through :mod:`lowrank_fl.conic`
+  (rescaled data), its status decided by the duality gap below;
 * :func:`solve_nuclear_prox` — accelerated proximal gradient (FISTA with adaptive restart) with
-  singular value thresholding, certified by a duality gap.
+  singular value thresholding, certified by the same gap.
+
+Both state relative gaps: ``gap / P(0)`` with ``P(0) = sum_i ||y_i||^2 / (2 m_i)`` (the
+results' ``gap_scale``), invariant under rescaling ``(y, mu)``.
 
 Both reduce the data to per-client sufficient statistics ``S_i = X_i^T X_i / m_i`` (d, d),
 ``b_i = X_i^T y_i / m_i`` (d,) and ``c_i = ||y_i||^2 / (2 m_i)``, so the smooth part is
@@ -35,12 +40,14 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
-from ..validation import as_float_array, check_choice, check_int, check_positive
+from ..conic import check_solver, data_scale, decide, solve_scaled
+from ..validation import as_float_array, check_int, check_positive
 from ..linalg import svt
-from ..results import ConvergenceWarning, SolverError, SolverResult
+from ..results import ConvergenceWarning, SolverResult
 
 __all__ = ["NuclearResult", "nuclear_statistics", "nuclear_objective", "nuclear_duality_gap",
            "solve_nuclear_cvxpy", "solve_nuclear_prox"]
@@ -124,85 +131,120 @@ def _rank(Theta):
     return int(np.count_nonzero(sv > 1e-8 * max(sv.max(initial=0.0), np.finfo(float).tiny)))
 
 
-def solve_nuclear_cvxpy(X, y, mu: float, *, solver: str = "CLARABEL",
-                        accept_inaccurate: bool = False, **solver_options) -> NuclearResult:
-    """Solve the program exactly with CVXPY (``cp.normNuc``).
+def _zero_objective(c) -> float:
+    """``P(0) = sum_i ||y_i||^2 / (2 m_i)``, the scale of relative gaps (1 when ``y = 0``).
+
+    ``P`` is homogeneous of degree 2 in ``(y, mu)`` and ``P* <= P(0)``, so ``gap / P(0)`` does not
+    depend on the units of ``y`` and bounds the relative suboptimality."""
+    f0 = float(np.sum(c))
+    return f0 if f0 > 0 else 1.0
+
+
+def solve_nuclear_cvxpy(X, y, mu: float, *, solver: str = "CLARABEL", tol: float = 1e-7,
+                        on_inaccurate: str = "warn", solver_options: Mapping | None = None,
+                        verbose: bool = False) -> NuclearResult:
+    """Solve the program exactly with CVXPY (``cp.normNuc``), certified by the duality gap.
+
+    Built on ``y / c`` with ``mu / c`` (``c`` a power of two near ``max |y|``; the solution is
+    ``Theta / c``) and scaled back, so the backend's absolute tolerances act on data of order one
+    (:mod:`lowrank_fl.conic`). The status is decided by the certificate of the module docstring
+    at the returned ``Theta``, not by CVXPY's status string: ``"optimal"`` when
+    ``gap <= tol * P(0)`` (``P(0) = sum_i ||y_i||^2 / (2 m_i)``, the result's ``gap_scale``),
+    otherwise ``"inaccurate"``.
 
     Parameters
     ----------
     X : array (n, m, d) or list of (m_i, d) arrays;  y : array (n, m) or list of (m_i,) arrays
     mu : float > 0
     solver : {"CLARABEL", "SCS"}
-    accept_inaccurate : bool
-        If False (default) a status ``optimal_inaccurate`` raises :class:`SolverError`; if True it
-        is returned with that status.
+        The CVXPY backend.
+    tol : float > 0
+        Relative duality gap accepted as optimal.
+    on_inaccurate : {"warn", "raise"}
+        An uncertified answer warns (:class:`~lowrank_fl.results.ConvergenceWarning`) or raises
+        :class:`~lowrank_fl.results.SolverError`.
+    solver_options : mapping, optional
+        Keyword arguments for ``cvxpy.Problem.solve``.
 
     Returns
     -------
     NuclearResult
-        ``gap`` is the certificate of the module docstring evaluated at the returned ``Theta``.
+        ``gap`` is the certificate at the returned ``Theta``; ``relative_gap = gap / P(0)``.
 
     Raises
     ------
     SolverError
-        On any status other than optimal (and optimal_inaccurate unless accepted).
+        No solution (infeasible, solver failure), or an uncertified one with
+        ``on_inaccurate="raise"``.
     """
     import cvxpy as cp
 
     mu = check_positive(mu, "mu")
-    check_choice(solver, "solver", ("CLARABEL", "SCS"))
+    tol = check_positive(tol, "tol")
+    check_solver(solver, solver_options)
     Xs, ys = _as_client_list(X, y)
     n, d = len(Xs), Xs[0].shape[1]
-    Theta = cp.Variable((n, d))
-    loss = sum(cp.sum_squares(Xi @ Theta[i] - yi) / (2 * len(yi)) for i, (Xi, yi) in enumerate(zip(Xs, ys)))
-    prob = cp.Problem(cp.Minimize(loss + mu * cp.normNuc(Theta)))
-    start = time.perf_counter()
-    try:
-        prob.solve(solver=solver, **solver_options)
-    except cp.error.SolverError as exc:
-        raise SolverError(f"CVXPY solver {solver} failed: {exc}", status="solver_error") from exc
-    status = prob.status
-    if status == cp.OPTIMAL_INACCURATE and accept_inaccurate:
-        status_out = "optimal_inaccurate"
-    elif status == cp.OPTIMAL:
-        status_out = "optimal"
-    else:
-        raise SolverError("nuclear-norm least squares was not solved to optimality", status=status)
-    T = np.asarray(Theta.value, dtype=np.float64)
+
+    def build(scale):
+        Theta = cp.Variable((n, d))
+        loss = sum(cp.sum_squares(Xi @ Theta[i] - yi / scale) / (2 * len(yi))
+                   for i, (Xi, yi) in enumerate(zip(Xs, ys)))
+        return cp.Problem(cp.Minimize(loss + (mu / scale) * cp.normNuc(Theta))), {"Theta": Theta}
+
+    raw = solve_scaled(build, data_scale(*ys), solver=solver, solver_options=solver_options,
+                       verbose=verbose)
+    T = raw.values["Theta"]
     S, b, c = nuclear_statistics(X, y)
     primal, dual = _gap(T, mu, S, b, c)
-    iters = prob.solver_stats.num_iters if prob.solver_stats and prob.solver_stats.num_iters else -1
-    return NuclearResult(objective=primal, gap=primal - dual, iterations=int(iters), status=status_out,
-                         solver=f"cvxpy:{solver}", seconds=time.perf_counter() - start, Theta=T,
-                         rank=_rank(T))
+    scale = _zero_objective(c)
+    status, message = decide((primal - dual) / scale, tol, raw.status,
+                             what="nuclear-norm least squares", solver=raw.solver,
+                             on_inaccurate=on_inaccurate)
+    return NuclearResult(objective=primal, gap=primal - dual, iterations=raw.iterations,
+                         status=status, solver=raw.solver, seconds=raw.seconds, Theta=T,
+                         rank=_rank(T), gap_scale=scale, message=message)
 
 
 def solve_nuclear_prox(X, y, mu: float, *, tol: float = 1e-8, max_iter: int = 5000,
-                       Theta0=None) -> NuclearResult:
+                       init=None, Theta0=None) -> NuclearResult:
     """Accelerated proximal gradient (FISTA) with SVT and gradient-based adaptive restart.
 
     Step ``1/L`` with ``L = max_i lambda_max(S_i)`` (the smooth part is block diagonal over
-    clients). Stops when the duality gap (module docstring) satisfies
-    ``gap <= tol * max(1, |P|)`` (status ``"optimal"``), else ``"max_iter"`` with a
+    clients). Stops when the duality gap (module docstring) satisfies ``gap <= tol * P(0)``,
+    ``P(0) = sum_i ||y_i||^2 / (2 m_i)`` (status ``"optimal"``): a relative gap, invariant under
+    rescaling ``(y, mu)``, recorded as the result's ``gap_scale`` (so ``relative_gap`` is the
+    quantity compared with ``tol``). Otherwise ``"max_iter"`` with a
     :class:`~lowrank_fl.results.ConvergenceWarning`.
 
     Parameters
     ----------
     X, y : as in :func:`solve_nuclear_cvxpy`
     mu : float > 0;  tol : float > 0;  max_iter : int
-    Theta0 : array (n, d), optional start (default zeros)
+    init : array (n, d), optional
+        Starting ``Theta`` (default zeros).
+    Theta0 : array (n, d), optional
+        Deprecated alias of ``init``.
 
     Returns
     -------
     NuclearResult
         ``history`` holds ``"objective"`` and ``"gap"`` per iteration.
     """
+    if Theta0 is not None:
+        warnings.warn("solve_nuclear_prox(Theta0=...) is deprecated; use init=...",
+                      DeprecationWarning, stacklevel=2)
+        if init is not None:
+            raise TypeError("pass init only (Theta0 is its deprecated alias), not both")
+        init, init_name = Theta0, "Theta0"
+    else:
+        init_name = "init"
     mu = check_positive(mu, "mu")
     tol = check_positive(tol, "tol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     S, b, c = nuclear_statistics(X, y)
     n, d = b.shape
-    Theta = np.zeros((n, d)) if Theta0 is None else as_float_array(Theta0, "Theta0", shape=(n, d)).copy()
+    Theta = np.zeros((n, d)) if init is None else as_float_array(init, init_name, shape=(n, d)).copy()
+    scale = _zero_objective(c)
     L = float(np.max(np.linalg.eigvalsh(S)[:, -1]))
     if L <= 0:
         L = 1.0                             # all-zero data: f is constant, any step works
@@ -226,13 +268,17 @@ def solve_nuclear_prox(X, y, mu: float, *, tol: float = 1e-8, max_iter: int = 50
         primal, dual = _gap(Theta, mu, S, b, c)
         objs.append(primal)
         gaps.append(primal - dual)
-        if gaps[-1] <= tol * max(1.0, abs(primal)):
+        if gaps[-1] <= tol * scale:
             status = "optimal"
             break
     if status == "max_iter":
-        warnings.warn(f"solve_nuclear_prox stopped at max_iter={max_iter} with relative gap "
-                      f"{gaps[-1] / max(1.0, abs(objs[-1])):.2e} > tol={tol:g}", ConvergenceWarning)
+        message = (f"solve_nuclear_prox stopped at max_iter={max_iter} with relative gap "
+                   f"{gaps[-1] / scale:.2e} > tol={tol:g}.")
+        warnings.warn(message, ConvergenceWarning, stacklevel=2)
+    else:
+        message = (f"FISTA reached relative duality gap {gaps[-1] / scale:.2e} <= tol={tol:g} "
+                   f"after {it} iterations.")
     return NuclearResult(objective=objs[-1], gap=gaps[-1], iterations=it, status=status,
                          solver="fista-svt", seconds=time.perf_counter() - start,
                          history={"objective": np.asarray(objs), "gap": np.asarray(gaps)},
-                         Theta=Theta, rank=_rank(Theta))
+                         Theta=Theta, rank=_rank(Theta), gap_scale=scale, message=message)

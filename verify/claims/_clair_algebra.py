@@ -1,4 +1,4 @@
-"""CLAIR claims, group A: algebraic identities, bounds and the population rule (notes §6 items 1–11, 24).
+"""CLAIR claims, group A: algebraic identities, bounds and the population rule (§3.1-§3.2, Lemmas 1-2, S1-S3, (8), Remark 3).
 
 Every experiment draws random instances with :func:`lowrank_fl.clair.simulate.generate` and checks
 an identity to round-off (relative residual <= 1e-10: the identities are exact and the arrays are
@@ -51,7 +51,7 @@ def _reversed_contrasts(W):
 
 
 def _task_contrast_identity(seed, K, q, p, r, n_contam, delta, contrast_fn):
-    inst = generate(K, p, q, r, contaminated=n_contam, delta=delta, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, delta=delta, seed=seed)
     tb = truth_blocks(inst)
     D = contrast_fn(np.asarray(inst.W))
     j, k = pairs(K)
@@ -110,7 +110,7 @@ def _half_contrasts(W):
 # Item 3: (S2.1) and Lemma S9's sigma_r(L0)
 # --------------------------------------------------------------------------------------------
 def _task_s21(seed, K, q, p, r, n_contam, contrast_fn):
-    inst = generate(K, p, q, r, contaminated=n_contam, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, seed=seed)
     B = np.asarray(inst.B)[inst.benign]
     m = B.shape[0]
     CC = contrast_fn(B)                                   # (m(m-1)/2, q, r): benign-pair B_j - B_k
@@ -177,7 +177,7 @@ def _closed_form(ctx, *, refine_fn=_library_refine):
 
 
 def _task_prop_s3(seed, K, q, p, r, n_contam, delta, tau, refine_fn):
-    inst = generate(K, p, q, r, contaminated=n_contam, delta=delta, noise=tau, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, delta=delta, noise=tau, seed=seed)
     rng = np.random.default_rng(seed + 1)
     P_hat = _random_projector(rng, p, r)
     P_A = np.asarray(inst.projector)
@@ -218,7 +218,7 @@ def _whole_contrast_as_e0(inst):
 
 
 def _task_bounds(seed, K, q, p, r, n_contam, delta, e0_fn):
-    inst = generate(K, p, q, r, contaminated=n_contam, delta=delta, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, delta=delta, seed=seed)
     tb = truth_blocks(inst)
     E0 = e0_fn(inst)
     B, Ak, A = np.asarray(inst.B), np.asarray(inst.A_clients), np.asarray(inst.A)
@@ -280,7 +280,7 @@ def _oracle_is_l0(inst, lam_L, lam_S):
 
 
 def _task_rho(seed, K, q, p, r, n_contam, ratio, low_rank_fn, oracle_fn):
-    inst = generate(K, p, q, r, contaminated=n_contam, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, seed=seed)
     L = low_rank_fn(inst)
     G, s, I = inst.G, inst.s, np.asarray(inst.I)
     U = np.linalg.svd(L.reshape(G * q, p), full_matrices=False)[0][:, :r].reshape(G, q, r)
@@ -296,10 +296,10 @@ def _task_rho(seed, K, q, p, r, n_contam, ratio, low_rank_fn, oracle_fn):
             "lemma2_bound": s * mu * r / G, "eta": float(inst.eta)}
 
 
-_RHO_PRIME_MIN = 1e-6   # rho' is >= 3e-3 on these designs (notes §3); round-off rho is ~1e-30
+_RHO_PRIME_MIN = 1e-6   # rho' is >= 3e-3 on these designs (measured); round-off rho is ~1e-30
 
 
-@claim("clair.lemma1.rho_vacuous", paper="clair", reference="Lemma 1, Lemma 2, Assumption 2 (notes §8 flag 1)",
+@claim("clair.lemma1.rho_vacuous", paper="clair", reference="Lemma 1, Lemma 2, Assumption 2; Lemmas S7-S8 (rho')",
        statement="For the model-induced L0, rho = ||P_I P_U P_I||_op is identically 0 (L0 vanishes on I), so "
                  "Lemmas 1-2 are vacuous, and Block-IC forces mu >= G/(G-s); the quantity the proofs need is "
                  "rho' > 0 of an oracle optimizer, which Lemma 2 does not bound.", kind="erratum", erratum=True)
@@ -356,7 +356,7 @@ def _shift_without_pa(Y, P_A, I):
 
 
 def _task_shift(seed, K, q, p, r, n_contam, shift_fn):
-    inst = generate(K, p, q, r, contaminated=n_contam, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, seed=seed)
     tb = truth_blocks(inst)
     P_A = np.asarray(inst.projector)
     Pp = np.eye(p) - P_A
@@ -452,7 +452,7 @@ def _population_norms(inst):
 
 
 def _task_population_rule(seed, K, q, p, r, n_contam, identical, vote_fn):
-    inst = generate(K, p, q, r, contaminated=n_contam, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, seed=seed)
     if identical:
         inst = _with_identical_contamination(inst)
     norms = _population_norms(inst)
@@ -481,7 +481,7 @@ def _population_rule(ctx, *, vote_fn=_vote_library):
 
 
 def _task_alpha_range(seed, K, q, p, r, n_contam, identical, alphas, vote_fn):
-    inst = generate(K, p, q, r, contaminated=n_contam, seed=seed)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, seed=seed)
     if identical:
         inst = _with_identical_contamination(inst)
     norms = _population_norms(inst)

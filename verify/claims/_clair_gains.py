@@ -1,5 +1,5 @@
 """CLAIR claims, group F (oracle part): the oracle gain identity of Theorem 4 and the OLS error law
-(notes §6 items 25–27).
+(Theorem 4 and its OLS instance).
 
 These need no optimisation: the true projector P_A and collaborative set C are plugged into the
 refinement (9), and Monte Carlo over the estimation errors Xi_k checks the exact identities
@@ -65,7 +65,7 @@ def _task_oracle_gain(seed, m, r, p, q, tau, n_mc, refine_fn, projector_fn):
     denominator q p tau^2 is exact for Xi_k ~ N(0, tau^2 I).
     """
     rng = np.random.default_rng(seed)
-    inst = generate(m, p, q, r, contaminated=0, seed=rng)
+    inst = generate(n_clients=m, p=p, q=q, rank=r, contaminated=0, seed=rng)
     P = projector_fn(inst, rng)
     W = np.asarray(inst.W)
     W_hat = W + tau * rng.standard_normal((n_mc,) + W.shape)
@@ -123,7 +123,7 @@ def _task_heterogeneous(seed, taus, r, p, q, n_mc, refine_fn, projector_fn):
     rng = np.random.default_rng(seed)
     taus = np.asarray(taus, float)
     m = taus.size
-    inst = generate(m, p, q, r, contaminated=0, seed=rng)
+    inst = generate(n_clients=m, p=p, q=q, rank=r, contaminated=0, seed=rng)
     P = projector_fn(inst, rng)
     W = np.asarray(inst.W)
     Xi = taus[:, None, None] * rng.standard_normal((n_mc,) + W.shape)
@@ -182,7 +182,7 @@ def _shrunk_ols(inst):
 
 
 def _task_ols(seed, p, q, n, K, r, estimator):
-    inst = simulate(p, q, K, n, r=r, seed=seed)
+    inst = simulate(p=p, q=q, n_clients=K, samples_per_client=n, rank=r, seed=seed)
     Xi = estimator(inst) - np.asarray(inst.W)
     Pp = np.eye(p) - np.asarray(inst.projector)
     total = np.sum(Xi ** 2, axis=(1, 2))

@@ -1,8 +1,8 @@
 """CLAIR claims, groups E-F (noisy part): Theorem 2's rate, Lemma 3's eps_sup, Theorem 3(ii)
-detection, Theorem 5 (Minkowski bound) and Theorem 6's balanced trend (notes §6 items 21-23, 28-29).
+detection, Theorem 5 (Minkowski bound) and Theorem 6's balanced trend.
 
-Theorem 2's regime (notes §8 flag 3): K tau^2 = O(1), i.e. tau = tau0 / sqrt(K); w_g = 1/K,
-lam_L = c1 K^{-1/2}, lam_S = c2 K^{-3/2} with (c1, c2) = (1, 3) (the notes' pilot band for p = 5,
+Theorem 2's regime (it assumes n_k >~ K): K tau^2 = O(1), i.e. tau = tau0 / sqrt(K); w_g = 1/K,
+lam_L = c1 K^{-1/2}, lam_S = c2 K^{-3/2} with (c1, c2) = (1, 3) (a pilot's band for p = 5,
 q = 4, r = 2); 10% contaminated clients. Program (7) is solved by FISTA to a relative duality gap
 of 1e-8. Rates are fitted per seed (log-log) with a 95% Student-t interval across seeds.
 """
@@ -41,7 +41,7 @@ def _random_subspace(sol, r, rng):
 def _task_thm2(seed, K, scaling, c1, c2, alpha, projector_fn, c_det):
     rng = np.random.default_rng(seed)
     tau = _TAU0 / np.sqrt(K) if scaling == "theory" else _TAU0
-    inst = generate(K, _P, _Q, _R, contaminated=max(1, round(0.1 * K)), noise=tau, seed=rng)
+    inst = generate(n_clients=K, p=_P, q=_Q, rank=_R, contaminated=max(1, round(0.1 * K)), noise=tau, seed=rng)
     D = np.asarray(inst.D_hat)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -112,7 +112,7 @@ def _thm2_rate(ctx, *, projector_fn=_top_r):
                               "control_slope": control.as_dict() if control else None},
                     predicted={"slope": "<= -0.5 (upper bound)"}, figure=fig_path,
                     notes="tau = 0.3/sqrt(K), 10% contaminated, p=5, q=4, r=2, (c1, c2) = (1, 3). Theorem 2 is "
-                          "an upper bound; the observed rate is faster (notes: about K^-1.1). The window (27) "
+                          "an upper bound; the observed rate is faster (a pilot: about K^-1.1). The window (27) "
                           "is empty at these K (clair.thm1.window_vacuous): the theorem's hypotheses fail, "
                           "the rate holds anyway.")
 
@@ -176,7 +176,7 @@ def _refine_without_own_component(W_hat, P, keep):
 
 
 def _clair_run(rng, K, p, q, r, n_contam, tau, delta):
-    inst = generate(K, p, q, r, contaminated=n_contam, noise=tau, delta=delta, seed=rng)
+    inst = generate(n_clients=K, p=p, q=q, rank=r, contaminated=n_contam, noise=tau, delta=delta, seed=rng)
     D = np.asarray(inst.D_hat)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -273,7 +273,7 @@ def _thm5(ctx, *, refine_fn=_library_refine):
                           "sample and the MSE from an independent test sample (3-s.e. t-intervals). With the "
                           "largest admissible zeta, (35)'s right side equals the Minkowski bound; zeta <= phi "
                           "holds by construction. phi, theta from the iid Gaussian design (Theorem 4's identity); "
-                          "expectations are on {Chat = C} (notes §8 flag 4).")
+                          "expectations are on {Chat = C} (the complement event is ignored by Theorems 5-6).")
 
 
 def _task_thm6(seed, K, p, q, r, tau0, refine_fn):

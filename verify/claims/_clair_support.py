@@ -1,6 +1,6 @@
 """Instances, ground-truth decompositions and small reference computations for the CLAIR claims.
 
-Everything here follows the paper's notation (notes 003): clients are stacked on the first axis
+Everything here follows the paper's notation: clients are stacked on the first axis
 (``W`` is (K, q, p)), pairs (j, k), j < k, are in lexicographic order (eq. (6)) and block arrays
 are (G, q, p) views of the (G q, p) stacks. Nothing (G q, G q) is ever formed.
 

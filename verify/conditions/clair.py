@@ -13,7 +13,7 @@ Instance keys (arrays client-axis first):
 * optional scalars ``r``, ``lam_L``, ``lam_S``, ``a``, ``b`` (default 0.99), ``alpha`` (0.5),
   ``w`` (pair weight, default 1/K), ``tau`` (noise level, same as a scalar ``noise``).
 
-Notes on the paper (notes 003 §3 and §8): for the model-induced ``L0`` (zero on the contaminated
+Notes on the paper: for the model-induced ``L0`` (zero on the contaminated
 pairs I) Lemma 1's ``rho = ||P_I P_U P_I||`` is identically 0, and Block-IC forces
 ``mu >= G/(G-s)``; Theorems 1-2 then need roughly ``r s/(G-s) < 1/16``, so on the §7 design
 (40% contaminated) the window (25) is empty.
@@ -57,26 +57,34 @@ def equal_leverage_instance(K: int = 40, p: int = 4, *, seed=0) -> dict:
     return {"W_hat": W.copy(), "W": W, "A": a[None, :], "benign": benign, "r": 1}
 
 
-def generate(seed=0, *, design: str = "general", K: int = 12, p: int = 4, q: int = 3, r: int = 1,
-             contaminated=2, delta: float = 0.0, noise: float = 0.0, n: int | None = None,
+def generate(seed=0, *, design: str = "general", n_clients: int | None = None, p: int = 4,
+             q: int = 3, rank: int | None = None, contaminated: int | None = None,
+             delta: float = 0.0, noise: float = 0.0, samples_per_client: int | None = None,
              variant: str = "unit-variance", c1: float = 1.0, c2: float = 3.0,
-             a: float = 0.99, b: float = 0.99, alpha: float = 0.5) -> dict:
+             a: float = 0.99, b: float = 0.99, alpha: float = 0.5, K: int | None = None,
+             r: int | None = None, n: int | None = None) -> dict:
     """An instance for :func:`evaluate`.
 
     Parameters
     ----------
     seed : int or Generator
     design : {"general", "sec7", "equal-leverage"}
-        ``"general"``: :func:`lowrank_fl.clair.simulate.generate` (``contaminated`` = count);
-        ``"sec7"``: :func:`lowrank_fl.clair.simulate.simulate` (``contaminated`` = fraction,
-        default 0.4 if given as the int default; ``n`` defaults to the paper's 100/150/300);
-        ``"equal-leverage"``: :func:`equal_leverage_instance` (``K``, ``p`` only).
-    K, p, q, r, contaminated, delta, noise, n, variant
+        ``"general"``: :func:`lowrank_fl.clair.simulate.generate`; ``"sec7"``:
+        :func:`lowrank_fl.clair.simulate.simulate` (``samples_per_client`` defaults to the
+        paper's 100/150/300); ``"equal-leverage"``: :func:`equal_leverage_instance`
+        (``n_clients``, ``p`` only).
+    n_clients, p, q, rank : int
+        The paper's K, p, q, r (defaults 12, 4, 3, 1).
+    contaminated : int or None
+        A COUNT of contaminated clients (default: 2 for "general", the paper's 40 % for "sec7").
+    delta, noise, samples_per_client, variant
         Passed to the generator.
     c1, c2 : float
         Tuning ``lam_L = c1 K^{-1/2}``, ``lam_S = c2 K^{-3/2}`` (Theorem 2 / §7 scalings).
     a, b, alpha : float
         Theorem constants stored in the instance.
+    K, r, n : int
+        Deprecated aliases of ``n_clients``, ``rank``, ``samples_per_client``.
 
     Returns
     -------
@@ -84,26 +92,37 @@ def generate(seed=0, *, design: str = "general", K: int = 12, p: int = 4, q: int
         ``W_hat``, ``W`` (K, q, p), ``A`` (r, p), ``benign`` (K,), and scalars ``r``, ``lam_L``,
         ``lam_S``, ``a``, ``b``, ``alpha``, ``tau`` (noise level, if known).
     """
+    import warnings
+
     from lowrank_fl.clair.simulate import generate as gen_general
     from lowrank_fl.clair.simulate import simulate
 
+    for old, new, value in (("K", "n_clients", K), ("r", "rank", r), ("n", "samples_per_client", n)):
+        if value is not None:
+            warnings.warn(f"conditions generate({old}=...) is deprecated; use {new}=...",
+                          DeprecationWarning, stacklevel=2)
+    n_clients = (K if K is not None else 12) if n_clients is None else n_clients
+    rank = (r if r is not None else 1) if rank is None else rank
+    samples_per_client = n if samples_per_client is None else samples_per_client
     if design not in DESIGNS:
         raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
     if design == "equal-leverage":
-        inst = equal_leverage_instance(K, p, seed=seed)
+        inst = equal_leverage_instance(n_clients, p, seed=seed)
         tau = 0.0
     elif design == "sec7":
-        frac = 0.4 if isinstance(contaminated, int) else float(contaminated)
-        n = {10: 100, 20: 150, 50: 300}.get(p, 3 * p) if n is None else n
-        ci = simulate(p, q, K, n, r=r, contaminated=frac, variant=variant, seed=seed)
+        m = {10: 100, 20: 150, 50: 300}.get(p, 3 * p) if samples_per_client is None \
+            else samples_per_client
+        ci = simulate(p=p, q=q, n_clients=n_clients, samples_per_client=m, rank=rank,
+                      contaminated=contaminated, variant=variant, seed=seed)
         inst = {"W_hat": np.asarray(ci.W_hat), "W": np.asarray(ci.W), "A": np.asarray(ci.A),
-                "benign": np.asarray(ci.benign), "r": r}
+                "benign": np.asarray(ci.benign), "r": rank}
         tau = None
     else:
-        ci = gen_general(K, p, q, r, contaminated=int(contaminated), delta=delta, noise=noise,
-                         seed=seed)
+        ci = gen_general(n_clients=n_clients, p=p, q=q, rank=rank,
+                         contaminated=2 if contaminated is None else contaminated, delta=delta,
+                         noise=noise, seed=seed)
         inst = {"W_hat": np.asarray(ci.W_hat), "W": np.asarray(ci.W), "A": np.asarray(ci.A),
-                "benign": np.asarray(ci.benign), "r": r}
+                "benign": np.asarray(ci.benign), "r": rank}
         tau = float(noise)
     Kk = inst["W_hat"].shape[0]
     inst.update(lam_L=c1 / np.sqrt(Kk), lam_S=c2 / Kk ** 1.5, a=a, b=b, alpha=alpha)
@@ -185,7 +204,7 @@ def evaluate(instance: Mapping) -> list[Condition]:
         floor = G / (G - s) if s < G else float("inf")
         out.append(Condition(T1, "mu (Block-IC of L0)", mu, f">= G/(G-s) = {floor:.4g} always",
                              bool(mu >= floor * (1 - 1e-10)),
-                             "Block-IC for the model-induced U forces mu >= G/(G-s) (notes §8 flag 2)"))
+                             "Block-IC for the model-induced U forces mu >= G/(G-s)"))
         x = theorem1_x(mu, r, s, G) if np.isfinite(mu) else float("inf")
         thr = a * b / (1 + a) ** 2
         out.append(Condition(T1, "x = sqrt(mu r s/G)", x, f"< ab/(1+a)^2 = {thr:.4g}", bool(x < thr),
@@ -204,7 +223,7 @@ def evaluate(instance: Mapping) -> list[Condition]:
         rho = float(np.linalg.norm(UI, 2) ** 2) if UI.size else 0.0
         out.append(Condition(T1, "rho = ||P_I P_U P_I|| (Lemma 1)", rho, "< 1", bool(rho < 1),
                              "identically 0 for the model-induced L0 (L0 vanishes on I): Lemmas 1-2 "
-                             "are vacuous (notes §8 flag 1); rho' below is the meaningful quantity"))
+                             "are vacuous (L0 vanishes on I, so rho = 0); rho' below is the meaningful quantity"))
         out.append(_rho_prime(D, I, q, A, r, lam_L, lam_S, G))
         eta_req = np.sqrt(max(0.0, 1 - 1 / (mu * r) + 1 / (4 * (K - 1)))) if np.isfinite(mu) else 1.0
         out.append(Condition(L2, "eta = |C|/K", eta, f"> sqrt(1 - 1/(mu r) + 1/(4(K-1))) = {eta_req:.4g}",
