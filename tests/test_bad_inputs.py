@@ -474,6 +474,102 @@ def _regimes():
     ]
 
 
+@functools.cache
+def clair_instance():
+    from lowrank_fl.clair import generate
+    return generate(n_clients=5, rank=1, p=3, q=3, contaminated=1, noise=1e-3, seed=0)
+
+
+def _D():
+    from lowrank_fl.clair import contrasts
+    return contrasts(clair_instance().W_hat)
+
+
+def _clair():
+    """CLAIR (lowrank_fl.clair) and the nuclear-norm references (lowrank_fl.exact.nuclear)."""
+    from lowrank_fl.clair import (as_blocks, block_incoherence, build_certificate, collaborative_set,
+                                  contrasts, detection_counts, fit, generate, lambda_path,
+                                  largest_gap_threshold, oracle_fedavg, pairs, refine, rho_prime,
+                                  simulate, solve_noiseless, solve_oracle_smooth, solve_penalized,
+                                  theorem1_window)
+    from lowrank_fl.exact import nuclear
+    W = lambda: clair_instance().W_hat  # noqa: E731   (5, 3, 3)
+    sim = functools.partial(simulate, p=3, q=3, n_clients=5, samples_per_client=20, rank=1)
+    pen = lambda **kw: solve_penalized(_D(), 3, 0.1, 0.05, **kw)  # noqa: E731
+    fit_ = lambda **kw: fit(W(), 0.1, 0.05, **{"rank": 1, **kw})  # noqa: E731
+    P = np.eye(3)
+    return [
+        Case("clair.simulate-n_clients-one", lambda t: sim(n_clients=1), ValueError, "n_clients"),
+        Case("clair.simulate-contaminated-fraction", lambda t: sim(contaminated=0.4), TypeError, "contaminated"),
+        Case("clair.simulate-contaminated-above-n_clients", lambda t: sim(contaminated=9), ValueError, "contaminated"),
+        Case("clair.simulate-variant-unknown", lambda t: sim(variant="bogus"), ValueError, "variant"),
+        Case("clair.simulate-rank-above-size", lambda t: sim(rank=4), ValueError, "rank"),
+        Case("clair.simulate-samples-zero", lambda t: sim(samples_per_client=0), ValueError, "samples_per_client"),
+        Case("clair.simulate-seed-negative", lambda t: sim(seed=-1), ValueError, "seed"),
+        Case("clair.simulate-retired-K", lambda t: simulate(p=3, q=3, K=5, samples_per_client=20, rank=1, seed=0), DeprecationWarning, "n_clients"),
+        Case("clair.generate-noise-negative", lambda t: generate(n_clients=5, rank=1, p=3, q=3, noise=-1.0), ValueError, "noise"),
+        Case("clair.generate-contamination_scale-zero", lambda t: generate(n_clients=5, rank=1, p=3, q=3, contamination_scale=0.0), ValueError, "contamination_scale"),
+        Case("clair.generate-retired-r", lambda t: generate(n_clients=5, r=1, p=3, q=3, seed=0), DeprecationWarning, "rank"),
+        Case("clair.pairs-K-one", lambda t: pairs(1), ValueError, "K"),
+        Case("clair.contrasts-W_hat-2d", lambda t: contrasts(np.ones((4, 3))), ValueError, "W_hat"),
+        Case("clair.contrasts-W_hat-nan", lambda t: contrasts(_nan((4, 3, 3))), ValueError, "W_hat"),
+        Case("clair.contrasts-one-client", lambda t: contrasts(np.ones((1, 3, 3))), ValueError, "W_hat"),
+        Case("clair.as_blocks-q-not-dividing", lambda t: as_blocks(np.ones((10, 3)), 3), ValueError, "q"),
+        Case("clair.solve_penalized-lam_L-negative", lambda t: solve_penalized(_D(), 3, -0.1, 0.05), ValueError, "lam_L"),
+        Case("clair.solve_penalized-lam_S-nan", lambda t: solve_penalized(_D(), 3, 0.1, float("nan")), ValueError, "lam_S"),
+        Case("clair.solve_penalized-method-unknown", lambda t: pen(method="bogus"), ValueError, "method"),
+        Case("clair.solve_penalized-tol-negative", lambda t: pen(tol=-1.0), ValueError, "tol"),
+        Case("clair.solve_penalized-max_iter-zero", lambda t: pen(max_iter=0), ValueError, "max_iter"),
+        Case("clair.solve_penalized-step_size-negative", lambda t: pen(step_size=-1.0), ValueError, "step_size"),
+        Case("clair.solve_penalized-weights-shape", lambda t: pen(weights=np.ones(3)), ValueError, "weights"),
+        Case("clair.solve_penalized-weights-negative", lambda t: pen(weights=-np.ones(10)), ValueError, "weights"),
+        Case("clair.solve_penalized-solver-with-fista", lambda t: pen(solver="SCS"), ValueError, "solver"),
+        Case("clair.solve_penalized-svd-unknown", lambda t: pen(svd="bogus"), ValueError, "svd"),
+        Case("clair.solve_penalized-nuclear-unknown", lambda t: pen(method="cvxpy", nuclear="bogus"), ValueError, "nuclear"),
+        Case("clair.solve_penalized-on_inaccurate-unknown", lambda t: pen(on_inaccurate="bogus"), ValueError, "on_inaccurate"),
+        Case("clair.solve_penalized-init-shape", lambda t: pen(init=(np.ones((4, 3)), np.ones((4, 3)))), ValueError, "init"),
+        Case("clair.solve_penalized-check_every-zero", lambda t: pen(check_every=0), ValueError, "check_every"),
+        Case("clair.solve_penalized-D-rows-not-multiple-of-q", lambda t: solve_penalized(np.ones((10, 3)), 3, 0.1, 0.05), ValueError, "q"),
+        Case("clair.solve_penalized-retired-step", lambda t: pen(step=0.5, max_iter=5), DeprecationWarning, "step_size"),
+        Case("clair.fit-rank-zero", lambda t: fit_(rank=0), ValueError, "rank"),
+        Case("clair.fit-rank-above-size", lambda t: fit_(rank=3), ValueError, "rank"),
+        Case("clair.fit-alpha-below-half", lambda t: fit_(alpha=0.3), ValueError, "alpha"),
+        Case("clair.fit-tau-negative", lambda t: fit_(tau=-1.0), ValueError, "tau"),
+        Case("clair.fit-tau-unknown", lambda t: fit_(tau="bogus"), ValueError, "tau"),
+        Case("clair.fit-rank_mode-unknown", lambda t: fit_(rank_mode="bogus"), ValueError, "rank_mode"),
+        Case("clair.fit-rank_threshold-negative", lambda t: fit_(rank_threshold=-1.0), ValueError, "rank_threshold"),
+        Case("clair.fit-refinement-unknown", lambda t: fit_(refinement="bogus"), ValueError, "refinement"),
+        Case("clair.fit-one-client", lambda t: fit(np.ones((1, 3, 3)), 0.1, 0.05, rank=1), ValueError, "W_hat"),
+        Case("clair.fit-rank-missing", lambda t: fit(W(), 0.1, 0.05), TypeError, "rank"),
+        Case("clair.lambda_path-ratios-empty", lambda t: lambda_path(W(), 0.1, [], rank=1), ValueError, "ratios"),
+        Case("clair.lambda_path-ratios-negative", lambda t: lambda_path(W(), 0.1, [-1.0], rank=1), ValueError, "ratios"),
+        Case("clair.collaborative_set-K-mismatch", lambda t: collaborative_set(np.ones(10), 4, 0.5), ValueError, "block_norms"),
+        Case("clair.collaborative_set-alpha-above-one", lambda t: collaborative_set(np.ones(10), 5, 0.5, alpha=1.5), ValueError, "alpha"),
+        Case("clair.largest_gap_threshold-norms-empty", lambda t: largest_gap_threshold(np.ones(0)), ValueError, "norms"),
+        Case("clair.largest_gap_threshold-norms-nan", lambda t: largest_gap_threshold(np.array([1.0, np.nan, 2.0])), ValueError, "norms"),
+        Case("clair.refine-benign-shape", lambda t: refine(W(), P, np.ones(4, dtype=bool)), ValueError, "benign"),
+        Case("clair.refine-projector-shape", lambda t: refine(W(), np.eye(4), np.ones(5, dtype=bool)), ValueError, "projector"),
+        Case("clair.oracle_fedavg-benign-not-bool", lambda t: oracle_fedavg(W(), np.array([0, 1, 2, 1, 1])), TypeError, "benign"),
+        Case("clair.detection_counts-length-mismatch", lambda t: detection_counts(np.ones(4, dtype=bool), np.ones(5, dtype=bool)), ValueError, "estimated"),
+        Case("clair.solve_noiseless-solver-unknown", lambda t: solve_noiseless(_D(), 3, 0.1, 0.05, solver="BOGUS"), ValueError, "solver"),
+        Case("clair.solve_noiseless-nuclear-unknown", lambda t: solve_noiseless(_D(), 3, 0.1, 0.05, nuclear="bogus"), ValueError, "nuclear"),
+        Case("clair.solve_oracle_smooth-gtol-negative", lambda t: solve_oracle_smooth(_D(), 3, np.ones((1, 3)), np.ones(10, dtype=bool), 0.1, 0.05, gtol=-1.0), ValueError, "gtol"),
+        Case("clair.build_certificate-r-zero", lambda t: build_certificate(np.ones((30, 3)), np.zeros((30, 3)), np.ones(10, dtype=bool), 3, 0, 0.1, 0.05), ValueError, "r"),
+        Case("clair.rho_prime-I_mask-shape", lambda t: rho_prime(np.eye(3)[:, :1], np.ones(4, dtype=bool), 3), ValueError, "I_mask"),
+        Case("clair.block_incoherence-r-zero", lambda t: block_incoherence(np.ones((30, 3)), 3, 0), ValueError, "r"),
+        Case("clair.theorem1_window-a-above-one", lambda t: theorem1_window(1.0, 1, 1, 10, 1.5, 0.5), ValueError, "a"),
+        Case("nuclear.solve_nuclear_prox-mu-zero", lambda t: nuclear.solve_nuclear_prox(_X(), _y(), 0.0), ValueError, "mu"),
+        Case("nuclear.solve_nuclear_prox-tol-negative", lambda t: nuclear.solve_nuclear_prox(_X(), _y(), 0.1, tol=-1.0), ValueError, "tol"),
+        Case("nuclear.solve_nuclear_prox-max_iter-zero", lambda t: nuclear.solve_nuclear_prox(_X(), _y(), 0.1, max_iter=0), ValueError, "max_iter"),
+        Case("nuclear.solve_nuclear_prox-init-shape", lambda t: nuclear.solve_nuclear_prox(_X(), _y(), 0.1, init=np.ones((4, 5))), ValueError, "init"),
+        Case("nuclear.solve_nuclear_prox-y-mismatch", lambda t: nuclear.solve_nuclear_prox(_X(), np.ones((4, 7)), 0.1), ValueError, "y"),
+        Case("nuclear.solve_nuclear_cvxpy-solver-unknown", lambda t: nuclear.solve_nuclear_cvxpy(_X(), _y(), 0.1, solver="BOGUS"), ValueError, "solver"),
+        Case("nuclear.solve_nuclear_cvxpy-on_inaccurate-unknown", lambda t: nuclear.solve_nuclear_cvxpy(_X(), _y(), 0.1, on_inaccurate="bogus"), ValueError, "on_inaccurate"),
+        Case("nuclear.nuclear_objective-Theta-shape", lambda t: nuclear.nuclear_objective(np.ones((4, 5)), _X(), _y(), 0.1), ValueError, "Theta"),
+        Case("nuclear.nuclear_duality_gap-mu-nan", lambda t: nuclear.nuclear_duality_gap(np.ones((4, 6)), _X(), _y(), float("nan")), ValueError, "mu"),
+    ]
+
+
 # ----------------------------------------------------------------------------- the command line
 def run_cli(argv) -> tuple[int, str]:
     """``lowrank-fl ARGV`` in this process: (exit status, stderr)."""
@@ -601,12 +697,12 @@ def _cli():
         c("cli-compare-clair-methods-bad-solver", lambda t: ["compare", "clair", _w_hat(t), "--lam-L", "0.1", "--lam-S", "0.1", "--methods", "cvxpy:BOGUS", "--out", t / "o"], "cvxpy:BOGUS"),
         c("cli-compare-nuclear-tol-zero", lambda t: ["compare", "nuclear", _xy(t), "--mu", "0.1", "--tol", "0", "--out", t / "o"], "tol"),
         c("cli-verify-out-is-file", lambda t: ["verify", "--claim", "clair.lemma1.rho_vacuous", "--scale", "smoke", "--no-cache", "--out", _write(t, "r", b"x")], "--out"),
-        c("cli-conditions-param-K-one", lambda t: ["conditions", "clair", "--param", "K=1"], "K"),
+        c("cli-conditions-param-K-one", lambda t: ["conditions", "clair", "--param", "n_clients=1"], "n_clients"),
         c("cli-conditions-instance-missing-key", lambda t: ["conditions", "fedrep", "--instance", _xy(t, other=np.ones(3))], "--instance"),
     ]
 
 
-CASES = _problems() + _algorithms() + _exact() + _linalg_compare() + _more() + _third() + _objects() + _regimes() + _cli()
+CASES = _problems() + _algorithms() + _exact() + _linalg_compare() + _more() + _third() + _objects() + _regimes() + _clair() + _cli()
 
 
 # ----------------------------------------------------------------------------- the checks
