@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-import verify.claims.fedrep as cf
+import verify.claims.fedrep  # noqa: F401 - registers the claims
+from _broken_variants import fedsgd_quarter_clients, mom_first_batch, repeated_samples
 from lowrank_fl.algorithms.fedrep import fedrep
 from verify.claim import OMITTED, REGISTRY, Context, Evidence
 
@@ -77,9 +78,9 @@ def _fedrep_full_participation(problem, rounds, step_size, *, clients_per_round=
 
 @pytest.mark.parametrize("cid, opts", [
     ("fedrep.lemma1.exact_identities", {"round_options": {"head_steps": 1}}),
-    ("fedrep.lemma4.F_scaling", {"design": "repeated"}),                               # dependent samples
+    ("fedrep.lemma4.F_scaling", {"design": repeated_samples}),                          # dependent samples
     ("fedrep.fig3.exact_head_value", {"fedrep_options": {"head_steps": 1}}),
-    ("fedrep.thm2.mom_exponent", {"estimator": cf._mom_first_batch}),                  # ignores data
+    ("fedrep.thm2.mom_exponent", {"estimator": mom_first_batch}),                  # ignores data
     ("fedrep.claim1.no_rip", {"design_scale": 1 / np.sqrt(50)}),                        # cov I/d design
     ("fedrep.thm1.participation", {"algorithm": _fedrep_full_participation}),
     ("fedrep.ext.split_batch", {"options": {"head_steps": 1, "head_step_size": 0.01}}),
@@ -92,7 +93,7 @@ def test_broken_variant_fails(cid, opts):
 # Each variant breaks one checked quantity; the matching flag of `measured` must say so.
 FLAGS = [
     # FedSGD trained on a quarter of the clients: its error no longer equals (1/2n) sum ||w_i - wbar||^2
-    ("fedrep.sec2_1.population_optima", {"shared_model": cf._fedsgd_quarter_clients},
+    ("fedrep.sec2_1.population_optima", {"shared_model": fedsgd_quarter_clients},
      {"fedsgd_formula_ok": False, "fedrep_zero_ok": True}),
     ("fedrep.sec2_1.population_optima", {"fedrep_options": {"step_size": 1e-4}}, {"fedrep_zero_ok": False}),
     ("fedrep.thm1.linear_rate", {"options": {"head_steps": 1, "head_step_size": 0.01}},   # starved head
@@ -104,7 +105,7 @@ FLAGS = [
     ("fedrep.ext.noise_floor", {"options": {"head_steps": 1, "head_step_size": 0.01}}, {"slope_ok": False}),
     ("fedrep.fig1.collaboration", {"algorithm": _fedrep_first_k_clients_data}, {"beats_local_ok": False}),
     ("fedrep.fig4.new_client", {"head_ridge": 10.0}, {"prediction_ok": False}),          # shrunk heads
-    ("fedrep.lemma5.concentration", {"design": "repeated"}, {"lemma5_m_ok": False, "lemma2_m_ok": False}),
+    ("fedrep.lemma5.concentration", {"design": repeated_samples}, {"lemma5_m_ok": False, "lemma2_m_ok": False}),
     ("fedrep.fig3.random_init", {"fedrep_options": {"head_steps": 1, "head_step_size": 0.01}},
      {"fraction_ok": False}),
 ]

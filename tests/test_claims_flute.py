@@ -8,6 +8,7 @@ import pytest
 from lowrank_fl.algorithms.flute import flute
 from lowrank_fl.linalg import subspace_distance
 import verify.claims.flute as fc
+from _broken_variants import gram_first_features, local_ols, slowed
 from verify.claim import OMITTED, REGISTRY, VERDICTS, Context, Evidence
 
 IDS = sorted(k for k in REGISTRY if k.startswith("flute."))
@@ -81,7 +82,7 @@ def _ignore_sample_size(problem, rounds, step_size, **kw):
     return flute(problem, rounds, step_size, **kw)
 
 
-SLOW = fc._slowed(flute, 10)                      # 10x smaller step, 10x more rounds: converges slowly
+SLOW = slowed(flute, 10)                      # 10x smaller step, 10x more rounds: converges slowly
 
 # (claims with several criteria are in FLAGS below, which also checks the verdict)
 BROKEN = [
@@ -114,9 +115,9 @@ FLAGS = [
     ("flute.thm5_5.gap_linearity", dict(algorithm=_gap_normalized_step), {"slope_ok": False}),
     ("flute.propA2.entry_time", dict(algorithm=MEAN), {"within": False}),
     ("flute.propA2.entry_time", dict(algorithm=_main_normalization), {"within": True, "slope_ok": False}),
-    ("flute.lemA13.dimension_noise", dict(gram=fc._gram_first_features), {"A1_vs_d_ok": False}),
+    ("flute.lemA13.dimension_noise", dict(gram=gram_first_features), {"A1_vs_d_ok": False}),
     ("flute.lemA13.dimension_noise", dict(residual="Phi_k"), {"A2_vs_sigma_ok": False}),
-    ("flute.rem5_2.client_scaling", dict(algorithm=fc._local_ols), {"slope_ok": False}),
+    ("flute.rem5_2.client_scaling", dict(algorithm=local_ols), {"slope_ok": False}),
     ("flute.fig1.vs_fedrep", dict(algorithm=partial(flute, gamma1=0.5)), {"late_ok": False}),
     ("flute.thm5_5.fresh_samples", dict(algorithm=MEAN), {"decay_ok": False}),
     ("flute.thm5_5.fresh_samples", dict(algorithm=_ignore_sample_size), {"floor_ok": False}),

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def instance():
-    return generate(5, 4, 4, 2, contaminated=1, noise=1e-3, seed=3)
+    return generate(n_clients=5, p=4, q=4, rank=2, contaminated=1, noise=1e-3, seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def test_compare_nuclear():
 
 
 def test_compare_noiseless():
-    inst = generate(5, 4, 4, 2, contaminated=1, noise=0.0, seed=1)
+    inst = generate(n_clients=5, p=4, q=4, rank=2, contaminated=1, noise=0.0, seed=1)
     lam_L = 1.0
     c = compare_noiseless(inst.W, lam_L, lam_L / np.sqrt(inst.s),
                           methods=["cvxpy:CLARABEL", "cvxpy:SCS"])

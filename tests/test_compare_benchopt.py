@@ -27,7 +27,7 @@ def _benchopt():
 
 @pytest.mark.slow
 def test_benchopt_benchmark_tiny(tmp_path):
-    inst = generate(4, 4, 3, 2, contaminated=1, noise=1e-2, seed=5)
+    inst = generate(n_clients=4, p=4, q=3, rank=2, contaminated=1, noise=1e-2, seed=5)
     npz = tmp_path / "mine.npz"
     np.savez(npz, W_hat=inst.W_hat)
     out = tmp_path / "res.parquet"

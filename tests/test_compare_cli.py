@@ -16,7 +16,7 @@ FAST = ["--methods", "fista", "cvxpy:CLARABEL", "--tol", "1e-9"]
 
 @pytest.fixture(scope="module")
 def instance():
-    return generate(5, 4, 4, 2, contaminated=1, noise=1e-3, seed=3)
+    return generate(n_clients=5, p=4, q=4, rank=2, contaminated=1, noise=1e-3, seed=3)
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_nuclear(tmp_path, capsys):
 
 
 def test_noiseless(tmp_path, capsys):
-    inst = generate(5, 4, 4, 2, contaminated=1, noise=0.0, seed=1)
+    inst = generate(n_clients=5, p=4, q=4, rank=2, contaminated=1, noise=0.0, seed=1)
     path = tmp_path / "w.npz"
     np.savez(path, W=inst.W)
     out = tmp_path / "z"

@@ -47,7 +47,7 @@ def run_clair(data: dict, kind: str, solver, nuclear, options: dict) -> dict:
         else:
             res = solve_penalized(data["D"], data["q"], data["lam_L"], data["lam_S"],
                                   method="cvxpy", solver=solver, nuclear=nuclear,
-                                  accept_inaccurate=True, **common)
+                                  on_inaccurate="warn", **common)
     return _outcome(res, {"L": res.L, "S": res.S}, caught)
 
 
@@ -65,7 +65,7 @@ def run_nuclear(data: dict, kind: str, solver, nuclear, options: dict) -> dict:
                                      max_iter=options["max_iter"])
         else:
             res = solve_nuclear_cvxpy(data["X"], data["y"], data["mu"], solver=solver,
-                                      accept_inaccurate=True)
+                                      on_inaccurate="warn")
     return _outcome(res, {"Theta": res.Theta}, caught)
 
 
@@ -80,7 +80,7 @@ def run_noiseless(data: dict, kind: str, solver, nuclear, options: dict) -> dict
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = solve_noiseless(data["D"], data["q"], data["lam_L"], data["lam_S"], solver=solver,
-                              nuclear=nuclear, accept_inaccurate=True)
+                              nuclear=nuclear, on_inaccurate="warn")
     return _outcome(res, {"L": res.L, "S": res.S, "Q": res.Q}, caught)
 
 
@@ -91,7 +91,7 @@ def clair_point(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
                 n_iter: int | None = None, solver: str | None = None):
     """``(L, S)`` (G*q, p) of program (7) for the benchopt solvers: an iterative ``method``
     run for exactly ``n_iter`` iterations (``n_iter = 0``: the start ``L = S = 0``), or
-    ``method="cvxpy"`` with ``solver`` (``optimal_inaccurate`` accepted; the benchmark's
+    ``method="cvxpy"`` with ``solver`` (an inaccurate answer is kept (with a warning); the benchmark's
     objective certifies the point itself)."""
     from ..clair import solve_penalized
 
@@ -102,7 +102,7 @@ def clair_point(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
         warnings.simplefilter("ignore", ConvergenceWarning)   # a fixed budget is not an error
         if method == "cvxpy":
             res = solve_penalized(D, q, lam_L, lam_S, weights=weights, method="cvxpy",
-                                  solver=solver, accept_inaccurate=True)
+                                  solver=solver, on_inaccurate="warn")
         else:
             res = solve_penalized(D, q, lam_L, lam_S, weights=weights, method=method, tol=None,
                                   max_iter=int(n_iter))

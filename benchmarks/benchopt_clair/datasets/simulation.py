@@ -11,6 +11,6 @@ class Dataset(BaseDataset):
     test_parameters = {"K": [4], "p": [4], "q": [4], "n": [50]}
 
     def get_data(self):
-        inst = simulate(p=self.p, q=self.q, K=self.K, n=self.n,
+        inst = simulate(p=self.p, q=self.q, n_clients=self.K, samples_per_client=self.n,
                         seed=self.get_seed(use_repetition=True))
         return dict(W_hat=inst.W_hat)
