@@ -290,7 +290,7 @@ def _linalg_compare():
     ]
 
 
-def _more():
+def _keyword_options():
     """Second sweep: keyword options, empty arrays, seeds, scalars of the closed forms."""
     from lowrank_fl import compare, linalg
     from lowrank_fl.algorithms import (dgd, fedavg, fedrep, fedsgd, ffa_lora, fine_tune, interference,
@@ -372,7 +372,7 @@ def _more():
     ]
 
 
-def _third():
+def _ignored_options_and_starts():
     """Options that another option makes meaningless, degenerate starting points, more linalg."""
     from lowrank_fl import compare, linalg
     from lowrank_fl.algorithms import (fedavg_lora, fedrep, fedsgd, federated_lora_matrix, ffa_lora,
@@ -702,7 +702,8 @@ def _cli():
     ]
 
 
-CASES = _problems() + _algorithms() + _exact() + _linalg_compare() + _more() + _third() + _objects() + _regimes() + _clair() + _cli()
+CASES = (_problems() + _algorithms() + _exact() + _linalg_compare() + _keyword_options()
+         + _ignored_options_and_starts() + _objects() + _regimes() + _clair() + _cli())
 
 
 # ----------------------------------------------------------------------------- the checks
