@@ -7,6 +7,7 @@ problems    synthetic federated instances with ground truth
 algorithms  iterative federated methods (FedRep, FLUTE, FedAvg/D-GD, RoLoRA, ...) → Trace
 exact       closed-form and CVXPY references
 clair       CLAIR: contrasts, convex programs, solvers, pipeline, certificates
+adapters    CLAIR and baselines on PEFT LoRA adapter directories (exact subspace reduction)
 """
 from .results import ConvergenceWarning, SolverError, SolverResult, Trace
 

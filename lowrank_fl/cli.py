@@ -43,13 +43,16 @@ def add_version_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def add_library_parsers(subparsers) -> None:
-    """Register the library's sub-commands (``clair fit``, ``compare``) on an argparse sub-parser set."""
+    """Register the library's sub-commands (``clair fit``, ``compare``, ``adapters``) on an argparse sub-parser set."""
     from .clair import cli as clair_cli
 
     clair_cli.add_parser(subparsers)
     from .compare import cli as compare_cli
 
     compare_cli.add_parser(subparsers)
+    from .adapters import cli as adapters_cli
+
+    adapters_cli.add_parser(subparsers)
 
 
 def build_parser(prog: str = "lowrank-fl") -> argparse.ArgumentParser:

@@ -9,7 +9,9 @@
 Status vocabulary (strings, so results serialize to JSON as they are):
 
 ``"optimal"``            converged to the requested tolerance (CVXPY: status ``optimal``)
-``"optimal_inaccurate"`` CVXPY reported reduced accuracy (never silently taken as exact)
+``"inaccurate"``         the library's own certificate (relative duality gap) misses the tolerance;
+                         a ``ConvergenceWarning`` is issued (CVXPY's ``optimal_inaccurate`` is
+                         re-decided by the certificate: ``"optimal"`` when it meets the tolerance)
 ``"max_iter"``           the iteration cap was hit before the tolerance (a warning is issued)
 ``"completed"``          a fixed number of iterations/rounds was run as requested (no tolerance)
 ``"diverged"``           a non-finite value or a blow-up stopped the run; see ``diverged_at``
@@ -24,7 +26,7 @@ import numpy as np
 
 __all__ = ["SolverError", "ConvergenceWarning", "SolverResult", "Trace", "STATUSES"]
 
-STATUSES = ("optimal", "optimal_inaccurate", "max_iter", "completed", "diverged")
+STATUSES = ("optimal", "inaccurate", "max_iter", "completed", "diverged")
 
 
 def _readonly(value):

@@ -1,0 +1,69 @@
+"""Make LoRA adapters with PEFT on a tiny Llama, then aggregate them with CLAIR.
+
+    pip install ".[peft]"            # torch, peft, transformers
+    python examples/clair_on_peft_adapters.py [WORKDIR]
+
+Five clients fine-tune LoRA (r = 4 on q_proj / v_proj) of the same tiny Llama (built from a
+config, nothing downloaded). Four start from the server's common LoRA initialisation and learn
+the same task; the fifth brings its own initialisation and a different task. Each saves its
+adapter with ``save_pretrained``; ``lowrank-fl adapters aggregate`` then writes one refined
+adapter per client and a summary, and the example loads a refined adapter back with
+``PeftModel.from_pretrained``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import transformers
+from peft import LoraConfig, PeftModel, get_peft_model
+
+from lowrank_fl.cli import main as lowrank_fl
+
+VOCAB, K = 64, 5
+
+
+def base_model():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=4, max_position_embeddings=64)
+    return transformers.LlamaForCausalLM(cfg)
+
+
+def train_client(k: int, contaminated: bool, out: Path) -> None:
+    torch.manual_seed(1000 + k if contaminated else 1000)      # the LoRA initialisation
+    model = get_peft_model(base_model(), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+                                                    target_modules=["q_proj", "v_proj"]))
+    gen = torch.Generator().manual_seed(k)                      # each client's own data
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=5e-3)
+    for _ in range(8):
+        x = torch.randint(0, VOCAB, (8, 12), generator=gen)
+        y = (3 * x + 7) % VOCAB if contaminated else (x + 1) % VOCAB
+        loss = model(input_ids=x, labels=y).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.save_pretrained(str(out))
+
+
+def main(workdir: Path) -> None:
+    clients = [workdir / f"client{k}" for k in range(K)]
+    for k, d in enumerate(clients):
+        train_client(k, contaminated=(k == K - 1), out=d)
+    out = workdir / "clair"
+    lowrank_fl(["adapters", "aggregate", *map(str, clients), "--method", "clair",
+                "--out", str(out), "--overwrite"])
+    summary = json.loads((out / "summary.json").read_text())
+    for name, m in summary["modules"].items():
+        print(f"{name}: benign {m['benign']}, reduced {m['reduced_dims']}, "
+              f"lam_L {m['lam_L']:.3g}, lam_S {m['lam_S']:.3g}, gap {m['relative_gap']:.1e}")
+    model = PeftModel.from_pretrained(base_model(), str(out / "client0"))
+    print("client0's refined adapter loads in PEFT:", type(model).__name__)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))

@@ -1,0 +1,344 @@
+"""Aggregators on loaded adapters, one module at a time, in reduced coordinates.
+
+Methods (all give PEFT factors with ``B A = `` the aggregated ``ΔW``, scaling folded into B):
+
+* ``"clair"`` — personalized. Reduce (:mod:`.reduce`), choose λ (:mod:`.tuning`), solve (7)
+  with :func:`lowrank_fl.clair.solve_penalized`, ``P′`` from the top-``rank`` right singular
+  vectors of ``L̂″``, detection (8) on ``||D″_g (I - P′)||_F`` with the largest-gap ``τ``
+  (:func:`lowrank_fl.clair.largest_gap_threshold`, :func:`lowrank_fl.clair.collaborative_set`),
+  refinement (9) in its closed form (S4.3)
+  ``ΔW̃_k = U (M_k P′ + M̄_Ĉ (I - P′)) V^T`` — exactly what :func:`lowrank_fl.clair.fit` does on
+  the full matrices (proof in :mod:`.reduce`). Excluded clients keep their adapter. With
+  ``P′ = Z Z^T`` the output is written without any out × in product as
+  ``B = [U, U (M_k - M̄) Z]``, ``A = [M̄ V^T; (V Z)^T]``.
+* ``"fedavg"`` — the exact mean ``ΔW̄ = U M̄ V^T``, re-factorized by an SVD of ``M̄``.
+* ``"fedavg-factors"`` — ``mean(s_k B_k) · mean(A_k)``, what naive federated LoRA computes
+  (equal ranks required).
+* ``"ffa"`` — FFA-LoRA: ``B`` averaged with the frozen common ``A`` (refused unless every client's
+  ``A`` is the same).
+* ``"flexlora"`` — FlexLoRA: the SVD of ``ΔW̄`` truncated to the clients' rank, computed on the
+  reduced factors (exact: ``U``, ``V`` are isometries).
+
+The library's LoRA aggregation kernels are reused for fedavg / fedavg-factors / flexlora
+(:func:`_lora_kernels`).
+"""
+from __future__ import annotations
+
+import inspect
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import clair
+from .io import AdapterError, ModuleFactors
+from .reduce import ReducedModule, pair_blocks, reduce_module
+from .tuning import auto_lambdas
+
+__all__ = ["METHODS", "CLIENT_RULES", "ModuleResult", "aggregate_module", "client_decision",
+           "ModuleOptions"]
+
+METHODS = ("clair", "fedavg", "fedavg-factors", "ffa", "flexlora")
+CLIENT_RULES = ("per-module", "majority", "any")
+_SV_RTOL = 1e-12
+
+
+@dataclass(frozen=True)
+class ModuleOptions:
+    """Options of :func:`aggregate_module` (picklable, shared by every module)."""
+
+    method: str = "clair"
+    rank: int | None = None
+    lam_L: float | None = None
+    lam_S: float | None = None
+    alpha: float = 0.5
+    energy: float | None = None
+    rank_out: int | None = None
+    tol: float = 1e-6
+    max_iter: int = 20000
+    #: precision of the stored bases and output factors ("float32": what is written; "float64"
+    #: for exactness checks)
+    output_dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {list(METHODS)}, got {self.method!r}")
+        if (self.lam_L is None) != (self.lam_S is None):
+            raise ValueError("give both lam_L and lam_S, or neither (automatic tuning)")
+        for name in ("lam_L", "lam_S"):
+            v = getattr(self, name)
+            if v is not None and not (np.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {v}")
+        for name in ("rank", "rank_out"):
+            v = getattr(self, name)
+            if v is not None and (int(v) != v or v < 1):
+                raise ValueError(f"{name} must be an integer >= 1, got {v}")
+
+
+@dataclass
+class ModuleResult:
+    """One module's aggregation. ``outputs(k)`` builds output adapter ``k``'s factors.
+
+    Attributes (summary fields): ``name``, ``shape`` (out, in), ``ranks`` (per client),
+    ``benign`` (bool per client, CLAIR's per-module set (8), None otherwise), ``lam_L``,
+    ``lam_S``, ``lam_rule``, ``weights`` (per pair for CLAIR), ``rank`` (dimension of
+    ``P_Â``), ``numerical_rank`` (of ``L̂``, relative to ``||D̂||_op``), ``reduced_dims`` ([q′, p′]), ``pair_height`` (h), ``status``, ``relative_gap``,
+    ``iterations``, ``discarded`` (relative energy of a truncated reduction), ``tau``, ``votes``,
+    ``block_norms``, ``seconds``.
+    """
+
+    name: str
+    method: str
+    shape: tuple
+    ranks: list
+    reduced_dims: tuple
+    discarded: float
+    seconds: float = 0.0
+    benign: list | None = None
+    lam_L: float | None = None
+    lam_S: float | None = None
+    lam_rule: str | None = None
+    weights: list | None = None
+    rank: int | None = None
+    numerical_rank: int | None = None
+    pair_height: int | None = None
+    status: str = "exact"
+    relative_gap: float = 0.0
+    iterations: int = 0
+    tau: float | None = None
+    votes: list | None = None
+    block_norms: list | None = None
+    # state for the outputs (float64 coordinates; bases in float32 only for writing)
+    state: dict = field(default_factory=dict, repr=False)
+
+    def summary(self) -> dict:
+        keys = ("shape", "ranks", "benign", "lam_L", "lam_S", "lam_rule", "weights", "rank",
+                "numerical_rank", "reduced_dims", "pair_height", "status", "relative_gap", "iterations",
+                "discarded", "tau", "votes", "block_norms", "seconds")
+        return {k: _jsonable(getattr(self, k)) for k in keys}
+
+    @property
+    def n_outputs(self) -> int:
+        return len(self.ranks) if self.method == "clair" else 1
+
+    def outputs(self, k: int, benign=None, rank_out: int | None = None):
+        """Factors ``(B (out, rho), A (rho, in), relative truncation error)`` of output ``k``.
+
+        ``benign``: the client set to refine with (CLAIR; default the module's own set (8)).
+        ``rank_out``: truncate by SVD to this rank (the relative Frobenius error is returned).
+        """
+        st = self.state
+        if self.method != "clair":
+            return _truncate(st["B"], st["A"], rank_out, st.get("core"))
+        b = np.asarray(self.benign if benign is None else benign, bool)
+        key = tuple(b.tolist())
+        U, V, M, Z = st["U"], st["V"], st["M"], st["Z"]
+        if not b[k]:                                    # excluded: keeps its own update
+            if rank_out is None and k in st["own"]:
+                return st["own"][k][0], st["own"][k][1], 0.0
+            return _factorize(U, M[k], V, rank_out)    # U M_k V^T = ΔW_k (exact reduction)
+        Mbar = M[b].mean(axis=0)
+        if rank_out is not None:
+            Mt = M[k] @ (Z @ Z.T) + Mbar - Mbar @ (Z @ Z.T)
+            return _factorize(U, Mt, V, rank_out)
+        cache = st.setdefault("mean_cache", {})
+        if key not in cache:                            # shared by every benign client
+            cache.clear()
+            cache[key] = (Mbar @ V.T).astype(V.dtype)    # (q′, in)
+        MbarVt = cache[key]
+        Bk = np.hstack([U, U @ ((M[k] - Mbar) @ Z).astype(U.dtype)])
+        Ak = np.vstack([MbarVt, st["VZt"]])
+        return Bk, Ak, 0.0
+
+
+def _jsonable(v):
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, (np.floating, np.integer, np.bool_)):
+        return v.item()
+    if isinstance(v, tuple):
+        return list(v)
+    return v
+
+
+def _factorize(U, C, V, rank_out):
+    """``U C V^T`` as PEFT factors by an SVD of the small ``C``; numerical rank or ``rank_out``."""
+    X, s, Yt = np.linalg.svd(np.asarray(C, float), full_matrices=False)
+    rho = max(int(np.count_nonzero(s > _SV_RTOL * s[0])) if s.size and s[0] > 0 else 0, 1)
+    err = 0.0
+    if rank_out is not None and rank_out < rho:
+        tot = float(s @ s)
+        err = float(np.sqrt(s[rank_out:rho] @ s[rank_out:rho] / tot)) if tot > 0 else 0.0
+        rho = rank_out
+    root = np.sqrt(s[:rho])
+    dt = U.dtype
+    B = U @ (X[:, :rho] * root).astype(dt)
+    A = (root[:, None] * Yt[:rho]).astype(dt) @ V.T
+    return B, A, err
+
+
+def _truncate(B, A, rank_out, core):
+    """Single-output methods: ``core = (U, C, V)`` when the output is ``U C V^T``."""
+    if rank_out is None or rank_out >= B.shape[1]:
+        return B, A, 0.0
+    return _factorize(*core, rank_out)
+
+
+# --------------------------------------------------------------------------------------------
+# the library's LoRA kernels (lowrank_fl.algorithms.lora_aggregation), PEFT letters
+def _lora_kernels():
+    """``mean_product(A, B)``, ``fedavg_factors(A, B)`` and ``flexlora_aggregate(A, B, rank)``
+    with PEFT letters: ``A`` (K, r, in), ``B`` (K, out, r); factor results as ``(B, A)``.
+
+    The library is moving to exactly these letters (``mean_product(A, B, *, weights=None)``,
+    ``fedavg_factors(...) -> LoRAFactors(A, B)``, ``flexlora_aggregate(A, B, *, rank=None,
+    weights=None) -> LoRAFactors``); until then its RoLoRA-letter functions (``ΔW = A B`` with
+    A (N, d, r), B (N, r, q)) are called with the factors swapped. This is the only place that
+    knows about the difference.
+    """
+    from ..algorithms import lora_aggregation as la
+
+    peft_letters = "weights" in inspect.signature(la.mean_product).parameters
+    if peft_letters:
+        def mean_product(A, B):
+            return la.mean_product(A, B)
+
+        def fedavg_factors(A, B):
+            out = la.fedavg_factors(A, B)
+            return out.B, out.A
+
+        def flexlora(A, B, rank):
+            out = la.flexlora_aggregate(A, B, rank=rank)
+            return out.B, out.A
+    else:
+        def mean_product(A, B):
+            return la.mean_product(B, A)
+
+        def fedavg_factors(A, B):
+            Bbar, Abar = la.fedavg_factors(B, A)
+            return Bbar, Abar
+
+        def flexlora(A, B, rank):
+            return la.flexlora_aggregate(B, A, rank)
+    return mean_product, fedavg_factors, flexlora
+
+
+# --------------------------------------------------------------------------------------------
+def _mode(values):
+    vals, counts = np.unique(np.asarray(values), return_counts=True)
+    return int(vals[np.argmax(counts)])
+
+
+def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
+    """Aggregate one module's client factors with ``options.method`` (module docstring)."""
+    t0 = time.perf_counter()
+    K = len(f.A)
+    if K < 2:
+        raise AdapterError(f"module {f.name!r}: need at least 2 clients, got {K}")
+    red = reduce_module(f, energy=options.energy)
+    res = ModuleResult(name=f.name, method=options.method, shape=tuple(f.shape),
+                       ranks=list(f.ranks), reduced_dims=red.dims, discarded=red.discarded)
+    dt = np.dtype(options.output_dtype)
+    U32, V32 = red.U.astype(dt), red.V.astype(dt)
+    m = options.method
+    mean_product, fedavg_factors, flexlora = _lora_kernels()
+    if m == "clair":
+        _clair(f, red, options, res)
+        # the original factors of the clients this module excludes (written back unchanged)
+        own = {k: ((f.scaling[k] * f.B[k]).astype(dt), f.A[k].astype(dt))
+               for k in range(K) if not res.benign[k]}
+        res.state.update(U=U32, V=V32, M=red.M, own=own)
+        res.state["VZt"] = (V32 @ res.state["Z"].astype(dt)).T.copy()
+    elif m == "fedavg":
+        Mbar = mean_product(red.X, red.Y)                      # (q′, p′), reduced exact mean
+        B, A, _ = _factorize(U32, Mbar, V32, None)
+        res.state.update(B=B, A=A, core=(U32, Mbar, V32))
+    elif m == "flexlora":
+        rank = options.rank or _mode(f.ranks)
+        rank = min(rank, *red.dims)
+        Bp, Ap = flexlora(red.X, red.Y, rank)                  # reduced factors (q′, r), (r, p′)
+        res.state.update(B=U32 @ Bp.astype(dt), A=Ap.astype(dt) @ V32.T,
+                         core=(U32, Bp @ Ap, V32))
+        res.rank = rank
+    else:
+        if len(set(f.ranks)) != 1:
+            raise AdapterError(f"module {f.name!r}: method {m!r} averages factors and needs "
+                               f"equal ranks, got {f.ranks}")
+        A = np.stack(f.A)
+        B = np.stack([s * b for s, b in zip(f.scaling, f.B)])
+        if m == "ffa":      # FFA-LoRA: A frozen and shared, so mean(B) A = mean ΔW exactly
+            dev = float(np.abs(A - A[:1]).max())
+            if dev > 1e-6 * max(float(np.abs(A).max()), np.finfo(float).tiny):
+                raise AdapterError(f"module {f.name!r}: method 'ffa' needs the same (frozen) A "
+                                   f"on every client; max |A_k - A_1| = {dev:.3g}")
+        Bbar, Abar = fedavg_factors(A, B)
+        core = (U32, np.einsum("kqr->qr", red.Y) @ np.einsum("krp->rp", red.X) / K**2, V32)
+        res.state.update(B=Bbar.astype(dt), A=Abar.astype(dt), core=core)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
+    K = len(f.A)
+    qp, pp = red.dims
+    D, h = pair_blocks(red)
+    rank = o.rank or _mode(f.ranks)
+    rank = min(rank, pp)
+    G = K * (K - 1) // 2
+    w = np.full(G, 1.0 / K)
+    warm = None
+    if o.lam_L is None:
+        lams = auto_lambdas(D, h, K, rank, weights=w)
+        lam_L, lam_S, rule, warm = lams.lam_L, lams.lam_S, lams.rule, lams.warm
+    else:
+        lam_L, lam_S, rule = float(o.lam_L), float(o.lam_S), "given"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # explicit λ: a cold start, exactly clair.fit's iterates (reduce.py); automatic λ:
+        # warm start from the tuning path's nearest solve (same optimum, fewer iterations)
+        sol = clair.solve_penalized(D, q=h, lam_L=lam_L, lam_S=lam_S, weights=w, tol=o.tol,
+                                    max_iter=o.max_iter, init=warm)
+    if sol.status == "diverged":
+        raise AdapterError(f"module {f.name!r}: the solve of (7) diverged")
+    Z = sol.Vt[:rank].T                                         # (p′, rank), P′ = Z Z^T
+    Dp = D - (D @ Z) @ Z.T
+    B = Dp.reshape(G, h, pp)
+    norms = np.sqrt(np.einsum("gij,gij->g", B, B))
+    tau = clair.largest_gap_threshold(norms)
+    benign, votes = clair.collaborative_set(norms, K, tau, alpha=o.alpha)
+    res.benign = [bool(x) for x in benign]
+    res.lam_L, res.lam_S, res.lam_rule = lam_L, lam_S, rule
+    res.weights = w.tolist()
+    res.rank = rank
+    # rank(L̂) relative to ||D̂||_op (clair.fit's rule); below ``rank`` the top-rank subspace is
+    # partly arbitrary, which the CLI reports
+    d_op = getattr(sol, "data_norm", None)
+    d_op = float(np.linalg.norm(D, 2)) if d_op is None else float(d_op)
+    res.numerical_rank = int(np.count_nonzero(sol.singular_values > 1e-6 * d_op))
+    res.pair_height = h
+    res.status = str(sol.status)
+    res.relative_gap = float(sol.relative_gap)
+    res.iterations = int(sol.iterations)
+    res.tau = float(tau)
+    res.votes = votes.tolist()
+    res.block_norms = norms.tolist()
+    res.state.update(Z=Z, objective=float(sol.objective), singular_values=sol.singular_values,
+                     warnings=[str(c.message) for c in caught])
+
+
+def client_decision(results, rule: str):
+    """Per-client benign flags from the per-module sets (8).
+
+    ``"per-module"``: each module uses its own set (returns None); ``"majority"``: a client is
+    benign everywhere iff it is benign in at least half of the modules; ``"any"``: a client
+    flagged in any module is excluded everywhere.
+    """
+    if rule not in CLIENT_RULES:
+        raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {rule!r}")
+    flags = np.array([r.benign for r in results], bool)         # (modules, K)
+    if rule == "per-module":
+        return None
+    if rule == "majority":
+        return flags.mean(axis=0) >= 0.5
+    return flags.all(axis=0)

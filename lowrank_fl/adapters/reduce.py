@@ -1,0 +1,207 @@
+r"""Exact reduction of CLAIR on LoRA adapters to the joint subspaces of the updates.
+
+Client ``k``'s update of one module is ``ΔW_k = s_k B_k A_k`` (out × in; ``B_k`` out × r_k,
+``A_k`` r_k × in, PEFT letters). The shared base ``W_0`` cancels in every contrast
+``D̂^(j,k) = Ŵ^(j) - Ŵ^(k) = ΔW_j - ΔW_k`` (5) and in the refinement (9) (its closed form
+(S4.3) ``W̃^(k) = Ŵ^(k) P_Â + W̄_Ĉ (I - P_Â)`` maps ``W_0`` to ``W_0 P_Â + W_0 (I - P_Â) = W_0``),
+so CLAIR runs on ``ΔW_k`` and adds ``W_0`` back implicitly.
+
+**The reduction.** Let ``U`` (out × q′) and ``V`` (in × p′) be orthonormal bases of the joint
+column space and the joint row space of ``{ΔW_k}`` (``q′, p′ <= Σ_k r_k``), so
+``ΔW_k = U M_k V^T`` with ``M_k = U^T ΔW_k V`` (q′ × p′). Every block satisfies
+``D_g = U D′_g V^T`` with ``D′_g = M_j - M_k``. More generally, let ``Q_g`` (q′ × h) have
+orthonormal columns with ``col(D′_g) ⊆ col(Q_g)`` (one per pair; we take
+``col(Q_g) = col(U^T [B_j, B_k])``, so ``h <= r_j + r_k``), and put ``E_g = U Q_g`` (out × h)
+and ``D″_g = Q_g^T D′_g`` (h × p′), so that ``D_g = E_g D″_g V^T``.
+
+*Claim.* Program (7) on the blocks ``D″_g`` (a (G h × p′) problem) has the same optimal value as
+(7) on the blocks ``D_g`` (G out × in), and the lift ``L_g = E_g L″_g V^T``,
+``S_g = E_g S″_g V^T`` of any reduced solution solves the full program.
+
+*Proof.* (i) The lift is an isometry for all three terms: ``L = E L″ V^T`` with the block-diagonal
+``E = diag(E_g)`` (orthonormal columns) and ``V`` (orthonormal columns) has the singular values
+of ``L″``, so ``||L||_* = ||L″||_*``; ``||S_g||_F = ||S″_g||_F``; and
+``D_g - L_g - S_g = E_g (D″_g - L″_g - S″_g) V^T`` has the same norm. So the full optimum is at
+most the reduced one. (ii) Projection never increases the objective: for any full ``(L, S)``
+let ``Π_g = E_g E_g^T`` and ``P_V = V V^T`` and replace ``L_g`` by ``Π_g L_g P_V`` and ``S_g``
+by ``Π_g S_g P_V``. Left multiplication by the block-diagonal projector ``diag(Π_g)`` and right
+multiplication by ``P_V`` are contractions, so ``||L||_*`` and every ``||S_g||_F`` do not
+increase. Since ``Π_g D_g P_V = D_g``, the residual splits orthogonally,
+``||D_g - L_g - S_g||_F^2 = ||Π_g (D_g - L_g - S_g) P_V||_F^2 + ||rest||_F^2``, so the loss
+does not increase either. The projected point is a lift, so the reduced optimum is at most the
+full one. ∎
+
+Consequences, all exact in reduced coordinates: the right singular vectors of the lifted ``L̂``
+are ``V`` times those of ``L̂″`` with the same singular values, so ``P_Â = V P′ V^T``
+(``P′``: p′ × p′); detection (8) uses
+``||D_g (I - P_Â)||_F = ||D″_g (I - P′)||_F``; the refinement (9) is
+``ΔW̃_k = U (M_k P′ + M̄_Ĉ (I - P′)) V^T``. The proximal-gradient and FISTA iterates from
+``L = S = 0`` are the lifts of the reduced iterates (SVT and block soft-thresholding commute
+with the isometry), so even the iteration counts agree.
+
+Bases are computed from the factors only — from the Grams of the stacked ``[s_k B_k]``
+(out × Σr) and ``[A_k]^T`` (in × Σr), with a re-orthonormalizing second pass (:func:`_basis`)
+— never from out × in matrices. With ``energy < 1`` the joint spaces are
+truncated to the leading directions of ``Σ_k ΔW_k ΔW_k^T`` and ``Σ_k ΔW_k^T ΔW_k`` that keep
+that fraction of ``Σ_k ||ΔW_k||_F^2``; the energy actually discarded,
+``Σ_k ||ΔW_k - U U^T ΔW_k V V^T||_F^2 / Σ_k ||ΔW_k||_F^2``, is reported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from ..clair import pairs
+from .io import ModuleFactors
+
+__all__ = ["ReducedModule", "reduce_module", "pair_blocks", "RANK_RTOL"]
+
+#: Singular values of the stacked factors below ``max(RANK_RTOL, 3e-7) * sigma_1`` are treated
+#: as exact zeros (rank-deficient factors; :func:`_basis`); the energy they carry is reported.
+RANK_RTOL = 1e-12
+
+
+@dataclass(frozen=True)
+class ReducedModule:
+    """A module's updates in joint-subspace coordinates: ``ΔW_k = U M_k V^T``.
+
+    Attributes
+    ----------
+    U : ndarray, shape (out, q′)
+        Orthonormal basis of the joint column space.
+    V : ndarray, shape (in, p′)
+        Orthonormal basis of the joint row space.
+    M : ndarray, shape (K, q′, p′)
+        Coordinates ``U^T ΔW_k V``.
+    Y : ndarray, shape (K, q′, r_max)
+        Reduced ``B``: ``U^T s_k B_k`` zero-padded to ``r_max`` columns.
+    X : ndarray, shape (K, r_max, p′)
+        Reduced ``A``: ``A_k V`` zero-padded to ``r_max`` rows (``M_k = Y_k X_k``).
+    discarded : float
+        Relative energy ``Σ_k ||ΔW_k - U M_k V^T||_F^2 / Σ_k ||ΔW_k||_F^2`` left out.
+    """
+
+    U: np.ndarray
+    V: np.ndarray
+    M: np.ndarray
+    Y: np.ndarray
+    X: np.ndarray
+    discarded: float
+
+    @property
+    def dims(self) -> tuple[int, int]:
+        return self.M.shape[1], self.M.shape[2]
+
+    def lift(self, X) -> np.ndarray:
+        """``U X V^T`` (out × in) for a (q′, p′) ``X``; forms the full matrix (tests only)."""
+        return self.U @ X @ self.V.T
+
+
+def _basis(F, rtol):
+    """Orthonormal basis (n, rho) of ``col(F)`` for a tall (n, m) ``F``, and the coordinates
+    (rho, m) of F's columns in it.
+
+    Two passes of Gram eigendecompositions (the eigenvalue form of CholeskyQR2): the first,
+    ``F^T F = X diag(λ) X^T``, gives ``U_1 = F X_ρ λ_ρ^{-1/2}`` for the ``ρ`` eigenvalues above
+    ``(rtol_g λ_max)`` with ``rtol_g = max(rtol^2, 1e-13)`` (a Gram resolves singular values down
+    to about ``sqrt(eps) σ_1``; directions below carry a relative energy under 1e-13, and what is
+    dropped is reported by :func:`reduce_module`); the second re-orthonormalizes ``U_1``
+    (orthogonality to rounding). Cost two (n × m) Grams and two (n × m) × (m × ρ) products,
+    about five times cheaper than a Householder QR at n = 4096, m = 160. Falls back to
+    Householder QR + SVD when ``n <= m``.
+    """
+    if F.shape[0] <= F.shape[1]:
+        X, s, Yt = np.linalg.svd(F, full_matrices=False)
+        rho = max(int(np.count_nonzero(s > rtol * s[0])) if s.size and s[0] > 0 else 0, 1)
+        return X[:, :rho], s[:rho, None] * Yt[:rho]
+    C = F.T @ F
+    lam, X = np.linalg.eigh(C)
+    lam, X = lam[::-1], X[:, ::-1]
+    top = max(float(lam[0]), 0.0)
+    keep = lam > max(rtol * rtol, 1e-13) * top if top > 0 else np.zeros(lam.size, bool)
+    rho = max(int(np.count_nonzero(keep)), 1)
+    U = F @ (X[:, :rho] / np.sqrt(np.maximum(lam[:rho], np.finfo(float).tiny)))
+    lam2, X2 = np.linalg.eigh(U.T @ U)                 # second pass: U^T U = I + O(eps κ^2)
+    U = U @ (X2 / np.sqrt(lam2))
+    return U, U.T @ F
+
+
+def _energy_rotation(C, energy):
+    """Eigenvectors (n, m) of a PSD (n, n) ``C`` keeping ``energy`` of its trace."""
+    ev, X = np.linalg.eigh(C)
+    ev, X = np.maximum(ev[::-1], 0.0), X[:, ::-1]
+    total = ev.sum()
+    if total <= 0:
+        return X[:, :1]
+    m = int(np.searchsorted(np.cumsum(ev) / total, energy - 1e-15)) + 1
+    return X[:, :min(m, ev.size)]
+
+
+def reduce_module(f: ModuleFactors, *, energy: float | None = None,
+                  rtol: float = RANK_RTOL) -> ReducedModule:
+    """Joint-subspace coordinates of one module's updates (module docstring).
+
+    Parameters
+    ----------
+    f : ModuleFactors
+    energy : float in (0, 1], optional
+        ``None`` (default): exact (numerical rank of the stacked factors). A number: keep the
+        leading directions holding this fraction of the total energy ``Σ_k ||ΔW_k||_F^2`` on
+        each side; :attr:`ReducedModule.discarded` reports what was left out.
+    rtol : float
+        Numerical-rank tolerance of the stacked factors (relative to their largest singular
+        value).
+    """
+    if energy is not None and not 0 < energy <= 1:
+        raise ValueError(f"energy must be in (0, 1], got {energy}")
+    K = len(f.A)
+    r = f.ranks
+    Bs = np.hstack([s * b for s, b in zip(f.scaling, f.B)])       # (out, Σr)
+    As = np.vstack(f.A)                                            # (Σr, in)
+    U, cb = _basis(Bs, rtol)                                       # cb: (q′, Σr) = U^T Bs
+    V, ca = _basis(As.T, rtol)                                     # ca: (p′, Σr) = V^T As^T
+    edges = np.concatenate([[0], np.cumsum(r)])
+    M = np.stack([cb[:, edges[k]:edges[k + 1]] @ ca[:, edges[k]:edges[k + 1]].T
+                  for k in range(K)])                              # (K, q′, p′)
+    total = float(np.einsum("kij,kij->", M, M))
+    # rank-deficient parts dropped by rtol: ||ΔW_k||^2 from the factors (r_k x r_k Grams)
+    exact_total = sum(float(np.einsum("ij,ij->", (s * s) * (b.T @ b), a @ a.T))
+                      for s, b, a in zip(f.scaling, f.B, f.A))
+    if energy is not None and energy < 1 and total > 0:
+        Xl = _energy_rotation(np.einsum("kij,klj->il", M, M), energy)
+        Xr = _energy_rotation(np.einsum("kji,kjl->il", M, M), energy)
+        U, V = U @ Xl, V @ Xr
+        cb = Xl.T @ cb
+        ca = Xr.T @ ca
+        M = np.einsum("ia,kij,jb->kab", Xl, M, Xr)
+    kept = float(np.einsum("kij,kij->", M, M))
+    discarded = max(exact_total - kept, 0.0) / exact_total if exact_total > 0 else 0.0
+    rmax = max(r)
+    Y = np.zeros((K, cb.shape[0], rmax))
+    X = np.zeros((K, rmax, ca.shape[0]))
+    for k in range(K):
+        Y[k, :, :r[k]] = cb[:, edges[k]:edges[k + 1]]
+        X[k, :r[k]] = ca[:, edges[k]:edges[k + 1]].T
+    return ReducedModule(U=U, V=V, M=M, Y=Y, X=X, discarded=discarded)
+
+
+def pair_blocks(red: ReducedModule) -> tuple[np.ndarray, int]:
+    """Pair-reduced contrasts ``D″_g = Q_g^T (M_j - M_k)`` stacked as a (G*h, p′) matrix in
+    eq. (6) order, and the block height ``h``.
+
+    ``Q_g`` is an orthonormal basis (q′ × h) containing ``col(M_j - M_k)``, from a batched
+    Householder QR of ``[Y_j, Y_k]`` (``h = min(q′, 2 r_max)``; zero padding columns keep it
+    orthonormal). When ``2 r_max >= q′`` the joint basis is already as small: ``Q_g = I``.
+    """
+    K, qp, pp = red.M.shape
+    P = pairs(K)
+    rmax = red.Y.shape[2]
+    if 2 * rmax >= qp:
+        return (red.M[P[:, 0]] - red.M[P[:, 1]]).reshape(-1, pp), qp
+    # Q_g R_g = [Y_j, Y_k] (Householder, batched over pairs): Q_g^T (M_j - M_k)
+    # = Q_g^T Y_j X_j - Q_g^T Y_k X_k = R_g[:, :r] X_j - R_g[:, r:] X_k. Q_g is never formed.
+    R = np.linalg.qr(np.concatenate([red.Y[P[:, 0]], red.Y[P[:, 1]]], axis=2), mode="r")
+    Dpp = R[:, :, :rmax] @ red.X[P[:, 0]] - R[:, :, rmax:] @ red.X[P[:, 1]]   # (G, h, p′)
+    return Dpp.reshape(-1, pp), 2 * rmax
