@@ -570,6 +570,65 @@ def _clair():
     ]
 
 
+def _adapter_dirs(tmp, *, n_clients=3, **kw):
+    """Synthetic PEFT LoRA adapters ``tmp/in/client_00`` ... (one small module each)."""
+    from lowrank_fl.adapters.synthetic import write_synthetic_adapters
+    opts = dict(n_layers=1, modules=("q_proj",), shape=(6, 5), rank=2, contaminated=0,
+                dtype="float32", seed=0)
+    return write_synthetic_adapters(tmp / "in", n_clients=n_clients, **{**opts, **kw})
+
+
+def _damaged(tmp, what):
+    dirs = _adapter_dirs(tmp)
+    target = dirs[1] / "adapter_model.safetensors"
+    if what == "truncated":
+        target.write_bytes(target.read_bytes()[:40])
+    elif what == "config":
+        (dirs[1] / "adapter_config.json").unlink()
+    elif what == "shape":          # a fourth client whose module is 7 x 5 instead of 6 x 5
+        other = _adapter_dirs(tmp / "other", n_clients=1, shape=(7, 5))[0]
+        dirs.append(other.rename(tmp / "in" / "client_99"))
+    return dirs
+
+
+def _adapters():
+    """PEFT LoRA adapters (lowrank_fl.adapters): the Python API and ``lowrank-fl adapters``."""
+    from lowrank_fl.adapters import ModuleOptions, aggregate_adapters, load_adapters, reduce_module
+
+    def agg(t, *extra, dirs=None):
+        dirs = _adapter_dirs(t) if dirs is None else dirs
+        return ["adapters", "aggregate", *dirs, "--out", t / "out", "--quiet", *extra]
+
+    def c(id_, argv, name):
+        return Case(id_, lambda t: run_cli(argv(t)), CLI, name)
+    return [
+        Case("adapters.load_adapters-one-client", lambda t: load_adapters(_adapter_dirs(t, n_clients=1)), ValueError, "2"),
+        Case("adapters.load_adapters-missing-dir", lambda t: load_adapters([t / "nope", t / "nope2"]), ValueError, "nope"),
+        Case("adapters.ModuleOptions-method-unknown", lambda t: ModuleOptions(method="bogus"), ValueError, "method"),
+        Case("adapters.ModuleOptions-lam_L-without-lam_S", lambda t: ModuleOptions(lam_L=0.1), ValueError, "lam_S"),
+        Case("adapters.ModuleOptions-alpha-above-one", lambda t: ModuleOptions(alpha=2.0), ValueError, "alpha"),
+        Case("adapters.ModuleOptions-tol-negative", lambda t: ModuleOptions(tol=-1.0), ValueError, "tol"),
+        Case("adapters.aggregate_adapters-jobs-zero", lambda t: aggregate_adapters(load_adapters(_adapter_dirs(t)), ModuleOptions(), jobs=0), ValueError, "jobs"),
+        Case("adapters.ModuleOptions-rank_out-zero", lambda t: ModuleOptions(rank_out=0), ValueError, "rank_out"),
+        Case("adapters.reduce_module-energy-above-one", lambda t: reduce_module(load_adapters(_adapter_dirs(t)).factors(load_adapters(_adapter_dirs(t)).modules[0]), energy=1.5), ValueError, "energy"),
+        c("cli-adapters-aggregate-one-client", lambda t: agg(t, dirs=_adapter_dirs(t, n_clients=1)), "2"),
+        c("cli-adapters-aggregate-missing-dir", lambda t: agg(t, dirs=[t / "nope", t / "nope2"]), "nope"),
+        c("cli-adapters-aggregate-no-config", lambda t: agg(t, dirs=_damaged(t, "config")), "adapter_config.json"),
+        c("cli-adapters-aggregate-truncated-weights", lambda t: agg(t, dirs=_damaged(t, "truncated")), "adapter_model.safetensors"),
+        c("cli-adapters-aggregate-shape-mismatch", lambda t: agg(t, dirs=_damaged(t, "shape")), "q_proj"),
+        c("cli-adapters-aggregate-method-unknown", lambda t: agg(t, "--method", "bogus"), "--method"),
+        c("cli-adapters-aggregate-out-nonempty", lambda t: agg(t, "--out", _nonempty(t)), "out"),
+        c("cli-adapters-aggregate-lam-L-without-lam-S", lambda t: agg(t, "--lam-L", "0.1"), "lam_S"),
+        c("cli-adapters-aggregate-rank-out-zero", lambda t: agg(t, "--rank-out", "0"), "rank_out"),
+        c("cli-adapters-aggregate-energy-above-one", lambda t: agg(t, "--energy", "1.5"), "--energy"),
+        c("cli-adapters-aggregate-alpha-nan", lambda t: agg(t, "--alpha", "nan"), "alpha"),
+        c("cli-adapters-aggregate-jobs-zero", lambda t: agg(t, "--jobs", "0"), "jobs"),
+        c("cli-adapters-aggregate-dtype-unknown", lambda t: agg(t, "--dtype", "int8"), "--dtype"),
+        c("cli-adapters-inspect-figure-without-summary", lambda t: ["adapters", "inspect", *_adapter_dirs(t), "--figure", t / "f.png"], "--summary"),
+        c("cli-adapters-inspect-summary-missing", lambda t: ["adapters", "inspect", *_adapter_dirs(t), "--summary", t / "s.json", "--figure", t / "f.png"], "s.json"),
+    ]
+
+
 # ----------------------------------------------------------------------------- the command line
 def run_cli(argv) -> tuple[int, str]:
     """``lowrank-fl ARGV`` in this process: (exit status, stderr)."""
@@ -703,7 +762,7 @@ def _cli():
 
 
 CASES = (_problems() + _algorithms() + _exact() + _linalg_compare() + _keyword_options()
-         + _ignored_options_and_starts() + _objects() + _regimes() + _clair() + _cli())
+         + _ignored_options_and_starts() + _objects() + _regimes() + _clair() + _adapters() + _cli())
 
 
 # ----------------------------------------------------------------------------- the checks
