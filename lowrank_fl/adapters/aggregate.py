@@ -19,12 +19,11 @@ Methods (all give PEFT factors with ``B A = `` the aggregated ``ΔW``, scaling f
 * ``"flexlora"`` — FlexLoRA: the SVD of ``ΔW̄`` truncated to the clients' rank, computed on the
   reduced factors (exact: ``U``, ``V`` are isometries).
 
-The library's LoRA aggregation kernels are reused for fedavg / fedavg-factors / flexlora
-(:func:`_lora_kernels`).
+The library's LoRA aggregation kernels (:mod:`lowrank_fl.algorithms.lora_aggregation`, PEFT
+letters: A (K, r, in), B (K, out, r)) are reused for fedavg / fedavg-factors / flexlora.
 """
 from __future__ import annotations
 
-import inspect
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import clair
+from ..algorithms import lora_aggregation as lora
 from ..validation import check_in_interval, check_int, check_positive
 from .io import AdapterError, ModuleFactors
 from .reduce import ReducedModule, pair_blocks, reduce_module
@@ -112,6 +112,7 @@ class ModuleResult:
     relative_gap: float = 0.0
     iterations: int = 0
     tau: float | None = None
+    separated: bool | None = None
     votes: list | None = None
     block_norms: list | None = None
     # state for the outputs (float64 coordinates; bases in float32 only for writing)
@@ -120,7 +121,7 @@ class ModuleResult:
     def summary(self) -> dict:
         keys = ("shape", "ranks", "benign", "lam_L", "lam_S", "lam_rule", "weights", "rank",
                 "numerical_rank", "reduced_dims", "pair_height", "status", "relative_gap", "iterations",
-                "discarded", "tau", "votes", "block_norms", "seconds")
+                "discarded", "tau", "separated", "votes", "block_norms", "seconds")
         return {k: _jsonable(getattr(self, k)) for k in keys}
 
     @property
@@ -191,45 +192,6 @@ def _truncate(B, A, rank_out, core):
 
 
 # --------------------------------------------------------------------------------------------
-# the library's LoRA kernels (lowrank_fl.algorithms.lora_aggregation), PEFT letters
-def _lora_kernels():
-    """``mean_product(A, B)``, ``fedavg_factors(A, B)`` and ``flexlora_aggregate(A, B, rank)``
-    with PEFT letters: ``A`` (K, r, in), ``B`` (K, out, r); factor results as ``(B, A)``.
-
-    The library is moving to exactly these letters (``mean_product(A, B, *, weights=None)``,
-    ``fedavg_factors(...) -> LoRAFactors(A, B)``, ``flexlora_aggregate(A, B, *, rank=None,
-    weights=None) -> LoRAFactors``); until then its RoLoRA-letter functions (``ΔW = A B`` with
-    A (N, d, r), B (N, r, q)) are called with the factors swapped. This is the only place that
-    knows about the difference.
-    """
-    from ..algorithms import lora_aggregation as la
-
-    peft_letters = "weights" in inspect.signature(la.mean_product).parameters
-    if peft_letters:
-        def mean_product(A, B):
-            return la.mean_product(A, B)
-
-        def fedavg_factors(A, B):
-            out = la.fedavg_factors(A, B)
-            return out.B, out.A
-
-        def flexlora(A, B, rank):
-            out = la.flexlora_aggregate(A, B, rank=rank)
-            return out.B, out.A
-    else:
-        def mean_product(A, B):
-            return la.mean_product(B, A)
-
-        def fedavg_factors(A, B):
-            Bbar, Abar = la.fedavg_factors(B, A)
-            return Bbar, Abar
-
-        def flexlora(A, B, rank):
-            return la.flexlora_aggregate(B, A, rank)
-    return mean_product, fedavg_factors, flexlora
-
-
-# --------------------------------------------------------------------------------------------
 def _mode(values):
     vals, counts = np.unique(np.asarray(values), return_counts=True)
     return int(vals[np.argmax(counts)])
@@ -247,7 +209,6 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
     dt = np.dtype(options.output_dtype)
     U32, V32 = red.U.astype(dt), red.V.astype(dt)
     m = options.method
-    mean_product, fedavg_factors, flexlora = _lora_kernels()
     if m == "clair":
         _clair(f, red, options, res)
         # the original factors of the clients this module excludes (written back unchanged)
@@ -256,13 +217,13 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
         res.state.update(U=U32, V=V32, M=red.M, own=own)
         res.state["VZt"] = (V32 @ res.state["Z"].astype(dt)).T.copy()
     elif m == "fedavg":
-        Mbar = mean_product(red.X, red.Y)                      # (q′, p′), reduced exact mean
+        Mbar = lora.mean_product(red.X, red.Y)                 # (q′, p′), reduced exact mean
         B, A, _ = _factorize(U32, Mbar, V32, None)
         res.state.update(B=B, A=A, core=(U32, Mbar, V32))
     elif m == "flexlora":
         rank = options.rank or _mode(f.ranks)
         rank = min(rank, *red.dims)
-        Bp, Ap = flexlora(red.X, red.Y, rank)                  # reduced factors (q′, r), (r, p′)
+        Ap, Bp = lora.flexlora_aggregate(red.X, red.Y, rank=rank)   # (r, p′), (q′, r)
         res.state.update(B=U32 @ Bp.astype(dt), A=Ap.astype(dt) @ V32.T,
                          core=(U32, Bp @ Ap, V32))
         res.rank = rank
@@ -277,7 +238,7 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
             if dev > 1e-6 * max(float(np.abs(A).max()), np.finfo(float).tiny):
                 raise AdapterError(f"module {f.name!r}: method 'ffa' needs the same (frozen) A "
                                    f"on every client; max |A_k - A_1| = {dev:.3g}")
-        Bbar, Abar = fedavg_factors(A, B)
+        Abar, Bbar = lora.fedavg_factors(A, B)
         core = (U32, np.einsum("kqr->qr", red.Y) @ np.einsum("krp->rp", red.X) / K**2, V32)
         res.state.update(B=Bbar.astype(dt), A=Abar.astype(dt), core=core)
     res.seconds = time.perf_counter() - t0
@@ -310,8 +271,14 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     Dp = D - (D @ Z) @ Z.T
     B = Dp.reshape(G, h, pp)
     norms = np.sqrt(np.einsum("gij,gij->g", B, B))
-    tau = clair.largest_gap_threshold(norms)
+    # the τ rule of clair.fit, "no separation" included: block norms at rounding level of the
+    # contrasts are exact zeros, and a split must leave the smallest set (8) can keep below it
+    zero = 1e-9 * float(np.sqrt(np.einsum("gij,gij->g", *(2 * [D.reshape(G, h, pp)]))).max())
+    split = clair.largest_gap_split(norms, min_below=clair.majority_pairs(K, o.alpha),
+                                    zero_level=zero)
+    tau = split.threshold
     benign, votes = clair.collaborative_set(norms, K, tau, alpha=o.alpha)
+    res.separated = bool(split.separated)
     res.benign = [bool(x) for x in benign]
     res.lam_L, res.lam_S, res.lam_rule = lam_L, lam_S, rule
     res.weights = w.tolist()

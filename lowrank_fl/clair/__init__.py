@@ -23,8 +23,8 @@ from .certificate import (Certificate, block_incoherence, build_certificate, lem
                           rho_prime, theorem1_window)
 from .simulate import ClairInstance, generate, simulate
 from .pipeline import (ClairFit, DetectionCounts, LambdaPath, collaborative_set, detection_counts,
-                       fedavg, fit, lambda_path, largest_gap_threshold, local, oracle_fedavg, refine,
-                       refine_closed_form)
+                       fedavg, fit, lambda_path, largest_gap_split, largest_gap_threshold, local,
+                       majority_pairs, oracle_fedavg, refine, refine_closed_form)
 
 __all__ = [
     "pairs", "contrasts", "as_blocks",
@@ -35,7 +35,7 @@ __all__ = [
     "build_certificate", "Certificate", "lemma_s3_residual", "rho_prime", "block_incoherence",
     "theorem1_window",
     "simulate", "generate", "ClairInstance",
-    "fit", "ClairFit", "lambda_path", "LambdaPath", "collaborative_set", "largest_gap_threshold",
+    "fit", "ClairFit", "lambda_path", "LambdaPath", "collaborative_set", "largest_gap_threshold", "largest_gap_split", "majority_pairs",
     "refine", "refine_closed_form", "local", "fedavg", "oracle_fedavg", "detection_counts",
     "DetectionCounts",
 ]
