@@ -169,7 +169,7 @@ def test_library_command_has_only_the_library_subcommands(capsys):
     from lowrank_fl.cli import build_parser
 
     parser = build_parser()
-    assert set(parser._subparsers._group_actions[0].choices) == {"clair", "compare"}
+    assert set(parser._subparsers._group_actions[0].choices) == {"clair", "compare", "adapters"}
     with pytest.raises(SystemExit) as exc:
         main(["verify", "--out", "x"])
     assert exc.value.code == 2 and "invalid choice: 'verify'" in capsys.readouterr().err
