@@ -30,10 +30,13 @@ A claim is data plus one experiment::
   style of :mod:`verify.plotting`) and returns its relative path.
 
 Claims the toolkit does not implement are registered with :func:`omit` and a reason; the report
-lists them.
+lists them. A claim that needs optional packages declares them (``requires=("torch", "peft")``);
+when one is missing, :meth:`Claim.run` does not run the experiment and returns the verdict
+``"requires torch"`` (its own status in the report, never "inconclusive"), naming what is missing.
 """
 from __future__ import annotations
 
+import importlib.util
 import time
 import zlib
 from dataclasses import dataclass, field, replace
@@ -45,11 +48,14 @@ import numpy as np
 __all__ = [
     "KINDS", "VERDICTS", "SCALES", "PAPERS",
     "Evidence", "Claim", "Omitted", "Context",
-    "claim", "omit", "REGISTRY", "OMITTED", "verdict_from", "jsonable",
+    "claim", "omit", "REGISTRY", "OMITTED", "verdict_from", "jsonable", "REQUIRES_VERDICT",
+    "missing_requirements",
 ]
 
 KINDS = ("identity", "bound", "rate", "scaling", "comparison", "phase transition", "erratum")
-VERDICTS = ("holds", "fails", "inconclusive", "erratum confirmed")
+VERDICTS = ("holds", "fails", "inconclusive", "erratum confirmed", "requires torch")
+#: the verdict of a claim whose optional packages (``Claim.requires``) are not installed
+REQUIRES_VERDICT = "requires torch"
 SCALES = ("smoke", "quick", "full")
 PAPERS = {
     "clair": "CLAIR: Federated LoRA fine-tuning via collaborative alignment",
@@ -163,6 +169,7 @@ class Claim:
 
     ``experiment(ctx, **options) -> Evidence``; ``erratum=True`` marks claims where the paper is
     known to be wrong (the experiment then shows the error and answers "erratum confirmed").
+    ``requires`` names optional packages the experiment imports (e.g. ``("torch", "peft")``).
     """
 
     id: str
@@ -172,6 +179,7 @@ class Claim:
     kind: str
     experiment: Callable[..., Evidence]
     erratum: bool = False
+    requires: tuple = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -186,6 +194,13 @@ class Claim:
         from .plotting import use_style
 
         ctx = (ctx or Context()).for_claim(self.id)
+        missing = missing_requirements(self.requires)
+        if missing:
+            return Evidence(
+                verdict=REQUIRES_VERDICT,
+                summary=f"not run: needs {', '.join(self.requires)} (missing: {', '.join(missing)}); "
+                        "install the extra: pip install \"lowrank_fl[peft]\"",
+                measured={"missing": missing}, notes="The optional dependencies are not installed.")
         use_style()  # figures drawn by the experiment get the report's style
         start = time.perf_counter()
         evidence = self.experiment(ctx, **options)
@@ -210,14 +225,20 @@ REGISTRY: dict[str, Claim] = {}
 OMITTED: dict[str, Omitted] = {}
 
 
-def claim(id: str, *, paper: str, reference: str, statement: str, kind: str, erratum: bool = False):
-    """Decorator registering ``experiment`` as the claim ``id``."""
+def missing_requirements(packages: Sequence[str]) -> list[str]:
+    """The packages of ``packages`` that cannot be imported (found without importing them)."""
+    return [p for p in packages if importlib.util.find_spec(p) is None]
+
+
+def claim(id: str, *, paper: str, reference: str, statement: str, kind: str, erratum: bool = False,
+          requires: Sequence[str] = ()):
+    """Decorator registering ``experiment`` as the claim ``id`` (``requires``: optional packages)."""
 
     def register(experiment: Callable[..., Evidence]) -> Claim:
         if id in REGISTRY:
             raise ValueError(f"claim {id!r} is registered twice")
         c = Claim(id=id, paper=paper, reference=reference, statement=statement, kind=kind,
-                  experiment=experiment, erratum=erratum)
+                  experiment=experiment, erratum=erratum, requires=tuple(requires))
         REGISTRY[id] = c
         return c
 

@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from .claim import OMITTED, PAPERS, REGISTRY, SCALES, Context
+from .claim import OMITTED, PAPERS, REGISTRY, REQUIRES_VERDICT, SCALES, Context
 from .sweep import BACKENDS, SetupError, Sweep
 
 log = logging.getLogger("verify")
@@ -310,11 +310,12 @@ def cmd_verify(args) -> int:
     for key in ("markdown", "html", "json"):
         print(Path(args.out) / Path(paths[key]).resolve().relative_to(Path(staging).resolve()))
     counts = {v: sum(e.verdict == v for _, e in results)
-              for v in ("holds", "fails", "inconclusive", "erratum confirmed")}
+              for v in ("holds", "fails", "inconclusive", "erratum confirmed", REQUIRES_VERDICT)}
     errors = [c.id for c, e in results if e.summary.startswith(ERROR_PREFIX)]
-    log.info("verify: %d holds, %d fails, %d inconclusive (%d errors), %d erratum confirmed; "
-             "%d tasks run, %d from cache%s; report in %s", counts["holds"], counts["fails"],
-             counts["inconclusive"], len(errors), counts["erratum confirmed"], sweep.executed,
+    log.info("verify: %d holds, %d fails, %d inconclusive (%d errors), %d erratum confirmed, "
+             "%d %s; %d tasks run, %d from cache%s; report in %s", counts["holds"], counts["fails"],
+             counts["inconclusive"], len(errors), counts["erratum confirmed"],
+             counts[REQUIRES_VERDICT], REQUIRES_VERDICT, sweep.executed,
              sweep.reused, f", {sweep.invalid} invalid entries recomputed" if sweep.invalid else "",
              out)
     if errors:

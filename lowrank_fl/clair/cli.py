@@ -29,7 +29,7 @@ import numpy as np
 from ..files import commit_output_dir, discard_staging, load_npy, load_npz, stage_output_dir
 from .pipeline import TAU_RULES, fit
 
-__all__ = ["add_parser", "run_fit", "load_W_hat", "MissingArrayError", "EXIT_UNCONVERGED"]
+__all__ = ["add_parser", "run_fit", "load_W_hat", "tau_argument", "MissingArrayError", "EXIT_UNCONVERGED"]
 
 #: Exit status when the solve stopped before its tolerance (outputs written nonetheless).
 EXIT_UNCONVERGED = 3
@@ -43,7 +43,9 @@ class MissingArrayError(KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-def _tau(text: str):
+def tau_argument(text: str):
+    """argparse ``type`` of ``--tau``: a rule name of :data:`~lowrank_fl.clair.pipeline.TAU_RULES`
+    or a number."""
     if text in TAU_RULES:
         return text
     try:
@@ -67,7 +69,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--lam-L", dest="lam_L", type=float, required=True, help="nuclear penalty > 0")
     p.add_argument("--lam-S", dest="lam_S", type=float, required=True, help="block penalty > 0")
     p.add_argument("--alpha", type=float, default=0.5, help="majority fraction in [0.5, 1)")
-    p.add_argument("--tau", type=_tau, default="largest-gap",
+    p.add_argument("--tau", type=tau_argument, default="largest-gap",
                    help=f"block-norm threshold >= 0 or a rule ({', '.join(TAU_RULES)})")
     p.add_argument("--method", default="fista",
                    help="solver for (7): fista, proxgrad or cvxpy (--tol/--max-iter apply to "

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..clair.cli import tau_argument
 from ..files import load_npy, load_npz
 from .engine import TAU_RULES, compare_clair, compare_noiseless, compare_nuclear
 from .output import check_out_dir, save
@@ -51,16 +52,6 @@ def load_arrays(path, keys, *, alternatives=None, option: str = "input") -> dict
     return out
 
 
-def _tau(text: str):
-    if text in TAU_RULES:
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--tau must be a number >= 0 or one of {', '.join(TAU_RULES)}, got {text!r}") from None
-
-
 def _methods(values):
     if values is None:
         return None
@@ -86,7 +77,7 @@ def _common(p, *, iterative=True, clair=True):
     p.add_argument("--rank", type=int, default=None,
                    help="r of the top-r projectors (default: numerical rank of the best solution)")
     if clair:
-        p.add_argument("--tau", type=_tau, default="largest-gap",
+        p.add_argument("--tau", type=tau_argument, default="largest-gap",
                        help=f"threshold of (8): a number >= 0 or {', '.join(TAU_RULES)}")
         p.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")

@@ -22,7 +22,7 @@ from lowrank_fl.exact.rolora import (angle_loss, c_tilde, expected_gradient_a, f
                                      rate_bound_homogeneous, reduced_rank_regression, rolora_population_recursion,
                                      step_size_bound)
 from lowrank_fl.problems.lora import (init_at_angle, lora_matrix_problem, random_unit, rank_one_lora)
-from verify.claim import Evidence, claim, omit, verdict_from
+from verify.claim import Evidence, claim, verdict_from
 from verify.stats import fit_loglog_slope, fit_semilog_slope, within_mc_error
 
 PAPER = "rolora"
@@ -780,13 +780,3 @@ def _c14(ctx, *, init=_uniform_init):
                                       for r in rows),
                     measured={"rows": rows}, predicted={"excess": "1 - 1/d"}, table=rows,
                     figure=ctx.save_figure(fig))
-
-
-# =============================================================================================
-# C15  MNIST (omitted)
-# =============================================================================================
-omit("rolora.sec5_2.mnist", paper=PAPER, reference="§5.2, Fig. 2",
-     statement="On MNIST (two-layer LoRA network, label-skewed 5/10 clients) FFA-LoRA plateaus near 55% while "
-               "RoLoRA stays above it and LoRA degrades from 5 to 10 clients.",
-     reason="Needs the MNIST data set, a training stack and unspecified hyperparameters (learning rates, "
-            "rounds, W_out init); the toolkit covers the linear/low-rank models only.")

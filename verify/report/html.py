@@ -33,7 +33,7 @@ table.inner{font-size:.95em;margin:0} table.inner th,table.inner td{border-color
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 .v{font-weight:bold;padding:.1em .45em;border-radius:.3em;white-space:nowrap}
 .holds{background:#d8f0d8;color:#175217} .fails{background:#f6d5d5;color:#7a1212}
-.inconclusive{background:#eee;color:#444} .erratum{background:#fbe8c8;color:#6b4300}
+.inconclusive{background:#eee;color:#444} .requires{background:#dde6f5;color:#1d3a6b} .erratum{background:#fbe8c8;color:#6b4300}
 .error{background:#f6d5d5;color:#7a1212;border:1px dashed #7a1212}
 .claim{border:1px solid #ddd;border-radius:.4em;padding:.4em 1em;margin:1em 0}
 .claim h3 a.back{font-size:.75em;font-weight:normal;margin-left:.6em}
@@ -50,7 +50,7 @@ dl.legend dt{font-weight:bold;margin-top:.3em} dl.legend dd{margin-left:1.5em}
 def _badge(e: Evidence) -> str:
     if is_error(e):
         return '<span class="v error">inconclusive (error)</span>'
-    cls = {"erratum confirmed": "erratum"}.get(e.verdict, e.verdict)
+    cls = {"erratum confirmed": "erratum", "requires torch": "requires"}.get(e.verdict, e.verdict)
     return f'<span class="v {cls}">{escape(e.verdict)}</span>'
 
 

@@ -1,21 +1,8 @@
 """FISTA with adaptive restart on program (7) (``solve_penalized(method="fista")``), run for
 exactly ``n_iter`` iterations from ``L = S = 0``."""
-from benchopt import BaseSolver
-
-from lowrank_fl.compare.runners import clair_point
+from benchmark_utils import IterativeSolver
 
 
-class Solver(BaseSolver):
+class Solver(IterativeSolver):
     name = "fista"
-    sampling_strategy = "iteration"
-
-    def set_objective(self, D, q, lam_L, lam_S, weights):
-        self.problem = dict(D=D, q=q, lam_L=lam_L, lam_S=lam_S, weights=weights)
-
-    def run(self, n_iter):
-        p = self.problem
-        self.L, self.S = clair_point(p["D"], p["q"], p["lam_L"], p["lam_S"],
-                                     weights=p["weights"], method="fista", n_iter=n_iter)
-
-    def get_result(self):
-        return dict(L=self.L, S=self.S)
+    method = "fista"

@@ -1,0 +1,76 @@
+"""The backbone of CLAIR S5: two self-attention blocks, hidden 64, one head per block, rotary
+positional encoding, residual connections and layer norm, then an output layer over the 53 tokens.
+
+Block ``b`` (pre-norm): ``x <- x + W_o softmax_causal(rope(W_q h) rope(W_k h)^T / sqrt(d)) W_v h``
+with ``h = LayerNorm(x)``. S5 lists no MLP, so the blocks are attention-only (``mlp=True`` adds a
+4d ReLU MLP per block). Module names follow the usual PEFT targets: ``blocks.{0,1}.{q,k,v,o}_proj``
+(the eight attention projections, ``nn.Linear`` without bias, weight ``q × p = out × in``) and
+``lm_head`` (the output layer).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = ["CopyingTransformer", "ATTENTION_MODULES", "OUTPUT_MODULE", "rotary"]
+
+ATTENTION_MODULES = tuple(f"blocks.{b}.{m}_proj" for b in range(2) for m in "qkvo")
+OUTPUT_MODULE = "lm_head"
+
+
+def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary positional encoding of ``x`` (batch, T, d), d even (pairs (2i, 2i+1) rotated by
+    ``t · base^{-2i/d}``)."""
+    _, T, d = x.shape
+    inv = base ** (-torch.arange(0, d, 2, dtype=x.dtype) / d)
+    ang = torch.arange(T, dtype=x.dtype)[:, None] * inv[None, :]
+    cos, sin = ang.cos(), ang.sin()
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, mlp: bool):
+        super().__init__()
+        self.ln = nn.LayerNorm(d)
+        self.q_proj = nn.Linear(d, d, bias=False)
+        self.k_proj = nn.Linear(d, d, bias=False)
+        self.v_proj = nn.Linear(d, d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        self.mlp = (nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d))
+                    if mlp else None)
+        self.scale = 1.0 / math.sqrt(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.ln(x)
+        q, k, v = rotary(self.q_proj(h)), rotary(self.k_proj(h)), self.v_proj(h)
+        T = x.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        att = (q @ k.transpose(1, 2)) * self.scale
+        att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        x = x + self.o_proj(att @ v)
+        if self.mlp is not None:
+            x = x + self.mlp(x)
+        return x
+
+
+class CopyingTransformer(nn.Module):
+    """Token ids (batch, T) → next-token logits (batch, T, vocab)."""
+
+    def __init__(self, vocab: int = 53, d: int = 64, n_blocks: int = 2, mlp: bool = False):
+        super().__init__()
+        if n_blocks != 2:
+            # ATTENTION_MODULES names two blocks; other depths are not part of the experiment
+            raise ValueError(f"n_blocks must be 2 (S5's backbone), got {n_blocks}")
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(Block(d, mlp) for _ in range(n_blocks))
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
