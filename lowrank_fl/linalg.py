@@ -50,6 +50,8 @@ def orth(A, *, name: str = "A") -> np.ndarray:
     if A.ndim < 2:
         raise ValueError(f"{name} must have at least 2 dimensions, got shape {A.shape}")
     m, k = A.shape[-2:]
+    if k == 0 or A.size == 0:
+        raise ValueError(f"{name} must have at least one row and one column, got shape {A.shape}")
     if k > m:
         raise ValueError(f"{name} must have at most as many columns as rows, got shape {A.shape}")
     Q, R = np.linalg.qr(A)
@@ -73,6 +75,8 @@ def row_projector(A, *, name: str = "A") -> np.ndarray:
     paper's §7 simulation) but is computed from an orthonormal basis, which is stable.
     """
     A = as_float_array(A, name)
+    if A.ndim < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions, got shape {A.shape}")
     return projector(np.swapaxes(A, -1, -2), name=name)
 
 

@@ -238,7 +238,7 @@ def test_conditions_general_instance_errata():
 
 def test_conditions_sec7_window_empty_and_alpha_range():
     conds = evaluate(generate(seed=0, design="sec7", n_clients=10, p=10, q=10, rank=2))
-    assert _by_name(conds, "x =").value > 2               # notes §5.1: x >= 2 on the §7 design
+    assert _by_name(conds, "x =").value > 2               # x >= 2 on the §7 design (window (25) empty)
     assert _by_name(conds, "window").value is None
     alpha = _by_name(conds, "alpha")
     assert alpha.holds and alpha.required == "in (0.3333, 0.5556]"

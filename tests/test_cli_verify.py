@@ -117,7 +117,7 @@ def test_python_m_verify_entry_point():
 @pytest.mark.parametrize("argv, match", [
     (["--claim", "nope.*"], r"claim pattern 'nope\.\*' matches no registered claim"),
     (["--backend", "sequential", "--scheduler", "tcp://h:1"], r"--scheduler needs --backend dask"),
-    (["--jobs", "0", "--backend", "loky"], r"n_jobs must be a positive int or -1"),
+    (["--jobs", "0", "--backend", "loky"], r"--jobs must be an int >= 1 or -1"),
 ])
 def test_verify_errors(dummy_registry, tmp_path, capsys, argv, match):
     assert lowrank_fl(["verify", "--no-cache", "--out", str(tmp_path)] + argv) == 2
@@ -337,9 +337,9 @@ def _single_error_line(capsys, pattern):
     (lambda d: ["--out", str(d / "full"), "--overwrite"],
      r"--out .*full does not hold a previous output \(no results.json\); refusing to clear it"),
     (lambda d: ["--out", str(d / "o"), "--cache", str(d / "file")],
-     r"cache directory .*file is not usable"),
+     r"--cache .*file is a file, not a directory"),
     (lambda d: ["--out", str(d / "o"), "--cache", str(d / "file" / "sub")],
-     r"cache directory .*file/sub is not usable"),
+     r"--cache .*file/sub is not usable"),
     (lambda d: ["--out", str(d / "o"), "--no-cache", "--refresh"], r"--refresh needs the cache"),
 ])
 def test_verify_setup_errors_stop_before_the_first_claim(dummy_registry, no_claim_runs, tmp_path,

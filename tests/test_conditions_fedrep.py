@@ -20,7 +20,7 @@ def test_generate_and_evaluate_full_participation():
     s = np.linalg.svd(inst["heads"] / math.sqrt(50), compute_uv=False)
     assert c["sigma_min*"].value == pytest.approx(s[-1]) and c["sigma_max*"].value == pytest.approx(s[0])
     assert c["kappa"].value == pytest.approx(s[0] / s[-1])
-    # Assumption 3: sigma_min^2 <= 1 <= sigma_max^2 <= k (note §3.1)
+    # Assumption 3: sigma_min^2 <= 1 <= sigma_max^2 <= k
     assert s[-1] ** 2 <= 1 + 1e-12 <= s[0] ** 2 + 2e-12 and s[0] ** 2 <= 2
     E0 = c["E0 = 1 - dist^2(B0, B*)"].value
     assert E0 == pytest.approx(1 - c["dist(B0, B*)"].value ** 2)

@@ -25,7 +25,7 @@ def test_evaluate_app_c_instance():
     assert gap.holds and gap.value == pytest.approx(2 * (20 / 3 - 5), rel=1e-10)
     assert c["under-parameterized (rank(Phi) > k)"].holds
     assert c["gamma1 = 1/4, gamma2 = 1/8"].holds
-    # App. C's eta = 0.03 is far above the theory bound (note §2.5: ~3.9e-5 for k = 2)
+    # App. C's eta = 0.03 is far above the theory bound (~3.9e-5 for k = 2)
     binding = c["step size eta <= Delta^2 / (36 lambda*_1^3) = Delta^2/(288 lambda_1^3)"]
     assert binding.holds is False and "3.86e-05" in binding.required
     assert c["init scale alpha <~ 1/(10 d)"].holds

@@ -38,7 +38,7 @@ def test_method_of_moments_improves_with_samples():
     p = multitask_linear(d=20, rank=2, n_clients=100, seed=2)
     d_small = subspace_distance(p.B_star, method_of_moments(*p.sample(5, seed=3), 2))
     d_big = subspace_distance(p.B_star, method_of_moments(*p.sample(500, seed=3), 2))
-    # dist ~ 3.2 sqrt(d/(nm)) (note §3.5): ~0.6 vs ~0.06
+    # dist ~ 3.2 sqrt(d/(nm)) (the Davis-Kahan rate of Theorem 2): ~0.6 vs ~0.06
     assert d_big < 0.3 * d_small and d_big < 0.15
 
 

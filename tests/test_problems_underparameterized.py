@@ -12,7 +12,7 @@ def test_appendix_c_spectrum_values():
     assert s.shape == (10,)
     np.testing.assert_allclose(s, 20.0 / np.arange(2, 12))
     assert appendix_c_spectrum(40, 6).shape == (6,)          # min(d, M) = M when M < d
-    np.testing.assert_allclose(np.sum(s ** 2), 223.21, atol=5e-3)   # E of note §4.1
+    np.testing.assert_allclose(np.sum(s ** 2), 223.21, atol=5e-3)   # the expected sum of squares of the App. C spectrum
 
 
 def test_default_instance_structure():

@@ -46,8 +46,8 @@ def test_markdown_summary_sections_tables_and_omitted(report):
     out, results, _ = report
     md = (out / "README.md").read_text()
     # counts per paper x verdict first, then the legends
-    assert "| paper | claims | holds | fails | inconclusive | erratum confirmed | omitted |" in md
-    assert "| FLUTE | 1 | 0 | 0 | 1 | 0 | 1 |" in md and "| **all** | **4** | **2** | **0** | **1** | **1** | **1** |" in md
+    assert "| paper | claims | holds | fails | inconclusive | erratum confirmed | requires torch | omitted |" in md
+    assert "| FLUTE | 1 | 0 | 0 | 1 | 0 | 0 | 1 |" in md and "| **all** | **4** | **2** | **0** | **1** | **1** | **0** | **1** |" in md
     assert md.index("| paper | claims |") < md.index("Verdicts:") < md.index("Kinds of claim:")
     # the non-holds verdicts come before the table of all claims, each with its section
     attention = md.index("## Verdicts other than holds")

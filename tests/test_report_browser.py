@@ -94,7 +94,8 @@ def test_summary_counts_match_results_json(report, tmp_path):
     probe, _ = _probe(report / "index.html", tmp_path)
     doc = json.loads((report / "results.json").read_text())
     header, *rows = probe["rows"]
-    assert header == ["paper", "claims", "holds", "fails", "inconclusive", "erratum confirmed", "omitted"]
+    assert header == ["paper", "claims", "holds", "fails", "inconclusive", "erratum confirmed",
+                      "requires torch", "omitted"]
     short = {"clair": "CLAIR", "fedrep": "FedRep", "flute": "FLUTE", "rolora": "RoLoRA",
              "fedavg_ft": "FedAvg-FT"}
     shown = {r[0]: [int(x) for x in r[1:]] for r in rows}

@@ -103,6 +103,19 @@ def _directory(text: str) -> Path:
     return Path(text)
 
 
+def _check_cache_option(path, *, create: bool) -> None:
+    """``--cache DIR``: a directory (created when ``create``); errors name the option."""
+    if path is None:
+        return
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--cache {path} is a file, not a directory")
+    if create:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"--cache {path} is not usable: {exc.strerror or exc}") from None
+
+
 def add_parsers(subparsers) -> None:
     """Add ``verify``, ``claims``, ``conditions`` and ``cache`` to the ``lowrank-fl`` sub-commands."""
     _add_verify_arguments(subparsers.add_parser(
@@ -230,6 +243,9 @@ def _setup(args):
         raise ValueError(f"--scheduler needs --backend dask, got --backend {backend}")
     if args.no_cache and args.refresh:
         raise ValueError("--refresh needs the cache; drop --no-cache")
+    if isinstance(args.jobs, bool) or args.jobs == 0 or args.jobs < -1:
+        raise ValueError(f"--jobs must be an int >= 1 or -1 (all cores), got {args.jobs}")
+    _check_cache_option(args.cache, create=True)
     # --out first: it is the cheapest check and the one most often wrong
     staging = stage_output_dir(args.out, overwrite=args.overwrite, marker="results.json")
     sweep = None
@@ -314,6 +330,7 @@ def cmd_cache_clear(args) -> int:
     """Handler of ``lowrank-fl cache clear``."""
     from .cache import clear_cache, safe_name
 
+    _check_cache_option(args.cache, create=False)
     cache_dir = args.cache or default_cache_dir()
     labels = None if not args.claim else [safe_name(c) for c in args.claim]
     removed = clear_cache(cache_dir, labels)
@@ -381,7 +398,14 @@ def cmd_conditions(args) -> int:
             raise ValueError(f"unknown --param {unknown[0]!r} for {args.paper}; accepted: "
                              f"{', '.join(accepted) or 'none'}")
         instance = module.generate(seed=args.seed, **params)
-    conditions = list(module.evaluate(instance))
+    try:
+        conditions = list(module.evaluate(instance))
+    except KeyError as exc:
+        if args.instance is None:   # generate() output lacking a key is a bug, not bad input
+            raise
+        raise ValueError(f"--instance {args.instance} has no array named {exc.args[0]!r} (the "
+                         f"{args.paper} conditions need it); keys found: {sorted(instance) or 'none'}"
+                         ) from None
     bad = [type(c).__name__ for c in conditions if not isinstance(c, Condition)]
     if bad:
         raise TypeError(f"verify.conditions.{args.paper}.evaluate returned {bad[0]}, expected Condition")

@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import clair
 from ..algorithms import lora_aggregation as lora
+from ..validation import check_in_interval, check_int, check_positive
 from .io import AdapterError, ModuleFactors
 from .reduce import ReducedModule, pair_blocks, reduce_module
 from .tuning import auto_lambdas
@@ -74,6 +75,10 @@ class ModuleOptions:
             v = getattr(self, name)
             if v is not None and (int(v) != v or v < 1):
                 raise ValueError(f"{name} must be an integer >= 1, got {v}")
+        # checked here, not first inside the per-module solve (after the adapters are read)
+        check_in_interval(self.alpha, "alpha", 0.5, 1.0, closed="left")
+        check_positive(self.tol, "tol")
+        check_int(self.max_iter, "max_iter", minimum=1)
 
 
 @dataclass

@@ -76,6 +76,8 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
     """
     from tqdm.auto import tqdm
 
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
+        raise ValueError(f"jobs must be an int >= 1 or -1 (all cores), got {jobs!r}")
     t0 = time.perf_counter()
     mods = adapters.modules
     bar = tqdm(total=len(mods), desc=f"{options.method} modules", unit="module",

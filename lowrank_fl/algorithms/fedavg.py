@@ -451,6 +451,7 @@ def fine_tune(client, B, w, *, steps: int = 200, step_size: float = 0.01,
     FineTuneResult
     """
     n = deprecated_keywords("fine_tune", deprecated, {"n": "samples_per_client"}).get("n")
+    noise = check_positive(noise, "noise", strict=False)
     if n is not None:
         if samples_per_client is not None:
             raise TypeError("fine_tune() got both 'samples_per_client' and its deprecated alias 'n'")

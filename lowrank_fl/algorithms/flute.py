@@ -112,7 +112,7 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
     step_size_reg : float, optional
         ``eta_r`` of eq. (6); default ``step_size`` (``eta_l = eta_r`` in the theorems).
     init_scale : float, optional
-        ``alpha``; default ``1 / (10 d)`` (App. C).
+        ``alpha``; default ``1 / (10 d)`` (App. C). Only with ``init="random"``.
     normalization : {"appendix", "main"}
     aggregation : {"sum", "mean"}
     data : {"population", "fixed", "fresh"} or None
@@ -153,6 +153,9 @@ def flute(problem: UnderparameterizedProblem, rounds: int, step_size: float, *,
     check_choice(aggregation, "aggregation", AGGREGATIONS)
     d, M, k = problem.d, problem.n_clients, problem.k
     alpha = 1.0 / (10 * d) if init_scale is None else check_positive(init_scale, "init_scale")
+    if init_scale is not None and not isinstance(init, str):
+        raise ValueError("init_scale only applies to init='random' (it scales the random draw); "
+                         "got it together with init arrays")
     record_every = check_int(record_every, "record_every", minimum=1)
     divergence_threshold = check_positive(divergence_threshold, "divergence_threshold")
     rng = as_generator(seed, stream="flute")

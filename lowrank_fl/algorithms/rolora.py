@@ -146,8 +146,11 @@ def resolve_step_size(step_size, problem: RankOneLoRAProblem, *, L_max: float | 
     The theorem is Thm 5.4 (homogeneous, sampled data) unless ``data="population"`` (default:
     ``"population"`` for a problem without samples), where it is Thm A.14 (heterogeneous
     population); see :func:`lowrank_fl.exact.rolora.step_size_bound`. ``L_max`` defaults to
-    ``||bbar*||``.
+    ``||bbar*||``; it only applies to those two (``ValueError`` with a number).
     """
+    if L_max is not None and not isinstance(step_size, str):
+        raise ValueError(f"L_max only applies to step_size='paper' or 'corrected' (the theorem's "
+                         f"step); got it with step_size={step_size!r}")
     if isinstance(step_size, str):
         check_choice(step_size, "step_size", ("paper", "corrected"))
         L = problem.L_max if L_max is None else check_positive(L_max, "L_max")
@@ -322,7 +325,7 @@ def rolora(problem: RankOneLoRAProblem, rounds: int, step_size, *, data: str | N
     normalize : bool
         Line 11's normalisation (default True; False is a deliberately non-paper variant).
     L_max : float, optional
-        For the string step sizes; default ``||bbar*||``.
+        For the string step sizes only (``ValueError`` with a number); default ``||bbar*||``.
     seed : int or Generator
     a0, delta0, sample_mode :
         Deprecated aliases of ``init=a0``, ``init=delta0`` and ``data="fixed"|"fresh"``.

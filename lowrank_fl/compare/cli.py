@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ..clair.cli import tau_argument
+from ..files import load_npy, load_npz
 from .engine import TAU_RULES, compare_clair, compare_noiseless, compare_nuclear
 from .output import check_out_dir, save
 
@@ -31,28 +32,23 @@ __all__ = ["add_parser", "load_arrays", "EXIT_NOTHING_RAN"]
 EXIT_NOTHING_RAN = 3
 
 
-def load_arrays(path, keys, *, alternatives=None) -> dict:
+def load_arrays(path, keys, *, alternatives=None, option: str = "input") -> dict:
     """Arrays ``keys`` of an ``.npz``; ``ValueError`` naming a missing key and the keys found.
 
-    ``alternatives``: optional mapping ``key -> other accepted name``.
+    ``alternatives``: optional mapping ``key -> other accepted name``. ``option`` names the
+    argument in the messages of :func:`lowrank_fl.files.load_npz` (missing, empty, truncated or
+    non-``.npz`` file, a directory).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"input file not found: {path}")
-    data = np.load(path, allow_pickle=False)
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise ValueError(f"{path} is a single array, not an .npz archive holding "
-                         f"{', '.join(keys)} (save it with numpy.savez)")
+    data = load_npz(path, option=option)
     out = {}
-    with data:
-        for key in keys:
-            alt = (alternatives or {}).get(key)
-            name = key if key in data.files else (alt if alt in data.files else None)
-            if name is None:
-                also = f" (or {alt!r})" if alt else ""
-                raise ValueError(f"{path} has no array named {key!r}{also}; keys found: "
-                                 f"{sorted(data.files) or 'none'}")
-            out[key] = np.array(data[name])
+    for key in keys:
+        alt = (alternatives or {}).get(key)
+        name = key if key in data else (alt if alt in data else None)
+        if name is None:
+            also = f" (or {alt!r})" if alt else ""
+            raise ValueError(f"{option} {path} has no array named {key!r}{also}; keys found: "
+                             f"{sorted(data) or 'none'}")
+        out[key] = np.array(data[name])
     return out
 
 
@@ -84,7 +80,7 @@ def _common(p, *, iterative=True, clair=True):
         p.add_argument("--tau", type=tau_argument, default="largest-gap",
                        help=f"threshold of (8): a number >= 0 or {', '.join(TAU_RULES)}")
         p.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
-    p.add_argument("--out", type=Path, required=True, help="output directory (created)")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")
     p.add_argument("--overwrite", action="store_true", help="allow a non-empty --out")
 
 
@@ -136,12 +132,8 @@ def _finish(comparison, args) -> int:
 
 def run_compare_clair(args) -> int:
     check_out_dir(args.out, overwrite=args.overwrite)
-    W = load_arrays(args.W_hat, ["W_hat"])["W_hat"]
-    weights = None
-    if args.weights is not None:
-        if not Path(args.weights).is_file():
-            raise FileNotFoundError(f"weights file not found: {args.weights}")
-        weights = np.load(args.weights, allow_pickle=False)
+    W = load_arrays(args.W_hat, ["W_hat"], option="W_hat")["W_hat"]
+    weights = None if args.weights is None else load_npy(args.weights, option="--weights")
     c = compare_clair(W, args.lam_L, args.lam_S, weights=weights, tol=args.tol,
                       max_iter=args.max_iter, tau=args.tau, alpha=args.alpha,
                       memory_measure=args.memory_measure, **_limits(args))
@@ -150,7 +142,7 @@ def run_compare_clair(args) -> int:
 
 def run_compare_nuclear(args) -> int:
     check_out_dir(args.out, overwrite=args.overwrite)
-    arrays = load_arrays(args.data, ["X", "y"])
+    arrays = load_arrays(args.data, ["X", "y"], option="data")
     c = compare_nuclear(arrays["X"], arrays["y"], args.mu, tol=args.tol, max_iter=args.max_iter,
                         memory_measure=args.memory_measure, **_limits(args))
     return _finish(c, args)
@@ -158,7 +150,7 @@ def run_compare_nuclear(args) -> int:
 
 def run_compare_noiseless(args) -> int:
     check_out_dir(args.out, overwrite=args.overwrite)
-    W = load_arrays(args.W, ["W"], alternatives={"W": "W_hat"})["W"]
+    W = load_arrays(args.W, ["W"], alternatives={"W": "W_hat"}, option="W")["W"]
     c = compare_noiseless(W, args.lam_L, args.lam_S, tau=args.tau, alpha=args.alpha,
                           **_limits(args))
     return _finish(c, args)

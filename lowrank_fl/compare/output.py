@@ -12,7 +12,10 @@ OUTPUT_FILES = ("compare.json", "compare.md", "compare.png")
 
 def check_out_dir(out, *, overwrite: bool = False) -> Path:
     """``out`` as a Path; ``ValueError`` if it is a file, or a non-empty directory without
-    ``overwrite`` (checked before any solve runs)."""
+    ``overwrite`` (checked before any solve runs); an empty name is refused (it would be the
+    current directory)."""
+    if out is None or str(out) == "":
+        raise ValueError("--out must name a directory, got ''")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory")

@@ -37,6 +37,8 @@ __all__ = [
 
 def _heads(heads, k=None) -> np.ndarray:
     W = as_float_array(heads, "heads", ndim=2)
+    if W.shape[0] < 1 or W.shape[1] < 1:
+        raise ValueError(f"heads must hold at least one client's head, got shape {W.shape}")
     if k is not None and W.shape[1] != k:
         raise ValueError(f"heads must have shape (n_clients, {k}) to match B_star, got {W.shape}")
     return W
@@ -144,6 +146,8 @@ def global_objective(B, w, B_star, heads, *, closed_form: bool = False) -> float
     B : array_like, shape (d, k);  w : array_like, shape (k,)
     B_star : array_like, shape (d, k);  heads : array_like, shape (M, k)
     """
+    if not isinstance(closed_form, (bool, np.bool_)):
+        raise TypeError(f"closed_form must be a bool, got {closed_form!r}")
     Bs, W = _basis_and_heads(B_star, heads)
     B, w = _Bw(B, w, *Bs.shape)
     if closed_form:

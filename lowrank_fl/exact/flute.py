@@ -119,7 +119,9 @@ def balanced_factors(Phi, k: int):
     """Balanced optimal factors ``B* = U_k Lambda_k^(1/2)`` (d, k) and heads ``W*`` (M, k), the
     transpose of the paper's ``Lambda_k^(1/2) V_k^T``: ``B* W*^T = Phi_k`` and
     ``B*^T B* = W*^T W* = Lambda_k`` (the balanced minimizers of eq. (4) with ``g1 = 2 g2``)."""
-    U, s, Vt = truncated_svd(as_float_array(Phi, "Phi", ndim=2), k, name="Phi")
+    Phi = as_float_array(Phi, "Phi", ndim=2)
+    k = check_int(k, "k", minimum=1, maximum=min(Phi.shape))
+    U, s, Vt = truncated_svd(Phi, k, name="Phi")
     r = np.sqrt(s)
     return U * r, Vt.T * r
 
@@ -326,10 +328,18 @@ def lambda_tilde(Phi) -> np.ndarray:
 
 def embed_factors(B, W, U_s, V_s) -> np.ndarray:
     """``Theta`` (2D, k) from ``B`` (d, k), heads ``W`` (M, k) and the padded singular bases ``U_s``,
-    ``V_s`` (D, D) of :func:`padded_svd` — no validation, no SVD (used every round by
-    :func:`lowrank_fl.algorithms.flute.flute` with ``record_theta=True``)."""
-    D, k = U_s.shape[0], B.shape[1]
-    d, M = B.shape[0], W.shape[0]
+    ``V_s`` (D, D) of :func:`padded_svd` — shapes checked only, no finiteness check and no SVD
+    (used every round by :func:`lowrank_fl.algorithms.flute.flute` with ``record_theta=True``)."""
+    B = as_float_array(B, "B", ndim=2, finite=False)
+    d, k = B.shape
+    W = as_float_array(W, "W", shape=(None, k), finite=False)
+    M = W.shape[0]
+    U_s = as_float_array(U_s, "U_s", ndim=2, finite=False)
+    D = U_s.shape[0]
+    if U_s.shape != (D, D) or D < max(d, M):
+        raise ValueError(f"U_s must be square with at least max(d, M) = {max(d, M)} rows, got "
+                         f"shape {U_s.shape}")
+    V_s = as_float_array(V_s, "V_s", shape=(D, D), finite=False)
     Bt = U_s[:d].T @ B                                      # = U_*^T [B; 0]
     Wt = V_s[:M].T @ W                                      # = V_*^T [W^T; 0] (paper's W)
     return np.vstack([(Bt + Wt) / np.sqrt(2), (Bt - Wt) / np.sqrt(2)])

@@ -35,6 +35,9 @@ __all__ = [
 
 def _check_data(X, y):
     X = as_float_array(X, "X", ndim=3)
+    if 0 in X.shape:
+        raise ValueError(f"X must hold at least one client, one sample and one feature, "
+                         f"got shape {X.shape}")
     y = as_float_array(y, "y", shape=X.shape[:2])
     return X, y
 
@@ -55,8 +58,8 @@ def _batched_solve(G, b):
 def least_squares_heads(XB, y, *, ridge: float = 0.0) -> np.ndarray:
     """Batched heads ``w_c = (A_c^T A_c + ridge I)^{-1} A_c^T y_c`` for features ``A = XB``.
 
-    The one batched head solver of the package (FedRep's head step, :func:`fit_heads`). No input
-    validation: callers validate (it sits on FedRep's hot path).
+    The one batched head solver of the package (FedRep's head step, :func:`fit_heads`). Shapes and
+    ``ridge`` are checked; finiteness is the caller's (it sits on FedRep's hot path).
 
     Parameters
     ----------
@@ -68,6 +71,9 @@ def least_squares_heads(XB, y, *, ridge: float = 0.0) -> np.ndarray:
     -------
     ndarray, shape (c, k); the minimum-norm solution when a system is singular (``m < k``).
     """
+    XB = as_float_array(XB, "XB", ndim=3, finite=False)
+    y = as_float_array(y, "y", shape=XB.shape[:2], finite=False)
+    ridge = check_positive(ridge, "ridge", strict=False)
     G = np.swapaxes(XB, 1, 2) @ XB                          # (c, k, k); matmul ~8x faster than einsum
     if ridge:
         G = G + ridge * np.eye(XB.shape[2])
@@ -89,6 +95,9 @@ def gram_heads(B, gram, xty) -> np.ndarray:
     -------
     ndarray, shape (c, k) (minimum-norm when singular).
     """
+    B = as_float_array(B, "B", ndim=2, finite=False)
+    gram = as_float_array(gram, "gram", shape=(None, B.shape[0], B.shape[0]), finite=False)
+    xty = as_float_array(xty, "xty", shape=(gram.shape[0], B.shape[0]), finite=False)
     GB = gram @ B                                             # (c, d, k)
     return _batched_solve(B.T @ GB, xty @ B)
 
@@ -108,7 +117,12 @@ def representation_step(W, gram, xty) -> np.ndarray:
     -------
     B : ndarray, shape (d, k) (not orthonormalized)
     """
+    W = as_float_array(W, "W", ndim=2, finite=False)
+    gram = as_float_array(gram, "gram", shape=(W.shape[0], None, None), finite=False)
     k, d = W.shape[1], gram.shape[1]
+    if gram.shape[2] != d:
+        raise ValueError(f"gram must have shape ({W.shape[0]}, d, d), got {gram.shape}")
+    xty = as_float_array(xty, "xty", shape=(W.shape[0], d), finite=False)
     # H[(a,p),(b,q)] = sum_c w_ca w_cb (X_c^T X_c)_pq; unknown vec index (a,p) = B[p, a]
     H = np.einsum("na,nb,npq->apbq", W, W, gram, optimize=True).reshape(k * d, k * d)
     rhs = (W.T @ xty).reshape(k * d)

@@ -79,6 +79,9 @@ class ClientDataset:
         if X is None:
             return
         X = as_float_array(X, "X", shape=(n_clients, None, d))
+        if X.shape[0] < 1 or X.shape[1] < 1:
+            raise ValueError(f"X must hold at least one client and one sample per client, "
+                             f"got shape {X.shape}")
         y = as_float_array(y, lab, shape=X.shape[:2] + tuple(label_shape))
         object.__setattr__(self, "X", X)
         object.__setattr__(self, lab, y)

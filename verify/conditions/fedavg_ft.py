@@ -2,8 +2,8 @@
 
 ``generate(seed=0, **params)`` builds the App. C.1 instance (``paper_instance``) and returns its
 arrays; ``evaluate(instance)`` reports Assumptions 1-2, Definition 1, Theorem 1/2's initial
-conditions (i)-(iii), the step-size bound (and the inconsistent variants the proofs cite, notes
-Sec. 3.9), the participation bound, the guaranteed contraction and round bound, and D-GD's
+conditions (i)-(iii), the step-size bound (and the inconsistent variants the
+proofs of Theorems 1-2 cite), the participation bound, the guaranteed contraction and round bound, and D-GD's
 invariant lower bound (Proposition 1's mechanism).
 """
 from __future__ import annotations

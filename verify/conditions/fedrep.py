@@ -20,6 +20,7 @@ from lowrank_fl.algorithms.fedrep import n_participants
 from lowrank_fl.exact.multitask import method_of_moments
 from lowrank_fl.linalg import subspace_distance
 from lowrank_fl.problems.multitask import multitask_linear
+from lowrank_fl.validation import check_int
 
 from . import Condition
 
@@ -54,7 +55,9 @@ def generate(seed=0, *, d: int = 50, k: int = 2, n: int = 100, m: int = 10, r: f
              eta: float | None = None, heads="normalized") -> dict:
     """A FedRep instance: truth, MoM initialization from a batch of ``m`` samples per client.
 
-    ``eta`` defaults to ``1/(4 sigma_max*^2)`` (full-W value)."""
+    ``eta`` defaults to ``1/(4 sigma_max*^2)`` (full-W value). Sizes are checked under the
+    theorem's names, the ones ``--param`` uses."""
+    d, k, n, m = (check_int(v, name, minimum=1) for v, name in ((d, "d"), (k, "k"), (n, "n"), (m, "m")))
     p = multitask_linear(d=d, rank=k, n_clients=n, heads=heads, seed=seed)
     B0 = method_of_moments(*p.sample(m, seed=np.random.default_rng(seed).integers(2**31)), k)
     if eta is None:

@@ -53,7 +53,10 @@ def load_results(path) -> dict:
         path = path / "results.json"
     if not path.is_file():
         raise FileNotFoundError(f"no results.json at {path}")
-    doc = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path} is not a JSON file (a results.json): {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
         raise ValueError(f"{path} is not a lowrank_fl results.json (no 'claims' list)")
     return doc
