@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tol", type=float, default=1e-6)
     args = ap.parse_args(argv)
     K, p = args.K, args.p
-    inst = clair.generate(K, p, p, 2, contaminated=max(1, K // 10), noise=0.3 / np.sqrt(K),
+    inst = clair.generate(n_clients=K, p=p, q=p, rank=2, contaminated=max(1, K // 10), noise=0.3 / np.sqrt(K),
                           seed=0)
     D = clair.contrasts(inst.W_hat)
     del inst

@@ -34,7 +34,7 @@ import scipy.linalg
 from ..validation import check_choice, check_int, check_positive
 from ..results import ConvergenceWarning
 from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, certify,
-                       check_problem, check_same_shape, dual_from_residual, dual_point,
+                       check_problem, check_same_shape, dual_point, dual_scale_from_residual,
                        dual_value, duality_gap, frobenius_inner, kkt_residuals, op_norm,
                        penalized_objective, rescale_result, zero_objective)
 from .programs import DEFAULT_TOL, solve_program7
@@ -365,9 +365,10 @@ def _initial_sv(L, svd):
     return s, Vt
 
 
-def _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its) -> bool:
-    """Record the duality gap at iteration ``it``; True when ``gap <= tol * F(0, 0)``."""
-    _, dual = dual_from_residual(D, q, R, w, lam_L, lam_S)
+def _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its, r2=None) -> bool:
+    """Record the duality gap at iteration ``it``; True when ``gap <= tol * F(0, 0)``.
+    ``r2``: the residual's block norms ``||R^(g)||_F^2`` when already known."""
+    _, dual = dual_scale_from_residual(D, q, R, w, lam_L, lam_S, sq_norms=r2)
     gaps.append(F - dual)
     gap_its.append(it)
     return tol is not None and F - dual <= tol * scale
@@ -406,11 +407,15 @@ def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, s
 def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale):
     """FISTA on the product space with O'Donoghue–Candès function and gradient restarts.
 
-    Written for memory traffic (the (Gq, p) arrays dominate, each step is ~20 passes over them):
-    every (Gq, p) temporary comes from a small pool of recycled buffers (fresh multi-MB
-    allocations page-fault and cost about a third more per pass), and the momentum
-    ``m = y - x`` is kept so the gradient-restart test ``<y - x+, x+ - x> = <m, d> - ||d||^2``
-    (``d = x+ - x``) needs no extra array. ``y`` never aliases ``x``: it is overwritten in place.
+    Written for memory traffic and footprint (the (Gq, p) arrays dominate; each step is a few
+    tens of passes over them). The extrapolated point ``y = x + m`` is never stored: the state
+    is ``x = (L, S)``, its residual ``R = D - L - S`` and the momentum ``m = y - x`` (``None``:
+    ``y = x``), and the SVT/BST inputs ``L + m_L + t P_w R(y)``, ``S + m_S + t P_w R(y)`` with
+    ``R(y) = R - m_L - m_S`` are built directly (as many passes as updating a stored ``y``, two
+    arrays fewer, no copies on restart). With ``m`` kept, the gradient-restart test
+    ``<y - x+, x+ - x> = <m, d> - ||d||^2`` (``d = x+ - x``) needs no extra array. Every
+    (Gq, p) temporary comes from a small pool of recycled buffers (fresh multi-MB allocations
+    page-fault and cost about a third more per pass): at most nine such arrays, ``D`` included.
     """
     pool = []
 
@@ -420,9 +425,9 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
     twr = t * np.repeat(w, q)[:, None]
     R = D - L - S
     sv, Vt = _initial_sv(L, svd)
-    F = 0.5 * float(w @ block_sq_norms(R, q)) + lam_L * float(sv.sum()) \
+    r2 = block_sq_norms(R, q)
+    F = 0.5 * float(w @ r2) + lam_L * float(sv.sum()) \
         + lam_S * float(np.sqrt(block_sq_norms(S, q)).sum())
-    Ly, Sy, Ry = L.copy(), S.copy(), R.copy()
     mL = mS = None                       # momentum y - x (None: y == x, a plain prox step)
     theta = 1.0
     objs, gaps, gap_its = [], [], []
@@ -430,28 +435,36 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
     it = 0
     for it in range(1, max_iter + 1):
         G = take()
-        np.multiply(Ry, twr, out=G)                         # t P_w R(y)
-        np.add(Ly, G, out=Ly)                               # y_L is consumed: Ly holds the SVT input
-        Ln, sv_n, Vt_n = _svt(Ly, t * lam_L, svd, out=take())
+        if mL is None:
+            np.multiply(R, twr, out=G)                      # t P_w R(y), y = x
+        else:
+            np.subtract(R, mL, out=G)                       # R(y) = R - m_L - m_S
+            G -= mS
+            G *= twr
+        A = take()
+        if mL is None:
+            np.add(L, G, out=A)
+        else:
+            np.add(L, mL, out=A)                            # y_L + t P_w R(y)
+            A += G
+        Ln, sv_n, Vt_n = _svt(A, t * lam_L, svd, out=take())
+        pool.append(A)
         if Ln is None:
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
-        pool.append(Ly)
-        G += Sy
-        pool.append(Sy)
+        G += S
+        if mS is not None:
+            G += mS
         Sn, sn = _bst(G, q, t * lam_S, inplace=True)        # Sn is G's buffer
-        Rn = np.subtract(D, Ln, out=Ry)                     # y_R is consumed: reuse its buffer
+        Rn = np.subtract(D, Ln, out=take())
         Rn -= Sn
-        Fn = 0.5 * float(w @ block_sq_norms(Rn, q)) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
+        rn2 = block_sq_norms(Rn, q)
+        Fn = 0.5 * float(w @ rn2) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
         if not np.isfinite(Fn):
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
         if mL is not None and Fn > F + 1e-15 * abs(F):
             # function restart: drop the step, restart from x without momentum (x unchanged, so
             # the gap check below still applies to it)
             pool.extend((Ln, Sn, Rn, mL, mS))
-            Ly, Sy, Ry = take(), take(), take()
-            np.copyto(Ly, L)
-            np.copyto(Sy, S)
-            np.copyto(Ry, R)
             theta, mL, mS = 1.0, None, None
         else:
             dL = np.subtract(Ln, L, out=L)                  # x is consumed: d takes its buffers
@@ -464,12 +477,8 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
             pool.append(R)
             theta_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
             beta = (theta - 1.0) / theta_n
-            Ly, Sy, Ry = take(), take(), take()
             if restart or beta <= 0:
                 theta = 1.0 if restart else theta_n
-                np.copyto(Ly, Ln)
-                np.copyto(Sy, Sn)
-                np.copyto(Ry, Rn)
                 pool.extend((dL, dS))
                 mL = mS = None
             else:
@@ -477,15 +486,11 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
                 dL *= beta
                 dS *= beta
                 mL, mS = dL, dS
-                np.add(Ln, mL, out=Ly)
-                np.add(Sn, mS, out=Sy)
-                np.subtract(Rn, mL, out=Ry)
-                Ry -= mS
             del dL, dS
-            L, S, R, sv, Vt, F = Ln, Sn, Rn, sv_n, Vt_n, Fn
+            L, S, R, sv, Vt, F, r2 = Ln, Sn, Rn, sv_n, Vt_n, Fn, rn2
         objs.append(F)
         if (it % check_every == 0 or it == max_iter) and _converged(
-                D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its):
+                D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its, r2):
             status = "optimal"
             break
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None
