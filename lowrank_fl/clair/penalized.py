@@ -372,6 +372,12 @@ def _history(objs, gaps, gap_its):
 
 
 def _initial_sv(L, svd):
+    """Singular values and right singular vectors of the starting ``L`` (no SVT product)."""
+    if svd != "lapack":
+        C = L.T @ L
+        if np.all(np.isfinite(C)):
+            _, _, s, Vt = _gram_svt(C, 0.0, "gram")
+            return s, Vt
     _, s, Vt = _svt(L, 0.0, "lapack" if svd == "lapack" else "gram")
     return s, Vt
 
