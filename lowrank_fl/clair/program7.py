@@ -234,13 +234,21 @@ def dual_scale_from_residual(D, q, R, w, lam_L, lam_S, *, sq_norms=None):
     qn2 = w * w * sq_norms                              # ||(P_w R)^(g)||_F^2
     Rb = R.reshape(-1, q, R.shape[1])
     lin = float(w @ np.einsum("gij,gij->g", Rb, D.reshape(Rb.shape)))   # <P_w R, D>
-    # Gram of P_w R = sum_g w_g^2 R_g^T R_g, over chunks of blocks (small temporaries)
-    step = max(1, 4096 // q)
-    C = np.zeros((R.shape[1], R.shape[1]))
-    for a in range(0, Rb.shape[0], step):
-        X = Rb[a:a + step].reshape(-1, R.shape[1])
-        C += (X * np.repeat(w[a:a + step] ** 2, q)[:, None]).T @ X
-    opn = float(np.sqrt(max(np.linalg.eigvalsh(C)[-1], 0.0)))
+    # Gram of P_w R = sum_g w_g^2 R_g^T R_g: one product for equal weights (§7's 1/K), else over
+    # chunks of blocks (small temporaries)
+    p = R.shape[1]
+    if np.all(w == w[0]):
+        C = R.T @ R
+        C *= w[0] * w[0]
+    else:
+        step = max(1, 4096 // q)
+        C = np.zeros((p, p))
+        for a in range(0, Rb.shape[0], step):
+            X = Rb[a:a + step].reshape(-1, p)
+            C += (X * np.repeat(w[a:a + step] ** 2, q)[:, None]).T @ X
+    top = scipy.linalg.eigh(C, eigvals_only=True, subset_by_index=(p - 1, p - 1),
+                            driver="evr", check_finite=False)
+    opn = float(np.sqrt(max(float(top[-1]), 0.0)))
     c_max = 1.0 / max(opn / lam_L, float(np.sqrt(qn2.max())) / lam_S, np.finfo(float).tiny)
     quad = float(qn2 @ (1.0 / w))
     # dual(cQ) = c lin - c^2 quad / 2 is concave in c: maximise over [0, c_max]. c = min(1, c_max)
