@@ -34,7 +34,7 @@ import scipy.linalg
 from ..validation import check_choice, check_int, check_positive
 from ..results import ConvergenceWarning
 from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, certify,
-                       check_problem, check_same_shape, dual_from_residual, dual_point,
+                       check_problem, check_same_shape, dual_point, dual_scale_from_residual,
                        dual_value, duality_gap, frobenius_inner, kkt_residuals, op_norm,
                        penalized_objective, rescale_result, zero_objective)
 from .programs import DEFAULT_TOL, solve_program7
@@ -59,6 +59,10 @@ _SVD_MODES = ("auto", "gram", "lapack")
 _GRAM_SAFE_RATIO = 1e-6
 # below this p a full p x p eigendecomposition is as cheap as a partial one
 _PARTIAL_MIN_P = 48
+# FISTA works on row chunks of about this many bytes per array (several live at once: they
+# should stay in the last-level cache); arrays up to _SINGLE_PASS_BYTES are done in one piece
+_CHUNK_BYTES = 1 << 19
+_SINGLE_PASS_BYTES = 1 << 23
 
 
 # --------------------------------------------------------------------------------------------
@@ -70,45 +74,20 @@ def _svt(M, tau, mode, out=None):
     right singular vectors as rows: (p,) and (p, p) — or, on the partial route, only the
     ``k`` values above the threshold, (k,) and (k, p) (complete them with
     :func:`_complete_right_basis`). ``out``: optional array of M's shape (not M itself) that
-    receives X.
-
-    Partial route (Gram mode, ``p >= _PARTIAL_MIN_P``, ``tau > 0``): only the eigenpairs of the
-    p x p Gram above ``tau^2`` are computed (LAPACK ``syevr`` with a value range), which is all
-    the SVT needs; consecutive iterates keep few singular values above the threshold, so this
-    skips most of the eigenvector work."""
+    receives X. Gram route: :func:`_gram_svt`."""
     if mode != "lapack":
         C = M.T @ M
         if not np.all(np.isfinite(C)):
             return None, None, None                     # overflow: the caller stops ("diverged")
-        p = C.shape[0]
-        if tau > 0 and p >= _PARTIAL_MIN_P:
-            ev, V = scipy.linalg.eigh(C, subset_by_value=(tau * tau, np.inf), driver="evr",
-                                      check_finite=False)
-            s = np.sqrt(np.maximum(ev[::-1], 0.0))
-            V = V[:, ::-1]
-            if s.size == 0:                             # s_1 <= tau: SVT(M) = 0
+        parts = _gram_svt(C, tau, mode)
+        if parts is not None:
+            V, f, snew, Vt = parts
+            if V.shape[1] == 0:                         # s_1 <= tau: SVT(M) = 0
                 if out is None:
-                    return np.zeros_like(M), s, V.T
+                    return np.zeros_like(M), snew, Vt
                 out.fill(0.0)
-                return out, s, V.T
-            if mode == "gram" or tau > _GRAM_SAFE_RATIO * s[0]:
-                snew = s - tau
-                return _shrink(M, V, snew / s, out), snew, V.T
-            # tau tiny relative to s_1: the Gram cannot resolve the kept values; use LAPACK
-        else:
-            ev, V = np.linalg.eigh(C)
-            ev, V = ev[::-1], V[:, ::-1]
-            s = np.sqrt(np.maximum(ev, 0.0))
-            if mode == "gram" or tau > _GRAM_SAFE_RATIO * s[0]:
-                keep = s > tau
-                snew = np.where(keep, s - tau, 0.0)
-                if not np.any(keep):
-                    if out is None:
-                        return np.zeros_like(M), snew, V.T
-                    out.fill(0.0)
-                    return out, snew, V.T
-                X = _shrink(M, V[:, keep], snew[keep] / s[keep], out)
-                return X, snew, V.T
+                return out, snew, Vt
+            return _shrink(M, V, f, out), snew, Vt
     if not np.all(np.isfinite(M)):
         return None, None, None
     U, s, Vt = np.linalg.svd(M, full_matrices=False)
@@ -117,6 +96,38 @@ def _svt(M, tau, mode, out=None):
     X = np.matmul(U[:, :k] * snew[:k], Vt[:k], out=out)
     snew, Vt = _complete_right_basis(snew, Vt)
     return X, snew, Vt
+
+
+def _gram_svt(C, tau, mode):
+    """The SVT of M from its p x p Gram ``C = M^T M``: ``(V, f, snew, Vt)`` with
+    ``SVT(M) = M V diag(f) V^T`` (``V`` (p, k): the kept right singular vectors), the new
+    singular values and right singular vectors as rows — or None when the Gram cannot resolve
+    the kept values (``mode="auto"`` and ``tau <= 1e-6 sigma_1``: use LAPACK on M).
+
+    Partial route (``p >= _PARTIAL_MIN_P``, ``tau > 0``): only the eigenpairs of the Gram above
+    ``tau^2`` are computed (LAPACK ``syevr`` with a value range), which is all the SVT needs;
+    consecutive iterates keep few singular values above the threshold, so this skips most of
+    the eigenvector work; ``snew`` and ``Vt`` then hold only those ``k`` values."""
+    p = C.shape[0]
+    if tau > 0 and p >= _PARTIAL_MIN_P:
+        ev, V = scipy.linalg.eigh(C, subset_by_value=(tau * tau, np.inf), driver="evr",
+                                  check_finite=False)
+        s = np.sqrt(np.maximum(ev[::-1], 0.0))
+        V = V[:, ::-1]
+        if s.size == 0:
+            return V, s, s, V.T
+        if mode == "gram" or tau > _GRAM_SAFE_RATIO * s[0]:
+            snew = s - tau
+            return V, snew / s, snew, V.T
+        return None
+    ev, V = np.linalg.eigh(C)
+    ev, V = ev[::-1], V[:, ::-1]
+    s = np.sqrt(np.maximum(ev, 0.0))
+    if mode == "gram" or tau > _GRAM_SAFE_RATIO * s[0]:
+        keep = s > tau
+        snew = np.where(keep, s - tau, 0.0)
+        return V[:, keep], snew[keep] / s[keep], snew, V.T
+    return None
 
 
 def _shrink(M, V, f, out):
@@ -361,13 +372,20 @@ def _history(objs, gaps, gap_its):
 
 
 def _initial_sv(L, svd):
+    """Singular values and right singular vectors of the starting ``L`` (no SVT product)."""
+    if svd != "lapack":
+        C = L.T @ L
+        if np.all(np.isfinite(C)):
+            _, _, s, Vt = _gram_svt(C, 0.0, "gram")
+            return s, Vt
     _, s, Vt = _svt(L, 0.0, "lapack" if svd == "lapack" else "gram")
     return s, Vt
 
 
-def _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its) -> bool:
-    """Record the duality gap at iteration ``it``; True when ``gap <= tol * F(0, 0)``."""
-    _, dual = dual_from_residual(D, q, R, w, lam_L, lam_S)
+def _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its, r2=None) -> bool:
+    """Record the duality gap at iteration ``it``; True when ``gap <= tol * F(0, 0)``.
+    ``r2``: the residual's block norms ``||R^(g)||_F^2`` when already known."""
+    _, dual = dual_scale_from_residual(D, q, R, w, lam_L, lam_S, sq_norms=r2)
     gaps.append(F - dual)
     gap_its.append(it)
     return tol is not None and F - dual <= tol * scale
@@ -403,89 +421,161 @@ def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, s
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None
 
 
+def _spans(n, q, p):
+    """Row ranges ``[a, b)`` of whole q-row blocks, about ``_CHUNK_BYTES`` per (rows, p) slice;
+    one range when the arrays are small enough to stay in cache anyway."""
+    if n * p * 8 <= _SINGLE_PASS_BYTES:
+        return [(0, n)]
+    step = max(1, _CHUNK_BYTES // (q * p * 8)) * q
+    return [(a, min(a + step, n)) for a in range(0, n, step)]
+
+
 def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale):
     """FISTA on the product space with O'Donoghue–Candès function and gradient restarts.
 
-    Written for memory traffic (the (Gq, p) arrays dominate, each step is ~20 passes over them):
-    every (Gq, p) temporary comes from a small pool of recycled buffers (fresh multi-MB
-    allocations page-fault and cost about a third more per pass), and the momentum
-    ``m = y - x`` is kept so the gradient-restart test ``<y - x+, x+ - x> = <m, d> - ||d||^2``
-    (``d = x+ - x``) needs no extra array. ``y`` never aliases ``x``: it is overwritten in place.
+    Written for memory traffic and footprint (the (Gq, p) arrays dominate):
+
+    * the extrapolated point ``y = x + m`` is never stored: the state is ``x = (L, S)``, its
+      residual ``R = D - L - S`` and the momentum ``m = y - x`` (``None``: ``y = x``); the
+      SVT/BST inputs ``L + m_L + t P_w R(y)``, ``S + m_S + t P_w R(y)`` with
+      ``R(y) = R - m_L - m_S`` are built directly;
+    * each step is three passes over row chunks of whole blocks that fit in cache (about
+      ``_CHUNK_BYTES`` per array): (1) the prox inputs, the BST and the SVT input's p x p Gram;
+      (2) after the small eigenproblem, the SVT output (in place of its input), the new
+      residual, its block norms and the inner products of the gradient-restart test
+      ``<y - x+, x+ - x> = <m, d> - ||d||^2`` (``d = x+ - x``); (3) the new momentum
+      ``beta d`` (in place of the old ``x``). Elementwise numpy on whole arrays would stream
+      every operand from memory once per operation;
+    * at most nine (Gq, p) arrays are alive, ``D`` included; they come from a small pool of
+      recycled buffers (fresh multi-MB allocations page-fault and cost a third more per pass).
     """
     pool = []
 
     def take():
         return pool.pop() if pool else np.empty_like(D)
 
+    n, p = D.shape
+    spans = _spans(n, q, p)
+    rows = spans[0][1]
+    gbuf, dbuf = np.empty((rows, p)), np.empty((rows, p))   # chunk temporaries
     twr = t * np.repeat(w, q)[:, None]
+    tau_L, tau_S = t * lam_L, t * lam_S
+    gram = svd != "lapack"
     R = D - L - S
     sv, Vt = _initial_sv(L, svd)
-    F = 0.5 * float(w @ block_sq_norms(R, q)) + lam_L * float(sv.sum()) \
+    r2 = block_sq_norms(R, q)
+    F = 0.5 * float(w @ r2) + lam_L * float(sv.sum()) \
         + lam_S * float(np.sqrt(block_sq_norms(S, q)).sum())
-    Ly, Sy, Ry = L.copy(), S.copy(), R.copy()
     mL = mS = None                       # momentum y - x (None: y == x, a plain prox step)
     theta = 1.0
     objs, gaps, gap_its = [], [], []
     status = "completed" if tol is None else "max_iter"
     it = 0
+    G = D.shape[0] // q
     for it in range(1, max_iter + 1):
-        G = take()
-        np.multiply(Ry, twr, out=G)                         # t P_w R(y)
-        np.add(Ly, G, out=Ly)                               # y_L is consumed: Ly holds the SVT input
-        Ln, sv_n, Vt_n = _svt(Ly, t * lam_L, svd, out=take())
-        if Ln is None:
-            return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
-        pool.append(Ly)
-        G += Sy
-        pool.append(Sy)
-        Sn, sn = _bst(G, q, t * lam_S, inplace=True)        # Sn is G's buffer
-        Rn = np.subtract(D, Ln, out=Ry)                     # y_R is consumed: reuse its buffer
-        Rn -= Sn
-        Fn = 0.5 * float(w @ block_sq_norms(Rn, q)) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
+        # pass 1: A = y_L + t P_w R(y) (the SVT input), Sn = BST(y_S + t P_w R(y)), C = A^T A
+        A, Sn = take(), take()
+        sn = np.empty(G)
+        C = np.zeros((p, p))
+        for a, b in spans:
+            g = gbuf[:b - a]
+            if mL is None:
+                np.multiply(R[a:b], twr[a:b], out=g)
+            else:
+                np.subtract(R[a:b], mL[a:b], out=g)
+                g -= mS[a:b]
+                g *= twr[a:b]
+            Ac, Sc = A[a:b], Sn[a:b]
+            if mL is None:
+                np.add(L[a:b], g, out=Ac)
+                np.add(g, S[a:b], out=Sc)
+            else:
+                np.add(L[a:b], mL[a:b], out=Ac)
+                Ac += g
+                np.add(g, S[a:b], out=Sc)
+                Sc += mS[a:b]
+            if gram:
+                C += Ac.T @ Ac
+            sn[a // q:b // q] = _bst(Sc, q, tau_S, inplace=True)[1]
+        # the SVT from the Gram (or LAPACK on A when the Gram cannot resolve it)
+        parts = None
+        if gram:
+            if not np.all(np.isfinite(C)):
+                pool.extend((A, Sn))
+                return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
+            parts = _gram_svt(C, tau_L, svd)
+        if parts is None:
+            Ln, sv_n, Vt_n = _svt(A, tau_L, "lapack", out=take())
+            pool.append(A)
+            if Ln is None:
+                return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
+            V = None
+        else:
+            Ln = A                                          # the SVT is written over its input
+            V, f, sv_n, Vt_n = parts
+            k = V.shape[1]
+            if 2 * k >= p:
+                W = (V * f) @ V.T
+            elif k:
+                Vf, VT = V * f, np.ascontiguousarray(V.T)
+        # pass 2: Ln = SVT(A), Rn = D - Ln - Sn and its block norms, the restart test's <m, d>, |d|^2
+        Rn = take()
+        rn2 = np.empty(G)
+        md = dd = 0.0
+        for a, b in spans:
+            Lc = Ln[a:b]
+            if V is not None:
+                if k == 0:
+                    Lc.fill(0.0)
+                elif 2 * k >= p:
+                    np.matmul(Lc, W, out=dbuf[:b - a])
+                    Lc[...] = dbuf[:b - a]
+                else:
+                    np.matmul(Lc @ Vf, VT, out=Lc)
+            r = Rn[a:b]
+            np.subtract(D[a:b], Lc, out=r)
+            r -= Sn[a:b]
+            rn2[a // q:b // q] = block_sq_norms(r, q)
+            if mL is not None:
+                d = np.subtract(Lc, L[a:b], out=dbuf[:b - a])
+                md += frobenius_inner(mL[a:b], d)
+                dd += frobenius_inner(d, d)
+                np.subtract(Sn[a:b], S[a:b], out=d)
+                md += frobenius_inner(mS[a:b], d)
+                dd += frobenius_inner(d, d)
+        Fn = 0.5 * float(w @ rn2) + lam_L * float(sv_n.sum()) + lam_S * float(sn.sum())
         if not np.isfinite(Fn):
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
         if mL is not None and Fn > F + 1e-15 * abs(F):
             # function restart: drop the step, restart from x without momentum (x unchanged, so
             # the gap check below still applies to it)
             pool.extend((Ln, Sn, Rn, mL, mS))
-            Ly, Sy, Ry = take(), take(), take()
-            np.copyto(Ly, L)
-            np.copyto(Sy, S)
-            np.copyto(Ry, R)
             theta, mL, mS = 1.0, None, None
         else:
-            dL = np.subtract(Ln, L, out=L)                  # x is consumed: d takes its buffers
-            dS = np.subtract(Sn, S, out=S)
             # gradient restart: <y - x+, x+ - x> = <m - d, d> > 0 means momentum points uphill
-            restart = mL is not None and (
-                frobenius_inner(mL, dL) + frobenius_inner(mS, dS) - frobenius_inner(dL, dL) - frobenius_inner(dS, dS)) > 0
+            restart = mL is not None and md - dd > 0
             if mL is not None:
                 pool.extend((mL, mS))
             pool.append(R)
             theta_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * theta * theta))
             beta = (theta - 1.0) / theta_n
-            Ly, Sy, Ry = take(), take(), take()
             if restart or beta <= 0:
                 theta = 1.0 if restart else theta_n
-                np.copyto(Ly, Ln)
-                np.copyto(Sy, Sn)
-                np.copyto(Ry, Rn)
-                pool.extend((dL, dS))
+                pool.extend((L, S))
                 mL = mS = None
             else:
+                # pass 3: m = beta (x+ - x), written over x
                 theta = theta_n
-                dL *= beta
-                dS *= beta
-                mL, mS = dL, dS
-                np.add(Ln, mL, out=Ly)
-                np.add(Sn, mS, out=Sy)
-                np.subtract(Rn, mL, out=Ry)
-                Ry -= mS
-            del dL, dS
-            L, S, R, sv, Vt, F = Ln, Sn, Rn, sv_n, Vt_n, Fn
+                for a, b in spans:
+                    for X, Xn in ((L, Ln), (S, Sn)):
+                        Xc = X[a:b]
+                        np.subtract(Xn[a:b], Xc, out=Xc)
+                        Xc *= beta
+                mL, mS = L, S
+            L, S, R, sv, Vt, F, r2 = Ln, Sn, Rn, sv_n, Vt_n, Fn, rn2
         objs.append(F)
         if (it % check_every == 0 or it == max_iter) and _converged(
-                D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its):
+                D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its, r2):
             status = "optimal"
             break
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None

@@ -43,6 +43,7 @@ __all__ = [
     "op_norm",
     "singular_parts",
     "dual_from_residual",
+    "dual_scale_from_residual",
     "DualPoint",
     "dual_point",
     "dual_value",
@@ -221,19 +222,48 @@ def op_norm(X) -> float:
     return float(np.sqrt(max(np.linalg.eigvalsh(C)[-1], 0.0)))
 
 
-def dual_from_residual(D, q, R, w, lam_L, lam_S):
-    """Best feasible rescaling ``c P_w R`` of a residual ``R = D - L - S`` (G*q, p) and its
-    dual value, as a :class:`DualPoint` (no input checks: ``w`` (G,) already validated)."""
-    Q = R * np.repeat(w, q)[:, None]
-    qn2 = block_sq_norms(Q, q)
-    opn = op_norm(Q)
+def dual_scale_from_residual(D, q, R, w, lam_L, lam_S, *, sq_norms=None):
+    """Scale ``c`` and dual value of the best feasible rescaling ``c P_w R`` of a residual
+    ``R = D - L - S`` (G*q, p), without forming ``P_w R`` (no input checks: ``w`` (G,) already
+    validated). ``sq_norms``: the block norms ``||R^(g)||_F^2`` (G,) when already known.
+
+    Returns ``(c, value)``. Only block norms, ``<P_w R, D>`` and the p x p Gram of ``P_w R``
+    are needed (no (G*q, p) temporary: a fresh one page-faults and costs several passes)."""
+    if sq_norms is None:
+        sq_norms = block_sq_norms(R, q)
+    qn2 = w * w * sq_norms                              # ||(P_w R)^(g)||_F^2
+    Rb = R.reshape(-1, q, R.shape[1])
+    lin = float(w @ np.einsum("gij,gij->g", Rb, D.reshape(Rb.shape)))   # <P_w R, D>
+    # Gram of P_w R = sum_g w_g^2 R_g^T R_g: one product for equal weights (§7's 1/K), else over
+    # chunks of blocks (small temporaries)
+    p = R.shape[1]
+    if np.all(w == w[0]):
+        C = R.T @ R
+        C *= w[0] * w[0]
+    else:
+        step = max(1, 4096 // q)
+        C = np.zeros((p, p))
+        for a in range(0, Rb.shape[0], step):
+            X = Rb[a:a + step].reshape(-1, p)
+            C += (X * np.repeat(w[a:a + step] ** 2, q)[:, None]).T @ X
+    top = scipy.linalg.eigh(C, eigvals_only=True, subset_by_index=(p - 1, p - 1),
+                            driver="evr", check_finite=False)
+    opn = float(np.sqrt(max(float(top[-1]), 0.0)))
     c_max = 1.0 / max(opn / lam_L, float(np.sqrt(qn2.max())) / lam_S, np.finfo(float).tiny)
-    lin = frobenius_inner(Q, D)
     quad = float(qn2 @ (1.0 / w))
     # dual(cQ) = c lin - c^2 quad / 2 is concave in c: maximise over [0, c_max]. c = min(1, c_max)
     # is the plain rescaling; the optimal c is never worse and costs nothing.
     c = min(max(lin / quad, 0.0), c_max) if quad > 0 else 0.0
-    return DualPoint(c * Q, c * lin - 0.5 * c * c * quad)
+    return c, c * lin - 0.5 * c * c * quad
+
+
+def dual_from_residual(D, q, R, w, lam_L, lam_S):
+    """Best feasible rescaling ``c P_w R`` of a residual ``R = D - L - S`` (G*q, p) and its
+    dual value, as a :class:`DualPoint` (no input checks: ``w`` (G,) already validated)."""
+    c, value = dual_scale_from_residual(D, q, R, w, lam_L, lam_S)
+    Q = R * np.repeat(w, q)[:, None]
+    Q *= c
+    return DualPoint(Q, value)
 
 
 def dual_value(D, q, Q, lam_L, lam_S, weights=None, *, rtol: float = 1e-6) -> float:
