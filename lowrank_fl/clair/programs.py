@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-import cvxpy as cp
 import numpy as np
 import scipy.sparse
 
@@ -136,6 +135,7 @@ def nuclear_norm_block_schur(L_expr, q: int):
     constraints : list
         ``[[W, L_g^T], [L_g, T_g]] ⪰ 0`` for each block (cones of size n + q).
     """
+    import cvxpy as cp  # here, not at import: the iterative paths never need cvxpy
     blocks = _blocks_of(L_expr, q)
     n = blocks[0].shape[1]
     W = cp.Variable((n, n), symmetric=True)
@@ -147,6 +147,7 @@ def nuclear_norm_block_schur(L_expr, q: int):
 def block_l1(S_expr, q: int):
     """``||S||_{blk,1} = sum_g ||S_g||_F`` for a (G*q, p) expression (one vectorised norm; in C
     order row g of the (G, q*p) reshape is block g)."""
+    import cvxpy as cp  # here, not at import: the iterative paths never need cvxpy
     rows, p = S_expr.shape
     return cp.sum(cp.norm(cp.reshape(S_expr, (rows // q, q * p), order="C"), 2, axis=1))
 
@@ -198,6 +199,7 @@ def solve_program7(D, q, lam_L, lam_S, weights=None, *, solver: str = "CLARABEL"
         the returned point, comparable with the iterative methods; ``history["cvxpy_status"]``
         is not kept: the raw status is in ``message``.
     """
+    import cvxpy as cp  # here, not at import: the iterative paths never need cvxpy
     D, q, G, lam_L, lam_S, w = check_problem(D, q, lam_L, lam_S, weights)
     check_choice(nuclear, "nuclear", _NUCLEAR)
     tol = check_positive(tol, "tol")
@@ -264,6 +266,7 @@ def solve_noiseless(D0, q, lam_L, lam_S, *, solver: str = "CLARABEL", nuclear: s
         upper bound on the suboptimality of ``(L, D0 - L)``. By Theorem 1 only the row space of
         ``L`` (``result.projector(r)``) is determined, not ``L`` itself.
     """
+    import cvxpy as cp  # here, not at import: the iterative paths never need cvxpy
     D0, q, G, lam_L, lam_S = _check_unweighted(D0, q, lam_L, lam_S, "D0")
     check_choice(nuclear, "nuclear", _NUCLEAR)
     tol = check_positive(tol, "tol")
@@ -370,6 +373,7 @@ def solve_oracle(D0, q, A, I_mask, lam_L, lam_S, *, solver: str = "CLARABEL",
     -------
     OracleResult
     """
+    import cvxpy as cp  # here, not at import: the iterative paths never need cvxpy
     D0, q, G, lam_L, lam_S, A, I_mask = oracle_inputs(D0, q, A, I_mask, lam_L, lam_S)
     check_tol = check_positive(check_tol, "check_tol")
     check_benign_in_row_space(D0, q, A, I_mask, check_tol)
@@ -441,6 +445,7 @@ def solve_noisy_oracle(D_hat, q, A, I_mask, lam_L, lam_S, eps, weights=None, *,
     -------
     OracleResult
     """
+    import cvxpy as cp  # here, not at import: the iterative paths never need cvxpy
     D, q, G, lam_L, lam_S, A, I_mask = oracle_inputs(D_hat, q, A, I_mask, lam_L, lam_S,
                                                       name="D_hat")
     from .contrasts import check_weights
