@@ -225,3 +225,25 @@ def test_markdown_without_results_or_omitted():
     md = render_markdown([], scale="full")
     assert md.startswith("# lowrank_fl validation report") and "| **all** | **0** |" in md
     assert "Omitted" not in md and "## Verdicts other than holds" not in md
+
+
+def test_checks_and_remarks_are_shown():
+    from verify.claim import Claim, Evidence
+    from verify.criteria import baseline_check, relaxation
+    from verify.report._common import check_lines, remarks
+
+    ev = Evidence(verdict="inconclusive", summary="s",
+                  solves={"count": 3, "not_converged": 1, "by_status": {"optimal": 2, "max_iter": 1},
+                          "max_relative_gap": 0.02, "failures": []},
+                  baselines=[baseline_check("FedRep vs AltMin", 1.5, 1.0, rtol=1e-3)],
+                  relaxations=[relaxation("mean <= 1.01", True, relaxed="interval < 0.01",
+                                          relaxed_outcome=False, reason="seeds.")])
+    lines = check_lines(ev)
+    assert lines[0].startswith("Solves: 3 recorded (optimal 2, max_iter 1); 1 not converged; "
+                               "largest relative duality gap 0.02")
+    assert "NOT reached" in lines[1] and "FedRep vs AltMin" in lines[1]
+    assert "original: mean <= 1.01 (passes); relaxed: interval < 0.01 (fails); why: seeds." in lines[2]
+    assert check_lines(Evidence(verdict="holds", summary="s")) == []
+    mk = lambda i, kind: Claim(id=f"clair.{i}", paper="clair", reference="r", statement="s",
+                               kind=kind, experiment=None)
+    assert remarks([(mk("a", "remark"), ev), (mk("b", "bound"), ev)]) == ["clair.a"]

@@ -9,7 +9,7 @@ from .values import columns as table_columns
 from .values import fmt
 
 __all__ = ["fmt", "by_paper", "totals", "totals_by_paper", "is_error", "table_columns", "kv_rows",
-           "omitted_sorted", "non_holds", "anchor", "svg_twin", "VERDICT_LEGEND", "KIND_LEGEND"]
+           "omitted_sorted", "non_holds", "remarks", "check_lines", "anchor", "svg_twin", "VERDICT_LEGEND", "KIND_LEGEND"]
 
 
 def is_error(evidence: Evidence) -> bool:
@@ -96,7 +96,35 @@ KIND_LEGEND = {
     "comparison": "one method against another, or the paper's table/figure against our numbers.",
     "phase transition": "where success turns into failure as a parameter moves.",
     "erratum": "a statement the paper gets wrong; the verdict says whether the error is reproduced.",
+    "remark": "checks only a definition, a scope remark or the verifier's own code: reported with its "
+              "verdict but not counted as verified.",
 }
+
+
+def check_lines(evidence: Evidence) -> list[str]:
+    """Sentences on what the verdict rests on: the solves' certificates, the baseline checks and
+    any criterion relaxed after a run (both criteria and outcomes). Empty when none were recorded."""
+    out = []
+    sv = evidence.solves
+    if sv:
+        statuses = ", ".join(f"{k} {v}" for k, v in sv.get("by_status", {}).items())
+        gap = sv.get("max_relative_gap")
+        out.append(f"Solves: {sv['count']} recorded ({statuses}); {sv['not_converged']} not converged"
+                   + ("" if gap is None or gap != gap else f"; largest relative duality gap {fmt(gap)}")
+                   + ".")
+    for b in evidence.baselines:
+        out.append(f"Baseline check — {b['what']}: {fmt(b['value'])} vs its reference "
+                   f"{fmt(b['reference'])} (tolerance {fmt(b['atol'])} + {fmt(b['rtol'])}·|ref|): "
+                   + ("reached" if b["ok"] else "NOT reached, so the comparison is undecided") + ".")
+    for r in evidence.relaxations:
+        out.append(f"Criterion changed after a run — original: {r['original']} ({r['original_outcome']}); "
+                   f"relaxed: {r['relaxed']} ({r['relaxed_outcome']}); why: {r['reason'].rstrip('.')}.")
+    return out
+
+
+def remarks(results: Sequence[tuple[Claim, Evidence]]) -> list[str]:
+    """Ids of the claims whose kind is reported but not counted as verified (``Claim.counted``)."""
+    return [c.id for c, _ in results if not c.counted]
 
 
 def anchor(claim_id: str) -> str:

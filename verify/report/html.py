@@ -14,7 +14,8 @@ from typing import Mapping, Sequence
 
 from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, VERDICT_LEGEND, anchor, by_paper, is_error, kv_rows,
-                      non_holds, omitted_sorted, svg_twin, table_columns, totals, totals_by_paper)
+                      check_lines, non_holds, omitted_sorted, remarks, svg_twin, table_columns, totals,
+                      totals_by_paper)
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt_number, html_value
 
@@ -112,6 +113,8 @@ def _claim(c: Claim, e: Evidence, figure_root: Path | None) -> str:
                             raw=True))
     if e.figure:
         parts.append(_figure(e.figure, figure_root, c))
+    if check_lines(e):
+        parts.append("<ul>" + "".join(f"<li>{escape(x)}</li>" for x in check_lines(e)) + "</ul>")
     if e.notes:
         parts.append(f"<pre>{escape(e.notes)}</pre>" if is_error(e)
                      else f"<p><b>Notes.</b> {escape(e.notes)}</p>")
@@ -234,7 +237,10 @@ def render_html(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
             '<h2 id="summary">Summary</h2>',
             f"<p>Verdicts of {t['claims']} claims from five papers at scale <b>{escape(scale)}</b> "
             "(smoke: seconds, quick: minutes, full: the published report); verdicts can differ "
-            "between scales.</p>",
+            "between scales."
+            + (f" Remarks (kind <i>remark</i>: reported, not "
+               f"counted as verified): {escape(', '.join(remarks(results)))}."
+               if remarks(results) else "") + "</p>",
             f'<div id="counts">{_counts(results, omitted)}</div>',
             "<h3>Verdicts</h3>", _legend(VERDICT_LEGEND, True),
             "<h3>Kinds of claim</h3>", _legend(KIND_LEGEND, False)]

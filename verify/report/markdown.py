@@ -7,7 +7,7 @@ from typing import Mapping, Sequence
 
 from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, VERDICT_LEGEND, anchor, by_paper, is_error, kv_rows,
-                      non_holds, omitted_sorted, table_columns, totals, totals_by_paper)
+                      check_lines, non_holds, omitted_sorted, remarks, table_columns, totals, totals_by_paper)
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt, fmt_number, is_records
 
@@ -69,6 +69,7 @@ def _claim_section(c: Claim, e: Evidence) -> list[str]:
         out += _records(e.table) + [""]
     if e.figure:
         out += [f"![Figure of {c.id}]({e.figure})", ""]
+    out += [f"- {line}" for line in check_lines(e)] + ([""] if check_lines(e) else [])
     if e.notes:
         if is_error(e):
             out += ["```text", e.notes, "```", ""]
@@ -140,7 +141,10 @@ def render_markdown(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
         head.append(f"commit `{commit[:10]}`" + (" (dirty)" if prov["git"].get("dirty") else ""))
     lines += [" · ".join(head), "", "## Summary", "",
               f"Verdicts of {t['claims']} claims at scale **{scale}** (smoke: seconds, quick: minutes, "
-              "full: the published report); verdicts can differ between scales.", ""]
+              "full: the published report); verdicts can differ between scales."
+              + (f" Remarks (kind *remark*: reported, not "
+                 f"counted as verified): {', '.join(remarks(results))}." if remarks(results) else ""),
+              ""]
     cols = ["claims", *VERDICTS, "omitted"]
     per = totals_by_paper(results, omitted)
     rows = [[SHORT_NAMES.get(p, p), *[c.get(k, 0) for k in cols]] for p, c in per.items()]
