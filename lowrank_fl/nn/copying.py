@@ -99,10 +99,12 @@ def sample(n: int, *, length: int, exponent: float = 1.1, kind: str = "fuzzy",
     return CopyBatch(tokens, second.astype(np.int64), np.full(n, L, dtype=np.int64))
 
 
-def sample_mixture(n: int, *, lengths, exponent: float = 1.1, seed=None) -> CopyBatch:
-    """A balanced mixture of fuzzy-copying tasks over ``lengths`` (pretraining, S5: L in 5..15).
+def sample_mixture(n: int, *, lengths, exponent: float = 1.1, kind: str = "fuzzy",
+                   background: str = "power-law", seed=None) -> CopyBatch:
+    """A balanced mixture of copying tasks over ``lengths`` (pretraining, S5: fuzzy, L in 5..15).
 
-    Each sequence's length is drawn uniformly from ``lengths``.
+    Each sequence's length is drawn uniformly from ``lengths``; ``kind`` and ``background`` as in
+    :func:`sample` (``exponent=0`` gives uniform letters).
     """
     rng = as_generator(seed)
     lengths = np.asarray(list(lengths), dtype=np.int64)
@@ -113,7 +115,8 @@ def sample_mixture(n: int, *, lengths, exponent: float = 1.1, seed=None) -> Copy
     for i, L in enumerate(lengths):      # a handful of lengths, not a loop over samples
         idx = np.flatnonzero(pick == i)
         if idx.size:
-            b = sample(idx.size, length=int(L), exponent=exponent, seed=rng)
+            b = sample(idx.size, length=int(L), exponent=exponent, kind=kind, background=background,
+                       seed=rng)
             out_t[idx], out_m[idx], out_l[idx] = b
     return CopyBatch(out_t, out_m, out_l)
 
