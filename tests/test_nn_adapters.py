@@ -11,7 +11,7 @@ pytest.importorskip("peft")
 
 from lowrank_fl.clair.pipeline import fit  # noqa: E402
 from lowrank_fl.nn import copying  # noqa: E402
-from lowrank_fl.nn.aggregate import aggregate, load_deltas, stack_deltas  # noqa: E402
+from lowrank_fl.nn.aggregate import aggregate, load_deltas, load_factors, stack_deltas  # noqa: E402
 from lowrank_fl.nn.clients import LoraSettings, TaskSpec, predict, train_client  # noqa: E402
 from lowrank_fl.nn.pretrain import PretrainSettings, pretrained_backbone  # noqa: E402
 from lowrank_fl.nn.sec8 import client_tasks, merged_model  # noqa: E402
@@ -83,9 +83,10 @@ def test_merged_model_equals_the_peft_model(backbone, adapters):
 
 
 def test_aggregate_methods(adapters):
-    stacks = stack_deltas(adapters)
+    factors = load_factors(adapters)
+    stacks = stack_deltas(adapters, factors)
     truth = np.array([True, True, False])
-    agg = aggregate(stacks, ATTENTION_MODULES, truth, lam_L=0.5, lam_S=0.4, tau=0.5)
+    agg = aggregate(stacks, ATTENTION_MODULES, truth, lam_L=0.5, lam_S=0.4, tau=0.5, factors=factors)
     name = ATTENTION_MODULES[2]
     W = stacks[name]
     np.testing.assert_array_equal(agg.deltas["local"][name], W)
@@ -95,6 +96,16 @@ def test_aggregate_methods(adapters):
     ref = fit(W, lam_L=0.5, lam_S=0.4, rank=3, alpha=0.5, tau=0.5)
     np.testing.assert_array_equal(agg.deltas["clair"][name], ref.refined)
     np.testing.assert_array_equal(agg.benign[name], ref.benign)
+    # CLAIR with automatic tuning = the adapters package on the same factors; equal to clair.fit at
+    # the λ and τ it chose, on the full 64 x 64 matrices
+    from lowrank_fl.adapters.aggregate import ModuleOptions, aggregate_module
+
+    auto = aggregate_module(factors[name], ModuleOptions(rank=3, output_dtype="float64"))
+    np.testing.assert_array_equal(agg.benign_auto[name], auto.benign)
+    ref = fit(W, lam_L=auto.lam_L, lam_S=auto.lam_S, rank=3, alpha=0.5, tau=auto.tau)
+    np.testing.assert_allclose(agg.deltas["clair-auto"][name], ref.refined, atol=1e-6 * np.abs(W).max())
+    with pytest.raises(ValueError, match="factors"):
+        aggregate(stacks, ATTENTION_MODULES, truth, lam_L=0.5, lam_S=0.4, tau=0.5)
     for m in agg.deltas:                              # the output layer is never aggregated
         np.testing.assert_array_equal(agg.deltas[m][OUTPUT_MODULE], stacks[OUTPUT_MODULE])
     with pytest.raises(ValueError, match="methods"):

@@ -41,6 +41,7 @@ class PretrainSettings:
     kind: str = "fuzzy"
     d: int = 64
     mlp: bool = False
+    heads: int = 1
     seed: int = 0
 
     def key(self) -> str:
@@ -68,7 +69,7 @@ def pretrain(settings: PretrainSettings = PretrainSettings()) -> tuple[CopyingTr
     check_int(settings.steps, "steps", minimum=0)
     torch.set_num_threads(1)
     seed_torch(settings.seed)
-    model = CopyingTransformer(d=settings.d, mlp=settings.mlp)
+    model = CopyingTransformer(d=settings.d, mlp=settings.mlp, heads=settings.heads)
     opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
     rng = as_generator(settings.seed, "pretrain-data")
     losses = []
@@ -92,7 +93,7 @@ def pretrained_backbone(settings: PretrainSettings = PretrainSettings(), *, cach
     if cache_dir is not None:
         path = Path(cache_dir) / f"copying-backbone-{settings.key()}.safetensors"
         if path.exists():
-            model = CopyingTransformer(d=settings.d, mlp=settings.mlp)
+            model = CopyingTransformer(d=settings.d, mlp=settings.mlp, heads=settings.heads)
             model.load_state_dict(load_file(str(path)))
             return model.eval()
     model, losses = pretrain(settings)

@@ -31,8 +31,11 @@ __all__: list[str] = []
 PAPER = "clair"
 MAIN = "clair.sec8.table3"
 REGIMES = ("homogeneous", "heterogeneous")
-METHODS = ("local", "fedavg", "oracle", "clair")
-LABELS = {"local": "Local", "fedavg": "FedAvg", "oracle": "FedAvg (Oracle)", "clair": "CLAIR"}
+#: Table 3's columns, then ours: CLAIR with the adapters package's automatic λ and largest-gap τ
+PAPER_METHODS = ("local", "fedavg", "oracle", "clair")
+METHODS = (*PAPER_METHODS, "clair-auto")
+LABELS = {"local": "Local", "fedavg": "FedAvg", "oracle": "FedAvg (Oracle)", "clair": "CLAIR",
+          "clair-auto": "CLAIR (automatic tuning)"}
 LAYERS = tuple(f"blocks.{b}.{m}_proj" for b in range(2) for m in "qkvo")
 #: Table 3 of the paper (masked next-token accuracy, %, 9 benign clients x 100 replicates)
 TABLE3 = {"homogeneous": {"local": 78.27, "fedavg": 62.94, "oracle": 79.17, "clair": 78.48},
@@ -69,7 +72,7 @@ def _task(*, seed, regime, contamination, pretrain_steps, pretrain_seed, cache_d
     return {"accuracy": {m: 100.0 * np.asarray(v) for m, v in r.accuracy.items()},
             "benign": np.asarray(r.benign), "truth": np.asarray(r.truth),
             "tasks": [(t.length, t.exponent, t.kind) for t in r.tasks], "status": list(r.clair_status),
-            "block_norms": np.asarray(r.block_norms)}
+            "block_norms": np.asarray(r.block_norms), "benign_auto": np.asarray(r.benign_auto)}
 
 
 def runs(ctx, *, contamination: str = "reverse", reps: int | None = None) -> dict:
@@ -147,15 +150,20 @@ def table3_rows(results: dict) -> list[dict]:
     rows = []
     for reg in REGIMES:
         for m in METHODS:
+            if m not in results[reg][0]["accuracy"]:
+                continue
             mean, se, lo, hi = mean_ci([benign_mean(r, m) for r in results[reg]])
-            rows.append({"regime": reg, "method": LABELS[m], "paper": TABLE3[reg][m], "ours": mean,
-                         "se": se, "difference": mean - TABLE3[reg][m]})
+            paper = TABLE3[reg].get(m)
+            rows.append({"regime": reg, "method": LABELS[m], "paper": paper, "ours": mean,
+                         "se": se, "difference": None if paper is None else mean - paper})
     return rows
 
 
 def table3_verdict(rows) -> bool | None:
     """Every cell within :data:`TOLERANCE` points of the paper's → True; a cell further than the
-    tolerance plus two standard errors → False; otherwise (too noisy to tell) None."""
+    tolerance plus two standard errors → False; otherwise (too noisy to tell) None. Rows without a
+    paper number (our extra column) do not count."""
+    rows = [r for r in rows if r["paper"] is not None]
     far = [abs(r["difference"]) - TOLERANCE for r in rows]
     if all(f <= 0 for f in far):
         return True
@@ -175,15 +183,17 @@ def _per_client_figure(results):
     fig, axes = plt.subplots(2, 2, figsize=(11, 6.5), sharex=True)
     for col, reg in enumerate(REGIMES):
         clients = np.flatnonzero(results[reg][0]["truth"])
-        acc = {m: np.full(len(results[reg][0]["truth"]), np.nan) for m in METHODS}
-        for m in METHODS:
+        methods = [m for m in METHODS if m in results[reg][0]["accuracy"]]
+        acc = {m: np.full(len(results[reg][0]["truth"]), np.nan) for m in methods}
+        for m in methods:
             acc[m][clients] = np.mean([r["accuracy"][m][clients] for r in results[reg]], axis=0)
-        w = 0.2
-        for i, m in enumerate(METHODS):
-            axes[0, col].bar(clients + (i - 1.5) * w, acc[m][clients], w, label=LABELS[m])
+        w = 0.8 / len(methods)
+        for i, m in enumerate(methods):
+            off = (i - (len(methods) - 1) / 2) * w
+            axes[0, col].bar(clients + off, acc[m][clients], w, label=LABELS[m])
             if m != "local":
                 rel = 100 * (acc[m][clients] - acc["local"][clients]) / acc["local"][clients]
-                axes[1, col].bar(clients + (i - 1.5) * w, rel, w, label=LABELS[m])
+                axes[1, col].bar(clients + off, rel, w, label=LABELS[m])
         axes[0, col].set_title(f"{reg} (evaluated on {'the common task' if reg == 'homogeneous' else 'own task'})")
         axes[0, col].set_ylabel("masked accuracy (%)")
         axes[1, col].set_ylabel("relative change vs Local (%)")
@@ -208,7 +218,7 @@ def _table3(ctx, *, contamination: str = "reverse") -> Evidence:
     diag = backbone_diagnostic(ctx)
     return baseline_gate(ctx, Evidence(
         verdict=verdict_from(ok),
-        summary="; ".join(f"{reg}: " + ", ".join(f"{r['method']} {r['ours']:.1f}±{r['se']:.1f} (paper {r['paper']})"
+        summary="; ".join(f"{reg}: " + ", ".join(f"{r['method']} {r['ours']:.1f}±{r['se']:.1f} (paper {r['paper'] or '-'})"
                                                  for r in rows if r["regime"] == reg) for reg in REGIMES),
         measured={"rows": rows, "replicates": n},
         predicted={"paper": TABLE3, "tolerance_points": TOLERANCE},
@@ -242,7 +252,12 @@ def detection_counts(results: dict) -> dict:
             "median_norm_contaminated_pairs": float(np.median(norms[..., contaminated_pair])),
             # per (replicate, matrix): do all contaminated pairs exceed every benign pair?
             "separable": int((norms[..., contaminated_pair].min(-1) > norms[..., ~contaminated_pair].max(-1)).sum())})
-        out[reg] = {**sep, "excluded": (~benign).sum(axis=0), "replicates": len(reps), "truth": truth,
+        auto = {}
+        if reps[0].get("benign_auto") is not None and np.ndim(reps[0]["benign_auto"]) == 2:
+            ba = np.stack([r["benign_auto"] for r in reps])
+            auto = {"auto_layer_exact": int((ba == truth).all(axis=2).sum()),
+                    "auto_client_exact": int(((ba.mean(axis=1) > 0.5) == truth).all(axis=1).sum())}
+        out[reg] = {**sep, **auto, "excluded": (~benign).sum(axis=0), "replicates": len(reps), "truth": truth,
                     "layer_exact": int((benign == truth).all(axis=2).sum()),
                     "layer_total": int(benign.shape[0] * benign.shape[1]),
                     "client_exact": int((client_level == truth).all(axis=1).sum())}
