@@ -121,3 +121,18 @@ def test_client_tasks():
     assert len({t.length for t in het}) > 1 and het[-1].kind == "shift"
     with pytest.raises(ValueError, match="contamination"):
         client_tasks("homogeneous", contamination="nope", seed=0)
+
+
+def test_next_token_loss_positions(backbone):
+    from lowrank_fl.nn.pretrain import next_token_loss
+
+    b = copying.sample(6, length=10, seed=1)
+    x = torch.from_numpy(b.tokens)
+    full = np.ones_like(b.tokens, dtype=bool)
+    with torch.no_grad():
+        assert torch.allclose(next_token_loss(backbone, x, full), next_token_loss(backbone, x))
+        logits = backbone(x[:, :-1])
+        P = copying.copy_positions(b)
+        i, t = np.nonzero(P)
+        ref = torch.nn.functional.cross_entropy(logits[i, t - 1], x[i, t])
+        assert torch.allclose(next_token_loss(backbone, x, P), ref)

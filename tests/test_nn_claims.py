@@ -127,7 +127,7 @@ def test_smoke_runs_are_reproducible(ctx):
 def test_baseline_gate_turns_a_broken_backbone_into_inconclusive(monkeypatch):
     from verify.claim import Evidence
 
-    diag = {"pretrain_steps": 100, "pretraining_masked_accuracy": 27.0, "most_frequent_letter_share": 27.0,
+    diag = {"pretraining": "100 steps on the pretraining mixture", "pretraining_masked_accuracy": 27.0, "most_frequent_letter_share": 27.0,
             "copies": False}
     monkeypatch.setattr(S8, "backbone_diagnostic", lambda ctx: dict(diag))
     ev = S8.baseline_gate(None, Evidence(verdict="fails", summary="CLAIR 26.0 (paper 78.5)"))

@@ -34,6 +34,8 @@ class LoraSettings:
     epochs: int = 1
     batch_size: int = 50
     lr: float = 1e-3
+    #: targets of the loss (:data:`lowrank_fl.nn.copying.LOSSES`): "all" (S5) or "copy"
+    loss: str = "all"
 
     def config(self) -> LoraConfig:
         targets = [m.split(".")[-1] for m in ATTENTION_MODULES[:4]] + [OUTPUT_MODULE]
@@ -66,7 +68,9 @@ def train_client(backbone, task: TaskSpec, out_dir, *, settings: LoraSettings = 
     seed_torch(init_seed)
     model = get_peft_model(copy.deepcopy(backbone), settings.config())
     rng = as_generator(seed, "client-data")
-    data = torch.from_numpy(task.sample(settings.n_train, seed=rng).tokens)
+    batch = task.sample(settings.n_train, seed=rng)
+    data = torch.from_numpy(batch.tokens)
+    where = copying.loss_positions(batch, settings.loss)
     torch.manual_seed(int(rng.integers(2**31)))        # dropout stream of this client
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=settings.lr)
@@ -74,7 +78,8 @@ def train_client(backbone, task: TaskSpec, out_dir, *, settings: LoraSettings = 
     for _ in range(settings.epochs):
         order = torch.from_numpy(rng.permutation(settings.n_train))
         for start in range(0, settings.n_train - settings.batch_size + 1, settings.batch_size):
-            loss = next_token_loss(model, data[order[start:start + settings.batch_size]])
+            idx = order[start:start + settings.batch_size]
+            loss = next_token_loss(model, data[idx], None if where is None else where[idx.numpy()])
             opt.zero_grad()
             loss.backward()
             opt.step()

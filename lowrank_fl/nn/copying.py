@@ -30,7 +30,11 @@ import numpy as np
 from ..validation import as_generator, check_int
 
 __all__ = ["VOCAB", "PAD", "T", "LETTERS", "CONTAMINATIONS", "CopyBatch", "power_law", "sample",
-           "sample_mixture", "masked_error", "mask"]
+           "sample_mixture", "masked_error", "mask", "copy_positions", "LOSSES", "loss_positions"]
+
+#: which next-token targets a training loss uses: every position (S5's "autoregressive"), or only
+#: the second copy's positions ``m+1 .. m+L-1`` (those the first copy determines)
+LOSSES = ("all", "copy")
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 PAD = 52
@@ -126,6 +130,22 @@ def mask(batch: CopyBatch) -> np.ndarray:
     pos = np.arange(batch.tokens.shape[1])[None, :]
     m = batch.second_start[:, None]
     return (pos >= m + 3) & (pos <= m + batch.length[:, None] - 1)
+
+
+def copy_positions(batch: CopyBatch) -> np.ndarray:
+    """Bool (n, T): position ``t`` in ``{m_i+1, ..., m_i+L_i-1}``, the second copy without its first
+    token (the targets the first copy determines)."""
+    pos = np.arange(batch.tokens.shape[1])[None, :]
+    m = batch.second_start[:, None]
+    return (pos >= m + 1) & (pos <= m + batch.length[:, None] - 1)
+
+
+def loss_positions(batch: CopyBatch, loss: str) -> np.ndarray | None:
+    """The target mask of a training loss (:data:`LOSSES`): None for ``"all"``, else
+    :func:`copy_positions`."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    return None if loss == "all" else copy_positions(batch)
 
 
 def masked_error(predictions, batch: CopyBatch) -> float:

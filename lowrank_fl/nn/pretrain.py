@@ -42,6 +42,12 @@ class PretrainSettings:
     d: int = 64
     mlp: bool = False
     heads: int = 1
+    bias: bool = False
+    #: the targets of the loss (:data:`lowrank_fl.nn.copying.LOSSES`): "all" (S5) or "copy"
+    loss: str = "all"
+    #: steps of clean copying with uniform letters before the ``steps`` of the task above (not in
+    #: S5; 0 = the paper's recipe): a curriculum that lets the induction-head circuit form first
+    warmup_steps: int = 0
     seed: int = 0
 
     def key(self) -> str:
@@ -57,27 +63,36 @@ def seed_torch(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(seed))
 
 
-def next_token_loss(model, tokens: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of predicting ``tokens[:, t]`` from ``tokens[:, :t]`` for every t >= 1."""
+def next_token_loss(model, tokens: torch.Tensor, positions=None) -> torch.Tensor:
+    """Mean cross-entropy of predicting ``tokens[:, t]`` from ``tokens[:, :t]`` for every t >= 1,
+    or only where ``positions`` (bool (n, T), column 0 unused) is true."""
     logits = model(tokens[:, :-1])
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                             tokens[:, 1:].reshape(-1))
+    target = tokens[:, 1:]
+    if positions is not None:
+        keep = torch.as_tensor(np.asarray(positions)[:, 1:])
+        return torch.nn.functional.cross_entropy(logits[keep], target[keep])
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
 def pretrain(settings: PretrainSettings = PretrainSettings()) -> tuple[CopyingTransformer, list]:
-    """Train the backbone from scratch; returns the model (eval mode) and the loss per step."""
+    """Train the backbone from scratch (``warmup_steps`` of clean uniform copying, then ``steps`` of
+    the settings' task); returns the model (eval mode) and the loss per step."""
     check_int(settings.steps, "steps", minimum=0)
+    check_int(settings.warmup_steps, "warmup_steps", minimum=0)
     torch.set_num_threads(1)
     seed_torch(settings.seed)
-    model = CopyingTransformer(d=settings.d, mlp=settings.mlp, heads=settings.heads)
+    model = CopyingTransformer(d=settings.d, mlp=settings.mlp, heads=settings.heads, bias=settings.bias)
     opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
     rng = as_generator(settings.seed, "pretrain-data")
     losses = []
     model.train()
-    for _ in range(settings.steps):
+    for step in range(settings.warmup_steps + settings.steps):
+        warm = step < settings.warmup_steps
         b = copying.sample_mixture(settings.batch_size, lengths=settings.lengths,
-                                   exponent=settings.exponent, kind=settings.kind, seed=rng)
-        loss = next_token_loss(model, torch.from_numpy(b.tokens))
+                                   exponent=0.0 if warm else settings.exponent,
+                                   kind="clean" if warm else settings.kind, seed=rng)
+        loss = next_token_loss(model, torch.from_numpy(b.tokens),
+                               copying.loss_positions(b, "all" if warm else settings.loss))
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -93,7 +108,7 @@ def pretrained_backbone(settings: PretrainSettings = PretrainSettings(), *, cach
     if cache_dir is not None:
         path = Path(cache_dir) / f"copying-backbone-{settings.key()}.safetensors"
         if path.exists():
-            model = CopyingTransformer(d=settings.d, mlp=settings.mlp, heads=settings.heads)
+            model = CopyingTransformer(d=settings.d, mlp=settings.mlp, heads=settings.heads, bias=settings.bias)
             model.load_state_dict(load_file(str(path)))
             return model.eval()
     model, losses = pretrain(settings)

@@ -4,7 +4,8 @@ positional encoding, residual connections and layer norm, then an output layer o
 Block ``b`` (pre-norm): ``x <- x + W_o softmax_causal(rope(W_q h) rope(W_k h)^T / sqrt(d)) W_v h``
 with ``h = LayerNorm(x)``. S5 lists no MLP, so the blocks are attention-only (``mlp=True`` adds a
 4d ReLU MLP per block); ``heads`` splits each block's attention into heads of width ``d / heads``
-(S5: one head; rotary applied per head). Module names follow the usual PEFT targets: ``blocks.{0,1}.{q,k,v,o}_proj``
+(S5: one head; rotary applied per head); ``bias=True`` gives the projections biases (S5 does
+not say; LoRA adapts the weights only either way). Module names follow the usual PEFT targets: ``blocks.{0,1}.{q,k,v,o}_proj``
 (the eight attention projections, ``nn.Linear`` without bias, weight ``q × p = out × in``) and
 ``lm_head`` (the output layer).
 """
@@ -33,16 +34,16 @@ def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
 
 
 class Block(nn.Module):
-    def __init__(self, d: int, mlp: bool, heads: int = 1):
+    def __init__(self, d: int, mlp: bool, heads: int = 1, bias: bool = False):
         super().__init__()
         if d % (2 * heads):
             raise ValueError(f"heads must divide d / 2 = {d // 2}, got heads={heads}")
         self.heads = heads
         self.ln = nn.LayerNorm(d)
-        self.q_proj = nn.Linear(d, d, bias=False)
-        self.k_proj = nn.Linear(d, d, bias=False)
-        self.v_proj = nn.Linear(d, d, bias=False)
-        self.o_proj = nn.Linear(d, d, bias=False)
+        self.q_proj = nn.Linear(d, d, bias=bias)
+        self.k_proj = nn.Linear(d, d, bias=bias)
+        self.v_proj = nn.Linear(d, d, bias=bias)
+        self.o_proj = nn.Linear(d, d, bias=bias)
         self.mlp = (nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d))
                     if mlp else None)
         self.scale = 1.0 / math.sqrt(d // heads)
@@ -71,13 +72,14 @@ class Block(nn.Module):
 class CopyingTransformer(nn.Module):
     """Token ids (batch, T) → next-token logits (batch, T, vocab)."""
 
-    def __init__(self, vocab: int = 53, d: int = 64, n_blocks: int = 2, mlp: bool = False, heads: int = 1):
+    def __init__(self, vocab: int = 53, d: int = 64, n_blocks: int = 2, mlp: bool = False, heads: int = 1,
+                 bias: bool = False):
         super().__init__()
         if n_blocks != 2:
             # ATTENTION_MODULES names two blocks; other depths are not part of the experiment
             raise ValueError(f"n_blocks must be 2 (S5's backbone), got {n_blocks}")
         self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(Block(d, mlp, heads) for _ in range(n_blocks))
+        self.blocks = nn.ModuleList(Block(d, mlp, heads, bias) for _ in range(n_blocks))
         self.ln_f = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, vocab)
 

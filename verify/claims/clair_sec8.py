@@ -46,27 +46,34 @@ TOLERANCE = 5.0     # points: "reproduces Table 3" = every cell within 5 points 
 #: L in 5..15, t = 1.1). A backbone that has not learned to copy predicts the most frequent letter
 #: (27 %); below the threshold every §8 claim is inconclusive, never "fails".
 BASELINE_MIN_ACCURACY = 50.0
+#: backbone pretraining per scale (fields of lowrank_fl.nn.pretrain.PretrainSettings; S5: 5500 steps)
+PRETRAIN = {"smoke": {"steps": 100}, "quick": {"steps": 1500}, "full": {"steps": 5500}}
 
 
 def _scale(ctx) -> dict:
-    return ctx.pick(smoke={"pretrain_steps": 100, "n_train": 100, "n_test": 50, "reps": 1},
-                    quick={"pretrain_steps": 1000, "n_train": 2000, "n_test": 200, "reps": 2},
-                    full={"pretrain_steps": 5500, "n_train": 2000, "n_test": 500, "reps": 16})
+    return ctx.pick(smoke={"pretrain": PRETRAIN["smoke"], "n_train": 100, "n_test": 50, "reps": 1},
+                    quick={"pretrain": PRETRAIN["quick"], "n_train": 2000, "n_test": 200, "reps": 2},
+                    full={"pretrain": PRETRAIN["full"], "n_train": 2000, "n_test": 500, "reps": 16})
+
+
+def _pretrain_label(p: dict) -> str:
+    warm = f"{p['warmup_steps']} clean-copying warm-up steps + " if p.get("warmup_steps") else ""
+    return f"{warm}{p['steps']} steps on the pretraining mixture"
 
 
 @functools.lru_cache(maxsize=2)
-def _backbone(steps: int, seed: int, cache_dir: str):
+def _backbone(pretrain: tuple, seed: int, cache_dir: str):
     from lowrank_fl.nn.pretrain import PretrainSettings, pretrained_backbone
 
-    return pretrained_backbone(PretrainSettings(steps=steps, seed=seed), cache_dir=cache_dir)
+    return pretrained_backbone(PretrainSettings(**dict(pretrain), seed=seed), cache_dir=cache_dir)
 
 
-def _task(*, seed, regime, contamination, pretrain_steps, pretrain_seed, cache_dir, n_train, n_test):
+def _task(*, seed, regime, contamination, pretrain, pretrain_seed, cache_dir, n_train, n_test):
     """One replicate of one regime → plain lists (picklable, cacheable)."""
     from lowrank_fl.nn.clients import LoraSettings
     from lowrank_fl.nn.sec8 import run_replicate
 
-    backbone = _backbone(pretrain_steps, pretrain_seed, cache_dir)
+    backbone = _backbone(tuple(sorted(pretrain.items())), pretrain_seed, cache_dir)
     r = run_replicate(backbone, regime, contamination=contamination, lora=LoraSettings(n_train=n_train),
                       n_test=n_test, seed=seed)
     return {"accuracy": {m: 100.0 * np.asarray(v) for m, v in r.accuracy.items()},
@@ -82,8 +89,8 @@ def runs(ctx, *, contamination: str = "reverse", reps: int | None = None) -> dic
     main = ctx.for_claim(MAIN if contamination == "reverse" else f"{MAIN}/{contamination}")
     pretrain_seed = main.seed(99, 0)
     cache_dir = backbone_dir(ctx)
-    _backbone(s["pretrain_steps"], pretrain_seed, cache_dir)        # pretrain once, before the workers
-    grid = [{"regime": reg, "contamination": contamination, "pretrain_steps": s["pretrain_steps"],
+    _backbone(tuple(sorted(s["pretrain"].items())), pretrain_seed, cache_dir)   # once, before the workers
+    grid = [{"regime": reg, "contamination": contamination, "pretrain": dict(s["pretrain"]),
              "pretrain_seed": pretrain_seed, "cache_dir": cache_dir, "n_train": s["n_train"],
              "n_test": s["n_test"]} for reg in REGIMES]
     out = main.map(_task, grid, replicates=reps or s["reps"])
@@ -97,26 +104,26 @@ def backbone_diagnostic(ctx) -> dict:
     and its next-token loss on the pretraining mixture beside the unigram entropy of the power law
     (the loss of a model that has learned the token frequencies and nothing about copying)."""
     s = _scale(ctx)
-    return dict(_diagnose(s["pretrain_steps"], ctx.for_claim(MAIN).seed(99, 0), backbone_dir(ctx),
+    return dict(_diagnose(tuple(sorted(s["pretrain"].items())), ctx.for_claim(MAIN).seed(99, 0), backbone_dir(ctx),
                           ctx.seed(98, 0)))
 
 
 @functools.lru_cache(maxsize=4)
-def _diagnose(steps: int, pretrain_seed: int, cache_dir: str, seed: int) -> dict:
+def _diagnose(pretrain: tuple, pretrain_seed: int, cache_dir: str, seed: int) -> dict:
     import torch
 
     from lowrank_fl.nn import copying
     from lowrank_fl.nn.clients import accuracy
     from lowrank_fl.nn.pretrain import copy_accuracy, next_token_loss
 
-    model = _backbone(steps, pretrain_seed, cache_dir)
+    model = _backbone(pretrain, pretrain_seed, cache_dir)
     rng = np.random.default_rng(seed)
     p = copying.power_law(1.1)
     with torch.no_grad():
         loss = float(next_token_loss(model, torch.from_numpy(
             copying.sample_mixture(200, lengths=range(5, 16), seed=rng).tokens)))
     own = 100 * copy_accuracy(model, n=500, seed=rng)
-    return {"pretrain_steps": steps, "pretraining_masked_accuracy": own,
+    return {"pretraining": _pretrain_label(dict(pretrain)), "pretraining_masked_accuracy": own,
             "baseline_threshold": BASELINE_MIN_ACCURACY, "copies": bool(own >= BASELINE_MIN_ACCURACY),
             "masked_accuracy": 100 * accuracy(model, copying.sample(200, length=16, seed=rng)),
             "next_token_loss": loss, "unigram_entropy": float(-(p * np.log(p)).sum()),
@@ -131,7 +138,7 @@ def baseline_gate(ctx, ev: Evidence) -> Evidence:
     measured = {**ev.measured, "backbone": diag}
     if diag["copies"]:
         return dataclasses.replace(ev, measured=measured)
-    reason = (f"baseline check failed: the backbone ({diag['pretrain_steps']} pretraining steps) reaches "
+    reason = (f"baseline check failed: the backbone ({diag['pretraining']}) reaches "
               f"{diag['pretraining_masked_accuracy']:.1f}% masked accuracy on its own pretraining task "
               f"< {BASELINE_MIN_ACCURACY:g}% (the most frequent letter alone gives "
               f"{diag['most_frequent_letter_share']:.0f}%): it has not learned to copy")
@@ -224,8 +231,8 @@ def _table3(ctx, *, contamination: str = "reverse") -> Evidence:
         predicted={"paper": TABLE3, "tolerance_points": TOLERANCE},
         table=rows, figure=ctx.save_figure(_per_client_figure(results), name=f"{MAIN}.per_client"),
         notes=f"Standard errors over {n} replicates (the paper reports none, over 100). Contaminated client's "
-              f"task: {contamination!r} (unspecified by the paper). Backbone: {_scale(ctx)['pretrain_steps']} "
-              "pretraining steps at this scale (S5: 5500). 'Holds' = every cell within "
+              f"task: {contamination!r} (unspecified by the paper). Backbone: {_pretrain_label(_scale(ctx)['pretrain'])} "
+              "at this scale (S5: 5500 steps on the mixture, no warm-up). 'Holds' = every cell within "
               f"{TOLERANCE:g} points of the paper's. Backbone without LoRA: masked accuracy "
               f"{diag['masked_accuracy']:.1f}% on the common task, next-token loss {diag['next_token_loss']:.3f} "
               f"vs the unigram entropy {diag['unigram_entropy']:.3f} (a loss at the entropy means the "
