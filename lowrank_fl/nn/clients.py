@@ -3,7 +3,8 @@
 S5: rank-3 LoRA on the eight attention projections and the output layer, the ``A`` factors
 initialized from the same seed on every client (``init_seed``), only LoRA parameters trained,
 2000 sequences, one epoch, batch 50, Adam at learning rate 1e-3, LoRA scale 16 (PEFT's scaling
-``lora_alpha / r``, so ``lora_alpha = 16 r``) and dropout 0.005.
+``lora_alpha / r``, so ``lora_alpha = 16 r``) and dropout 0.005. The loss is on the second
+copy's positions by default, as the backbone's pretraining (``LoraSettings.loss``).
 """
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ class LoraSettings:
     epochs: int = 1
     batch_size: int = 50
     lr: float = 1e-3
-    #: targets of the loss (:data:`lowrank_fl.nn.copying.LOSSES`): "all" (S5) or "copy"
-    loss: str = "all"
+    #: targets of the loss (:data:`lowrank_fl.nn.copying.LOSSES`), as the backbone's pretraining
+    #: (:class:`lowrank_fl.nn.pretrain.PretrainSettings`): "copy" (default) or "all"
+    loss: str = "copy"
 
     def config(self) -> LoraConfig:
         targets = [m.split(".")[-1] for m in ATTENTION_MODULES[:4]] + [OUTPUT_MODULE]

@@ -1,13 +1,29 @@
 """CLAIR §8 (Table 3, Figures 2-3): federated LoRA fine-tuning of a small transformer on copying
-tasks, with one contaminated client, aggregated per attention matrix (needs torch and peft).
+tasks, with one contaminated client, aggregated per attention matrix (needs torch and peft). Beside
+the paper's four columns, "CLAIR (automatic tuning)": the adapters package's automatic λ and
+largest-gap τ (:func:`lowrank_fl.adapters.aggregate.aggregate_module`).
 
 Every claim here reads the same runs: :func:`lowrank_fl.nn.sec8.run_replicate` for the two
 regimes × replicates, under the seeds of ``clair.sec8.table3`` (the sweep cache serves them once).
-The backbone (S5: 5500 Adam steps) is pretrained once per base seed and cached as safetensors
-next to the sweep cache. Scales: smoke — 100 pretraining steps, 100 sequences per client, one
-replicate (the pipeline runs; the backbone has not learned to copy, numbers are not meaningful);
-quick — 1000 pretraining steps, the paper's 2000 sequences per client, 2 replicates; full — the
-paper's 5500 steps, 2000 sequences, 16 replicates per regime (the paper: 100).
+The backbone is pretrained once per base seed and cached as safetensors next to the sweep cache.
+
+Baseline check first (fixed before any CLAIR result was looked at): the backbone without LoRA must
+reach :data:`BASELINE_MIN_ACCURACY` masked accuracy on its own pretraining task; otherwise every
+claim below is inconclusive with that reason (a backbone that does not copy says nothing about
+CLAIR). Smoke never passes it (100 steps): it only checks that the pipeline runs.
+
+Scales, sized from measured CPU times (one core: ~55 ms per pretraining step, ~1.8 s per client
+for 2000 sequences, ~3.5 s per regime for aggregation and evaluation, i.e. ~45 s per replicate of
+both regimes): smoke — 100 pretraining steps, 100 sequences per client, one replicate (< 1 min);
+quick — 2500 steps (the backbone copies from ~2000), 2000 sequences per client, 2 replicates
+(< 5 min on 2 cores); full — the paper's 5500 steps, 16 replicates per regime (the paper: 100) and
+6 per other contamination task (~20 min on 2 cores).
+
+Training loss: S5 says "autoregressive" without naming the positions. With the loss on every
+position our 1-head attention-only backbone stays at the unigram solution (27 % masked accuracy
+after 6000 steps; clean copying with uniform letters does learn, so the model is not broken); with
+the loss on the second copy's positions (``PretrainSettings.loss = "copy"``, also used by the
+clients) it learns to copy. This is our choice, not the paper's statement.
 
 What the paper leaves open, and our choice (options of the experiments): the contaminated client's
 task (default ``"reverse"``: second occurrence reversed; ``clair.sec8.contamination_task`` compares
@@ -47,7 +63,8 @@ TOLERANCE = 5.0     # points: "reproduces Table 3" = every cell within 5 points 
 #: (27 %); below the threshold every §8 claim is inconclusive, never "fails".
 BASELINE_MIN_ACCURACY = 50.0
 #: backbone pretraining per scale (fields of lowrank_fl.nn.pretrain.PretrainSettings; S5: 5500 steps)
-PRETRAIN = {"smoke": {"steps": 100}, "quick": {"steps": 1500}, "full": {"steps": 5500}}
+#: (loss on the second copy: PretrainSettings' default, the loss on every position never learns)
+PRETRAIN = {"smoke": {"steps": 100}, "quick": {"steps": 2500}, "full": {"steps": 5500}}
 
 
 def _scale(ctx) -> dict:
