@@ -136,3 +136,29 @@ def test_next_token_loss_positions(backbone):
         i, t = np.nonzero(P)
         ref = torch.nn.functional.cross_entropy(logits[i, t - 1], x[i, t])
         assert torch.allclose(next_token_loss(backbone, x, P), ref)
+
+
+@pytest.mark.parametrize("heads,bias", [(1, False), (2, True)])
+def test_backbone_is_causal(heads, bias):
+    from lowrank_fl.nn.transformer import CopyingTransformer
+
+    torch.manual_seed(0)
+    m = CopyingTransformer(heads=heads, bias=bias).eval()
+    x = torch.randint(0, 52, (2, 20))
+    y = x.clone()
+    y[:, 10:] = (y[:, 10:] + 1) % 52
+    with torch.no_grad():
+        a, b = m(x), m(y)
+    assert torch.equal(a[:, :10], b[:, :10]) and not torch.allclose(a[:, 10:], b[:, 10:])
+    assert (m.blocks[0].q_proj.bias is not None) == bias
+    with pytest.raises(ValueError, match="heads"):
+        CopyingTransformer(heads=3)
+
+
+def test_warmup_changes_the_recipe_and_its_key():
+    from lowrank_fl.nn.pretrain import pretrain
+
+    s = PretrainSettings(steps=1, warmup_steps=1, seed=2)
+    assert s.key() != PretrainSettings(steps=2, seed=2).key() != PretrainSettings(steps=2, loss="all", seed=2).key()
+    _, losses = pretrain(s)
+    assert len(losses) == 2 and all(np.isfinite(losses))
