@@ -162,3 +162,12 @@ def test_warmup_changes_the_recipe_and_its_key():
     assert s.key() != PretrainSettings(steps=2, seed=2).key() != PretrainSettings(steps=2, loss="all", seed=2).key()
     _, losses = pretrain(s)
     assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+def test_copy_accuracy_is_the_masked_accuracy_on_the_pretraining_task(backbone):
+    from lowrank_fl.nn.clients import accuracy
+    from lowrank_fl.nn.pretrain import copy_accuracy
+
+    s = PretrainSettings()
+    b = copying.sample_mixture(60, lengths=s.lengths, exponent=s.exponent, seed=3)
+    assert copy_accuracy(backbone, s, n=60, seed=3) == accuracy(backbone, b)
