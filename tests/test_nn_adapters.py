@@ -11,7 +11,7 @@ pytest.importorskip("peft")
 
 from lowrank_fl.clair.pipeline import fit  # noqa: E402
 from lowrank_fl.nn import copying  # noqa: E402
-from lowrank_fl.nn.aggregate import aggregate, load_deltas, stack_deltas  # noqa: E402
+from lowrank_fl.nn.aggregate import aggregate, load_deltas, load_factors, stack_deltas  # noqa: E402
 from lowrank_fl.nn.clients import LoraSettings, TaskSpec, predict, train_client  # noqa: E402
 from lowrank_fl.nn.pretrain import PretrainSettings, pretrained_backbone  # noqa: E402
 from lowrank_fl.nn.sec8 import client_tasks, merged_model  # noqa: E402
@@ -83,9 +83,10 @@ def test_merged_model_equals_the_peft_model(backbone, adapters):
 
 
 def test_aggregate_methods(adapters):
-    stacks = stack_deltas(adapters)
+    factors = load_factors(adapters)
+    stacks = stack_deltas(adapters, factors)
     truth = np.array([True, True, False])
-    agg = aggregate(stacks, ATTENTION_MODULES, truth, lam_L=0.5, lam_S=0.4, tau=0.5)
+    agg = aggregate(stacks, ATTENTION_MODULES, truth, lam_L=0.5, lam_S=0.4, tau=0.5, factors=factors)
     name = ATTENTION_MODULES[2]
     W = stacks[name]
     np.testing.assert_array_equal(agg.deltas["local"][name], W)
@@ -95,6 +96,16 @@ def test_aggregate_methods(adapters):
     ref = fit(W, lam_L=0.5, lam_S=0.4, rank=3, alpha=0.5, tau=0.5)
     np.testing.assert_array_equal(agg.deltas["clair"][name], ref.refined)
     np.testing.assert_array_equal(agg.benign[name], ref.benign)
+    # CLAIR with automatic tuning = the adapters package on the same factors; equal to clair.fit at
+    # the λ and τ it chose, on the full 64 x 64 matrices
+    from lowrank_fl.adapters.aggregate import ModuleOptions, aggregate_module
+
+    auto = aggregate_module(factors[name], ModuleOptions(rank=3, output_dtype="float64"))
+    np.testing.assert_array_equal(agg.benign_auto[name], auto.benign)
+    ref = fit(W, lam_L=auto.lam_L, lam_S=auto.lam_S, rank=3, alpha=0.5, tau=auto.tau)
+    np.testing.assert_allclose(agg.deltas["clair-auto"][name], ref.refined, atol=1e-6 * np.abs(W).max())
+    with pytest.raises(ValueError, match="factors"):
+        aggregate(stacks, ATTENTION_MODULES, truth, lam_L=0.5, lam_S=0.4, tau=0.5)
     for m in agg.deltas:                              # the output layer is never aggregated
         np.testing.assert_array_equal(agg.deltas[m][OUTPUT_MODULE], stacks[OUTPUT_MODULE])
     with pytest.raises(ValueError, match="methods"):
@@ -110,3 +121,53 @@ def test_client_tasks():
     assert len({t.length for t in het}) > 1 and het[-1].kind == "shift"
     with pytest.raises(ValueError, match="contamination"):
         client_tasks("homogeneous", contamination="nope", seed=0)
+
+
+def test_next_token_loss_positions(backbone):
+    from lowrank_fl.nn.pretrain import next_token_loss
+
+    b = copying.sample(6, length=10, seed=1)
+    x = torch.from_numpy(b.tokens)
+    full = np.ones_like(b.tokens, dtype=bool)
+    with torch.no_grad():
+        assert torch.allclose(next_token_loss(backbone, x, full), next_token_loss(backbone, x))
+        logits = backbone(x[:, :-1])
+        P = copying.copy_positions(b)
+        i, t = np.nonzero(P)
+        ref = torch.nn.functional.cross_entropy(logits[i, t - 1], x[i, t])
+        assert torch.allclose(next_token_loss(backbone, x, P), ref)
+
+
+@pytest.mark.parametrize("heads,bias", [(1, False), (2, True)])
+def test_backbone_is_causal(heads, bias):
+    from lowrank_fl.nn.transformer import CopyingTransformer
+
+    torch.manual_seed(0)
+    m = CopyingTransformer(heads=heads, bias=bias).eval()
+    x = torch.randint(0, 52, (2, 20))
+    y = x.clone()
+    y[:, 10:] = (y[:, 10:] + 1) % 52
+    with torch.no_grad():
+        a, b = m(x), m(y)
+    assert torch.equal(a[:, :10], b[:, :10]) and not torch.allclose(a[:, 10:], b[:, 10:])
+    assert (m.blocks[0].q_proj.bias is not None) == bias
+    with pytest.raises(ValueError, match="heads"):
+        CopyingTransformer(heads=3)
+
+
+def test_warmup_changes_the_recipe_and_its_key():
+    from lowrank_fl.nn.pretrain import pretrain
+
+    s = PretrainSettings(steps=1, warmup_steps=1, seed=2)
+    assert s.key() != PretrainSettings(steps=2, seed=2).key() != PretrainSettings(steps=2, loss="all", seed=2).key()
+    _, losses = pretrain(s)
+    assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+def test_copy_accuracy_is_the_masked_accuracy_on_the_pretraining_task(backbone):
+    from lowrank_fl.nn.clients import accuracy
+    from lowrank_fl.nn.pretrain import copy_accuracy
+
+    s = PretrainSettings()
+    b = copying.sample_mixture(60, lengths=s.lengths, exponent=s.exponent, seed=3)
+    assert copy_accuracy(backbone, s, n=60, seed=3) == accuracy(backbone, b)

@@ -122,3 +122,21 @@ def test_smoke_runs_are_reproducible(ctx):
             for m in S8.METHODS:
                 np.testing.assert_array_equal(ra["accuracy"][m], rb["accuracy"][m])
             np.testing.assert_array_equal(ra["benign"], rb["benign"])
+
+
+def test_baseline_gate_turns_a_broken_backbone_into_inconclusive(monkeypatch):
+    from verify.claim import Evidence
+
+    diag = {"pretraining": "100 steps on the pretraining mixture", "pretraining_masked_accuracy": 27.0, "most_frequent_letter_share": 27.0,
+            "copies": False}
+    monkeypatch.setattr(S8, "backbone_diagnostic", lambda ctx: dict(diag))
+    ev = S8.baseline_gate(None, Evidence(verdict="fails", summary="CLAIR 26.0 (paper 78.5)"))
+    assert ev.verdict == "inconclusive" and "baseline check failed" in ev.summary
+    assert "would be fails" in ev.summary and ev.measured["backbone"]["copies"] is False
+    diag.update(copies=True, pretraining_masked_accuracy=90.0)
+    ev = S8.baseline_gate(None, Evidence(verdict="fails", summary="CLAIR 60.0 (paper 78.5)"))
+    assert ev.verdict == "fails" and ev.summary == "CLAIR 60.0 (paper 78.5)"
+    pytest.importorskip("torch")
+    from lowrank_fl.nn import copying
+
+    assert S8.BASELINE_MIN_ACCURACY > 100 * copying.power_law(1.1)[0] + 20     # far above "always 'a'"

@@ -61,3 +61,14 @@ def test_mixture_and_validation():
         copying.sample(3, length=8, kind="nope", seed=0)
     a1 = copying.sample(5, length=8, seed=7).tokens
     assert np.array_equal(a1, copying.sample(5, length=8, seed=7).tokens)
+
+
+def test_copy_positions_and_loss_choice():
+    b = copying.sample(40, length=9, seed=5)
+    P = copying.copy_positions(b)
+    assert np.all(P.sum(1) == 8) and np.all(P[np.arange(40), b.second_start + 1])
+    assert not P[np.arange(40), b.second_start].any()          # the copy's first token is unpredictable
+    assert np.all(copying.mask(b) <= P)                        # the metric's positions are trained
+    assert copying.loss_positions(b, "all") is None and np.array_equal(copying.loss_positions(b, "copy"), P)
+    with pytest.raises(ValueError, match="loss"):
+        copying.loss_positions(b, "some")

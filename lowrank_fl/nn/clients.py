@@ -3,7 +3,8 @@
 S5: rank-3 LoRA on the eight attention projections and the output layer, the ``A`` factors
 initialized from the same seed on every client (``init_seed``), only LoRA parameters trained,
 2000 sequences, one epoch, batch 50, Adam at learning rate 1e-3, LoRA scale 16 (PEFT's scaling
-``lora_alpha / r``, so ``lora_alpha = 16 r``) and dropout 0.005.
+``lora_alpha / r``, so ``lora_alpha = 16 r``) and dropout 0.005. The loss is on the second
+copy's positions by default, as the backbone's pretraining (``LoraSettings.loss``).
 """
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ class LoraSettings:
     epochs: int = 1
     batch_size: int = 50
     lr: float = 1e-3
+    #: targets of the loss (:data:`lowrank_fl.nn.copying.LOSSES`), as the backbone's pretraining
+    #: (:class:`lowrank_fl.nn.pretrain.PretrainSettings`): "copy" (default) or "all"
+    loss: str = "copy"
 
     def config(self) -> LoraConfig:
         targets = [m.split(".")[-1] for m in ATTENTION_MODULES[:4]] + [OUTPUT_MODULE]
@@ -66,7 +70,9 @@ def train_client(backbone, task: TaskSpec, out_dir, *, settings: LoraSettings = 
     seed_torch(init_seed)
     model = get_peft_model(copy.deepcopy(backbone), settings.config())
     rng = as_generator(seed, "client-data")
-    data = torch.from_numpy(task.sample(settings.n_train, seed=rng).tokens)
+    batch = task.sample(settings.n_train, seed=rng)
+    data = torch.from_numpy(batch.tokens)
+    where = copying.loss_positions(batch, settings.loss)
     torch.manual_seed(int(rng.integers(2**31)))        # dropout stream of this client
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=settings.lr)
@@ -74,7 +80,8 @@ def train_client(backbone, task: TaskSpec, out_dir, *, settings: LoraSettings = 
     for _ in range(settings.epochs):
         order = torch.from_numpy(rng.permutation(settings.n_train))
         for start in range(0, settings.n_train - settings.batch_size + 1, settings.batch_size):
-            loss = next_token_loss(model, data[order[start:start + settings.batch_size]])
+            idx = order[start:start + settings.batch_size]
+            loss = next_token_loss(model, data[idx], None if where is None else where[idx.numpy()])
             opt.zero_grad()
             loss.backward()
             opt.step()

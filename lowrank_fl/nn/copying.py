@@ -30,7 +30,11 @@ import numpy as np
 from ..validation import as_generator, check_int
 
 __all__ = ["VOCAB", "PAD", "T", "LETTERS", "CONTAMINATIONS", "CopyBatch", "power_law", "sample",
-           "sample_mixture", "masked_error", "mask"]
+           "sample_mixture", "masked_error", "mask", "copy_positions", "LOSSES", "loss_positions"]
+
+#: which next-token targets a training loss uses: every position (S5's "autoregressive"), or only
+#: the second copy's positions ``m+1 .. m+L-1`` (those the first copy determines)
+LOSSES = ("all", "copy")
 
 LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 PAD = 52
@@ -99,10 +103,12 @@ def sample(n: int, *, length: int, exponent: float = 1.1, kind: str = "fuzzy",
     return CopyBatch(tokens, second.astype(np.int64), np.full(n, L, dtype=np.int64))
 
 
-def sample_mixture(n: int, *, lengths, exponent: float = 1.1, seed=None) -> CopyBatch:
-    """A balanced mixture of fuzzy-copying tasks over ``lengths`` (pretraining, S5: L in 5..15).
+def sample_mixture(n: int, *, lengths, exponent: float = 1.1, kind: str = "fuzzy",
+                   background: str = "power-law", seed=None) -> CopyBatch:
+    """A balanced mixture of copying tasks over ``lengths`` (pretraining, S5: fuzzy, L in 5..15).
 
-    Each sequence's length is drawn uniformly from ``lengths``.
+    Each sequence's length is drawn uniformly from ``lengths``; ``kind`` and ``background`` as in
+    :func:`sample` (``exponent=0`` gives uniform letters).
     """
     rng = as_generator(seed)
     lengths = np.asarray(list(lengths), dtype=np.int64)
@@ -113,7 +119,8 @@ def sample_mixture(n: int, *, lengths, exponent: float = 1.1, seed=None) -> Copy
     for i, L in enumerate(lengths):      # a handful of lengths, not a loop over samples
         idx = np.flatnonzero(pick == i)
         if idx.size:
-            b = sample(idx.size, length=int(L), exponent=exponent, seed=rng)
+            b = sample(idx.size, length=int(L), exponent=exponent, kind=kind, background=background,
+                       seed=rng)
             out_t[idx], out_m[idx], out_l[idx] = b
     return CopyBatch(out_t, out_m, out_l)
 
@@ -123,6 +130,22 @@ def mask(batch: CopyBatch) -> np.ndarray:
     pos = np.arange(batch.tokens.shape[1])[None, :]
     m = batch.second_start[:, None]
     return (pos >= m + 3) & (pos <= m + batch.length[:, None] - 1)
+
+
+def copy_positions(batch: CopyBatch) -> np.ndarray:
+    """Bool (n, T): position ``t`` in ``{m_i+1, ..., m_i+L_i-1}``, the second copy without its first
+    token (the targets the first copy determines)."""
+    pos = np.arange(batch.tokens.shape[1])[None, :]
+    m = batch.second_start[:, None]
+    return (pos >= m + 1) & (pos <= m + batch.length[:, None] - 1)
+
+
+def loss_positions(batch: CopyBatch, loss: str) -> np.ndarray | None:
+    """The target mask of a training loss (:data:`LOSSES`): None for ``"all"``, else
+    :func:`copy_positions`."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}")
+    return None if loss == "all" else copy_positions(batch)
 
 
 def masked_error(predictions, batch: CopyBatch) -> float:

@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_limits
 
 from ..validation import as_generator, check_choice, check_int
 from . import copying
-from .aggregate import METHODS, aggregate, stack_deltas
+from .aggregate import METHODS, aggregate, load_factors, stack_deltas
 from .clients import LoraSettings, TaskSpec, accuracy, train_client
 from .transformer import ATTENTION_MODULES, OUTPUT_MODULE
 
@@ -55,6 +55,8 @@ class Sec8Replicate:
     clair_status : list of str, one per attention matrix
     block_norms : ndarray, shape (8, G)
         CLAIR's pair norms compared with ``τ`` in (8), pairs in eq. (6) order.
+    benign_auto : ndarray of bool, shape (8, K), or None
+        The estimated sets of ``"clair-auto"`` (automatic λ, largest-gap ``τ``).
     """
 
     accuracy: dict
@@ -63,6 +65,7 @@ class Sec8Replicate:
     tasks: list
     clair_status: list = field(default_factory=list)
     block_norms: np.ndarray | None = None
+    benign_auto: np.ndarray | None = None
 
 
 def client_tasks(regime: str, *, n_clients: int = 10, contaminated: int = 1,
@@ -129,9 +132,10 @@ def _run_replicate(backbone, regime, *, n_clients, contaminated, contamination, 
         root = Path(adapter_dir) if adapter_dir is not None else Path(tmp)
         dirs = [train_client(backbone, task, root / f"client{k}", settings=lora, init_seed=init_seed,
                              seed=client_ss[k]) for k, task in enumerate(tasks)]
-        stacks = stack_deltas(dirs)
+        factors = load_factors(dirs)
+        stacks = stack_deltas(dirs, factors)
     agg = aggregate(stacks, ATTENTION_MODULES, truth, lam_L=lam_L, lam_S=lam_S, tau=tau, alpha=alpha,
-                    rank=lora.rank, methods=methods, solver_options=solver_options)
+                    rank=lora.rank, methods=methods, solver_options=solver_options, factors=factors)
     test_rng = as_generator(seed, "sec8-test")
     common = TaskSpec(16, 1.1, "fuzzy").sample(n_test, seed=test_rng) if regime == "homogeneous" else None
     acc = {m: np.full(K, np.nan) for m in methods}
@@ -142,9 +146,12 @@ def _run_replicate(backbone, regime, *, n_clients, contaminated, contamination, 
         for m in methods:
             deltas = {name: agg.deltas[m][name][k] for name in (*ATTENTION_MODULES, OUTPUT_MODULE)}
             acc[m][k] = accuracy(merged_model(backbone, deltas), test)
-    benign = (np.stack([agg.benign[n] for n in ATTENTION_MODULES]) if "clair" in methods
+    has_clair = bool(agg.benign)
+    benign = (np.stack([agg.benign[n] for n in ATTENTION_MODULES]) if has_clair
               else np.zeros((len(ATTENTION_MODULES), K), dtype=bool))
-    norms = (np.stack([agg.block_norms[n] for n in ATTENTION_MODULES]) if "clair" in methods else None)
+    norms = np.stack([agg.block_norms[n] for n in ATTENTION_MODULES]) if has_clair else None
     return Sec8Replicate(accuracy=acc, benign=benign, truth=truth, tasks=tasks,
                          clair_status=[agg.clair_status.get(n, "") for n in ATTENTION_MODULES],
-                         block_norms=norms)
+                         block_norms=norms,
+                         benign_auto=(np.stack([agg.benign_auto[n] for n in ATTENTION_MODULES])
+                                      if agg.benign_auto else None))

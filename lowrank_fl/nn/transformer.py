@@ -3,7 +3,9 @@ positional encoding, residual connections and layer norm, then an output layer o
 
 Block ``b`` (pre-norm): ``x <- x + W_o softmax_causal(rope(W_q h) rope(W_k h)^T / sqrt(d)) W_v h``
 with ``h = LayerNorm(x)``. S5 lists no MLP, so the blocks are attention-only (``mlp=True`` adds a
-4d ReLU MLP per block). Module names follow the usual PEFT targets: ``blocks.{0,1}.{q,k,v,o}_proj``
+4d ReLU MLP per block); ``heads`` splits each block's attention into heads of width ``d / heads``
+(S5: one head; rotary applied per head); ``bias=True`` gives the projections biases (S5 does
+not say; LoRA adapts the weights only either way). Module names follow the usual PEFT targets: ``blocks.{0,1}.{q,k,v,o}_proj``
 (the eight attention projections, ``nn.Linear`` without bias, weight ``q × p = out × in``) and
 ``lm_head`` (the output layer).
 """
@@ -32,25 +34,36 @@ def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
 
 
 class Block(nn.Module):
-    def __init__(self, d: int, mlp: bool):
+    def __init__(self, d: int, mlp: bool, heads: int = 1, bias: bool = False):
         super().__init__()
+        if d % (2 * heads):
+            raise ValueError(f"heads must divide d / 2 = {d // 2}, got heads={heads}")
+        self.heads = heads
         self.ln = nn.LayerNorm(d)
-        self.q_proj = nn.Linear(d, d, bias=False)
-        self.k_proj = nn.Linear(d, d, bias=False)
-        self.v_proj = nn.Linear(d, d, bias=False)
-        self.o_proj = nn.Linear(d, d, bias=False)
+        self.q_proj = nn.Linear(d, d, bias=bias)
+        self.k_proj = nn.Linear(d, d, bias=bias)
+        self.v_proj = nn.Linear(d, d, bias=bias)
+        self.o_proj = nn.Linear(d, d, bias=bias)
         self.mlp = (nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d))
                     if mlp else None)
-        self.scale = 1.0 / math.sqrt(d)
+        self.scale = 1.0 / math.sqrt(d // heads)
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        """(batch, T, d) → (batch·heads, T, d/heads)."""
+        n, T, d = x.shape
+        return x.reshape(n, T, self.heads, d // self.heads).transpose(1, 2).reshape(n * self.heads, T, -1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.ln(x)
-        q, k, v = rotary(self.q_proj(h)), rotary(self.k_proj(h)), self.v_proj(h)
-        T = x.shape[1]
+        q = rotary(self._split(self.q_proj(h)))
+        k = rotary(self._split(self.k_proj(h)))
+        v = self._split(self.v_proj(h))
+        n, T, d = x.shape
         causal = torch.ones(T, T, dtype=torch.bool).tril()
         att = (q @ k.transpose(1, 2)) * self.scale
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
-        x = x + self.o_proj(att @ v)
+        o = (att @ v).reshape(n, self.heads, T, -1).transpose(1, 2).reshape(n, T, d)
+        x = x + self.o_proj(o)
         if self.mlp is not None:
             x = x + self.mlp(x)
         return x
@@ -59,13 +72,14 @@ class Block(nn.Module):
 class CopyingTransformer(nn.Module):
     """Token ids (batch, T) → next-token logits (batch, T, vocab)."""
 
-    def __init__(self, vocab: int = 53, d: int = 64, n_blocks: int = 2, mlp: bool = False):
+    def __init__(self, vocab: int = 53, d: int = 64, n_blocks: int = 2, mlp: bool = False, heads: int = 1,
+                 bias: bool = False):
         super().__init__()
         if n_blocks != 2:
             # ATTENTION_MODULES names two blocks; other depths are not part of the experiment
             raise ValueError(f"n_blocks must be 2 (S5's backbone), got {n_blocks}")
         self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(Block(d, mlp) for _ in range(n_blocks))
+        self.blocks = nn.ModuleList(Block(d, mlp, heads, bias) for _ in range(n_blocks))
         self.ln_f = nn.LayerNorm(d)
         self.lm_head = nn.Linear(d, vocab)
 

@@ -1,13 +1,29 @@
 """CLAIR §8 (Table 3, Figures 2-3): federated LoRA fine-tuning of a small transformer on copying
-tasks, with one contaminated client, aggregated per attention matrix (needs torch and peft).
+tasks, with one contaminated client, aggregated per attention matrix (needs torch and peft). Beside
+the paper's four columns, "CLAIR (automatic tuning)": the adapters package's automatic λ and
+largest-gap τ (:func:`lowrank_fl.adapters.aggregate.aggregate_module`).
 
 Every claim here reads the same runs: :func:`lowrank_fl.nn.sec8.run_replicate` for the two
 regimes × replicates, under the seeds of ``clair.sec8.table3`` (the sweep cache serves them once).
-The backbone (S5: 5500 Adam steps) is pretrained once per base seed and cached as safetensors
-next to the sweep cache. Scales: smoke — 100 pretraining steps, 100 sequences per client, one
-replicate (the pipeline runs; the backbone has not learned to copy, numbers are not meaningful);
-quick — 1000 pretraining steps, the paper's 2000 sequences per client, 2 replicates; full — the
-paper's 5500 steps, 2000 sequences, 16 replicates per regime (the paper: 100).
+The backbone is pretrained once per base seed and cached as safetensors next to the sweep cache.
+
+Baseline check first (fixed before any CLAIR result was looked at): the backbone without LoRA must
+reach :data:`BASELINE_MIN_ACCURACY` masked accuracy on its own pretraining task; otherwise every
+claim below is inconclusive with that reason (a backbone that does not copy says nothing about
+CLAIR). Smoke never passes it (100 steps): it only checks that the pipeline runs.
+
+Scales, sized from measured CPU times (one core: ~55 ms per pretraining step, ~1.8 s per client
+for 2000 sequences, ~3.5 s per regime for aggregation and evaluation, i.e. ~45 s per replicate of
+both regimes): smoke — 100 pretraining steps, 100 sequences per client, one replicate (< 1 min);
+quick — 2500 steps (the backbone copies from ~2000), 2000 sequences per client, 2 replicates
+(< 5 min on 2 cores); full — the paper's 5500 steps, 16 replicates per regime (the paper: 100) and
+6 per other contamination task (~20 min on 2 cores).
+
+Training loss: S5 says "autoregressive" without naming the positions. With the loss on every
+position our 1-head attention-only backbone stays at the unigram solution (27 % masked accuracy
+after 6000 steps; clean copying with uniform letters does learn, so the model is not broken); with
+the loss on the second copy's positions (``PretrainSettings.loss = "copy"``, also used by the
+clients) it learns to copy. This is our choice, not the paper's statement.
 
 What the paper leaves open, and our choice (options of the experiments): the contaminated client's
 task (default ``"reverse"``: second occurrence reversed; ``clair.sec8.contamination_task`` compares
@@ -18,6 +34,7 @@ client-level detection below is the majority over the eight matrices).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -30,40 +47,56 @@ __all__: list[str] = []
 PAPER = "clair"
 MAIN = "clair.sec8.table3"
 REGIMES = ("homogeneous", "heterogeneous")
-METHODS = ("local", "fedavg", "oracle", "clair")
-LABELS = {"local": "Local", "fedavg": "FedAvg", "oracle": "FedAvg (Oracle)", "clair": "CLAIR"}
+#: Table 3's columns, then ours: CLAIR with the adapters package's automatic λ and largest-gap τ
+PAPER_METHODS = ("local", "fedavg", "oracle", "clair")
+METHODS = (*PAPER_METHODS, "clair-auto")
+LABELS = {"local": "Local", "fedavg": "FedAvg", "oracle": "FedAvg (Oracle)", "clair": "CLAIR",
+          "clair-auto": "CLAIR (automatic tuning)"}
 LAYERS = tuple(f"blocks.{b}.{m}_proj" for b in range(2) for m in "qkvo")
 #: Table 3 of the paper (masked next-token accuracy, %, 9 benign clients x 100 replicates)
 TABLE3 = {"homogeneous": {"local": 78.27, "fedavg": 62.94, "oracle": 79.17, "clair": 78.48},
           "heterogeneous": {"local": 77.77, "fedavg": 75.96, "oracle": 76.96, "clair": 77.90}}
 TOLERANCE = 5.0     # points: "reproduces Table 3" = every cell within 5 points of the paper's
+#: Baseline check (issue 9's rule; fixed before looking at any CLAIR result): the pretrained backbone,
+#: without LoRA, must reach this masked accuracy (%) on its own pretraining task (fuzzy copying,
+#: L in 5..15, t = 1.1). A backbone that has not learned to copy predicts the most frequent letter
+#: (27 %); below the threshold every §8 claim is inconclusive, never "fails".
+BASELINE_MIN_ACCURACY = 50.0
+#: backbone pretraining per scale (fields of lowrank_fl.nn.pretrain.PretrainSettings; S5: 5500 steps)
+#: (loss on the second copy: PretrainSettings' default, the loss on every position never learns)
+PRETRAIN = {"smoke": {"steps": 100}, "quick": {"steps": 2500}, "full": {"steps": 5500}}
 
 
 def _scale(ctx) -> dict:
-    return ctx.pick(smoke={"pretrain_steps": 100, "n_train": 100, "n_test": 50, "reps": 1},
-                    quick={"pretrain_steps": 1000, "n_train": 2000, "n_test": 200, "reps": 2},
-                    full={"pretrain_steps": 5500, "n_train": 2000, "n_test": 500, "reps": 16})
+    return ctx.pick(smoke={"pretrain": PRETRAIN["smoke"], "n_train": 100, "n_test": 50, "reps": 1},
+                    quick={"pretrain": PRETRAIN["quick"], "n_train": 2000, "n_test": 200, "reps": 2},
+                    full={"pretrain": PRETRAIN["full"], "n_train": 2000, "n_test": 500, "reps": 16})
+
+
+def _pretrain_label(p: dict) -> str:
+    warm = f"{p['warmup_steps']} clean-copying warm-up steps + " if p.get("warmup_steps") else ""
+    return f"{warm}{p['steps']} steps on the pretraining mixture"
 
 
 @functools.lru_cache(maxsize=2)
-def _backbone(steps: int, seed: int, cache_dir: str):
+def _backbone(pretrain: tuple, seed: int, cache_dir: str):
     from lowrank_fl.nn.pretrain import PretrainSettings, pretrained_backbone
 
-    return pretrained_backbone(PretrainSettings(steps=steps, seed=seed), cache_dir=cache_dir)
+    return pretrained_backbone(PretrainSettings(**dict(pretrain), seed=seed), cache_dir=cache_dir)
 
 
-def _task(*, seed, regime, contamination, pretrain_steps, pretrain_seed, cache_dir, n_train, n_test):
+def _task(*, seed, regime, contamination, pretrain, pretrain_seed, cache_dir, n_train, n_test):
     """One replicate of one regime → plain lists (picklable, cacheable)."""
     from lowrank_fl.nn.clients import LoraSettings
     from lowrank_fl.nn.sec8 import run_replicate
 
-    backbone = _backbone(pretrain_steps, pretrain_seed, cache_dir)
+    backbone = _backbone(tuple(sorted(pretrain.items())), pretrain_seed, cache_dir)
     r = run_replicate(backbone, regime, contamination=contamination, lora=LoraSettings(n_train=n_train),
                       n_test=n_test, seed=seed)
     return {"accuracy": {m: 100.0 * np.asarray(v) for m, v in r.accuracy.items()},
             "benign": np.asarray(r.benign), "truth": np.asarray(r.truth),
             "tasks": [(t.length, t.exponent, t.kind) for t in r.tasks], "status": list(r.clair_status),
-            "block_norms": np.asarray(r.block_norms)}
+            "block_norms": np.asarray(r.block_norms), "benign_auto": np.asarray(r.benign_auto)}
 
 
 def runs(ctx, *, contamination: str = "reverse", reps: int | None = None) -> dict:
@@ -73,8 +106,8 @@ def runs(ctx, *, contamination: str = "reverse", reps: int | None = None) -> dic
     main = ctx.for_claim(MAIN if contamination == "reverse" else f"{MAIN}/{contamination}")
     pretrain_seed = main.seed(99, 0)
     cache_dir = backbone_dir(ctx)
-    _backbone(s["pretrain_steps"], pretrain_seed, cache_dir)        # pretrain once, before the workers
-    grid = [{"regime": reg, "contamination": contamination, "pretrain_steps": s["pretrain_steps"],
+    _backbone(tuple(sorted(s["pretrain"].items())), pretrain_seed, cache_dir)   # once, before the workers
+    grid = [{"regime": reg, "contamination": contamination, "pretrain": dict(s["pretrain"]),
              "pretrain_seed": pretrain_seed, "cache_dir": cache_dir, "n_train": s["n_train"],
              "n_test": s["n_test"]} for reg in REGIMES]
     out = main.map(_task, grid, replicates=reps or s["reps"])
@@ -83,25 +116,52 @@ def runs(ctx, *, contamination: str = "reverse", reps: int | None = None) -> dic
 
 
 def backbone_diagnostic(ctx) -> dict:
-    """Does the pretrained backbone copy? Its masked accuracy on the common task (t = 1.1, L = 16)
-    and its next-token loss on the pretraining mixture, beside the unigram entropy of the power law
+    """Does the pretrained backbone copy? Its masked accuracy on its own pretraining task (the
+    baseline check, against :data:`BASELINE_MIN_ACCURACY`) and on the common task (t = 1.1, L = 16),
+    and its next-token loss on the pretraining mixture beside the unigram entropy of the power law
     (the loss of a model that has learned the token frequencies and nothing about copying)."""
+    s = _scale(ctx)
+    return dict(_diagnose(tuple(sorted(s["pretrain"].items())), ctx.for_claim(MAIN).seed(99, 0), backbone_dir(ctx),
+                          ctx.seed(98, 0)))
+
+
+@functools.lru_cache(maxsize=4)
+def _diagnose(pretrain: tuple, pretrain_seed: int, cache_dir: str, seed: int) -> dict:
     import torch
 
     from lowrank_fl.nn import copying
     from lowrank_fl.nn.clients import accuracy
-    from lowrank_fl.nn.pretrain import next_token_loss
+    from lowrank_fl.nn.pretrain import copy_accuracy, next_token_loss
 
-    s = _scale(ctx)
-    model = _backbone(s["pretrain_steps"], ctx.for_claim(MAIN).seed(99, 0), backbone_dir(ctx))
-    rng = np.random.default_rng(ctx.seed(98, 0))
+    model = _backbone(pretrain, pretrain_seed, cache_dir)
+    rng = np.random.default_rng(seed)
     p = copying.power_law(1.1)
     with torch.no_grad():
         loss = float(next_token_loss(model, torch.from_numpy(
             copying.sample_mixture(200, lengths=range(5, 16), seed=rng).tokens)))
-    return {"pretrain_steps": s["pretrain_steps"], "masked_accuracy": 100 * accuracy(model, copying.sample(
-                200, length=16, seed=rng)), "next_token_loss": loss,
-            "unigram_entropy": float(-(p * np.log(p)).sum()), "most_frequent_letter_share": 100 * float(p[0])}
+    own = 100 * copy_accuracy(model, n=500, seed=rng)
+    return {"pretraining": _pretrain_label(dict(pretrain)), "pretraining_masked_accuracy": own,
+            "baseline_threshold": BASELINE_MIN_ACCURACY, "copies": bool(own >= BASELINE_MIN_ACCURACY),
+            "masked_accuracy": 100 * accuracy(model, copying.sample(200, length=16, seed=rng)),
+            "next_token_loss": loss, "unigram_entropy": float(-(p * np.log(p)).sum()),
+            "most_frequent_letter_share": 100 * float(p[0])}
+
+
+def baseline_gate(ctx, ev: Evidence) -> Evidence:
+    """The baseline check of every §8 claim: ``ev`` unchanged (the diagnostic added to ``measured``)
+    when the backbone copies, otherwise the same evidence with verdict ``"inconclusive"`` and the
+    reason first in the summary (a broken backbone says nothing about CLAIR)."""
+    diag = backbone_diagnostic(ctx)
+    measured = {**ev.measured, "backbone": diag}
+    if diag["copies"]:
+        return dataclasses.replace(ev, measured=measured)
+    reason = (f"baseline check failed: the backbone ({diag['pretraining']}) reaches "
+              f"{diag['pretraining_masked_accuracy']:.1f}% masked accuracy on its own pretraining task "
+              f"< {BASELINE_MIN_ACCURACY:g}% (the most frequent letter alone gives "
+              f"{diag['most_frequent_letter_share']:.0f}%): it has not learned to copy")
+    return dataclasses.replace(
+        ev, verdict="inconclusive", measured=measured, summary=f"{reason}; would be {ev.verdict}: {ev.summary}",
+        notes=f"{reason.capitalize()}, so the comparison is not evidence about the paper. {ev.notes}".strip())
 
 
 def benign_mean(rep: dict, method: str) -> float:
@@ -114,15 +174,20 @@ def table3_rows(results: dict) -> list[dict]:
     rows = []
     for reg in REGIMES:
         for m in METHODS:
+            if m not in results[reg][0]["accuracy"]:
+                continue
             mean, se, lo, hi = mean_ci([benign_mean(r, m) for r in results[reg]])
-            rows.append({"regime": reg, "method": LABELS[m], "paper": TABLE3[reg][m], "ours": mean,
-                         "se": se, "difference": mean - TABLE3[reg][m]})
+            paper = TABLE3[reg].get(m)
+            rows.append({"regime": reg, "method": LABELS[m], "paper": paper, "ours": mean,
+                         "se": se, "difference": None if paper is None else mean - paper})
     return rows
 
 
 def table3_verdict(rows) -> bool | None:
     """Every cell within :data:`TOLERANCE` points of the paper's → True; a cell further than the
-    tolerance plus two standard errors → False; otherwise (too noisy to tell) None."""
+    tolerance plus two standard errors → False; otherwise (too noisy to tell) None. Rows without a
+    paper number (our extra column) do not count."""
+    rows = [r for r in rows if r["paper"] is not None]
     far = [abs(r["difference"]) - TOLERANCE for r in rows]
     if all(f <= 0 for f in far):
         return True
@@ -142,15 +207,17 @@ def _per_client_figure(results):
     fig, axes = plt.subplots(2, 2, figsize=(11, 6.5), sharex=True)
     for col, reg in enumerate(REGIMES):
         clients = np.flatnonzero(results[reg][0]["truth"])
-        acc = {m: np.full(len(results[reg][0]["truth"]), np.nan) for m in METHODS}
-        for m in METHODS:
+        methods = [m for m in METHODS if m in results[reg][0]["accuracy"]]
+        acc = {m: np.full(len(results[reg][0]["truth"]), np.nan) for m in methods}
+        for m in methods:
             acc[m][clients] = np.mean([r["accuracy"][m][clients] for r in results[reg]], axis=0)
-        w = 0.2
-        for i, m in enumerate(METHODS):
-            axes[0, col].bar(clients + (i - 1.5) * w, acc[m][clients], w, label=LABELS[m])
+        w = 0.8 / len(methods)
+        for i, m in enumerate(methods):
+            off = (i - (len(methods) - 1) / 2) * w
+            axes[0, col].bar(clients + off, acc[m][clients], w, label=LABELS[m])
             if m != "local":
                 rel = 100 * (acc[m][clients] - acc["local"][clients]) / acc["local"][clients]
-                axes[1, col].bar(clients + (i - 1.5) * w, rel, w, label=LABELS[m])
+                axes[1, col].bar(clients + off, rel, w, label=LABELS[m])
         axes[0, col].set_title(f"{reg} (evaluated on {'the common task' if reg == 'homogeneous' else 'own task'})")
         axes[0, col].set_ylabel("masked accuracy (%)")
         axes[1, col].set_ylabel("relative change vs Local (%)")
@@ -173,20 +240,20 @@ def _table3(ctx, *, contamination: str = "reverse") -> Evidence:
     ok = table3_verdict(rows)
     n = len(results[REGIMES[0]])
     diag = backbone_diagnostic(ctx)
-    return Evidence(
+    return baseline_gate(ctx, Evidence(
         verdict=verdict_from(ok),
-        summary="; ".join(f"{reg}: " + ", ".join(f"{r['method']} {r['ours']:.1f}±{r['se']:.1f} (paper {r['paper']})"
+        summary="; ".join(f"{reg}: " + ", ".join(f"{r['method']} {r['ours']:.1f}±{r['se']:.1f} (paper {r['paper'] or '-'})"
                                                  for r in rows if r["regime"] == reg) for reg in REGIMES),
-        measured={"rows": rows, "replicates": n, "backbone": diag},
+        measured={"rows": rows, "replicates": n},
         predicted={"paper": TABLE3, "tolerance_points": TOLERANCE},
         table=rows, figure=ctx.save_figure(_per_client_figure(results), name=f"{MAIN}.per_client"),
         notes=f"Standard errors over {n} replicates (the paper reports none, over 100). Contaminated client's "
-              f"task: {contamination!r} (unspecified by the paper). Backbone: {_scale(ctx)['pretrain_steps']} "
-              "pretraining steps at this scale (S5: 5500). 'Holds' = every cell within "
+              f"task: {contamination!r} (unspecified by the paper). Backbone: {_pretrain_label(_scale(ctx)['pretrain'])} "
+              "at this scale (S5: 5500 steps on the mixture, no warm-up). 'Holds' = every cell within "
               f"{TOLERANCE:g} points of the paper's. Backbone without LoRA: masked accuracy "
               f"{diag['masked_accuracy']:.1f}% on the common task, next-token loss {diag['next_token_loss']:.3f} "
               f"vs the unigram entropy {diag['unigram_entropy']:.3f} (a loss at the entropy means the "
-              "backbone has not learned to copy).")
+              "backbone has not learned to copy)."))
 
 
 # ------------------------------------------------------------------------------------------ detection
@@ -209,7 +276,12 @@ def detection_counts(results: dict) -> dict:
             "median_norm_contaminated_pairs": float(np.median(norms[..., contaminated_pair])),
             # per (replicate, matrix): do all contaminated pairs exceed every benign pair?
             "separable": int((norms[..., contaminated_pair].min(-1) > norms[..., ~contaminated_pair].max(-1)).sum())})
-        out[reg] = {**sep, "excluded": (~benign).sum(axis=0), "replicates": len(reps), "truth": truth,
+        auto = {}
+        if reps[0].get("benign_auto") is not None and np.ndim(reps[0]["benign_auto"]) == 2:
+            ba = np.stack([r["benign_auto"] for r in reps])
+            auto = {"auto_layer_exact": int((ba == truth).all(axis=2).sum()),
+                    "auto_client_exact": int(((ba.mean(axis=1) > 0.5) == truth).all(axis=1).sum())}
+        out[reg] = {**sep, **auto, "excluded": (~benign).sum(axis=0), "replicates": len(reps), "truth": truth,
                     "layer_exact": int((benign == truth).all(axis=2).sum()),
                     "layer_total": int(benign.shape[0] * benign.shape[1]),
                     "client_exact": int((client_level == truth).all(axis=1).sum())}
@@ -255,7 +327,7 @@ def _detection(ctx, *, contamination: str = "reverse") -> Evidence:
             table.append({"regime": reg, "matrix": layer,
                           **{f"client {k}{'*' if not c['truth'][k] else ''}": int(c["excluded"][li, k])
                              for k in range(c["excluded"].shape[1])}})
-    return Evidence(
+    return baseline_gate(ctx, Evidence(
         verdict=verdict_from(ok),
         summary="; ".join(f"{reg}: layerwise exact {c['layer_exact']}/{c['layer_total']}, client-level exact "
                           f"{c['client_exact']}/{c['replicates']}, separable by some tau "
@@ -268,7 +340,7 @@ def _detection(ctx, *, contamination: str = "reverse") -> Evidence:
               "Client-level set = clients kept on a majority of the eight matrices (the paper does not "
               "say how it combines them). 'separable' counts the (replicate, matrix) pairs where every pair "
               "involving the contaminated client has a larger block norm than every benign pair, i.e. where "
-              "some threshold tau would detect exactly; the medians put the paper's tau (0.5 / 0.01) in scale.")
+              "some threshold tau would detect exactly; the medians put the paper's tau (0.5 / 0.01) in scale."))
 
 
 # ------------------------------------------------------------------------------------------ orderings
@@ -284,13 +356,13 @@ def _ordering(ctx, regime, pairs, statement, contamination):
                      "paper": TABLE3[regime][a] - TABLE3[regime][b],
                      "reading": {True: "> 0", False: "< 0", None: "within noise"}[d]})
     ok = False if False in outcomes else (None if None in outcomes else True)
-    return Evidence(verdict=verdict_from(ok),
+    return baseline_gate(ctx, Evidence(verdict=verdict_from(ok),
                     summary=", ".join(f"{r['difference']} = {r['mean']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"
                                       f" (paper {r['paper']:+.2f})" for r in rows),
                     measured={"rows": rows}, predicted={"all differences": "> 0"}, table=rows,
                     notes=f"{statement} Paired differences of benign-client averages over "
                           f"{len(results[regime])} replicates, 95% t intervals; 'within noise' (interval "
-                          "containing 0) gives inconclusive.")
+                          "containing 0) gives inconclusive."))
 
 
 @claim("clair.sec8.oracle_best_homogeneous", paper=PAPER, reference="§8.3, Table 3 (homogeneous row)",
@@ -322,11 +394,11 @@ def _negative_transfer(ctx, *, contamination: str = "reverse") -> Evidence:
         rows.append({"regime": reg, "Local - FedAvg": mean, "se": se, "ci_low": lo, "ci_high": hi,
                      "paper": TABLE3[reg]["local"] - TABLE3[reg]["fedavg"]})
     ok = False if False in outcomes else (None if None in outcomes else True)
-    return Evidence(verdict=verdict_from(ok),
+    return baseline_gate(ctx, Evidence(verdict=verdict_from(ok),
                     summary=", ".join(f"{r['regime']}: Local - FedAvg = {r['Local - FedAvg']:+.2f} "
                                       f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] (paper {r['paper']:+.2f})"
                                       for r in rows),
-                    measured={"rows": rows}, predicted={"Local - FedAvg": "> 0 in both regimes"}, table=rows)
+                    measured={"rows": rows}, predicted={"Local - FedAvg": "> 0 in both regimes"}, table=rows))
 
 
 # ------------------------------------------------------------------------------------------ contamination
@@ -353,11 +425,11 @@ def _contamination(ctx, *, kinds=None) -> Evidence:
                          "layerwise exact": f"{c['layer_exact']}/{c['layer_total']}",
                          "CLAIR - Local": mean, "ci_low": lo, "ci_high": hi, "Local - FedAvg": fa[0]})
     ok = all(outcomes)
-    return Evidence(verdict=verdict_from(ok),
+    return baseline_gate(ctx, Evidence(verdict=verdict_from(ok),
                     summary="; ".join(f"{r['contamination']}/{r['regime'][:3]}: detect {r['client-level exact']}, "
                                       f"CLAIR-Local {r['CLAIR - Local']:+.2f}" for r in rows),
                     measured={"rows": rows}, predicted={"detection": "exact", "CLAIR - Local": ">= 0 (not below)"},
                     table=rows,
                     notes="'reverse' (default) reuses the main runs; the others have their own seeds and fewer "
                           "replicates. Holds when detection is exact and CLAIR is not significantly below Local "
-                          "for every task.")
+                          "for every task."))
