@@ -114,9 +114,11 @@ def _task_sec7(seed, p, q, n, K, variant, ratio, estimator, tau):
         res = fit(W_hat, lam_L, ratio * lam_L, rank=R, alpha=0.5, tau=tau, **_SOLVER)
     counts = detection_counts(res.benign, inst.benign)
     # Algorithm 1's P_Ahat is the top-r right singular subspace of L_hat: re-derived here from an
-    # independent SVD of the returned L_hat (judged only with a clear singular gap sigma_r > 2 sigma_r+1)
+    # independent SVD of the returned L_hat (judged only with a clear singular gap sigma_r > 2 sigma_r+1
+    # and sigma_r above rounding, 1e-6 sigma_1 as clair.fit's numerical rank: below that the top-r
+    # subspace is LAPACK's arbitrary completion, not a property of L_hat)
     s_L, V_L = np.linalg.svd(np.asarray(res.solution.L), full_matrices=False)[1:]
-    gap_ok = s_L[R - 1] > 2 * (s_L[R] if s_L.size > R else 0.0)
+    gap_ok = (s_L[R - 1] > 2 * (s_L[R] if s_L.size > R else 0.0)) and s_L[R - 1] > 1e-6 * s_L[0]
     proj_dev = float(np.linalg.norm(res.projector - V_L[:R].T @ V_L[:R], 2)) if gap_ok else float("nan")
     # tau_n of a separated split is the midpoint of the largest gap of the sorted pair norms (§7's
     # "largest gap", our reading), re-derived from the returned norms
