@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import clair
+from ..clair.pipeline import longest_run
 
 __all__ = ["Lambdas", "auto_lambdas", "data_scale"]
 
@@ -81,7 +82,7 @@ def auto_lambdas(D, q: int, n_clients: int, rank: int, *, weights=None, n_ratios
                 D_op = float(np.linalg.norm(D, 2)) if D_op is None else float(D_op)
             ranks.append(_num_rank(sol, D_op))
         ranks = np.array(ranks)
-        band = _longest_run(ratios, ranks == rank)
+        band = longest_run(ratios, ranks == rank)
         if band is not None:
             ratio = float(np.sqrt(band[0] * band[1]))
             near = int(np.argmin(np.abs(np.log(ratios / ratio))))
@@ -96,15 +97,3 @@ def auto_lambdas(D, q: int, n_clients: int, rank: int, *, weights=None, n_ratios
     i = int(above[0]) if above.size else len(ratios) - 1
     return Lambdas(lam_L=lam_L, lam_S=float(ratios[i]) * lam_L, rule="fallback", band=None,
                    warm=sols[i])
-
-
-def _longest_run(x, mask):
-    best, start, best_len = None, None, 0
-    for i, m in enumerate(list(mask) + [False]):
-        if m and start is None:
-            start = i
-        elif not m and start is not None:
-            if i - start > best_len:
-                best, best_len = (float(x[start]), float(x[i - 1])), i - start
-            start = None
-    return best

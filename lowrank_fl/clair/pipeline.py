@@ -34,6 +34,7 @@ __all__ = [
     "DetectionCounts",
     "TAU_RULES",
     "fit",
+    "longest_run",
     "subspace_projector",
     "numerical_rank",
     "collaborative_set",
@@ -753,13 +754,13 @@ nuclear, on_inaccurate, verbose
         warnings.warn(f"lambda_path: some solves of (7) ended with status {sorted(bad)} (see "
                       ".status); their ranks and errors are not exact", ConvergenceWarning,
                       stacklevel=2)
-    bands = tuple(_longest_run(ratios, nrank[i] == rank) for i in range(lam_L.size))
+    bands = tuple(longest_run(ratios, nrank[i] == rank) for i in range(lam_L.size))
     return LambdaPath(lam_L=lam_L, ratios=ratios, lam_S=lam_S, numerical_rank=nrank,
                       projector_error=err, objective=obj, gap=gap, iterations=iters,
                       status=status.astype(str), rank=rank, bands=bands)
 
 
-def _longest_run(x: np.ndarray, mask: np.ndarray):
+def longest_run(x: np.ndarray, mask: np.ndarray):
     """(x[start], x[end]) of the longest contiguous run of True in ``mask`` (first on ties)."""
     best, start, best_len = None, None, 0
     for i, m in enumerate(list(mask) + [False]):
