@@ -17,7 +17,7 @@ import numpy as np
 from ..validation import check_choice, check_int
 
 __all__ = ["DATA_REGIMES", "MAX_LOCAL_STEPS", "resolve_data", "check_local_steps", "deprecated_keywords",
-           "participation_to_clients", "fresh_samples_to_data",
+           "participation_to_clients", "fresh_samples_to_data", "legacy_participation_and_data",
            "check_clients_per_round", "choose_clients"]
 
 DATA_REGIMES = ("population", "fixed", "fresh")
@@ -110,3 +110,21 @@ def fresh_samples_to_data(fresh_samples, *, has_samples: bool) -> str:
     if not fresh_samples:
         return "fixed"
     return "fresh" if has_samples else "population"
+
+
+def legacy_participation_and_data(method: str, old: dict, *, clients_per_round, data, batch_size,
+                                  problem) -> tuple:
+    """Map the deprecated ``participation`` (a fraction) and ``fresh_samples`` (a bool) of the
+    multitask methods onto ``clients_per_round`` and ``data``; giving an old keyword together with
+    its new one is a ``TypeError``. Returns ``(clients_per_round, data)``."""
+    if "participation" in old:
+        if clients_per_round is not None:
+            raise TypeError(f"{method}() got both clients_per_round and its deprecated alias "
+                            "participation")
+        clients_per_round = participation_to_clients(old["participation"], problem.n_clients)
+    if "fresh_samples" in old:
+        if data is not None:
+            raise TypeError(f"{method}() got both data and its deprecated alias fresh_samples")
+        data = fresh_samples_to_data(old["fresh_samples"], has_samples=batch_size is not None
+                                     or problem.samples_per_client is not None)
+    return clients_per_round, data

@@ -59,7 +59,7 @@ from ..problems.multitask import MultitaskProblem, haar_orthonormal
 from ..problems.underparameterized import UnderparameterizedProblem
 from ..results import Trace
 from .common import (check_clients_per_round, choose_clients, deprecated_keywords,
-                     fresh_samples_to_data, participation_to_clients, resolve_data)
+                     legacy_participation_and_data, participation_to_clients, resolve_data)
 from .recorder import TraceRecorder
 
 __all__ = ["fedrep", "fedrep_round", "RoundOutput", "head_least_squares", "n_participants",
@@ -328,15 +328,9 @@ def fedrep(problem, rounds: int, step_size: float, *, data: str | None = None,
     rounds = check_int(rounds, "rounds", minimum=0)
     step_size = check_positive(step_size, "step_size")
     d, k, n = problem.d, problem.rank, problem.n_clients
-    if "participation" in old:
-        if clients_per_round is not None:
-            raise TypeError("fedrep() got both clients_per_round and its deprecated alias participation")
-        clients_per_round = participation_to_clients(old["participation"], n)
-    if "fresh_samples" in old:
-        if data is not None:
-            raise TypeError("fedrep() got both data and its deprecated alias fresh_samples")
-        data = fresh_samples_to_data(old["fresh_samples"], has_samples=batch_size is not None
-                                     or problem.samples_per_client is not None)
+    clients_per_round, data = legacy_participation_and_data(
+        "fedrep", old, clients_per_round=clients_per_round, data=data, batch_size=batch_size,
+        problem=problem)
     check_choice(batch, "batch", ("same", "split"))
     if head_steps is not None:
         head_steps = check_int(head_steps, "head_steps", minimum=1)

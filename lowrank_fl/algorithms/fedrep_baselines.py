@@ -19,7 +19,7 @@ from ..exact.multitask import fit_heads, local_least_squares
 from ..problems.multitask import haar_orthonormal
 from ..results import Trace
 from .common import (check_clients_per_round, choose_clients, deprecated_keywords,
-                     fresh_samples_to_data, participation_to_clients, resolve_data)
+                     legacy_participation_and_data, resolve_data)
 from .fedrep import check_init_basis, check_problem
 from .recorder import TraceRecorder
 
@@ -107,15 +107,9 @@ def fedsgd(problem, rounds: int, step_size: float, *, data: str | None = None,
     head_ridge = check_positive(head_ridge, "head_ridge", strict=False)
     check_choice(aggregation, "aggregation", FEDSGD_AGGREGATIONS)
     d, k, n = problem.d, problem.rank, problem.n_clients
-    if "participation" in old:
-        if clients_per_round is not None:
-            raise TypeError("fedsgd() got both clients_per_round and its deprecated alias participation")
-        clients_per_round = participation_to_clients(old["participation"], n)
-    if "fresh_samples" in old:
-        if data is not None:
-            raise TypeError("fedsgd() got both data and its deprecated alias fresh_samples")
-        data = fresh_samples_to_data(old["fresh_samples"], has_samples=batch_size is not None
-                                     or problem.samples_per_client is not None)
+    clients_per_round, data = legacy_participation_and_data(
+        "fedsgd", old, clients_per_round=clients_per_round, data=data, batch_size=batch_size,
+        problem=problem)
     data = resolve_data(data, has_dataset=problem.X is not None, can_sample=problem.has_truth,
                         has_population=problem.has_truth, batch_size=batch_size, method="fedsgd")
     m = None
