@@ -6,16 +6,17 @@ io          read PEFT adapter directories (safetensors numpy API, lazily), check
 reduce      the exact joint-subspace reduction of program (7), (8), (9) (proof in its docstring)
 tuning      automatic scale-equivariant λ_L, λ_S (§7 scalings, rank-band rule)
 aggregate   clair / fedavg / fedavg-factors / ffa / flexlora on one module
-run         every module on joblib or dask; output directories and summary.json
+stream      safetensors files written tensor by tensor; staged output directories
+run         every module on joblib or dask; outputs written while solving, summary.json
 cli         ``lowrank-fl adapters inspect|aggregate``
 """
 from .io import AdapterError, AdapterSet, ModuleFactors, load_adapters, save_adapter
 from .reduce import ReducedModule, pair_blocks, reduce_module
 from .tuning import Lambdas, auto_lambdas
 from .aggregate import CLIENT_RULES, METHODS, ModuleOptions, ModuleResult, aggregate_module
-from .run import Aggregation, aggregate_adapters, write_outputs
+from .run import Aggregation, aggregate_adapters, aggregate_to_dir, write_outputs
 
 __all__ = ["AdapterError", "AdapterSet", "ModuleFactors", "load_adapters", "save_adapter",
            "ReducedModule", "reduce_module", "pair_blocks", "Lambdas", "auto_lambdas",
            "METHODS", "CLIENT_RULES", "ModuleOptions", "ModuleResult", "aggregate_module",
-           "Aggregation", "aggregate_adapters", "write_outputs"]
+           "Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs"]

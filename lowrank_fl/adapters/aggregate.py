@@ -124,6 +124,11 @@ class ModuleResult:
                 "discarded", "tau", "separated", "votes", "block_norms", "seconds")
         return {k: _jsonable(getattr(self, k)) for k in keys}
 
+    def release(self) -> None:
+        """Drop the output state (bases, coordinates) once the outputs are written; the summary
+        fields stay. :meth:`outputs` then raises."""
+        self.state = {"released": True}
+
     @property
     def n_outputs(self) -> int:
         return len(self.ranks) if self.method == "clair" else 1
@@ -135,6 +140,9 @@ class ModuleResult:
         ``rank_out``: truncate by SVD to this rank (the relative Frobenius error is returned).
         """
         st = self.state
+        if st.get("released"):
+            raise RuntimeError(f"module {self.name!r}: its outputs were written and released "
+                               "(aggregate_to_dir); aggregate again to build them")
         if self.method != "clair":
             return _truncate(st["B"], st["A"], rank_out, st.get("core"))
         b = np.asarray(self.benign if benign is None else benign, bool)

@@ -71,7 +71,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_aggregate(args) -> int:
-    from .run import aggregate_adapters, check_out_dir, write_outputs
+    from .run import aggregate_to_dir, check_out_dir
 
     if args.method not in METHODS:
         raise ValueError(f"--method must be one of {', '.join(METHODS)}, got {args.method!r}")
@@ -82,10 +82,9 @@ def run_aggregate(args) -> int:
                             lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,
                             rank_out=args.rank_out, tol=args.tol)
     adapters = load_adapters(args.dirs)
-    agg = aggregate_adapters(adapters, options, jobs=args.jobs, scheduler=args.scheduler,
-                             progress=not args.quiet)
-    summary = write_outputs(agg, args.out, client_rule=args.client_rule, dtype=args.dtype,
-                            overwrite=args.overwrite)
+    agg, summary = aggregate_to_dir(adapters, options, args.out, client_rule=args.client_rule,
+                                    dtype=args.dtype, overwrite=args.overwrite, jobs=args.jobs,
+                                    scheduler=args.scheduler, progress=not args.quiet)
     mods = summary["modules"]
     print(f"{args.method}: {len(mods)} modules, {len(adapters.clients)} clients, "
           f"{agg.seconds:.1f} s; wrote {', '.join(summary['outputs'])} and summary.json to "

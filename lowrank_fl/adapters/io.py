@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["AdapterError", "ClientAdapter", "AdapterSet", "ModuleFactors", "load_adapters",
-           "read_client", "save_adapter", "pattern_value", "CONFIG_NAME", "WEIGHTS_NAME",
+           "read_client", "save_adapter", "peft_config", "pattern_value", "CONFIG_NAME", "WEIGHTS_NAME",
            "module_key"]
 
 CONFIG_NAME = "adapter_config.json"
@@ -297,6 +297,21 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
     return AdapterSet(clients=clients, modules=modules, shapes=shapes, ranks=ranks)
 
 
+def peft_config(base_config: dict, ranks: dict) -> dict:
+    """``base_config`` with ``r``, ``lora_alpha``, ``rank_pattern``, ``alpha_pattern`` and
+    ``use_rslora`` set so that every module's scaling is 1 and its rank is ``ranks[module]``."""
+    counts: dict = {}
+    for r in ranks.values():
+        counts[r] = counts.get(r, 0) + 1
+    r0 = max(sorted(counts), key=lambda r: counts[r])      # most common rank, smallest on ties
+    cfg = dict(base_config)
+    cfg.update(r=r0, lora_alpha=r0, use_rslora=False)
+    pattern = {re.escape(module_key(m)): r for m, r in ranks.items() if r != r0}
+    cfg["rank_pattern"] = pattern
+    cfg["alpha_pattern"] = dict(pattern)
+    return cfg
+
+
 def save_adapter(out_dir, base_config: dict, factors: dict, *, dtype="float32") -> None:
     """Write a PEFT adapter directory whose ``scaling · B A`` equals the given products.
 
@@ -317,16 +332,7 @@ def save_adapter(out_dir, base_config: dict, factors: dict, *, dtype="float32") 
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    ranks = {m: int(A.shape[0]) for m, (B, A) in factors.items()}
-    counts: dict = {}
-    for r in ranks.values():
-        counts[r] = counts.get(r, 0) + 1
-    r0 = max(sorted(counts), key=lambda r: counts[r])      # most common rank, smallest on ties
-    cfg = dict(base_config)
-    cfg.update(r=r0, lora_alpha=r0, use_rslora=False)
-    pattern = {re.escape(module_key(m)): r for m, r in ranks.items() if r != r0}
-    cfg["rank_pattern"] = pattern
-    cfg["alpha_pattern"] = dict(pattern)
+    cfg = peft_config(base_config, {m: int(A.shape[0]) for m, (B, A) in factors.items()})
     tensors = {}
     for m, (B, A) in factors.items():
         tensors[f"{m}.lora_A.weight"] = np.ascontiguousarray(A, dtype=dtype)

@@ -4,11 +4,15 @@ Modules are independent. Each module task reads its own factors from the client 
 one module at a time), reduces, solves and returns a compact :class:`ModuleResult`; the results
 are collected in module order. Every task runs with one BLAS thread, so the numbers do not
 depend on the backend (sequential, joblib processes, dask workers): identical results.
+
+:func:`aggregate_to_dir` (what the CLI runs) writes each module's outputs into every output
+adapter as soon as the module is solved (:mod:`.stream`), so writing overlaps the other modules'
+solves and a module's output state is released once written; with ``client_rule`` "majority" or
+"any" the outputs depend on every module's set (8), so they are written after the last solve.
 """
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from .aggregate import CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, client_decision
-from .io import AdapterError, AdapterSet, save_adapter
+from .io import AdapterError, AdapterSet
+from .stream import AdapterStreamWriter, StagedOutput
 
-__all__ = ["Aggregation", "aggregate_adapters", "write_outputs", "check_out_dir"]
+__all__ = ["Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs", "check_out_dir"]
 
 
 @dataclass
@@ -62,7 +67,8 @@ def _named_task(adapters, module, options):
 
 
 def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: int = 1,
-                       scheduler: str | None = None, progress: bool = True) -> Aggregation:
+                       scheduler: str | None = None, progress: bool = True,
+                       on_result=None) -> Aggregation:
     """Aggregate every module of ``adapters``.
 
     Parameters
@@ -73,6 +79,9 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
         Address of a dask distributed scheduler (``tcp://host:port``); overrides ``jobs``.
     progress : bool
         tqdm progress bar over modules (stderr).
+    on_result : callable, optional
+        Called in this process with each :class:`ModuleResult` as it arrives (in completion
+        order), e.g. to write it while the other modules solve.
     """
     from tqdm.auto import tqdm
 
@@ -83,26 +92,30 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
     bar = tqdm(total=len(mods), desc=f"{options.method} modules", unit="module",
                disable=not progress)
     results: dict = {}
+
+    def arrived(m, r):
+        results[m] = r
+        if on_result is not None:
+            on_result(r)
+        bar.update()
+
     if scheduler is not None:
         from distributed import Client, as_completed
 
         with Client(scheduler) as client:
             futs = {client.submit(_task, adapters, m, options, pure=False): m for m in mods}
             for fut in as_completed(futs):
-                results[futs[fut]] = fut.result()
-                bar.update()
+                arrived(futs[fut], fut.result())
     elif jobs == 1:
         for m in mods:
-            results[m] = _task(adapters, m, options)
-            bar.update()
+            arrived(m, _task(adapters, m, options))
     else:
         from joblib import Parallel, delayed
 
         gen = Parallel(n_jobs=jobs, return_as="generator_unordered")(
             delayed(_named_task)(adapters, m, options) for m in mods)
         for m, r in gen:
-            results[m] = r
-            bar.update()
+            arrived(m, r)
     bar.close()
     return Aggregation(adapters=adapters, options=options, results=[results[m] for m in mods],
                        seconds=time.perf_counter() - t0)
@@ -119,37 +132,94 @@ def check_out_dir(out, overwrite: bool) -> Path:
     return out
 
 
+class _OutputWriters:
+    """One :class:`AdapterStreamWriter` per output adapter (CLAIR: per client; else one)."""
+
+    def __init__(self, adapters: AdapterSet, options: ModuleOptions, root: Path, dtype: str):
+        self.clair = options.method == "clair"
+        self.names = adapters.names if self.clair else ["aggregated"]
+        self.rank_out = options.rank_out
+        self.errors: dict = {}
+        self.writers = [AdapterStreamWriter(root / name, adapters.clients[k if self.clair else 0].config,
+                                            adapters.modules, dtype=dtype)
+                        for k, name in enumerate(self.names)]
+
+    def write(self, r: ModuleResult, benign=None, release: bool = False) -> None:
+        for k, (name, w) in enumerate(zip(self.names, self.writers)):
+            B, A, err = r.outputs(k, benign=benign, rank_out=self.rank_out)
+            w.add(r.name, B, A)
+            if self.rank_out is not None:
+                self.errors.setdefault(name, {})[r.name] = err
+        if release:
+            r.release()
+
+    def close(self) -> None:
+        for w in self.writers:
+            w.close()
+
+
+def _finish(agg: Aggregation, writers: _OutputWriters, staged: StagedOutput, client_rule: str,
+            dtype: str) -> dict:
+    writers.close()
+    summary = agg.summary(client_rule, writers.errors if writers.rank_out is not None else None)
+    summary["outputs"] = writers.names
+    summary["dtype"] = dtype
+    (staged.dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    staged.commit()
+    return summary
+
+
+def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
+                     client_rule: str = "per-module", dtype: str = "float32",
+                     overwrite: bool = False, jobs: int = 1, scheduler: str | None = None,
+                     progress: bool = True) -> tuple[Aggregation, dict]:
+    """:func:`aggregate_adapters` and :func:`write_outputs` in one pass, writing while solving.
+
+    Same outputs, summary and arguments as the two calls; the output files are staged in a
+    hidden sibling of ``out`` and moved into ``out`` only when every module succeeded (an error
+    or an interrupt leaves ``out`` as it was). The returned :class:`Aggregation`'s results keep
+    their summary fields, but their output factors are released once written.
+    """
+    if client_rule not in CLIENT_RULES:
+        raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
+    out = check_out_dir(out, overwrite)
+    stream = options.method != "clair" or client_rule == "per-module"
+    with StagedOutput(out) as staged:
+        writers = _OutputWriters(adapters, options, staged.dir, dtype)
+        try:
+            agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler,
+                                     progress=progress,
+                                     on_result=(lambda r: writers.write(r, release=True)) if stream else None)
+            if not stream:
+                decided = client_decision(agg.results, client_rule)
+                for r in agg.results:
+                    writers.write(r, benign=decided, release=True)
+            return agg, _finish(agg, writers, staged, client_rule, dtype)
+        except BaseException:
+            for w in writers.writers:
+                w.abort()
+            raise
+
+
 def write_outputs(agg: Aggregation, out, *, client_rule: str = "per-module",
                   dtype: str = "float32", overwrite: bool = False) -> dict:
     """Write ``OUT/<client>/`` (CLAIR) or ``OUT/aggregated/`` and ``OUT/summary.json``.
 
     Returns the summary dict. With ``options.rank_out`` every output is truncated by SVD and
-    the relative Frobenius error of each (output, module) is in the summary.
+    the relative Frobenius error of each (output, module) is in the summary. Files are staged
+    and moved into ``out`` at the end, as in :func:`aggregate_to_dir`.
     """
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     out = check_out_dir(out, overwrite)
-    if out.is_dir() and overwrite:
-        for child in out.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    out.mkdir(parents=True, exist_ok=True)
-    ad, opts = agg.adapters, agg.options
-    clair = opts.method == "clair"
-    decided = client_decision(agg.results, client_rule) if clair else None
-    names = ad.names if clair else ["aggregated"]
-    errors = {}
-    for k, name in enumerate(names):
-        factors = {}
-        for r in agg.results:
-            B, A, err = r.outputs(k, benign=decided, rank_out=opts.rank_out)
-            factors[r.name] = (B, A)
-            if opts.rank_out is not None:
-                errors.setdefault(name, {})[r.name] = err
-        base = ad.clients[k if clair else 0].config
-        save_adapter(out / name, base, factors, dtype=dtype)
-        del factors
-    summary = agg.summary(client_rule, errors if opts.rank_out is not None else None)
-    summary["outputs"] = names
-    summary["dtype"] = dtype
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    return summary
+    decided = client_decision(agg.results, client_rule) if agg.options.method == "clair" else None
+    with StagedOutput(out) as staged:
+        writers = _OutputWriters(agg.adapters, agg.options, staged.dir, dtype)
+        try:
+            for r in agg.results:
+                writers.write(r, benign=decided)
+            return _finish(agg, writers, staged, client_rule, dtype)
+        except BaseException:
+            for w in writers.writers:
+                w.abort()
+            raise

@@ -22,6 +22,7 @@ from lowrank_fl.clair.pipeline import (detection_counts, fedavg, fit, lambda_pat
 from lowrank_fl.clair.simulate import simulate
 
 from ..claim import SOLVES_KEY, Evidence, claim, solve_record, verdict_from
+from ..criteria import relaxation
 from ._clair_support import t3
 
 __all__: list[str] = []
@@ -118,8 +119,13 @@ def _task_sec7(seed, p, q, n, K, variant, ratio, estimator, tau):
     # and sigma_r above rounding, 1e-6 sigma_1 as clair.fit's numerical rank: below that the top-r
     # subspace is LAPACK's arbitrary completion, not a property of L_hat)
     s_L, V_L = np.linalg.svd(np.asarray(res.solution.L), full_matrices=False)[1:]
-    gap_ok = (s_L[R - 1] > 2 * (s_L[R] if s_L.size > R else 0.0)) and s_L[R - 1] > 1e-6 * s_L[0]
-    proj_dev = float(np.linalg.norm(res.projector - V_L[:R].T @ V_L[:R], 2)) if gap_ok else float("nan")
+    # (the 1e-6 sigma_1 floor was added after a run; the original check, gap alone, is kept for the
+    # report's relaxation record)
+    gap_only = bool(s_L[R - 1] > 2 * (s_L[R] if s_L.size > R else 0.0))
+    gap_ok = gap_only and s_L[R - 1] > 1e-6 * s_L[0]
+    dev = float(np.linalg.norm(res.projector - V_L[:R].T @ V_L[:R], 2))
+    proj_dev = dev if gap_ok else float("nan")
+    proj_dev_gap_only = dev if gap_only else float("nan")
     # tau_n of a separated split is the midpoint of the largest gap of the sorted pair norms (§7's
     # "largest gap", our reading), re-derived from the returned norms
     tau_dev = float("nan")
@@ -134,7 +140,8 @@ def _task_sec7(seed, p, q, n, K, variant, ratio, estimator, tau):
             "accuracy": counts.accuracy, "recall": counts.contaminated_recall, "tp": counts.tp,
             "tn": counts.tn, "fp": counts.fp, "fn": counts.fn, "exact": counts.exact,
             "status": res.solution.status, "gap": float(res.solution.gap), "numerical_rank": int(res.numerical_rank),
-            "projector_deviation": proj_dev, "tau_deviation": tau_dev,
+            "projector_deviation": proj_dev, "projector_deviation_gap_only": proj_dev_gap_only,
+            "tau_deviation": tau_dev,
             SOLVES_KEY: [solve_record(res.solution, tol=10 * _SOLVER.get("tol", 1e-8), what="program (7) in clair.fit")]}
 
 
@@ -255,6 +262,7 @@ def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
     bands = _lambda_band(ctx, configs, estimator, tau)
     rows, checks = [], {"local_2pct": [], "fedavg_5pct": [], "oracle_fedavg_5pct": [], "clair_lt_local": [],
                         "clair_vs_oracle_10pct": [], "clair_paper_in_lambda_band": [], "projector_is_top_r": []}
+    original_projector = []         # the projector check as first written (singular gap only)
     for (p, q, n, K), pl, reps, lam in zip(configs, pilots, out, bands):
         get = {key: _ms([o[key] for o in reps]) for key in ("local", "clair", "oracle_fedavg")}
         get["fedavg"] = _ms([_fedavg_cv(o, p, K) for o in reps])
@@ -279,6 +287,8 @@ def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
         devs = [o["projector_deviation"] for o in reps if np.isfinite(o["projector_deviation"])]
         # 1e-8: two SVDs of the same L_hat agree to rounding on a subspace with a singular gap >= 2x
         checks["projector_is_top_r"].append(bool(max(devs) <= 1e-8) if devs else None)
+        devs0 = [o["projector_deviation_gap_only"] for o in reps if np.isfinite(o["projector_deviation_gap_only"])]
+        original_projector.append(bool(max(devs0) <= 1e-8) if devs0 else None)
         band = pl["band"]
         rows.append({"(p,q)": f"({p},{q})", "n": n, "K": K, "c1": 1.0, "c2": pl["ratio"] * K,
                      "pilot c2 band (rank r)": None if band is None else [band[0] * K, band[1] * K],
@@ -293,9 +303,19 @@ def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
     passed = _families_verdict(checks)
     summary = "passing/judged: " + ", ".join(f"{k}: {_count(v)}" for k, v in checks.items())
     fig_path = _table1_figure(ctx, rows)
+    judged0 = [x for x in original_projector if x is not None]
+    relaxed = [x for x in checks["projector_is_top_r"] if x is not None]
+    relax = relaxation(
+        "P_Ahat equals the top-r right singular subspace of an independent SVD of L_hat (to 1e-8) in "
+        "every replicate with a singular gap sigma_r > 2 sigma_r+1", all(judged0) if judged0 else None,
+        relaxed="the same, judged only where also sigma_r > 1e-6 sigma_1 (clair.fit's numerical rank)",
+        relaxed_outcome=all(relaxed) if relaxed else None,
+        reason="changed after a run: where L_hat's r-th singular value is at rounding level, the top-r "
+               "subspace is LAPACK's arbitrary completion of a numerically rank-deficient matrix, and two "
+               "SVDs need not return the same one (a derivation, not a property of the data)")
     return Evidence(verdict=verdict_from(passed), summary=summary, table=rows, figure=fig_path,
                     measured={"checks": {k: [None if x is None else bool(x) for x in v] for k, v in checks.items()},
-                              "c2": [row["c2"] for row in rows]},
+                              "c2": [row["c2"] for row in rows]}, relaxations=[relax],
                     predicted={"local": [row["Local (qp/(n-p-1))"] for row in rows],
                                "oracle_clair": [row["CLAIR (oracle pred.)"] for row in rows]},
                     notes="The paper's CLAIR column is compared with our lambda-sensitivity band (c2 in "

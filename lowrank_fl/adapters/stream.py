@@ -1,0 +1,159 @@
+"""Write PEFT adapter directories module by module, while the other modules are still solving.
+
+A CLAIR aggregate writes one adapter per client, and every client's file holds every module, so
+with ``safetensors.numpy.save_file`` (one dict, written at once) nothing can be written before the
+last module is solved, and the main process then writes gigabytes alone while the workers idle.
+:class:`SafetensorsStreamWriter` writes a standard safetensors file tensor by tensor instead: the
+data are appended behind a header region reserved from the tensor names known up front, and
+:meth:`~SafetensorsStreamWriter.close` writes the header in front, padded with spaces as the
+format allows ("the header ... may be trailing padded with whitespace"). The result is read by
+``safetensors.safe_open`` and PEFT like any other file (tests check both).
+
+:class:`StagedOutput` keeps a failed or interrupted run from leaving half-written adapters: every
+file goes to a hidden sibling directory, moved into place only when the whole run succeeded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from .io import CONFIG_NAME, WEIGHTS_NAME, peft_config
+
+__all__ = ["SafetensorsStreamWriter", "AdapterStreamWriter", "StagedOutput"]
+
+_DTYPES = {"float32": ("F32", "<f4"), "float16": ("F16", "<f2"), "float64": ("F64", "<f8")}
+# an entry's bytes beside its name: {"dtype":"F32","shape":[a,b],"data_offsets":[s,e]}, with every
+# integer given 20 digits (2**64 has 20)
+_ENTRY_OVERHEAD = len('"":{"dtype":"F32","shape":[,],"data_offsets":[,]},') + 4 * 20
+
+
+class SafetensorsStreamWriter:
+    """A safetensors file written one tensor at a time (2-D or any shape, little-endian).
+
+    Parameters
+    ----------
+    path : path-like
+        The file to write (replaced if it exists).
+    names : iterable of str
+        Every tensor name that will be added (sizes the reserved header; adding another is an
+        error).
+    """
+
+    def __init__(self, path, names):
+        self.path = Path(path)
+        names = list(names)
+        if len(set(names)) != len(names):
+            raise ValueError("names: duplicate tensor names")
+        self._allowed = set(names)
+        size = 2 + sum(len(json.dumps(n)) + _ENTRY_OVERHEAD for n in names)
+        self._reserved = 8 * -(-size // 8)          # 8-byte aligned data, as safetensors writes
+        self._entries: dict = {}
+        self._offset = 0
+        self._file = open(self.path, "wb")
+        self._file.seek(8 + self._reserved)
+
+    def add(self, name: str, array: np.ndarray, dtype: str = "float32") -> None:
+        """Append ``array`` (converted to ``dtype``: float32, float16 or float64)."""
+        if name not in self._allowed:
+            raise ValueError(f"tensor {name!r} was not declared to this writer")
+        if name in self._entries:
+            raise ValueError(f"tensor {name!r} was already written")
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
+        tag, np_dtype = _DTYPES[dtype]
+        a = np.ascontiguousarray(array, dtype=np_dtype)
+        self._file.write(memoryview(a).cast("B"))
+        end = self._offset + a.nbytes
+        self._entries[name] = {"dtype": tag, "shape": list(a.shape), "data_offsets": [self._offset, end]}
+        self._offset = end
+
+    def close(self) -> None:
+        """Write the header in front; every declared tensor must have been added."""
+        missing = self._allowed.difference(self._entries)
+        if missing:
+            self.abort()
+            raise ValueError(f"{len(missing)} declared tensor(s) never written, e.g. {sorted(missing)[0]!r}")
+        header = json.dumps(self._entries, separators=(",", ":")).encode()
+        if len(header) > self._reserved:     # cannot happen: the reserve bounds every entry
+            self.abort()
+            raise RuntimeError("safetensors header larger than its reserved space")
+        self._file.seek(0)
+        self._file.write(struct.pack("<Q", self._reserved) + header.ljust(self._reserved, b" "))
+        self._file.close()
+
+    def abort(self) -> None:
+        """Close and delete the partial file."""
+        if not self._file.closed:
+            self._file.close()
+        self.path.unlink(missing_ok=True)
+
+
+class AdapterStreamWriter:
+    """One PEFT adapter directory, written module by module.
+
+    ``add(module, B, A)`` with ``ΔW = B A`` (B out × ρ, A ρ × in, scaling folded in); ``close``
+    writes the header and ``adapter_config.json`` (from ``base_config``, see :func:`peft_config`).
+    """
+
+    def __init__(self, out_dir, base_config: dict, modules, *, dtype: str = "float32"):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.base_config = dict(base_config)
+        self.dtype = dtype
+        self.ranks: dict = {}
+        names = [f"{m}.lora_{x}.weight" for m in modules for x in "AB"]
+        self._writer = SafetensorsStreamWriter(self.out_dir / WEIGHTS_NAME, names)
+
+    def add(self, module: str, B: np.ndarray, A: np.ndarray) -> None:
+        if B.ndim != 2 or A.ndim != 2 or B.shape[1] != A.shape[0]:
+            raise ValueError(f"module {module!r}: factors must be B (out, rho) and A (rho, in), got "
+                             f"{B.shape} and {A.shape}")
+        self._writer.add(f"{module}.lora_A.weight", A, self.dtype)
+        self._writer.add(f"{module}.lora_B.weight", B, self.dtype)
+        self.ranks[module] = int(A.shape[0])
+
+    def close(self) -> None:
+        self._writer.close()
+        cfg = peft_config(self.base_config, self.ranks)
+        (self.out_dir / CONFIG_NAME).write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+    def abort(self) -> None:
+        self._writer.abort()
+
+
+class StagedOutput:
+    """Files go to a hidden sibling of ``out``; :meth:`commit` moves them into ``out`` (emptied
+    first), :meth:`discard` removes them. Use as a context manager: an exception discards."""
+
+    def __init__(self, out):
+        self.out = Path(out)
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.dir = self.out.parent / f".{self.out.name}.incomplete-{os.getpid()}"
+        if self.dir.exists():
+            shutil.rmtree(self.dir)
+        self.dir.mkdir()
+
+    def commit(self) -> None:
+        if self.out.is_dir():
+            for child in self.out.iterdir():
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+        self.out.mkdir(parents=True, exist_ok=True)
+        for child in self.dir.iterdir():
+            os.replace(child, self.out / child.name)
+        self.dir.rmdir()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.discard()
+        return False

@@ -1,0 +1,135 @@
+"""Streaming outputs: safetensors written tensor by tensor, staged directories, and
+``aggregate_to_dir`` (write while solving) against ``aggregate_adapters`` + ``write_outputs``."""
+import json
+
+import numpy as np
+import pytest
+from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
+
+from lowrank_fl.adapters import (ModuleOptions, aggregate_adapters, aggregate_to_dir, load_adapters,
+                                 write_outputs)
+from lowrank_fl.adapters import run as run_mod
+from lowrank_fl.adapters.io import AdapterError
+from lowrank_fl.adapters.stream import SafetensorsStreamWriter, StagedOutput
+from lowrank_fl.adapters.synthetic import write_synthetic_adapters
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    root = tmp_path_factory.mktemp("adapters")
+    return write_synthetic_adapters(root, n_clients=4, n_layers=2, modules=("q_proj", "v_proj"),
+                                    shape=(24, 20), rank=3, contaminated=1, dtype="float16", seed=3)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_stream_writer_matches_save_file(tmp_path, dtype):
+    rng = np.random.default_rng(0)
+    tensors = {f"m{i}.lora_{x}.weight": rng.standard_normal((3 + i, 5 + 2 * i))
+               for i in range(4) for x in "AB"}
+    tensors["scalar_like"] = rng.standard_normal((1,))
+    names = list(tensors)
+    w = SafetensorsStreamWriter(tmp_path / "s.safetensors", names)
+    for n in reversed(names):                        # any order
+        w.add(n, tensors[n], dtype)
+    w.close()
+    save_file({k: v.astype(dtype) for k, v in tensors.items()}, str(tmp_path / "ref.safetensors"))
+    got, ref = load_file(str(tmp_path / "s.safetensors")), load_file(str(tmp_path / "ref.safetensors"))
+    assert sorted(got) == sorted(ref)
+    for k in ref:
+        assert got[k].dtype == ref[k].dtype and np.array_equal(got[k], ref[k])
+    with safe_open(str(tmp_path / "s.safetensors"), framework="numpy") as f:
+        assert sorted(f.keys()) == sorted(names)
+    # the data start is 8-byte aligned, as safetensors writes it
+    n = int.from_bytes((tmp_path / "s.safetensors").read_bytes()[:8], "little")
+    assert n % 8 == 0
+
+
+def test_stream_writer_refuses_undeclared_duplicate_and_missing(tmp_path):
+    path = tmp_path / "s.safetensors"
+    w = SafetensorsStreamWriter(path, ["a", "b"])
+    with pytest.raises(ValueError, match="not declared"):
+        w.add("c", np.zeros(2))
+    w.add("a", np.zeros(2))
+    with pytest.raises(ValueError, match="already written"):
+        w.add("a", np.zeros(2))
+    with pytest.raises(ValueError, match="dtype"):
+        w.add("b", np.zeros(2), "int8")
+    with pytest.raises(ValueError, match="never written"):
+        w.close()
+    assert not path.exists()                          # nothing partial is left
+    with pytest.raises(ValueError, match="duplicate"):
+        SafetensorsStreamWriter(path, ["a", "a"])
+
+
+def test_staged_output_discards_on_error_and_commits(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("keep me")
+    with pytest.raises(RuntimeError):
+        with StagedOutput(out) as st:
+            (st.dir / "new.txt").write_text("x")
+            raise RuntimeError("boom")
+    assert (out / "old.txt").read_text() == "keep me" and not (out / "new.txt").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]          # no hidden leftovers
+    with StagedOutput(out) as st:
+        (st.dir / "new.txt").write_text("x")
+        st.commit()
+    assert sorted(p.name for p in out.iterdir()) == ["new.txt"]
+
+
+def _tensors(d):
+    return {c.name: load_file(str(c / "adapter_model.safetensors")) for c in sorted(d.iterdir())
+            if c.is_dir()}
+
+
+@pytest.mark.parametrize("method,rule,rank_out", [("clair", "per-module", None),
+                                                   ("clair", "majority", None),
+                                                   ("clair", "per-module", 2),
+                                                   ("fedavg", "per-module", None)])
+def test_aggregate_to_dir_equals_aggregate_then_write(src, tmp_path, method, rule, rank_out):
+    ad = load_adapters(src)
+    opts = ModuleOptions(method=method, rank_out=rank_out)
+    agg = aggregate_adapters(ad, opts, progress=False)
+    ref = write_outputs(agg, tmp_path / "ref", client_rule=rule)
+    agg2, got = aggregate_to_dir(ad, opts, tmp_path / "got", client_rule=rule, jobs=2, progress=False)
+    for key in ("method", "clients", "outputs", "dtype", "client_benign", "rank_out_relative_error"):
+        assert got.get(key) == ref.get(key), key
+    for m in ref["modules"]:
+        a, b = ref["modules"][m], got["modules"][m]
+        assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
+    t_ref, t_got = _tensors(tmp_path / "ref"), _tensors(tmp_path / "got")
+    assert t_ref.keys() == t_got.keys()
+    for c in t_ref:
+        assert t_ref[c].keys() == t_got[c].keys()
+        for k in t_ref[c]:
+            assert np.array_equal(t_ref[c][k], t_got[c][k]), (c, k)
+        cfg_ref = json.loads((tmp_path / "ref" / c / "adapter_config.json").read_text())
+        cfg_got = json.loads((tmp_path / "got" / c / "adapter_config.json").read_text())
+        assert cfg_ref == cfg_got
+    # the streamed results keep their summary fields but not their outputs
+    with pytest.raises(RuntimeError, match="released"):
+        agg2.results[0].outputs(0)
+
+
+def test_aggregate_to_dir_failure_leaves_out_untouched(src, tmp_path, monkeypatch):
+    ad = load_adapters(src)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "previous.txt").write_text("previous run")
+    calls = {"n": 0}
+    real = run_mod.aggregate_module
+
+    def failing(f, options):
+        calls["n"] += 1
+        if calls["n"] == 3:                           # after two modules were written
+            raise AdapterError(f"module {f.name!r}: injected failure")
+        return real(f, options)
+
+    monkeypatch.setattr(run_mod, "aggregate_module", failing)
+    with pytest.raises(AdapterError, match="injected"):
+        aggregate_to_dir(ad, ModuleOptions(), out, overwrite=True, progress=False)
+    assert [p.name for p in out.iterdir()] == ["previous.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    with pytest.raises(AdapterError, match="not empty"):
+        aggregate_to_dir(ad, ModuleOptions(), out, progress=False)
