@@ -144,10 +144,13 @@ def test_every_claim_has_a_broken_variant():
 def test_claims_sharing_runs_share_seeds():
     # Table 2 evaluates Table 1's runs, and Lemma 3 / Theorem 3 reuse Theorem 2's runs (through
     # ctx.for_claim); every other map call of a claim has its own seeds
-    # (Table 1 adds its lambda-sensitivity runs on seeds of their own)
+    # (Table 1 adds its lambda-sensitivity runs, Theorem 3 its extra seeds at the largest K)
     t1, t2 = set(_run("clair.sec7.table1").seeds), set(_run("clair.sec7.table2").seeds)
     assert t2 < t1
-    assert _run("clair.lemma3.eps_sup").seeds == _run("clair.thm3.detection").seeds
+    lemma3, thm3 = set(_run("clair.lemma3.eps_sup").seeds), set(_run("clair.thm3.detection").seeds)
+    assert lemma3 < thm3
+    ev = _run("clair.thm3.detection")
+    assert ev.measured["last_K"]["n"] == len(thm3 - lemma3) + 3     # 3 shared seeds at smoke
 
 
 # ------------------------------------------------------------------------------------------ criteria helpers

@@ -22,7 +22,8 @@ SEC52 = sorted(k for k in REGISTRY if k.startswith("rolora.sec5_2."))
 def test_registry():
     assert set(SEC8) == {"clair.sec8.table3", "clair.sec8.detection", "clair.sec8.oracle_best_homogeneous",
                          "clair.sec8.clair_best_heterogeneous", "clair.sec8.fedavg_negative_transfer",
-                         "clair.sec8.contamination_task"}
+                         "clair.sec8.contamination_task", "clair.sec8.background_reading"}
+    assert REGISTRY["clair.sec8.background_reading"].kind == "remark"
     assert set(SEC52) == {"rolora.sec5_2.ffa_plateau", "rolora.sec5_2.rolora_vs_fedavg",
                           "rolora.sec5_2.fedavg_degrades"}
     assert all("torch" in REGISTRY[c].requires for c in SEC8 + SEC52)

@@ -47,14 +47,17 @@ class LoraSettings:
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A client's copying task: segment length ``L``, exponent ``t``, kind (see :mod:`.copying`)."""
+    """A client's copying task: segment length ``L``, exponent ``t``, kind and background tokens
+    (see :func:`lowrank_fl.nn.copying.sample`)."""
 
     length: int = 16
     exponent: float = 1.1
     kind: str = "fuzzy"
+    background: str = "power-law"
 
     def sample(self, n: int, *, seed) -> copying.CopyBatch:
-        return copying.sample(n, length=self.length, exponent=self.exponent, kind=self.kind, seed=seed)
+        return copying.sample(n, length=self.length, exponent=self.exponent, kind=self.kind,
+                              background=self.background, seed=seed)
 
 
 def train_client(backbone, task: TaskSpec, out_dir, *, settings: LoraSettings = LoraSettings(),

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..validation import as_generator, check_int
 
-__all__ = ["VOCAB", "PAD", "T", "LETTERS", "CONTAMINATIONS", "CopyBatch", "power_law", "sample",
+__all__ = ["VOCAB", "PAD", "T", "LETTERS", "CONTAMINATIONS", "BACKGROUNDS", "CopyBatch", "power_law", "sample",
            "sample_mixture", "masked_error", "mask", "copy_positions", "LOSSES", "loss_positions"]
 
 #: which next-token targets a training loss uses: every position (S5's "autoregressive"), or only
@@ -41,6 +41,8 @@ PAD = 52
 VOCAB = 53
 T = 64
 CONTAMINATIONS = ("reverse", "shift", "clean")
+#: background tokens of fuzzy copying: the segment's power law, or uniform over the 52 letters
+BACKGROUNDS = ("power-law", "uniform")
 _KINDS = ("fuzzy", "clean", "reverse", "shift")
 
 
@@ -74,8 +76,8 @@ def sample(n: int, *, length: int, exponent: float = 1.1, kind: str = "fuzzy",
         raise ValueError(f"length must satisfy L < T/2 = {seq_len / 2}, got L={L}")
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
-    if background not in ("power-law", "uniform"):
-        raise ValueError(f"background must be 'power-law' or 'uniform', got {background!r}")
+    if background not in BACKGROUNDS:
+        raise ValueError(f"background must be one of {BACKGROUNDS}, got {background!r}")
     rng = as_generator(seed)
     p = power_law(exponent)
     seg = rng.choice(52, size=(n, L), p=p)

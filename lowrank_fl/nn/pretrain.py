@@ -39,6 +39,8 @@ class PretrainSettings:
     lengths: tuple = tuple(range(5, 16))
     exponent: float = 1.1
     kind: str = "fuzzy"
+    #: background tokens of fuzzy copying (:func:`lowrank_fl.nn.copying.sample`)
+    background: str = "power-law"
     d: int = 64
     mlp: bool = False
     heads: int = 1
@@ -94,7 +96,8 @@ def pretrain(settings: PretrainSettings = PretrainSettings()) -> tuple[CopyingTr
         warm = step < settings.warmup_steps
         b = copying.sample_mixture(settings.batch_size, lengths=settings.lengths,
                                    exponent=0.0 if warm else settings.exponent,
-                                   kind="clean" if warm else settings.kind, seed=rng)
+                                   kind="clean" if warm else settings.kind,
+                                   background=settings.background, seed=rng)
         loss = next_token_loss(model, torch.from_numpy(b.tokens),
                                copying.loss_positions(b, "all" if warm else settings.loss))
         opt.zero_grad()
@@ -135,7 +138,8 @@ def copy_accuracy(model, settings: PretrainSettings = PretrainSettings(), *, n: 
     the share of the most frequent letter (27 % at ``t = 1.1``), one that copies far above it.
     """
     b = copying.sample_mixture(check_int(n, "n", minimum=1), lengths=settings.lengths,
-                               exponent=settings.exponent, kind=settings.kind, seed=seed)
+                               exponent=settings.exponent, kind=settings.kind,
+                               background=settings.background, seed=seed)
     model.eval()
     pred = np.full(b.tokens.shape, -1, dtype=np.int64)
     with torch.no_grad():

@@ -69,10 +69,12 @@ class Sec8Replicate:
 
 
 def client_tasks(regime: str, *, n_clients: int = 10, contaminated: int = 1,
-                 contamination: str = "reverse", seed) -> list[TaskSpec]:
-    """The clients' tasks; the last ``contaminated`` clients get the mismatched rule."""
+                 contamination: str = "reverse", background: str = "power-law", seed) -> list[TaskSpec]:
+    """The clients' tasks; the last ``contaminated`` clients get the mismatched rule.
+    ``background``: the background tokens of fuzzy copying (:func:`lowrank_fl.nn.copying.sample`)."""
     check_choice(regime, "regime", REGIMES)
     check_choice(contamination, "contamination", copying.CONTAMINATIONS)
+    check_choice(background, "background", copying.BACKGROUNDS)
     K = check_int(n_clients, "n_clients", minimum=2)
     c = check_int(contaminated, "contaminated", minimum=0, maximum=K - 1)
     rng = as_generator(seed, "sec8-tasks")
@@ -80,9 +82,9 @@ def client_tasks(regime: str, *, n_clients: int = 10, contaminated: int = 1,
     for k in range(K):
         kind = contamination if k >= K - c else "fuzzy"
         if regime == "homogeneous":
-            tasks.append(TaskSpec(16, 1.1, kind))
+            tasks.append(TaskSpec(16, 1.1, kind, background))
         else:
-            tasks.append(TaskSpec(int(rng.integers(10, 27)), float(rng.uniform(0.95, 1.6)), kind))
+            tasks.append(TaskSpec(int(rng.integers(10, 27)), float(rng.uniform(0.95, 1.6)), kind, background))
     return tasks
 
 
@@ -98,27 +100,31 @@ def merged_model(backbone, deltas: dict):
 
 
 def run_replicate(backbone, regime: str, *, n_clients: int = 10, contaminated: int = 1,
-                  contamination: str = "reverse", lora: LoraSettings = LoraSettings(),
+                  contamination: str = "reverse", background: str = "power-law",
+                  lora: LoraSettings = LoraSettings(),
                   n_test: int = 500, lam_L: float | None = None, lam_S: float | None = None,
                   tau=None, alpha: float = 0.5, methods=METHODS, adapter_dir=None,
                   solver_options=None, seed) -> Sec8Replicate:
     """Train, aggregate and evaluate one replicate (see the module docstring).
 
-    ``lam_L``, ``lam_S``, ``tau`` default to :data:`PAPER_TUNING` of ``regime``. ``adapter_dir``:
+    ``lam_L``, ``lam_S``, ``tau`` default to :data:`PAPER_TUNING` of ``regime``. ``background``:
+    the background tokens of every task, the evaluation task included. ``adapter_dir``:
     where the clients' PEFT adapter directories are written (default: a temporary directory).
     """
     with threadpool_limits(limits=1):      # one BLAS thread: the SVDs of (7) are 20-50x slower shared
         return _run_replicate(backbone, regime, n_clients=n_clients, contaminated=contaminated,
-                              contamination=contamination, lora=lora, n_test=n_test, lam_L=lam_L,
+                              contamination=contamination, background=background, lora=lora,
+                              n_test=n_test, lam_L=lam_L,
                               lam_S=lam_S, tau=tau, alpha=alpha, methods=methods, adapter_dir=adapter_dir,
                               solver_options=solver_options, seed=seed)
 
 
-def _run_replicate(backbone, regime, *, n_clients, contaminated, contamination, lora, n_test, lam_L,
-                   lam_S, tau, alpha, methods, adapter_dir, solver_options, seed) -> Sec8Replicate:
+def _run_replicate(backbone, regime, *, n_clients, contaminated, contamination, background, lora,
+                   n_test, lam_L, lam_S, tau, alpha, methods, adapter_dir, solver_options,
+                   seed) -> Sec8Replicate:
     torch.set_num_threads(1)
     tasks = client_tasks(regime, n_clients=n_clients, contaminated=contaminated,
-                         contamination=contamination, seed=seed)
+                         contamination=contamination, background=background, seed=seed)
     K = len(tasks)
     truth = np.array([t.kind == "fuzzy" for t in tasks])
     pl, ps, pt = PAPER_TUNING[regime]
@@ -137,7 +143,8 @@ def _run_replicate(backbone, regime, *, n_clients, contaminated, contamination, 
     agg = aggregate(stacks, ATTENTION_MODULES, truth, lam_L=lam_L, lam_S=lam_S, tau=tau, alpha=alpha,
                     rank=lora.rank, methods=methods, solver_options=solver_options, factors=factors)
     test_rng = as_generator(seed, "sec8-test")
-    common = TaskSpec(16, 1.1, "fuzzy").sample(n_test, seed=test_rng) if regime == "homogeneous" else None
+    common = (TaskSpec(16, 1.1, "fuzzy", background).sample(n_test, seed=test_rng)
+              if regime == "homogeneous" else None)
     acc = {m: np.full(K, np.nan) for m in methods}
     for k in range(K):
         if not truth[k]:
