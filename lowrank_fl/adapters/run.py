@@ -157,6 +157,15 @@ class _OutputWriters:
         for w in self.writers:
             w.close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:          # close the open files; StagedOutput removes them
+            for w in self.writers:
+                w.abort()
+        return False
+
 
 def _finish(agg: Aggregation, writers: _OutputWriters, staged: StagedOutput, client_rule: str,
             dtype: str) -> dict:
@@ -184,21 +193,14 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     out = check_out_dir(out, overwrite)
     stream = options.method != "clair" or client_rule == "per-module"
-    with StagedOutput(out) as staged:
-        writers = _OutputWriters(adapters, options, staged.dir, dtype)
-        try:
-            agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler,
-                                     progress=progress,
-                                     on_result=(lambda r: writers.write(r, release=True)) if stream else None)
-            if not stream:
-                decided = client_decision(agg.results, client_rule)
-                for r in agg.results:
-                    writers.write(r, benign=decided, release=True)
-            return agg, _finish(agg, writers, staged, client_rule, dtype)
-        except BaseException:
-            for w in writers.writers:
-                w.abort()
-            raise
+    with StagedOutput(out) as staged, _OutputWriters(adapters, options, staged.dir, dtype) as writers:
+        agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress,
+                                 on_result=(lambda r: writers.write(r, release=True)) if stream else None)
+        if not stream:
+            decided = client_decision(agg.results, client_rule)
+            for r in agg.results:
+                writers.write(r, benign=decided, release=True)
+        return agg, _finish(agg, writers, staged, client_rule, dtype)
 
 
 def write_outputs(agg: Aggregation, out, *, client_rule: str = "per-module",
@@ -213,13 +215,7 @@ def write_outputs(agg: Aggregation, out, *, client_rule: str = "per-module",
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     out = check_out_dir(out, overwrite)
     decided = client_decision(agg.results, client_rule) if agg.options.method == "clair" else None
-    with StagedOutput(out) as staged:
-        writers = _OutputWriters(agg.adapters, agg.options, staged.dir, dtype)
-        try:
-            for r in agg.results:
-                writers.write(r, benign=decided)
-            return _finish(agg, writers, staged, client_rule, dtype)
-        except BaseException:
-            for w in writers.writers:
-                w.abort()
-            raise
+    with StagedOutput(out) as staged, _OutputWriters(agg.adapters, agg.options, staged.dir, dtype) as writers:
+        for r in agg.results:
+            writers.write(r, benign=decided)
+        return _finish(agg, writers, staged, client_rule, dtype)
