@@ -51,7 +51,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 
 from ..clair import pairs
 from .io import ModuleFactors
