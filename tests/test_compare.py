@@ -213,3 +213,39 @@ def test_tracemalloc_measure_for_iterative_methods(instance, lams):
     assert c.settings["memory_measure"] == "tracemalloc"
     with pytest.raises(ValueError, match="memory_measure"):
         compare_clair(instance.W_hat, *lams, methods=["fista"], memory_measure="rss")
+
+
+# ----------------------------------------------------------------------------- trivial instances
+@pytest.mark.parametrize("W", [np.zeros((3, 2, 4)), np.tile(np.arange(8.0).reshape(2, 4), (3, 1, 1))],
+                         ids=["all-zero", "equal-clients"])
+def test_equal_clients_are_refused_not_divided_by_zero(W):
+    """Every contrast 0: (7) is solved by L = S = 0 with objective F(0, 0) = 0, the relative
+    gap's scale, so the comparison is refused with a message saying so (was ZeroDivisionError)."""
+    D = contrasts(W)
+    Z = np.zeros_like(D)
+    assert penalized_objective(D, 2, Z, Z, 0.1, 0.1) == 0.0            # the scale is exactly 0
+    res = solve_penalized(D, 2, 0.1, 0.1)                              # and 0 is the optimum
+    assert res.objective == 0.0 and not np.any(res.L) and not np.any(res.S)
+    with pytest.raises(ValueError, match=r"W_hat: all K = 3 clients' matrices are equal.*"
+                                         r"L = S = 0 with objective F\(0, 0\) = 0.*scale 0"):
+        compare_clair(W, 0.1, 0.1, methods=["fista"])
+    with pytest.raises(ValueError, match=r"W: all K = 3 clients.*program \(24\)"):
+        compare_noiseless(W, 0.1, 0.1, methods=["cvxpy:CLARABEL"])
+
+
+def test_nearly_equal_clients_are_still_compared():
+    """The refusal is for scale exactly 0: clients differing by 1e-6 are a normal instance."""
+    W = np.zeros((3, 2, 4))
+    W[0, 0, 0] = 1e-6
+    c = compare_clair(W, 1e-8, 1e-8, methods=["fista"], tol=1e-9)
+    D = contrasts(W)
+    Z = np.zeros_like(D)
+    assert c.scale > 0
+    assert c.scale == pytest.approx(penalized_objective(D, 2, Z, Z, 1e-8, 1e-8), rel=1e-12)
+    assert c.row("fista").outcome == "ok" and c.row("fista").relative_gap <= 1e-9
+
+
+def test_zero_responses_are_refused_by_nuclear():
+    X = np.random.default_rng(0).standard_normal((3, 5, 2))
+    with pytest.raises(ValueError, match=r"y: every response is 0.*Theta = 0 is optimal"):
+        compare_nuclear(X, np.zeros((3, 5)), 0.1, methods=["prox"])

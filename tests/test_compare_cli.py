@@ -130,3 +130,13 @@ def test_noiseless(tmp_path, capsys):
     assert main(["compare", "noiseless", str(path), "--lam-L", "1", "--lam-S", "1",
                  "--methods", "fista", "--out", str(tmp_path / "z2")]) == 2
     _one_error_line(capsys, "unknown method 'fista'")
+
+
+def test_all_zero_W_hat_is_one_error_line_and_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "zero.npz"
+    np.savez(path, W_hat=np.zeros((4, 3, 5)))
+    out = tmp_path / "cmp"
+    assert main(["compare", "clair", str(path), *LAM, "--methods", "fista", "--out", str(out)]) == 2
+    _one_error_line(capsys, "W_hat: all K = 4 clients' matrices are equal", "objective F(0, 0) = 0",
+                    "nothing to compare")
+    assert not out.exists()

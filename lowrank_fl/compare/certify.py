@@ -14,6 +14,11 @@ programs) the collaborative set (8) it implies.
   by the largest ``c <= 1`` with ``||cQ||_op <= lam_L`` and ``max_g ||cQ_g||_F <= lam_S``;
   ``dual = max(0, c <Q, D0>)``; ``scale = min(lam_L ||D0||_*, lam_S sum_g ||D0_g||_F)``, the
   better of the two trivial feasible points ``(D0, 0)`` and ``(0, D0)``.
+
+A zero scale means the instance is trivial (all contrasts zero, or ``y = 0``): the optimum is the
+zero point with objective 0 and ``gap / scale`` is undefined. The certifiers refuse such data
+with a ``ValueError`` (:func:`check_scale`) instead of dividing by zero or silently switching
+to an absolute gap.
 """
 from __future__ import annotations
 
@@ -25,7 +30,20 @@ from ..exact.nuclear import nuclear_duality_gap, nuclear_objective
 from ..linalg import block_norms, nuclear_norm, spectral_norm, thin_svd
 
 __all__ = ["ClairCertifier", "NuclearCertifier", "NoiselessCertifier", "top_projector",
-           "numerical_rank"]
+           "numerical_rank", "check_scale"]
+
+
+def check_scale(scale: float, data: str, why: str, optimum: str) -> float:
+    """``scale`` when it is > 0; else ``ValueError`` saying the instance is trivial.
+
+    ``data``: the argument ("W_hat"); ``why``: what makes it trivial; ``optimum``: the solution
+    and objective the program then has (all shown in the message).
+    """
+    scale = float(scale)
+    if scale > 0:
+        return scale
+    raise ValueError(f"{data}: {why}, so {optimum} and the relative duality gap (gap / scale) "
+                     f"has scale {scale:g}: there is nothing to compare")
 
 
 def top_projector(M, rank: int) -> np.ndarray:
@@ -39,6 +57,13 @@ def numerical_rank(M, reference: float, rtol: float = 1e-6) -> int:
     """Singular values of ``M`` above ``rtol * reference`` (``reference``: the data's norm)."""
     s = np.linalg.svd(np.asarray(M, dtype=float), compute_uv=False)
     return int(np.count_nonzero(s > rtol * reference))
+
+
+def _trivial_contrasts(D, K) -> str:
+    if not np.any(D):
+        return (f"all K = {K} clients' matrices are equal (every contrast W_j - W_k is 0, e.g. "
+                "an all-zero input)")
+    return "the contrasts are so small that their squared norms underflow to 0"
 
 
 class _Blocks:
@@ -69,7 +94,9 @@ class ClairCertifier(_Blocks):
         super().__init__(D, q, K, tau, alpha)
         self.lam_L, self.lam_S, self.weights = lam_L, lam_S, weights
         Z = np.zeros_like(D)
-        self.scale = penalized_objective(D, q, Z, Z, lam_L, lam_S, weights)
+        self.scale = check_scale(penalized_objective(D, q, Z, Z, lam_L, lam_S, weights), "W_hat",
+                                 _trivial_contrasts(D, K), "program (7) is solved by L = S = 0 "
+                                 "with objective F(0, 0) = 0")
 
     def certify(self, point: dict) -> dict:
         args = (self.D, self.q, point["L"], point["S"], self.lam_L, self.lam_S, self.weights)
@@ -84,8 +111,10 @@ class NoiselessCertifier(_Blocks):
     def __init__(self, D, q, K, lam_L, lam_S, *, tau="largest-gap", alpha=0.5):
         super().__init__(D, q, K, tau, alpha)
         self.lam_L, self.lam_S = lam_L, lam_S
-        self.scale = min(lam_L * nuclear_norm(D),
-                         lam_S * float(block_norms(as_blocks(D, q)).sum())) or 1.0
+        self.scale = check_scale(min(lam_L * nuclear_norm(D),
+                                     lam_S * float(block_norms(as_blocks(D, q)).sum())), "W",
+                                 _trivial_contrasts(D, K), "program (24) is solved by L = S = 0 "
+                                 "with objective 0")
 
     def certify(self, point: dict) -> dict:
         L = point["L"]
@@ -107,7 +136,10 @@ class NuclearCertifier:
 
     def __init__(self, X, y, mu):
         self.X, self.y, self.mu = X, y, mu
-        self.scale = nuclear_objective(np.zeros((X.shape[0], X.shape[2])), X, y, mu) or 1.0
+        self.scale = check_scale(
+            nuclear_objective(np.zeros((X.shape[0], X.shape[2])), X, y, mu), "y",
+            "every response is 0" if not np.any(y) else "sum of y^2 underflows to 0",
+            "Theta = 0 is optimal with objective P(0) = 0")
         self.reference = max(spectral_norm(np.einsum("nmd,nm->nd", X, y) / X.shape[1]),
                              np.finfo(float).tiny)
 

@@ -166,6 +166,9 @@ def compare_clair(W_hat, lam_L: float, lam_S: float, *, weights=None, methods=No
     ----------
     W_hat : array_like, shape (K, q, p)
         Local estimates; the program is solved on their contrasts ``D̂`` (G*q, p), eq. (6).
+        Clients that are all equal (every contrast 0, e.g. an all-zero ``W_hat``) are refused
+        with a ``ValueError``: (7) is then solved by ``L = S = 0`` with objective ``F(0, 0) = 0``,
+        the scale of the relative gap (see :mod:`~lowrank_fl.compare.certify`).
     lam_L, lam_S : float, > 0
     weights : None or array_like, shape (G,)
         Pair weights (None: ``1/K``).
@@ -221,7 +224,8 @@ def compare_noiseless(W, lam_L: float, lam_S: float, *, methods=None,
     """Compare the CVXPY solvers of the noiseless program (24) on ``D0 = contrasts(W)``.
 
     ``W`` (K, q, p) holds the (noiseless) local models; other parameters as in
-    :func:`compare_clair` (no iterative method exists for (24)).
+    :func:`compare_clair` (no iterative method exists for (24)); equal clients (``D0 = 0``) are
+    refused like there.
     """
     W = _check_W(W, "W")
     lam_L = check_positive(lam_L, "lam_L")
@@ -249,7 +253,8 @@ def compare_nuclear(X, y, mu: float, *, methods=None, tol: float = 1e-8,
     """Compare proximal gradient and CVXPY on nuclear-norm multi-task least squares.
 
     ``X`` (n, m, d), ``y`` (n, m), ``mu > 0``; the projectors are the top-``rank`` right
-    singular subspaces of ``Theta`` (n, d). Other parameters as in :func:`compare_clair`.
+    singular subspaces of ``Theta`` (n, d). Other parameters as in :func:`compare_clair`;
+    ``y = 0`` (optimum ``Theta = 0``, ``P(0) = 0``) is refused like equal clients there.
     """
     X = as_float_array(X, "X", ndim=3)
     y = as_float_array(y, "y", shape=X.shape[:2])
