@@ -16,7 +16,8 @@ from pathlib import Path
 
 from .values import fmt_number
 
-__all__ = ["Change", "ReportDiff", "diff_reports", "load_results", "format_diff", "add_parser", "cmd_diff"]
+__all__ = ["Change", "ReportDiff", "diff_reports", "load_results", "report_problem", "format_diff",
+           "add_parser", "cmd_diff"]
 
 
 @dataclass(frozen=True)
@@ -46,19 +47,68 @@ class ReportDiff:
         return not (self.verdicts or self.only_a or self.only_b or self.numbers)
 
 
+_EXPECTED = "expected a results.json written by `lowrank-fl verify` (or its report directory)"
+
+
+def _json_type(value) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+             type(None): "null", int: "a number", float: "a number"}
+    return names.get(type(value), type(value).__name__)
+
+
+def report_problem(doc) -> str | None:
+    """What keeps ``doc`` (parsed JSON) from being a report :func:`diff_reports` can read, or
+    ``None``. Checks the parts the diff uses (a subset of ``results.schema.json``): an object
+    whose ``claims`` is a list of objects with string ``id`` and ``verdict``, ``measured`` /
+    ``predicted`` / ``nonfinite`` objects (or null)."""
+    if not isinstance(doc, dict):
+        return f"the top level is {_json_type(doc)}, not an object with a 'claims' list"
+    if "claims" not in doc:
+        keys = ", ".join(map(repr, list(doc)[:5])) + (", ..." if len(doc) > 5 else "")
+        return f"it has no 'claims' list (keys: {keys or 'none'})"
+    claims = doc["claims"]
+    if not isinstance(claims, list):
+        return f"'claims' is {_json_type(claims)}, not a list of claims"
+    for i, c in enumerate(claims):
+        where = f"claims[{i}]"
+        if not isinstance(c, dict):
+            return f"{where} is {_json_type(c)}, not an object with 'id' and 'verdict'"
+        for key in ("id", "verdict"):
+            if key not in c:
+                return f"{where} has no '{key}'"
+            if not isinstance(c[key], str):
+                return f"{where}.{key} is {_json_type(c[key])}, not a string"
+        for key in ("measured", "predicted", "nonfinite"):
+            if c.get(key) is not None and not isinstance(c[key], dict):
+                return f"{where} ({c['id']}).{key} is {_json_type(c[key])}, not an object"
+    return None
+
+
 def load_results(path) -> dict:
-    """A ``results.json`` (or the report directory holding one)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "results.json"
+    """A ``results.json`` (or the report directory holding one).
+
+    ``FileNotFoundError`` when there is no such file, ``ValueError`` when it is unreadable, not
+    JSON or not a report (:func:`report_problem`); both name the file and what was expected.
+    """
+    given = Path(path)
+    path = given / "results.json" if given.is_dir() else given
     if not path.is_file():
-        raise FileNotFoundError(f"no results.json at {path}")
+        what = (f"the directory {given} has no results.json" if given.is_dir() else
+                f"{given} is not a file" if given.exists() else f"{given} does not exist")
+        raise FileNotFoundError(f"{what}; {_EXPECTED}")
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path} is not a JSON file (a results.json): {exc}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("claims"), list):
-        raise ValueError(f"{path} is not a lowrank_fl results.json (no 'claims' list)")
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a report: not UTF-8 text (a binary file?); "
+                         f"{_EXPECTED}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not a report: not JSON ({exc.msg} at line {exc.lineno} "
+                         f"column {exc.colno}); {_EXPECTED}") from None
+    problem = report_problem(doc)
+    if problem is not None:
+        raise ValueError(f"{path} is not a report: {problem}; {_EXPECTED}")
     return doc
 
 
@@ -156,8 +206,8 @@ def format_diff(d: ReportDiff, *, names=("A", "B"), max_numbers: int = 20) -> st
 
 
 def _commit(doc: dict) -> str:
-    git = (doc.get("provenance") or {}).get("git") or {}
-    if not git.get("commit"):
+    git = (doc.get("provenance") or {}).get("git") if isinstance(doc.get("provenance"), dict) else None
+    if not isinstance(git, dict) or not isinstance(git.get("commit"), str):
         return ""
     return f", commit {git['commit'][:10]}" + (" (dirty)" if git.get("dirty") else "")
 
@@ -195,7 +245,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(["report", "diff", *(sys.argv[1:] if argv is None else argv)])
     try:
         return args.handler(args)
-    except (ValueError, FileNotFoundError, json.JSONDecodeError) as exc:
+    except (ValueError, OSError) as exc:
         print(f"report diff: error: {exc}", file=sys.stderr)
         return 2
 
