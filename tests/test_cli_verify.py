@@ -422,8 +422,9 @@ def test_refresh_and_cache_clear(dummy_registry, tmp_path, capsys):
     assert lowrank_fl(argv) == 0 and tasks() == {"executed": 0, "from_cache": 6}
     assert lowrank_fl(argv + ["--refresh"]) == 0 and tasks() == {"executed": 6, "from_cache": 0}
     capsys.readouterr()
-    assert lowrank_fl(["cache", "clear", "--cache", str(cache), "--claim", "clair.other"]) == 0
-    assert capsys.readouterr().out.startswith("cache clear: removed 0 entries")
+    assert lowrank_fl(["cache", "clear", "--cache", str(cache), "--claim", "clair.dummy.table"]) == 0
+    assert capsys.readouterr().out == (f"cache clear: removed 0 entries from {cache} (nothing was "
+                                       "cached for them)\n")
     assert lowrank_fl(["cache", "clear", "--cache", str(cache), "--claim", "fedrep.dummy.mean"]) == 0
     assert capsys.readouterr().out.startswith("cache clear: removed 6 entries")
     assert lowrank_fl(argv) == 0 and tasks() == {"executed": 6, "from_cache": 0}
@@ -435,6 +436,31 @@ def test_refresh_and_cache_clear(dummy_registry, tmp_path, capsys):
     assert lowrank_fl(["cache", "clear", "--cache", str(tmp_path / "docs")]) == 2
     assert "does not look like a lowrank_fl task cache" in capsys.readouterr().err
     assert (tmp_path / "docs" / "thesis.tex").exists()
+
+
+def test_cache_clear_of_an_unknown_claim_id_names_it_and_suggests(dummy_registry, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    argv = ["verify", "--scale", "smoke", "--backend", "sequential", "--cache", str(cache),
+            "--no-progress", "--claim", "fedrep.dummy.mean", "--out", str(tmp_path / "o")]
+    assert lowrank_fl(argv) == 0
+    capsys.readouterr()
+    entries = sorted(cache.rglob("*.npz"))
+    assert len(entries) == 6
+    for ids, close in ((["fedrep.dummy.maen"], "did you mean 'fedrep.dummy.mean'? "),
+                       (["no.such.claim"], ""),
+                       (["fedrep.dummy.mean", "no.such.claim"], "")):   # nothing removed then
+        argv = ["cache", "clear", "--cache", str(cache)] + [a for i in ids for a in ("--claim", i)]
+        assert lowrank_fl(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.splitlines() == [
+            f"lowrank-fl: error: --claim {ids[-1]} is not a claim id and has no entries in {cache}; "
+            f"{close}`lowrank-fl claims` lists the claim ids"]
+        assert sorted(cache.rglob("*.npz")) == entries
+    # a label with entries but no registered claim (a renamed claim) can still be cleared
+    REGISTRY.pop("fedrep.dummy.mean")
+    assert lowrank_fl(["cache", "clear", "--cache", str(cache), "--claim", "fedrep.dummy.mean"]) == 0
+    assert capsys.readouterr().out.startswith("cache clear: removed 6 entries")
+    assert not list(cache.rglob("*.npz"))
 
 
 def test_one_log_line_per_claim_when_not_a_terminal(dummy_registry, tmp_path, capsys):

@@ -326,15 +326,35 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def _check_claim_ids(ids, cache_dir: Path) -> None:
+    """``--claim`` ids of ``cache clear``: registered claims, or labels that have cache entries
+    (a renamed claim's old entries); ``ValueError`` naming an unknown id, with a close match."""
+    import difflib
+
+    from .cache import safe_name
+
+    _load_claims(None)
+    for cid in ids:
+        if cid in REGISTRY or (cache_dir / safe_name(cid)).is_dir():
+            continue
+        close = difflib.get_close_matches(cid, list(REGISTRY), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"--claim {cid} is not a claim id and has no entries in {cache_dir}; "
+                         f"{hint}`lowrank-fl claims` lists the claim ids")
+
+
 def cmd_cache_clear(args) -> int:
     """Handler of ``lowrank-fl cache clear``."""
     from .cache import clear_cache, safe_name
 
     _check_cache_option(args.cache, create=False)
-    cache_dir = args.cache or default_cache_dir()
+    cache_dir = Path(args.cache or default_cache_dir())
+    if args.claim:
+        _check_claim_ids(args.claim, cache_dir)
     labels = None if not args.claim else [safe_name(c) for c in args.claim]
     removed = clear_cache(cache_dir, labels)
-    print(f"cache clear: removed {removed} entries from {cache_dir}")
+    none = " (nothing was cached for them)" if args.claim and not removed else ""
+    print(f"cache clear: removed {removed} entries from {cache_dir}{none}")
     return 0
 
 
