@@ -247,3 +247,43 @@ def test_checks_and_remarks_are_shown():
     mk = lambda i, kind: Claim(id=f"clair.{i}", paper="clair", reference="r", statement="s",
                                kind=kind, experiment=None)
     assert remarks([(mk("a", "remark"), ev), (mk("b", "bound"), ev)]) == ["clair.a"]
+
+
+# ----------------------------------------------------------------------------- each table once
+def _committed_claim(cid):
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "reports" / "full" / "results.json")
+                     .read_text())
+    d = next(c for c in doc["claims"] if c["id"] == cid)
+    c = Claim(id=d["id"], paper=d["paper"], reference=d["reference"], kind=d["kind"],
+              statement=d["statement"], experiment=lambda ctx: None)
+    return c, Evidence(verdict=d["verdict"], summary=d["summary"], measured=d["measured"],
+                       predicted=d["predicted"], table=d["table"])
+
+
+def test_a_claims_table_appears_once():
+    """fedrep.thm1.sample_complexity keeps its rows in ``measured`` and in ``table``: the report
+    showed the table twice (once as a nested table in the quantity rows)."""
+    c, e = _committed_claim("fedrep.thm1.sample_complexity")
+    assert e.measured["rows"] == e.table                     # the duplication is in the data
+    page = render_html([(c, e)], scale="full")
+    assert page.count("<th>m_star_80pct</th>") == 1
+    assert "<code>affine_fit</code>" in page and "<code>rows</code>" not in page
+    md = render_markdown([(c, e)], scale="full")
+    assert md.count("| n | d_over_n | m_star_80pct | m_star_per_seed |") == 1
+    assert "| `affine_fit` |" in md and "| `rows` |" not in md
+
+
+def test_a_quantity_equal_to_the_table_is_kept_when_the_other_side_has_a_value():
+    rows = [{"k": 1, "err": np.float64(0.5)}, {"k": 2, "err": np.float64(0.25)}]
+    c = Claim(id="flute.dummy.t", paper="flute", reference="r", kind="bound", statement="s",
+              experiment=lambda ctx: None)
+    e = Evidence(verdict="holds", summary="s", table=[{"k": 1, "err": 0.5}, {"k": 2, "err": 0.25}],
+                 measured={"rows": rows, "other": [{"k": 1, "err": 0.5}], "x": 1.0},
+                 predicted={"rows": [{"k": 1, "err": 0.5}, {"k": 2, "err": 0.3}], "x": 1.0})
+    page = render_html([(c, e)], scale="smoke")
+    assert "<code>rows</code>" in page and "<code>other</code>" in page
+    e2 = Evidence(verdict="holds", summary="s", table=e.table, measured={"rows": rows, "x": 1.0})
+    page = render_html([(c, e2)], scale="smoke")
+    assert "<code>rows</code>" not in page and page.count("<th>err</th>") == 1

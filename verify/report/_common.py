@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted
+from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted, jsonable
 from ..runner import ERROR_PREFIX
 from .values import columns as table_columns
 from .values import fmt
@@ -41,11 +41,24 @@ _MISSING = object()
 def kv_rows(evidence: Evidence) -> list[tuple[str, object, object]]:
     """(quantity, measured, predicted) raw values; keys of both dicts, measured's order first.
 
-    A side without the quantity holds :data:`MISSING` (rendered as an empty cell).
+    A side without the quantity holds :data:`MISSING` (rendered as an empty cell). A quantity
+    that is the evidence's ``table`` itself (claims keep their rows in ``measured`` for
+    ``results.json`` too) is left out when the other side is empty: the report shows that table
+    right after these rows, so it would appear twice.
     """
+    table = None if not evidence.table else jsonable(evidence.table)
+
+    def is_table(value) -> bool:
+        return table is not None and (value is evidence.table or jsonable(value) == table)
+
     keys = list(evidence.measured) + [k for k in evidence.predicted if k not in evidence.measured]
-    return [(str(k), evidence.measured.get(k, _MISSING), evidence.predicted.get(k, _MISSING))
-            for k in keys]
+    rows = []
+    for k in keys:
+        m, p = evidence.measured.get(k, _MISSING), evidence.predicted.get(k, _MISSING)
+        if (p is _MISSING and is_table(m)) or (m is _MISSING and is_table(p)):
+            continue
+        rows.append((str(k), m, p))
+    return rows
 
 
 MISSING = _MISSING
