@@ -101,9 +101,26 @@ def stage_output_dir(path, *, overwrite: bool = False, option: str = "--out",
                              "refusing to clear it")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.partial-"))
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.partial-"))
+        # mkdtemp makes it 0700; it becomes the output, so give it the mode of a plain mkdir
+        os.chmod(staging, 0o777 & ~_umask())
+        return staging
     except OSError as exc:
         raise ValueError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
+
+
+def _umask() -> int:
+    """The process's umask (read from /proc where possible: setting it to read it is racy)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def commit_output_dir(staging: Path, path) -> Path:

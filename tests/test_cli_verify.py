@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -577,3 +578,22 @@ def test_interactive_runs_show_bars_and_write_claim_lines_through_tqdm(dummy_reg
     assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
                        "--no-progress", "--claim", "fedrep.dummy.mean", "--out", str(tmp_path / "p")]) == 0
     assert seen["progress"] is False
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_the_report_directory_has_the_mode_of_a_plain_mkdir(dummy_registry, tmp_path, umask):
+    """The report was staged with tempfile.mkdtemp (mode 0700) and renamed: it must get the
+    mode ``mkdir`` gives under the user's umask (0755 with umask 022), like its figures/."""
+    import stat
+
+    old = os.umask(umask)
+    try:
+        (tmp_path / "reference").mkdir()
+        out = tmp_path / "rep"
+        assert lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
+                           "--no-progress", "--claim", "fedrep.dummy.mean", "--out", str(out)]) == 0
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE(out.stat().st_mode)
+    assert mode == stat.S_IMODE((tmp_path / "reference").stat().st_mode) == 0o777 & ~umask
+    assert stat.S_IMODE((out / "figures").stat().st_mode) == mode
