@@ -16,6 +16,7 @@ from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, VERDICT_LEGEND, anchor, by_paper, is_error, kv_rows,
                       check_lines, non_holds, omitted_sorted, remarks, svg_twin, table_columns, totals,
                       totals_by_paper)
+from .provenance import git_text
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt_number, html_value
 
@@ -146,9 +147,7 @@ def _legend(items: Mapping[str, str], badges: bool) -> str:
 def _provenance(results, scale: str, meta: Mapping) -> str:
     prov = meta.get("provenance") or {}
     git = prov.get("git") or {}
-    commit = git.get("commit")
-    commit_text = ("not a git checkout" if commit is None
-                   else commit + (" (dirty: uncommitted changes)" if git.get("dirty") else " (clean)"))
+    commit_text = git_text(git)
     machine = prov.get("machine") or {}
     rows = [["lowrank_fl", prov.get("lowrank_fl", meta.get("versions", {}).get("lowrank_fl", "?"))],
             ["git commit", commit_text],

@@ -8,6 +8,7 @@ from typing import Mapping, Sequence
 from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, VERDICT_LEGEND, anchor, by_paper, is_error, kv_rows,
                       check_lines, non_holds, omitted_sorted, remarks, table_columns, totals, totals_by_paper)
+from .provenance import git_text
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt, fmt_number, is_records
 
@@ -83,8 +84,9 @@ def _provenance(results, scale: str, meta: Mapping) -> list[str]:
     prov = meta.get("provenance") or {}
     git = prov.get("git") or {}
     commit = git.get("commit")
-    commit_text = ("not a git checkout" if commit is None
-                   else f"`{commit}`" + (" (dirty: uncommitted changes)" if git.get("dirty") else " (clean)"))
+    commit_text = git_text(git)
+    if commit:
+        commit_text = commit_text.replace(commit, f"`{commit}`", 1)
     rows = [["lowrank_fl", prov.get("lowrank_fl", meta.get("versions", {}).get("lowrank_fl", "?"))],
             ["git commit", commit_text], ["command", f"`{prov.get('command', '?')}`"],
             ["scale", scale], ["base seed", meta.get("base_seed", "?")],

@@ -10,7 +10,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["collect", "versions", "git_state", "command_line", "EXTRA_PACKAGES"]
+__all__ = ["collect", "versions", "git_state", "git_text", "read_head", "command_line",
+           "EXTRA_PACKAGES"]
 
 #: Packages that do not enter the cache key but shape the report or the run (figures, progress).
 EXTRA_PACKAGES = ("matplotlib", "tqdm", "dask", "distributed")
@@ -29,25 +30,102 @@ def versions() -> dict:
     return {**dependency_versions(), "lowrank_fl": lowrank_fl.__version__, "platform": platform.platform()}
 
 
-def _git(args, cwd) -> str | None:
+_ROOT = Path(__file__).resolve().parent.parent.parent  # the directory holding verify/
+
+
+def _git(args, cwd) -> tuple[int, str, str] | None:
+    """``(returncode, stdout, first line of stderr)`` of ``git args`` in ``cwd``; ``None`` when
+    git cannot be run (not installed)."""
     try:
         out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    err = next((ln.strip() for ln in out.stderr.splitlines() if ln.strip()), "")
+    return out.returncode, out.stdout.strip(), err.removeprefix("fatal: ")
 
 
-def git_state(exclude=None) -> dict:
-    """``{"commit": sha or None, "dirty": bool or None}`` of the checkout holding this package.
+def _is_sha(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
+
+
+def read_head(checkout) -> str | None:
+    """The commit ``HEAD`` of the git checkout ``checkout`` points to, read from its ``.git``
+    without running git (for when git is missing or refuses the checkout); ``None`` if unreadable.
+
+    Handles a ``.git`` directory or file (worktrees, submodules: ``gitdir: ...`` and
+    ``commondir``), symbolic refs, loose and packed refs; only reads files.
+    """
+    try:
+        dotgit = Path(checkout) / ".git"
+        gitdir = dotgit
+        if dotgit.is_file():
+            text = dotgit.read_text(encoding="utf-8").strip()
+            if not text.startswith("gitdir:"):
+                return None
+            gitdir = (dotgit.parent / text[len("gitdir:"):].strip()).resolve()
+        common = gitdir
+        if (gitdir / "commondir").is_file():
+            common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+        value = (gitdir / "HEAD").read_text(encoding="utf-8").strip()
+        for _ in range(5):                                   # symbolic refs, at most 5 deep
+            if _is_sha(value):
+                return value
+            if not value.startswith("ref:"):
+                return None
+            ref = value[len("ref:"):].strip()
+            loose = [b / ref for b in (gitdir, common) if (b / ref).is_file()]
+            if loose:
+                value = loose[0].read_text(encoding="utf-8").strip()
+                continue
+            packed = common / "packed-refs"
+            lines = packed.read_text(encoding="utf-8").splitlines() if packed.is_file() else []
+            value = next((ln.split()[0] for ln in lines
+                          if ln[:1] not in ("#", "^") and ln.split()[1:2] == [ref]), "")
+            if not value:
+                return None
+    except (OSError, UnicodeDecodeError, IndexError):
+        return None
+    return None
+
+
+def git_state(exclude=None, *, root=None) -> dict:
+    """``{"commit": sha or None, "dirty": bool or None, "reason": str}`` of the checkout holding
+    this package (``root``: another directory, for tests).
 
     ``dirty`` counts modified tracked files only, outside ``exclude`` (the report directory, which
-    the run itself rewrites). An installed copy (not a git checkout) gives ``None`` for both.
+    the run itself rewrites). ``reason`` (present when ``commit`` or ``dirty`` is ``None``) says
+    why: an installed copy (no ``.git`` beside ``verify/``), git not installed, git refusing a
+    checkout owned by another user (its ``safe.directory`` check), a checkout without commits.
+    Where git cannot run or refuses, the commit is read from ``.git`` (:func:`read_head`); git's
+    ``safe.directory`` check is not bypassed, since ``git status`` may run a checkout's hooks.
     """
-    here = Path(__file__).resolve().parent.parent.parent  # the directory holding verify/
-    top = _git(["rev-parse", "--show-toplevel"], here)
-    if top is None or Path(top).resolve() != here:
-        return {"commit": None, "dirty": None}
-    commit = _git(["rev-parse", "HEAD"], here)
+    here = _ROOT if root is None else Path(root).resolve()
+    if not (here / ".git").exists():
+        return {"commit": None, "dirty": None,
+                "reason": f"lowrank_fl runs from {here}, which is not a git checkout (an "
+                          "installed package or an unpacked archive; run from a clone, e.g. "
+                          "after `pip install -e .`, to record the commit)"}
+    head = _git(["rev-parse", "HEAD"], here)
+    unchecked = "uncommitted changes were not checked"
+    if head is None:
+        commit = read_head(here)
+        return {"commit": commit, "dirty": None,
+                "reason": f"git is not installed: the commit was read from {here / '.git'}, "
+                          + unchecked if commit else
+                          f"git is not installed and {here / '.git'} has no readable HEAD"}
+    code, out, err = head
+    if code != 0:
+        commit = read_head(here)
+        if "dubious ownership" in err:
+            why = (f"git refuses the checkout {here}: it is owned by another user (git's "
+                   "safe.directory check); `git config --global --add safe.directory "
+                   f"{here}` lets the report check it")
+        elif commit is None and "HEAD" in err:
+            why = f"the git checkout {here} has no commit yet"
+        else:
+            why = f"git rev-parse HEAD failed in {here}: {err or f'exit status {code}'}"
+        return {"commit": commit, "dirty": None,
+                "reason": why + (f"; the commit was read from .git, {unchecked}" if commit else "")}
     spec = ["--", "."]
     if exclude is not None:
         try:
@@ -56,7 +134,20 @@ def git_state(exclude=None) -> dict:
         except ValueError:
             pass
     status = _git(["status", "--porcelain", "--untracked-files=no", *spec], here)
-    return {"commit": commit, "dirty": None if status is None else bool(status)}
+    if status is None or status[0] != 0:
+        why = "git status failed" + (f": {status[2]}" if status and status[2] else "")
+        return {"commit": out, "dirty": None, "reason": f"{why}; {unchecked}"}
+    return {"commit": out, "dirty": bool(status[1])}
+
+
+def git_text(git: dict) -> str:
+    """The provenance's git line in words: the commit and whether it was clean, or why not."""
+    commit, dirty, reason = git.get("commit"), git.get("dirty"), git.get("reason")
+    if commit is None:
+        return f"not recorded: {reason}" if reason else "not a git checkout"
+    if dirty is None:
+        return f"{commit} ({reason})" if reason else commit
+    return commit + (" (dirty: uncommitted changes)" if dirty else " (clean)")
 
 
 def command_line(argv=None) -> str:
