@@ -287,3 +287,17 @@ def test_a_quantity_equal_to_the_table_is_kept_when_the_other_side_has_a_value()
     e2 = Evidence(verdict="holds", summary="s", table=e.table, measured={"rows": rows, "x": 1.0})
     page = render_html([(c, e2)], scale="smoke")
     assert "<code>rows</code>" not in page and page.count("<th>err</th>") == 1
+
+
+def test_wide_tables_sit_in_a_box_that_may_use_the_window_and_scrolls():
+    from verify.report.html import WIDE_COLUMNS
+
+    c, e = _committed_claim("clair.sec7.table1")
+    assert len(e.table[0]) == 21 > WIDE_COLUMNS
+    page = render_html([(c, e)], scale="full")
+    section = page[page.index('id="claim-clair-sec7-table1"'):]
+    assert section.count('<div class="scroll wide"><table><thead><tr><th>(p,q)</th>') == 1
+    assert '<div class="scroll"><table><thead><tr><th>quantity</th>' in section    # 3 columns
+    css = page[page.index("<style>"):page.index("</style>")]
+    assert ".scroll{overflow-x:auto" in css and ".scroll.wide{width:max-content" in css
+    assert "max-width:calc(100vw - 3em)" in css

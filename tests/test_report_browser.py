@@ -49,14 +49,15 @@ def _chromium() -> str:
     return exe
 
 
-def _probe(html_path, tmp_path) -> tuple[dict, str]:
+def _probe(html_path, tmp_path, *, probe: str = PROBE, window: str | None = None) -> tuple[dict, str]:
     page = html_path.read_text(encoding="utf-8")
     assert "<script" not in page  # the report runs nothing; the probe is added to a copy
     probed = tmp_path / "probed.html"
-    probed.write_text(page.replace("<head>", "<head>" + PROBE, 1), encoding="utf-8")
+    probed.write_text(page.replace("<head>", "<head>" + probe, 1), encoding="utf-8")
     profile = tmp_path / "chromium-profile"
-    run = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom",
-                          probed.as_uri()], capture_output=True, text=True, timeout=180)
+    size = [f"--window-size={window}"] if window else []
+    run = subprocess.run([_chromium(), *CHROMIUM_FLAGS, *size, f"--user-data-dir={profile}",
+                          "--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=180)
     match = re.search(r'<pre id="__probe">(.*?)</pre>', run.stdout, re.S)
     assert match, f"chromium printed no probe (exit {run.returncode}): {run.stderr[-2000:]}"
     import html as _html
@@ -104,3 +105,57 @@ def test_summary_counts_match_results_json(report, tmp_path):
     total = doc["totals"]
     assert shown["all"] == [total[k] for k in header[1:-1]] + [len(doc["omitted"])]
     assert sum(v[0] for k, v in shown.items() if k != "all") == len(doc["claims"]) == 5
+
+
+WIDTHS_PROBE = """<script>
+window.addEventListener('load', () => {
+  const box = id => { const t = document.getElementById(id); const d = t.closest('.scroll');
+    const r = d.getBoundingClientRect();
+    return {left: r.left, right: r.right, client: d.clientWidth, scroll: d.scrollWidth,
+            overflow: getComputedStyle(d).overflowX, cls: d.className,
+            column: d.closest('.claim').clientWidth}; };
+  const pre = document.createElement('pre');
+  pre.id = '__probe';
+  pre.textContent = JSON.stringify({viewport: document.documentElement.clientWidth,
+    page: document.documentElement.scrollWidth, wide: box('r-wide'), narrow: box('r-narrow')});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def wide_report(tmp_path_factory):
+    """A claim with a 22-column table (CLAIR's Table 1 has 21) and one with 3 columns."""
+    out = tmp_path_factory.mktemp("wide-report")
+    wide = [{"setting": f"(p,q) = ({k}0,{k}0)", **{f"column {j}": f"{j * 1000 + k}.123 ± 0.045"
+                                                   for j in range(21)}} for k in range(1, 4)]
+    claims = [(Claim(id=f"clair.dummy.{name}", paper="clair", reference="Table 1", kind="comparison",
+                     statement="s", experiment=lambda ctx: None),
+               Evidence(verdict="holds", summary="s", table=table))
+              for name, table in (("wide", wide), ("narrow", [{"a": 1, "b": 2, "c": 3}]))]
+    write_report(claims, out, "smoke", meta={"base_seed": 0})
+    page = (out / "index.html").read_text(encoding="utf-8")
+    # tag each evidence table so the probe finds it (the tables themselves carry no id)
+    for name in ("wide", "narrow"):
+        at = page.index(f'id="claim-clair-dummy-{name}"')
+        at = page.index("<table", at)
+        page = page[:at] + f'<table id="r-{name}"' + page[at + len("<table"):]
+    (out / "index.html").write_text(page, encoding="utf-8")
+    return out
+
+
+@pytest.mark.parametrize("window", ["1280,900", "2560,900"])
+def test_a_wide_table_is_never_cut_off(wide_report, tmp_path, window):
+    """A wide table may use the window's width beyond the text column and scrolls beyond that:
+    every column is visible or reachable by scrolling, and the page itself never overflows."""
+    probe, _ = _probe(wide_report / "index.html", tmp_path, probe=WIDTHS_PROBE, window=window)
+    wide, narrow = probe["wide"], probe["narrow"]
+    assert probe["page"] <= probe["viewport"]                      # no page-wide overflow
+    assert wide["cls"] == "scroll wide" and wide["overflow"] == "auto"
+    assert 0 <= wide["left"] and wide["right"] <= probe["viewport"]
+    assert wide["client"] > wide["column"]                         # wider than the text column
+    if window.startswith("1280"):
+        assert wide["scroll"] > wide["client"]                     # the rest is a scroll away
+    else:
+        assert wide["scroll"] == wide["client"]                    # all columns shown at once
+    assert narrow["cls"] == "scroll" and narrow["client"] <= narrow["column"]

@@ -27,7 +27,17 @@ body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1150px;
      padding:0 1em;color:#222;line-height:1.45}
 h1{margin-bottom:.2em} h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
 nav a{margin-right:.9em}
-.scroll{overflow-x:auto;max-width:100%;margin:.6em 0}
+.scroll{overflow-x:auto;max-width:100%;margin:.6em 0;scrollbar-color:#999 #eee;
+ background:linear-gradient(to right,#fff 30%,#fff0) left/2em 100% no-repeat local,
+  linear-gradient(to left,#fff 30%,#fff0) right/2em 100% no-repeat local,
+  radial-gradient(farthest-side at 0 50%,#0003,#0000) left/.8em 100% no-repeat scroll,
+  radial-gradient(farthest-side at 100% 50%,#0003,#0000) right/.8em 100% no-repeat scroll;
+ background-color:#fff}
+.scroll::-webkit-scrollbar{height:10px} .scroll::-webkit-scrollbar-thumb{background:#999;border-radius:5px}
+.scroll::-webkit-scrollbar-track{background:#eee}
+.scroll.wide{width:max-content;min-width:100%;max-width:calc(100vw - 3em);position:relative;left:50%;
+ transform:translateX(-50%)}
+@media print{.scroll{overflow:visible;background:none} .scroll.wide{width:auto;left:0;transform:none}}
 table{border-collapse:collapse;font-size:.92em}
 th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
 th{background:#f3f3f3} code{font-size:.95em}
@@ -56,9 +66,19 @@ def _badge(e: Evidence) -> str:
     return f'<span class="v {cls}">{escape(e.verdict)}</span>'
 
 
+#: Tables with more columns than this may use the window's width beyond the text column.
+WIDE_COLUMNS = 8
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, raw: bool = False,
            row_ids: Sequence[str] | None = None, cls: str = "") -> str:
-    """An HTML table in a horizontally scrolling box; cells escaped unless ``raw`` (already HTML)."""
+    """An HTML table in a horizontally scrolling box; cells escaped unless ``raw`` (already HTML).
+
+    The box shows a shadow at an edge where columns are hidden and keeps its scroll bar visible
+    (overlay scroll bars hide it: a wide table then looked cut off at the right edge). A table
+    of more than :data:`WIDE_COLUMNS` columns (``wide``) may widen its box, centred, up to the
+    window's width, and scrolls beyond that.
+    """
     cell = (lambda x: str(x)) if raw else (lambda x: escape(str(x)))
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     thead = f"<thead><tr>{head}</tr></thead>" if any(header) else ""
@@ -67,7 +87,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], *, raw: bool = 
         rid = f' id="{row_ids[k]}"' if row_ids else ""
         body.append(f"<tr{rid}>" + "".join(f"<td>{cell(c)}</td>" for c in row) + "</tr>")
     klass = f' class="{cls}"' if cls else ""
-    return (f'<div class="scroll"><table{klass}>{thead}'
+    box = "scroll wide" if len(header) > WIDE_COLUMNS else "scroll"
+    return (f'<div class="{box}"><table{klass}>{thead}'
             f"<tbody>{''.join(body)}</tbody></table></div>")
 
 
