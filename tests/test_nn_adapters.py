@@ -171,3 +171,112 @@ def test_copy_accuracy_is_the_masked_accuracy_on_the_pretraining_task(backbone):
     s = PretrainSettings()
     b = copying.sample_mixture(60, lengths=s.lengths, exponent=s.exponent, seed=3)
     assert copy_accuracy(backbone, s, n=60, seed=3) == accuracy(backbone, b)
+
+
+def _song_forward(model, tokens):
+    """Song, Xu & Zhong's ``TFModel.forward`` (synthetic-experiments/model.py: rotary through
+    complex numbers, pre-attention layer norm, residual, no MLP, no output norm), transcribed
+    line by line on the weights of our :class:`CopyingTransformer`."""
+    def freqs_cis(dim, end, theta=10000.0):
+        freqs = 1.0 / (theta ** (torch.arange(0, dim, 2)[: (dim // 2)].double() / dim))
+        t = torch.arange(end).double()
+        f = torch.outer(t, freqs)
+        return torch.polar(torch.ones_like(f), f)
+
+    def rotary(xq, xk, fc):
+        xq_ = torch.view_as_complex(xq.reshape(*xq.shape[:-1], -1, 2))
+        xk_ = torch.view_as_complex(xk.reshape(*xk.shape[:-1], -1, 2))
+        fc = fc.view(1, xq_.shape[1], 1, xq_.shape[-1])
+        return torch.view_as_real(xq_ * fc).flatten(3), torch.view_as_real(xk_ * fc).flatten(3)
+
+    x = model.embed(tokens)
+    T = x.size(1)
+    mask = torch.tril(torch.ones(T, T)).unsqueeze(0).unsqueeze(0)
+    for blk in model.blocks:
+        out = blk.ln(x)
+        n, _, d = out.shape
+        Q = blk.q_proj(out).view(n, T, 1, d).transpose(1, 2)
+        K = blk.k_proj(out).view(n, T, 1, d).transpose(1, 2)
+        V = blk.v_proj(out).view(n, T, 1, d).transpose(1, 2)
+        Qr, Kr = rotary(Q.transpose(1, 2), K.transpose(1, 2), freqs_cis(d, 2 * T)[:T])
+        Q, K = Qr.transpose(1, 2), Kr.transpose(1, 2)
+        scores = (Q @ K.transpose(-2, -1) / np.sqrt(d)).masked_fill(mask == 0, -1e9)
+        att = torch.softmax(scores, dim=-1) @ V
+        x = x + blk.o_proj(att.transpose(1, 2).contiguous().view(n, T, d))
+    return model.lm_head(x)
+
+
+def test_song_recipe_matches_a_transcription_of_their_forward_pass():
+    from lowrank_fl.nn.pretrain import build_backbone
+    settings = PretrainSettings.recipe("song")
+    assert (settings.bias, settings.final_norm, settings.dropout, settings.optimizer, settings.loss) == \
+        (True, False, 0.1, "adamw", "all")
+    torch.manual_seed(0)
+    model = build_backbone(settings).double().eval()
+    assert model.ln_f is None and model.blocks[0].q_proj.bias is not None
+    with torch.no_grad():
+        for prm in model.parameters():                  # biases away from their zero init
+            prm.add_(0.1 * torch.randn_like(prm))
+        tokens = torch.from_numpy(copying.sample(4, length=10, seed=0).tokens)
+        ours, theirs = model(tokens), _song_forward(model, tokens)
+    assert torch.allclose(ours, theirs, atol=1e-10, rtol=0)
+    # our default recipe is another model: final layer norm, no biases
+    ref = build_backbone(PretrainSettings()).double().eval()
+    assert ref.ln_f is not None and ref.blocks[0].q_proj.bias is None
+
+
+def test_song_dropout_acts_in_training_only():
+    from lowrank_fl.nn.pretrain import build_backbone
+    torch.manual_seed(1)
+    model = build_backbone(PretrainSettings.recipe("song"))
+    tokens = torch.from_numpy(copying.sample(2, length=8, seed=1).tokens)
+    with torch.no_grad():
+        model.eval()
+        a, b = model(tokens), model(tokens)
+        model.train()
+        c = model(tokens)
+    assert torch.equal(a, b) and not torch.allclose(a, c)
+
+
+def test_recipe_optimizer_and_cache_key():
+    import hashlib
+    import json
+    from dataclasses import asdict
+
+    from lowrank_fl.nn.pretrain import _optimizer, build_backbone
+    s = PretrainSettings.recipe("song", steps=7)
+    opt, sched = _optimizer(build_backbone(s), s)
+    assert isinstance(opt, torch.optim.AdamW)
+    g = opt.param_groups[0]
+    assert g["betas"] == (0.9, 0.98) and g["eps"] == 1e-9 and g["weight_decay"] == 5e-4
+    assert np.isclose(g["lr"], 1e-3 / 3)                  # torch's ConstantLR default for 5 steps
+    for _ in range(5):
+        opt.step()
+        sched.step()
+    assert np.isclose(opt.param_groups[0]["lr"], 1e-3)
+    d = PretrainSettings()
+    opt, sched = _optimizer(build_backbone(d), d)
+    assert type(opt) is torch.optim.Adam and sched is None and opt.param_groups[0]["lr"] == 1e-3
+    # the default recipe keeps the cache key it had before the options existed
+    old = {k: v for k, v in asdict(d).items() if k not in
+           ("final_norm", "dropout", "optimizer", "betas", "eps", "weight_decay", "lr_warmup_steps")}
+    blob = json.dumps({**old, "lengths": list(d.lengths), "torch": torch.__version__}, sort_keys=True)
+    assert d.key() == hashlib.sha256(blob.encode()).hexdigest()[:20]
+    assert s.key() != PretrainSettings(steps=7).key()
+    with pytest.raises(ValueError, match="recipe"):
+        PretrainSettings.recipe("theirs")
+    with pytest.raises(ValueError, match="optimizer"):
+        PretrainSettings(optimizer="sgd")
+
+
+def test_lora_alpha_readings_give_peft_scalings():
+    from peft import get_peft_model
+
+    from lowrank_fl.nn.pretrain import build_backbone
+    for reading, scaling in (("scaling", 16.0), ("alpha", 16.0 / 3)):
+        s = LoraSettings(alpha_reading=reading)
+        peft_model = get_peft_model(build_backbone(PretrainSettings()), s.config())
+        q = dict(peft_model.named_modules())["base_model.model.blocks.0.q_proj"]
+        assert np.isclose(q.scaling["default"], scaling)
+    with pytest.raises(ValueError, match="alpha_reading"):
+        LoraSettings(alpha_reading="both")

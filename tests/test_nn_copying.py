@@ -8,7 +8,7 @@ pytest.importorskip("torch")
 from lowrank_fl.nn import copying  # noqa: E402
 
 
-@pytest.mark.parametrize("kind", ["fuzzy", "clean", "reverse", "shift"])
+@pytest.mark.parametrize("kind", ["fuzzy", "clean", "reverse", "shift", "upper"])
 def test_second_copy_relates_to_the_first(kind):
     b = copying.sample(200, length=12, kind=kind, seed=0)
     assert b.tokens.shape == (200, copying.T)
@@ -16,7 +16,8 @@ def test_second_copy_relates_to_the_first(kind):
         second = x[m:m + L]
         firsts = [x[s:s + L] for s in range(0, m - L + 1)]
         want = {"fuzzy": lambda f: f, "clean": lambda f: f, "reverse": lambda f: f[::-1],
-                "shift": lambda f: (f + 1) % 52}[kind]
+                "shift": lambda f: (f + 1) % 52,
+                "upper": lambda f: np.array([copying.LETTERS.index(copying.LETTERS[a].upper()) for a in f])}[kind]
         assert any(np.array_equal(want(f), second) for f in firsts)
     if kind == "clean":
         assert np.all((b.tokens == copying.PAD).sum(1) == copying.T - 24)
@@ -72,3 +73,27 @@ def test_copy_positions_and_loss_choice():
     assert copying.loss_positions(b, "all") is None and np.array_equal(copying.loss_positions(b, "copy"), P)
     with pytest.raises(ValueError, match="loss"):
         copying.loss_positions(b, "some")
+
+
+def test_song_metric_is_the_paper_mask_shifted_by_one():
+    b = copying.sample(60, length=10, seed=8)
+    paper, song = copying.mask(b), copying.mask(b, metric="song")
+    rows = np.arange(60)
+    # Song et al.'s code masks inputs m+4 .. m+L-1 and scores the next token: targets m+5 .. m+L
+    want = np.zeros_like(song)
+    for i, (m, L) in enumerate(zip(b.second_start, b.length)):
+        want[i, m + 5:min(m + L + 1, copying.T)] = True
+    assert np.array_equal(song, want)
+    assert np.all(paper.sum(1) == 7)
+    ends_inside = b.second_start + 10 < copying.T
+    assert np.all(song.sum(1)[ends_inside] == 6)
+    assert np.all(song[rows[ends_inside], (b.second_start + 10)[ends_inside]])   # the token after the copy
+    # predictions right on M_i but wrong just after the copy: perfect by §8.2, not by Song's metric
+    pred = b.tokens.copy()
+    after = b.second_start + 10
+    pred[rows[ends_inside], after[ends_inside]] = -1
+    assert copying.masked_error(pred, b) == 0.0
+    assert np.isclose(copying.masked_error(pred, b, metric="song"),
+                      ends_inside.sum() / song.sum())
+    with pytest.raises(ValueError, match="metric"):
+        copying.mask(b, metric="llm")

@@ -2,8 +2,10 @@
 
 S5: rank-3 LoRA on the eight attention projections and the output layer, the ``A`` factors
 initialized from the same seed on every client (``init_seed``), only LoRA parameters trained,
-2000 sequences, one epoch, batch 50, Adam at learning rate 1e-3, LoRA scale 16 (PEFT's scaling
-``lora_alpha / r``, so ``lora_alpha = 16 r``) and dropout 0.005. The loss is on the second
+2000 sequences, one epoch, batch 50, Adam at learning rate 1e-3, LoRA scale 16 and dropout 0.005.
+"Scale 16" has two readings (:data:`ALPHA_READINGS`): PEFT's scaling ``lora_alpha / r = 16``
+(``lora_alpha = 16 r``, ``alpha_reading="scaling"``, the default so far) or PEFT's
+``lora_alpha = 16`` (scaling ``16 / r``, ``alpha_reading="alpha"``). The loss is on the second
 copy's positions by default, as the backbone's pretraining (``LoraSettings.loss``).
 """
 from __future__ import annotations
@@ -21,7 +23,11 @@ from . import copying
 from .pretrain import next_token_loss, seed_torch
 from .transformer import ATTENTION_MODULES, OUTPUT_MODULE
 
-__all__ = ["LoraSettings", "TaskSpec", "train_client", "predict", "accuracy"]
+__all__ = ["LoraSettings", "TaskSpec", "train_client", "predict", "accuracy", "ALPHA_READINGS"]
+
+#: readings of S5's "LoRA scale 16": PEFT's scaling ``lora_alpha / r`` equals the scale, or
+#: PEFT's ``lora_alpha`` equals it
+ALPHA_READINGS = ("scaling", "alpha")
 
 
 @dataclass(frozen=True)
@@ -38,10 +44,21 @@ class LoraSettings:
     #: targets of the loss (:data:`lowrank_fl.nn.copying.LOSSES`), as the backbone's pretraining
     #: (:class:`lowrank_fl.nn.pretrain.PretrainSettings`): "copy" (default) or "all"
     loss: str = "copy"
+    #: :data:`ALPHA_READINGS`: how ``scale`` becomes PEFT's ``lora_alpha``
+    alpha_reading: str = "scaling"
+
+    def __post_init__(self):
+        if self.alpha_reading not in ALPHA_READINGS:
+            raise ValueError(f"alpha_reading must be one of {ALPHA_READINGS}, got {self.alpha_reading!r}")
+
+    @property
+    def lora_alpha(self) -> float:
+        """PEFT's ``lora_alpha`` under :attr:`alpha_reading` (scaling = ``lora_alpha / rank``)."""
+        return self.scale * self.rank if self.alpha_reading == "scaling" else self.scale
 
     def config(self) -> LoraConfig:
         targets = [m.split(".")[-1] for m in ATTENTION_MODULES[:4]] + [OUTPUT_MODULE]
-        return LoraConfig(r=self.rank, lora_alpha=self.scale * self.rank, lora_dropout=self.dropout,
+        return LoraConfig(r=self.rank, lora_alpha=self.lora_alpha, lora_dropout=self.dropout,
                           target_modules=targets, bias="none", init_lora_weights=True)
 
 
@@ -104,6 +121,7 @@ def predict(model, batch: copying.CopyBatch, *, chunk: int = 250) -> np.ndarray:
     return out
 
 
-def accuracy(model, batch: copying.CopyBatch) -> float:
-    """``Acc_mask = 1 - Err_mask`` (§8.2) of ``model`` on ``batch``."""
-    return 1.0 - copying.masked_error(predict(model, batch), batch)
+def accuracy(model, batch: copying.CopyBatch, *, metric: str = "paper") -> float:
+    """``Acc_mask = 1 - Err_mask`` (§8.2) of ``model`` on ``batch``; ``metric`` as in
+    :func:`lowrank_fl.nn.copying.mask`."""
+    return 1.0 - copying.masked_error(predict(model, batch), batch, metric=metric)

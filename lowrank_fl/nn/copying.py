@@ -19,7 +19,10 @@ those of the benign clients"; :data:`CONTAMINATIONS`): ``"reverse"`` (the second
 
 The metric (§8.2): ``Err_mask`` over positions ``M_i = {m_i+3, ..., m_i+L_i-1}`` of the second
 copy (``m_i`` its first position), i.e. the first copy and the first three tokens of the second
-are excluded; :func:`masked_error` computes it from logits.
+are excluded; :func:`masked_error` computes it from predictions. Song et al.'s code masks the
+*inputs* ``m_i+4 .. m_i+L_i-1`` and scores the prediction made there, i.e. the targets
+``m_i+5 .. m_i+L_i`` (``metric="song"``: the first target after the copy is counted, which no
+copying rule determines, and ``m_i+3``, ``m_i+4`` are not).
 """
 from __future__ import annotations
 
@@ -30,7 +33,10 @@ import numpy as np
 from ..validation import as_generator, check_int
 
 __all__ = ["VOCAB", "PAD", "T", "LETTERS", "CONTAMINATIONS", "BACKGROUNDS", "CopyBatch", "power_law", "sample",
-           "sample_mixture", "masked_error", "mask", "copy_positions", "LOSSES", "loss_positions"]
+           "sample_mixture", "masked_error", "mask", "copy_positions", "LOSSES", "loss_positions", "METRICS"]
+
+#: conventions of the masked metric: §8.2's ``M_i`` ("paper") or Song et al.'s code ("song")
+METRICS = ("paper", "song")
 
 #: which next-token targets a training loss uses: every position (S5's "autoregressive"), or only
 #: the second copy's positions ``m+1 .. m+L-1`` (those the first copy determines)
@@ -40,10 +46,10 @@ LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 PAD = 52
 VOCAB = 53
 T = 64
-CONTAMINATIONS = ("reverse", "shift", "clean")
+CONTAMINATIONS = ("reverse", "shift", "upper", "clean")
 #: background tokens of fuzzy copying: the segment's power law, or uniform over the 52 letters
 BACKGROUNDS = ("power-law", "uniform")
-_KINDS = ("fuzzy", "clean", "reverse", "shift")
+_KINDS = ("fuzzy", "clean", "reverse", "shift", "upper")
 
 
 class CopyBatch(NamedTuple):
@@ -68,7 +74,8 @@ def sample(n: int, *, length: int, exponent: float = 1.1, kind: str = "fuzzy",
     """``n`` copying sequences with segment length ``length`` (``L``), power-law exponent ``t``.
 
     ``kind``: ``"fuzzy"`` (default) or ``"clean"`` (S5), or the mismatched rules ``"reverse"`` /
-    ``"shift"`` (fuzzy layout, second occurrence reversed / shifted by one letter).
+    ``"shift"`` / ``"upper"`` (fuzzy layout, second occurrence reversed / shifted by one letter /
+    in upper case).
     """
     n = check_int(n, "n", minimum=1)
     L = check_int(length, "length", minimum=4)
@@ -99,6 +106,8 @@ def sample(n: int, *, length: int, exponent: float = 1.1, kind: str = "fuzzy",
         second_seg = seg[:, ::-1]
     elif kind == "shift":
         second_seg = (seg + 1) % 52
+    elif kind == "upper":
+        second_seg = np.where(seg < 26, seg + 26, seg)
     offs = np.arange(L)[None, :]
     tokens[rows, first[:, None] + offs] = seg
     tokens[rows, second[:, None] + offs] = second_seg
@@ -127,11 +136,16 @@ def sample_mixture(n: int, *, lengths, exponent: float = 1.1, kind: str = "fuzzy
     return CopyBatch(out_t, out_m, out_l)
 
 
-def mask(batch: CopyBatch) -> np.ndarray:
-    """Bool (n, T): position ``t`` is in ``M_i = {m_i+3, ..., m_i+L_i-1}`` (§8.2)."""
+def mask(batch: CopyBatch, *, metric: str = "paper") -> np.ndarray:
+    """Bool (n, T) over target positions: ``t`` in ``M_i = {m_i+3, ..., m_i+L_i-1}`` (§8.2,
+    ``metric="paper"``) or in ``{m_i+5, ..., m_i+L_i}`` (Song et al.'s code, ``metric="song"``;
+    a target at ``T`` does not exist and is not counted)."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {METRICS}, got {metric!r}")
     pos = np.arange(batch.tokens.shape[1])[None, :]
     m = batch.second_start[:, None]
-    return (pos >= m + 3) & (pos <= m + batch.length[:, None] - 1)
+    lo, hi = (3, -1) if metric == "paper" else (5, 0)
+    return (pos >= m + lo) & (pos <= m + batch.length[:, None] + hi)
 
 
 def copy_positions(batch: CopyBatch) -> np.ndarray:
@@ -150,7 +164,7 @@ def loss_positions(batch: CopyBatch, loss: str) -> np.ndarray | None:
     return None if loss == "all" else copy_positions(batch)
 
 
-def masked_error(predictions, batch: CopyBatch) -> float:
+def masked_error(predictions, batch: CopyBatch, *, metric: str = "paper") -> float:
     """``Err_mask`` of §8.2 from next-token predictions.
 
     predictions : int (n, T); ``predictions[i, t]`` is ``x̂_{i,t} = argmax_a p̂_t(a | x_{i,<t})``
@@ -159,5 +173,5 @@ def masked_error(predictions, batch: CopyBatch) -> float:
     pred = np.asarray(predictions)
     if pred.shape != batch.tokens.shape:
         raise ValueError(f"predictions must have shape {batch.tokens.shape}, got {pred.shape}")
-    M = mask(batch)
+    M = mask(batch, metric=metric)
     return float(np.sum((pred != batch.tokens) & M) / np.sum(M))

@@ -26,7 +26,12 @@ from . import copying
 from .transformer import CopyingTransformer
 
 __all__ = ["PretrainSettings", "pretrain", "pretrained_backbone", "next_token_loss", "seed_torch",
-           "copy_accuracy"]
+           "copy_accuracy", "build_backbone", "OPTIMIZERS", "RECIPES"]
+
+#: pretraining optimizers: S5's Adam, or AdamW as Song, Xu & Zhong's copying code runs it
+OPTIMIZERS = ("adam", "adamw")
+#: named recipes of :meth:`PretrainSettings.recipe`
+RECIPES = ("ours", "song")
 
 
 @dataclass(frozen=True)
@@ -54,13 +59,76 @@ class PretrainSettings:
     #: steps of clean copying with uniform letters before the ``steps`` of the task above (not in
     #: S5; 0 = the paper's recipe): a curriculum that lets the induction-head circuit form first
     warmup_steps: int = 0
+    #: no layer norm before the output layer when False (Song et al.'s ``output_norm=False``)
+    final_norm: bool = True
+    #: dropout on each attention branch before the residual sum, training only (Song et al.: 0.1)
+    dropout: float = 0.0
+    #: :data:`OPTIMIZERS`; ``betas``, ``eps``, ``weight_decay`` are passed to it
+    optimizer: str = "adam"
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    #: the first steps at a third of ``lr`` (torch's ``ConstantLR`` default, which Song et al.'s
+    #: "constant" schedule uses: 5 steps); 0 = constant from the start
+    lr_warmup_steps: int = 0
     seed: int = 0
+
+    @classmethod
+    def recipe(cls, name: str = "ours", **overrides) -> "PretrainSettings":
+        """A named recipe (:data:`RECIPES`), with ``overrides`` on top.
+
+        ``"ours"``: the defaults above (S5's numbers, loss on the second copy, final layer norm,
+        no biases). ``"song"``: the model and optimizer of Song, Xu & Zhong's copying code
+        (``synthetic-experiments/``, the "standard practice" S5 points to): biases on every
+        linear, attention-branch dropout 0.1, no final layer norm, AdamW (0.9, 0.98), eps 1e-9,
+        weight decay 5e-4, constant lr 1e-3 after torch's 5 ``ConstantLR`` steps, the loss on
+        every position; S5's steps (5500), batch (64) and task mixture are kept.
+        """
+        if name not in RECIPES:
+            raise ValueError(f"recipe name must be one of {RECIPES}, got {name!r}")
+        base = {} if name == "ours" else dict(
+            bias=True, dropout=0.1, final_norm=False, optimizer="adamw", betas=(0.9, 0.98), eps=1e-9,
+            weight_decay=5e-4, lr_warmup_steps=5, loss="all")
+        return cls(**{**base, **overrides})
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if len(tuple(self.betas)) != 2:
+            raise ValueError(f"betas must be a pair, got {self.betas!r}")
 
     def key(self) -> str:
         """Hex digest of the settings (and the torch version): the cache file's name."""
-        blob = json.dumps({**asdict(self), "lengths": list(self.lengths), "torch": torch.__version__},
-                          sort_keys=True)
+        fields = asdict(self)
+        # fields at their historical defaults are left out, so backbones cached before those
+        # fields existed keep their key
+        for name, old in _KEYLESS_DEFAULTS.items():
+            if fields[name] == old:
+                del fields[name]
+        fields = {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+        blob = json.dumps({**fields, "torch": torch.__version__}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+_KEYLESS_DEFAULTS = {"final_norm": True, "dropout": 0.0, "optimizer": "adam", "betas": (0.9, 0.999),
+                     "eps": 1e-8, "weight_decay": 0.0, "lr_warmup_steps": 0}
+
+
+def build_backbone(settings: PretrainSettings) -> CopyingTransformer:
+    """An untrained :class:`CopyingTransformer` with the architecture ``settings`` name."""
+    return CopyingTransformer(d=settings.d, mlp=settings.mlp, heads=settings.heads, bias=settings.bias,
+                              final_norm=settings.final_norm, dropout=settings.dropout)
+
+
+def _optimizer(model, settings: PretrainSettings):
+    cls = torch.optim.Adam if settings.optimizer == "adam" else torch.optim.AdamW
+    opt = cls(model.parameters(), lr=settings.lr, betas=tuple(settings.betas), eps=settings.eps,
+              weight_decay=settings.weight_decay)
+    sched = (torch.optim.lr_scheduler.ConstantLR(opt, factor=1 / 3, total_iters=settings.lr_warmup_steps)
+             if settings.lr_warmup_steps else None)
+    return opt, sched
 
 
 def seed_torch(seed: int) -> torch.Generator:
@@ -87,8 +155,9 @@ def pretrain(settings: PretrainSettings = PretrainSettings()) -> tuple[CopyingTr
     check_int(settings.warmup_steps, "warmup_steps", minimum=0)
     torch.set_num_threads(1)
     seed_torch(settings.seed)
-    model = CopyingTransformer(d=settings.d, mlp=settings.mlp, heads=settings.heads, bias=settings.bias)
-    opt = torch.optim.Adam(model.parameters(), lr=settings.lr)
+    check_int(settings.lr_warmup_steps, "lr_warmup_steps", minimum=0)
+    model = build_backbone(settings)
+    opt, sched = _optimizer(model, settings)
     rng = as_generator(settings.seed, "pretrain-data")
     losses = []
     model.train()
@@ -103,6 +172,8 @@ def pretrain(settings: PretrainSettings = PretrainSettings()) -> tuple[CopyingTr
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if sched is not None:
+            sched.step()
         losses.append(loss.item())
     return model.eval(), losses
 
@@ -115,7 +186,7 @@ def pretrained_backbone(settings: PretrainSettings = PretrainSettings(), *, cach
     if cache_dir is not None:
         path = Path(cache_dir) / f"copying-backbone-{settings.key()}.safetensors"
         if path.exists():
-            model = CopyingTransformer(d=settings.d, mlp=settings.mlp, heads=settings.heads, bias=settings.bias)
+            model = build_backbone(settings)
             model.load_state_dict(load_file(str(path)))
             return model.eval()
     model, losses = pretrain(settings)
@@ -130,9 +201,11 @@ def pretrained_backbone(settings: PretrainSettings = PretrainSettings(), *, cach
     return model
 
 
-def copy_accuracy(model, settings: PretrainSettings = PretrainSettings(), *, n: int = 500, seed=None) -> float:
-    """Masked next-token accuracy (§8.2, positions ``m+3 .. m+L-1`` of the second copy) of ``model``
-    on ``n`` fresh sequences of its pretraining task (``settings``' mixture, kind and exponent).
+def copy_accuracy(model, settings: PretrainSettings = PretrainSettings(), *, n: int = 500, seed=None,
+                  metric: str = "paper") -> float:
+    """Masked next-token accuracy (§8.2, positions ``m+3 .. m+L-1`` of the second copy; ``metric``
+    as in :func:`lowrank_fl.nn.copying.mask`) of ``model`` on ``n`` fresh sequences of its
+    pretraining task (``settings``' mixture, kind and exponent).
 
     The baseline check of the §8 experiment: a backbone that has not learned to copy scores about
     the share of the most frequent letter (27 % at ``t = 1.1``), one that copies far above it.
@@ -144,4 +217,4 @@ def copy_accuracy(model, settings: PretrainSettings = PretrainSettings(), *, n: 
     pred = np.full(b.tokens.shape, -1, dtype=np.int64)
     with torch.no_grad():
         pred[:, 1:] = model(torch.from_numpy(b.tokens[:, :-1])).argmax(-1).numpy()
-    return 1.0 - copying.masked_error(pred, b)
+    return 1.0 - copying.masked_error(pred, b, metric=metric)

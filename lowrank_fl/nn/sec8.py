@@ -104,8 +104,12 @@ def run_replicate(backbone, regime: str, *, n_clients: int = 10, contaminated: i
                   lora: LoraSettings = LoraSettings(),
                   n_test: int = 500, lam_L: float | None = None, lam_S: float | None = None,
                   tau=None, alpha: float = 0.5, methods=METHODS, adapter_dir=None,
-                  solver_options=None, seed) -> Sec8Replicate:
+                  solver_options=None, metric: str = "paper", seed) -> Sec8Replicate:
     """Train, aggregate and evaluate one replicate (see the module docstring).
+
+    ``metric``: the masked accuracy's convention (:data:`lowrank_fl.nn.copying.METRICS`: §8.2's
+    ``M_i``, default, or Song et al.'s). ``lora.alpha_reading`` picks the reading of S5's
+    "LoRA scale 16" (:data:`lowrank_fl.nn.clients.ALPHA_READINGS`).
 
     ``lam_L``, ``lam_S``, ``tau`` default to :data:`PAPER_TUNING` of ``regime``. ``background``:
     the background tokens of every task, the evaluation task included. ``adapter_dir``:
@@ -116,13 +120,14 @@ def run_replicate(backbone, regime: str, *, n_clients: int = 10, contaminated: i
                               contamination=contamination, background=background, lora=lora,
                               n_test=n_test, lam_L=lam_L,
                               lam_S=lam_S, tau=tau, alpha=alpha, methods=methods, adapter_dir=adapter_dir,
-                              solver_options=solver_options, seed=seed)
+                              solver_options=solver_options, metric=metric, seed=seed)
 
 
 def _run_replicate(backbone, regime, *, n_clients, contaminated, contamination, background, lora,
                    n_test, lam_L, lam_S, tau, alpha, methods, adapter_dir, solver_options,
-                   seed) -> Sec8Replicate:
+                   metric, seed) -> Sec8Replicate:
     torch.set_num_threads(1)
+    check_choice(metric, "metric", copying.METRICS)
     tasks = client_tasks(regime, n_clients=n_clients, contaminated=contaminated,
                          contamination=contamination, background=background, seed=seed)
     K = len(tasks)
@@ -152,7 +157,7 @@ def _run_replicate(backbone, regime, *, n_clients, contaminated, contamination, 
         test = common if common is not None else tasks[k].sample(n_test, seed=test_rng)
         for m in methods:
             deltas = {name: agg.deltas[m][name][k] for name in (*ATTENTION_MODULES, OUTPUT_MODULE)}
-            acc[m][k] = accuracy(merged_model(backbone, deltas), test)
+            acc[m][k] = accuracy(merged_model(backbone, deltas), test, metric=metric)
     has_clair = bool(agg.benign)
     benign = (np.stack([agg.benign[n] for n in ATTENTION_MODULES]) if has_clair
               else np.zeros((len(ATTENTION_MODULES), K), dtype=bool))

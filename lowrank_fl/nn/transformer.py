@@ -5,7 +5,11 @@ Block ``b`` (pre-norm): ``x <- x + W_o softmax_causal(rope(W_q h) rope(W_k h)^T 
 with ``h = LayerNorm(x)``. S5 lists no MLP, so the blocks are attention-only (``mlp=True`` adds a
 4d ReLU MLP per block); ``heads`` splits each block's attention into heads of width ``d / heads``
 (S5: one head; rotary applied per head); ``bias=True`` gives the projections biases (S5 does
-not say; LoRA adapts the weights only either way). Module names follow the usual PEFT targets: ``blocks.{0,1}.{q,k,v,o}_proj``
+not say; LoRA adapts the weights only either way). ``final_norm=False`` drops the layer norm before
+the output layer and ``dropout`` drops the attention branch's output before the residual sum
+(training only): with ``bias=True``, ``final_norm=False``, ``dropout=0.1`` the model is Song, Xu &
+Zhong's (2025) ``TFModel`` of their copying benchmark (``norm=True``, ``output_norm=False``,
+``mlp=False``, ``pos="rotary"``), the "standard practice" S5 refers to. Module names follow the usual PEFT targets: ``blocks.{0,1}.{q,k,v,o}_proj``
 (the eight attention projections, ``nn.Linear`` without bias, weight ``q × p = out × in``) and
 ``lm_head`` (the output layer).
 """
@@ -34,7 +38,7 @@ def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
 
 
 class Block(nn.Module):
-    def __init__(self, d: int, mlp: bool, heads: int = 1, bias: bool = False):
+    def __init__(self, d: int, mlp: bool, heads: int = 1, bias: bool = False, dropout: float = 0.0):
         super().__init__()
         if d % (2 * heads):
             raise ValueError(f"heads must divide d / 2 = {d // 2}, got heads={heads}")
@@ -47,6 +51,8 @@ class Block(nn.Module):
         self.mlp = (nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.ReLU(), nn.Linear(4 * d, d))
                     if mlp else None)
         self.scale = 1.0 / math.sqrt(d // heads)
+        # Song et al.'s dropout1: on the attention branch, before the residual sum
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
         """(batch, T, d) → (batch·heads, T, d/heads)."""
@@ -63,7 +69,8 @@ class Block(nn.Module):
         att = (q @ k.transpose(1, 2)) * self.scale
         att = att.masked_fill(~causal, float("-inf")).softmax(dim=-1)
         o = (att @ v).reshape(n, self.heads, T, -1).transpose(1, 2).reshape(n, T, d)
-        x = x + self.o_proj(o)
+        branch = self.o_proj(o)
+        x = x + (self.dropout(branch) if self.dropout is not None else branch)
         if self.mlp is not None:
             x = x + self.mlp(x)
         return x
@@ -73,18 +80,20 @@ class CopyingTransformer(nn.Module):
     """Token ids (batch, T) → next-token logits (batch, T, vocab)."""
 
     def __init__(self, vocab: int = 53, d: int = 64, n_blocks: int = 2, mlp: bool = False, heads: int = 1,
-                 bias: bool = False):
+                 bias: bool = False, final_norm: bool = True, dropout: float = 0.0):
         super().__init__()
+        if not 0.0 <= float(dropout) < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
         if n_blocks != 2:
             # ATTENTION_MODULES names two blocks; other depths are not part of the experiment
             raise ValueError(f"n_blocks must be 2 (S5's backbone), got {n_blocks}")
         self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(Block(d, mlp, heads, bias) for _ in range(n_blocks))
-        self.ln_f = nn.LayerNorm(d)
+        self.blocks = nn.ModuleList(Block(d, mlp, heads, bias, float(dropout)) for _ in range(n_blocks))
+        self.ln_f = nn.LayerNorm(d) if final_norm else None
         self.lm_head = nn.Linear(d, vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
-        return self.lm_head(self.ln_f(x))
+        return self.lm_head(self.ln_f(x) if self.ln_f is not None else x)
