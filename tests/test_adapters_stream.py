@@ -93,8 +93,14 @@ def test_aggregate_to_dir_equals_aggregate_then_write(src, tmp_path, method, rul
     agg = aggregate_adapters(ad, opts, progress=False)
     ref = write_outputs(agg, tmp_path / "ref", client_rule=rule)
     agg2, got = aggregate_to_dir(ad, opts, tmp_path / "got", client_rule=rule, jobs=2, progress=False)
-    for key in ("method", "clients", "outputs", "dtype", "client_benign", "rank_out_relative_error"):
+    for key in ("method", "clients", "outputs", "dtype", "client_benign"):
         assert got.get(key) == ref.get(key), key
+    # the truncation errors come from states solved in worker processes (jobs=2) vs in this one:
+    # BLAS kernels may round the last bit differently on differently aligned arrays
+    errs_ref, errs_got = ref.get("rank_out_relative_error"), got.get("rank_out_relative_error")
+    assert (errs_ref is None) == (errs_got is None)
+    for c in errs_ref or {}:
+        assert errs_got[c] == pytest.approx(errs_ref[c], rel=1e-12, abs=0)
     for m in ref["modules"]:
         a, b = ref["modules"][m], got["modules"][m]
         assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}

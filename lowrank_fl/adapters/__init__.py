@@ -8,6 +8,7 @@ tuning      automatic scale-equivariant λ_L, λ_S (§7 scalings, rank-band rule
 aggregate   clair / fedavg / fedavg-factors / ffa / flexlora on one module
 stream      safetensors files written tensor by tensor; staged output directories
 run         every module on joblib or dask; outputs written while solving, summary.json
+memory      the same aggregation on in-memory factors (client → module → (A, B, scaling)), no files
 cli         ``lowrank-fl adapters inspect|aggregate``
 """
 from .io import AdapterError, AdapterSet, ModuleFactors, load_adapters, save_adapter
@@ -15,8 +16,10 @@ from .reduce import ReducedModule, pair_blocks, reduce_module
 from .tuning import Lambdas, auto_lambdas
 from .aggregate import CLIENT_RULES, METHODS, ModuleOptions, ModuleResult, aggregate_module
 from .run import Aggregation, aggregate_adapters, aggregate_to_dir, write_outputs
+from .memory import FactorAggregation, aggregate_factors, factors_from_state_dict
 
 __all__ = ["AdapterError", "AdapterSet", "ModuleFactors", "load_adapters", "save_adapter",
            "ReducedModule", "reduce_module", "pair_blocks", "Lambdas", "auto_lambdas",
            "METHODS", "CLIENT_RULES", "ModuleOptions", "ModuleResult", "aggregate_module",
-           "Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs"]
+           "Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs",
+           "FactorAggregation", "aggregate_factors", "factors_from_state_dict"]

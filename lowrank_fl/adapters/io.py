@@ -27,7 +27,7 @@ import numpy as np
 
 __all__ = ["AdapterError", "ClientAdapter", "AdapterSet", "ModuleFactors", "load_adapters",
            "read_client", "save_adapter", "peft_config", "pattern_value", "CONFIG_NAME", "WEIGHTS_NAME",
-           "module_key"]
+           "module_key", "config_scaling", "assemble_adapter_set"]
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
@@ -109,6 +109,19 @@ def _read_header(path: Path) -> dict:
     return header
 
 
+def config_scaling(config: dict, module: str, rank: int, *, where="config") -> float:
+    """PEFT's scaling of ``module`` under an adapter config: ``lora_alpha / r`` (``/ sqrt(r)``
+    with ``use_rslora``), both from ``rank_pattern`` / ``alpha_pattern`` when a key matches.
+    ``rank`` is the rank of the weights, checked against the config's; ``where`` names the
+    config in messages."""
+    alpha = pattern_value(config.get("alpha_pattern"), module, config.get("lora_alpha", 8))
+    r_cfg = pattern_value(config.get("rank_pattern"), module, config.get("r", rank))
+    if int(r_cfg) != rank:
+        raise AdapterError(f"{where}: module {module!r} has rank {rank} in the weights but "
+                           f"r = {r_cfg} in the config")
+    return float(alpha) / (math.sqrt(rank) if config.get("use_rslora") else rank)
+
+
 @dataclass
 class ClientAdapter:
     """One client's adapter directory: its config and the lazily read tensor index."""
@@ -145,13 +158,7 @@ class ClientAdapter:
         return {k: (v["A"], v["B"]) for k, v in mods.items()}
 
     def scaling(self, module: str, rank: int) -> float:
-        alpha = pattern_value(self.config.get("alpha_pattern"), module,
-                              self.config.get("lora_alpha", 8))
-        r_cfg = pattern_value(self.config.get("rank_pattern"), module, self.config.get("r", rank))
-        if int(r_cfg) != rank:
-            raise AdapterError(f"{self.path / CONFIG_NAME}: module {module!r} has rank {rank} in "
-                               f"the weights but r = {r_cfg} in the config")
-        return float(alpha) / (math.sqrt(rank) if self.config.get("use_rslora") else rank)
+        return config_scaling(self.config, module, rank, where=self.path / CONFIG_NAME)
 
     def read(self, key: str) -> np.ndarray:
         """One tensor as float64 (fp32/fp16 through safetensors' numpy API, bf16 bit-exactly)."""
@@ -267,12 +274,20 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
     if len(paths) < 2:
         raise AdapterError(f"need at least 2 client adapter directories, got {len(paths)}")
     names = [None] * len(paths) if names is None else list(names)
-    clients = [read_client(p, n) for p, n in zip(paths, names)]
+    return assemble_adapter_set([read_client(p, n) for p, n in zip(paths, names)])
+
+
+def assemble_adapter_set(clients) -> AdapterSet:
+    """Check that opened clients (:class:`ClientAdapter`, or in-memory clients with the same
+    ``name``, ``path``, ``weights_file``, ``module_shapes``, ``scaling``, ``read``) are compatible
+    and collect them into an :class:`AdapterSet`; errors as in :func:`load_adapters`."""
+    if len(clients) < 2:
+        raise AdapterError(f"need at least 2 clients, got {len(clients)}")
     seen: dict = {}
     for c in clients:
         if c.name in seen:
             raise AdapterError(f"{c.path}: client name {c.name!r} is also the name of "
-                               f"{seen[c.name]}; client directories need distinct names")
+                               f"{seen[c.name]}; clients need distinct names")
         seen[c.name] = c.path
     ref_shapes = clients[0].module_shapes()
     if not ref_shapes:
