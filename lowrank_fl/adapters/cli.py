@@ -115,6 +115,13 @@ def _load(args):
     return adapters
 
 
+def _at_out(path: Path, out: Path) -> bool:
+    """Whether ``path`` is ``out``, inside it, one of its parents or its staging sibling."""
+    p, o = path.absolute(), out.absolute()
+    return (p == o or o in p.parents or p in o.parents
+            or (p.parent == o.parent and p.name.startswith(f".{o.name}.")))
+
+
 def _size(n: float) -> str:
     for unit in ("B", "kB", "MB", "GB"):
         if n < 1000 or unit == "GB":
@@ -141,9 +148,15 @@ def run_aggregate(args) -> int:
                             rank_out=args.rank_out, tol=args.tol)
     adapters = _load(args)
     dtype = input_dtype(adapters) if args.dtype == "auto" else args.dtype
-    agg, summary = aggregate_to_dir(adapters, options, args.out, client_rule=args.client_rule,
-                                    dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
-                                    scheduler=args.scheduler, progress=not args.quiet)
+    try:
+        agg, summary = aggregate_to_dir(adapters, options, args.out, client_rule=args.client_rule,
+                                        dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
+                                        scheduler=args.scheduler, progress=not args.quiet)
+    except OSError as exc:
+        if exc.filename is None or not _at_out(Path(exc.filename), args.out):
+            raise
+        raise AdapterError(f"--out {args.out}: cannot write the output there ({exc.strerror}: "
+                           f"{exc.filename})") from None
     mods = summary["modules"]
     print(f"{args.method}: {len(mods)} modules, {len(adapters.clients)} clients, "
           f"{agg.seconds:.1f} s; wrote {', '.join(summary['outputs'])} and summary.json to "
