@@ -423,6 +423,11 @@ def test_embedding_lora_refused(src, tmp_path, capsys):
     save_file(t, str(w))
     assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
     _one_line_error(capsys, "embedding LoRA", "not supported", "save_embedding_layers")
+    t = {k: v for k, v in t.items() if "lora_embedding" not in k}
+    t["base_model.model.model.embed_tokens.base_layer.weight"] = np.ones((8, 10), np.float32)
+    save_file(t, str(w))
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
+    _one_line_error(capsys, "full base-model weight", "save_embedding_layers=False")
 
 
 def test_out_that_cannot_be_created_names_out(src, tmp_path, capsys):

@@ -194,14 +194,20 @@ class ClientAdapter:
     def module_shapes(self) -> dict:
         """``{module: (A shape, B shape)}`` from the safetensors header (no data read)."""
         mods: dict = {}
+        emb = [k for k in self.header if "lora_embedding_" in k]
+        if emb:
+            raise AdapterError(f"{self.weights_file}: tensor {emb[0]!r} is an embedding LoRA "
+                               "(lora_embedding_A/B), which is not supported; target linear "
+                               "layers only (and save with save_embedding_layers=False)")
         for key, meta in self.header.items():
             if key.startswith("__"):
                 continue
             m = _SUFFIX.match(key)
-            if m is None and "lora_embedding_" in key:
-                raise AdapterError(f"{self.weights_file}: tensor {key!r} is an embedding LoRA "
-                                   "(lora_embedding_A/B), which is not supported; target linear "
-                                   "layers only (and save with save_embedding_layers=False)")
+            if m is None and key.endswith("base_layer.weight"):
+                raise AdapterError(f"{self.weights_file}: tensor {key!r} is a full base-model "
+                                   "weight (PEFT saves embedding layers with "
+                                   "save_embedding_layers=True), not a LoRA factor; save with "
+                                   "save_embedding_layers=False")
             if m is None:
                 raise AdapterError(f"{self.weights_file}: tensor {key!r} is not a LoRA factor "
                                    "(lora_A/lora_B weight); only plain LoRA adapters are supported")
