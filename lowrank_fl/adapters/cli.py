@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from .aggregate import CLIENT_RULES, METHODS, ModuleOptions
-from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, input_dtype, load_adapters,
-                 stored_dtypes)
+from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, check_distinct_dirs, input_dtype,
+                 load_adapters, stored_dtypes)
 from .reduce import reduce_module
 
 _NAMES_HELP = ("comma-separated client names, one per DIR, in order (they name the output "
@@ -107,6 +107,7 @@ def _names(args):
 
 def _load(args):
     """Load the adapters; warnings (different base models) become one stderr line each."""
+    check_distinct_dirs(args.dirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         adapters = load_adapters(args.dirs, names=_names(args))

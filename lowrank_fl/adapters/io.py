@@ -33,7 +33,7 @@ import numpy as np
 
 __all__ = ["AdapterError", "AdapterWarning", "ClientAdapter", "AdapterSet", "ModuleFactors", "load_adapters",
            "read_client", "save_adapter", "peft_config", "pattern_value", "CONFIG_NAME", "WEIGHTS_NAME",
-           "module_key", "check_plain_lora", "PLAIN_INIT", "default_names", "input_dtype",
+           "module_key", "check_plain_lora", "PLAIN_INIT", "default_names", "check_distinct_dirs", "input_dtype",
            "stored_dtypes",
            "storage_array", "STORAGE"]
 
@@ -343,6 +343,17 @@ def default_names(paths) -> list[str]:
     return [Path(p).resolve().name for p in paths]        # a directory given twice: load says so
 
 
+def check_distinct_dirs(paths) -> None:
+    """Refuse a directory given twice (the same after resolving links)."""
+    seen: dict = {}
+    for p in map(Path, paths):
+        key = p.resolve()
+        if key in seen:
+            raise AdapterError(f"{p}: the same adapter directory is given twice (also as "
+                               f"{seen[key]})")
+        seen[key] = p
+
+
 def _check_names(names, n: int) -> list[str]:
     names = [str(x) for x in names]
     if len(names) != n:
@@ -391,7 +402,7 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
         Missing files, a non-LoRA ``peft_type``, an adapter that is not plain LoRA
         (:func:`check_plain_lora`), a corrupt or truncated safetensors file, mismatched module
         sets or shapes, a LoRA rank above ``min(out, in)``, fewer than 2 clients, a directory
-        given twice, bad names. Each message names the file or module. Non-finite weights are
+        given twice without ``names``, bad names. Each message names the file or module. Non-finite weights are
         reported when a module is read.
 
     Warns
@@ -404,14 +415,11 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
     paths = [Path(p) for p in paths]
     if len(paths) < 2:
         raise AdapterError(f"need at least 2 client adapter directories, got {len(paths)}")
-    seen: dict = {}
-    for p in paths:
-        key = p.resolve()
-        if key in seen:
-            raise AdapterError(f"{p}: the same adapter directory is given twice (also as "
-                               f"{seen[key]})")
-        seen[key] = p
-    names = default_names(paths) if names is None else _check_names(names, len(paths))
+    if names is None:
+        check_distinct_dirs(paths)
+        names = default_names(paths)
+    else:
+        names = _check_names(names, len(paths))
     clients = [read_client(p, n) for p, n in zip(paths, names)]
     bases = {}
     for c in clients:
