@@ -310,3 +310,20 @@ def test_embedding_lora_and_bin_refused_as_peft_writes_them(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "safe_serialization=True" in err[0] and "bin0" in err[0]
     assert not (tmp_path / "o").exists()
+
+
+def test_example_detects_the_contaminated_client(tmp_path):
+    """examples/clair_on_peft_adapters.py checks its own detection and exits 1 when it is wrong."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    proc = subprocess.run([sys.executable, str(root / "examples" / "clair_on_peft_adapters.py"),
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "detection is right: client4" in proc.stdout
+    summary = json.loads((tmp_path / "clair" / "summary.json").read_text())
+    assert all(m["benign"] == [True] * 4 + [False] for m in summary["modules"].values())
