@@ -8,7 +8,8 @@ config, nothing downloaded). Four start from the server's common LoRA initialisa
 the same task; the fifth brings its own initialisation and a different task. Each saves its
 adapter with ``save_pretrained``; ``lowrank-fl adapters aggregate`` then writes one refined
 adapter per client and a summary, and the example loads a refined adapter back with
-``PeftModel.from_pretrained``. It checks the detection against the truth (the fifth client
+``PeftModel.from_pretrained``, and writes them again truncated to rank 8 with ``--rank-out``
+(smaller files, the truncation error printed). It checks the detection against the truth (the fifth client
 flagged in every module, the four others kept in every module) and exits with status 1 and
 the reason if it is not.
 """
@@ -69,6 +70,10 @@ def main(workdir: Path) -> None:
             wrong.append(name)
     model = PeftModel.from_pretrained(base_model(), str(out / "client0"))
     print("client0's refined adapter loads in PEFT:", type(model).__name__)
+    # the refined adapters have rank up to r + q' (q' <= sum of the clients' ranks), here 4 + 20:
+    # --rank-out truncates them by SVD and prints the largest relative error it made
+    lowrank_fl(["adapters", "aggregate", *map(str, clients), "--method", "clair", "--out",
+                str(workdir / "clair_r8"), "--rank-out", "8", "--overwrite", "--quiet"])
     if wrong:
         sys.exit(f"detection is wrong in {len(wrong)}/{len(summary['modules'])} modules "
                  f"(expected client{K - 1} alone flagged): {wrong}")
