@@ -295,7 +295,10 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
                                     max_iter=o.max_iter, init=warm)
     if sol.status == "diverged":
         raise AdapterError(f"module {f.name!r}: the solve of (7) diverged")
-    Z = sol.Vt[:rank].T                                         # (p′, rank), P′ = Z Z^T
+    # a C-contiguous copy: a transposed view is pickled as a contiguous array, and products with
+    # the two layouts round differently, so worker and in-process results would differ in the
+    # last bit
+    Z = np.ascontiguousarray(sol.Vt[:rank].T)                   # (p′, rank), P′ = Z Z^T
     Dp = D - (D @ Z) @ Z.T
     B = Dp.reshape(G, h, pp)
     norms = np.sqrt(np.einsum("gij,gij->g", B, B))
