@@ -65,10 +65,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--names", default=None, help=_NAMES_HELP)
     agg.add_argument("--rank-out", dest="rank_out", type=int, default=None,
                      help="truncate every output adapter to this rank by SVD (error reported); "
-                          "CLAIR's outputs have rank up to r + min(sum of ranks, dims), so files "
-                          "are ~7-20x an input adapter without it")
+                          "CLAIR's outputs have rank up to r + min(sum of ranks, dims), so with K "
+                          "clients the files are about K times an input adapter without it")
     agg.add_argument("--rank", type=int, default=None,
-                     help="rank of P_A (CLAIR) / of FlexLoRA's SVD; default the LoRA rank")
+                     help="rank of P_A (CLAIR) / of FlexLoRA's SVD, at most min(out, in) of every "
+                          "module; default the LoRA rank")
     agg.add_argument("--lam-L", dest="lam_L", type=float, default=None,
                      help="nuclear penalty of (7) (with --lam-S; default automatic per module)")
     agg.add_argument("--lam-S", dest="lam_S", type=float, default=None,
