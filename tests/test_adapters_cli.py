@@ -383,6 +383,12 @@ def test_summary_of_another_run_or_not_json(src, tmp_path, capsys):
     assert _run(["inspect", *src, "--summary", bad]) == 2
     _one_line_error(capsys, "not an aggregate's summary.json")
     assert _run(["inspect", *src[:3], "--summary", out / "summary.json"]) == 0     # the right one
+    s = json.loads((out / "summary.json").read_text())
+    dropped = sorted(s["modules"])[0]
+    del s["modules"][dropped]
+    bad.write_text(json.dumps(s))
+    assert _run(["inspect", *src[:3], "--summary", bad]) == 2
+    _one_line_error(capsys, "modules differ", "3 vs 4", dropped)
 
 
 def test_different_base_models_warn(src, tmp_path, capsys):

@@ -253,11 +253,11 @@ def _check_summary(summary: dict, path, adapters) -> None:
                            f"{summary['clients'][:5]}, but the directories given are "
                            f"{adapters.n_clients} clients {adapters.names[:5]}; pass the same "
                            "directories (and --names) as the aggregate")
-    missing = [m for m in adapters.modules if m not in summary["modules"]]
-    if missing or len(summary["modules"]) != len(adapters.modules):
+    differ = sorted(set(adapters.modules) ^ set(summary["modules"]))
+    if differ:
         raise AdapterError(f"--summary {path}: its modules differ from the adapters' "
                            f"({len(summary['modules'])} vs {len(adapters.modules)}; e.g. "
-                           f"{(missing or sorted(set(summary['modules']) - set(adapters.modules)))[0]!r})")
+                           f"{differ[0]!r})")
     if summary.get("method") != "clair" or any(
             not isinstance(summary["modules"][m].get("benign"), list) for m in adapters.modules):
         raise AdapterError(f"--summary {path}: method {summary.get('method')!r} has no detection "

@@ -31,10 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["AdapterError", "AdapterWarning", "ClientAdapter", "AdapterSet", "ModuleFactors", "load_adapters",
-           "read_client", "save_adapter", "peft_config", "pattern_value", "CONFIG_NAME", "WEIGHTS_NAME",
-           "module_key", "check_plain_lora", "PLAIN_INIT", "default_names", "check_distinct_dirs", "input_dtype",
-           "stored_dtypes",
+__all__ = ["AdapterError", "AdapterWarning", "ClientAdapter", "AdapterSet", "ModuleFactors",
+           "load_adapters", "read_client", "save_adapter", "peft_config", "pattern_value",
+           "CONFIG_NAME", "WEIGHTS_NAME", "module_key", "check_plain_lora", "PLAIN_INIT",
+           "default_names", "check_distinct_dirs", "input_dtype", "stored_dtypes",
            "storage_array", "STORAGE"]
 
 CONFIG_NAME = "adapter_config.json"
@@ -402,8 +402,8 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
         Missing files, a non-LoRA ``peft_type``, an adapter that is not plain LoRA
         (:func:`check_plain_lora`), a corrupt or truncated safetensors file, mismatched module
         sets or shapes, a LoRA rank above ``min(out, in)``, fewer than 2 clients, a directory
-        given twice without ``names``, bad names. Each message names the file or module. Non-finite weights are
-        reported when a module is read.
+        given twice without ``names``, bad names. Each message names the file or module.
+        Non-finite weights are reported when a module is read.
 
     Warns
     -----
