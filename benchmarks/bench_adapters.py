@@ -78,7 +78,8 @@ def part1(workdir: Path, quick: bool, jobs: int) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     dirs = sorted(str(p) for p in data.iterdir())
     cmd = [sys.executable, "-m", "lowrank_fl.cli", "adapters", "aggregate", *dirs, "--method",
-           "clair", "--out", str(out), "--jobs", str(jobs), "--quiet"]
+           "clair", "--out", str(out), "--jobs", str(jobs), "--quiet",
+           "--dtype", "float32"]    # the published figures write float32 (default: the inputs' fp16)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -8,7 +8,10 @@ config, nothing downloaded). Four start from the server's common LoRA initialisa
 the same task; the fifth brings its own initialisation and a different task. Each saves its
 adapter with ``save_pretrained``; ``lowrank-fl adapters aggregate`` then writes one refined
 adapter per client and a summary, and the example loads a refined adapter back with
-``PeftModel.from_pretrained``.
+``PeftModel.from_pretrained``, and writes them again truncated to rank 8 with ``--rank-out``
+(smaller files, the truncation error printed). It checks the detection against the truth (the fifth client
+flagged in every module, the four others kept in every module) and exits with status 1 and
+the reason if it is not.
 """
 from __future__ import annotations
 
@@ -35,8 +38,9 @@ def base_model():
 
 
 def train_client(k: int, contaminated: bool, out: Path) -> None:
+    base = base_model()                # seeds torch itself, so the LoRA seed must come after it
     torch.manual_seed(1000 + k if contaminated else 1000)      # the LoRA initialisation
-    model = get_peft_model(base_model(), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0,
                                                     target_modules=["q_proj", "v_proj"]))
     gen = torch.Generator().manual_seed(k)                      # each client's own data
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=5e-3)
@@ -58,11 +62,23 @@ def main(workdir: Path) -> None:
     lowrank_fl(["adapters", "aggregate", *map(str, clients), "--method", "clair",
                 "--out", str(out), "--overwrite"])
     summary = json.loads((out / "summary.json").read_text())
+    wrong = []
     for name, m in summary["modules"].items():
         print(f"{name}: benign {m['benign']}, reduced {m['reduced_dims']}, "
               f"lam_L {m['lam_L']:.3g}, lam_S {m['lam_S']:.3g}, gap {m['relative_gap']:.1e}")
+        if m["benign"] != [True] * (K - 1) + [False]:
+            wrong.append(name)
     model = PeftModel.from_pretrained(base_model(), str(out / "client0"))
     print("client0's refined adapter loads in PEFT:", type(model).__name__)
+    # the refined adapters have rank up to r + q' (q' <= sum of the clients' ranks), here 4 + 20:
+    # --rank-out truncates them by SVD and prints the largest relative error it made
+    lowrank_fl(["adapters", "aggregate", *map(str, clients), "--method", "clair", "--out",
+                str(workdir / "clair_r8"), "--rank-out", "8", "--overwrite", "--quiet"])
+    if wrong:
+        sys.exit(f"detection is wrong in {len(wrong)}/{len(summary['modules'])} modules "
+                 f"(expected client{K - 1} alone flagged): {wrong}")
+    print(f"detection is right: client{K - 1} (own initialisation, other task) is flagged in "
+          f"every module, client0..client{K - 2} are kept in every module")
 
 
 if __name__ == "__main__":

@@ -243,3 +243,317 @@ def test_scaling_honours_patterns_and_rslora(src, tmp_path):
     cfg_file.write_text(json.dumps(cfg))
     with pytest.raises(AdapterError, match="rank 3 in the weights but r = 5"):
         load_adapters(dirs)
+
+
+# ------------------------------------------------------------------------------------------
+# issue 17: wrong results that used to pass silently, clear messages, usability
+def _one_line_error(capsys, *needles):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lowrank-fl: error:"), err
+    for n in needles:
+        assert n in err[0], (n, err[0])
+    return err[0]
+
+
+def _edit_config(d, **changes):
+    f = d / "adapter_config.json"
+    cfg = json.loads(f.read_text())
+    cfg.update(changes)
+    f.write_text(json.dumps(cfg))
+
+
+def test_config_field_of_wrong_type_names_field_and_file(src, tmp_path, capsys):
+    dirs = _copy(src, tmp_path)
+    _edit_config(dirs[1], r="four")
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
+    _one_line_error(capsys, "field 'r'", "'four'", str(dirs[1] / "adapter_config.json"))
+    _edit_config(dirs[1], r=3, lora_alpha="x")
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
+    _one_line_error(capsys, "lora_alpha", dirs[1].name)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("init", ["pissa", "pissa_niter_4", "olora", "corda", "loftq", "lora_ga",
+                                  "bogus"])
+def test_base_rewriting_init_refused(src, tmp_path, capsys, init):
+    dirs = _copy(src, tmp_path)
+    _edit_config(dirs[2], init_lora_weights=init)
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
+    line = _one_line_error(capsys, f"init_lora_weights={init!r}", dirs[2].name)
+    if init != "bogus":
+        assert "rewrites the base weight" in line
+
+
+@pytest.mark.parametrize("init", [True, False, "gaussian", "orthogonal", "eva", "mica"])
+def test_plain_inits_accepted(src, tmp_path, init):
+    dirs = _copy(src, tmp_path)
+    _edit_config(dirs[2], init_lora_weights=init)
+    assert len(load_adapters(dirs).clients) == K
+
+
+@pytest.mark.parametrize("key,value", [("use_qalora", True), ("alora_invocation_tokens", [1, 2]),
+                                       ("use_dora", True)])
+def test_lora_variants_refused(src, tmp_path, capsys, key, value):
+    dirs = _copy(src, tmp_path)
+    _edit_config(dirs[0], **{key: value})
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
+    _one_line_error(capsys, key, dirs[0].name)
+
+
+def _zero_B(d, modules=None):
+    w = d / "adapter_model.safetensors"
+    t = load_file(str(w))
+    for k in t:
+        if "lora_B" in k and (modules is None or any(m in k for m in modules)):
+            t[k] = np.zeros_like(t[k])
+    save_file(t, str(w))
+
+
+def test_all_zero_B_module_is_an_error_naming_it(src, tmp_path, capsys):
+    dirs = _copy(src, tmp_path)
+    for d in dirs:
+        _zero_B(d, ["layers.1.self_attn.v_proj"])
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
+    _one_line_error(capsys, "'base_model.model.model.layers.1.self_attn.v_proj'", "untrained",
+                    "PEFT's initial state")
+    assert _run(["inspect", *dirs]) == 2
+    _one_line_error(capsys, "layers.1.self_attn.v_proj", "untrained")
+    assert not (tmp_path / "o").exists()
+
+
+def test_one_untrained_client_warns(src, tmp_path, capsys):
+    dirs = _copy(src, tmp_path)
+    _zero_B(dirs[0])
+    out = tmp_path / "o"
+    assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--method", "fedavg"]) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {dirs[0].name}: lora_B (or lora_A) is all zeros in every module" in err
+    s = json.loads((out / "summary.json").read_text())
+    assert all(m["zero_updates"] == [0] for m in s["modules"].values())
+
+
+def test_impossible_rank_is_an_error_boundary_accepted(src, tmp_path, capsys):
+    # modules are 24 x 20: rank 20 = min(out, in) is the largest possible
+    assert _run(["aggregate", *src, "--out", tmp_path / "o", "--quiet", "--rank", "21"]) == 2
+    _one_line_error(capsys, "rank = 21", "min(out, in) = 20", "base_model.model.model.layers.")
+    assert _run(["aggregate", *src, "--out", tmp_path / "o", "--quiet", "--rank-out", "21"]) == 2
+    _one_line_error(capsys, "rank_out = 21")
+    assert not (tmp_path / "o").exists()
+    out = tmp_path / "o20"
+    assert _run(["aggregate", *src, "--out", out, "--quiet", "--rank", "20"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    # P_A = I on the joint row space: every contrast lies in it, nothing is detected and every
+    # client is kept (it used to exclude every client: rounding-level norms above τ = 0)
+    for m in s["modules"].values():
+        assert m["separated"] is False and m["benign"] == [True] * K
+        assert max(m["block_norms"]) <= 1e-9 * 1e3
+
+
+def test_client_rank_above_module_dims_is_an_error(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    key = "base_model.model.model.layers.0.self_attn.q_proj"
+    dirs = []
+    for k, r in enumerate([48, 48, 49]):               # module 64 x 48: r = 48 possible, 49 not
+        d = tmp_path / f"c{k}"
+        d.mkdir()
+        save_file({f"{key}.lora_A.weight": rng.standard_normal((r, 48)).astype(np.float32),
+                   f"{key}.lora_B.weight": rng.standard_normal((64, r)).astype(np.float32)},
+                  str(d / "adapter_model.safetensors"))
+        (d / "adapter_config.json").write_text(json.dumps(
+            {"peft_type": "LORA", "r": r, "lora_alpha": r, "target_modules": ["q_proj"]}))
+        dirs.append(d)
+    assert len(load_adapters(dirs[:2]).modules) == 1
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
+    _one_line_error(capsys, "c2", "q_proj", "rank 49", "64 x 48", "min(out, in) = 48")
+
+
+def test_summary_of_another_run_or_not_json(src, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert _run(["aggregate", *src[:3], "--out", out, "--quiet"]) == 0
+    capsys.readouterr()
+    assert _run(["inspect", *src, "--summary", out / "summary.json"]) == 2
+    _one_line_error(capsys, "written for 3 clients", "5 clients")
+    assert _run(["inspect", *src[:3], "--names", "a,b,c", "--summary", out / "summary.json"]) == 2
+    _one_line_error(capsys, "['a', 'b', 'c']")
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json {")
+    assert _run(["inspect", *src, "--summary", bad]) == 2
+    _one_line_error(capsys, "not JSON", "bad.json")
+    bad.write_text("[1, 2]")
+    assert _run(["inspect", *src, "--summary", bad]) == 2
+    _one_line_error(capsys, "not an aggregate's summary.json")
+    assert _run(["inspect", *src[:3], "--summary", out / "summary.json"]) == 0     # the right one
+    s = json.loads((out / "summary.json").read_text())
+    dropped = sorted(s["modules"])[0]
+    del s["modules"][dropped]
+    bad.write_text(json.dumps(s))
+    assert _run(["inspect", *src[:3], "--summary", bad]) == 2
+    _one_line_error(capsys, "modules differ", "3 vs 4", dropped)
+
+
+def test_different_base_models_warn(src, tmp_path, capsys):
+    from lowrank_fl.adapters.io import AdapterWarning
+
+    dirs = _copy(src, tmp_path)
+    _edit_config(dirs[3], base_model_name_or_path="meta-llama/Llama-2-7b-hf")
+    with pytest.warns(AdapterWarning, match="different base models.*Llama-2-7b-hf.*" + dirs[3].name):
+        load_adapters(dirs)
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert [x for x in err if "different base models" in x][0].startswith("warning:")
+
+
+def test_scheduler_without_dask_is_one_line(src, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)      # import fails as if not installed
+    assert _run(["aggregate", *src, "--out", tmp_path / "o", "--quiet", "--scheduler",
+                 "tcp://127.0.0.1:1"]) == 2
+    _one_line_error(capsys, "--scheduler", "dask extra")
+
+
+def test_adapter_model_bin_says_safe_serialization(src, tmp_path, capsys):
+    dirs = _copy(src, tmp_path)
+    w = dirs[1] / "adapter_model.safetensors"
+    w.rename(dirs[1] / "adapter_model.bin")
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
+    _one_line_error(capsys, "adapter_model.bin", "safe_serialization=True", dirs[1].name)
+
+
+def test_embedding_lora_refused(src, tmp_path, capsys):
+    dirs = _copy(src, tmp_path)
+    w = dirs[0] / "adapter_model.safetensors"
+    t = load_file(str(w))
+    t["base_model.model.model.embed_tokens.lora_embedding_A"] = np.ones((3, 10), np.float32)
+    t["base_model.model.model.embed_tokens.lora_embedding_B"] = np.ones((8, 3), np.float32)
+    save_file(t, str(w))
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
+    _one_line_error(capsys, "embedding LoRA", "not supported", "save_embedding_layers")
+    t = {k: v for k, v in t.items() if "lora_embedding" not in k}
+    t["base_model.model.model.embed_tokens.base_layer.weight"] = np.ones((8, 10), np.float32)
+    save_file(t, str(w))
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
+    _one_line_error(capsys, "full base-model weight", "save_embedding_layers=False")
+
+
+def test_out_that_cannot_be_created_names_out(src, tmp_path, capsys):
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("/proc is Linux's")
+    assert _run(["aggregate", *src, "--out", "/proc/x", "--quiet"]) == 2
+    _one_line_error(capsys, "--out /proc/x")
+
+
+def test_names_default_unique_for_site_layout_and_override(src, tmp_path, capsys):
+    dirs = []
+    for k, p in enumerate(src[:3]):
+        shutil.copytree(p, tmp_path / f"site{k}" / "adapter")
+        dirs.append(tmp_path / f"site{k}" / "adapter")
+    out = tmp_path / "o"
+    assert _run(["aggregate", *dirs, "--out", out, "--quiet"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["clients"] == ["site0_adapter", "site1_adapter", "site2_adapter"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(s["clients"] + ["summary.json"])
+    out2 = tmp_path / "o2"
+    assert _run(["aggregate", *dirs, "--out", out2, "--quiet", "--names", "a,b,c"]) == 0
+    assert json.loads((out2 / "summary.json").read_text())["clients"] == ["a", "b", "c"]
+    assert (out2 / "b" / "adapter_model.safetensors").is_file()
+    # the same inputs under other names give the same tensors
+    for old, new in [("site0_adapter", "a"), ("site2_adapter", "c")]:
+        x, y = (load_file(str(o / n / "adapter_model.safetensors"))
+                for o, n in [(out, old), (out2, new)])
+        assert all(np.array_equal(x[k], y[k]) for k in x)
+    capsys.readouterr()
+    for names, needle in [("a,b", "got 2 names for 3"), ("a,a,b", "'a' is given twice"),
+                          ("a,../x,b", "'../x'"), ("a,summary.json,b", "summary.json")]:
+        assert _run(["aggregate", *dirs, "--out", tmp_path / "o3", "--names", names]) == 2
+        _one_line_error(capsys, "names", needle)
+    assert _run(["aggregate", dirs[0], dirs[1], dirs[0], "--out", tmp_path / "o3"]) == 2
+    _one_line_error(capsys, "given twice")
+    assert not (tmp_path / "o3").exists()
+
+
+def test_quiet_silences_per_client_lines_and_size_is_printed(src, tmp_path, capsys):
+    out = tmp_path / "o"
+    assert _run(["aggregate", *src, "--out", out, "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert not any(p.name + ":" in text for p in src)
+    lines = text.strip().splitlines()
+    assert len(lines) == 2 and lines[1].startswith("  output:")
+    n_in = sum((p / f).stat().st_size for p in src
+               for f in ("adapter_model.safetensors", "adapter_config.json"))
+    n_out = sum((out / p.name / f).stat().st_size for p in src
+                for f in ("adapter_model.safetensors", "adapter_config.json"))
+    assert f"{n_out / 1000:.1f} kB in {K} adapter(s), {n_out / n_in:.1f}x the inputs' " \
+           f"{n_in / 1000:.1f} kB; dtype float32 (the inputs' F32)" in lines[1]
+    assert _run(["aggregate", *src, "--out", tmp_path / "o2"]) == 0
+    text = capsys.readouterr().out
+    assert all(p.name + ": benign in" in text for p in src)
+
+
+def test_client_rule_any_explained_in_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["adapters", "aggregate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "'any' excludes a client from every module as soon as one module flags it" in text
+    assert "'majority' keeps a client in every module iff it is benign in at least half" in text
+
+
+def _dtypes(d):
+    with open(d / "adapter_model.safetensors", "rb") as fh:
+        n = struct.unpack("<Q", fh.read(8))[0]
+        header = json.loads(fh.read(n))
+    return {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+
+
+def test_output_dtype_defaults_to_inputs(tmp_path, capsys):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file as save_torch
+
+    fp16 = write_synthetic_adapters(tmp_path / "h", n_clients=3, n_layers=1, modules=("q_proj",),
+                                    shape=(24, 20), rank=3, contaminated=1, dtype="float16", seed=1)
+    out = tmp_path / "oh"
+    assert _run(["aggregate", *fp16, "--out", out, "--quiet"]) == 0
+    assert "dtype float16 (the inputs' F16)" in capsys.readouterr().out
+    assert all(_dtypes(out / p.name) == {"F16"} for p in fp16)
+    bf = _copy(fp16, tmp_path / "b")
+    for d in bf:
+        t = load_file(str(d / "adapter_model.safetensors"))
+        save_torch({k: torch.from_numpy(v.astype(np.float32)).to(torch.bfloat16)
+                    for k, v in t.items()}, str(d / "adapter_model.safetensors"))
+    out = tmp_path / "ob"
+    assert _run(["aggregate", *bf, "--out", out, "--quiet", "--method", "fedavg"]) == 0
+    assert "dtype bfloat16 (the inputs' BF16)" in capsys.readouterr().out
+    assert _dtypes(out / "aggregated") == {"BF16"}
+    # the stored bf16 values are torch's round-to-nearest-even of the float32 result
+    ref = tmp_path / "of"
+    assert _run(["aggregate", *bf, "--out", ref, "--quiet", "--method", "fedavg", "--dtype",
+                 "float32"]) == 0
+    from safetensors.torch import load_file as load_torch
+
+    got = load_torch(str(out / "aggregated" / "adapter_model.safetensors"))
+    want = load_torch(str(ref / "aggregated" / "adapter_model.safetensors"))
+    for k in want:
+        assert got[k].dtype == torch.bfloat16
+        assert torch.equal(got[k], want[k].to(torch.bfloat16)), k
+    # mixed inputs: float32 (neither half type holds the other)
+    mixed = [fp16[0], bf[1], bf[2]]
+    out = tmp_path / "om"
+    assert _run(["aggregate", *mixed, "--out", out, "--quiet", "--names", "x,y,z"]) == 0
+    assert "dtype float32 (the inputs hold BF16, F16)" in capsys.readouterr().out
+    assert _dtypes(out / "x") == {"F32"}
+
+
+def test_float16_overflow_is_an_error_not_inf(tmp_path, capsys):
+    # b_scale 1e4: ΔW entries ~1e4..1e5, the refined factors exceed float16's 65504
+    dirs = write_synthetic_adapters(tmp_path / "in", n_clients=3, n_layers=1, modules=("q_proj",),
+                                    shape=(24, 20), rank=3, contaminated=0, b_scale=3e5,
+                                    dtype="float32", seed=2)
+    out = tmp_path / "o"
+    assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--dtype", "float16"]) == 2
+    _one_line_error(capsys, "q_proj", "do not fit float16", "inf", "--dtype")
+    assert not out.exists()
+    assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--dtype", "float32"]) == 0
+    t = load_file(str(out / dirs[0].name / "adapter_model.safetensors"))
+    assert max(float(np.abs(v).max()) for v in t.values()) > 65504       # so float16 was wrong

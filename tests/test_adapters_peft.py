@@ -176,3 +176,154 @@ def test_gpt2_fan_in_fan_out_round_trip(tmp_path):
             assert delta.shape == (32, 96)                             # Conv1D stores (in, out)
             np.testing.assert_allclose(delta.T, ref, rtol=1e-5, atol=1e-6 * np.abs(ref).max())
     assert seen == 1
+
+
+# ------------------------------------------------------------------------------------------
+# issue 17: configs PEFT really writes
+def _train_steps(model, k, steps=3):
+    gen = torch.Generator().manual_seed(k)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=5e-3)
+    for _ in range(steps):
+        x = torch.randint(0, VOCAB, (8, 12), generator=gen)
+        loss = model(input_ids=x, labels=(x + 1) % VOCAB).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _merged_delta(model):
+    """What the adapter really does: merged weights minus the untouched base's, per module."""
+    sd0 = _base().state_dict()
+    sd = model.merge_and_unload().state_dict()
+    return {f"base_model.model.{k[:-len('.weight')]}": (sd[k] - sd0[k]).double().numpy()
+            for k in sd if k.endswith("proj.weight") and not torch.equal(sd[k], sd0[k])}
+
+
+@pytest.mark.parametrize("init", ["pissa", "olora"])
+def test_base_rewriting_adapters_refused_converted_ones_exact(tmp_path, capsys, init):
+    """PiSSA / OLoRA as saved: refused (PEFT rewrites the base at load, so s B A is not the
+    update). Converted by PEFT (path_initial_model_for_weight_conversion): plain LoRA, accepted,
+    and the fedavg output applied to the original base equals the mean of the true updates."""
+    raw, conv, truth = [], [], []
+    for k in range(2):
+        torch.manual_seed(k)
+        model = peft.get_peft_model(_base(), peft.LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=init))
+        model.peft_config["default"].init_lora_weights = True     # PEFT's documented recipe
+        model.save_pretrained(str(tmp_path / f"init{k}"))
+        model.peft_config["default"].init_lora_weights = init
+        _train_steps(model, k)
+        model.save_pretrained(str(tmp_path / f"raw{k}"))
+        model.save_pretrained(str(tmp_path / f"conv{k}"),
+                              path_initial_model_for_weight_conversion=str(tmp_path / f"init{k}"))
+        raw.append(tmp_path / f"raw{k}")
+        conv.append(tmp_path / f"conv{k}")
+        truth.append(_merged_delta(model))
+    assert main(["adapters", "aggregate", *map(str, raw), "--method", "fedavg", "--out",
+                 str(tmp_path / "bad"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"init_lora_weights={init!r}" in err[0] and "raw0" in err[0]
+    assert "path_initial_model_for_weight_conversion" in err[0]
+    assert not (tmp_path / "bad").exists()
+    ad = load_adapters(conv)
+    for m in ad.modules:
+        f = ad.factors(m)
+        for k in range(2):
+            ref = truth[k][m]
+            assert np.linalg.norm(f.delta(k) - ref) <= 1e-5 * np.linalg.norm(ref)
+    out = tmp_path / "out"
+    assert main(["adapters", "aggregate", *map(str, conv), "--method", "fedavg", "--out",
+                 str(out), "--quiet"]) == 0
+    got = _delta_from_peft(peft.PeftModel.from_pretrained(_base(), str(out / "aggregated")))
+    for m in ad.modules:
+        ref = (truth[0][m] + truth[1][m]) / 2
+        assert np.linalg.norm(got[m] - ref) <= 1e-5 * np.linalg.norm(ref)
+
+
+def test_output_config_describes_what_was_written(tmp_path):
+    """Clients with gaussian init, rsLoRA, rank/alpha patterns and dropout: the outputs' config is
+    plain LoRA with scaling 1 (init_lora_weights true, no rsLoRA, alpha = r per module), keeps
+    target_modules / fan_in_fan_out / base model / task type, loads in PEFT, and its ΔW is the
+    mean of PEFT's own input ΔW (fedavg) or clair.fit's refined update (clair)."""
+    dirs, want = [], []
+    lcfg = dict(r=4, lora_alpha=6, target_modules=["q_proj", "v_proj"], lora_dropout=0.1,
+                init_lora_weights="gaussian", use_rslora=True,
+                rank_pattern={r"layers\.1\.self_attn\.q_proj": 2},
+                alpha_pattern={r"layers\.0\.self_attn\.v_proj": 3})
+    for k in range(3):
+        torch.manual_seed(20 + k)
+        model = peft.get_peft_model(_base(), peft.LoraConfig(**lcfg))
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(std=0.1)
+        want.append({n: mod.get_delta_weight("default").detach().double().numpy()
+                     for n, mod in model.named_modules() if hasattr(mod, "get_delta_weight")
+                     and "default" in getattr(mod, "lora_A", {})})
+        model.save_pretrained(str(tmp_path / f"c{k}"))
+        dirs.append(tmp_path / f"c{k}")
+    src_cfg = json.loads((dirs[0] / "adapter_config.json").read_text())
+    for method in ("fedavg", "clair"):
+        out = tmp_path / method
+        assert main(["adapters", "aggregate", *map(str, dirs), "--method", method, "--out",
+                     str(out), "--quiet", "--tol", "1e-10"]) == 0
+        s = json.loads((out / "summary.json").read_text())
+        for name in s["outputs"]:
+            cfg = json.loads((out / name / "adapter_config.json").read_text())
+            assert cfg["init_lora_weights"] is True and cfg["use_rslora"] is False
+            assert cfg["lora_alpha"] == cfg["r"] and cfg["alpha_pattern"] == cfg["rank_pattern"]
+            for key in ("target_modules", "fan_in_fan_out", "base_model_name_or_path",
+                        "task_type", "peft_type", "bias"):
+                assert cfg[key] == src_cfg[key], key
+            got = _delta_from_peft(peft.PeftModel.from_pretrained(_base(), str(out / name)))
+            assert set(got) == set(want[0])
+            for m in got:
+                if method == "fedavg":
+                    ref = np.mean([w[m] for w in want], axis=0)
+                else:
+                    from lowrank_fl import clair
+
+                    ms = s["modules"][m]
+                    fit = clair.fit(np.stack([w[m] for w in want]), rank=ms["rank"],
+                                    lam_L=ms["lam_L"], lam_S=ms["lam_S"], tol=1e-10)
+                    assert list(fit.benign) == ms["benign"]
+                    ref = fit.refined[s["clients"].index(name)]
+                assert np.linalg.norm(got[m] - ref) <= 1e-5 * np.linalg.norm(ref), (method, m)
+
+
+def test_embedding_lora_and_bin_refused_as_peft_writes_them(tmp_path, capsys):
+    torch.manual_seed(0)
+    model = peft.get_peft_model(_base(), peft.LoraConfig(
+        r=2, target_modules=["embed_tokens", "q_proj"], init_lora_weights="gaussian"))
+    model.save_pretrained(str(tmp_path / "emb0"))
+    model.save_pretrained(str(tmp_path / "emb1"))
+    assert main(["adapters", "aggregate", str(tmp_path / "emb0"), str(tmp_path / "emb1"),
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "embedding LoRA" in err[0] and "save_embedding_layers" in err[0]
+    model = peft.get_peft_model(_base(), peft.LoraConfig(r=2, target_modules=["q_proj"]))
+    model.save_pretrained(str(tmp_path / "bin0"), safe_serialization=False)
+    model.save_pretrained(str(tmp_path / "bin1"), safe_serialization=False)
+    assert (tmp_path / "bin0" / "adapter_model.bin").is_file()
+    assert main(["adapters", "aggregate", str(tmp_path / "bin0"), str(tmp_path / "bin1"),
+                 "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "safe_serialization=True" in err[0] and "bin0" in err[0]
+    assert not (tmp_path / "o").exists()
+
+
+def test_example_detects_the_contaminated_client(tmp_path):
+    """examples/clair_on_peft_adapters.py checks its own detection and exits 1 when it is wrong."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    proc = subprocess.run([sys.executable, str(root / "examples" / "clair_on_peft_adapters.py"),
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "detection is right: client4" in proc.stdout
+    summary = json.loads((tmp_path / "clair" / "summary.json").read_text())
+    assert all(m["benign"] == [True] * 4 + [False] for m in summary["modules"].values())

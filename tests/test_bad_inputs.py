@@ -591,6 +591,15 @@ def _damaged(tmp, what):
     return dirs
 
 
+def _reconfigured(tmp, **changes):
+    """Three adapters, the second with ``changes`` in its adapter_config.json."""
+    import json
+    dirs = _adapter_dirs(tmp)
+    f = dirs[1] / "adapter_config.json"
+    f.write_text(json.dumps({**json.loads(f.read_text()), **changes}))
+    return dirs
+
+
 def _adapters():
     """PEFT LoRA adapters (lowrank_fl.adapters): the Python API and ``lowrank-fl adapters``."""
     from lowrank_fl.adapters import ModuleOptions, aggregate_adapters, load_adapters, reduce_module
@@ -624,6 +633,11 @@ def _adapters():
         c("cli-adapters-aggregate-alpha-nan", lambda t: agg(t, "--alpha", "nan"), "alpha"),
         c("cli-adapters-aggregate-jobs-zero", lambda t: agg(t, "--jobs", "0"), "jobs"),
         c("cli-adapters-aggregate-dtype-unknown", lambda t: agg(t, "--dtype", "int8"), "--dtype"),
+        c("cli-adapters-aggregate-rank-above-dims", lambda t: agg(t, "--rank", "6"), "min(out, in) = 5"),
+        c("cli-adapters-aggregate-names-count", lambda t: agg(t, "--names", "a,b"), "--names"),
+        c("cli-adapters-aggregate-init-pissa", lambda t: agg(t, dirs=_reconfigured(t, init_lora_weights="pissa")), "init_lora_weights"),
+        c("cli-adapters-aggregate-r-not-int", lambda t: agg(t, dirs=_reconfigured(t, r="four")), "'r'"),
+        Case("adapters.load_adapters-names-duplicate", lambda t: load_adapters(_adapter_dirs(t), names=["a", "a", "b"]), ValueError, "names"),
         c("cli-adapters-inspect-figure-without-summary", lambda t: ["adapters", "inspect", *_adapter_dirs(t), "--figure", t / "f.png"], "--summary"),
         c("cli-adapters-inspect-summary-missing", lambda t: ["adapters", "inspect", *_adapter_dirs(t), "--summary", t / "s.json", "--figure", t / "f.png"], "s.json"),
     ]

@@ -38,7 +38,7 @@ from .reduce import ReducedModule, pair_blocks, reduce_module
 from .tuning import auto_lambdas
 
 __all__ = ["METHODS", "CLIENT_RULES", "ModuleResult", "aggregate_module", "client_decision",
-           "ModuleOptions"]
+           "ModuleOptions", "check_rank"]
 
 METHODS = ("clair", "fedavg", "fedavg-factors", "ffa", "flexlora")
 CLIENT_RULES = ("per-module", "majority", "any")
@@ -81,6 +81,22 @@ class ModuleOptions:
         check_int(self.max_iter, "max_iter", minimum=1)
 
 
+def check_rank(options: ModuleOptions, shapes: dict) -> None:
+    """Refuse ``options.rank`` / ``options.rank_out`` above ``min(out, in)`` of a module
+    (``shapes``: ``{module: (out, in)}``); the message names the first such module. Rank
+    ``min(out, in)`` itself is accepted (for CLAIR it makes ``P_Â = I`` on the joint row space,
+    so nothing can be detected and every client is kept)."""
+    for name in ("rank", "rank_out"):
+        v = getattr(options, name)
+        if v is None:
+            continue
+        for m, (q, p) in shapes.items():
+            if v > min(q, p):
+                flag = "--" + name.replace("_", "-")
+                raise AdapterError(f"module {m!r} is {q} x {p}: {name} = {v} ({flag}) is above "
+                                   f"its largest possible rank min(out, in) = {min(q, p)}")
+
+
 @dataclass
 class ModuleResult:
     """One module's aggregation. ``outputs(k)`` builds output adapter ``k``'s factors.
@@ -115,13 +131,15 @@ class ModuleResult:
     separated: bool | None = None
     votes: list | None = None
     block_norms: list | None = None
+    #: clients whose update of this module is exactly zero (lora_B or lora_A all zeros)
+    zero_updates: list = field(default_factory=list)
     # state for the outputs (float64 coordinates; bases in float32 only for writing)
     state: dict = field(default_factory=dict, repr=False)
 
     def summary(self) -> dict:
         keys = ("shape", "ranks", "benign", "lam_L", "lam_S", "lam_rule", "weights", "rank",
                 "numerical_rank", "reduced_dims", "pair_height", "status", "relative_gap", "iterations",
-                "discarded", "tau", "separated", "votes", "block_norms", "seconds")
+                "discarded", "tau", "separated", "votes", "block_norms", "zero_updates", "seconds")
         return {k: _jsonable(getattr(self, k)) for k in keys}
 
     def release(self) -> None:
@@ -211,9 +229,11 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
     K = len(f.A)
     if K < 2:
         raise AdapterError(f"module {f.name!r}: need at least 2 clients, got {K}")
+    check_rank(options, {f.name: f.shape})
     red = reduce_module(f, energy=options.energy)
     res = ModuleResult(name=f.name, method=options.method, shape=tuple(f.shape),
-                       ranks=list(f.ranks), reduced_dims=red.dims, discarded=red.discarded)
+                       ranks=list(f.ranks), reduced_dims=red.dims, discarded=red.discarded,
+                       zero_updates=[k for k in range(K) if not (f.B[k].any() and f.A[k].any())])
     dt = np.dtype(options.output_dtype)
     U32, V32 = red.U.astype(dt), red.V.astype(dt)
     m = options.method
@@ -275,7 +295,10 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
                                     max_iter=o.max_iter, init=warm)
     if sol.status == "diverged":
         raise AdapterError(f"module {f.name!r}: the solve of (7) diverged")
-    Z = sol.Vt[:rank].T                                         # (p′, rank), P′ = Z Z^T
+    # a C-contiguous copy: a transposed view is pickled as a contiguous array, and products with
+    # the two layouts round differently, so worker and in-process results would differ in the
+    # last bit
+    Z = np.ascontiguousarray(sol.Vt[:rank].T)                   # (p′, rank), P′ = Z Z^T
     Dp = D - (D @ Z) @ Z.T
     B = Dp.reshape(G, h, pp)
     norms = np.sqrt(np.einsum("gij,gij->g", B, B))
@@ -284,7 +307,9 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     zero = 1e-9 * float(np.sqrt(np.einsum("gij,gij->g", *(2 * [D.reshape(G, h, pp)]))).max())
     split = clair.largest_gap_split(norms, min_below=clair.majority_pairs(K, o.alpha),
                                     zero_level=zero)
-    tau = split.threshold
+    # without a split every pair is collaborative: τ covers the norms counted as exact zeros too
+    # (when all are, the split's threshold is 0 and rounding-level norms would exclude everyone)
+    tau = split.threshold if split.separated else max(split.threshold, zero)
     benign, votes = clair.collaborative_set(norms, K, tau, alpha=o.alpha)
     res.separated = bool(split.separated)
     res.benign = [bool(x) for x in benign]

@@ -2,27 +2,43 @@
 
 ::
 
-    lowrank-fl adapters inspect DIR [DIR ...] [--summary OUT/summary.json] [--figure FILE.png]
-    lowrank-fl adapters aggregate DIR [DIR ...] --method clair --out OUT [--rank-out R] [--rank R]
-        [--lam-L X --lam-S Y] [--client-rule per-module|majority|any] [--energy E]
-        [--dtype float32|float16] [--jobs N] [--scheduler ADDR] [--overwrite]
+    lowrank-fl adapters inspect DIR [DIR ...] [--names A,B,..] [--summary OUT/summary.json]
+        [--figure FILE.png]
+    lowrank-fl adapters aggregate DIR [DIR ...] --method clair --out OUT [--names A,B,..]
+        [--rank-out R] [--rank R] [--lam-L X --lam-S Y] [--client-rule per-module|majority|any]
+        [--energy E] [--dtype auto|float32|float16|bfloat16] [--jobs N] [--scheduler ADDR]
+        [--overwrite] [--quiet]
 
 Bad input (missing files, non-LoRA adapters, mismatched modules or shapes, non-finite or
-truncated weights, fewer than 2 clients, a non-empty OUT without --overwrite, an unknown method)
-prints one line naming the file or module and exits with status 2; nothing is written.
+truncated weights, fewer than 2 clients, a non-empty OUT without --overwrite, an unknown method,
+an adapter that is not plain LoRA, an impossible rank, values that do not fit --dtype, a
+``--summary`` of another run) prints one line naming the file or module and exits with status 2;
+nothing is written. Warnings (clients on different base models, an untrained client) are one
+line each on stderr.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from .aggregate import CLIENT_RULES, METHODS, ModuleOptions
-from .io import load_adapters
+from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, check_distinct_dirs, input_dtype,
+                 load_adapters, stored_dtypes)
 from .reduce import reduce_module
+
+_NAMES_HELP = ("comma-separated client names, one per DIR, in order (they name the output "
+               "directories); default: the directory names, with parent directories added where "
+               "they collide (site1/adapter, site2/adapter -> site1_adapter, site2_adapter)")
+_RULE_HELP = ("which clients are refined with the collaborative average: 'per-module' (default) "
+              "uses each module's own set (8); 'majority' keeps a client in every module iff it is "
+              "benign in at least half of them; 'any' excludes a client from every module as soon "
+              "as one module flags it (strictest: one flagged module makes the client keep its "
+              "own adapter everywhere)")
 
 __all__ = ["add_parser", "run_inspect", "run_aggregate"]
 
@@ -34,6 +50,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     ins = sub.add_parser("inspect", help="shapes, ranks, norms, joint-subspace dimensions")
     ins.add_argument("dirs", nargs="+", type=Path, help="client adapter directories")
+    ins.add_argument("--names", default=None, help=_NAMES_HELP)
     ins.add_argument("--summary", type=Path, default=None,
                      help="an aggregate's summary.json: also draw the detection heatmap")
     ins.add_argument("--figure", type=Path, default=None,
@@ -45,29 +62,73 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--method", default="clair",
                      help=f"aggregator: {', '.join(METHODS)} (default clair)")
     agg.add_argument("--out", type=Path, required=True, help="output directory")
+    agg.add_argument("--names", default=None, help=_NAMES_HELP)
     agg.add_argument("--rank-out", dest="rank_out", type=int, default=None,
-                     help="truncate every output adapter to this rank by SVD (error reported)")
+                     help="truncate every output adapter to this rank by SVD (error reported); "
+                          "CLAIR's outputs have rank up to r + min(sum of ranks, dims), so with K "
+                          "clients the files are about K times an input adapter without it")
     agg.add_argument("--rank", type=int, default=None,
-                     help="rank of P_A (CLAIR) / of FlexLoRA's SVD; default the LoRA rank")
+                     help="rank of P_A (CLAIR) / of FlexLoRA's SVD, at most min(out, in) of every "
+                          "module; default the LoRA rank")
     agg.add_argument("--lam-L", dest="lam_L", type=float, default=None,
                      help="nuclear penalty of (7) (with --lam-S; default automatic per module)")
     agg.add_argument("--lam-S", dest="lam_S", type=float, default=None,
                      help="block penalty of (7) (with --lam-L)")
     agg.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
     agg.add_argument("--client-rule", dest="client_rule", default="per-module",
-                     choices=CLIENT_RULES, help="how per-module benign sets decide refinement")
+                     choices=CLIENT_RULES, help=_RULE_HELP)
     agg.add_argument("--energy", type=float, default=None,
                      help="truncated reduction keeping this energy fraction (default exact)")
     agg.add_argument("--tol", type=float, default=1e-6,
                      help="relative duality-gap tolerance of (7) (default 1e-6)")
-    agg.add_argument("--dtype", default="float32", choices=("float32", "float16"),
-                     help="storage dtype of the output tensors")
+    agg.add_argument("--dtype", default="auto",
+                     choices=("auto", "float32", "float16", "bfloat16"),
+                     help="storage dtype of the output tensors; 'auto' (default): the inputs' "
+                          "dtype when every client has the same one, float32 when they differ "
+                          "(a value that does not fit the dtype is an error, never inf)")
     agg.add_argument("--jobs", type=int, default=1, help="joblib processes over modules")
     agg.add_argument("--scheduler", default=None, help="dask scheduler address (tcp://...)")
     agg.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    agg.add_argument("--quiet", action="store_true", help="no progress bar")
+    agg.add_argument("--quiet", action="store_true",
+                     help="no progress bar and no per-client lines (the result line and warnings "
+                          "stay)")
     agg.set_defaults(handler=run_aggregate)
     return top
+
+
+def _names(args):
+    if args.names is None:
+        return None
+    names = [x.strip() for x in args.names.split(",")]
+    if len(names) != len(args.dirs):
+        raise AdapterError(f"--names: got {len(names)} names for {len(args.dirs)} directories "
+                           f"({args.names!r}); give one name per directory, comma-separated")
+    return names
+
+
+def _load(args):
+    """Load the adapters; warnings (different base models) become one stderr line each."""
+    check_distinct_dirs(args.dirs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        adapters = load_adapters(args.dirs, names=_names(args))
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    return adapters
+
+
+def _at_out(path: Path, out: Path) -> bool:
+    """Whether ``path`` is ``out``, inside it, one of its parents or its staging sibling."""
+    p, o = path.absolute(), out.absolute()
+    return (p == o or o in p.parents or p in o.parents
+            or (p.parent == o.parent and p.name.startswith(f".{o.name}.")))
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
 
 
 def run_aggregate(args) -> int:
@@ -77,23 +138,37 @@ def run_aggregate(args) -> int:
         raise ValueError(f"--method must be one of {', '.join(METHODS)}, got {args.method!r}")
     if args.energy is not None and not 0 < args.energy <= 1:
         raise ValueError(f"--energy must be in (0, 1], got {args.energy}")
+    if args.scheduler is not None:
+        try:
+            import distributed  # noqa: F401
+        except ImportError:
+            raise ValueError("--scheduler needs the dask extra (pip install 'lowrank_fl[dask]'), "
+                             "which is not installed") from None
     check_out_dir(args.out, args.overwrite)
     options = ModuleOptions(method=args.method, rank=args.rank, lam_L=args.lam_L,
                             lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,
                             rank_out=args.rank_out, tol=args.tol)
-    adapters = load_adapters(args.dirs)
-    agg, summary = aggregate_to_dir(adapters, options, args.out, client_rule=args.client_rule,
-                                    dtype=args.dtype, overwrite=args.overwrite, jobs=args.jobs,
-                                    scheduler=args.scheduler, progress=not args.quiet)
+    adapters = _load(args)
+    dtype = input_dtype(adapters) if args.dtype == "auto" else args.dtype
+    try:
+        agg, summary = aggregate_to_dir(adapters, options, args.out, client_rule=args.client_rule,
+                                        dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
+                                        scheduler=args.scheduler, progress=not args.quiet)
+    except OSError as exc:
+        if exc.filename is None or not _at_out(Path(exc.filename), args.out):
+            raise
+        raise AdapterError(f"--out {args.out}: cannot write the output there ({exc.strerror}: "
+                           f"{exc.filename})") from None
     mods = summary["modules"]
     print(f"{args.method}: {len(mods)} modules, {len(adapters.clients)} clients, "
           f"{agg.seconds:.1f} s; wrote {', '.join(summary['outputs'])} and summary.json to "
           f"{args.out}")
     if args.method == "clair":
         cb = summary["client_benign"]
-        for name in adapters.names:
-            print(f"  {name}: benign in {cb['modules_benign'][name]}/{cb['n_modules']} modules "
-                  f"(majority: {cb['majority'][name]}, any: {cb['any'][name]})")
+        if not args.quiet:
+            for name in adapters.names:
+                print(f"  {name}: benign in {cb['modules_benign'][name]}/{cb['n_modules']} "
+                      f"modules (majority: {cb['majority'][name]}, any: {cb['any'][name]})")
         bad = [m for m, s in mods.items() if s["status"] not in ("optimal", "completed")]
         if bad:
             print(f"  warning: {len(bad)} module(s) stopped before the tolerance: {bad[:3]}",
@@ -103,14 +178,38 @@ def run_aggregate(args) -> int:
             print(f"  warning: {len(low)} module(s) have rank(L_hat) below --rank (their P_A is "
                   f"partly arbitrary; see numerical_rank in summary.json): {low[:3]}",
                   file=sys.stderr)
+    zero = [n for k, n in enumerate(adapters.names)
+            if all(k in s["zero_updates"] for s in mods.values())]
+    if zero:
+        print(f"  warning: {', '.join(zero)}: lora_B (or lora_A) is all zeros in every module, "
+              "PEFT's initial state: an untrained adapter, aggregated as a zero update",
+              file=sys.stderr)
     if args.rank_out is not None:
         worst = max(e for d in summary["rank_out_relative_error"].values() for e in d.values())
         print(f"  --rank-out {args.rank_out}: largest relative Frobenius error {worst:.3e}")
+    n_in = sum((c.path / f).stat().st_size for c in adapters.clients
+               for f in (WEIGHTS_NAME, CONFIG_NAME))
+    n_out = sum((args.out / o / f).stat().st_size for o in summary["outputs"]
+                for f in (WEIGHTS_NAME, CONFIG_NAME))
+    tags = stored_dtypes(adapters)
+    why = ("--dtype" if args.dtype != "auto" else f"the inputs' {tags[0]}" if len(tags) == 1
+           else f"the inputs hold {', '.join(tags)}")
+    print(f"  output: {_size(n_out)} in {len(summary['outputs'])} adapter(s), "
+          f"{n_out / n_in:.1f}x the inputs' {_size(n_in)}; dtype {dtype} ({why})"
+          + ("" if args.rank_out is not None or args.method != "clair" else
+             "; --rank-out R makes them smaller"))
     return 0
 
 
 def run_inspect(args) -> int:
-    adapters = load_adapters(args.dirs)
+    summary = None
+    if args.summary is not None:
+        summary = _read_summary(args.summary)
+    elif args.figure is not None:
+        raise ValueError("--figure needs --summary (an aggregate's summary.json)")
+    adapters = _load(args)
+    if summary is not None:
+        _check_summary(summary, args.summary, adapters)
     K = adapters.n_clients
     print(f"{K} clients: {', '.join(adapters.names)}; {len(adapters.modules)} modules")
     print(f"{'module':60s} {'out x in':>12s} {'ranks':>14s} {'q′ x p′':>9s} "
@@ -123,18 +222,46 @@ def run_inspect(args) -> int:
         print(f"{m[-60:]:60s} {f.shape[0]:>5d} x {f.shape[1]:<5d} "
               f"{','.join(map(str, ranks)):>14s} {red.dims[0]:>4d}x{red.dims[1]:<4d} "
               f"{norms.min():>10.4g}..{norms.max():<10.4g}")
-    if args.summary is not None:
-        summary = json.loads(Path(args.summary).read_text())
-        mods = [m for m in adapters.modules if m in summary.get("modules", {})]
+    if summary is not None:
+        mods = adapters.modules
         flags = np.array([[not b for b in summary["modules"][m]["benign"]] for m in mods])
         print("flagged (contaminated) per client:",
               dict(zip(summary["clients"], flags.sum(axis=0).tolist())))
         if args.figure is not None:
             _heatmap(flags, summary["clients"], mods, args.figure)
             print(f"heatmap: {args.figure}")
-    elif args.figure is not None:
-        raise ValueError("--figure needs --summary (an aggregate's summary.json)")
     return 0
+
+
+def _read_summary(path: Path) -> dict:
+    try:
+        summary = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AdapterError(f"--summary {path}: not JSON ({exc}); expected the summary.json an "
+                           "aggregate wrote") from None
+    if (not isinstance(summary, dict) or not isinstance(summary.get("clients"), list)
+            or not isinstance(summary.get("modules"), dict)):
+        raise AdapterError(f"--summary {path}: not an aggregate's summary.json (no 'clients' list "
+                           "and 'modules' object)")
+    return summary
+
+
+def _check_summary(summary: dict, path, adapters) -> None:
+    """The summary must come from an aggregate of these clients (names, order) and modules."""
+    if summary["clients"] != adapters.names:
+        raise AdapterError(f"--summary {path}: written for {len(summary['clients'])} clients "
+                           f"{summary['clients'][:5]}, but the directories given are "
+                           f"{adapters.n_clients} clients {adapters.names[:5]}; pass the same "
+                           "directories (and --names) as the aggregate")
+    differ = sorted(set(adapters.modules) ^ set(summary["modules"]))
+    if differ:
+        raise AdapterError(f"--summary {path}: its modules differ from the adapters' "
+                           f"({len(summary['modules'])} vs {len(adapters.modules)}; e.g. "
+                           f"{differ[0]!r})")
+    if summary.get("method") != "clair" or any(
+            not isinstance(summary["modules"][m].get("benign"), list) for m in adapters.modules):
+        raise AdapterError(f"--summary {path}: method {summary.get('method')!r} has no detection "
+                           "(8); the heatmap needs a CLAIR aggregate's summary")
 
 
 def _heatmap(flags, clients, modules, path):

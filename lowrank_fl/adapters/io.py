@@ -9,6 +9,11 @@ pattern matches the module (PEFT's own matching rule, :func:`pattern_value`). ``
 only changes how PEFT applies ``ΔW`` to a transposed base weight (GPT-2's ``Conv1D``), not the
 factors, so ``ΔW = s B A`` holds for it too; it is carried to the output unchanged.
 
+Only adapters whose effect is a plain ``ΔW = s · B A`` added to the unchanged base weight are
+accepted (:func:`check_plain_lora`): initialisations that rewrite the base weight when PEFT loads
+the adapter (PiSSA, OLoRA, CorDA, LoftQ, LoRA-GA) and LoRA variants with another forward (DoRA,
+QA-LoRA, aLoRA, ...) are refused with the client's file and the setting named.
+
 Tensors are read lazily, one module at a time, with the safetensors numpy API (fp32, fp16;
 bf16, which numpy has no dtype for, is widened bit-exactly to float32 from the file's bytes) and
 converted to float64. Nothing out × in is ever formed here.
@@ -20,14 +25,17 @@ import math
 import os
 import re
 import struct
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["AdapterError", "ClientAdapter", "AdapterSet", "ModuleFactors", "load_adapters",
-           "read_client", "save_adapter", "peft_config", "pattern_value", "CONFIG_NAME", "WEIGHTS_NAME",
-           "module_key", "config_scaling", "assemble_adapter_set"]
+__all__ = ["AdapterError", "AdapterWarning", "ClientAdapter", "AdapterSet", "ModuleFactors",
+           "load_adapters", "read_client", "save_adapter", "peft_config", "pattern_value",
+           "CONFIG_NAME", "WEIGHTS_NAME", "module_key", "check_plain_lora", "PLAIN_INIT",
+           "default_names", "check_distinct_dirs", "input_dtype", "stored_dtypes",
+           "storage_array", "STORAGE", "config_scaling", "assemble_adapter_set"]
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
@@ -37,6 +45,67 @@ _PREFIX = "base_model.model."
 
 class AdapterError(ValueError):
     """Bad adapter input; the message names the file or the module."""
+
+
+class AdapterWarning(UserWarning):
+    """Suspicious but usable adapter input (e.g. clients built on different base models)."""
+
+
+#: ``init_lora_weights`` values whose saved adapter is a plain ``ΔW = s B A`` on the unchanged
+#: base (PEFT 0.21 ``LoraLayer.update_layer``): True (B = 0), False (random, for debugging),
+#: "gaussian", "orthogonal" (nonzero A, B; base untouched), "eva" (A from activations, B = 0),
+#: "mica" (B from the base's minor singular vectors and frozen; forward and merge are plain LoRA).
+PLAIN_INIT = (True, False, "gaussian", "orthogonal", "eva", "mica")
+# initialisations that rewrite the base weight at load (PEFT subtracts s B0 A0 or quantizes it),
+# so the model is W_res + s B A with W_res != W0
+_BASE_REWRITING = ("pissa", "olora", "corda", "loftq", "lora_ga")
+# config fields that turn on a LoRA variant with another forward than W0 x + s B A x
+_VARIANTS = ("use_dora", "use_qalora", "velora_config", "alora_invocation_tokens",
+             "monteclora_config", "use_bdlora", "arrow_config", "kasa_config")
+
+
+def check_plain_lora(config: dict, where) -> None:
+    """Refuse a LoRA config whose adapter is not a plain ``ΔW = s · B A`` on the unchanged base.
+
+    ``where`` (the config file) is named in every message. Checks ``init_lora_weights`` (see
+    :data:`PLAIN_INIT`; PiSSA/OLoRA/CorDA/LoftQ/LoRA-GA rewrite the base weight when PEFT loads
+    the adapter), LoRA variants (DoRA, QA-LoRA, aLoRA, ...) and the types of ``r``,
+    ``lora_alpha``, ``use_rslora``, ``rank_pattern``, ``alpha_pattern``.
+    """
+    init = config.get("init_lora_weights", True)
+    if init not in PLAIN_INIT:
+        if isinstance(init, str) and init.lower().startswith(_BASE_REWRITING):
+            raise AdapterError(
+                f"{where}: init_lora_weights={init!r} is not supported: PEFT rewrites the base "
+                f"weight when it loads this adapter, so its update is not s·B·A on the base "
+                f"model. Convert it to plain LoRA with save_pretrained(..., "
+                f"path_initial_model_for_weight_conversion=...) (PEFT's PiSSA/OLoRA/CorDA "
+                f"conversion)")
+        raise AdapterError(f"{where}: init_lora_weights={init!r} is not supported; expected one "
+                           f"of {', '.join(map(repr, PLAIN_INIT))} (a plain LoRA update s·B·A)")
+    for key in _VARIANTS:
+        if config.get(key):
+            what = "DoRA" if key == "use_dora" else "a LoRA variant"
+            raise AdapterError(f"{where}: {key}={config[key]!r} ({what}) is not supported; plain "
+                               "LoRA only")
+    r = config.get("r", 8)
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        raise AdapterError(f"{where}: field 'r' must be an integer >= 1, got {r!r}")
+    alpha = config.get("lora_alpha", 8)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
+        raise AdapterError(f"{where}: field 'lora_alpha' must be a finite number, got {alpha!r}")
+    if not isinstance(config.get("use_rslora", False), bool):
+        raise AdapterError(f"{where}: field 'use_rslora' must be true or false, got "
+                           f"{config['use_rslora']!r}")
+    for key, kind in (("rank_pattern", int), ("alpha_pattern", (int, float))):
+        pat = config.get(key) or {}
+        if not isinstance(pat, dict):
+            raise AdapterError(f"{where}: field {key!r} must be an object {{pattern: value}}, "
+                               f"got {pat!r}")
+        for k, v in pat.items():
+            if isinstance(v, bool) or not isinstance(v, kind) or (kind is int and v < 1):
+                raise AdapterError(f"{where}: field {key!r} maps {k!r} to {v!r}; expected "
+                                   f"{'an integer >= 1' if kind is int else 'a number'}")
 
 
 def module_key(module: str) -> str:
@@ -138,10 +207,20 @@ class ClientAdapter:
     def module_shapes(self) -> dict:
         """``{module: (A shape, B shape)}`` from the safetensors header (no data read)."""
         mods: dict = {}
+        emb = [k for k in self.header if "lora_embedding_" in k]
+        if emb:
+            raise AdapterError(f"{self.weights_file}: tensor {emb[0]!r} is an embedding LoRA "
+                               "(lora_embedding_A/B), which is not supported; target linear "
+                               "layers only (and save with save_embedding_layers=False)")
         for key, meta in self.header.items():
             if key.startswith("__"):
                 continue
             m = _SUFFIX.match(key)
+            if m is None and key.endswith("base_layer.weight"):
+                raise AdapterError(f"{self.weights_file}: tensor {key!r} is a full base-model "
+                                   "weight (PEFT saves embedding layers with "
+                                   "save_embedding_layers=True), not a LoRA factor; save with "
+                                   "save_embedding_layers=False")
             if m is None:
                 raise AdapterError(f"{self.weights_file}: tensor {key!r} is not a LoRA factor "
                                    "(lora_A/lora_B weight); only plain LoRA adapters are supported")
@@ -192,6 +271,10 @@ def read_client(path, name: str | None = None) -> ClientAdapter:
         raise AdapterError(f"{path}: not a directory (expected a PEFT adapter directory with "
                            f"{CONFIG_NAME} and {WEIGHTS_NAME})")
     cfg_file, w_file = path / CONFIG_NAME, path / WEIGHTS_NAME
+    if not w_file.is_file() and (path / "adapter_model.bin").is_file():
+        raise AdapterError(f"{path / 'adapter_model.bin'}: a pickled PyTorch file, which this tool "
+                           f"never loads; save the adapter with save_pretrained(..., "
+                           f"safe_serialization=True) to get {WEIGHTS_NAME}")
     for f in (cfg_file, w_file):
         if not f.is_file():
             raise AdapterError(f"{f}: missing (a PEFT adapter directory holds {CONFIG_NAME} and "
@@ -206,8 +289,7 @@ def read_client(path, name: str | None = None) -> ClientAdapter:
     if ptype != "LORA":
         raise AdapterError(f"{cfg_file}: peft_type is {ptype!r}; only 'LORA' adapters are "
                            "supported")
-    if config.get("use_dora"):
-        raise AdapterError(f"{cfg_file}: use_dora=true (DoRA) is not supported; plain LoRA only")
+    check_plain_lora(config, cfg_file)
     return ClientAdapter(name=name or path.resolve().name, path=path, config=config,
                          header=_read_header(w_file))
 
@@ -253,6 +335,62 @@ class AdapterSet:
         return ModuleFactors(name=module, A=A, B=B, scaling=np.array(s))
 
 
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@-]*$")
+
+
+def default_names(paths) -> list[str]:
+    """Distinct client names from the directories: the last path component when those are
+    distinct, else the fewest trailing components that make them distinct, joined by ``_``
+    (``site1/adapter``, ``site2/adapter`` → ``site1_adapter``, ``site2_adapter``)."""
+    parts = [Path(p).resolve().parts for p in paths]
+    for n in range(1, max(len(x) for x in parts) + 1):
+        names = ["_".join(x[-n:]).lstrip("/_") or "root" for x in parts]
+        if len(set(names)) == len(names):
+            return names
+    return [Path(p).resolve().name for p in paths]        # a directory given twice: load says so
+
+
+def check_distinct_dirs(paths) -> None:
+    """Refuse a directory given twice (the same after resolving links)."""
+    seen: dict = {}
+    for p in map(Path, paths):
+        key = p.resolve()
+        if key in seen:
+            raise AdapterError(f"{p}: the same adapter directory is given twice (also as "
+                               f"{seen[key]})")
+        seen[key] = p
+
+
+def _check_names(names, n: int) -> list[str]:
+    names = [str(x) for x in names]
+    if len(names) != n:
+        raise AdapterError(f"names: got {len(names)} names for {n} client directories; give one "
+                           "per directory")
+    for x in names:
+        if not _NAME.match(x) or x in ("summary.json", "aggregated"):
+            raise AdapterError(f"names: {x!r} is not a usable client name (output directory "
+                               "name: letters, digits, _ . - + = @, not starting with '.' or '-', "
+                               "not 'aggregated' or 'summary.json')")
+    dup = sorted({x for x in names if names.count(x) > 1})
+    if dup:
+        raise AdapterError(f"names: {dup[0]!r} is given twice; client names must be distinct")
+    return names
+
+
+def stored_dtypes(adapters: "AdapterSet") -> list[str]:
+    """The safetensors dtype tags ("F32", "F16", "BF16", ...) of every client's tensors, sorted."""
+    return sorted({meta["dtype"] for c in adapters.clients for k, meta in c.header.items()
+                   if not k.startswith("__")})
+
+
+def input_dtype(adapters: "AdapterSet") -> str:
+    """The storage dtype the clients share ("float32", "float16" or "bfloat16"); "float32" when
+    they differ or are wider (an output in the inputs' precision loses nothing they hold)."""
+    tags = set(stored_dtypes(adapters))
+    return {frozenset({"F16"}): "float16", frozenset({"BF16"}): "bfloat16"}.get(
+        frozenset(tags), "float32")
+
+
 def load_adapters(paths, *, names=None) -> AdapterSet:
     """Open K >= 2 client adapter directories and check they are compatible.
 
@@ -261,20 +399,44 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
     paths : sequence of path-like
         One PEFT adapter directory per client.
     names : sequence of str, optional
-        Client names (default: the directory names; they must be distinct).
+        Client names, one per directory, distinct (they name the output directories). Default:
+        :func:`default_names` (the directory names, with parent directories added where they
+        collide, e.g. ``site1/adapter``).
 
     Raises
     ------
     AdapterError
-        Missing files, a non-LoRA ``peft_type``, a corrupt or truncated safetensors file,
-        mismatched module sets or shapes, fewer than 2 clients, duplicate names. Each message
-        names the file or module. Non-finite weights are reported when a module is read.
+        Missing files, a non-LoRA ``peft_type``, an adapter that is not plain LoRA
+        (:func:`check_plain_lora`), a corrupt or truncated safetensors file, mismatched module
+        sets or shapes, a LoRA rank above ``min(out, in)``, fewer than 2 clients, a directory
+        given twice without ``names``, bad names. Each message names the file or module.
+        Non-finite weights are reported when a module is read.
+
+    Warns
+    -----
+    AdapterWarning
+        Clients whose configs name different ``base_model_name_or_path`` (an aggregate of
+        updates to different base models is meaningless unless they are the same weights under
+        different names).
     """
     paths = [Path(p) for p in paths]
     if len(paths) < 2:
         raise AdapterError(f"need at least 2 client adapter directories, got {len(paths)}")
-    names = [None] * len(paths) if names is None else list(names)
-    return assemble_adapter_set([read_client(p, n) for p, n in zip(paths, names)])
+    if names is None:
+        check_distinct_dirs(paths)
+        names = default_names(paths)
+    else:
+        names = _check_names(names, len(paths))
+    clients = [read_client(p, n) for p, n in zip(paths, names)]
+    bases = {}
+    for c in clients:
+        bases.setdefault(c.config.get("base_model_name_or_path"), []).append(c.name)
+    if len(bases) > 1:
+        warnings.warn("clients were fine-tuned from different base models (base_model_name_or_"
+                      "path): " + "; ".join(f"{b!r}: {', '.join(n)}" for b, n in bases.items())
+                      + " — aggregating them is meaningful only if these are the same weights",
+                      AdapterWarning, stacklevel=2)
+    return assemble_adapter_set(clients)
 
 
 def assemble_adapter_set(clients) -> AdapterSet:
@@ -306,25 +468,91 @@ def assemble_adapter_set(clients) -> AdapterSet:
             if (b[0], a[1]) != shapes[m]:
                 raise AdapterError(f"{c.weights_file}: module {m!r} has shape (out, in) = "
                                    f"{(b[0], a[1])}, but {clients[0].path} has {shapes[m]}")
+            if a[0] > min(shapes[m]):
+                raise AdapterError(f"{c.weights_file}: module {m!r} has LoRA rank {a[0]} but is "
+                                   f"{shapes[m][0]} x {shapes[m][1]}; a rank above "
+                                   f"min(out, in) = {min(shapes[m])} is impossible")
             ranks[m].append(a[0])
             c.scaling(m, a[0])  # config/weights rank agreement, checked up front
     modules = sorted(shapes)
     return AdapterSet(clients=clients, modules=modules, shapes=shapes, ranks=ranks)
 
 
+#: config fields reset in an output: they described how the clients' adapters were initialised
+#: or trained, not the aggregate written (a plain s·B·A with lora_alpha = r, scaling 1)
+_RESET = {"init_lora_weights": True, "loftq_config": {}, "eva_config": None,
+          "corda_config": None, "lora_ga_config": None, "inference_mode": True,
+          "use_dora": False, "use_rslora": False}
+
+
 def peft_config(base_config: dict, ranks: dict) -> dict:
-    """``base_config`` with ``r``, ``lora_alpha``, ``rank_pattern``, ``alpha_pattern`` and
-    ``use_rslora`` set so that every module's scaling is 1 and its rank is ``ranks[module]``."""
+    """The config of an output adapter with these per-module ``ranks``, from a client's config.
+
+    ``r`` (the most common rank), ``lora_alpha = r``, ``rank_pattern`` and ``alpha_pattern``
+    (the other modules, escaped names, ``alpha = rank``) make every module's scaling exactly 1;
+    ``use_rslora`` is false, ``init_lora_weights`` true (a plain ``B A``, whatever initialised the
+    clients), and the initialisers' configs (``loftq_config``, ``eva_config``, ...) are cleared.
+    ``target_modules``, ``fan_in_fan_out``, ``base_model_name_or_path``, ``task_type`` and the
+    other fields that describe the model are kept."""
     counts: dict = {}
     for r in ranks.values():
         counts[r] = counts.get(r, 0) + 1
     r0 = max(sorted(counts), key=lambda r: counts[r])      # most common rank, smallest on ties
     cfg = dict(base_config)
-    cfg.update(r=r0, lora_alpha=r0, use_rslora=False)
+    for key, value in _RESET.items():
+        if key in cfg or key in ("init_lora_weights", "use_rslora"):
+            cfg[key] = value
+    cfg.update(r=r0, lora_alpha=r0)
     pattern = {re.escape(module_key(m)): r for m, r in ranks.items() if r != r0}
     cfg["rank_pattern"] = pattern
     cfg["alpha_pattern"] = dict(pattern)
     return cfg
+
+
+#: storage dtypes of outputs: safetensors tag and the numpy dtype of the stored bits
+STORAGE = {"float32": ("F32", "<f4"), "float16": ("F16", "<f2"), "bfloat16": ("BF16", "<u2"),
+           "float64": ("F64", "<f8")}
+
+
+def storage_array(x, dtype: str, name: str) -> tuple[str, np.ndarray]:
+    """``x`` cast to a storage dtype (see :data:`STORAGE`): ``(safetensors tag, array)``.
+
+    bfloat16 is rounded to nearest (ties to even) from float32 and returned as its uint16 bits.
+    Raises :class:`AdapterError` naming ``name`` when a value does not fit the dtype (beyond
+    float16's 65504, say), instead of storing inf.
+    """
+    if dtype not in STORAGE:
+        raise ValueError(f"dtype must be one of {list(STORAGE)}, got {dtype!r}")
+    tag, np_dtype = STORAGE[dtype]
+    x = np.asarray(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        wide = np.ascontiguousarray(x, dtype="<f4" if dtype == "bfloat16" else np_dtype)
+    if dtype == "bfloat16":
+        u = wide.view("<u4").astype(np.uint64)
+        wide = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2")
+        back = (wide.astype(np.uint32) << 16).view(np.float32)
+    else:
+        back = wide
+    if not np.all(np.isfinite(back)):
+        big = float(np.max(np.abs(x)))
+        raise AdapterError(f"{name}: values up to {big:.3g} do not fit {dtype} (they would be "
+                           f"stored as inf); write with a wider --dtype (float32)")
+    return tag, wide
+
+
+def _write_safetensors(path: Path, tensors: dict) -> None:
+    """A safetensors file from ``{name: (tag, array)}`` (tags as in :data:`STORAGE`)."""
+    header, offset = {}, 0
+    for name, (tag, a) in tensors.items():
+        header[name] = {"dtype": tag, "shape": list(a.shape),
+                        "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+        for _, a in tensors.values():
+            fh.write(memoryview(np.ascontiguousarray(a)).cast("B"))
 
 
 def save_adapter(out_dir, base_config: dict, factors: dict, *, dtype="float32") -> None:
@@ -335,24 +563,22 @@ def save_adapter(out_dir, base_config: dict, factors: dict, *, dtype="float32") 
     out_dir : path-like
         Created (parents too) if missing.
     base_config : dict
-        A client's ``adapter_config.json``; copied, with ``r``, ``lora_alpha``,
-        ``rank_pattern``, ``alpha_pattern`` and ``use_rslora`` rewritten so that every module's
-        scaling is 1 (``lora_alpha = r``) and its rank is the rank of the factors given.
+        A client's ``adapter_config.json``; the output's config is :func:`peft_config` of it
+        (every module's scaling 1, its rank the rank of the factors given).
     factors : dict
         ``{module: (B (out, rho), A (rho, in))}`` with ``ΔW = B A`` (scaling already folded in).
-    dtype : str
-        Storage dtype of the tensors (``"float32"`` default; ``"float16"`` halves the size).
+    dtype : {"float32", "float16", "bfloat16", "float64"}
+        Storage dtype of the tensors. A value that does not fit it is an error
+        (:func:`storage_array`).
     """
-    from safetensors.numpy import save_file
-
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = peft_config(base_config, {m: int(A.shape[0]) for m, (B, A) in factors.items()})
     tensors = {}
     for m, (B, A) in factors.items():
-        tensors[f"{m}.lora_A.weight"] = np.ascontiguousarray(A, dtype=dtype)
-        tensors[f"{m}.lora_B.weight"] = np.ascontiguousarray(B, dtype=dtype)
-    save_file(tensors, str(out_dir / WEIGHTS_NAME))
+        tensors[f"{m}.lora_A.weight"] = storage_array(A, dtype, f"module {m!r} (lora_A)")
+        tensors[f"{m}.lora_B.weight"] = storage_array(B, dtype, f"module {m!r} (lora_B)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg = peft_config(base_config, {m: int(A.shape[0]) for m, (B, A) in factors.items()})
+    _write_safetensors(out_dir / WEIGHTS_NAME, tensors)
     tmp = out_dir / (CONFIG_NAME + ".tmp")
     tmp.write_text(json.dumps(cfg, indent=2, sort_keys=True))
     os.replace(tmp, out_dir / CONFIG_NAME)

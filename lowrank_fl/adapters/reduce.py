@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..clair import pairs
-from .io import ModuleFactors
+from .io import AdapterError, ModuleFactors
 
 __all__ = ["ReducedModule", "reduce_module", "pair_blocks", "RANK_RTOL"]
 
@@ -152,11 +152,23 @@ def reduce_module(f: ModuleFactors, *, energy: float | None = None,
     rtol : float
         Numerical-rank tolerance of the stacked factors (relative to their largest singular
         value).
+
+    Raises
+    ------
+    AdapterError
+        Every client's update of the module is zero (untrained adapters).
     """
     if energy is not None and not 0 < energy <= 1:
         raise ValueError(f"energy must be in (0, 1], got {energy}")
     K = len(f.A)
     r = f.ranks
+    # ||ΔW_k||^2 from the factors (r_k x r_k Grams): an all-zero module has no subspace at all
+    exact_total = sum(float(np.einsum("ij,ij->", (s * s) * (b.T @ b), a @ a.T))
+                      for s, b, a in zip(f.scaling, f.B, f.A))
+    if exact_total == 0:
+        raise AdapterError(f"module {f.name!r}: every client's update s·B·A is zero (lora_B all "
+                           "zeros is PEFT's initial state: the adapters are untrained, or were "
+                           "saved before training)")
     Bs = np.hstack([s * b for s, b in zip(f.scaling, f.B)])       # (out, Σr)
     As = np.vstack(f.A)                                            # (Σr, in)
     U, cb = _basis(Bs, rtol)                                       # cb: (q′, Σr) = U^T Bs
@@ -165,9 +177,6 @@ def reduce_module(f: ModuleFactors, *, energy: float | None = None,
     M = np.stack([cb[:, edges[k]:edges[k + 1]] @ ca[:, edges[k]:edges[k + 1]].T
                   for k in range(K)])                              # (K, q′, p′)
     total = float(np.einsum("kij,kij->", M, M))
-    # rank-deficient parts dropped by rtol: ||ΔW_k||^2 from the factors (r_k x r_k Grams)
-    exact_total = sum(float(np.einsum("ij,ij->", (s * s) * (b.T @ b), a @ a.T))
-                      for s, b, a in zip(f.scaling, f.B, f.A))
     if energy is not None and energy < 1 and total > 0:
         Xl = _energy_rotation(np.einsum("kij,klj->il", M, M), energy)
         Xr = _energy_rotation(np.einsum("kji,kjl->il", M, M), energy)

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .aggregate import CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, client_decision
+from .aggregate import (CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, check_rank,
+                        client_decision)
 from .io import AdapterError, AdapterSet
 from .stream import AdapterStreamWriter, StagedOutput
 
@@ -87,6 +88,7 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
 
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
         raise ValueError(f"jobs must be an int >= 1 or -1 (all cores), got {jobs!r}")
+    check_rank(options, adapters.shapes)              # before any module is read
     t0 = time.perf_counter()
     mods = adapters.modules
     bar = tqdm(total=len(mods), desc=f"{options.method} modules", unit="module",

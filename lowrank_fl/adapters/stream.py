@@ -22,11 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .io import CONFIG_NAME, WEIGHTS_NAME, peft_config
+from .io import CONFIG_NAME, STORAGE, WEIGHTS_NAME, peft_config, storage_array
 
 __all__ = ["SafetensorsStreamWriter", "AdapterStreamWriter", "StagedOutput"]
 
-_DTYPES = {"float32": ("F32", "<f4"), "float16": ("F16", "<f2"), "float64": ("F64", "<f8")}
 # an entry's bytes beside its name: {"dtype":"F32","shape":[a,b],"data_offsets":[s,e]}, with every
 # integer given 20 digits (2**64 has 20)
 _ENTRY_OVERHEAD = len('"":{"dtype":"F32","shape":[,],"data_offsets":[,]},') + 4 * 20
@@ -58,15 +57,15 @@ class SafetensorsStreamWriter:
         self._file.seek(8 + self._reserved)
 
     def add(self, name: str, array: np.ndarray, dtype: str = "float32") -> None:
-        """Append ``array`` (converted to ``dtype``: float32, float16 or float64)."""
+        """Append ``array`` (converted to ``dtype``: float32, float16, bfloat16 or float64; a value
+        that does not fit is an error naming the tensor, :func:`~.io.storage_array`)."""
         if name not in self._allowed:
             raise ValueError(f"tensor {name!r} was not declared to this writer")
         if name in self._entries:
             raise ValueError(f"tensor {name!r} was already written")
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
-        tag, np_dtype = _DTYPES[dtype]
-        a = np.ascontiguousarray(array, dtype=np_dtype)
+        if dtype not in STORAGE:
+            raise ValueError(f"dtype must be one of {list(STORAGE)}, got {dtype!r}")
+        tag, a = storage_array(array, dtype, f"tensor {name!r}")
         self._file.write(memoryview(a).cast("B"))
         end = self._offset + a.nbytes
         self._entries[name] = {"dtype": tag, "shape": list(a.shape), "data_offsets": [self._offset, end]}
