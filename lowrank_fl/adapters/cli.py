@@ -44,7 +44,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("dirs", nargs="+", type=Path, help="client adapter directories (K >= 2)")
     agg.add_argument("--method", default="clair",
                      help=f"aggregator: {', '.join(METHODS)} (default clair)")
-    agg.add_argument("--out", type=Path, required=True, help="output directory")
+    agg.add_argument("--out", required=True,
+                     help="output directory: new or empty, or a previous lowrank-fl output with "
+                          "--overwrite; never an input or a folder holding one")
     agg.add_argument("--rank-out", dest="rank_out", type=int, default=None,
                      help="truncate every output adapter to this rank by SVD (error reported)")
     agg.add_argument("--rank", type=int, default=None,
@@ -62,22 +64,27 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="relative duality-gap tolerance of (7) (default 1e-6)")
     agg.add_argument("--dtype", default="float32", choices=("float32", "float16"),
                      help="storage dtype of the output tensors")
-    agg.add_argument("--jobs", type=int, default=1, help="joblib processes over modules")
+    agg.add_argument("--jobs", type=int, default=None,
+                     help="worker processes over modules (joblib); at most the number of modules "
+                          "and of available cores (default: the available cores, capped so)")
     agg.add_argument("--scheduler", default=None, help="dask scheduler address (tcp://...)")
-    agg.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    agg.add_argument("--overwrite", action="store_true",
+                     help="replace --out if it holds a previous lowrank-fl output (its "
+                          ".lowrank-fl-output marker); any other directory is refused")
     agg.add_argument("--quiet", action="store_true", help="no progress bar")
     agg.set_defaults(handler=run_aggregate)
     return top
 
 
 def run_aggregate(args) -> int:
-    from .run import aggregate_to_dir, check_out_dir
+    from ..outdir import check_output_dir
+    from .run import aggregate_to_dir
 
     if args.method not in METHODS:
         raise ValueError(f"--method must be one of {', '.join(METHODS)}, got {args.method!r}")
     if args.energy is not None and not 0 < args.energy <= 1:
         raise ValueError(f"--energy must be in (0, 1], got {args.energy}")
-    check_out_dir(args.out, args.overwrite)
+    check_output_dir(args.out, overwrite=args.overwrite, inputs=args.dirs)
     options = ModuleOptions(method=args.method, rank=args.rank, lam_L=args.lam_L,
                             lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,
                             rank_out=args.rank_out, tol=args.tol)
