@@ -84,6 +84,8 @@ def run_aggregate(args) -> int:
         raise ValueError(f"--method must be one of {', '.join(METHODS)}, got {args.method!r}")
     if args.energy is not None and not 0 < args.energy <= 1:
         raise ValueError(f"--energy must be in (0, 1], got {args.energy}")
+    if args.jobs is not None and (args.jobs == 0 or args.jobs < -1):
+        raise ValueError(f"--jobs must be >= 1 (or -1: every available core), got {args.jobs}")
     check_output_dir(args.out, overwrite=args.overwrite, inputs=args.dirs)
     options = ModuleOptions(method=args.method, rank=args.rank, lam_L=args.lam_L,
                             lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,

@@ -92,14 +92,15 @@ def worker_count(jobs: int | None, n_tasks: int, cores: int | None = None) -> in
 _watching = False
 
 
-def _exit_with_parent() -> None:
-    """In a worker process: exit as soon as the parent dies (a killed ``lowrank-fl`` must not
-    leave workers solving on for minutes; joblib's idle workers would wait 300 s)."""
+def _exit_with_parent(parent: int) -> None:
+    """In a worker process (loky's initializer): exit as soon as ``parent`` is no longer its
+    parent. A killed ``lowrank-fl`` must not leave workers solving on, or idle for loky's 300 s,
+    holding their memory and (through loky's resource tracker, which cleans up once they are
+    gone) /dev/shm. ``parent`` comes from the parent: it may die while the worker starts."""
     global _watching
     if _watching:
         return
     _watching = True
-    parent = os.getppid()
 
     def watch():
         while os.getppid() == parent:
@@ -110,7 +111,6 @@ def _exit_with_parent() -> None:
 
 
 def _named_task(adapters, module, options):
-    _exit_with_parent()
     return module, _task(adapters, module, options)
 
 
@@ -158,12 +158,14 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
         for m in mods:
             arrived(m, _task(adapters, m, options))
     else:
-        from joblib import Parallel, delayed
+        from joblib import Parallel, delayed, parallel_config
 
-        gen = Parallel(n_jobs=workers, return_as="generator_unordered")(
-            delayed(_named_task)(adapters, m, options) for m in mods)
-        for m, r in gen:
-            arrived(m, r)
+        with parallel_config(backend="loky", initializer=_exit_with_parent,
+                             initargs=(os.getpid(),)):
+            gen = Parallel(n_jobs=workers, return_as="generator_unordered")(
+                delayed(_named_task)(adapters, m, options) for m in mods)
+            for m, r in gen:
+                arrived(m, r)
     bar.close()
     return Aggregation(adapters=adapters, options=options, results=[results[m] for m in mods],
                        seconds=time.perf_counter() - t0,
