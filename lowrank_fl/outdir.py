@@ -154,10 +154,10 @@ class OutputDir:
         except OSError as exc:
             raise ValueError(f"cannot write {self.option} {self.out}: {exc.strerror or exc}") from None
         try:
-            # the directory may have changed while this run waited for its input checks
+            self._clean_leftovers()
+            # checked again under the lock: another run, or a restore above, may have changed it
             check_output_dir(self.out, overwrite=self.overwrite, inputs=self.inputs,
                              option=self.option)
-            self._clean_leftovers()
             self.dir = self._sibling("staging")
             if self.dir.exists():        # this PID's own leftover (the lock is ours now)
                 shutil.rmtree(self.dir)
