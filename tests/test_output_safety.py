@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -52,9 +53,10 @@ def tree(tmp_path):
     return d
 
 
-def _agg(dirs, *args) -> int:
+def _agg(dirs, *args, jobs: str | None = "1") -> int:
+    """``adapters aggregate`` (fedavg, in this process unless ``jobs``) through the CLI main."""
     return main(["adapters", "aggregate", *map(str, dirs), "--quiet", "--method", "fedavg",
-                 *map(str, args)])
+                 *(["--jobs", jobs] if jobs else []), *map(str, args)])
 
 
 def _env():
@@ -78,17 +80,26 @@ def _clients(d: Path) -> list[Path]:
 
 
 # ----------------------------------------------------------------------------- the issue's cases
-def test_out_dot_in_the_folder_of_the_inputs_deletes_nothing(tree):
+def test_out_dot_in_the_folder_of_the_inputs_deletes_nothing(tree, capsys, monkeypatch):
     """``cd D && lowrank-fl adapters aggregate client_0{0..3} --out . --overwrite``."""
     (tree / MARKER).write_text(json.dumps({"tool": "lowrank-fl"}))  # even with a marker planted
     before = snapshot(tree)
-    for out in (".", "./", "client_00/..", str(tree)):
-        r = _cli(["adapters", "aggregate", *[c.name for c in _clients(tree)], "--out", out,
-                  "--overwrite", "--quiet"], cwd=tree)
-        assert r.returncode == 2, r.stderr
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and "--out" in lines[0], lines
+    names = [c.name for c in _clients(tree)]
+    r = _cli(["adapters", "aggregate", *names, "--out", ".", "--overwrite", "--quiet"], cwd=tree)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "lowrank-fl: error: --out . is the current directory or one of its parents; name a "
+        "directory of its own"]
+    assert snapshot(tree) == before
+    monkeypatch.chdir(tree)
+    for out in ("./", "client_00/..", str(tree), "../D"):
+        assert _agg(names, "--out", out, "--overwrite") == 2
+        _one_error_line(capsys, f"--out {out} ")
         assert snapshot(tree) == before
+    monkeypatch.chdir(tree.parent)                   # not the current directory: still refused
+    assert _agg([f"D/{n}" for n in names], "--out", "D", "--overwrite") == 2
+    _one_error_line(capsys, "--out D contains the input D/client_00")
+    assert snapshot(tree) == before
     assert sorted(p.name for p in tree.parent.iterdir()) == ["D"]     # no staging left either
 
 
@@ -373,26 +384,31 @@ def _shm(pid: int) -> list[str]:
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_killed_run_leaves_inputs_and_out_and_no_workers(tmp_path, sig):
+def test_killed_run_leaves_inputs_and_out_and_no_workers(tmp_path, capsys, sig):
     src = _adapters(tmp_path / "in", n_clients=4, n_layers=4, shape=(96, 80), rank=4)
     out = tmp_path / "out"
     args = ["adapters", "aggregate", *map(str, src), "--out", str(out), "--quiet"]
-    assert _cli(args).returncode == 0                  # a previous output to keep
+    assert main(args + ["--jobs", "1"]) == 0           # a previous output to keep
     before_in, before_out = snapshot(tmp_path / "in"), snapshot(out)
-    proc = subprocess.Popen([sys.executable, "-c", _BLOCKED_AFTER_FIRST_MODULE, *args,
-                             "--overwrite", "--jobs", "2"], env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "BLOCKED", proc.communicate()
-        staging = [p for p in tmp_path.iterdir() if ".lowrank-fl-staging." in p.name]
-        assert len(staging) == 1 and any(staging[0].rglob("*.safetensors"))
-        children = _children(proc.pid)
-        assert len(children) >= 2                      # loky workers (and its trackers)
-        proc.send_signal(sig)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # stderr to an unnamed file: orphaned workers would hold a pipe open
+    with tempfile.TemporaryFile("w+") as errfile:
+        proc = subprocess.Popen([sys.executable, "-c", _BLOCKED_AFTER_FIRST_MODULE, *args,
+                                 "--overwrite", "--jobs", "2"], env=_env(),
+                                stdout=subprocess.PIPE, stderr=errfile, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "BLOCKED"
+            staging = [p for p in tmp_path.iterdir() if ".lowrank-fl-staging." in p.name]
+            assert len(staging) == 1 and any(staging[0].rglob("*.safetensors"))
+            children = _children(proc.pid)
+            assert len(children) >= 2                  # loky workers (and its trackers)
+            proc.send_signal(sig)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.stdout.close()
+        errfile.seek(0)
+        err = errfile.read()
     if sig == signal.SIGTERM:
         assert proc.returncode == 128 + signal.SIGTERM, err
         assert not staging[0].exists()                 # cleaned by the handler
@@ -403,10 +419,11 @@ def test_killed_run_leaves_inputs_and_out_and_no_workers(tmp_path, sig):
     assert _shm(proc.pid) == []
     assert snapshot(tmp_path / "in") == before_in
     assert snapshot(out) == before_out
-    again = _cli(args + ["--overwrite"])
-    assert again.returncode == 0, again.stderr
+    capsys.readouterr()
+    assert main(args + ["--overwrite", "--jobs", "1"]) == 0
     if sig == signal.SIGKILL:
-        assert f"removed {staging[0].name}, left by killed process {proc.pid}" in again.stderr
+        assert f"removed {staging[0].name}, left by killed process {proc.pid}" in \
+            capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
 
 
@@ -443,11 +460,11 @@ def test_cli_caps_jobs_and_defaults_to_the_cores(tree, tmp_path, capsys, monkeyp
 
     monkeypatch.setattr(joblib, "Parallel", Recording)
     expected = min(N_MODULES, available_cores())
-    for extra, name in ((["--jobs", "1000"], "a"), ([], "b")):
-        assert _agg(_clients(tree), "--out", tmp_path / name, *extra) == 0
+    for jobs, name in (("1000", "a"), (None, "b")):
+        assert _agg(_clients(tree), "--out", tmp_path / name, jobs=jobs) == 0
         assert json.loads((tmp_path / name / "summary.json").read_text())["workers"] == expected
     assert started == ([expected] * 2 if expected > 1 else [])
-    assert _agg(_clients(tree), "--out", tmp_path / "c", "--jobs", "0") == 2
+    assert _agg(_clients(tree), "--out", tmp_path / "c", jobs="0") == 2
     _one_error_line(capsys, "--jobs must be >= 1")
     with pytest.raises(SystemExit):
         main(["adapters", "aggregate", "--help"])
