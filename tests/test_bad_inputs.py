@@ -622,7 +622,7 @@ def _adapters():
         c("cli-adapters-aggregate-rank-out-zero", lambda t: agg(t, "--rank-out", "0"), "rank_out"),
         c("cli-adapters-aggregate-energy-above-one", lambda t: agg(t, "--energy", "1.5"), "--energy"),
         c("cli-adapters-aggregate-alpha-nan", lambda t: agg(t, "--alpha", "nan"), "alpha"),
-        c("cli-adapters-aggregate-jobs-zero", lambda t: agg(t, "--jobs", "0"), "jobs"),
+        c("cli-adapters-aggregate-jobs-zero", lambda t: agg(t, "--jobs", "0"), "--jobs"),
         c("cli-adapters-aggregate-dtype-unknown", lambda t: agg(t, "--dtype", "int8"), "--dtype"),
         c("cli-adapters-inspect-figure-without-summary", lambda t: ["adapters", "inspect", *_adapter_dirs(t), "--figure", t / "f.png"], "--summary"),
         c("cli-adapters-inspect-summary-missing", lambda t: ["adapters", "inspect", *_adapter_dirs(t), "--summary", t / "s.json", "--figure", t / "f.png"], "s.json"),

@@ -492,3 +492,44 @@ def test_sigterm_handler_is_restored(tmp_path):
         assert signal.getsignal(signal.SIGTERM) is not before
         o.commit()
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+_COMPARE_CHILD_HANGS = textwrap.dedent("""
+    import sys, time
+    import lowrank_fl.compare.child as child
+    from lowrank_fl.cli import main
+
+    def hang(fn, args, measure):          # runs in the forked solve process
+        print("SOLVING", flush=True)
+        while True:
+            time.sleep(0.1)
+
+    child._measure_and_run = hang
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_killed_compare_leaves_no_solve_running(w_hat, tmp_path):
+    out = tmp_path / "cmp"
+    args = ["compare", "clair", str(w_hat), "--lam-L", "0.01", "--lam-S", "0.005", "--methods",
+            "fista", "--out", str(out)]
+    with tempfile.TemporaryFile("w+") as errfile:
+        proc = subprocess.Popen([sys.executable, "-c", _COMPARE_CHILD_HANGS, *args], env=_env(),
+                                stdout=subprocess.PIPE, stderr=errfile, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "SOLVING"
+            children = _children(proc.pid)
+            assert children
+            proc.kill()
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.stdout.close()
+    assert _gone(children, timeout=10), "the solve outlived its parent"
+    assert not out.exists()
+    staging = [p.name for p in tmp_path.iterdir() if ".lowrank-fl-staging." in p.name]
+    assert len(staging) == 1
+    assert _cmp(w_hat, out) == 0                     # and the next run removes the staging
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp", "in"]

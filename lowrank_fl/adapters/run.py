@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 
 from .aggregate import CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, client_decision
 from ..outdir import OutputDir
+from ..parent_watch import exit_with_parent
 from .io import AdapterSet
 from .stream import AdapterStreamWriter
 
@@ -89,27 +89,6 @@ def worker_count(jobs: int | None, n_tasks: int, cores: int | None = None) -> in
     return max(1, min(want, n_tasks, cores))
 
 
-_watching = False
-
-
-def _exit_with_parent(parent: int) -> None:
-    """In a worker process (loky's initializer): exit as soon as ``parent`` is no longer its
-    parent. A killed ``lowrank-fl`` must not leave workers solving on, or idle for loky's 300 s,
-    holding their memory and (through loky's resource tracker, which cleans up once they are
-    gone) /dev/shm. ``parent`` comes from the parent: it may die while the worker starts."""
-    global _watching
-    if _watching:
-        return
-    _watching = True
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(0.2)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
 def _named_task(adapters, module, options):
     return module, _task(adapters, module, options)
 
@@ -160,7 +139,8 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
     else:
         from joblib import Parallel, delayed, parallel_config
 
-        with parallel_config(backend="loky", initializer=_exit_with_parent,
+        # workers end with this process, even when it is killed (lowrank_fl.parent_watch)
+        with parallel_config(backend="loky", initializer=exit_with_parent,
                              initargs=(os.getpid(),)):
             gen = Parallel(n_jobs=workers, return_as="generator_unordered")(
                 delayed(_named_task)(adapters, m, options) for m in mods)
