@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .aggregate import CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, client_decision
 from ..outdir import OutputDir
 from ..parent_watch import exit_with_parent
+from .aggregate import CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, client_decision
 from .io import AdapterSet
 from .stream import AdapterStreamWriter
 
