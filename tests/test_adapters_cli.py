@@ -213,8 +213,14 @@ def test_bad_input_other(src, tmp_path, capsys):
     assert _run(["aggregate", *src, "--out", out, "--quiet"]) == 2
     assert "not empty" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    # --overwrite replaces only a previous lowrank-fl output (tests/test_output_safety.py)
+    assert _run(["aggregate", *src, "--out", out, "--quiet", "--overwrite"]) == 2
+    assert "does not hold a previous lowrank-fl output" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    out.joinpath("keep.txt").unlink()
+    assert _run(["aggregate", *src, "--out", out, "--quiet"]) == 0
     assert _run(["aggregate", *src, "--out", out, "--quiet", "--overwrite"]) == 0
-    assert not (out / "keep.txt").exists() and (out / "summary.json").exists()
+    assert (out / "summary.json").exists()
     assert _run(["aggregate", *src, "--out", tmp_path / "o2", "--lam-L", "0.1"]) == 2
     assert "lam_S" in capsys.readouterr().err
 

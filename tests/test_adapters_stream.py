@@ -11,7 +11,8 @@ from lowrank_fl.adapters import (ModuleOptions, aggregate_adapters, aggregate_to
                                  write_outputs)
 from lowrank_fl.adapters import run as run_mod
 from lowrank_fl.adapters.io import AdapterError
-from lowrank_fl.adapters.stream import SafetensorsStreamWriter, StagedOutput
+from lowrank_fl.adapters.stream import SafetensorsStreamWriter
+from lowrank_fl.outdir import MARKER, OutputDir
 from lowrank_fl.adapters.synthetic import write_synthetic_adapters
 
 
@@ -62,20 +63,21 @@ def test_stream_writer_refuses_undeclared_duplicate_and_missing(tmp_path):
         SafetensorsStreamWriter(path, ["a", "a"])
 
 
-def test_staged_output_discards_on_error_and_commits(tmp_path):
+def test_output_dir_discards_on_error_and_commits(tmp_path):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "old.txt").write_text("keep me")
+    with OutputDir(out, command="test") as st:
+        (st.dir / "old.txt").write_text("keep me")
+        st.commit()
     with pytest.raises(RuntimeError):
-        with StagedOutput(out) as st:
+        with OutputDir(out, command="test", overwrite=True) as st:
             (st.dir / "new.txt").write_text("x")
             raise RuntimeError("boom")
     assert (out / "old.txt").read_text() == "keep me" and not (out / "new.txt").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["out"]          # no hidden leftovers
-    with StagedOutput(out) as st:
+    with OutputDir(out, command="test", overwrite=True) as st:
         (st.dir / "new.txt").write_text("x")
         st.commit()
-    assert sorted(p.name for p in out.iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in out.iterdir()) == sorted([MARKER, "new.txt"])
 
 
 def _tensors(d):
@@ -121,8 +123,8 @@ def test_aggregate_to_dir_equals_aggregate_then_write(src, tmp_path, method, rul
 def test_aggregate_to_dir_failure_leaves_out_untouched(src, tmp_path, monkeypatch):
     ad = load_adapters(src)
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "previous.txt").write_text("previous run")
+    aggregate_to_dir(ad, ModuleOptions(method="fedavg"), out, progress=False)
+    before = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
     calls = {"n": 0}
     real = run_mod.aggregate_module
 
@@ -135,7 +137,7 @@ def test_aggregate_to_dir_failure_leaves_out_untouched(src, tmp_path, monkeypatc
     monkeypatch.setattr(run_mod, "aggregate_module", failing)
     with pytest.raises(AdapterError, match="injected"):
         aggregate_to_dir(ad, ModuleOptions(), out, overwrite=True, progress=False)
-    assert [p.name for p in out.iterdir()] == ["previous.txt"]
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    with pytest.raises(AdapterError, match="not empty"):
+    with pytest.raises(ValueError, match="not empty"):
         aggregate_to_dir(ad, ModuleOptions(), out, progress=False)

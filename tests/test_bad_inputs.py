@@ -421,7 +421,7 @@ def _ignored_options_and_starts():
 
 def _objects():
     """Problem dataclasses built directly, the file helpers, and the verifier's Python API."""
-    from lowrank_fl import files
+    from lowrank_fl import files, outdir
     from lowrank_fl.problems import (LoRAMatrixProblem, MultitaskProblem, RankOneLoRAProblem,
                                      UnderparameterizedProblem)
     from verify.claim import Context
@@ -438,7 +438,7 @@ def _objects():
         Case("UnderparameterizedProblem-k-zero", lambda t: UnderparameterizedProblem(U=np.eye(6)[:, :3], spectrum=np.array([3.0, 2.0, 1.0]), V=np.eye(4)[:3], k=0), ValueError, "k"),
         Case("files-load_npz-empty-path", lambda t: files.load_npz("", option="W_hat"), ValueError, "W_hat"),
         Case("files-load_npy-npz-given", lambda t: files.load_npy(_xy(t), option="--weights"), ValueError, "--weights"),
-        Case("files-stage_output_dir-current-directory", lambda t: files.stage_output_dir(".", option="--out"), ValueError, "--out"),
+        Case("outdir-check_output_dir-current-directory", lambda t: outdir.check_output_dir(".", option="--out"), ValueError, "--out"),
         Case("Sweep-backend-unknown", lambda t: Sweep(backend="bogus"), ValueError, "backend"),
         Case("Sweep-n_jobs-zero", lambda t: Sweep(n_jobs=0), ValueError, "n_jobs"),
         Case("Context-scale-unknown", lambda t: Context(scale="huge"), ValueError, "scale"),
@@ -631,7 +631,7 @@ def _adapters():
         c("cli-adapters-aggregate-rank-out-zero", lambda t: agg(t, "--rank-out", "0"), "rank_out"),
         c("cli-adapters-aggregate-energy-above-one", lambda t: agg(t, "--energy", "1.5"), "--energy"),
         c("cli-adapters-aggregate-alpha-nan", lambda t: agg(t, "--alpha", "nan"), "alpha"),
-        c("cli-adapters-aggregate-jobs-zero", lambda t: agg(t, "--jobs", "0"), "jobs"),
+        c("cli-adapters-aggregate-jobs-zero", lambda t: agg(t, "--jobs", "0"), "--jobs"),
         c("cli-adapters-aggregate-dtype-unknown", lambda t: agg(t, "--dtype", "int8"), "--dtype"),
         c("cli-adapters-aggregate-rank-above-dims", lambda t: agg(t, "--rank", "6"), "min(out, in) = 5"),
         c("cli-adapters-aggregate-names-count", lambda t: agg(t, "--names", "a,b"), "--names"),

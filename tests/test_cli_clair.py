@@ -241,7 +241,7 @@ def no_fit(monkeypatch):
     (lambda d: (d / "file").write_text("x") and d / "file", "is a file, not a directory"),
     (lambda d: (d / "file").write_text("x") and d / "file" / "sub", "cannot write --out"),
     (lambda d: (d / "full").mkdir() or (d / "full" / "x.txt").write_text("x") and d / "full",
-     "is not empty; pass --overwrite to replace its contents"),
+     "is not empty; pass --overwrite to replace a previous lowrank-fl output"),
 ])
 def test_bad_out_is_checked_before_the_fit(tmp_path, npz, capsys, no_fit, make, expected):
     out = make(tmp_path)
@@ -255,14 +255,14 @@ def test_overwrite_needs_a_previous_fit_and_replaces_it(tmp_path, npz, capsys):
     (out / "stale.txt").write_text("old")
     assert main(_fit_args(npz, out)) == 2  # not empty
     assert main(_fit_args(npz, out, "--overwrite")) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["refined.npz", "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == [".lowrank-fl-output", "refined.npz", "summary.json"]
     other = tmp_path / "mine"
     other.mkdir()
     (other / "notes.txt").write_text("keep")
     assert main(_fit_args(npz, other, "--overwrite")) == 2
-    assert "does not hold a previous output (no summary.json)" in capsys.readouterr().err
+    assert "does not hold a previous lowrank-fl output (no .lowrank-fl-output)" in capsys.readouterr().err
     assert (other / "notes.txt").read_text() == "keep"
-    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name or ".old-" in p.name]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_ctrl_c_during_the_fit_is_one_line_and_writes_nothing(tmp_path, npz, capsys, monkeypatch):

@@ -336,7 +336,7 @@ def _single_error_line(capsys, pattern):
     (lambda d: ["--out", str(d / "file" / "sub")], r"cannot write --out .*file/sub"),
     (lambda d: ["--out", str(d / "full")], r"--out .*full is not empty; pass --overwrite"),
     (lambda d: ["--out", str(d / "full"), "--overwrite"],
-     r"--out .*full does not hold a previous output \(no results.json\); refusing to clear it"),
+     r"--out .*full does not hold a previous lowrank-fl output \(no \.lowrank-fl-output\); refusing"),
     (lambda d: ["--out", str(d / "o"), "--cache", str(d / "file")],
      r"--cache .*file is a file, not a directory"),
     (lambda d: ["--out", str(d / "o"), "--cache", str(d / "file" / "sub")],
@@ -353,7 +353,7 @@ def test_verify_setup_errors_stop_before_the_first_claim(dummy_registry, no_clai
     _single_error_line(capsys, pattern)
     assert (tmp_path / "full" / "notes.txt").read_text() == "mine"
     assert not (tmp_path / "o").exists()
-    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_verify_dask_without_distributed_is_a_setup_error(dummy_registry, no_claim_runs, tmp_path,
@@ -390,7 +390,7 @@ def test_overwrite_replaces_the_report_and_removes_stale_files(dummy_registry, t
     assert lowrank_fl(argv) == 2  # not empty
     assert lowrank_fl(argv + ["--overwrite"]) == 0
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
-        "README.md", "figures", "figures/fedrep.dummy.mean.png", "figures/fedrep.dummy.mean.svg",
+        ".lowrank-fl-output", "README.md", "figures", "figures/fedrep.dummy.mean.png", "figures/fedrep.dummy.mean.svg",
         "index.html", "results.json"]
     assert [p.name for p in tmp_path.iterdir()] == ["rep"]  # no staging or old directory left
 

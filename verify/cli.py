@@ -15,8 +15,10 @@ and ``lowrank-fl cache clear`` empties it.
 
 Before the first claim, ``verify`` checks its set-up (backend, scheduler, cache, ``--out``) and
 stops with exit status 2 on a problem. The report is written into a staging directory next to
-``--out`` and swapped in at the end: ``--out`` must be new or empty, or hold a previous report and
-``--overwrite`` be given (its old contents are then replaced, stale figures included). Exit
+``--out`` and swapped in at the end: ``--out`` must be new or empty, or hold a previous lowrank-fl
+output (its ``.lowrank-fl-output`` marker) and ``--overwrite`` be given (its old contents are then
+replaced, stale figures included); ``--out`` is locked while the run lasts
+(:mod:`lowrank_fl.outdir`). Exit
 status: 0; 1 when an experiment raised, or with ``--strict`` when a claim fails; 2 for a set-up
 error; 130 after Ctrl-C (rerunning the same command resumes from the cache).
 
@@ -83,7 +85,8 @@ def _add_verify_arguments(p: argparse.ArgumentParser) -> None:
                    help="report directory (README.md, index.html, figures/, results.json); new "
                         "or empty unless --overwrite")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace the previous report in --out (files it does not rewrite are removed)")
+                   help="replace the previous report in --out (only a directory holding a lowrank-fl "
+                        "output marker; files it does not rewrite are removed)")
     p.set_defaults(handler=cmd_verify)
 
 
@@ -234,7 +237,7 @@ def _setup_logging(bars: bool) -> None:
 
 def _setup(args):
     """Every check that can fail before the first claim; returns (claims, backend, staging, sweep)."""
-    from lowrank_fl.files import discard_staging, stage_output_dir
+    from lowrank_fl.outdir import OutputDir
 
     from .runner import select_claims
 
@@ -247,7 +250,7 @@ def _setup(args):
         raise ValueError(f"--jobs must be an int >= 1 or -1 (all cores), got {args.jobs}")
     _check_cache_option(args.cache, create=True)
     # --out first: it is the cheapest check and the one most often wrong
-    staging = stage_output_dir(args.out, overwrite=args.overwrite, marker="results.json")
+    staging = OutputDir(args.out, command="verify", overwrite=args.overwrite).open()
     sweep = None
     try:
         _load_claims(args.paper)
@@ -262,7 +265,7 @@ def _setup(args):
     except BaseException:
         if sweep is not None:
             sweep.close()
-        discard_staging(staging)
+        staging.close()
         raise
     return claims, backend, staging, sweep
 
@@ -270,8 +273,6 @@ def _setup(args):
 def cmd_verify(args) -> int:
     """Handler of ``lowrank-fl verify``."""
     from threadpoolctl import threadpool_limits
-
-    from lowrank_fl.files import commit_output_dir, discard_staging
 
     from .report.write import write_report
     from .runner import ERROR_PREFIX, run_claims
@@ -289,26 +290,25 @@ def cmd_verify(args) -> int:
     try:
         # tasks pin their own threads; the claims' own numerics run here, pinned the same way
         with sweep, threadpool_limits(limits=1):
-            ctx = Context(scale=args.scale, sweep=sweep, out_dir=staging, base_seed=args.seed)
+            ctx = Context(scale=args.scale, sweep=sweep, out_dir=staging.dir, base_seed=args.seed)
             results = run_claims(claims, ctx, on_result=on_result)
         papers = set(args.paper or PAPERS)
         omitted = [o for o in OMITTED.values() if o.paper in papers]
-        paths = write_report(results, staging, args.scale, omitted, meta={
+        paths = write_report(results, staging.dir, args.scale, omitted, meta={
             "base_seed": args.seed, "backend": backend,
             "total_seconds": round(time.perf_counter() - start, 2),
             "tasks": {"executed": sweep.executed, "from_cache": sweep.reused}})
-        out = commit_output_dir(staging, args.out)
+        out = staging.commit()
     except KeyboardInterrupt:
-        discard_staging(staging)
+        staging.close()
         hint = (f"rerun the same command to resume from the cache ({cache_dir})" if cache_dir
                 else "nothing was cached (--no-cache)")
         print(f"\nverify: interrupted; no report written; {hint}", file=sys.stderr)
         return 130
-    except BaseException:
-        discard_staging(staging)
-        raise
+    finally:
+        staging.close()
     for key in ("markdown", "html", "json"):
-        print(Path(args.out) / Path(paths[key]).resolve().relative_to(Path(staging).resolve()))
+        print(Path(args.out) / Path(paths[key]).resolve().relative_to(staging.dir.resolve()))
     counts = {v: sum(e.verdict == v for _, e in results)
               for v in ("holds", "fails", "inconclusive", "erratum confirmed", REQUIRES_VERDICT)}
     errors = [c.id for c, e in results if e.summary.startswith(ERROR_PREFIX)]

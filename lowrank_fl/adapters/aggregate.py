@@ -328,7 +328,10 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     res.tau = float(tau)
     res.votes = votes.tolist()
     res.block_norms = norms.tolist()
-    res.state.update(Z=Z, objective=float(sol.objective), singular_values=sol.singular_values,
+    # contiguous: a strided view here and its pickled (contiguous) copy from a worker give
+    # products that differ in the last bit, and every backend must write the same numbers
+    res.state.update(Z=np.ascontiguousarray(Z), objective=float(sol.objective),
+                     singular_values=sol.singular_values,
                      warnings=[str(c.message) for c in caught])
 
 

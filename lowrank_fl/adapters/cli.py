@@ -61,7 +61,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("dirs", nargs="+", type=Path, help="client adapter directories (K >= 2)")
     agg.add_argument("--method", default="clair",
                      help=f"aggregator: {', '.join(METHODS)} (default clair)")
-    agg.add_argument("--out", type=Path, required=True, help="output directory")
+    agg.add_argument("--out", required=True,
+                     help="output directory: new or empty, or a previous lowrank-fl output with "
+                          "--overwrite; never an input or a folder holding one")
     agg.add_argument("--names", default=None, help=_NAMES_HELP)
     agg.add_argument("--rank-out", dest="rank_out", type=int, default=None,
                      help="truncate every output adapter to this rank by SVD (error reported); "
@@ -86,9 +88,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="storage dtype of the output tensors; 'auto' (default): the inputs' "
                           "dtype when every client has the same one, float32 when they differ "
                           "(a value that does not fit the dtype is an error, never inf)")
-    agg.add_argument("--jobs", type=int, default=1, help="joblib processes over modules")
+    agg.add_argument("--jobs", type=int, default=None,
+                     help="worker processes over modules (joblib); at most the number of modules "
+                          "and of available cores (default: the available cores, capped so)")
     agg.add_argument("--scheduler", default=None, help="dask scheduler address (tcp://...)")
-    agg.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    agg.add_argument("--overwrite", action="store_true",
+                     help="replace --out if it holds a previous lowrank-fl output (its "
+                          ".lowrank-fl-output marker); any other directory is refused")
     agg.add_argument("--quiet", action="store_true",
                      help="no progress bar and no per-client lines (the result line and warnings "
                           "stay)")
@@ -132,7 +138,8 @@ def _size(n: float) -> str:
 
 
 def run_aggregate(args) -> int:
-    from .run import aggregate_to_dir, check_out_dir
+    from ..outdir import check_output_dir
+    from .run import aggregate_to_dir
 
     if args.method not in METHODS:
         raise ValueError(f"--method must be one of {', '.join(METHODS)}, got {args.method!r}")
@@ -144,18 +151,21 @@ def run_aggregate(args) -> int:
         except ImportError:
             raise ValueError("--scheduler needs the dask extra (pip install 'lowrank_fl[dask]'), "
                              "which is not installed") from None
-    check_out_dir(args.out, args.overwrite)
+    if args.jobs is not None and (args.jobs == 0 or args.jobs < -1):
+        raise ValueError(f"--jobs must be >= 1 (or -1: every available core), got {args.jobs}")
+    check_output_dir(args.out, overwrite=args.overwrite, inputs=args.dirs)
+    out = Path(args.out)
     options = ModuleOptions(method=args.method, rank=args.rank, lam_L=args.lam_L,
                             lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,
                             rank_out=args.rank_out, tol=args.tol)
     adapters = _load(args)
     dtype = input_dtype(adapters) if args.dtype == "auto" else args.dtype
     try:
-        agg, summary = aggregate_to_dir(adapters, options, args.out, client_rule=args.client_rule,
+        agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
                                         dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
                                         scheduler=args.scheduler, progress=not args.quiet)
     except OSError as exc:
-        if exc.filename is None or not _at_out(Path(exc.filename), args.out):
+        if exc.filename is None or not _at_out(Path(exc.filename), out):
             raise
         raise AdapterError(f"--out {args.out}: cannot write the output there ({exc.strerror}: "
                            f"{exc.filename})") from None
@@ -189,7 +199,7 @@ def run_aggregate(args) -> int:
         print(f"  --rank-out {args.rank_out}: largest relative Frobenius error {worst:.3e}")
     n_in = sum((c.path / f).stat().st_size for c in adapters.clients
                for f in (WEIGHTS_NAME, CONFIG_NAME))
-    n_out = sum((args.out / o / f).stat().st_size for o in summary["outputs"]
+    n_out = sum((out / o / f).stat().st_size for o in summary["outputs"]
                 for f in (WEIGHTS_NAME, CONFIG_NAME))
     tags = stored_dtypes(adapters)
     why = ("--dtype" if args.dtype != "auto" else f"the inputs' {tags[0]}" if len(tags) == 1

@@ -13,18 +13,22 @@ solves and a module's output state is released once written; with ``client_rule`
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from ..outdir import OutputDir
+from ..parent_watch import exit_with_parent
 from .aggregate import (CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, check_rank,
                         client_decision)
-from .io import AdapterError, AdapterSet
-from .stream import AdapterStreamWriter, StagedOutput
+from .io import AdapterSet
+from .stream import AdapterStreamWriter
 
-__all__ = ["Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs", "check_out_dir"]
+__all__ = ["Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs",
+           "available_cores", "worker_count"]
 
 
 @dataclass
@@ -35,12 +39,13 @@ class Aggregation:
     options: ModuleOptions
     results: list
     seconds: float
+    workers: int = 1
 
     def summary(self, client_rule: str = "per-module", rank_out_errors=None) -> dict:
         names = self.adapters.names
         out = {"method": self.options.method, "clients": names,
                "client_rule": client_rule if self.options.method == "clair" else None,
-               "seconds": self.seconds,
+               "seconds": self.seconds, "workers": self.workers,
                "modules": {r.name: r.summary() for r in self.results}}
         if self.options.method == "clair":
             flags = np.array([r.benign for r in self.results], bool)
@@ -63,6 +68,28 @@ def _task(adapters: AdapterSet, module: str, options: ModuleOptions) -> ModuleRe
         return aggregate_module(adapters.factors(module), options)
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def worker_count(jobs: int | None, n_tasks: int, cores: int | None = None) -> int:
+    """Processes to start: ``min(jobs, n_tasks, cores)``, at least 1.
+
+    ``jobs`` None or -1 means every available core (``cores``, default :func:`available_cores`);
+    more processes than tasks or cores only cost memory and start-up time.
+    """
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int)
+                             or jobs == 0 or jobs < -1):
+        raise ValueError(f"jobs must be an int >= 1, or -1 or None (all cores), got {jobs!r}")
+    cores = available_cores() if cores is None else cores
+    want = cores if jobs in (None, -1) else jobs
+    return max(1, min(want, n_tasks, cores))
+
+
 def _named_task(adapters, module, options):
     return module, _task(adapters, module, options)
 
@@ -74,8 +101,9 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
 
     Parameters
     ----------
-    jobs : int
-        joblib processes (1: in this process; -1: all cores).
+    jobs : int or None
+        joblib processes, capped by :func:`worker_count` at the number of modules and of
+        available cores (1: in this process; None or -1: all available cores).
     scheduler : str, optional
         Address of a dask distributed scheduler (``tcp://host:port``); overrides ``jobs``.
     progress : bool
@@ -86,11 +114,10 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
     """
     from tqdm.auto import tqdm
 
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
-        raise ValueError(f"jobs must be an int >= 1 or -1 (all cores), got {jobs!r}")
     check_rank(options, adapters.shapes)              # before any module is read
-    t0 = time.perf_counter()
     mods = adapters.modules
+    workers = worker_count(jobs, len(mods))
+    t0 = time.perf_counter()
     bar = tqdm(total=len(mods), desc=f"{options.method} modules", unit="module",
                disable=not progress)
     results: dict = {}
@@ -108,30 +135,23 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
             futs = {client.submit(_task, adapters, m, options, pure=False): m for m in mods}
             for fut in as_completed(futs):
                 arrived(futs[fut], fut.result())
-    elif jobs == 1:
+    elif workers == 1:
         for m in mods:
             arrived(m, _task(adapters, m, options))
     else:
-        from joblib import Parallel, delayed
+        from joblib import Parallel, delayed, parallel_config
 
-        gen = Parallel(n_jobs=jobs, return_as="generator_unordered")(
-            delayed(_named_task)(adapters, m, options) for m in mods)
-        for m, r in gen:
-            arrived(m, r)
+        # workers end with this process, even when it is killed (lowrank_fl.parent_watch)
+        with parallel_config(backend="loky", initializer=exit_with_parent,
+                             initargs=(os.getpid(),)):
+            gen = Parallel(n_jobs=workers, return_as="generator_unordered")(
+                delayed(_named_task)(adapters, m, options) for m in mods)
+            for m, r in gen:
+                arrived(m, r)
     bar.close()
     return Aggregation(adapters=adapters, options=options, results=[results[m] for m in mods],
-                       seconds=time.perf_counter() - t0)
-
-
-def check_out_dir(out, overwrite: bool) -> Path:
-    """Refuse a non-empty ``out`` unless ``overwrite`` (then it is emptied at write time)."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise AdapterError(f"{out}: --out exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise AdapterError(f"{out}: output directory is not empty (pass --overwrite to replace "
-                           "its contents)")
-    return out
+                       seconds=time.perf_counter() - t0,
+                       workers=1 if scheduler is not None else workers)
 
 
 class _OutputWriters:
@@ -163,13 +183,13 @@ class _OutputWriters:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:          # close the open files; StagedOutput removes them
+        if exc_type is not None:          # close the open files; OutputDir removes them
             for w in self.writers:
                 w.abort()
         return False
 
 
-def _finish(agg: Aggregation, writers: _OutputWriters, staged: StagedOutput, client_rule: str,
+def _finish(agg: Aggregation, writers: _OutputWriters, staged: OutputDir, client_rule: str,
             dtype: str) -> dict:
     writers.close()
     summary = agg.summary(client_rule, writers.errors if writers.rank_out is not None else None)
@@ -180,22 +200,28 @@ def _finish(agg: Aggregation, writers: _OutputWriters, staged: StagedOutput, cli
     return summary
 
 
+def _output_dir(out, overwrite: bool, adapters: AdapterSet) -> OutputDir:
+    return OutputDir(out, command="adapters aggregate", overwrite=overwrite,
+                     inputs=[c.path for c in adapters.clients])
+
+
 def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
                      client_rule: str = "per-module", dtype: str = "float32",
                      overwrite: bool = False, jobs: int = 1, scheduler: str | None = None,
                      progress: bool = True) -> tuple[Aggregation, dict]:
     """:func:`aggregate_adapters` and :func:`write_outputs` in one pass, writing while solving.
 
-    Same outputs, summary and arguments as the two calls; the output files are staged in a
-    hidden sibling of ``out`` and moved into ``out`` only when every module succeeded (an error
-    or an interrupt leaves ``out`` as it was). The returned :class:`Aggregation`'s results keep
+    Same outputs, summary and arguments as the two calls; ``out`` is written through
+    :class:`lowrank_fl.outdir.OutputDir` (locked, staged beside it and swapped in only when every
+    module succeeded; with ``overwrite`` only a previous lowrank-fl output is replaced; an ``out``
+    overlapping a client directory is refused). The returned :class:`Aggregation`'s results keep
     their summary fields, but their output factors are released once written.
     """
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
-    out = check_out_dir(out, overwrite)
     stream = options.method != "clair" or client_rule == "per-module"
-    with StagedOutput(out) as staged, _OutputWriters(adapters, options, staged.dir, dtype) as writers:
+    with _output_dir(out, overwrite, adapters) as staged, \
+            _OutputWriters(adapters, options, staged.dir, dtype) as writers:
         agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress,
                                  on_result=(lambda r: writers.write(r, release=True)) if stream else None)
         if not stream:
@@ -210,14 +236,14 @@ def write_outputs(agg: Aggregation, out, *, client_rule: str = "per-module",
     """Write ``OUT/<client>/`` (CLAIR) or ``OUT/aggregated/`` and ``OUT/summary.json``.
 
     Returns the summary dict. With ``options.rank_out`` every output is truncated by SVD and
-    the relative Frobenius error of each (output, module) is in the summary. Files are staged
-    and moved into ``out`` at the end, as in :func:`aggregate_to_dir`.
+    the relative Frobenius error of each (output, module) is in the summary. ``out`` is written
+    as in :func:`aggregate_to_dir`.
     """
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
-    out = check_out_dir(out, overwrite)
     decided = client_decision(agg.results, client_rule) if agg.options.method == "clair" else None
-    with StagedOutput(out) as staged, _OutputWriters(agg.adapters, agg.options, staged.dir, dtype) as writers:
+    with _output_dir(out, overwrite, agg.adapters) as staged, \
+            _OutputWriters(agg.adapters, agg.options, staged.dir, dtype) as writers:
         for r in agg.results:
             writers.write(r, benign=decided)
         return _finish(agg, writers, staged, client_rule, dtype)

@@ -9,14 +9,12 @@ data are appended behind a header region reserved from the tensor names known up
 format allows ("the header ... may be trailing padded with whitespace"). The result is read by
 ``safetensors.safe_open`` and PEFT like any other file (tests check both).
 
-:class:`StagedOutput` keeps a failed or interrupted run from leaving half-written adapters: every
-file goes to a hidden sibling directory, moved into place only when the whole run succeeded.
+The writers write into the staging directory of :class:`lowrank_fl.outdir.OutputDir`, so a failed
+or interrupted run leaves no half-written adapter behind.
 """
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import struct
 from pathlib import Path
 
@@ -24,7 +22,7 @@ import numpy as np
 
 from .io import CONFIG_NAME, STORAGE, WEIGHTS_NAME, peft_config, storage_array
 
-__all__ = ["SafetensorsStreamWriter", "AdapterStreamWriter", "StagedOutput"]
+__all__ = ["SafetensorsStreamWriter", "AdapterStreamWriter"]
 
 # an entry's bytes beside its name: {"dtype":"F32","shape":[a,b],"data_offsets":[s,e]}, with every
 # integer given 20 digits (2**64 has 20)
@@ -123,36 +121,3 @@ class AdapterStreamWriter:
 
     def abort(self) -> None:
         self._writer.abort()
-
-
-class StagedOutput:
-    """Files go to a hidden sibling of ``out``; :meth:`commit` moves them into ``out`` (emptied
-    first), :meth:`discard` removes them. Use as a context manager: an exception discards."""
-
-    def __init__(self, out):
-        self.out = Path(out)
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.dir = self.out.parent / f".{self.out.name}.incomplete-{os.getpid()}"
-        if self.dir.exists():
-            shutil.rmtree(self.dir)
-        self.dir.mkdir()
-
-    def commit(self) -> None:
-        if self.out.is_dir():
-            for child in self.out.iterdir():
-                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
-        self.out.mkdir(parents=True, exist_ok=True)
-        for child in self.dir.iterdir():
-            os.replace(child, self.out / child.name)
-        self.dir.rmdir()
-
-    def discard(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self.discard()
-        return False

@@ -10,8 +10,8 @@ Input: an ``.npz`` with an array ``W_hat`` of shape (K, q, p). Output in ``DIR``
 ``summary.json`` (benign set, rank, objective, duality gap and the relative gap ``--tol`` applies
 to, status, tau, solver, ...) and ``refined.npz`` (``W_tilde`` (K, q, p), ``benign`` (K,),
 ``projector`` (p, p)). ``DIR`` is checked before the fit: it must be new or empty, or hold a
-previous fit and ``--overwrite`` be given; both files appear together at the end (nothing is
-half-written when the fit fails or is interrupted).
+previous lowrank-fl output and ``--overwrite`` be given; both files appear together at the end
+(nothing is half-written when the fit fails or is interrupted; see :mod:`lowrank_fl.outdir`).
 
 Exit status: 0 when the solve of (7) is ``optimal`` (or ``completed``); 3 when it stopped
 unconverged (``max_iter`` or ``inaccurate``: outputs are still written, from the inexact
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..files import commit_output_dir, discard_staging, load_npy, load_npz, stage_output_dir
+from ..files import load_npy, load_npz
+from ..outdir import OutputDir
 from .pipeline import TAU_RULES, fit
 
 __all__ = ["add_parser", "run_fit", "load_W_hat", "tau_argument", "MissingArrayError", "EXIT_UNCONVERGED"]
@@ -83,7 +84,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR",
                    help="output directory (created; must be new or empty unless --overwrite)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace the contents of an --out directory holding a previous fit")
+                   help="replace an --out directory holding a previous lowrank-fl output (its "
+                        ".lowrank-fl-output marker); never another directory")
     p.set_defaults(handler=run_fit)
     return p
 
@@ -112,13 +114,10 @@ def run_fit(args) -> int:
     ``refined.npz`` together."""
     W_hat = load_W_hat(args.W_hat)
     weights = None if args.weights is None else load_npy(args.weights, option="--weights")
-    staging = stage_output_dir(args.out, overwrite=args.overwrite, marker="summary.json")
-    try:
-        code = _fit_and_write(args, W_hat, weights, staging)
-        out = commit_output_dir(staging, args.out)
-    except BaseException:
-        discard_staging(staging)
-        raise
+    inputs = [args.W_hat] + ([args.weights] if args.weights is not None else [])
+    with OutputDir(args.out, command="clair fit", overwrite=args.overwrite, inputs=inputs) as out:
+        code = _fit_and_write(args, W_hat, weights, out.dir)
+        out.commit()
     print(f"wrote {Path(args.out) / 'summary.json'} and {Path(args.out) / 'refined.npz'}")
     return code
 

@@ -15,9 +15,12 @@ isolation:
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 import traceback
 import tracemalloc
+
+from ..parent_watch import exit_with_parent
 
 __all__ = ["run_in_child", "MEMORY_MEASURES"]
 
@@ -72,7 +75,8 @@ def _measure_and_run(fn, args, measure):
     return out, seconds, max(0.0, float(peak) - base)
 
 
-def _child(conn, fn, args, measure):
+def _child(conn, fn, args, measure, parent):
+    exit_with_parent(parent)              # a killed lowrank-fl must not leave its solve running
     try:
         out, seconds, peak = _measure_and_run(fn, args, measure)
         conn.send({"ok": True, "result": out, "seconds": seconds, "peak_bytes": peak})
@@ -105,7 +109,7 @@ def run_in_child(fn, args: tuple, *, time_limit: float | None, measure: str) -> 
         raise ValueError(f"measure must be one of {MEMORY_MEASURES}, got {measure!r}")
     ctx = _context()
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, fn, args, measure), daemon=True)
+    proc = ctx.Process(target=_child, args=(child, fn, args, measure, os.getpid()), daemon=True)
     t0 = time.perf_counter()
     proc.start()
     child.close()                         # a dead child then shows up as EOF, not a timeout

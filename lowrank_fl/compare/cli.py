@@ -9,7 +9,8 @@
     lowrank-fl compare noiseless W.npz --lam-L X --lam-S Y [...] --out DIR   (array W or W_hat)
 
 Writes ``DIR/compare.json`` (schema: ``lowrank_fl/compare/compare.schema.json``),
-``DIR/compare.md`` (the table, also printed) and ``DIR/compare.png`` (suboptimality vs time).
+``DIR/compare.md`` (the table, also printed) and ``DIR/compare.png`` (suboptimality vs time),
+together at the end; ``DIR`` is locked while the comparison runs (:mod:`lowrank_fl.outdir`).
 
 Exit status: 0 when the comparison was written (methods that could not run or hit the time limit
 are rows with their reason); 3 when no method returned a point; 2 on bad input.
@@ -24,7 +25,7 @@ import numpy as np
 from ..clair.cli import tau_argument
 from ..files import load_npy, load_npz
 from .engine import TAU_RULES, compare_clair, compare_noiseless, compare_nuclear
-from .output import check_out_dir, save
+from .output import check_out_dir, open_out_dir, write_files
 
 __all__ = ["add_parser", "load_arrays", "EXIT_NOTHING_RAN"]
 
@@ -80,8 +81,11 @@ def _common(p, *, iterative=True, clair=True):
         p.add_argument("--tau", type=tau_argument, default="largest-gap",
                        help=f"threshold of (8): a number >= 0 or {', '.join(TAU_RULES)}")
         p.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
-    p.add_argument("--out", required=True, metavar="DIR", help="output directory (created)")
-    p.add_argument("--overwrite", action="store_true", help="allow a non-empty --out")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="output directory (created; never an input or a folder holding one)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace --out if it holds a previous lowrank-fl output (its "
+                        ".lowrank-fl-output marker); any other directory is refused")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -121,36 +125,43 @@ def _limits(args):
             "methods": _methods(args.methods)}
 
 
-def _finish(comparison, args) -> int:
-    paths = save(comparison, args.out, overwrite=args.overwrite)
+def _run(args, problem: str, inputs, solve) -> int:
+    """Lock and stage ``--out`` while ``solve()`` runs, then write the comparison into it."""
+    inputs = [p for p in inputs if p is not None]
+    check_out_dir(args.out, overwrite=args.overwrite, inputs=inputs)     # before reading inputs
+    with open_out_dir(args.out, problem=problem, overwrite=args.overwrite, inputs=inputs) as out:
+        comparison = solve()
+        names = list(write_files(comparison, out.dir))
+        out.commit()
     print(comparison.table(), end="")
-    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    print(f"wrote {', '.join(str(Path(args.out) / n) for n in names)}")
     if not any(r.outcome == "ok" for r in comparison.methods):
         return EXIT_NOTHING_RAN
     return 0
 
 
 def run_compare_clair(args) -> int:
-    check_out_dir(args.out, overwrite=args.overwrite)
-    W = load_arrays(args.W_hat, ["W_hat"], option="W_hat")["W_hat"]
-    weights = None if args.weights is None else load_npy(args.weights, option="--weights")
-    c = compare_clair(W, args.lam_L, args.lam_S, weights=weights, tol=args.tol,
-                      max_iter=args.max_iter, tau=args.tau, alpha=args.alpha,
-                      memory_measure=args.memory_measure, **_limits(args))
-    return _finish(c, args)
+    def solve():
+        W = load_arrays(args.W_hat, ["W_hat"], option="W_hat")["W_hat"]
+        weights = None if args.weights is None else load_npy(args.weights, option="--weights")
+        return compare_clair(W, args.lam_L, args.lam_S, weights=weights, tol=args.tol,
+                             max_iter=args.max_iter, tau=args.tau, alpha=args.alpha,
+                             memory_measure=args.memory_measure, **_limits(args))
+    return _run(args, "clair", [args.W_hat, args.weights], solve)
 
 
 def run_compare_nuclear(args) -> int:
-    check_out_dir(args.out, overwrite=args.overwrite)
-    arrays = load_arrays(args.data, ["X", "y"], option="data")
-    c = compare_nuclear(arrays["X"], arrays["y"], args.mu, tol=args.tol, max_iter=args.max_iter,
-                        memory_measure=args.memory_measure, **_limits(args))
-    return _finish(c, args)
+    def solve():
+        arrays = load_arrays(args.data, ["X", "y"], option="data")
+        return compare_nuclear(arrays["X"], arrays["y"], args.mu, tol=args.tol,
+                               max_iter=args.max_iter, memory_measure=args.memory_measure,
+                               **_limits(args))
+    return _run(args, "nuclear", [args.data], solve)
 
 
 def run_compare_noiseless(args) -> int:
-    check_out_dir(args.out, overwrite=args.overwrite)
-    W = load_arrays(args.W, ["W"], alternatives={"W": "W_hat"}, option="W")["W"]
-    c = compare_noiseless(W, args.lam_L, args.lam_S, tau=args.tau, alpha=args.alpha,
-                          **_limits(args))
-    return _finish(c, args)
+    def solve():
+        W = load_arrays(args.W, ["W"], alternatives={"W": "W_hat"}, option="W")["W"]
+        return compare_noiseless(W, args.lam_L, args.lam_S, tau=args.tau, alpha=args.alpha,
+                                 **_limits(args))
+    return _run(args, "noiseless", [args.W], solve)

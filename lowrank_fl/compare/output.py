@@ -1,37 +1,47 @@
-"""Write a comparison to a directory: ``compare.json``, ``compare.md`` and ``compare.png``."""
+"""Write a comparison to a directory: ``compare.json``, ``compare.md`` and ``compare.png``.
+
+The directory is written through :class:`lowrank_fl.outdir.OutputDir`: locked while the
+comparison runs, the three files staged beside it and swapped in together, so a failure (a full
+disk included) leaves a previous comparison whole and a new ``--out`` without partial files.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..outdir import OutputDir, check_output_dir
 from .figure import plot_comparison
 
-__all__ = ["OUTPUT_FILES", "check_out_dir", "save"]
+__all__ = ["OUTPUT_FILES", "check_out_dir", "open_out_dir", "write_files", "save"]
 
 OUTPUT_FILES = ("compare.json", "compare.md", "compare.png")
 
 
-def check_out_dir(out, *, overwrite: bool = False) -> Path:
-    """``out`` as a Path; ``ValueError`` if it is a file, or a non-empty directory without
-    ``overwrite`` (checked before any solve runs); an empty name is refused (it would be the
-    current directory)."""
-    if out is None or str(out) == "":
-        raise ValueError("--out must name a directory, got ''")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ValueError(f"--out {out} is not empty; pass --overwrite to replace its "
-                         f"{', '.join(OUTPUT_FILES)}")
-    return out
+def check_out_dir(out, *, overwrite: bool = False, inputs=()) -> Path:
+    """``out`` resolved; ``ValueError`` if it may not be written (checked before any solve runs):
+    a file, a non-empty directory without ``overwrite``, one that holds no previous lowrank-fl
+    output, one overlapping an input file, the current directory or an empty name."""
+    return check_output_dir(out, overwrite=overwrite, inputs=inputs)
 
 
-def save(comparison, out, *, overwrite: bool = False) -> dict:
-    """Write the three files; returns their paths by name."""
-    out = check_out_dir(out, overwrite=overwrite)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {name: out / name for name in OUTPUT_FILES}
+def open_out_dir(out, *, problem: str, overwrite: bool = False, inputs=()) -> OutputDir:
+    """The locked, staged output directory of ``compare <problem>`` (a context manager)."""
+    return OutputDir(out, command=f"compare {problem}", overwrite=overwrite, inputs=inputs)
+
+
+def write_files(comparison, directory) -> dict:
+    """Write the three files into ``directory`` (a staging directory); returns their paths."""
+    directory = Path(directory)
+    paths = {name: directory / name for name in OUTPUT_FILES}
     paths["compare.json"].write_text(comparison.to_json())
     paths["compare.md"].write_text(f"# lowrank-fl compare {comparison.problem}\n\n"
                                    + comparison.table())
     plot_comparison(comparison, paths["compare.png"])
     return paths
+
+
+def save(comparison, out, *, overwrite: bool = False, inputs=()) -> dict:
+    """Write the three files to ``out`` (staged and swapped in); returns their paths by name."""
+    with open_out_dir(out, problem=comparison.problem, overwrite=overwrite, inputs=inputs) as o:
+        write_files(comparison, o.dir)
+        o.commit()
+    return {name: Path(out) / name for name in OUTPUT_FILES}
