@@ -275,3 +275,16 @@ def test_auto_lambdas_wide_band_midpoint_is_geometric():
     assert abs(ratio - (lo + hi) / 2) > 0.01 * ratio
     assert lam.lam_L == pytest.approx(np.median(np.linalg.norm(D.reshape(28, h, -1), axis=(1, 2)))
                                       / np.sqrt(2 * 2) / np.sqrt(8), rel=1e-12)
+
+
+@pytest.mark.parametrize("mask, want", [
+    ([0, 1, 1, 0, 1, 1, 1, 0], (4.0, 6.0)),        # the longest run, inside
+    ([1, 0, 0, 1, 1, 1, 1, 1], (3.0, 7.0)),        # ending at the last ratio
+    ([1, 1, 0, 1, 1, 0, 0, 0], (0.0, 1.0)),        # ties: the first
+    ([0, 0, 0, 1, 0, 0, 0, 0], (3.0, 3.0)),        # one ratio
+    ([0] * 8, None),
+])
+def test_rank_band_is_the_longest_run(mask, want):
+    from lowrank_fl.clair.pipeline import longest_run
+
+    assert longest_run(np.arange(8.0), np.array(mask, bool)) == want

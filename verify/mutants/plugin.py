@@ -1,7 +1,7 @@
 """pytest plugin of ``--target tests``: apply one mutant for the whole test session.
 
 ``python -m pytest -p verify.mutants.plugin ...`` with the environment variable
-:data:`ENV` naming a mutant of :data:`verify.mutants.pytest_mode.ALL_MUTANTS` patches the library
+:data:`verify.mutants.pytest_mode.ENV` naming a mutant of :data:`verify.mutants.pytest_mode.ALL_MUTANTS` patches the library
 (:func:`verify.mutants.harness.apply`) before any test module is collected, so the tests import
 and call the mutated objects; without the variable the plugin does nothing (the baseline run).
 The patch lives in the pytest process only: the working tree is never modified.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 
-ENV = "LOWRANK_FL_MUTANT"
+from .pytest_mode import ALL_MUTANTS, ENV
+
 _ACTIVE: list = []
 
 
@@ -19,7 +20,6 @@ def pytest_configure(config):
     if not mutant_id:
         return
     from .harness import apply
-    from .pytest_mode import ALL_MUTANTS
 
     if mutant_id not in ALL_MUTANTS:
         raise ValueError(f"{ENV}={mutant_id!r} is not a catalogued mutant")

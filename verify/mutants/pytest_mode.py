@@ -7,7 +7,9 @@ is *caught* when pytest reports failing tests (exit status 1); ``caught_by`` lis
 test ids (the first one with ``-x``, the default), and their files in ``caught_by_files``. Exit
 status 0 is an escape; any other (collection error, usage error, no tests) is an ``error``; a run
 past ``--timeout`` is ``timeout`` (counted as caught, and flagged). A baseline run of the union of
-the files, without a mutant, must pass first: otherwise nothing is attributed to a mutant.
+the files, without a mutant, must pass first: otherwise nothing is attributed to a mutant. A run
+that ends in an ``error`` is retried once (a transient failure of the environment, such as a
+package being reinstalled, must not count as a verdict on the tests).
 """
 from __future__ import annotations
 
@@ -21,11 +23,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .catalogue import CATALOGUE
-from .plugin import ENV
 from .tests_catalogue import TESTS_CATALOGUE
 
-__all__ = ["ALL_MUTANTS", "TestsOutcome", "covered", "run_pytest", "run_tests_mutant",
+__all__ = ["ENV", "ALL_MUTANTS", "TestsOutcome", "covered", "run_pytest", "run_tests_mutant",
            "tests_main"]
+
+#: environment variable naming the mutant :mod:`verify.mutants.plugin` applies
+ENV = "LOWRANK_FL_MUTANT"
 
 #: every mutant the plugin can apply (claims catalogue and tests catalogue; ids are unique)
 ALL_MUTANTS = {**CATALOGUE, **TESTS_CATALOGUE}
@@ -73,7 +77,7 @@ def run_pytest(files, *, root: Path, mutant: str | None, timeout: float,
     if mutant is not None:
         env[ENV] = mutant
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider",
            "-p", "verify.mutants.plugin", "-W", "ignore::DeprecationWarning",
            *(["-x"] if stop_first else []), *files]
     t0 = time.perf_counter()
@@ -96,6 +100,10 @@ def run_tests_mutant(mutant, *, root: Path, timeout: float = 900.0,
         raise ValueError(f"mutant {mutant.id!r}: test file(s) not found: {missing}")
     rc, out, seconds = run_pytest(mutant.tests, root=root, mutant=mutant.id, timeout=timeout,
                                   stop_first=stop_first)
+    if rc not in (0, 1, None):                     # retried once: see the module docstring
+        rc, out, again = run_pytest(mutant.tests, root=root, mutant=mutant.id, timeout=timeout,
+                                    stop_first=stop_first)
+        seconds += again
     res = TestsOutcome(mutant=mutant.id, target=mutant.target, description=mutant.description,
                        tests=list(mutant.tests), outcome="error", seconds=seconds, returncode=rc)
     if rc is None:
@@ -134,18 +142,19 @@ def tests_main(args) -> int:
     print(f"baseline passed in {seconds:.1f} s", flush=True)
     from joblib import Parallel, delayed
 
-    parallel = Parallel(n_jobs=args.jobs, backend="threading" if args.jobs > 1 else "sequential")
-    rows = [r.to_dict() for r in parallel(
-        delayed(run_tests_mutant)(m, root=root, timeout=args.timeout) for m in chosen)]
+    parallel = Parallel(n_jobs=args.jobs, backend="threading" if args.jobs > 1 else "sequential",
+                        return_as="generator")
+    width = max(len(m.id) for m in chosen)
+    rows = []
+    for r in parallel(delayed(run_tests_mutant)(m, root=root, timeout=args.timeout) for m in chosen):
+        rows.append(r.to_dict())
+        by = ", ".join(r.caught_by_files) or r.detail or "-"
+        print(f"{r.mutant:<{width}}  {r.outcome.upper():<8} {r.seconds:7.1f} s  {by}", flush=True)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     doc = {"target": "tests", "baseline_seconds": round(seconds, 2), "mutants": rows,
            "seconds": round(seconds + sum(r["seconds"] for r in rows), 2)}
     (out_dir / "mutants_tests.json").write_text(json.dumps(doc, indent=2) + "\n")
-    width = max(len(r["mutant"]) for r in rows)
-    for r in rows:
-        by = ", ".join(r["caught_by_files"]) or r["detail"] or "-"
-        print(f"{r['mutant']:<{width}}  {r['outcome'].upper():<8} {r['seconds']:7.1f} s  {by}")
     escaped = [r["mutant"] for r in rows if r["escaped"]]
     print(f"{len(rows) - len(escaped)}/{len(rows)} mutants caught by the tests in "
           f"{doc['seconds']:.0f} s" + (f"; escaped: {', '.join(escaped)}" if escaped else ""))
