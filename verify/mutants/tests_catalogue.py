@@ -68,6 +68,7 @@ T_PEFTCFG = "tests/test_adapters_peft_config.py"
 T_CMP = "tests/test_compare_numbers.py"
 T_CP7 = "tests/test_conic_program7_numbers.py"
 T_NNC = "tests/test_nn_cache_numbers.py"
+T_PIPE = "tests/test_clair_pipeline_numbers.py"
 
 _M = [
     # ---------------------------------------------------------------- adapters/reduce
@@ -164,7 +165,29 @@ _M = [
            "The longest run's upper end is the value before its last element.", (),
            _edit("float(x[i - 1])), i - start", "float(x[max(i - 2, start)])), i - start"),
            tests=(T_NUM,)),
-    # ---------------------------------------------------------------- verify/cache
+    Mutant("pipeline.votes_strict", "lowrank_fl.clair.pipeline:collaborative_set",
+           "Rule (8) needs a vote fraction above alpha instead of at least alpha.", (),
+           _edit("Votes(votes >= alpha, votes)", "Votes(votes > alpha, votes)"),
+           tests=(T_PIPE, "tests/test_clair_pipeline.py")),
+    Mutant("pipeline.majority_pairs_floor", "lowrank_fl.clair.pipeline:majority_pairs",
+           "The smallest set (8) can keep is sized with floor(alpha (K - 1)) instead of the ceiling.",
+           (), _edit("np.ceil(alpha * (K - 1) - 1e-12)", "np.floor(alpha * (K - 1) + 1e-12)"),
+           tests=(T_PIPE,)),
+    # ---------------------------------------------------------------- adapters/stream
+    Mutant("stream.header_padded_with_nul", f"{_A}.stream:SafetensorsStreamWriter.close",
+           "The streamed safetensors header is padded with NUL bytes instead of spaces.", (),
+           _edit('header.ljust(self._reserved, b" ")', 'header.ljust(self._reserved, b"\\0")'),
+           tests=(T_NUM,)),
+    # ---------------------------------------------------------------- verify/cache, sweep
+    Mutant("sweep.cache_key_without_seed", "verify.sweep:Sweep._path",
+           "The task cache key leaves out the seed: replicates share one entry.", (),
+           _edit("dict(params), int(seed), version", "dict(params), version"),
+           tests=("tests/test_sweep.py",)),
+    Mutant("cache.header_not_checked", "verify.cache:load_entry",
+           "A cache entry is accepted when its format matches, whatever its task, seed and key.", (),
+           _edit('doc.get("header") != {"format": FORMAT, **header}',
+                 'doc.get("header", {}).get("format") != FORMAT'),
+           tests=("tests/test_sweep.py",)),
     Mutant("cache.looks_like_cache_top_level", "verify.cache:_looks_like_cache",
            "A directory counts as a cache when its top level holds no foreign file (subfolders not "
            "searched).", (), _edit('cache_dir.rglob("*")', "cache_dir.iterdir()"), tests=(T_NNC,)),
