@@ -155,3 +155,29 @@ def test_clair_outputs_load_in_peft_as_the_refinement(clients, tmp_path):
             ref = fit.refined[k]
             assert np.linalg.norm(models[k][name] - ref) <= 1e-5 * np.linalg.norm(ref), (m, k)
     assert n_flagged >= len(summary["modules"]) // 2     # the contaminated client is seen
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_clients_read_as_peft_loads_them(tmp_path, dtype):
+    """Adapters saved by PEFT in bf16 / fp16: the library reads the ΔW PEFT loads (bf16 widened
+    bit-exactly), with rsLoRA and plain scalings."""
+    dirs, refs = [], []
+    for k, kw in enumerate([dict(r=4, lora_alpha=8, use_rslora=True), dict(r=4, lora_alpha=8)]):
+        model = peft.get_peft_model(_base(), peft.LoraConfig(target_modules=["q_proj"],
+                                                             lora_dropout=0.0,
+                                                             init_lora_weights=False, **kw))
+        model.to(getattr(torch, dtype))
+        d = tmp_path / f"c{k}"
+        model.save_pretrained(str(d))
+        dirs.append(d)
+        refs.append(_deltas(peft.PeftModel.from_pretrained(_base(), str(d))))
+    from safetensors import safe_open
+
+    with safe_open(str(dirs[0] / "adapter_model.safetensors"), framework="pt") as fh:
+        assert all(fh.get_tensor(key).dtype == getattr(torch, dtype) for key in fh.keys())
+    ad = load_adapters(dirs)
+    for m in ad.modules:
+        f = ad.factors(m)
+        for k in range(2):
+            ref = refs[k][module_key(m)]
+            assert np.linalg.norm(f.delta(k) - ref) <= 1e-12 * np.linalg.norm(ref), (m, k)

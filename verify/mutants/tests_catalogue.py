@@ -133,6 +133,10 @@ _M = [
            "Reading a client, alpha_pattern is ignored (lora_alpha for every module).", (),
            _edit('pattern_value(self.config.get("alpha_pattern"), module,',
                  'pattern_value(None, module,'), tests=(T_PEFTCFG,)),
+    Mutant("io.bf16_read_as_float16", f"{_A}.io:ClientAdapter.read",
+           "bf16 tensors are read as IEEE half precision (same width, other exponent/mantissa split).",
+           (), _edit("(raw.astype(np.uint32) << 16).view(np.float32)",
+                     "raw.view(np.float16).astype(np.float32)"), tests=(T_PEFTCFG,)),
     # ---------------------------------------------------------------- compare
     Mutant("compare.noiseless_scale_max", "lowrank_fl.compare.certify:NoiselessCertifier.__init__",
            "The noiseless certifier's scale is the larger trivial objective instead of the smaller.",
