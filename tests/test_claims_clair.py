@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 import verify.claims.clair  # noqa: F401  (registers the claims)
 from verify.claim import REGISTRY, VERDICTS, Context
 from verify.claims import _clair_algebra as alg
+from verify.claims import _clair_compare as cmp
 from verify.claims import _clair_gains as gains
 from verify.claims import _clair_noisy as noisy
 from verify.claims import _clair_recovery as rec
@@ -31,12 +32,13 @@ def _run(cid, scale="smoke", **opts):
 def test_every_notes_item_is_covered():
     # the paper's Lemmas, Theorems, Propositions and §7, plus the two no-/one-contamination claims;
     # the §8 transformer claims (clair.sec8.*) are tested in tests/test_nn_claims.py
-    assert len(CLAIR_IDS) == 34
+    assert len(CLAIR_IDS) == 35
     for cid in ("clair.thm1.exact_recovery", "clair.thm1.window_vacuous", "clair.propS1.certificate",
                 "clair.alg1.vs_cvxpy", "clair.thm2.rate", "clair.lemma3.eps_sup", "clair.thm3.detection",
                 "clair.remark3.alpha_range", "clair.thm4.oracle_gain", "clair.thm4.heterogeneous",
                 "clair.thm5.minkowski", "clair.thm6.balanced_trend", "clair.sec7.table1", "clair.sec7.table2",
-                "clair.sec7.fedavg_negative_transfer", "clair.sec7.contamination_variance"):
+                "clair.sec7.fedavg_negative_transfer", "clair.sec7.contamination_variance",
+                "clair.compare.lower_bound_brackets"):
         assert cid in REGISTRY
 
 
@@ -95,6 +97,7 @@ BROKEN = [
     ("clair.sec7.contamination_variance", {"readings": ("uniform", "unit-variance")}),
     ("clair.sec7.no_contamination", {"tau": 0.0}),
     ("clair.sec7.one_contaminated", {"tau": 0.0}),
+    ("clair.compare.lower_bound_brackets", {"compare_fn": cmp._inflated_lower_bound}),
 ]
 
 

@@ -91,3 +91,75 @@ def test_every_mutant_is_caught_by_some_claim(tmp_path):
     assert escaped == set(KNOWN_ESCAPES), {
         "newly escaped": sorted(escaped - set(KNOWN_ESCAPES)),
         "now caught (remove from KNOWN_ESCAPES)": sorted(set(KNOWN_ESCAPES) - escaped)}
+
+
+# ------------------------------------------------------------------------------------------------
+# --target tests: mutants of the newer modules against their covering test files
+from pathlib import Path  # noqa: E402
+
+from verify.mutants.pytest_mode import ALL_MUTANTS, covered  # noqa: E402
+from verify.mutants.tests_catalogue import TESTS_CATALOGUE, edit_source  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_tests_catalogue_is_large_and_every_edit_applies():
+    assert len(TESTS_CATALOGUE) >= 20
+    assert set(TESTS_CATALOGUE).isdisjoint(CATALOGUE)
+    assert set(covered()) >= set(TESTS_CATALOGUE) and set(ALL_MUTANTS) >= set(CATALOGUE)
+    for m in TESTS_CATALOGUE.values():
+        _, _, original = resolve(m.target)
+        replacement = m.make(original)              # raises if the edited text is gone
+        assert callable(replacement) and replacement is not original, m.id
+        assert m.tests and all((REPO / f).is_file() for f in m.tests), m.id
+        assert not m.papers and m.description.endswith("."), m.id
+
+
+def test_edit_source_is_a_one_token_change():
+    from lowrank_fl.conic import data_scale
+
+    bad = edit_source(data_scale, "np.max(np.abs(a))", "np.max(a)")
+    x = np.full(3, -3.0)
+    assert data_scale(x) == 4.0 and bad(x) == 1.0          # the bug and nothing else
+    assert bad(np.full(3, 3.0)) == 4.0
+    assert bad.__name__ == "data_scale" and bad.__globals__ is data_scale.__globals__
+    with pytest.raises(ValueError, match="exactly once"):
+        edit_source(data_scale, "no such text", "x")
+    with pytest.raises(ValueError, match="exactly once"):
+        edit_source(data_scale, "return ", "return -")       # occurs more than once
+
+
+def test_source_mutant_reaches_importers_and_restores():
+    from lowrank_fl.adapters import tuning
+
+    D = np.ones((4, 2))                                   # two 2 x 2 blocks of norm 2
+    before = tuning.data_scale(D, 2, 2)
+    with apply(TESTS_CATALOGUE["tuning.scale_sqrt_r"]):
+        assert tuning.data_scale(D, 2, 2) == pytest.approx(2.0 / np.sqrt(2.0))
+    assert before == tuning.data_scale(D, 2, 2) == pytest.approx(1.0)
+
+
+def test_tests_target_command(tmp_path, capsys):
+    out = tmp_path / "t"
+    assert main(["--target", "tests", "--mutant", "cache.looks_like_cache_top_level", "--out",
+                 str(out), "--root", str(REPO)]) == 0
+    doc = json.loads((out / "mutants_tests.json").read_text())
+    row, = doc["mutants"]
+    assert row["outcome"] == "caught" and not row["escaped"]
+    assert row["caught_by_files"] == ["tests/test_nn_cache_numbers.py"]
+    assert "test_clear_refuses_a_foreign_directory" in row["caught_by"][0]
+    assert doc["seconds"] >= row["seconds"] > 0
+    assert "1/1 mutants caught by the tests" in capsys.readouterr().out
+    # a claims-only mutant has no covering tests
+    assert main(["--target", "tests", "--mutant", "lora.product_of_means", "--out",
+                 str(tmp_path / "x")]) == 2
+
+
+@pytest.mark.slow
+def test_every_tests_mutant_is_caught(tmp_path):
+    """The standing check of the tests mode: every mutant with covering tests makes them fail."""
+    assert main(["--target", "tests", "--out", str(tmp_path), "--root", str(REPO)]) == 0
+    doc = json.loads((tmp_path / "mutants_tests.json").read_text())
+    assert {r["mutant"] for r in doc["mutants"]} == set(covered())
+    escaped = {r["mutant"]: r["outcome"] for r in doc["mutants"] if r["outcome"] != "caught"}
+    assert not escaped, escaped

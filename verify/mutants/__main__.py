@@ -6,6 +6,9 @@ list of objects with ``mutant``, ``target``, ``description``, ``papers``, ``caug
 whose verdict changed), ``errored_in`` (the subset whose experiment raised), ``claims_run``,
 ``escaped`` and ``seconds``. Exit status 0; 1 with ``--strict`` when a mutant escapes every
 claim; 2 on bad input.
+
+``--target tests`` runs each mutant that names covering test files against those files instead
+(:mod:`verify.mutants.pytest_mode`; table in ``DIR/mutants_tests.json``).
 """
 from __future__ import annotations
 
@@ -45,7 +48,16 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--overwrite", action="store_true")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a mutant escapes")
+    # --target tests (verify.mutants.pytest_mode): the covering test files, not the claims
+    parser.add_argument("--target", choices=("claims", "tests"), default="claims",
+                        help="what must catch each mutant: the claims (default) or the tests "
+                             "covering its module")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="--target tests: seconds per pytest run (default 900)")
+    parser.add_argument("--root", default=".", help="--target tests: repository root (default .)")
     args = parser.parse_args(argv)
+    if args.target == "tests":
+        return _tests_target(args)
 
     unknown = [m for m in args.mutant if m not in CATALOGUE]
     if unknown:
@@ -83,6 +95,20 @@ def main(argv=None) -> int:
     print(f"{len(rows) - len(escaped)}/{len(rows)} mutants caught"
           + (f"; escaped: {', '.join(escaped)}" if escaped else ""))
     return 1 if (args.strict and escaped) else 0
+
+
+def _tests_target(args) -> int:
+    from .pytest_mode import tests_main
+
+    if args.jobs < 1 or not args.timeout > 0:
+        print("verify.mutants: error: --jobs must be >= 1 and --timeout > 0", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
+        print(f"verify.mutants: error: --out {args.out!r} is not an empty directory "
+              f"(use --overwrite)", file=sys.stderr)
+        return 2
+    return tests_main(args)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,9 @@ class Mutant:
     local : bool
         Replace the target only in its owner (``"pkg.mod:name"`` patches ``mod``'s global
         ``name``, e.g. one module's ``np``-free import of a shared helper), not everywhere.
+    tests : tuple of str
+        Test files (repository-relative) that cover the target: what ``--target tests`` runs
+        under the mutant (:mod:`verify.mutants.pytest_mode`); empty for claims-only mutants.
     """
 
     id: str
@@ -55,6 +58,7 @@ class Mutant:
     make: Callable
     claims: tuple = ()
     local: bool = False
+    tests: tuple = ()
 
 
 @dataclass
