@@ -460,7 +460,7 @@ def test_names_default_unique_for_site_layout_and_override(src, tmp_path, capsys
     assert _run(["aggregate", *dirs, "--out", out, "--quiet"]) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["clients"] == ["site0_adapter", "site1_adapter", "site2_adapter"]
-    assert sorted(p.name for p in out.iterdir()) == sorted(s["clients"] + ["summary.json"])
+    assert sorted(p.name for p in out.iterdir()) == sorted(s["clients"] + ["summary.json", ".lowrank-fl-output"])
     out2 = tmp_path / "o2"
     assert _run(["aggregate", *dirs, "--out", out2, "--quiet", "--names", "a,b,c"]) == 0
     assert json.loads((out2 / "summary.json").read_text())["clients"] == ["a", "b", "c"]
