@@ -133,3 +133,38 @@ TWO_MAPS = Claim(id="fedrep.dummy.two_maps", paper="fedrep", reference="eq. (1)"
                  statement="Two maps in one claim.", kind="identity", experiment=_two_maps_experiment)
 REUSE = Claim(id="fedrep.dummy.reuse", paper="fedrep", reference="eq. (2)",
               statement="Reuses another claim's runs.", kind="identity", experiment=_reuse_experiment)
+
+
+def slow_task(seed, log_dir, seconds, busy=False):
+    """Runs ``seconds`` (a stand-in for a solver crawling to its caps), leaving ``start_<pid>`` in
+    ``log_dir`` when it begins and ``finished_<pid>`` if it ever ends. ``busy``: burn CPU in a
+    Python loop of numpy calls instead of sleeping."""
+    import os
+
+    pid = os.getpid()
+    Path(log_dir, f"start_{pid}").touch()
+    end = time.monotonic() + seconds
+    a = np.random.default_rng(seed).standard_normal((20, 20))
+    while time.monotonic() < end:
+        if busy:
+            a = np.linalg.qr(a)[0]
+        else:
+            time.sleep(0.05)
+    Path(log_dir, f"finished_{pid}").touch()
+    return {"pid": pid}
+
+
+def _slow_experiment(ctx, *, log_dir, seconds=120.0, busy=False):
+    # two tasks: a lone task of a local pool runs in the claim's own process (verify.sweep)
+    out = ctx.map(slow_task, [{"log_dir": str(log_dir), "seconds": seconds, "busy": busy}], replicates=2)
+    return Evidence(verdict="holds", summary=f"finished in pids {[r['pid'] for r in out[0]]}")
+
+
+def slow_claim(log_dir, *, seconds=120.0, busy=False, id="flute.dummy.slow") -> Claim:
+    """A claim whose only task runs ``seconds`` (it should be stopped at its budget)."""
+    import functools
+
+    return Claim(id=id, paper=id.split(".")[0], reference="Theorem 8", kind="bound",
+                 statement="A solver that crawls.",
+                 experiment=functools.partial(_slow_experiment, log_dir=log_dir, seconds=seconds,
+                                              busy=busy))

@@ -66,6 +66,7 @@ __all__ = [
     "KINDS", "VERDICTS", "SCALES", "PAPERS",
     "Evidence", "Claim", "Omitted", "Context",
     "claim", "omit", "REGISTRY", "OMITTED", "verdict_from", "jsonable", "REQUIRES_VERDICT",
+    "BUDGET_VERDICT",
     "missing_requirements",
     "SOLVES_KEY", "CONVERGED_STATUSES", "UNCOUNTED_KINDS", "solve_record", "summarize_solves",
     "enforce_rules",
@@ -80,9 +81,12 @@ SOLVES_KEY = "__solves__"
 CONVERGED_STATUSES = ("optimal", "completed")
 #: at most this many non-converged records are kept verbatim in ``Evidence.solves``
 _MAX_LISTED = 10
-VERDICTS = ("holds", "fails", "inconclusive", "erratum confirmed", "requires torch")
+VERDICTS = ("holds", "fails", "inconclusive", "erratum confirmed", "requires torch",
+            "exceeded time budget")
 #: the verdict of a claim whose optional packages (``Claim.requires``) are not installed
 REQUIRES_VERDICT = "requires torch"
+#: the verdict of a claim stopped at its time budget (:mod:`verify.budgets`): it does not hold
+BUDGET_VERDICT = "exceeded time budget"
 SCALES = ("smoke", "quick", "full")
 PAPERS = {
     "clair": "CLAIR: Federated LoRA fine-tuning via collaborative alignment",
@@ -224,6 +228,9 @@ class Evidence:
     relaxations : list of dict
         Criteria changed after a run: the original and the relaxed criterion with their outcomes
         (:func:`verify.criteria.relaxation`).
+    budget : dict
+        The time budget the claim ran under (filled in by :func:`verify.runner.run_claims` when
+        budgets are on): ``{"limit_s", "source", "exceeded"}``.
     """
 
     verdict: str
@@ -238,6 +245,7 @@ class Evidence:
     solves: dict = field(default_factory=dict)
     baselines: list = field(default_factory=list)
     relaxations: list = field(default_factory=list)
+    budget: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -248,12 +256,13 @@ class Evidence:
     def to_dict(self) -> dict:
         """JSON-able dict; non-finite numbers are ``null`` and listed in ``nonfinite``
         (JSON pointer relative to this dict -> ``"inf"``, ``"-inf"`` or ``"nan"``). ``solves``,
-        ``baselines`` and ``relaxations`` appear only when used (older JSON stays as it was)."""
+        ``baselines``, ``relaxations`` and ``budget`` appear only when used (older JSON stays as it
+        was)."""
         nonfinite: dict = {}
         d = {"verdict": self.verdict, "summary": self.summary, "measured": self.measured,
              "predicted": self.predicted, "table": self.table, "figure": self.figure,
              "seeds": self.seeds, "seconds": self.seconds, "notes": self.notes}
-        for name in ("solves", "baselines", "relaxations"):
+        for name in ("solves", "baselines", "relaxations", "budget"):
             if getattr(self, name):
                 d[name] = getattr(self, name)
         out = jsonable(d, nonfinite)

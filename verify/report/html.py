@@ -35,6 +35,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .v{font-weight:bold;padding:.1em .45em;border-radius:.3em;white-space:nowrap}
 .holds{background:#d8f0d8;color:#175217} .fails{background:#f6d5d5;color:#7a1212}
 .inconclusive{background:#eee;color:#444} .requires{background:#dde6f5;color:#1d3a6b} .erratum{background:#fbe8c8;color:#6b4300}
+.budget{background:#f3d0e8;color:#6b1250}
 .error{background:#f6d5d5;color:#7a1212;border:1px dashed #7a1212}
 .claim{border:1px solid #ddd;border-radius:.4em;padding:.4em 1em;margin:1em 0}
 .claim h3 a.back{font-size:.75em;font-weight:normal;margin-left:.6em}
@@ -51,7 +52,8 @@ dl.legend dt{font-weight:bold;margin-top:.3em} dl.legend dd{margin-left:1.5em}
 def _badge(e: Evidence) -> str:
     if is_error(e):
         return '<span class="v error">inconclusive (error)</span>'
-    cls = {"erratum confirmed": "erratum", "requires torch": "requires"}.get(e.verdict, e.verdict)
+    cls = {"erratum confirmed": "erratum", "requires torch": "requires",
+           "exceeded time budget": "budget"}.get(e.verdict, e.verdict)
     return f'<span class="v {cls}">{escape(e.verdict)}</span>'
 
 
@@ -137,7 +139,8 @@ def _counts(results, omitted) -> str:
 def _legend(items: Mapping[str, str], badges: bool) -> str:
     out = ['<dl class="legend">']
     for k, text in items.items():
-        label = (f'<span class="v {"erratum" if k == "erratum confirmed" else k}">{escape(k)}</span>'
+        cls = {"erratum confirmed": "erratum", "exceeded time budget": "budget"}.get(k, k)
+        label = (f'<span class="v {cls}">{escape(k)}</span>'
                  if badges else f"<code>{escape(k)}</code>")
         out.append(f"<dt>{label}</dt><dd>{escape(text)}</dd>")
     return "".join(out) + "</dl>"
