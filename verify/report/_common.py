@@ -8,8 +8,16 @@ from ..runner import ERROR_PREFIX
 from .values import columns as table_columns
 from .values import fmt
 
-__all__ = ["fmt", "by_paper", "totals", "totals_by_paper", "is_error", "table_columns", "kv_rows",
+__all__ = ["fmt", "count_columns", "by_paper", "totals", "totals_by_paper", "is_error", "table_columns", "kv_rows",
            "omitted_sorted", "non_holds", "remarks", "check_lines", "anchor", "svg_twin", "VERDICT_LEGEND", "KIND_LEGEND"]
+
+
+def count_columns(results: Sequence[tuple[Claim, Evidence]]) -> list[str]:
+    """Columns of the counts table: ``claims``, the verdicts, ``omitted``; "exceeded time budget"
+    only when some claim was stopped at its budget (the usual report keeps its columns)."""
+    shown = [v for v in VERDICTS if v != "exceeded time budget"
+             or any(e.verdict == v for _, e in results)]
+    return ["claims", *shown, "omitted"]
 
 
 def is_error(evidence: Evidence) -> bool:

@@ -12,9 +12,9 @@ from html import escape
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted
+from ..claim import PAPERS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, VERDICT_LEGEND, anchor, by_paper, is_error, kv_rows,
-                      check_lines, non_holds, omitted_sorted, remarks, svg_twin, table_columns, totals,
+                      check_lines, count_columns, non_holds, omitted_sorted, remarks, svg_twin, table_columns, totals,
                       totals_by_paper)
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt_number, html_value
@@ -126,7 +126,7 @@ def _claim(c: Claim, e: Evidence, figure_root: Path | None) -> str:
 
 def _counts(results, omitted) -> str:
     per = totals_by_paper(results, omitted)
-    cols = ["claims", *VERDICTS, "omitted"]
+    cols = count_columns(results)
     rows = []
     for paper, t in per.items():
         name = escape(SHORT_NAMES.get(paper, paper))
