@@ -214,3 +214,34 @@ def test_time_budget_option_overrides_and_turns_off(slow_registry, capsys):
         lowrank_fl(["verify", "--time-budget", "soon", "--out", str(slow_registry / "c")])
     assert exc.value.code == 2
     assert "argument --time-budget: must be 'auto', 'off', seconds > 0" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- mutation harness
+def test_a_mutant_whose_claims_all_exceed_their_budget_is_caught_by_the_budget(tmp_path):
+    from verify.mutants.harness import Mutant, baseline_verdicts, run_mutant
+
+    def crawl(original):
+        def slow(*args, **kwargs):   # a solver crawling to its caps: far past any budget
+            time.sleep(600)
+            return original(*args, **kwargs)
+        return slow
+
+    ids = ("rolora.prop5_5.ffa_expected_loss",)
+    mutant = Mutant("slow.c_tilde", "lowrank_fl.exact.rolora:c_tilde", "c_tilde crawls.",
+                    ("rolora",), crawl, claims=ids)
+    budget = ("seconds", 3.0)
+    baseline = baseline_verdicts(["rolora"], "smoke", ids=ids, time_budget=budget)
+    assert baseline == {ids[0]: "holds"}
+    out = run_mutant(mutant, baseline, "smoke", time_budget=budget)
+    assert out.stopped_by_budget == list(ids) and out.caught_by == [] and out.caught_by_budget
+    assert not out.escaped and out.seconds >= 3.0
+    row = out.to_dict()
+    assert row["caught_by_budget"] is True and row["stopped_by_budget"] == list(ids)
+    assert row["seconds"] == round(out.seconds, 2)
+
+
+def test_mutants_command_refuses_a_bad_time_budget(tmp_path, capsys):
+    from verify.mutants.__main__ import main
+
+    assert main(["--mutant", "rolora.c_tilde_sign", "--time-budget", "0x", "--out", str(tmp_path)]) == 2
+    assert "--time-budget must be 'auto', 'off', seconds > 0" in capsys.readouterr().err
