@@ -245,3 +245,60 @@ def test_mutants_command_refuses_a_bad_time_budget(tmp_path, capsys):
 
     assert main(["--mutant", "rolora.c_tilde_sign", "--time-budget", "0x", "--out", str(tmp_path)]) == 2
     assert "--time-budget must be 'auto', 'off', seconds > 0" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- unhandled non-convergence
+def _lax(**options):
+    from _dummy_tasks import lax_claim
+
+    return lax_claim(**options)
+
+
+def test_a_criterion_that_ignores_a_non_converged_solve_cannot_hold():
+    from verify.convergence import WARNED_STATUS
+
+    good = _lax(max_iter=10000).run(Context(scale="smoke"))
+    assert good.verdict == "holds" and good.solves == {}      # converged: nothing recorded
+    bad = _lax(max_iter=3).run(Context(scale="smoke"))         # the deliberately broken solve
+    assert bad.verdict == "inconclusive"
+    # one record per task (their duality gaps differ), naming the warning and where it was raised
+    assert bad.summary.startswith("inconclusive (2 of 2 solves not converged (e.g. ConvergenceWarning "
+                                  "(_dummy_tasks.py:")
+    assert "solve_penalized(method='fista') stopped at max_iter=3" in bad.summary
+    assert "was holds): objectives" in bad.summary
+    assert bad.solves["by_status"] == {WARNED_STATUS: 2}
+    assert [r["count"] for r in bad.solves["failures"]] == [1, 1]
+    # the same broken solve in the claim's own body, and a non-dict task result
+    assert _lax(max_iter=3, in_body=True).run(Context(scale="smoke")).verdict == "inconclusive"
+    wrapped = _lax(max_iter=3, as_dict=False).run(Context(scale="smoke"))
+    assert wrapped.verdict == "inconclusive" and wrapped.measured["objectives"] == bad.measured["objectives"]
+    # a claim that runs to the cap on purpose says so at the call, and keeps its verdict
+    assert _lax(max_iter=3, silence=True).run(Context(scale="smoke")).verdict == "holds"
+    assert _lax(max_iter=3, silence=True, in_body=True).run(Context(scale="smoke")).verdict == "holds"
+
+
+def test_unhandled_non_convergence_travels_from_workers_and_through_the_cache(tmp_path):
+    seq = _lax(max_iter=3).run(Context(scale="smoke"))
+    with Sweep("loky", n_jobs=2, cache_dir=tmp_path) as sweep:
+        first = _lax(max_iter=3).run(Context(scale="smoke", sweep=sweep))
+        assert sweep.executed == 2 and sweep.reused == 0
+        again = _lax(max_iter=3).run(Context(scale="smoke", sweep=sweep))
+        assert sweep.executed == 2 and sweep.reused == 2          # served from the cache
+    for ev in (first, again):
+        assert ev.verdict == "inconclusive" and ev.solves == seq.solves
+        assert ev.measured == seq.measured
+
+
+def test_other_warnings_pass_through_the_capture():
+    import warnings
+
+    from verify.convergence import capture_convergence
+    from lowrank_fl.results import ConvergenceWarning
+
+    sink = []
+    with pytest.warns(RuntimeWarning, match="not a convergence matter"):
+        with capture_convergence(sink):
+            warnings.warn("not a convergence matter", RuntimeWarning)
+            for _ in range(2):   # one record per distinct warning and place, with its count
+                warnings.warn("capped", ConvergenceWarning)
+    assert [(r["status"], r["count"], r["ok"]) for r in sink] == [("not converged (warning)", 2, False)]

@@ -33,7 +33,9 @@ Rules the machinery enforces (issue 9 §1):
 
 * **Solve records.** Every solve or run a claim's evidence rests on is reported: a task returns a
   dict with :func:`solve_record` entries under the reserved key :data:`SOLVES_KEY` (``ctx.map``
-  collects and removes them), the claim body calls ``ctx.record_solve(result, tol=...)``.
+  collects and removes them), the claim body calls ``ctx.record_solve(result, tol=...)``. A
+  ``ConvergenceWarning`` that no one handled (a solve stopped at its cap) is captured by the
+  harness and recorded as a non-converged solve (:mod:`verify.convergence`).
   :meth:`Claim.run` summarises them in ``Evidence.solves``; a claim whose evidence rests on a
   non-converged solve (status other than "optimal"/"completed", or a relative gap above its stated
   tolerance) cannot hold or confirm an erratum: its verdict becomes "inconclusive", and the summary
@@ -62,6 +64,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .convergence import SOLVES_KEY, VALUE_KEY, capture_convergence
+
 __all__ = [
     "KINDS", "VERDICTS", "SCALES", "PAPERS",
     "Evidence", "Claim", "Omitted", "Context",
@@ -75,8 +79,6 @@ __all__ = [
 KINDS = ("identity", "bound", "rate", "scaling", "comparison", "phase transition", "erratum", "remark")
 #: kinds reported but not counted as verified (they check a definition or the verifier's own code)
 UNCOUNTED_KINDS = ("remark",)
-#: reserved key of a task's return dict under which it reports its solve records
-SOLVES_KEY = "__solves__"
 #: statuses of a solve/run that the evidence may rest on
 CONVERGED_STATUSES = ("optimal", "completed")
 #: at most this many non-converged records are kept verbatim in ``Evidence.solves``
@@ -162,6 +164,8 @@ def _pop_solves(result: Any, sink: list) -> Any:
         if isinstance(records, Mapping):
             records = [records]
         sink.extend(dict(r) for r in records)
+        if VALUE_KEY in result:   # a non-dict result that carried captured warnings
+            return result[VALUE_KEY]
         return {k: v for k, v in result.items() if k != SOLVES_KEY}
     return result
 
@@ -304,8 +308,9 @@ class Claim:
     def run(self, ctx: "Context | None" = None, **options) -> Evidence:
         """Run the experiment under ``ctx`` (default: smoke scale, sequential, no cache).
 
-        The solve records the experiment reported are summarised in ``Evidence.solves``; a
-        non-converged one, or a failed baseline check, turns a "holds" (or "erratum confirmed")
+        The solve records the experiment reported, and the ConvergenceWarnings it let through
+        (:mod:`verify.convergence`), are summarised in ``Evidence.solves``; a non-converged one,
+        or a failed baseline check, turns a "holds" (or "erratum confirmed")
         into "inconclusive" (:func:`enforce_rules`).
         """
         from .plotting import use_style
@@ -320,7 +325,10 @@ class Claim:
                 measured={"missing": missing}, notes="The optional dependencies are not installed.")
         use_style()  # figures drawn by the experiment get the report's style
         start = time.perf_counter()
-        evidence = self.experiment(ctx, **options)
+        # ConvergenceWarnings of the body's own solves that the claim let through become records
+        # (tasks' are captured in their workers: verify.convergence)
+        with capture_convergence(ctx.solves):
+            evidence = self.experiment(ctx, **options)
         if not isinstance(evidence, Evidence):
             raise TypeError(f"claim {self.id} returned {type(evidence).__name__}, expected Evidence")
         evidence = replace(evidence, solves=summarize_solves(ctx.solves) or evidence.solves)

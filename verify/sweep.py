@@ -74,6 +74,7 @@ import joblib
 
 from . import cache as _cache
 from .budgets import check_deadline
+from .convergence import attach_records, capture_convergence
 
 __all__ = ["Sweep", "SweepTaskError", "SetupError", "StaleWorkerError", "BACKENDS",
            "NUMERICAL_STACK", "code_version", "dependency_versions"]
@@ -192,15 +193,19 @@ def _execute(task: Callable, params: Mapping, seed: int, index: int, expected: s
     """Run one task in a worker; exceptions come back as data so the parent decides.
 
     ``expected``: the parent's code version; a worker whose own differs does not run the task and
-    answers ``(index, None, worker_version)``. The task runs with one BLAS/OpenMP thread.
+    answers ``(index, None, worker_version)``. The task runs with one BLAS/OpenMP thread; the
+    ConvergenceWarnings it lets through come back as solve records in its result
+    (:mod:`verify.convergence`).
     """
     if expected is not None:
         mine = code_version(task)
         if mine != expected:
             return index, None, mine
     try:
-        with _thread_controller().limit(limits=1):
-            return index, True, task(seed=seed, **params)
+        records: list = []   # ConvergenceWarnings the task let through travel (and cache) with it
+        with _thread_controller().limit(limits=1), capture_convergence(records):
+            value = task(seed=seed, **params)
+        return index, True, attach_records(value, records)
     except Exception as exc:  # noqa: BLE001 - reported to the parent with its traceback
         try:
             pickle.dumps(exc)
