@@ -10,9 +10,9 @@ cache entry) and around the claim's own body, and turns each distinct one into a
 "erratum confirmed") into "inconclusive" and says why.
 
 A claim that runs a solver to its cap on purpose (a rate measured over a fixed number of rounds, a
-divergence that *is* the finding) says so where it calls the solver, by ignoring the warning
-there (``warnings.catch_warnings()`` + ``simplefilter("ignore", ConvergenceWarning)``), which
-documents the intent at the call. Other warnings pass through untouched.
+divergence that *is* the finding) says so where it calls the solver, with
+``with expected_non_convergence():`` (or by ignoring the warning there itself), which documents
+the intent at the call. Other warnings pass through untouched.
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ from typing import Any, Iterator, Mapping
 
 from lowrank_fl.results import ConvergenceWarning
 
-__all__ = ["SOLVES_KEY", "WARNED_STATUS", "capture_convergence", "attach_records"]
+__all__ = ["SOLVES_KEY", "WARNED_STATUS", "capture_convergence", "attach_records",
+           "expected_non_convergence"]
 
 #: reserved key of a task's return dict under which it reports its solve records
 SOLVES_KEY = "__solves__"
@@ -58,6 +59,15 @@ def capture_convergence(sink: list) -> Iterator[None]:
             sink.extend(warning_records(mine))
     for w in others:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+@contextmanager
+def expected_non_convergence() -> Iterator[None]:
+    """Around a run whose failure to converge is part of what the claim measures (its criterion
+    judges the run's outcome itself): its ConvergenceWarnings are not recorded."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        yield
 
 
 def attach_records(result: Any, records: list) -> Any:
