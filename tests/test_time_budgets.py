@@ -302,3 +302,11 @@ def test_other_warnings_pass_through_the_capture():
             for _ in range(2):   # one record per distinct warning and place, with its count
                 warnings.warn("capped", ConvergenceWarning)
     assert [(r["status"], r["count"], r["ok"]) for r in sink] == [("not converged (warning)", 2, False)]
+
+
+def test_budgets_file_is_package_data():
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "budgets.json" in meta["tool"]["setuptools"]["package-data"]["verify"]
+    assert B.BUDGETS_PATH.parent == ROOT / "verify"
