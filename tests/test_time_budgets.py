@@ -310,3 +310,21 @@ def test_budgets_file_is_package_data():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "budgets.json" in meta["tool"]["setuptools"]["package-data"]["verify"]
     assert B.BUDGETS_PATH.parent == ROOT / "verify"
+
+
+def test_budgets_command_writes_the_rule_and_never_replaces_a_foreign_file(tmp_path, capsys):
+    out = tmp_path / "budgets.json"
+    report = ROOT / "reports" / "full" / "results.json"
+    assert B.main([str(report), "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["factor"] == B.FACTOR and doc["floors"] == B.FLOORS
+    assert doc["command"] == "python -m verify.budgets <full report>"   # no machine path recorded
+    written = B.load_budgets(out)
+    committed = B.load_budgets()
+    assert {c: r["full"] for c, r in written.items()} == {c: r["full"] for c, r in committed.items()}
+    assert B.main([str(report), "--out", str(out)]) == 0                 # its own file: replaced
+    foreign = tmp_path / "notes.json"
+    foreign.write_text('{"mine": 1}')
+    assert B.main([str(report), "--out", str(foreign)]) == 2
+    assert foreign.read_text() == '{"mine": 1}'
+    assert "exists and is not a budgets file" in capsys.readouterr().err

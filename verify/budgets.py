@@ -217,7 +217,7 @@ def main(argv=None) -> int:
         try:
             if "budgets" not in json.loads(out.read_text(encoding="utf-8")):
                 raise ValueError
-        except ValueError:
+        except (OSError, ValueError, TypeError):
             print(f"verify.budgets: error: --out {out} exists and is not a budgets file", file=sys.stderr)
             return 2
     doc = {"rule": f"budget = max(floor[scale], {FACTOR:g} x measured seconds), rounded up; a scale "
