@@ -132,7 +132,7 @@ def _budget_evidence(limit: float, source: str, seconds: float) -> Evidence:
     return Evidence(
         verdict=BUDGET_VERDICT,
         summary=f"exceeded time budget: stopped after {seconds:.1f} s (budget {limit:g} s, {source})",
-        measured={"seconds": round(seconds, 3)}, predicted={"budget_s": limit},
+        measured={"seconds": round(seconds, 3)}, predicted={"seconds": f"<= {limit:g} (time budget)"},
         notes=f"The experiment was stopped when its time budget of {limit:g} s ({source}) ran out, "
               "with its workers. A claim that usually finishes well inside its budget and now does "
               "not points at a solver crawling to its iteration caps (or a far slower machine: "
@@ -176,7 +176,9 @@ def run_claims(claims: Sequence[Claim], ctx: Context | None = None, *,
             raise
         except BudgetExceeded:
             seconds = time.perf_counter() - start
-            ctx.sweep.stop_workers()
+            stop = getattr(ctx.sweep, "stop_workers", None)   # kill what still runs the claim's tasks
+            if stop is not None:
+                stop()
             evidence = _budget_evidence(limit, source, seconds)
         except Exception as exc:  # noqa: BLE001 - the run continues, the report shows the error
             evidence = _error_evidence(exc, time.perf_counter() - start)
