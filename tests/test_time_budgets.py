@@ -328,3 +328,34 @@ def test_budgets_command_writes_the_rule_and_never_replaces_a_foreign_file(tmp_p
     assert B.main([str(report), "--out", str(foreign)]) == 2
     assert foreign.read_text() == '{"mine": 1}'
     assert "exists and is not a budgets file" in capsys.readouterr().err
+
+
+def test_outside_the_main_thread_the_sweep_checks_the_deadline_between_tasks():
+    import threading
+
+    from _dummy_tasks import noisy_task
+
+    seen = {}
+
+    def run():
+        try:
+            with B.time_limit(1.0):   # no SIGALRM in this thread: the sweep's own check stops it
+                Sweep().map(noisy_task, [{"x": 0, "sleep": 0.25}], [list(range(40))], label="fedrep.t")
+        except B.BudgetExceeded as exc:
+            seen["stop"] = exc
+
+    sweep_thread = threading.Thread(target=run)
+    sweep_thread.start()
+    sweep_thread.join()
+    assert isinstance(seen.get("stop"), B.BudgetExceeded) and seen["stop"].limit == 1.0
+    assert B.active_deadline() is None
+
+
+def test_nested_limits_keep_the_outer_one():
+    with pytest.raises(B.BudgetExceeded) as exc:
+        with B.time_limit(0.6):
+            with B.time_limit(30.0):   # ends first without firing; the outer one still fires
+                pass
+            while True:
+                sum(range(1000))
+    assert exc.value.limit == 0.6

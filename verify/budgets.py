@@ -137,21 +137,20 @@ def budget_for(claim_id: str, scale: str, mode: str = "auto", number: float | No
 
 
 # ----------------------------------------------------------------------------- enforcement
-_DEADLINE: list = [None]   # monotonic deadline of the running claim (read by the sweep)
-_LIMIT: list = [0.0]       # its budget in seconds (for the message)
+_STATE = threading.local()   # per thread: deadline (monotonic) and limit of the running claim
 
 
 def active_deadline() -> float | None:
-    """Monotonic time at which the running claim's budget ends, or None."""
-    return _DEADLINE[0]
+    """Monotonic time at which this thread's running claim's budget ends, or None."""
+    return getattr(_STATE, "deadline", None)
 
 
 def check_deadline() -> None:
     """Raise :class:`BudgetExceeded` when the running claim is past its deadline (cooperative
     check where no timer signal is available)."""
-    deadline = _DEADLINE[0]
+    deadline = active_deadline()
     if deadline is not None and time.monotonic() > deadline:
-        raise BudgetExceeded(_LIMIT[0])
+        raise BudgetExceeded(_STATE.limit)
 
 
 @contextmanager
@@ -167,22 +166,24 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     if not seconds > 0:
         raise ValueError(f"seconds must be > 0 or None, got {seconds!r}")
     use_signal = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-    saved = (_DEADLINE[0], _LIMIT[0])
-    _DEADLINE[0], _LIMIT[0] = time.monotonic() + seconds, float(seconds)
+    saved = (active_deadline(), getattr(_STATE, "limit", 0.0))
+    _STATE.deadline, _STATE.limit = time.monotonic() + seconds, float(seconds)
     previous = None
     if use_signal:
         def on_alarm(signum, frame):
             raise BudgetExceeded(seconds)
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
+        outer, started = signal.setitimer(signal.ITIMER_REAL, seconds), time.monotonic()
     try:
         yield
     finally:
         if use_signal:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-        _DEADLINE[0], _LIMIT[0] = saved
+            if outer[0] > 0:   # an enclosing timer (a nested limit) keeps what it had left
+                signal.setitimer(signal.ITIMER_REAL, max(outer[0] - (time.monotonic() - started), 1e-3))
+        _STATE.deadline, _STATE.limit = saved
 
 
 # ----------------------------------------------------------------------------- command
