@@ -133,3 +133,76 @@ TWO_MAPS = Claim(id="fedrep.dummy.two_maps", paper="fedrep", reference="eq. (1)"
                  statement="Two maps in one claim.", kind="identity", experiment=_two_maps_experiment)
 REUSE = Claim(id="fedrep.dummy.reuse", paper="fedrep", reference="eq. (2)",
               statement="Reuses another claim's runs.", kind="identity", experiment=_reuse_experiment)
+
+
+def slow_task(seed, log_dir, seconds, busy=False):
+    """Runs ``seconds`` (a stand-in for a solver crawling to its caps), leaving ``start_<pid>`` in
+    ``log_dir`` when it begins and ``finished_<pid>`` if it ever ends. ``busy``: burn CPU in a
+    Python loop of numpy calls instead of sleeping."""
+    import os
+
+    pid = os.getpid()
+    Path(log_dir, f"start_{pid}").touch()
+    end = time.monotonic() + seconds
+    a = np.random.default_rng(seed).standard_normal((20, 20))
+    while time.monotonic() < end:
+        if busy:
+            a = np.linalg.qr(a)[0]
+        else:
+            time.sleep(0.05)
+    Path(log_dir, f"finished_{pid}").touch()
+    return {"pid": pid}
+
+
+def _slow_experiment(ctx, *, log_dir, seconds=120.0, busy=False):
+    # two tasks: a lone task of a local pool runs in the claim's own process (verify.sweep)
+    out = ctx.map(slow_task, [{"log_dir": str(log_dir), "seconds": seconds, "busy": busy}], replicates=2)
+    return Evidence(verdict="holds", summary=f"finished in pids {[r['pid'] for r in out[0]]}")
+
+
+def slow_claim(log_dir, *, seconds=120.0, busy=False, id="flute.dummy.slow") -> Claim:
+    """A claim whose only task runs ``seconds`` (it should be stopped at its budget)."""
+    import functools
+
+    return Claim(id=id, paper=id.split(".")[0], reference="Theorem 8", kind="bound",
+                 statement="A solver that crawls.",
+                 experiment=functools.partial(_slow_experiment, log_dir=log_dir, seconds=seconds,
+                                              busy=busy))
+
+
+def penalized_task(seed, max_iter, as_dict=True, silence=False):
+    """Solve program (7) on a small random instance (K = 3 clients, q = 2, p = 5) with FISTA capped
+    at ``max_iter`` iterations: a small cap is a solve that misses its tolerance."""
+    import warnings
+
+    from lowrank_fl.clair.penalized import solve_penalized
+    from lowrank_fl.results import ConvergenceWarning
+
+    D = np.random.default_rng(seed).standard_normal((6, 5))
+    with warnings.catch_warnings():
+        if silence:   # a claim that runs to the cap on purpose says so here
+            warnings.simplefilter("ignore", ConvergenceWarning)
+        res = solve_penalized(D, 2, 0.3, 0.3, max_iter=max_iter, tol=1e-10)
+    return {"objective": float(res.objective)} if as_dict else float(res.objective)
+
+
+def _lax_experiment(ctx, *, max_iter, in_body=False, as_dict=True, silence=False):
+    """A criterion that never looks at the solves' certificates: it passes on any finite objective."""
+    if in_body:
+        objectives = [penalized_task(ctx.seed(99, 0), max_iter, silence=silence)["objective"]]
+    else:
+        out = ctx.map(penalized_task, [{"max_iter": max_iter, "as_dict": as_dict, "silence": silence}],
+                      replicates=2)
+        objectives = [r["objective"] if as_dict else r for r in out[0]]
+    ok = all(np.isfinite(objectives))
+    return Evidence(verdict=verdict_from(ok), summary=f"objectives {np.round(objectives, 4).tolist()}",
+                    measured={"objectives": objectives})
+
+
+def lax_claim(**options) -> Claim:
+    """A claim whose criterion passes whatever its solves' status (options: see _lax_experiment)."""
+    import functools
+
+    return Claim(id="clair.dummy.lax", paper="clair", reference="eq. (7)", kind="identity",
+                 statement="Program (7) has a finite optimum.",
+                 experiment=functools.partial(_lax_experiment, **options))

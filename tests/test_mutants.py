@@ -87,7 +87,8 @@ def test_every_mutant_is_caught_by_some_claim(tmp_path):
     assert main(["--scale", "smoke", "--out", str(tmp_path), "--jobs", "2"]) == 0
     rows = json.loads((tmp_path / "mutants.json").read_text())
     assert {r["mutant"] for r in rows} == set(CATALOGUE)
-    escaped = {r["mutant"] for r in rows if not r["caught_by"]}
+    # a claim stopped at its time budget (a mutant that makes a solver crawl) catches it too
+    escaped = {r["mutant"] for r in rows if r["escaped"]}
     assert escaped == set(KNOWN_ESCAPES), {
         "newly escaped": sorted(escaped - set(KNOWN_ESCAPES)),
         "now caught (remove from KNOWN_ESCAPES)": sorted(set(KNOWN_ESCAPES) - escaped)}

@@ -123,7 +123,7 @@ def test_results_json_fields(report):
     assert doc["versions"]["clarabel"] == metadata.version("clarabel")
     assert doc["versions"]["joblib"] == joblib.__version__
     assert doc["totals"] == {"holds": 2, "fails": 0, "inconclusive": 1, "erratum confirmed": 1,
-                             "requires torch": 0, "errors": 1, "claims": 4}
+                             "requires torch": 0, "exceeded time budget": 0, "errors": 1, "claims": 4}
     required = {"id", "paper", "reference", "kind", "verdict", "measured", "predicted", "seeds",
                 "seconds", "statement", "summary", "notes", "figure", "table"}
     assert [c["id"] for c in doc["claims"]] == [c.id for c, _ in results]

@@ -33,7 +33,9 @@ Rules the machinery enforces (issue 9 §1):
 
 * **Solve records.** Every solve or run a claim's evidence rests on is reported: a task returns a
   dict with :func:`solve_record` entries under the reserved key :data:`SOLVES_KEY` (``ctx.map``
-  collects and removes them), the claim body calls ``ctx.record_solve(result, tol=...)``.
+  collects and removes them), the claim body calls ``ctx.record_solve(result, tol=...)``. A
+  ``ConvergenceWarning`` that no one handled (a solve stopped at its cap) is captured by the
+  harness and recorded as a non-converged solve (:mod:`verify.convergence`).
   :meth:`Claim.run` summarises them in ``Evidence.solves``; a claim whose evidence rests on a
   non-converged solve (status other than "optimal"/"completed", or a relative gap above its stated
   tolerance) cannot hold or confirm an erratum: its verdict becomes "inconclusive", and the summary
@@ -62,10 +64,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from .convergence import SOLVES_KEY, VALUE_KEY, capture_convergence
+
 __all__ = [
     "KINDS", "VERDICTS", "SCALES", "PAPERS",
     "Evidence", "Claim", "Omitted", "Context",
     "claim", "omit", "REGISTRY", "OMITTED", "verdict_from", "jsonable", "REQUIRES_VERDICT",
+    "BUDGET_VERDICT",
     "missing_requirements",
     "SOLVES_KEY", "CONVERGED_STATUSES", "UNCOUNTED_KINDS", "solve_record", "summarize_solves",
     "enforce_rules",
@@ -74,15 +79,16 @@ __all__ = [
 KINDS = ("identity", "bound", "rate", "scaling", "comparison", "phase transition", "erratum", "remark")
 #: kinds reported but not counted as verified (they check a definition or the verifier's own code)
 UNCOUNTED_KINDS = ("remark",)
-#: reserved key of a task's return dict under which it reports its solve records
-SOLVES_KEY = "__solves__"
 #: statuses of a solve/run that the evidence may rest on
 CONVERGED_STATUSES = ("optimal", "completed")
 #: at most this many non-converged records are kept verbatim in ``Evidence.solves``
 _MAX_LISTED = 10
-VERDICTS = ("holds", "fails", "inconclusive", "erratum confirmed", "requires torch")
+VERDICTS = ("holds", "fails", "inconclusive", "erratum confirmed", "requires torch",
+            "exceeded time budget")
 #: the verdict of a claim whose optional packages (``Claim.requires``) are not installed
 REQUIRES_VERDICT = "requires torch"
+#: the verdict of a claim stopped at its time budget (:mod:`verify.budgets`): it does not hold
+BUDGET_VERDICT = "exceeded time budget"
 SCALES = ("smoke", "quick", "full")
 PAPERS = {
     "clair": "CLAIR: Federated LoRA fine-tuning via collaborative alignment",
@@ -158,6 +164,8 @@ def _pop_solves(result: Any, sink: list) -> Any:
         if isinstance(records, Mapping):
             records = [records]
         sink.extend(dict(r) for r in records)
+        if VALUE_KEY in result:   # a non-dict result that carried captured warnings
+            return result[VALUE_KEY]
         return {k: v for k, v in result.items() if k != SOLVES_KEY}
     return result
 
@@ -224,6 +232,9 @@ class Evidence:
     relaxations : list of dict
         Criteria changed after a run: the original and the relaxed criterion with their outcomes
         (:func:`verify.criteria.relaxation`).
+    budget : dict
+        The time budget the claim ran under (filled in by :func:`verify.runner.run_claims` when
+        budgets are on): ``{"limit_s", "source", "exceeded"}``.
     """
 
     verdict: str
@@ -238,6 +249,7 @@ class Evidence:
     solves: dict = field(default_factory=dict)
     baselines: list = field(default_factory=list)
     relaxations: list = field(default_factory=list)
+    budget: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -248,12 +260,13 @@ class Evidence:
     def to_dict(self) -> dict:
         """JSON-able dict; non-finite numbers are ``null`` and listed in ``nonfinite``
         (JSON pointer relative to this dict -> ``"inf"``, ``"-inf"`` or ``"nan"``). ``solves``,
-        ``baselines`` and ``relaxations`` appear only when used (older JSON stays as it was)."""
+        ``baselines``, ``relaxations`` and ``budget`` appear only when used (older JSON stays as it
+        was)."""
         nonfinite: dict = {}
         d = {"verdict": self.verdict, "summary": self.summary, "measured": self.measured,
              "predicted": self.predicted, "table": self.table, "figure": self.figure,
              "seeds": self.seeds, "seconds": self.seconds, "notes": self.notes}
-        for name in ("solves", "baselines", "relaxations"):
+        for name in ("solves", "baselines", "relaxations", "budget"):
             if getattr(self, name):
                 d[name] = getattr(self, name)
         out = jsonable(d, nonfinite)
@@ -295,8 +308,9 @@ class Claim:
     def run(self, ctx: "Context | None" = None, **options) -> Evidence:
         """Run the experiment under ``ctx`` (default: smoke scale, sequential, no cache).
 
-        The solve records the experiment reported are summarised in ``Evidence.solves``; a
-        non-converged one, or a failed baseline check, turns a "holds" (or "erratum confirmed")
+        The solve records the experiment reported, and the ConvergenceWarnings it let through
+        (:mod:`verify.convergence`), are summarised in ``Evidence.solves``; a non-converged one,
+        or a failed baseline check, turns a "holds" (or "erratum confirmed")
         into "inconclusive" (:func:`enforce_rules`).
         """
         from .plotting import use_style
@@ -311,7 +325,10 @@ class Claim:
                 measured={"missing": missing}, notes="The optional dependencies are not installed.")
         use_style()  # figures drawn by the experiment get the report's style
         start = time.perf_counter()
-        evidence = self.experiment(ctx, **options)
+        # ConvergenceWarnings of the body's own solves that the claim let through become records
+        # (tasks' are captured in their workers: verify.convergence)
+        with capture_convergence(ctx.solves):
+            evidence = self.experiment(ctx, **options)
         if not isinstance(evidence, Evidence):
             raise TypeError(f"claim {self.id} returned {type(evidence).__name__}, expected Evidence")
         evidence = replace(evidence, solves=summarize_solves(ctx.solves) or evidence.solves)

@@ -18,9 +18,14 @@ stops with exit status 2 on a problem. The report is written into a staging dire
 ``--out`` and swapped in at the end: ``--out`` must be new or empty, or hold a previous lowrank-fl
 output (its ``.lowrank-fl-output`` marker) and ``--overwrite`` be given (its old contents are then
 replaced, stale figures included); ``--out`` is locked while the run lasts
-(:mod:`lowrank_fl.outdir`). Exit
-status: 0; 1 when an experiment raised, or with ``--strict`` when a claim fails; 2 for a set-up
-error; 130 after Ctrl-C (rerunning the same command resumes from the cache).
+(:mod:`lowrank_fl.outdir`). Exit status: 0; 1 when an experiment raised or a claim exceeded its
+time budget, or with ``--strict`` when a claim fails; 2 for a set-up error; 130 after Ctrl-C
+(rerunning the same command resumes from the cache).
+
+Time budgets (:mod:`verify.budgets`): each claim is stopped at its budget for the scale (from
+``verify/budgets.json``: its measured runtime times 10, with a floor), gets the verdict "exceeded
+time budget" and the run goes on; ``--time-budget`` sets every claim's budget in seconds
+(``90``, ``90s``), scales the table's (``3x``) or turns budgets off (``off``).
 
 Progress: with a terminal on stdout and stderr, tqdm bars per map of tasks; otherwise one log line
 per claim on stderr.
@@ -37,7 +42,7 @@ import sys
 import time
 from pathlib import Path
 
-from .claim import OMITTED, PAPERS, REGISTRY, REQUIRES_VERDICT, SCALES, Context
+from .claim import BUDGET_VERDICT, OMITTED, PAPERS, REGISTRY, REQUIRES_VERDICT, SCALES, Context
 from .sweep import BACKENDS, SetupError, Sweep
 
 log = logging.getLogger("verify")
@@ -45,7 +50,8 @@ log = logging.getLogger("verify")
 __all__ = ["add_parsers", "main", "lowrank_fl_main", "build_parser", "default_cache_dir",
            "build_verify_parser", "EXIT_EXPERIMENT"]
 
-#: Exit status of ``verify`` when an experiment raised (or, with ``--strict``, a claim fails).
+#: Exit status of ``verify`` when an experiment raised or a claim exceeded its time budget (or,
+#: with ``--strict``, a claim fails).
 EXIT_EXPERIMENT = 1
 
 
@@ -81,6 +87,12 @@ def _add_verify_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true",
                    help="also exit with status 1 when a claim fails (an experiment that raises "
                         "always does)")
+    p.add_argument("--time-budget", type=_time_budget, default=("auto", None), metavar="BUDGET",
+                   help="time budget per claim: 'auto' (default: the claim's measured runtime at "
+                        "this scale x 10, at least 60/120/300 s for smoke/quick/full; "
+                        "verify/budgets.json), N or Ns (N seconds for every claim), Nx (N times "
+                        "the auto budget) or 'off'. A claim past its budget is stopped with its "
+                        "workers, gets the verdict 'exceeded time budget' and the exit status is 1")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="report directory (README.md, index.html, figures/, results.json); new "
                         "or empty unless --overwrite")
@@ -98,6 +110,15 @@ def _seed(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an int >= 0, got {value}")
     return value
+
+
+def _time_budget(text: str) -> tuple:
+    from .budgets import parse_time_budget
+
+    try:
+        return parse_time_budget(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("--time-budget must be", "must be")) from None
 
 
 def _directory(text: str) -> Path:
@@ -274,6 +295,7 @@ def cmd_verify(args) -> int:
     """Handler of ``lowrank-fl verify``."""
     from threadpoolctl import threadpool_limits
 
+    from .budgets import budget_for, load_budgets
     from .report.write import write_report
     from .runner import ERROR_PREFIX, run_claims
 
@@ -283,6 +305,12 @@ def cmd_verify(args) -> int:
     log.info("verify: %d claims at scale %s, backend %s (jobs %s), cache %s%s", len(claims),
              args.scale, backend, args.jobs, cache_dir or "off", " (refresh)" if args.refresh else "")
 
+    mode, number = args.time_budget
+    table = load_budgets() if mode in ("auto", "factor") else {}
+
+    def budgets(c):
+        return budget_for(c.id, args.scale, mode, number, table)
+
     def on_result(k, n, c, e):
         log.info("[%d/%d] %s: %s (%.1f s) - %s", k, n, c.id, e.verdict, e.seconds, e.summary)
 
@@ -291,7 +319,7 @@ def cmd_verify(args) -> int:
         # tasks pin their own threads; the claims' own numerics run here, pinned the same way
         with sweep, threadpool_limits(limits=1):
             ctx = Context(scale=args.scale, sweep=sweep, out_dir=staging.dir, base_seed=args.seed)
-            results = run_claims(claims, ctx, on_result=on_result)
+            results = run_claims(claims, ctx, on_result=on_result, budgets=budgets)
         papers = set(args.paper or PAPERS)
         omitted = [o for o in OMITTED.values() if o.paper in papers]
         paths = write_report(results, staging.dir, args.scale, omitted, meta={
@@ -310,16 +338,23 @@ def cmd_verify(args) -> int:
     for key in ("markdown", "html", "json"):
         print(Path(args.out) / Path(paths[key]).resolve().relative_to(staging.dir.resolve()))
     counts = {v: sum(e.verdict == v for _, e in results)
-              for v in ("holds", "fails", "inconclusive", "erratum confirmed", REQUIRES_VERDICT)}
+              for v in ("holds", "fails", "inconclusive", "erratum confirmed", REQUIRES_VERDICT,
+                        BUDGET_VERDICT)}
     errors = [c.id for c, e in results if e.summary.startswith(ERROR_PREFIX)]
     log.info("verify: %d holds, %d fails, %d inconclusive (%d errors), %d erratum confirmed, "
-             "%d %s; %d tasks run, %d from cache%s; report in %s", counts["holds"], counts["fails"],
-             counts["inconclusive"], len(errors), counts["erratum confirmed"],
-             counts[REQUIRES_VERDICT], REQUIRES_VERDICT, sweep.executed,
+             "%d %s, %d %s; %d tasks run, %d from cache%s; report in %s", counts["holds"],
+             counts["fails"], counts["inconclusive"], len(errors), counts["erratum confirmed"],
+             counts[REQUIRES_VERDICT], REQUIRES_VERDICT, counts[BUDGET_VERDICT], BUDGET_VERDICT,
+             sweep.executed,
              sweep.reused, f", {sweep.invalid} invalid entries recomputed" if sweep.invalid else "",
              out)
+    stopped = [c.id for c, e in results if e.verdict == BUDGET_VERDICT]
+    if stopped:
+        log.info("verify: stopped at their time budget: %s (exit status %d)", ", ".join(stopped),
+                 EXIT_EXPERIMENT)
     if errors:
         log.info("verify: experiments raised in %s (exit status %d)", ", ".join(errors), EXIT_EXPERIMENT)
+    if errors or stopped:
         return EXIT_EXPERIMENT
     if args.strict and counts["fails"]:
         return EXIT_EXPERIMENT

@@ -7,6 +7,10 @@ reading task results from the cache is run once more with those tasks recomputed
 passed validation but does not fit the experiment must not make a claim permanently
 inconclusive). Setup errors (:class:`verify.sweep.SetupError`: backend, scheduler, cache, stale
 workers) are not evidence: they stop the run.
+
+With ``budgets``, each claim runs under its time budget (:mod:`verify.budgets`): a claim past it
+is stopped (its in-process work interrupted, the sweep's workers killed), becomes Evidence with
+verdict :data:`verify.claim.BUDGET_VERDICT` and the time it ran, and the run goes on.
 """
 from __future__ import annotations
 
@@ -16,10 +20,12 @@ import re
 import time
 import traceback
 from importlib import import_module
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .claim import PAPERS, REGISTRY, Claim, Context, Evidence
+from .budgets import BudgetExceeded, time_limit
+from .claim import BUDGET_VERDICT, PAPERS, REGISTRY, Claim, Context, Evidence
 from .sweep import SetupError
 
 __all__ = ["load_modules", "select_claims", "run_claims", "ERROR_PREFIX"]
@@ -122,8 +128,21 @@ def _run_one(c: Claim, ctx: Context, options) -> Evidence:
         sweep.refresh = False
 
 
+def _budget_evidence(limit: float, source: str, seconds: float) -> Evidence:
+    return Evidence(
+        verdict=BUDGET_VERDICT,
+        summary=f"exceeded time budget: stopped after {seconds:.1f} s (budget {limit:g} s, {source})",
+        measured={"seconds": round(seconds, 3)}, predicted={"seconds": f"<= {limit:g} (time budget)"},
+        notes=f"The experiment was stopped when its time budget of {limit:g} s ({source}) ran out, "
+              "with its workers. A claim that usually finishes well inside its budget and now does "
+              "not points at a solver crawling to its iteration caps (or a far slower machine: "
+              "raise the budgets with --time-budget 3x).",
+        seconds=round(seconds, 3), budget={"limit_s": limit, "source": source, "exceeded": True})
+
+
 def run_claims(claims: Sequence[Claim], ctx: Context | None = None, *,
                on_result: Callable[[int, int, Claim, Evidence], None] | None = None,
+               budgets: Callable[[Claim], tuple] | None = None,
                **options) -> list[tuple[Claim, Evidence]]:
     """Run each claim under ``ctx`` (scale, sweep, out_dir, base seed).
 
@@ -134,6 +153,9 @@ def run_claims(claims: Sequence[Claim], ctx: Context | None = None, *,
         Default: smoke scale, sequential, no cache.
     on_result : callable, optional
         Called as ``on_result(k, total, claim, evidence)`` after each claim (progress output).
+    budgets : callable, optional
+        ``budgets(claim) -> (seconds or None, source)``: the claim's time budget and where it came
+        from (:func:`verify.budgets.budget_for`); ``None`` (default): no budgets.
     **options
         Passed to every claim's experiment (rarely useful outside tests).
 
@@ -145,13 +167,23 @@ def run_claims(claims: Sequence[Claim], ctx: Context | None = None, *,
     ctx = ctx or Context()
     results = []
     for k, c in enumerate(claims, 1):
+        limit, source = budgets(c) if budgets is not None else (None, "")
         start = time.perf_counter()
         try:
-            evidence = _run_one(c, ctx, options)
+            with time_limit(limit):
+                evidence = _run_one(c, ctx, options)
         except SetupError:
             raise
+        except BudgetExceeded:
+            seconds = time.perf_counter() - start
+            stop = getattr(ctx.sweep, "stop_workers", None)   # kill what still runs the claim's tasks
+            if stop is not None:
+                stop()
+            evidence = _budget_evidence(limit, source, seconds)
         except Exception as exc:  # noqa: BLE001 - the run continues, the report shows the error
             evidence = _error_evidence(exc, time.perf_counter() - start)
+        if limit is not None and not evidence.budget:
+            evidence = replace(evidence, budget={"limit_s": limit, "source": source, "exceeded": False})
         results.append((c, evidence))
         if on_result is not None:
             on_result(k, len(claims), c, evidence)

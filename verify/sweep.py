@@ -73,6 +73,8 @@ from typing import Any, Callable, Mapping, Sequence
 import joblib
 
 from . import cache as _cache
+from .budgets import check_deadline
+from .convergence import attach_records, capture_convergence
 
 __all__ = ["Sweep", "SweepTaskError", "SetupError", "StaleWorkerError", "BACKENDS",
            "NUMERICAL_STACK", "code_version", "dependency_versions"]
@@ -191,15 +193,19 @@ def _execute(task: Callable, params: Mapping, seed: int, index: int, expected: s
     """Run one task in a worker; exceptions come back as data so the parent decides.
 
     ``expected``: the parent's code version; a worker whose own differs does not run the task and
-    answers ``(index, None, worker_version)``. The task runs with one BLAS/OpenMP thread.
+    answers ``(index, None, worker_version)``. The task runs with one BLAS/OpenMP thread; the
+    ConvergenceWarnings it lets through come back as solve records in its result
+    (:mod:`verify.convergence`).
     """
     if expected is not None:
         mine = code_version(task)
         if mine != expected:
             return index, None, mine
     try:
-        with _thread_controller().limit(limits=1):
-            return index, True, task(seed=seed, **params)
+        records: list = []   # ConvergenceWarnings the task let through travel (and cache) with it
+        with _thread_controller().limit(limits=1), capture_convergence(records):
+            value = task(seed=seed, **params)
+        return index, True, attach_records(value, records)
     except Exception as exc:  # noqa: BLE001 - reported to the parent with its traceback
         try:
             pickle.dumps(exc)
@@ -294,6 +300,28 @@ class Sweep:
         if self._own_cluster is not None:
             self._own_cluster.close()
             self._own_cluster = None
+
+    def stop_workers(self) -> None:
+        """Kill the workers of a process backend, stopping whatever task they run (a claim past
+        its time budget). loky: the reusable executor's processes are killed (joblib starts new
+        ones on the next map). dask: the client's workers are restarted by their nannies (every
+        task on the cluster is stopped; workers without a nanny cannot be stopped, only their
+        queued tasks dropped). Sequential: nothing runs outside this process."""
+        if self.backend == "loky":
+            from joblib.externals.loky import reusable_executor
+
+            executor = reusable_executor._executor
+            if executor is not None:
+                executor.shutdown(wait=True, kill_workers=True)
+        elif self.backend == "dask":
+            client = self._client or self._own_client
+            if client is None:
+                return
+            try:
+                client.restart(wait_for_workers=False)
+            except Exception as exc:  # noqa: BLE001 - e.g. workers without nannies
+                log.warning("could not restart the dask workers after a time budget ran out: %s: %s",
+                            type(exc).__name__, exc)
 
     def __repr__(self) -> str:
         return (f"Sweep(backend={self.backend!r}, n_jobs={self.n_jobs}, cache_dir={self.cache_dir}, "
@@ -423,8 +451,8 @@ class Sweep:
         # one task on a local pool gains nothing from a worker but pays the transfer
         in_process = self.backend == "sequential" or (
             len(todo) == 1 and self.scheduler is None and self._client is None)
-        if in_process:
-            return (_execute(task, jobs[n][2], jobs[n][3], n) for n in todo)
+        if in_process:  # the deadline is checked before each task (a timer signal may be missing)
+            return (_execute(task, jobs[n][2], jobs[n][3], n) for n in todo if check_deadline() is None)
         expected = code_version(task)  # the worker checks its own against it
         calls = (joblib.delayed(_execute)(task, jobs[n][2], jobs[n][3], n, expected) for n in todo)
         if self.backend == "loky":
@@ -516,6 +544,7 @@ class Sweep:
                 out[i][j] = value
                 self.executed += 1
                 bar.update(1)
+                check_deadline()
         finally:
             close = getattr(results, "close", None)
             if close is not None:

@@ -4,7 +4,8 @@ Runs every mutant of the catalogue (or those named with ``--mutant``) against th
 papers whose code it breaks, prints which claims caught it, and writes ``DIR/mutants.json``: a
 list of objects with ``mutant``, ``target``, ``description``, ``papers``, ``caught_by`` (claim ids
 whose verdict changed), ``errored_in`` (the subset whose experiment raised), ``claims_run``,
-``escaped`` and ``seconds``. Exit status 0; 1 with ``--strict`` when a mutant escapes every
+``escaped``, ``seconds`` (the mutant's run time), ``stopped_by_budget`` (claims stopped at their
+time budget, not counted in ``caught_by``) and ``caught_by_budget`` (all of them were). Exit status 0; 1 with ``--strict`` when a mutant escapes every
 claim; 2 on bad input.
 
 ``--target tests`` runs each mutant that names covering test files against those files instead
@@ -20,17 +21,19 @@ from pathlib import Path
 from ..claim import SCALES
 
 
-def _run_one(mutant_id: str, baseline: dict, scale: str, seed: int) -> dict:
+def _run_one(mutant_id: str, baseline: dict, scale: str, seed: int,
+             time_budget: tuple = ("auto", None)) -> dict:
     from .catalogue import CATALOGUE
     from .harness import run_mutant
 
-    return run_mutant(CATALOGUE[mutant_id], baseline, scale, seed).to_dict()
+    return run_mutant(CATALOGUE[mutant_id], baseline, scale, seed, time_budget=time_budget).to_dict()
 
 
-def _baseline_chunk(paper: str, ids: list, scale: str, seed: int) -> dict:
+def _baseline_chunk(paper: str, ids: list, scale: str, seed: int,
+                    time_budget: tuple = ("auto", None)) -> dict:
     from .harness import baseline_verdicts
 
-    return baseline_verdicts([paper], scale, seed, ids=ids)
+    return baseline_verdicts([paper], scale, seed, ids=ids, time_budget=time_budget)
 
 
 def main(argv=None) -> int:
@@ -55,6 +58,9 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="--target tests: seconds per pytest run (default 900)")
     parser.add_argument("--root", default=".", help="--target tests: repository root (default .)")
+    parser.add_argument("--time-budget", default="auto", metavar="BUDGET",
+                        help="per-claim time budget as in `lowrank-fl verify --time-budget` "
+                             "(auto, off, N seconds, Nx)")
     args = parser.parse_args(argv)
     if args.target == "tests":
         return _tests_target(args)
@@ -62,6 +68,13 @@ def main(argv=None) -> int:
     unknown = [m for m in args.mutant if m not in CATALOGUE]
     if unknown:
         print(f"verify.mutants: error: unknown --mutant {unknown[0]!r}", file=sys.stderr)
+        return 2
+    from ..budgets import parse_time_budget
+
+    try:
+        budget = parse_time_budget(args.time_budget)
+    except ValueError as exc:
+        print(f"verify.mutants: error: {exc}", file=sys.stderr)
         return 2
     if args.jobs < 1:
         print("verify.mutants: error: --jobs must be >= 1", file=sys.stderr)
@@ -81,18 +94,24 @@ def main(argv=None) -> int:
           f"{args.scale} scale ...", flush=True)
     parallel = Parallel(n_jobs=args.jobs, backend="loky" if args.jobs > 1 else "sequential")
     baseline = {}
-    for chunk in parallel(delayed(_baseline_chunk)(paper, sorted(ids), args.scale, args.seed)
+    for chunk in parallel(delayed(_baseline_chunk)(paper, sorted(ids), args.scale, args.seed, budget)
                           for paper, ids in sorted(needed.items())):
         baseline.update(chunk)
-    rows = parallel(delayed(_run_one)(m.id, baseline, args.scale, args.seed) for m in chosen)
+    rows = parallel(delayed(_run_one)(m.id, baseline, args.scale, args.seed, budget) for m in chosen)
     out.mkdir(parents=True, exist_ok=True)
     (out / "mutants.json").write_text(json.dumps(rows, indent=2) + "\n")
     width = max(len(r["mutant"]) for r in rows)
     for r in rows:
-        caught = ", ".join(r["caught_by"]) if r["caught_by"] else "ESCAPED"
-        print(f"{r['mutant']:<{width}}  {len(r['caught_by']):>3}/{r['claims_run']:<3}  {caught}")
+        caught = ", ".join(r["caught_by"]) if r["caught_by"] else "" if r["stopped_by_budget"] else "ESCAPED"
+        budget_note = (f"  [stopped at their time budget: {', '.join(r['stopped_by_budget'])}"
+                       + ("; caught by the budget]" if r["caught_by_budget"] else "]")
+                       if r["stopped_by_budget"] else "")
+        print(f"{r['mutant']:<{width}}  {len(r['caught_by']):>3}/{r['claims_run']:<3}  {r['seconds']:7.1f} s  "
+              f"{caught}{budget_note}")
     escaped = [r["mutant"] for r in rows if r["escaped"]]
+    by_budget = [r["mutant"] for r in rows if r["caught_by_budget"]]
     print(f"{len(rows) - len(escaped)}/{len(rows)} mutants caught"
+          + (f" ({len(by_budget)} by the time budget alone: {', '.join(by_budget)})" if by_budget else "")
           + (f"; escaped: {', '.join(escaped)}" if escaped else ""))
     return 1 if (args.strict and escaped) else 0
 

@@ -8,7 +8,10 @@ class) that refers to it, and restores each one on exit. The working tree is nev
 
 A mutant is *caught* by a claim when the claim's verdict under the mutant differs from its
 verdict on the unmodified library at the same scale and seeds (an experiment that raises under
-the mutant counts, and is listed separately as ``errored_in``).
+the mutant counts, and is listed separately as ``errored_in``). Claims run under their time
+budgets (:mod:`verify.budgets`); a claim stopped at its budget is listed in ``stopped_by_budget``
+(not in ``caught_by``), and a mutant whose claims were *all* stopped is ``caught_by_budget``: a
+bug that makes the solvers crawl is caught by the clock, not by a verdict.
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, NamedTuple, Sequence
 
-from ..claim import REGISTRY, Claim, Context, Evidence
+from ..budgets import budget_for, load_budgets
+from ..claim import BUDGET_VERDICT, REGISTRY, Claim, Context, Evidence
 from ..runner import ERROR_PREFIX, load_modules, run_claims, select_claims
 
 __all__ = ["Mutant", "MutantOutcome", "apply", "resolve", "claims_for", "baseline_verdicts", "run_mutant"]
@@ -71,16 +75,23 @@ class MutantOutcome:
     errored_in: list = field(default_factory=list)
     claims_run: int = 0
     seconds: float = 0.0
+    stopped_by_budget: list = field(default_factory=list)
+
+    @property
+    def caught_by_budget(self) -> bool:
+        """Every claim run under the mutant was stopped at its time budget."""
+        return bool(self.claims_run) and len(self.stopped_by_budget) == self.claims_run
 
     @property
     def escaped(self) -> bool:
-        return not self.caught_by
+        return not self.caught_by and not self.stopped_by_budget
 
     def to_dict(self) -> dict:
         return {"mutant": self.mutant, "target": self.target, "description": self.description,
                 "papers": self.papers, "caught_by": self.caught_by, "errored_in": self.errored_in,
                 "claims_run": self.claims_run, "escaped": self.escaped,
-                "seconds": round(self.seconds, 2)}
+                "seconds": round(self.seconds, 2), "stopped_by_budget": self.stopped_by_budget,
+                "caught_by_budget": self.caught_by_budget}
 
 
 def resolve(target: str):
@@ -203,35 +214,45 @@ def claims_for(mutant: Mutant) -> list[Claim]:
     return [c for c in chosen if not getattr(c, "requires", ())]
 
 
-def _verdicts(claims: Sequence[Claim], scale: str, base_seed: int) -> dict[str, Evidence]:
+def _verdicts(claims: Sequence[Claim], scale: str, base_seed: int,
+              time_budget: tuple = ("auto", None)) -> dict[str, Evidence]:
     ctx = Context(scale=scale, base_seed=base_seed)   # sequential, no cache: a mutant's results
-    return {c.id: e for c, e in run_claims(claims, ctx)}   # must never be stored under the code key
+    mode, number = time_budget                         # must never be stored under the code key
+    table = load_budgets() if mode in ("auto", "factor") else {}
+    return {c.id: e for c, e in run_claims(
+        claims, ctx, budgets=lambda c: budget_for(c.id, scale, mode, number, table))}
 
 
 def baseline_verdicts(papers: Sequence[str], scale: str, base_seed: int = 0, *,
-                      ids: Sequence[str] | None = None) -> dict[str, str]:
+                      ids: Sequence[str] | None = None,
+                      time_budget: tuple = ("auto", None)) -> dict[str, str]:
     """Verdicts of the claims of ``papers`` (only ``ids``, exact ids or globs, when given) on the
     unmodified library."""
     load_modules("verify.claims", papers, required=True)
     claims = select_claims(REGISTRY, papers=list(papers), ids=list(ids) if ids else None)
-    return {cid: e.verdict for cid, e in _verdicts(claims, scale, base_seed).items()}
+    return {cid: e.verdict for cid, e in _verdicts(claims, scale, base_seed, time_budget).items()}
 
 
 def run_mutant(mutant: Mutant, baseline: dict[str, str], scale: str,
-               base_seed: int = 0) -> MutantOutcome:
-    """Run the mutant's claims under the patch and compare with ``baseline`` verdicts."""
+               base_seed: int = 0, *, time_budget: tuple = ("auto", None)) -> MutantOutcome:
+    """Run the mutant's claims under the patch and compare with ``baseline`` verdicts.
+
+    ``time_budget``: ``(mode, number)`` as :func:`verify.budgets.parse_time_budget` returns it.
+    """
     claims = claims_for(mutant)
     missing = [c.id for c in claims if c.id not in baseline]
     if missing:
         raise ValueError(f"baseline has no verdict for {missing[:3]}")
     start = time.perf_counter()
     with apply(mutant):
-        evidence = _verdicts(claims, scale, base_seed)
+        evidence = _verdicts(claims, scale, base_seed, time_budget)
     outcome = MutantOutcome(mutant=mutant.id, target=mutant.target,
                             description=mutant.description, papers=list(mutant.papers),
                             claims_run=len(claims), seconds=time.perf_counter() - start)
     for cid, ev in evidence.items():
-        if ev.verdict != baseline[cid]:
+        if ev.verdict == BUDGET_VERDICT and baseline[cid] != BUDGET_VERDICT:
+            outcome.stopped_by_budget.append(cid)
+        elif ev.verdict != baseline[cid]:
             outcome.caught_by.append(cid)
             if ev.summary.startswith(ERROR_PREFIX):
                 outcome.errored_in.append(cid)

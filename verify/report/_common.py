@@ -8,8 +8,16 @@ from ..runner import ERROR_PREFIX
 from .values import columns as table_columns
 from .values import fmt
 
-__all__ = ["fmt", "by_paper", "totals", "totals_by_paper", "is_error", "table_columns", "kv_rows",
+__all__ = ["fmt", "count_columns", "by_paper", "totals", "totals_by_paper", "is_error", "table_columns", "kv_rows",
            "omitted_sorted", "non_holds", "remarks", "check_lines", "anchor", "svg_twin", "VERDICT_LEGEND", "KIND_LEGEND"]
+
+
+def count_columns(results: Sequence[tuple[Claim, Evidence]]) -> list[str]:
+    """Columns of the counts table: ``claims``, the verdicts, ``omitted``; "exceeded time budget"
+    only when some claim was stopped at its budget (the usual report keeps its columns)."""
+    shown = [v for v in VERDICTS if v != "exceeded time budget"
+             or any(e.verdict == v for _, e in results)]
+    return ["claims", *shown, "omitted"]
 
 
 def is_error(evidence: Evidence) -> bool:
@@ -80,7 +88,7 @@ def totals_by_paper(results: Sequence[tuple[Claim, Evidence]], omitted: Iterable
 
 def non_holds(results: Sequence[tuple[Claim, Evidence]]) -> list[tuple[Claim, Evidence]]:
     """The results whose verdict is not "holds": fails first, then inconclusive, then errata."""
-    rank = {"fails": 0, "inconclusive": 1, "erratum confirmed": 2}
+    rank = {"fails": 0, "exceeded time budget": 0, "inconclusive": 1, "erratum confirmed": 2}
     picked = [(i, c, e) for i, (c, e) in enumerate(results) if e.verdict != "holds"]
     return [(c, e) for _, c, e in sorted(picked, key=lambda t: (rank.get(t[2].verdict, 3), t[0]))]
 
@@ -98,6 +106,9 @@ VERDICT_LEGEND = {
                     "\"inconclusive (error)\" when the experiment raised, with its traceback.",
     "erratum confirmed": "the paper's statement is wrong as printed; the experiment reproduces the "
                          "error (and checks the corrected version beside it).",
+    "exceeded time budget": "the experiment was stopped at its time budget (its measured runtime "
+                            "times a factor, see verify/budgets.py): it does not hold; a solver "
+                            "crawling to its iteration caps is the usual cause.",
 }
 
 #: What each claim kind checks.
@@ -129,6 +140,10 @@ def check_lines(evidence: Evidence) -> list[str]:
         out.append(f"Baseline check — {b['what']}: {fmt(b['value'])} vs its reference "
                    f"{fmt(b['reference'])} (tolerance {fmt(b['atol'])} + {fmt(b['rtol'])}·|ref|): "
                    + ("reached" if b["ok"] else "NOT reached, so the comparison is undecided") + ".")
+    if evidence.budget.get("exceeded"):
+        b = evidence.budget
+        out.append(f"Time budget: {fmt(b['limit_s'])} s ({b['source']}); the experiment was stopped "
+                   f"after {evidence.seconds:.1f} s, with its workers.")
     for r in evidence.relaxations:
         out.append(f"Criterion changed after a run — original: {r['original']} ({r['original_outcome']}); "
                    f"relaxed: {r['relaxed']} ({r['relaxed_outcome']}); why: {r['reason'].rstrip('.')}.")

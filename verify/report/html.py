@@ -12,9 +12,9 @@ from html import escape
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted
+from ..claim import PAPERS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, VERDICT_LEGEND, anchor, by_paper, is_error, kv_rows,
-                      check_lines, non_holds, omitted_sorted, remarks, svg_twin, table_columns, totals,
+                      check_lines, count_columns, non_holds, omitted_sorted, remarks, svg_twin, table_columns, totals,
                       totals_by_paper)
 from .provenance import git_text
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
@@ -46,6 +46,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 .v{font-weight:bold;padding:.1em .45em;border-radius:.3em;white-space:nowrap}
 .holds{background:#d8f0d8;color:#175217} .fails{background:#f6d5d5;color:#7a1212}
 .inconclusive{background:#eee;color:#444} .requires{background:#dde6f5;color:#1d3a6b} .erratum{background:#fbe8c8;color:#6b4300}
+.budget{background:#f3d0e8;color:#6b1250}
 .error{background:#f6d5d5;color:#7a1212;border:1px dashed #7a1212}
 .claim{border:1px solid #ddd;border-radius:.4em;padding:.4em 1em;margin:1em 0}
 .claim h3 a.back{font-size:.75em;font-weight:normal;margin-left:.6em}
@@ -62,7 +63,8 @@ dl.legend dt{font-weight:bold;margin-top:.3em} dl.legend dd{margin-left:1.5em}
 def _badge(e: Evidence) -> str:
     if is_error(e):
         return '<span class="v error">inconclusive (error)</span>'
-    cls = {"erratum confirmed": "erratum", "requires torch": "requires"}.get(e.verdict, e.verdict)
+    cls = {"erratum confirmed": "erratum", "requires torch": "requires",
+           "exceeded time budget": "budget"}.get(e.verdict, e.verdict)
     return f'<span class="v {cls}">{escape(e.verdict)}</span>'
 
 
@@ -146,7 +148,7 @@ def _claim(c: Claim, e: Evidence, figure_root: Path | None) -> str:
 
 def _counts(results, omitted) -> str:
     per = totals_by_paper(results, omitted)
-    cols = ["claims", *VERDICTS, "omitted"]
+    cols = count_columns(results)
     rows = []
     for paper, t in per.items():
         name = escape(SHORT_NAMES.get(paper, paper))
@@ -159,7 +161,8 @@ def _counts(results, omitted) -> str:
 def _legend(items: Mapping[str, str], badges: bool) -> str:
     out = ['<dl class="legend">']
     for k, text in items.items():
-        label = (f'<span class="v {"erratum" if k == "erratum confirmed" else k}">{escape(k)}</span>'
+        cls = {"erratum confirmed": "erratum", "exceeded time budget": "budget"}.get(k, k)
+        label = (f'<span class="v {cls}">{escape(k)}</span>'
                  if badges else f"<code>{escape(k)}</code>")
         out.append(f"<dt>{label}</dt><dd>{escape(text)}</dd>")
     return "".join(out) + "</dl>"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted
+from ..claim import PAPERS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, VERDICT_LEGEND, anchor, by_paper, is_error, kv_rows,
-                      check_lines, non_holds, omitted_sorted, remarks, table_columns, totals, totals_by_paper)
+                      check_lines, count_columns, non_holds, omitted_sorted, remarks, table_columns, totals, totals_by_paper)
 from .provenance import git_text
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt, fmt_number, is_records
@@ -147,7 +147,7 @@ def render_markdown(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
               + (f" Remarks (kind *remark*: reported, not "
                  f"counted as verified): {', '.join(remarks(results))}." if remarks(results) else ""),
               ""]
-    cols = ["claims", *VERDICTS, "omitted"]
+    cols = count_columns(results)
     per = totals_by_paper(results, omitted)
     rows = [[SHORT_NAMES.get(p, p), *[c.get(k, 0) for k in cols]] for p, c in per.items()]
     all_t = {**t, "omitted": len(omitted)}
