@@ -53,9 +53,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..clair import pairs
+from ..clair.factored import PairContrasts
 from .io import ModuleFactors
 
-__all__ = ["ReducedModule", "reduce_module", "pair_blocks", "RANK_RTOL"]
+__all__ = ["ReducedModule", "reduce_module", "pair_blocks", "pair_factors", "RANK_RTOL"]
 
 #: Singular values of the stacked factors below ``max(RANK_RTOL, 3e-7) * sigma_1`` are treated
 #: as exact zeros (rank-deficient factors; :func:`_basis`); the energy they carry is reported.
@@ -204,3 +205,20 @@ def pair_blocks(red: ReducedModule) -> tuple[np.ndarray, int]:
     R = np.linalg.qr(np.concatenate([red.Y[P[:, 0]], red.Y[P[:, 1]]], axis=2), mode="r")
     Dpp = R[:, :, :rmax] @ red.X[P[:, 0]] - R[:, :, rmax:] @ red.X[P[:, 1]]   # (G, h, p′)
     return Dpp.reshape(-1, pp), 2 * rmax
+
+
+def pair_factors(red: ReducedModule) -> PairContrasts:
+    """The blocks of :func:`pair_blocks` in factored form, ``D″_g = T_g [X_j; X_k]``
+    (:class:`~lowrank_fl.clair.factored.PairContrasts`): ``T_g = [R_g[:, :r], -R_g[:, r:]]``
+    from the same batched QR of ``[Y_j, Y_k]`` (``h = 2 r_max``), or ``T_g = [Y_j, -Y_k]``
+    (``h = q′``) when ``2 r_max >= q′``. ``O(G r^2 + K r p′)`` numbers instead of
+    ``G h p′``."""
+    K, qp, pp = red.M.shape
+    P = pairs(K)
+    rmax = red.Y.shape[2]
+    if 2 * rmax >= qp:
+        T = np.concatenate([red.Y[P[:, 0]], -red.Y[P[:, 1]]], axis=2)
+    else:
+        T = np.linalg.qr(np.concatenate([red.Y[P[:, 0]], red.Y[P[:, 1]]], axis=2), mode="r")
+        T[:, :, rmax:] *= -1.0
+    return PairContrasts(T=T, X=red.X)
