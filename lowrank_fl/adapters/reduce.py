@@ -208,17 +208,24 @@ def pair_blocks(red: ReducedModule) -> tuple[np.ndarray, int]:
 
 
 def pair_factors(red: ReducedModule) -> PairContrasts:
-    """The blocks of :func:`pair_blocks` in factored form, ``D″_g = T_g [X_j; X_k]``
-    (:class:`~lowrank_fl.clair.factored.PairContrasts`): ``T_g = [R_g[:, :r], -R_g[:, r:]]``
-    from the same batched QR of ``[Y_j, Y_k]`` (``h = 2 r_max``), or ``T_g = [Y_j, -Y_k]``
-    (``h = q′``) when ``2 r_max >= q′``. ``O(G r^2 + K r p′)`` numbers instead of
-    ``G h p′``."""
+    """The blocks of :func:`pair_blocks` in factored form ``D_g = T_g [X_j; X_k]``
+    (:class:`~lowrank_fl.clair.factored.PairContrasts`), equivalent for program (7).
+
+    ``D′_g = [Y_j, -Y_k] [X_j; X_k]``; any ``T_g`` with the same Gram
+    ``T_g^T T_g = [Y_j, -Y_k]^T [Y_j, -Y_k]`` differs from ``[Y_j, -Y_k]`` by a left isometry
+    on its range, which leaves (7) unchanged (the argument of this module's docstring, with
+    ``E_g`` that isometry). We take ``T_g = Λ_g^{1/2} Q_g^T`` (2 r_max × 2 r_max) from the
+    eigendecomposition of that Gram, itself a sub-block of the clients' (K r × K r) Gram of the
+    ``Y_k``: ``O(K^2 r^2 q′ + G r^3)`` flops and ``G (2r)^2 + K r p′`` numbers, never the
+    (G, q′, 2r) stack of the QR route."""
     K, qp, pp = red.M.shape
     P = pairs(K)
     rmax = red.Y.shape[2]
-    if 2 * rmax >= qp:
-        T = np.concatenate([red.Y[P[:, 0]], -red.Y[P[:, 1]]], axis=2)
-    else:
-        T = np.linalg.qr(np.concatenate([red.Y[P[:, 0]], red.Y[P[:, 1]]], axis=2), mode="r")
-        T[:, :, rmax:] *= -1.0
+    Ys = red.Y.transpose(1, 0, 2).reshape(qp, K * rmax)
+    YY = (Ys.T @ Ys).reshape(K, rmax, K, rmax).transpose(0, 2, 1, 3)     # (K, K, r, r)
+    j, k = P[:, 0], P[:, 1]
+    Gm = np.concatenate([np.concatenate([YY[j, j], -YY[j, k]], axis=2),
+                         np.concatenate([-YY[k, j], YY[k, k]], axis=2)], axis=1)
+    lam, Q = np.linalg.eigh(0.5 * (Gm + Gm.transpose(0, 2, 1)))         # (G, 2r), (G, 2r, 2r)
+    T = np.sqrt(np.maximum(lam, 0.0))[:, :, None] * Q.transpose(0, 2, 1)
     return PairContrasts(T=T, X=red.X)

@@ -338,19 +338,32 @@ class FactoredResult(LowRankMixin, SolverResult):
 
 
 def _certify(D, S: _Affine, w, lam_L, lam_S, tau):
-    """(7) at ``(SVT(D - S; τ), S)``: ``(objective, dual, c, L parts)``."""
+    """(7) at ``(SVT(D - S; τ), S)``: ``(objective, dual, c, L parts)``.
+
+    With ``B = D - S`` and ``L = B W``, ``W = V diag(1 - τ/s) V^T``, the residual is
+    ``R = B N``, ``N = I - W``: it is evaluated on the projected contrasts ``D N`` (clients'
+    coordinates ``X_k N``) so that its block norms and Gram carry rounding errors relative to
+    ``R`` itself, as on a formed residual (expanding ``B - L`` would leave errors of
+    ``eps ||B||^2`` in ``||R||_op^2 ~ τ^2``)."""
     B = _Affine(1.0 - S.a, -S.U, S.V)
     parts = _svt(D, B, tau)
     if parts is None:
         return None
     UL, V, snew = parts
-    R = _Affine(B.a, np.concatenate([B.U, -UL], axis=2), np.concatenate([B.V, V], axis=1))
-    rn2 = _sq_norms(D, R)
+    Fw = snew / (snew + tau)                                            # W = V diag(Fw) V^T
+    DN = PairContrasts(T=D.T, X=D.X - np.matmul(np.matmul(D.X, V) * Fw, V.T))
+    R = _Affine(B.a, B.U, B.V - (V * Fw) @ (V.T @ B.V))                # R = B N on D N
+    rn2 = _sq_norms(DN, R)
     G = D.n_pairs
-    wv = np.full(G, w)
-    lin = w * _inner(D, R, _Affine(np.ones(G), np.zeros((G, D.q, 0)), np.zeros((D.p, 0))))
-    gram_top = w * w * top_eigenvalue(_gram(D, R))
-    c, dual = dual_scale_from_summaries(w * w * rn2, lin, gram_top, wv, lam_L, lam_S)
+    # <R, D> = sum_g a_g <D_g N, D_g> + <U_g, D_g N^T V_B>
+    DV = D.apply(V)
+    lin = float(R.a @ (D.block_sq_norms - np.einsum("ghk,ghk->g", DV * Fw, DV)))
+    if R.U.shape[2]:
+        lin += float(np.einsum("ghm,ghm->", D.apply(R.V), R.U))
+    lin *= w
+    gram_top = w * w * top_eigenvalue(_gram(DN, R))
+    c, dual = dual_scale_from_summaries(w * w * rn2, lin, gram_top, np.full(G, w), lam_L,
+                                        lam_S)
     objective = 0.5 * w * float(rn2.sum()) + lam_L * float(snew.sum()) \
         + lam_S * float(np.sqrt(_sq_norms(D, S)).sum())
     return objective, dual, c, (UL, V, snew)
