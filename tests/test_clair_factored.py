@@ -200,3 +200,51 @@ def test_adapters_factored_warns_nothing_and_certifies():
         warnings.simplefilter("error")
         res = aggregate_module(f, ModuleOptions(tol=1e-8))
     assert res.status == "optimal" and res.relative_gap <= 1e-8
+
+
+def _affine_point(D, seed):
+    """A point B = diag(a) D + U V^T like the solver's SVT inputs."""
+    from lowrank_fl.clair.factored import _Affine
+    rng = np.random.default_rng(seed)
+    return _Affine(rng.random(D.n_pairs), 0.1 * rng.standard_normal((D.n_pairs, D.q, 3)),
+                   rng.standard_normal((D.p, 3)))
+
+
+@pytest.mark.parametrize("index", [0, 5])
+def test_partial_svt_equals_gram_route(index):
+    from lowrank_fl.clair.factored import _dense, _svt, _svt_partial
+    D = _pc(K=8, h=4, r=6, p=64, seed=7)
+    B = _affine_point(D, 8)
+    s = np.linalg.svd(_dense(D, B), compute_uv=False)
+    tau = 0.5 * (s[index] + s[index + 1])                      # index + 1 values above τ
+    full = _svt(D, B, tau)
+    part = _svt_partial(D, B, tau, 0, np.ones(D.p))
+    assert part is not None
+    k = int(np.count_nonzero(s > tau))
+    assert full[2].size == part[2].size == k == index + 1
+    np.testing.assert_allclose(part[2], s[:k] - tau, rtol=1e-10)
+    np.testing.assert_allclose(full[2], s[:k] - tau, rtol=1e-10)
+    Lp = np.matmul(part[0], part[1].T).reshape(D.shape)
+    Lf = np.matmul(full[0], full[1].T).reshape(D.shape)
+    np.testing.assert_allclose(Lp, Lf, atol=1e-9 * s[0])
+
+
+def test_partial_svt_falls_back_below_many_values():
+    # τ below more than p/4 singular values: Lanczos would need most of the spectrum, the
+    # partial route declines (None) and the solver takes the Gram route; the optimum is the same
+    from lowrank_fl.clair.factored import _dense, _svt_partial
+    D = _pc(K=8, h=4, r=6, p=64, seed=7)
+    B = _affine_point(D, 8)
+    s = np.linalg.svd(_dense(D, B), compute_uv=False)
+    assert _svt_partial(D, B, 0.5 * (s[40] + s[41]), 0, np.ones(D.p)) is None
+    assert _svt_partial(D, B, 0.5 * (s[3] + s[4]), 0, np.ones(D.p)) is not None
+    lam_S = 0.4 * D.op_norm / 8
+    F0 = 0.5 / 8 * float(D.block_sq_norms.sum())
+    for lam_L in (0.02 * D.op_norm / 8, 0.3 * D.op_norm / 8):
+        runs = {m: solve_penalized_factored(D, lam_L, lam_S, tol=1e-10, svt=m)
+                for m in ("full", "partial")}
+        assert runs["full"].status == runs["partial"].status == "optimal"
+        assert abs(runs["full"].objective - runs["partial"].objective) <= 1e-10 * F0
+        assert runs["full"].rank() == runs["partial"].rank()
+    with pytest.raises(ValueError, match="svt must be one of"):
+        solve_penalized_factored(D, lam_L, lam_S, svt="lanczos")

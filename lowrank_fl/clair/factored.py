@@ -43,13 +43,18 @@ from typing import NamedTuple
 import numpy as np
 import scipy.linalg
 import scipy.sparse
+import scipy.sparse.linalg
 
 from ..results import ConvergenceWarning, SolverResult
-from ..validation import as_float_array, check_int, check_positive
+from ..validation import as_float_array, check_choice, check_int, check_positive
 from .contrasts import pairs
 from .program7 import LowRankMixin, dual_scale_from_summaries, top_eigenvalue
 
-__all__ = ["PairContrasts", "FactoredResult", "solve_penalized_factored"]
+__all__ = ["PairContrasts", "FactoredResult", "solve_penalized_factored", "SVT_MODES"]
+
+SVT_MODES = ("auto", "full", "partial")
+# from this p on, Lanczos on the structured operator beats the p x p Gram route (measured)
+_PARTIAL_AUTO_P = 384
 
 # the Gram route resolves singular values above ~sqrt(eps) sigma_1; keep a 100x margin
 _GRAM_SAFE_RATIO = 1e-6
@@ -158,8 +163,9 @@ class PairContrasts:
             + E1 @ np.ascontiguousarray(Y[:, r:]).reshape(G, r * m)     # (K, r m)
         return self.X.reshape(K * r, p).T @ np.asarray(Cl).reshape(K * r, m)
 
-    def weighted_gram(self, a2) -> np.ndarray:
-        """``D^T diag(a2) D = sum_g a2_g D_g^T D_g`` (p, p) for block weights ``a2`` (G,)."""
+    def client_gram(self, a2) -> np.ndarray:
+        """``H = sum_g a2_g E_g^T T_g^T T_g E_g`` (K r, K r), ``E_g`` selecting ``[X_j; X_k]``
+        from the stacked clients: ``D^T diag(a2) D = X^T H X`` (``X`` (K r, p) stacked)."""
         K, r, p = self.X.shape
         G = self.n_pairs
         C = self._TtT * np.asarray(a2, float)[:, None, None]
@@ -172,9 +178,13 @@ class PairContrasts:
             + E1 @ np.ascontiguousarray(C[:, r:, r:]).reshape(G, r * r)
         ar = np.arange(K)
         Hb[ar, ar] = np.asarray(diag).reshape(K, r, r)
-        H = Hb.transpose(0, 2, 1, 3).reshape(K * r, K * r)
+        return Hb.transpose(0, 2, 1, 3).reshape(K * r, K * r)
+
+    def weighted_gram(self, a2) -> np.ndarray:
+        """``D^T diag(a2) D = sum_g a2_g D_g^T D_g`` (p, p) for block weights ``a2`` (G,)."""
+        K, r, p = self.X.shape
         Xs = self.X.reshape(K * r, p)
-        out = Xs.T @ (H @ Xs)
+        out = Xs.T @ (self.client_gram(a2) @ Xs)
         return 0.5 * (out + out.T)
 
     def dense(self) -> np.ndarray:
@@ -280,6 +290,59 @@ def _svt(D, B: _Affine, tau):
     return _apply(D, B, V) * f, V, snew
 
 
+def _gram_operator(D, B: _Affine):
+    """``x -> B^T B x`` (p, m) as ``X^T (H (X x)) + P V^T x + V P^T x + V (U^T U) V^T x``
+    with ``H`` = :meth:`PairContrasts.client_gram` (K r × K r) and ``P = D^T diag(a) U``
+    (p × m) formed once: each product is a few dense BLAS calls of ``O((K r)^2 + K r p)``,
+    never the p × p Gram."""
+    K, r, p = D.X.shape
+    Xs = D.X.reshape(K * r, p)
+    H = D.client_gram(B.a * B.a)
+    m = B.U.shape[2]
+    if m:
+        P = D.apply_t(B.U * B.a[:, None, None])
+        Uf = B.U.reshape(D.n_pairs * D.q, m)
+        UtU = Uf.T @ Uf
+
+    def mm(x):
+        x = x.reshape(p, -1)
+        out = Xs.T @ (H @ (Xs @ x))
+        if m:
+            Vx = B.V.T @ x
+            out += P @ Vx + B.V @ (P.T @ x + UtU @ Vx)
+        return out
+
+    return scipy.sparse.linalg.LinearOperator((p, p), matvec=mm, matmat=mm, dtype=float)
+
+
+def _svt_partial(D, B: _Affine, tau, k_hint, v0):
+    """``SVT(B; τ)`` from the eigenpairs of ``B^T B`` above ``τ^2`` found by Lanczos (ARPACK
+    ``eigsh``, largest first) on the structured operator: ``O(G h r + K r p)`` per product
+    instead of the ``O((K r)^2 p + p^3)`` Gram route. It asks for ``k_hint + 4`` pairs and
+    doubles while all of them lie above ``τ^2``; None (use the Gram route) once that would
+    exceed ``p / 4`` (the threshold lies below many singular values) or ARPACK fails."""
+    p = D.p
+    op = _gram_operator(D, B)
+    kq = max(k_hint + 4, 6)
+    while 2 * kq <= p // 2:
+        try:
+            ev, V = scipy.sparse.linalg.eigsh(op, k=kq, which="LA", v0=v0, tol=1e-12)
+        except scipy.sparse.linalg.ArpackError:
+            return None
+        order = np.argsort(ev)[::-1]
+        ev, V = ev[order], V[:, order]
+        if ev[-1] < tau * tau:
+            keep = ev > tau * tau
+            ev, V = ev[keep], V[:, keep]
+            s = np.sqrt(ev)
+            if ev.size and tau <= _GRAM_SAFE_RATIO * s[0]:
+                return None
+            snew = s - tau
+            return _apply(D, B, V) * (snew / s), V, snew
+        kq *= 2
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class FactoredResult(LowRankMixin, SolverResult):
     """Solution of program (7) in factored form (:func:`solve_penalized_factored`).
@@ -337,7 +400,40 @@ class FactoredResult(LowRankMixin, SolverResult):
         return _dense(D, self._S)
 
 
-def _certify(D, S: _Affine, w, lam_L, lam_S, tau):
+def _singular_parts(UL, V):
+    """Exact SVD data of ``L = UL V^T`` (``V`` orthonormal): from the k x k Gram of ``UL``,
+    ``L = (UL Q) Q^T V^T`` with ``UL^T UL = Q diag(σ^2) Q^T``; returns ``(UL Q, V Q, σ)``,
+    σ decreasing (``||L||_* = sum σ`` whatever route produced ``UL``)."""
+    k = UL.shape[2]
+    if k == 0:
+        return UL, V, np.zeros(0)
+    Uf = UL.reshape(-1, k)
+    ev, Q = np.linalg.eigh(Uf.T @ Uf)
+    ev, Q = ev[::-1], Q[:, ::-1]
+    return np.matmul(UL, Q), V @ Q, np.sqrt(np.maximum(ev, 0.0))
+
+
+def _svt_step(D, B, tau, svt, hint, v0):
+    """One SVT of ``B``: the partial (Lanczos) route when asked and possible, else the Gram
+    route."""
+    if svt == "partial":
+        parts = _svt_partial(D, B, tau, hint, v0)
+        if parts is not None:
+            return parts
+    return _svt(D, B, tau)
+
+
+def _start_vector(V, p):
+    """Deterministic Lanczos start: the sum of the last kept right singular vectors plus a
+    fixed spread (so that a new direction is never orthogonal to it)."""
+    v = np.linspace(1.0, 2.0, p)
+    v /= np.linalg.norm(v)
+    if V is not None and V.shape[1]:
+        v = v + V.sum(axis=1) / np.sqrt(V.shape[1])
+    return v
+
+
+def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, v0=None):
     """(7) at ``(SVT(D - S; τ), S)``: ``(objective, dual, c, L parts)``.
 
     With ``B = D - S`` and ``L = B W``, ``W = V diag(1 - τ/s) V^T``, the residual is
@@ -346,11 +442,12 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau):
     ``R`` itself, as on a formed residual (expanding ``B - L`` would leave errors of
     ``eps ||B||^2`` in ``||R||_op^2 ~ τ^2``)."""
     B = _Affine(1.0 - S.a, -S.U, S.V)
-    parts = _svt(D, B, tau)
+    parts = _svt_step(D, B, tau, svt, hint, v0)
     if parts is None:
         return None
     UL, V, snew = parts
     Fw = snew / (snew + tau)                                            # W = V diag(Fw) V^T
+    L_parts = _singular_parts(UL, V)
     DN = PairContrasts(T=D.T, X=D.X - np.matmul(np.matmul(D.X, V) * Fw, V.T))
     R = _Affine(B.a, B.U, B.V - (V * Fw) @ (V.T @ B.V))                # R = B N on D N
     rn2 = _sq_norms(DN, R)
@@ -364,14 +461,15 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau):
     gram_top = w * w * top_eigenvalue(_gram(DN, R))
     c, dual = dual_scale_from_summaries(w * w * rn2, lin, gram_top, np.full(G, w), lam_L,
                                         lam_S)
-    objective = 0.5 * w * float(rn2.sum()) + lam_L * float(snew.sum()) \
+    UL, V, sig = L_parts
+    objective = 0.5 * w * float(rn2.sum()) + lam_L * float(sig.sum()) \
         + lam_S * float(np.sqrt(_sq_norms(D, S)).sum())
-    return objective, dual, c, (UL, V, snew)
+    return objective, dual, c, (UL, V, sig)
 
 
 def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | None = None,
                              tol: float = 1e-8, max_iter: int = 10000, init=None,
-                             check_every: int = 5) -> FactoredResult:
+                             check_every: int = 5, svt: str = "auto") -> FactoredResult:
     """Solve program (7) on pair-factored contrasts with equal pair weights (module docstring).
 
     Parameters
@@ -388,7 +486,15 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     init : FactoredResult, optional
         Warm start from its ``S`` (a solve on the same ``D``).
     check_every : int
-        Certificate period (each check costs two structured Grams and eigenproblems).
+        Certificate period (each check costs two structured Grams and an eigenproblem).
+    svt : {"auto", "full", "partial"}
+        How each iteration's SVT finds the singular values above ``τ``: ``"full"`` the exact
+        Gram route (p x p Gram from the structure, LAPACK ``syevr`` on the values above
+        ``τ^2``), ``"partial"`` Lanczos (ARPACK) on the structured operator ``B^T B``, falling
+        back to the Gram route when ``τ`` lies below many singular values (more than ``p/4``
+        asked for) or below ``1e-6 σ_1``; ``"auto"``: partial when ``p >= 384`` (measured in
+        ``benchmarks/bench_k_scaling.py``). Either way the certificate (the gap reported)
+        is computed from the structured Gram of the residual.
 
     Returns
     -------
@@ -403,6 +509,9 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     tol = check_positive(tol, "tol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     check_every = check_int(check_every, "check_every", minimum=1)
+    check_choice(svt, "svt", SVT_MODES)
+    if svt == "auto":
+        svt = "partial" if D.p >= _PARTIAL_AUTO_P else "full"
     G = D.n_pairs
     if init is None:
         S = _zero(D)
@@ -417,15 +526,18 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     scale = 0.5 * w * float(D.block_sq_norms.sum())
     scale = scale if scale > 0 else 1.0
     y, mom = S, 1.0
+    hint, V_last = S.V.shape[1], S.V
     objs, gaps, gap_its = [], [], []
     status, cert, it = "max_iter", None, 0
     with np.errstate(over="ignore", invalid="ignore"):
         for it in range(1, max_iter + 1):
-            parts = _svt(D, _Affine(1.0 - y.a, -y.U, y.V), tau)       # L_y = SVT(D - y)
+            parts = _svt_step(D, _Affine(1.0 - y.a, -y.U, y.V), tau, svt, hint,
+                              _start_vector(V_last, D.p))               # L_y = SVT(D - y)
             if parts is None:
                 status = "diverged"
                 break
             UL, V, _ = parts
+            hint, V_last = V.shape[1], V
             n = np.sqrt(_sq_norms(D, _Affine(np.ones(G), -UL, V)))  # ||D_g - L_g||
             with np.errstate(divide="ignore"):
                 f = np.where(n > theta, 1.0 - theta / n, 0.0)
@@ -441,7 +553,8 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
                 mom, y = mom_n, _combine(1.0 + beta, Sn, -beta, S)
             S = Sn
             if it % check_every == 0 or it == max_iter:
-                cert = _certify(D, S, w, lam_L, lam_S, tau)
+                cert = _certify(D, S, w, lam_L, lam_S, tau, svt, hint,
+                                _start_vector(V_last, D.p))
                 if cert is None or not np.isfinite(cert[0]):
                     status = "diverged"
                     break
