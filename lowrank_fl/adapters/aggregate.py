@@ -158,21 +158,28 @@ class ModuleResult:
             return _truncate(st["B"], st["A"], rank_out, st.get("core"))
         b = np.asarray(self.benign if benign is None else benign, bool)
         key = tuple(b.tolist())
-        U, V, M, Z = st["U"], st["V"], st["M"], st["Z"]
+        U, V, Y, X, Z = st["U"], st["V"], st["Y"], st["X"], st["Z"]
+        Mk = Y[k] @ X[k]                                # M_k = U^T ΔW_k V (q′, p′)
         if not b[k]:                                    # excluded: keeps its own update
             if rank_out is None and k in st["own"]:
                 return st["own"][k][0], st["own"][k][1], 0.0
-            return _factorize(U, M[k], V, rank_out)    # U M_k V^T = ΔW_k (exact reduction)
-        Mbar = M[b].mean(axis=0)
+            return _factorize(U, Mk, V, rank_out)       # U M_k V^T = ΔW_k (exact reduction)
+        mcache = st.setdefault("mbar_cache", {})
+        if key not in mcache:                           # M̄ over the set, never all M_k at once
+            mcache.clear()
+            Yb, Xb = Y[b], X[b]                         # one GEMM over (client, rank)
+            mcache[key] = (Yb.transpose(1, 0, 2).reshape(Yb.shape[1], -1)
+                           @ Xb.reshape(-1, Xb.shape[2])) / int(b.sum())
+        Mbar = mcache[key]
         if rank_out is not None:
-            Mt = M[k] @ (Z @ Z.T) + Mbar - Mbar @ (Z @ Z.T)
+            Mt = Mk @ (Z @ Z.T) + Mbar - Mbar @ (Z @ Z.T)
             return _factorize(U, Mt, V, rank_out)
         cache = st.setdefault("mean_cache", {})
         if key not in cache:                            # shared by every benign client
             cache.clear()
             cache[key] = (Mbar @ V.T).astype(V.dtype)    # (q′, in)
         MbarVt = cache[key]
-        Bk = np.hstack([U, U @ ((M[k] - Mbar) @ Z).astype(U.dtype)])
+        Bk = np.hstack([U, U @ ((Mk - Mbar) @ Z).astype(U.dtype)])
         Ak = np.vstack([MbarVt, st["VZt"]])
         return Bk, Ak, 0.0
 
@@ -233,7 +240,7 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
         # the original factors of the clients this module excludes (written back unchanged)
         own = {k: ((f.scaling[k] * f.B[k]).astype(dt), f.A[k].astype(dt))
                for k in range(K) if not res.benign[k]}
-        res.state.update(U=U32, V=V32, M=red.M, own=own)
+        res.state.update(U=U32, V=V32, Y=red.Y, X=red.X, own=own)
         res.state["VZt"] = (V32 @ res.state["Z"].astype(dt)).T.copy()
     elif m == "fedavg":
         Mbar = lora.mean_product(red.X, red.Y)                 # (q′, p′), reduced exact mean
