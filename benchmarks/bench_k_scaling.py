@@ -141,6 +141,9 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=2048)
     ap.add_argument("--r", type=int, default=8)
     ap.add_argument("--no-7b", action="store_true")
+    ap.add_argument("--extra", type=Path, nargs="*", default=[],
+                    help="JSON rows of earlier single runs (--one K CONTRASTS) to include, "
+                         "marked separate_run (e.g. the dense solver at K = 80, ~4 CPU-minutes)")
     ap.add_argument("--one", nargs=2, metavar=("K", "CONTRASTS"), help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results"
                     / "bench_k_scaling.json")
@@ -163,11 +166,18 @@ def main(argv=None) -> int:
                   f"peak {row['tracemalloc_peak_gb']:.3f} GB  rss {row['max_rss_gb']:.3f} GB  "
                   f"its {row['iterations_final']:4d} (all {sum(row['iterations_all_solves'])})  "
                   f"gap {row['relative_gap']:.1e}  excluded {row['excluded']}", flush=True)
+    for path in args.extra:
+        row = json.loads(path.read_text().strip().splitlines()[-1])
+        row["separate_run"] = True
+        rows.append(row)
+        print(f"K={row['K']:4d} {row['contrasts']:9s} {row['cpu_seconds']:9.2f} CPU-s  "
+              f"(separate run)  its {row['iterations_final']}  excluded {row['excluded']}")
+    rows.sort(key=lambda r: (r["contrasts"], r["K"]))
     res = {"machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
            "n": args.n, "r": args.r, "runs": rows}
     by = {c: [r for r in rows if r["contrasts"] == c] for c in ("dense", "factored")}
     res["growth_exponent"] = {c: _slope(v) for c, v in by.items()}
-    common = [K for K in args.K if any(r["K"] == K for r in by["dense"])]
+    common = sorted({r["K"] for r in by["dense"]} & {r["K"] for r in by["factored"]})
     res["speedup"] = {}
     for K in common:
         d = next(r for r in by["dense"] if r["K"] == K)
