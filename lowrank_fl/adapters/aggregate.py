@@ -3,7 +3,9 @@
 Methods (all give PEFT factors with ``B A = `` the aggregated ``ΔW``, scaling folded into B):
 
 * ``"clair"`` — personalized. Reduce (:mod:`.reduce`), choose λ (:mod:`.tuning`), solve (7)
-  with :func:`lowrank_fl.clair.solve_penalized`, ``P′`` from the top-``rank`` right singular
+  on the pair-factored contrasts with :func:`lowrank_fl.clair.solve_penalized_factored`
+  (``contrasts="dense"``: :func:`lowrank_fl.clair.solve_penalized` on the formed (G h × p′)
+  stack, the former path), ``P′`` from the top-``rank`` right singular
   vectors of ``L̂″``, detection (8) on ``||D″_g (I - P′)||_F`` with the largest-gap ``τ``
   (:func:`lowrank_fl.clair.largest_gap_threshold`, :func:`lowrank_fl.clair.collaborative_set`),
   refinement (9) in its closed form (S4.3)

@@ -17,15 +17,22 @@ gradient ``-w (B - SVT(B; τ))``, ``B = D - S``, ``w``-Lipschitz. FISTA on ``S``
 ``L = U V^T``: all objects are *affine* ``diag(a) D + U V^T`` (``a`` (G,), ``U`` (G, h, m),
 ``V`` (p, m)), stored in ``O(G h m + p m)``.
 
-**Exact SVT.** The SVT of ``B = diag(a) D + U V^T`` uses the Gram route of
-:mod:`~lowrank_fl.clair.penalized` (eigenpairs of ``B^T B`` above ``τ^2`` only, LAPACK
-``syevr``), but the p × p Gram is assembled from the structure:
-``D^T diag(a^2) D = X^T H X`` with ``H`` (K r × K r) summed from the pairs' ``T_g^T T_g``, in
-``O(G r^3 + (K r)^2 p)`` flops instead of ``O(G h p^2)``. As there, the route is trusted when
-``τ > 1e-6 σ_1``; otherwise that step forms ``B`` and uses LAPACK.
+**SVT** (``svt=``). Only the singular values of ``B = diag(a) D + U V^T`` above ``τ`` are
+needed (the solution's rank is ~r). ``"full"``: the Gram route of
+:mod:`~lowrank_fl.clair.penalized` (eigenpairs of ``B^T B`` above ``τ^2``, LAPACK ``syevr``)
+with the p × p Gram assembled from the structure, ``D^T diag(a^2) D = X^T H X``, ``H``
+(K r × K r) summed from the pairs' ``T_g^T T_g``: ``O(G r^3 + (K r)^2 p)`` flops instead of
+``O(G h p^2)``. ``"partial"``: Lanczos (ARPACK) on the operator ``x -> B^T B x`` applied
+through ``X``, ``H`` and the low-rank terms (``O((K r)^2)`` per product, no p × p Gram and no
+p³ eigensolver), asking for a few more pairs than the last rank and doubling until one falls
+below ``τ^2``; it declines (Gram route) when more than ``p/4`` would be needed (``τ`` below
+many singular values). Either route is trusted when ``τ > 1e-6 σ_1``; below, that step forms
+``B`` and uses LAPACK. An inexact SVT inside the loop cannot make the answer wrong: the
+certificate decides.
 
-**Certificate.** At ``S`` (every ``check_every`` iterations and at the end)
-``L = SVT(D - S; τ)`` exactly and ``R = D - L - S`` (factored); the dual point ``c P_w R`` and
+**Certificate.** At ``S`` (every ``check_every`` iterations and at the end) ``L = B W``,
+``W = V diag(1 - τ/s) V^T`` from the SVT of ``B = D - S``, its nuclear norm exact from the
+k × k Gram of ``B V``, and ``R = D - L - S`` (factored); the dual point ``c P_w R`` and
 its value come from program (7)'s own
 :func:`~lowrank_fl.clair.program7.dual_scale_from_summaries`, fed with ``R``'s block norms,
 ``<P_w R, D>`` and the top eigenvalue of ``R``'s structured Gram: the numbers
