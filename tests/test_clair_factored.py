@@ -248,3 +248,34 @@ def test_partial_svt_falls_back_below_many_values():
         assert runs["full"].rank() == runs["partial"].rank()
     with pytest.raises(ValueError, match="svt must be one of"):
         solve_penalized_factored(D, lam_L, lam_S, svt="lanczos")
+
+
+def test_factored_matches_cvxpy_on_a_small_module():
+    # K = 5 adapters of rank 1, one contaminated: program (7) on the pair factors by the
+    # factored solver and by CVXPY (Clarabel, certified by the library to 1e-7 F0): objective
+    # within the two certified gaps, the same rank-1 P′ (to the CVXPY solution's accuracy) and the
+    # same collaborative set (8)
+    f = _module(5, n=16, r=1, contaminated=1, seed=3)
+    D = pair_factors(reduce_module(f))
+    Dd = D.dense()
+    K, G = 5, D.n_pairs
+    w = np.full(G, 1.0 / K)
+    lam_L, lam_S = 0.4 * D.op_norm / np.sqrt(K), 0.4 * D.op_norm / K
+    new = solve_penalized_factored(D, lam_L, lam_S, tol=1e-10)
+    ref = clair.solve_penalized(Dd, q=D.q, lam_L=lam_L, lam_S=lam_S, weights=w, method="cvxpy",
+                                tol=1e-7)
+    F0 = 0.5 * float(w @ block_sq_norms(Dd, D.q))
+    assert ref.status == "optimal"
+    assert abs(new.objective - ref.objective) <= (1e-7 + 1e-10) * F0
+    assert new.rank() == ref.rank() == 1
+    assert np.linalg.norm(_projector(new, 1) - _projector(ref, 1), 2) <= 1e-3
+
+    def benign(sol):
+        P = _projector(sol, 1)
+        R = (Dd - Dd @ P).reshape(G, D.q, -1)
+        norms = np.sqrt(np.einsum("gij,gij->g", R, R))
+        tau = clair.largest_gap_split(norms, min_below=clair.majority_pairs(K, 0.5)).threshold
+        return clair.collaborative_set(norms, K, tau, alpha=0.5)[0]
+
+    np.testing.assert_array_equal(benign(new), benign(ref))
+    assert benign(new).tolist() == [True] * 4 + [False]
