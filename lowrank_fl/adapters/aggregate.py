@@ -3,7 +3,9 @@
 Methods (all give PEFT factors with ``B A = `` the aggregated ``ΔW``, scaling folded into B):
 
 * ``"clair"`` — personalized. Reduce (:mod:`.reduce`), choose λ (:mod:`.tuning`), solve (7)
-  with :func:`lowrank_fl.clair.solve_penalized`, ``P′`` from the top-``rank`` right singular
+  on the pair-factored contrasts with :func:`lowrank_fl.clair.solve_penalized_factored`
+  (``contrasts="dense"``: :func:`lowrank_fl.clair.solve_penalized` on the formed (G h × p′)
+  stack, the former path), ``P′`` from the top-``rank`` right singular
   vectors of ``L̂″``, detection (8) on ``||D″_g (I - P′)||_F`` with the largest-gap ``τ``
   (:func:`lowrank_fl.clair.largest_gap_threshold`, :func:`lowrank_fl.clair.collaborative_set`),
   refinement (9) in its closed form (S4.3)
@@ -34,13 +36,19 @@ from .. import clair
 from ..algorithms import lora_aggregation as lora
 from ..validation import check_in_interval, check_int, check_positive
 from .io import AdapterError, ModuleFactors
-from .reduce import ReducedModule, pair_blocks, reduce_module
-from .tuning import auto_lambdas
+from ..clair.factored import PairContrasts
+from .reduce import ReducedModule, pair_blocks, pair_factors, reduce_module
+from .tuning import auto_lambdas, solve_module
 
 __all__ = ["METHODS", "CLIENT_RULES", "ModuleResult", "aggregate_module", "client_decision",
            "ModuleOptions", "check_rank"]
 
 METHODS = ("clair", "fedavg", "fedavg-factors", "ffa", "flexlora")
+#: how CLAIR holds the pair contrasts: "factored" (``D″_g = T_g [X_j; X_k]``, never formed:
+#: :mod:`lowrank_fl.clair.factored`), "dense" (the (G h × p′) matrix and FISTA of
+#: :mod:`lowrank_fl.clair.penalized`), "auto" (factored: faster at every K measured,
+#: ``benchmarks/bench_k_scaling.py``)
+CONTRASTS = ("auto", "factored", "dense")
 CLIENT_RULES = ("per-module", "majority", "any")
 _SV_RTOL = 1e-12
 
@@ -61,10 +69,15 @@ class ModuleOptions:
     #: precision of the stored bases and output factors ("float32": what is written; "float64"
     #: for exactness checks)
     output_dtype: str = "float32"
+    #: CLAIR's representation of the contrasts (:data:`CONTRASTS`)
+    contrasts: str = "auto"
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {list(METHODS)}, got {self.method!r}")
+        if self.contrasts not in CONTRASTS:
+            raise ValueError(f"contrasts must be one of {list(CONTRASTS)}, got "
+                             f"{self.contrasts!r}")
         if (self.lam_L is None) != (self.lam_S is None):
             raise ValueError("give both lam_L and lam_S, or neither (automatic tuning)")
         for name in ("lam_L", "lam_S"):
@@ -165,21 +178,28 @@ class ModuleResult:
             return _truncate(st["B"], st["A"], rank_out, st.get("core"))
         b = np.asarray(self.benign if benign is None else benign, bool)
         key = tuple(b.tolist())
-        U, V, M, Z = st["U"], st["V"], st["M"], st["Z"]
+        U, V, Y, X, Z = st["U"], st["V"], st["Y"], st["X"], st["Z"]
+        Mk = Y[k] @ X[k]                                # M_k = U^T ΔW_k V (q′, p′)
         if not b[k]:                                    # excluded: keeps its own update
             if rank_out is None and k in st["own"]:
                 return st["own"][k][0], st["own"][k][1], 0.0
-            return _factorize(U, M[k], V, rank_out)    # U M_k V^T = ΔW_k (exact reduction)
-        Mbar = M[b].mean(axis=0)
+            return _factorize(U, Mk, V, rank_out)       # U M_k V^T = ΔW_k (exact reduction)
+        mcache = st.setdefault("mbar_cache", {})
+        if key not in mcache:                           # M̄ over the set, never all M_k at once
+            mcache.clear()
+            Yb, Xb = Y[b], X[b]                         # one GEMM over (client, rank)
+            mcache[key] = (Yb.transpose(1, 0, 2).reshape(Yb.shape[1], -1)
+                           @ Xb.reshape(-1, Xb.shape[2])) / int(b.sum())
+        Mbar = mcache[key]
         if rank_out is not None:
-            Mt = M[k] @ (Z @ Z.T) + Mbar - Mbar @ (Z @ Z.T)
+            Mt = Mk @ (Z @ Z.T) + Mbar - Mbar @ (Z @ Z.T)
             return _factorize(U, Mt, V, rank_out)
         cache = st.setdefault("mean_cache", {})
         if key not in cache:                            # shared by every benign client
             cache.clear()
             cache[key] = (Mbar @ V.T).astype(V.dtype)    # (q′, in)
         MbarVt = cache[key]
-        Bk = np.hstack([U, U @ ((M[k] - Mbar) @ Z).astype(U.dtype)])
+        Bk = np.hstack([U, U @ ((Mk - Mbar) @ Z).astype(U.dtype)])
         Ak = np.vstack([MbarVt, st["VZt"]])
         return Bk, Ak, 0.0
 
@@ -242,7 +262,7 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
         # the original factors of the clients this module excludes (written back unchanged)
         own = {k: ((f.scaling[k] * f.B[k]).astype(dt), f.A[k].astype(dt))
                for k in range(K) if not res.benign[k]}
-        res.state.update(U=U32, V=V32, M=red.M, own=own)
+        res.state.update(U=U32, V=V32, Y=red.Y, X=red.X, own=own)
         res.state["VZt"] = (V32 @ res.state["Z"].astype(dt)).T.copy()
     elif m == "fedavg":
         Mbar = lora.mean_product(red.X, red.Y)                 # (q′, p′), reduced exact mean
@@ -276,7 +296,11 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
 def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     K = len(f.A)
     qp, pp = red.dims
-    D, h = pair_blocks(red)
+    if o.contrasts == "dense":
+        D, h = pair_blocks(red)
+    else:
+        D = pair_factors(red)
+        h = D.q
     rank = o.rank or _mode(f.ranks)
     rank = min(rank, pp)
     G = K * (K - 1) // 2
@@ -289,22 +313,18 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
         lam_L, lam_S, rule = float(o.lam_L), float(o.lam_S), "given"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        # explicit λ: a cold start, exactly clair.fit's iterates (reduce.py); automatic λ:
-        # warm start from the tuning path's nearest solve (same optimum, fewer iterations)
-        sol = clair.solve_penalized(D, q=h, lam_L=lam_L, lam_S=lam_S, weights=w, tol=o.tol,
-                                    max_iter=o.max_iter, init=warm)
+        # explicit λ: a cold start, exactly clair.fit's iterates (reduce.py) on dense contrasts;
+        # automatic λ: warm start from the tuning path's nearest solve (same optimum, fewer
+        # iterations)
+        sol = solve_module(D, h, lam_L, lam_S, weights=w, tol=o.tol, max_iter=o.max_iter,
+                           init=warm)
     if sol.status == "diverged":
         raise AdapterError(f"module {f.name!r}: the solve of (7) diverged")
     # a C-contiguous copy: a transposed view is pickled as a contiguous array, and products with
     # the two layouts round differently, so worker and in-process results would differ in the
     # last bit
     Z = np.ascontiguousarray(sol.Vt[:rank].T)                   # (p′, rank), P′ = Z Z^T
-    Dp = D - (D @ Z) @ Z.T
-    B = Dp.reshape(G, h, pp)
-    norms = np.sqrt(np.einsum("gij,gij->g", B, B))
-    # the τ rule of clair.fit, "no separation" included: block norms at rounding level of the
-    # contrasts are exact zeros, and a split must leave the smallest set (8) can keep below it
-    zero = 1e-9 * float(np.sqrt(np.einsum("gij,gij->g", *(2 * [D.reshape(G, h, pp)]))).max())
+    norms, zero = _detection_norms(D, h, Z)
     split = clair.largest_gap_split(norms, min_below=clair.majority_pairs(K, o.alpha),
                                     zero_level=zero)
     # without a split every pair is collaborative: τ covers the norms counted as exact zeros too
@@ -319,7 +339,7 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     # rank(L̂) relative to ||D̂||_op (clair.fit's rule); below ``rank`` the top-rank subspace is
     # partly arbitrary, which the CLI reports
     d_op = getattr(sol, "data_norm", None)
-    d_op = float(np.linalg.norm(D, 2)) if d_op is None else float(d_op)
+    d_op = float(np.linalg.norm(_dense(D), 2)) if d_op is None else float(d_op)
     res.numerical_rank = int(np.count_nonzero(sol.singular_values > 1e-6 * d_op))
     res.pair_height = h
     res.status = str(sol.status)
@@ -333,6 +353,26 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     res.state.update(Z=np.ascontiguousarray(Z), objective=float(sol.objective),
                      singular_values=sol.singular_values,
                      warnings=[str(c.message) for c in caught])
+
+
+def _dense(D):
+    return D.dense() if isinstance(D, PairContrasts) else D
+
+
+def _detection_norms(D, h, Z):
+    """``||D″_g (I - Z Z^T)||_F`` (G,) for detection (8), and the level below which a block
+    norm is an exact zero (1e-9 of the largest ``||D″_g||_F``). Factored contrasts: the
+    projection is applied to the clients' coordinates ``X_k (I - Z Z^T)`` (no cancellation)."""
+    if isinstance(D, PairContrasts):
+        X = D.X - np.matmul(np.matmul(D.X, Z), Z.T)
+        norms = np.sqrt(PairContrasts(T=D.T, X=X).block_sq_norms)
+        dmax = float(np.sqrt(D.block_sq_norms.max()))
+    else:
+        G, pp = D.shape[0] // h, D.shape[1]
+        B = (D - (D @ Z) @ Z.T).reshape(G, h, pp)
+        norms = np.sqrt(np.einsum("gij,gij->g", B, B))
+        dmax = float(np.sqrt(np.einsum("gij,gij->g", *(2 * [D.reshape(G, h, pp)]))).max())
+    return norms, 1e-9 * dmax
 
 
 def client_decision(results, rule: str):

@@ -49,13 +49,15 @@ that fraction of ``Σ_k ||ΔW_k||_F^2``; the energy actually discarded,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ..clair import pairs
+from ..clair.factored import PairContrasts
 from .io import AdapterError, ModuleFactors
 
-__all__ = ["ReducedModule", "reduce_module", "pair_blocks", "RANK_RTOL"]
+__all__ = ["ReducedModule", "reduce_module", "pair_blocks", "pair_factors", "RANK_RTOL"]
 
 #: Singular values of the stacked factors below ``max(RANK_RTOL, 3e-7) * sigma_1`` are treated
 #: as exact zeros (rank-deficient factors; :func:`_basis`); the energy they carry is reported.
@@ -73,7 +75,8 @@ class ReducedModule:
     V : ndarray, shape (in, p′)
         Orthonormal basis of the joint row space.
     M : ndarray, shape (K, q′, p′)
-        Coordinates ``U^T ΔW_k V``.
+        Coordinates ``U^T ΔW_k V = Y_k X_k``, formed on first access (``K q′ p′`` numbers,
+        ``K^3 r^2``: CLAIR's factored path and the outputs never need all of them).
     Y : ndarray, shape (K, q′, r_max)
         Reduced ``B``: ``U^T s_k B_k`` zero-padded to ``r_max`` columns.
     X : ndarray, shape (K, r_max, p′)
@@ -84,14 +87,17 @@ class ReducedModule:
 
     U: np.ndarray
     V: np.ndarray
-    M: np.ndarray
     Y: np.ndarray
     X: np.ndarray
     discarded: float
 
+    @cached_property
+    def M(self) -> np.ndarray:
+        return np.matmul(self.Y, self.X)
+
     @property
     def dims(self) -> tuple[int, int]:
-        return self.M.shape[1], self.M.shape[2]
+        return self.Y.shape[1], self.X.shape[2]
 
     def lift(self, X) -> np.ndarray:
         """``U X V^T`` (out × in) for a (q′, p′) ``X``; forms the full matrix (tests only)."""
@@ -174,17 +180,21 @@ def reduce_module(f: ModuleFactors, *, energy: float | None = None,
     U, cb = _basis(Bs, rtol)                                       # cb: (q′, Σr) = U^T Bs
     V, ca = _basis(As.T, rtol)                                     # ca: (p′, Σr) = V^T As^T
     edges = np.concatenate([[0], np.cumsum(r)])
-    M = np.stack([cb[:, edges[k]:edges[k + 1]] @ ca[:, edges[k]:edges[k + 1]].T
-                  for k in range(K)])                              # (K, q′, p′)
-    total = float(np.einsum("kij,kij->", M, M))
+    blocks = [slice(edges[k], edges[k + 1]) for k in range(K)]
+    # Grams of each client's reduced factors: ||M_k||_F^2 = <cb_k^T cb_k, ca_k^T ca_k>, and the
+    # energy rotations, without forming M (K q′ p′ numbers)
+    gb = [cb[:, i].T @ cb[:, i] for i in blocks]
+    ga = [ca[:, i].T @ ca[:, i] for i in blocks]
+    total = sum(float(np.einsum("ij,ij->", x, y)) for x, y in zip(gb, ga))
+    kept = total
     if energy is not None and energy < 1 and total > 0:
-        Xl = _energy_rotation(np.einsum("kij,klj->il", M, M), energy)
-        Xr = _energy_rotation(np.einsum("kji,kjl->il", M, M), energy)
+        Xl = _energy_rotation(sum(cb[:, i] @ g @ cb[:, i].T for i, g in zip(blocks, ga)), energy)
+        Xr = _energy_rotation(sum(ca[:, i] @ g @ ca[:, i].T for i, g in zip(blocks, gb)), energy)
         U, V = U @ Xl, V @ Xr
         cb = Xl.T @ cb
         ca = Xr.T @ ca
-        M = np.einsum("ia,kij,jb->kab", Xl, M, Xr)
-    kept = float(np.einsum("kij,kij->", M, M))
+        kept = sum(float(np.einsum("ij,ij->", cb[:, i].T @ cb[:, i], ca[:, i].T @ ca[:, i]))
+                   for i in blocks)
     discarded = max(exact_total - kept, 0.0) / exact_total if exact_total > 0 else 0.0
     rmax = max(r)
     Y = np.zeros((K, cb.shape[0], rmax))
@@ -192,7 +202,7 @@ def reduce_module(f: ModuleFactors, *, energy: float | None = None,
     for k in range(K):
         Y[k, :, :r[k]] = cb[:, edges[k]:edges[k + 1]]
         X[k, :r[k]] = ca[:, edges[k]:edges[k + 1]].T
-    return ReducedModule(U=U, V=V, M=M, Y=Y, X=X, discarded=discarded)
+    return ReducedModule(U=U, V=V, Y=Y, X=X, discarded=discarded)
 
 
 def pair_blocks(red: ReducedModule) -> tuple[np.ndarray, int]:
@@ -213,3 +223,26 @@ def pair_blocks(red: ReducedModule) -> tuple[np.ndarray, int]:
     R = np.linalg.qr(np.concatenate([red.Y[P[:, 0]], red.Y[P[:, 1]]], axis=2), mode="r")
     Dpp = R[:, :, :rmax] @ red.X[P[:, 0]] - R[:, :, rmax:] @ red.X[P[:, 1]]   # (G, h, p′)
     return Dpp.reshape(-1, pp), 2 * rmax
+
+
+def pair_factors(red: ReducedModule) -> PairContrasts:
+    """The blocks of :func:`pair_blocks` in factored form ``D_g = T_g [X_j; X_k]``
+    (:class:`~lowrank_fl.clair.factored.PairContrasts`), equivalent for program (7).
+
+    ``D′_g = [Y_j, -Y_k] [X_j; X_k]``; any ``T_g`` with the same Gram
+    ``T_g^T T_g = [Y_j, -Y_k]^T [Y_j, -Y_k]`` differs from ``[Y_j, -Y_k]`` by a left isometry
+    on its range, which leaves (7) unchanged (the argument of this module's docstring, with
+    ``E_g`` that isometry). We take ``T_g = Λ_g^{1/2} Q_g^T`` (2 r_max × 2 r_max) from the
+    eigendecomposition of that Gram, itself a sub-block of the clients' (K r × K r) Gram of the
+    ``Y_k``: ``O(K^2 r^2 q′ + G r^3)`` flops and ``G (2r)^2 + K r p′`` numbers, never the
+    (G, q′, 2r) stack of the QR route."""
+    K, qp, rmax = red.Y.shape
+    P = pairs(K)
+    Ys = red.Y.transpose(1, 0, 2).reshape(qp, K * rmax)
+    YY = (Ys.T @ Ys).reshape(K, rmax, K, rmax).transpose(0, 2, 1, 3)     # (K, K, r, r)
+    j, k = P[:, 0], P[:, 1]
+    Gm = np.concatenate([np.concatenate([YY[j, j], -YY[j, k]], axis=2),
+                         np.concatenate([-YY[k, j], YY[k, k]], axis=2)], axis=1)
+    lam, Q = np.linalg.eigh(0.5 * (Gm + Gm.transpose(0, 2, 1)))         # (G, 2r), (G, 2r, 2r)
+    T = np.sqrt(np.maximum(lam, 0.0))[:, :, None] * Q.transpose(0, 2, 1)
+    return PairContrasts(T=T, X=red.X)

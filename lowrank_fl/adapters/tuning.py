@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import clair
+from ..clair.factored import PairContrasts, solve_penalized_factored
 from ..clair.pipeline import longest_run
 
-__all__ = ["Lambdas", "auto_lambdas", "data_scale"]
+__all__ = ["Lambdas", "auto_lambdas", "data_scale", "solve_module", "warm_start"]
 
 # the path only decides ranks (singular values exactly zeroed by the SVT or not): 1e-3 picks the
 # same λ as 1e-4 on every module checked (12 synthetic modules, K = 6..20, r = 4..16, 1-3
@@ -42,13 +43,42 @@ class Lambdas:
     lam_S: float
     rule: str          # "band", "fallback", or "given"
     band: tuple | None  # (low, high) ratio band, None without one
-    warm: tuple | None = None  # (L, S) of the path solve nearest to the chosen ratio
+    # the path solve nearest to the chosen ratio, as the final solve's ``init``: (L, S) for a
+    # dense D̂, the FactoredResult itself for PairContrasts
+    warm: object = None
 
 
 def data_scale(D, q: int, rank: int) -> float:
-    """``ŝ = median_g ||D̂_g||_F / sqrt(2 r)`` for a stacked (G*q, p) ``D̂``."""
-    B = D.reshape(-1, q, D.shape[1])
-    return float(np.median(np.sqrt(np.einsum("gij,gij->g", B, B)))) / np.sqrt(2.0 * rank)
+    """``ŝ = median_g ||D̂_g||_F / sqrt(2 r)`` for a stacked (G*q, p) ``D̂`` (or
+    :class:`~lowrank_fl.clair.factored.PairContrasts`)."""
+    if isinstance(D, PairContrasts):
+        sq = D.block_sq_norms
+    else:
+        B = D.reshape(-1, q, D.shape[1])
+        sq = np.einsum("gij,gij->g", B, B)
+    return float(np.median(np.sqrt(sq))) / np.sqrt(2.0 * rank)
+
+
+def solve_module(D, q: int, lam_L: float, lam_S: float, *, weights, tol: float, max_iter: int,
+                 init=None):
+    """One solve of (7) on a module's contrasts: FISTA on the dense (G*q, p) ``D̂``, or the
+    factored solver on :class:`~lowrank_fl.clair.factored.PairContrasts` (equal weights).
+    ``init``: a previous solve's :attr:`Lambdas.warm`-style warm start, or None."""
+    if isinstance(D, PairContrasts):
+        w = None if weights is None else np.broadcast_to(np.asarray(weights, float),
+                                                         (D.n_pairs,))
+        if w is not None and not np.all(w == w[0]):
+            raise ValueError("the factored solver needs equal pair weights; use dense contrasts")
+        return solve_penalized_factored(D, lam_L, lam_S, weight=None if w is None else float(w[0]),
+                                        tol=tol,
+                                        max_iter=max_iter, init=init)
+    return clair.solve_penalized(D, q=q, lam_L=lam_L, lam_S=lam_S, weights=weights, tol=tol,
+                                 max_iter=max_iter, init=init)
+
+
+def warm_start(D, sol):
+    """What :func:`solve_module` takes as ``init`` from a solve ``sol`` on the same ``D``."""
+    return sol if isinstance(D, PairContrasts) else (sol.L, sol.S)
 
 
 def _num_rank(sol, D_op):
@@ -57,8 +87,9 @@ def _num_rank(sol, D_op):
 
 def auto_lambdas(D, q: int, n_clients: int, rank: int, *, weights=None, n_ratios: int = 5,
                  max_iter: int = 2000) -> Lambdas:
-    """λ for a stacked (G*q, p) ``D̂`` of ``n_clients`` clients and target ``rank`` (module
-    docstring). Deterministic; one warm-started path of ``n_ratios`` solves per ``λ_L`` tried."""
+    """λ for a stacked (G*q, p) ``D̂`` (or :class:`~lowrank_fl.clair.factored.PairContrasts`)
+    of ``n_clients`` clients and target ``rank`` (module docstring). Deterministic; one
+    warm-started path of ``n_ratios`` solves per ``λ_L`` tried."""
     K = n_clients
     s = data_scale(D, q, rank)
     if s <= 0:
@@ -72,10 +103,9 @@ def auto_lambdas(D, q: int, n_clients: int, rank: int, *, weights=None, n_ratios
         for ratio in ratios:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                sol = clair.solve_penalized(D, q=q, lam_L=lam_L, lam_S=ratio * lam_L,
-                                            weights=weights, tol=_PATH_TOL, max_iter=max_iter,
-                                            init=prev)
-            prev = (sol.L, sol.S)
+                sol = solve_module(D, q, lam_L, ratio * lam_L, weights=weights,
+                                   tol=_PATH_TOL, max_iter=max_iter, init=prev)
+            prev = warm_start(D, sol)
             sols.append(prev)
             if D_op is None:        # ||D||_op, as the solver computed it (clair.fit's reference)
                 D_op = getattr(sol, "data_norm", None)

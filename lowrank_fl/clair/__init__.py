@@ -5,6 +5,7 @@ Modules (one job each):
 contrasts    pairs (j, k) in lexicographic order, stacked contrasts D (G*q, p) of eqs. (5)–(6)
 program7     program (7) itself: objective, dual point, duality gap, KKT residuals, result class
 penalized    solvers of (7): Algorithm 1 ("proxgrad"), FISTA (default) or CVXPY
+factored     (7) on pair-factored contrasts D_g = T_g [X_j; X_k] (adapters), never formed
 programs     CVXPY formulations: block-Schur nuclear norm, (7), noiseless (24), oracles (23), (17)
 oracle       smooth reduced oracle (23) by L-BFGS-B for large K
 certificate  dual certificate of Proposition S1, Lemma S3 residual, Block-IC μ, window (25)
@@ -16,6 +17,7 @@ from .contrasts import as_blocks, contrasts, pairs
 from .program7 import (PenalizedResult, dual_point, dual_value, duality_gap, kkt_residuals,
                        penalized_objective)
 from .penalized import solve_penalized
+from .factored import FactoredResult, PairContrasts, solve_penalized_factored
 from .programs import (NoiselessResult, OracleResult, nuclear_norm_block_schur, solve_noiseless,
                        solve_noisy_oracle, solve_oracle)
 from .oracle import solve_oracle_smooth
@@ -28,7 +30,8 @@ from .pipeline import (ClairFit, DetectionCounts, LambdaPath, collaborative_set,
 
 __all__ = [
     "pairs", "contrasts", "as_blocks",
-    "solve_penalized", "PenalizedResult", "penalized_objective", "dual_point", "dual_value", "duality_gap",
+    "solve_penalized", "PenalizedResult", "solve_penalized_factored", "PairContrasts",
+    "FactoredResult", "penalized_objective", "dual_point", "dual_value", "duality_gap",
     "kkt_residuals",
     "nuclear_norm_block_schur", "solve_noiseless", "solve_oracle", "solve_noisy_oracle",
     "NoiselessResult", "OracleResult", "solve_oracle_smooth",

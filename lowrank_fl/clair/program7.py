@@ -44,6 +44,8 @@ __all__ = [
     "singular_parts",
     "dual_from_residual",
     "dual_scale_from_residual",
+    "dual_scale_from_summaries",
+    "top_eigenvalue",
     "DualPoint",
     "dual_point",
     "dual_value",
@@ -246,10 +248,27 @@ def dual_scale_from_residual(D, q, R, w, lam_L, lam_S, *, sq_norms=None):
         for a in range(0, Rb.shape[0], step):
             X = Rb[a:a + step].reshape(-1, p)
             C += (X * np.repeat(w[a:a + step] ** 2, q)[:, None]).T @ X
+    return dual_scale_from_summaries(qn2, lin, top_eigenvalue(C), w, lam_L, lam_S)
+
+
+def top_eigenvalue(C) -> float:
+    """Largest eigenvalue of a symmetric PSD (p, p) ``C`` (LAPACK ``syevr``, clipped at 0)."""
+    p = C.shape[0]
     top = scipy.linalg.eigh(C, eigvals_only=True, subset_by_index=(p - 1, p - 1),
                             driver="evr", check_finite=False)
-    opn = float(np.sqrt(max(float(top[-1]), 0.0)))
-    c_max = 1.0 / max(opn / lam_L, float(np.sqrt(qn2.max())) / lam_S, np.finfo(float).tiny)
+    return max(float(top[-1]), 0.0)
+
+
+def dual_scale_from_summaries(qn2, lin, gram_top, w, lam_L, lam_S):
+    """Scale ``c`` and dual value of ``c P_w R`` from the residual's summaries: ``qn2`` (G,)
+    the block norms ``||(P_w R)^(g)||_F^2``, ``lin = <P_w R, D>`` and ``gram_top`` the largest
+    eigenvalue of the Gram ``(P_w R)^T (P_w R)`` (so ``||P_w R||_op = sqrt(gram_top)``).
+
+    Every certificate of (7) ends here, whether the residual is a dense array
+    (:func:`dual_scale_from_residual`) or kept in factored form
+    (:mod:`~lowrank_fl.clair.factored`). Returns ``(c, value)``."""
+    opn = float(np.sqrt(max(float(gram_top), 0.0)))
+    c_max = 1.0 / max(opn / lam_L, float(np.sqrt(np.max(qn2))) / lam_S, np.finfo(float).tiny)
     quad = float(qn2 @ (1.0 / w))
     # dual(cQ) = c lin - c^2 quad / 2 is concave in c: maximise over [0, c_max]. c = min(1, c_max)
     # is the plain rescaling; the optimal c is never worse and costs nothing.

@@ -1,0 +1,596 @@
+r"""Program (7) on pair-factored contrasts ``D_g = T_g [X_j; X_k]`` with equal pair weights.
+
+On LoRA adapters the pair-reduced contrasts (:func:`lowrank_fl.adapters.reduce.pair_factors`)
+are a small per-pair factor ``T_g`` (h × 2r) times the two clients' coordinates ``X_j, X_k``
+(r × p each): the data is ``K r p + G h 2r`` numbers while the stacked ``D`` has ``G h p``
+entries (``G = K(K-1)/2``, ``p = K r``: ``K^3 r^2``). This solver never forms ``D`` nor any
+(G h × p) iterate.
+
+**Algorithm.** With equal weights ``w`` the L-part of (7) has a closed form given ``S``:
+``min_L 1/2 w ||D - S - L||_F^2 + lam_L ||L||_*`` is attained at ``L = SVT(D - S; τ)``,
+``τ = lam_L / w``, with value ``w env_τ(D - S)`` (the Moreau envelope of the nuclear norm). So
+(7) is ``min_S F(S) = w env_τ(D - S) + lam_S sum_g ||S_g||_F``, whose smooth part has the
+gradient ``-w (B - SVT(B; τ))``, ``B = D - S``, ``w``-Lipschitz. FISTA on ``S`` with step
+``1/w`` (O'Donoghue–Candès gradient restart) has the prox step
+``S⁺ = BST(y + B_y - SVT(B_y); θ) = BST(D - L_y; θ)``, ``θ = lam_S / w``,
+``L_y = SVT(D - y; τ)``. Every iterate is therefore ``S_g = f_g (D_g - L_g)`` with a low-rank
+``L = U V^T``: all objects are *affine* ``diag(a) D + U V^T`` (``a`` (G,), ``U`` (G, h, m),
+``V`` (p, m)), stored in ``O(G h m + p m)``.
+
+**SVT** (``svt=``). Only the singular values of ``B = diag(a) D + U V^T`` above ``τ`` are
+needed (the solution's rank is ~r). ``"full"``: the Gram route of
+:mod:`~lowrank_fl.clair.penalized` (eigenpairs of ``B^T B`` above ``τ^2``, LAPACK ``syevr``)
+with the p × p Gram assembled from the structure, ``D^T diag(a^2) D = X^T H X``, ``H``
+(K r × K r) summed from the pairs' ``T_g^T T_g``: ``O(G r^3 + (K r)^2 p)`` flops instead of
+``O(G h p^2)``. ``"partial"``: Lanczos (ARPACK) on the operator ``x -> B^T B x`` applied
+through ``X``, ``H`` and the low-rank terms (``O((K r)^2)`` per product, no p × p Gram and no
+p³ eigensolver), asking for a few more pairs than the last rank and doubling until one falls
+below ``τ^2``; it declines (Gram route) when more than ``p/4`` would be needed (``τ`` below
+many singular values). Either route is trusted when ``τ > 1e-6 σ_1``; below, that step forms
+``B`` and uses LAPACK. An inexact SVT inside the loop cannot make the answer wrong: the
+certificate decides.
+
+**Certificate.** At ``S`` (every ``check_every`` iterations and at the end) ``L = B W``,
+``W = V diag(1 - τ/s) V^T`` from the SVT of ``B = D - S``, its nuclear norm exact from the
+k × k Gram of ``B V``, and ``R = D - L - S`` (factored); the dual point ``c P_w R`` and
+its value come from program (7)'s own
+:func:`~lowrank_fl.clair.program7.dual_scale_from_summaries`, fed with ``R``'s block norms,
+``<P_w R, D>`` and the top eigenvalue of ``R``'s structured Gram: the numbers
+:func:`~lowrank_fl.clair.program7.certify` computes on the dense arrays (the tests compare
+them). The reported gap certifies the returned ``(L, S)``.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from functools import cached_property
+from typing import NamedTuple
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse
+import scipy.sparse.linalg
+
+from ..results import ConvergenceWarning, SolverResult
+from ..validation import as_float_array, check_choice, check_int, check_positive
+from .contrasts import pairs
+from .program7 import LowRankMixin, dual_scale_from_summaries, top_eigenvalue
+
+__all__ = ["PairContrasts", "FactoredResult", "solve_penalized_factored", "SVT_MODES"]
+
+SVT_MODES = ("auto", "full", "partial")
+# from this p on, Lanczos on the structured operator beats the p x p Gram route (measured)
+_PARTIAL_AUTO_P = 384
+
+# the Gram route resolves singular values above ~sqrt(eps) sigma_1; keep a 100x margin
+_GRAM_SAFE_RATIO = 1e-6
+# below this p a full eigendecomposition is as cheap as the value-range one
+_PARTIAL_MIN_P = 48
+
+
+@dataclass(frozen=True, eq=False)
+class PairContrasts:
+    """Stacked contrasts of eq. (6) in pair-factored form: block ``g = (j, k)`` (pairs in
+    eq. (6) order) is ``D_g = T_g [X_j; X_k]``.
+
+    Attributes
+    ----------
+    T : ndarray, shape (G, h, 2 r)
+        Per-pair left factors (``G = K(K-1)/2``).
+    X : ndarray, shape (K, r, p)
+        Per-client coordinates.
+    """
+
+    T: np.ndarray
+    X: np.ndarray
+
+    def __post_init__(self):
+        T = as_float_array(self.T, "T", ndim=3)
+        X = as_float_array(self.X, "X", ndim=3)
+        K, r, _ = X.shape
+        G = K * (K - 1) // 2
+        if K < 2 or T.shape[0] != G or T.shape[2] != 2 * r:
+            raise ValueError(f"T must have shape (K(K-1)/2, h, 2r) = ({G}, h, {2 * r}) for X of "
+                             f"shape {X.shape} (K, r, p), got {T.shape}")
+        object.__setattr__(self, "T", T)
+        object.__setattr__(self, "X", X)
+
+    # sizes
+    @property
+    def n_clients(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def n_pairs(self) -> int:
+        return self.T.shape[0]
+
+    @property
+    def q(self) -> int:
+        """Block height ``h``."""
+        return self.T.shape[1]
+
+    @property
+    def p(self) -> int:
+        return self.X.shape[2]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape (G h, p) of the stacked ``D``."""
+        return self.n_pairs * self.q, self.p
+
+    # cached structure
+    @cached_property
+    def pairs(self) -> np.ndarray:
+        return pairs(self.n_clients)
+
+    @cached_property
+    def _selectors(self):
+        """Sparse (K, G) 0/1 matrices summing a per-pair quantity over first / second members."""
+        K, G = self.n_clients, self.n_pairs
+        P = self.pairs
+        cols = np.arange(G)
+        return tuple(scipy.sparse.csr_matrix((np.ones(G), (P[:, i], cols)), shape=(K, G))
+                     for i in (0, 1))
+
+    @cached_property
+    def _TtT(self) -> np.ndarray:
+        return np.matmul(self.T.transpose(0, 2, 1), self.T)             # (G, 2r, 2r)
+
+    @cached_property
+    def block_sq_norms(self) -> np.ndarray:
+        """``||D_g||_F^2`` (G,), as ``tr(T_g^T T_g Z_g Z_g^T)`` with ``Z_g = [X_j; X_k]``."""
+        K, r, p = self.X.shape
+        Xs = self.X.reshape(K * r, p)
+        XX = (Xs @ Xs.T).reshape(K, r, K, r).transpose(0, 2, 1, 3)     # (K, K, r, r)
+        j, k = self.pairs[:, 0], self.pairs[:, 1]
+        ZG = np.concatenate([np.concatenate([XX[j, j], XX[j, k]], axis=2),
+                             np.concatenate([XX[k, j], XX[k, k]], axis=2)], axis=1)
+        return np.maximum(np.einsum("gab,gab->g", self._TtT, ZG), 0.0)
+
+    @cached_property
+    def op_norm(self) -> float:
+        """``||D||_op`` (from the structured Gram)."""
+        return float(np.sqrt(top_eigenvalue(self.weighted_gram(np.ones(self.n_pairs)))))
+
+    # products
+    def apply(self, W) -> np.ndarray:
+        """``D_g W`` for every block: (G, h, m) for a (p, m) ``W``."""
+        XW = np.matmul(self.X, W)                                        # (K, r, m)
+        j, k = self.pairs[:, 0], self.pairs[:, 1]
+        return np.matmul(self.T, np.concatenate([XW[j], XW[k]], axis=1))
+
+    def apply_t(self, U) -> np.ndarray:
+        """``D^T U = sum_g D_g^T U_g`` (p, m) for a (G, h, m) ``U``."""
+        K, r, p = self.X.shape
+        G, m = self.n_pairs, U.shape[2]
+        Y = np.matmul(self.T.transpose(0, 2, 1), U)                     # (G, 2r, m)
+        E0, E1 = self._selectors
+        Cl = E0 @ np.ascontiguousarray(Y[:, :r]).reshape(G, r * m) \
+            + E1 @ np.ascontiguousarray(Y[:, r:]).reshape(G, r * m)     # (K, r m)
+        return self.X.reshape(K * r, p).T @ np.asarray(Cl).reshape(K * r, m)
+
+    def client_gram(self, a2) -> np.ndarray:
+        """``H = sum_g a2_g E_g^T T_g^T T_g E_g`` (K r, K r), ``E_g`` selecting ``[X_j; X_k]``
+        from the stacked clients: ``D^T diag(a2) D = X^T H X`` (``X`` (K r, p) stacked)."""
+        K, r, p = self.X.shape
+        G = self.n_pairs
+        C = self._TtT * np.asarray(a2, float)[:, None, None]
+        j, k = self.pairs[:, 0], self.pairs[:, 1]
+        Hb = np.zeros((K, K, r, r))
+        Hb[j, k] = C[:, :r, r:]
+        Hb[k, j] = C[:, r:, :r]
+        E0, E1 = self._selectors
+        diag = E0 @ np.ascontiguousarray(C[:, :r, :r]).reshape(G, r * r) \
+            + E1 @ np.ascontiguousarray(C[:, r:, r:]).reshape(G, r * r)
+        ar = np.arange(K)
+        Hb[ar, ar] = np.asarray(diag).reshape(K, r, r)
+        return Hb.transpose(0, 2, 1, 3).reshape(K * r, K * r)
+
+    def weighted_gram(self, a2) -> np.ndarray:
+        """``D^T diag(a2) D = sum_g a2_g D_g^T D_g`` (p, p) for block weights ``a2`` (G,)."""
+        K, r, p = self.X.shape
+        Xs = self.X.reshape(K * r, p)
+        out = Xs.T @ (self.client_gram(a2) @ Xs)
+        return 0.5 * (out + out.T)
+
+    def dense(self) -> np.ndarray:
+        """The stacked (G h, p) ``D`` (tests and small problems only)."""
+        j, k = self.pairs[:, 0], self.pairs[:, 1]
+        return np.matmul(self.T, np.concatenate([self.X[j], self.X[k]], axis=1)).reshape(
+            self.shape)
+
+
+class _Affine(NamedTuple):
+    """``diag(a) D + U V^T`` blockwise: ``a_g D_g + U_g V^T``; a (G,), U (G, h, m), V (p, m)."""
+
+    a: np.ndarray
+    U: np.ndarray
+    V: np.ndarray
+
+
+def _zero(D: PairContrasts) -> _Affine:
+    return _Affine(np.zeros(D.n_pairs), np.zeros((D.n_pairs, D.q, 0)), np.zeros((D.p, 0)))
+
+
+def _combine(c1, X: _Affine, c2, Y: _Affine) -> _Affine:
+    """``c1 X + c2 Y``."""
+    return _Affine(c1 * X.a + c2 * Y.a, np.concatenate([c1 * X.U, c2 * Y.U], axis=2),
+                   np.concatenate([X.V, Y.V], axis=1))
+
+
+def _apply(D, X: _Affine, W) -> np.ndarray:
+    out = D.apply(W) * X.a[:, None, None]
+    if X.U.shape[2]:
+        out += np.matmul(X.U, X.V.T @ W)
+    return out
+
+
+def _sq_norms(D, X: _Affine) -> np.ndarray:
+    """``||X_g||_F^2`` (G,), clipped at 0 (the expansion cancels when a block nearly vanishes:
+    absolute error ~eps ||D_g||^2)."""
+    out = X.a * X.a * D.block_sq_norms
+    if X.U.shape[2]:
+        out = out + 2.0 * X.a * np.einsum("ghm,ghm->g", D.apply(X.V), X.U)
+        out = out + np.einsum("ghm,ghm->g", np.matmul(X.U, X.V.T @ X.V), X.U)
+    return np.maximum(out, 0.0)
+
+
+def _inner(D, X: _Affine, Y: _Affine) -> float:
+    """``<X, Y>`` (Frobenius, all blocks)."""
+    out = float(X.a * Y.a @ D.block_sq_norms)
+    if Y.U.shape[2]:
+        out += float(np.einsum("g,ghm,ghm->", X.a, D.apply(Y.V), Y.U))
+    if X.U.shape[2]:
+        out += float(np.einsum("g,ghm,ghm->", Y.a, D.apply(X.V), X.U))
+        if Y.U.shape[2]:
+            out += float(np.einsum("ghm,ghm->", np.matmul(X.U, X.V.T @ Y.V), Y.U))
+    return out
+
+
+def _gram(D, X: _Affine) -> np.ndarray:
+    """``X^T X`` (p, p) from the structure."""
+    C = D.weighted_gram(X.a * X.a)
+    m = X.U.shape[2]
+    if m:
+        cross = D.apply_t(X.U * X.a[:, None, None]) @ X.V.T
+        Uf = X.U.reshape(-1, m)
+        C += cross + cross.T + X.V @ (Uf.T @ Uf) @ X.V.T
+    return C
+
+
+def _dense(D, X: _Affine) -> np.ndarray:
+    out = D.dense().reshape(D.n_pairs, D.q, D.p) * X.a[:, None, None]
+    if X.U.shape[2]:
+        out += np.matmul(X.U, X.V.T)
+    return out.reshape(D.shape)
+
+
+def _svt(D, B: _Affine, tau):
+    """Exact ``SVT(B; τ) = U_L V^T``: returns ``U_L`` (G, h, k), ``V`` (p, k) orthonormal and the
+    new singular values ``s - τ`` (k,) (only ``s > τ``); None on overflow."""
+    C = _gram(D, B)
+    if not np.all(np.isfinite(C)):
+        return None
+    p = C.shape[0]
+    if p >= _PARTIAL_MIN_P:
+        ev, V = scipy.linalg.eigh(C, subset_by_value=(tau * tau, np.inf), driver="evr",
+                                  check_finite=False)
+        ev, V = ev[::-1], V[:, ::-1]
+        top = float(ev[0]) if ev.size else top_eigenvalue(C)
+    else:
+        ev, V = np.linalg.eigh(C)
+        ev, V = ev[::-1], V[:, ::-1]
+        top = float(ev[0])
+        keep = ev > tau * tau
+        ev, V = ev[keep], V[:, keep]
+    if tau <= _GRAM_SAFE_RATIO * np.sqrt(max(top, 0.0)):
+        # the Gram cannot resolve values this far below sigma_1: LAPACK on the formed B
+        Uf, s, Vt = np.linalg.svd(_dense(D, B), full_matrices=False)
+        k = int(np.count_nonzero(s > tau))
+        snew = s[:k] - tau
+        return (Uf[:, :k] * snew).reshape(D.n_pairs, D.q, k), Vt[:k].T, snew
+    s = np.sqrt(np.maximum(ev, 0.0))
+    snew = s - tau
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(s > 0, snew / s, 0.0)
+    return _apply(D, B, V) * f, V, snew
+
+
+def _gram_operator(D, B: _Affine):
+    """``x -> B^T B x`` (p, m) as ``X^T (H (X x)) + P V^T x + V P^T x + V (U^T U) V^T x``
+    with ``H`` = :meth:`PairContrasts.client_gram` (K r × K r) and ``P = D^T diag(a) U``
+    (p × m) formed once: each product is a few dense BLAS calls of ``O((K r)^2 + K r p)``,
+    never the p × p Gram."""
+    K, r, p = D.X.shape
+    Xs = D.X.reshape(K * r, p)
+    H = D.client_gram(B.a * B.a)
+    m = B.U.shape[2]
+    if m:
+        P = D.apply_t(B.U * B.a[:, None, None])
+        Uf = B.U.reshape(D.n_pairs * D.q, m)
+        UtU = Uf.T @ Uf
+
+    def mm(x):
+        x = x.reshape(p, -1)
+        out = Xs.T @ (H @ (Xs @ x))
+        if m:
+            Vx = B.V.T @ x
+            out += P @ Vx + B.V @ (P.T @ x + UtU @ Vx)
+        return out
+
+    return scipy.sparse.linalg.LinearOperator((p, p), matvec=mm, matmat=mm, dtype=float)
+
+
+def _svt_partial(D, B: _Affine, tau, k_hint, v0):
+    """``SVT(B; τ)`` from the eigenpairs of ``B^T B`` above ``τ^2`` found by Lanczos (ARPACK
+    ``eigsh``, largest first) on the structured operator: ``O(G h r + K r p)`` per product
+    instead of the ``O((K r)^2 p + p^3)`` Gram route. It asks for ``k_hint + 4`` pairs and
+    doubles while all of them lie above ``τ^2``; None (use the Gram route) once that would
+    exceed ``p / 4`` (the threshold lies below many singular values) or ARPACK fails."""
+    p = D.p
+    op = _gram_operator(D, B)
+    kq = max(k_hint + 4, 6)
+    while 2 * kq <= p // 2:
+        try:
+            ev, V = scipy.sparse.linalg.eigsh(op, k=kq, which="LA", v0=v0, tol=1e-12)
+        except scipy.sparse.linalg.ArpackError:
+            return None
+        order = np.argsort(ev)[::-1]
+        ev, V = ev[order], V[:, order]
+        if ev[-1] < tau * tau:
+            keep = ev > tau * tau
+            ev, V = ev[keep], V[:, keep]
+            s = np.sqrt(ev)
+            if ev.size and tau <= _GRAM_SAFE_RATIO * s[0]:
+                return None
+            snew = s - tau
+            return _apply(D, B, V) * (snew / s), V, snew
+        kq *= 2
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactoredResult(LowRankMixin, SolverResult):
+    """Solution of program (7) in factored form (:func:`solve_penalized_factored`).
+
+    Attributes
+    ----------
+    L_left : ndarray, shape (G, h, k)
+        ``L = L_left V^T`` blockwise with ``V = Vt[:k].T`` (``k`` kept singular values).
+    S_scale : ndarray, shape (G,)
+    S_left : ndarray, shape (G, h, m)
+    S_right : ndarray, shape (p, m)
+        ``S_g = S_scale_g D_g + S_left_g S_right^T``.
+    dual : float
+        Dual objective at ``c P_w R`` (``gap = objective - dual``).
+    dual_scale : float
+        ``c``.
+    singular_values : ndarray, shape (p,)
+        Singular values of ``L`` (decreasing, zero-padded).
+    Vt : ndarray, shape (p, p)
+        Right singular vectors of ``L`` as rows (completed to a basis).
+    q : int
+    lam_L, lam_S : float
+    weights : ndarray, shape (G,)
+    data_norm : float
+        ``||D||_op``.
+    """
+
+    L_left: np.ndarray
+    S_scale: np.ndarray
+    S_left: np.ndarray
+    S_right: np.ndarray
+    dual: float
+    dual_scale: float
+    singular_values: np.ndarray
+    Vt: np.ndarray
+    q: int
+    lam_L: float
+    lam_S: float
+    weights: np.ndarray
+    data_norm: float | None = None
+
+    @property
+    def _S(self) -> _Affine:
+        return _Affine(np.asarray(self.S_scale), np.asarray(self.S_left),
+                       np.asarray(self.S_right))
+
+    def dense_L(self) -> np.ndarray:
+        """``L`` as a (G h, p) array."""
+        k = self.L_left.shape[2]
+        G, h = self.L_left.shape[:2]
+        return (np.matmul(self.L_left, self.Vt[:k])).reshape(G * h, -1)
+
+    def dense_S(self, D: PairContrasts) -> np.ndarray:
+        """``S`` as a (G h, p) array."""
+        return _dense(D, self._S)
+
+
+def _singular_parts(UL, V):
+    """Exact SVD data of ``L = UL V^T`` (``V`` orthonormal): from the k x k Gram of ``UL``,
+    ``L = (UL Q) Q^T V^T`` with ``UL^T UL = Q diag(σ^2) Q^T``; returns ``(UL Q, V Q, σ)``,
+    σ decreasing (``||L||_* = sum σ`` whatever route produced ``UL``)."""
+    k = UL.shape[2]
+    if k == 0:
+        return UL, V, np.zeros(0)
+    Uf = UL.reshape(-1, k)
+    ev, Q = np.linalg.eigh(Uf.T @ Uf)
+    ev, Q = ev[::-1], Q[:, ::-1]
+    return np.matmul(UL, Q), V @ Q, np.sqrt(np.maximum(ev, 0.0))
+
+
+def _svt_step(D, B, tau, svt, hint, v0):
+    """One SVT of ``B``: the partial (Lanczos) route when asked and possible, else the Gram
+    route."""
+    if svt == "partial":
+        parts = _svt_partial(D, B, tau, hint, v0)
+        if parts is not None:
+            return parts
+    return _svt(D, B, tau)
+
+
+def _start_vector(V, p):
+    """Deterministic Lanczos start: the sum of the last kept right singular vectors plus a
+    fixed spread (so that a new direction is never orthogonal to it)."""
+    v = np.linspace(1.0, 2.0, p)
+    v /= np.linalg.norm(v)
+    if V is not None and V.shape[1]:
+        v = v + V.sum(axis=1) / np.sqrt(V.shape[1])
+    return v
+
+
+def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, v0=None):
+    """(7) at ``(SVT(D - S; τ), S)``: ``(objective, dual, c, L parts)``.
+
+    With ``B = D - S`` and ``L = B W``, ``W = V diag(1 - τ/s) V^T``, the residual is
+    ``R = B N``, ``N = I - W``: it is evaluated on the projected contrasts ``D N`` (clients'
+    coordinates ``X_k N``) so that its block norms and Gram carry rounding errors relative to
+    ``R`` itself, as on a formed residual (expanding ``B - L`` would leave errors of
+    ``eps ||B||^2`` in ``||R||_op^2 ~ τ^2``)."""
+    B = _Affine(1.0 - S.a, -S.U, S.V)
+    parts = _svt_step(D, B, tau, svt, hint, v0)
+    if parts is None:
+        return None
+    UL, V, snew = parts
+    Fw = snew / (snew + tau)                                            # W = V diag(Fw) V^T
+    L_parts = _singular_parts(UL, V)
+    DN = PairContrasts(T=D.T, X=D.X - np.matmul(np.matmul(D.X, V) * Fw, V.T))
+    R = _Affine(B.a, B.U, B.V - (V * Fw) @ (V.T @ B.V))                # R = B N on D N
+    rn2 = _sq_norms(DN, R)
+    G = D.n_pairs
+    # <R, D> = sum_g a_g <D_g N, D_g> + <U_g, D_g N^T V_B>
+    DV = D.apply(V)
+    lin = float(R.a @ (D.block_sq_norms - np.einsum("ghk,ghk->g", DV * Fw, DV)))
+    if R.U.shape[2]:
+        lin += float(np.einsum("ghm,ghm->", D.apply(R.V), R.U))
+    lin *= w
+    gram_top = w * w * top_eigenvalue(_gram(DN, R))
+    c, dual = dual_scale_from_summaries(w * w * rn2, lin, gram_top, np.full(G, w), lam_L,
+                                        lam_S)
+    UL, V, sig = L_parts
+    objective = 0.5 * w * float(rn2.sum()) + lam_L * float(sig.sum()) \
+        + lam_S * float(np.sqrt(_sq_norms(D, S)).sum())
+    return objective, dual, c, (UL, V, sig)
+
+
+def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | None = None,
+                             tol: float = 1e-8, max_iter: int = 10000, init=None,
+                             check_every: int = 5, svt: str = "auto") -> FactoredResult:
+    """Solve program (7) on pair-factored contrasts with equal pair weights (module docstring).
+
+    Parameters
+    ----------
+    D : PairContrasts
+    lam_L, lam_S : float, > 0
+    weight : float, optional
+        The common pair weight ``w`` (default ``1/K`` as in §7).
+    tol : float
+        Relative duality gap ``gap / F(0, 0)`` at which to stop (as
+        :func:`~lowrank_fl.clair.solve_penalized`).
+    max_iter : int
+        Iteration cap (status ``"max_iter"`` and a ``ConvergenceWarning`` when hit).
+    init : FactoredResult, optional
+        Warm start from its ``S`` (a solve on the same ``D``).
+    check_every : int
+        Certificate period (each check costs two structured Grams and an eigenproblem).
+    svt : {"auto", "full", "partial"}
+        How each iteration's SVT finds the singular values above ``τ``: ``"full"`` the exact
+        Gram route (p x p Gram from the structure, LAPACK ``syevr`` on the values above
+        ``τ^2``), ``"partial"`` Lanczos (ARPACK) on the structured operator ``B^T B``, falling
+        back to the Gram route when ``τ`` lies below many singular values (more than ``p/4``
+        asked for) or below ``1e-6 σ_1``; ``"auto"``: partial when ``p >= 384`` (measured in
+        ``benchmarks/bench_k_scaling.py``). Either way the certificate (the gap reported)
+        is computed from the structured Gram of the residual.
+
+    Returns
+    -------
+    FactoredResult
+    """
+    t0 = time.perf_counter()
+    if not isinstance(D, PairContrasts):
+        raise TypeError(f"D must be a PairContrasts, got {type(D).__name__}")
+    lam_L = check_positive(lam_L, "lam_L")
+    lam_S = check_positive(lam_S, "lam_S")
+    w = 1.0 / D.n_clients if weight is None else check_positive(weight, "weight")
+    tol = check_positive(tol, "tol")
+    max_iter = check_int(max_iter, "max_iter", minimum=1)
+    check_every = check_int(check_every, "check_every", minimum=1)
+    check_choice(svt, "svt", SVT_MODES)
+    if svt == "auto":
+        svt = "partial" if D.p >= _PARTIAL_AUTO_P else "full"
+    G = D.n_pairs
+    if init is None:
+        S = _zero(D)
+    elif isinstance(init, FactoredResult):
+        S = init._S
+        if S.a.shape != (G,) or S.U.shape[:2] != (G, D.q) or S.V.shape[0] != D.p:
+            raise ValueError(f"init was solved on another problem: S_left {S.U.shape}, "
+                             f"S_right {S.V.shape} for D of {G} pairs, h = {D.q}, p = {D.p}")
+    else:
+        raise TypeError(f"init must be a FactoredResult or None, got {type(init).__name__}")
+    tau, theta = lam_L / w, lam_S / w
+    scale = 0.5 * w * float(D.block_sq_norms.sum())
+    scale = scale if scale > 0 else 1.0
+    y, mom = S, 1.0
+    hint, V_last = S.V.shape[1], S.V
+    objs, gaps, gap_its = [], [], []
+    status, cert, it = "max_iter", None, 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for it in range(1, max_iter + 1):
+            parts = _svt_step(D, _Affine(1.0 - y.a, -y.U, y.V), tau, svt, hint,
+                              _start_vector(V_last, D.p))               # L_y = SVT(D - y)
+            if parts is None:
+                status = "diverged"
+                break
+            UL, V, _ = parts
+            hint, V_last = V.shape[1], V
+            n = np.sqrt(_sq_norms(D, _Affine(np.ones(G), -UL, V)))  # ||D_g - L_g||
+            with np.errstate(divide="ignore"):
+                f = np.where(n > theta, 1.0 - theta / n, 0.0)
+            Sn = _Affine(f, -UL * f[:, None, None], V)                 # BST(D - L_y; θ)
+            mom_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * mom * mom))
+            beta = (mom - 1.0) / mom_n
+            # gradient restart: <y - S⁺, S⁺ - S> > 0 means the momentum points uphill
+            restart = y is not S and _inner(D, _combine(1.0, y, -1.0, Sn),
+                                            _combine(1.0, Sn, -1.0, S)) > 0
+            if restart or beta <= 0:
+                mom, y = (1.0 if restart else mom_n), Sn
+            else:
+                mom, y = mom_n, _combine(1.0 + beta, Sn, -beta, S)
+            S = Sn
+            if it % check_every == 0 or it == max_iter:
+                cert = _certify(D, S, w, lam_L, lam_S, tau, svt, hint,
+                                _start_vector(V_last, D.p))
+                if cert is None or not np.isfinite(cert[0]):
+                    status = "diverged"
+                    break
+                objs.append(cert[0])
+                gaps.append(cert[0] - cert[1])
+                gap_its.append(it)
+                if cert[0] - cert[1] <= tol * scale:
+                    status = "optimal"
+                    break
+    if status == "diverged":
+        raise FloatingPointError(f"solve_penalized_factored: non-finite values at iteration {it}")
+    objective, dual, c, (UL, V, snew) = cert
+    gap = objective - dual
+    k = snew.size
+    Vt = V.T if k == D.p else np.vstack([V.T, scipy.linalg.null_space(V.T).T]) if k \
+        else np.eye(D.p)
+    sv = np.concatenate([snew, np.zeros(D.p - k)])
+    if status == "max_iter":
+        message = (f"solve_penalized_factored stopped at max_iter={max_iter} with relative "
+                   f"duality gap {gap / scale:.3e} > tol={tol:.1e}")
+        warnings.warn(message, ConvergenceWarning, stacklevel=2)
+    else:
+        message = (f"factored FISTA reached relative duality gap {gap / scale:.2e} <= "
+                   f"tol={tol:.1e} after {it} iterations")
+    return FactoredResult(
+        L_left=UL, S_scale=S.a, S_left=S.U, S_right=S.V, dual=float(dual), dual_scale=float(c),
+        singular_values=sv, Vt=Vt, q=D.q, lam_L=lam_L, lam_S=lam_S, weights=np.full(G, w),
+        data_norm=D.op_norm, objective=float(objective), gap=float(gap), iterations=it,
+        status=status, solver="fista-factored", seconds=time.perf_counter() - t0,
+        history={"objective": np.asarray(objs), "gap": np.asarray(gaps),
+                 "gap_iteration": np.asarray(gap_its, dtype=int)},
+        gap_scale=scale, message=message + ".")
