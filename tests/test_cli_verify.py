@@ -1,7 +1,6 @@
 """The verifier's CLI (verify / claims / conditions), the runner and module loading."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re

@@ -3,7 +3,6 @@ import pytest
 
 from lowrank_fl.algorithms.fedrep_baselines import fedsgd, local_only
 from lowrank_fl.exact.multitask import fedavg_population_error, fit_heads, pooled_least_squares
-from lowrank_fl.linalg import subspace_distance
 from lowrank_fl.problems.multitask import multitask_linear
 
 

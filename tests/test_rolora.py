@@ -11,7 +11,7 @@ from lowrank_fl.algorithms.rolora import (fedavg_lora, ffa_lora, grad_a_clients,
                                           resolve_step_size, rolora)
 from lowrank_fl.exact.rolora import (angle_loss, ffa_matrix_optimum, ffa_population_loss,
                                      rolora_population_recursion)
-from lowrank_fl.problems.lora import angle_distance, init_at_angle, lora_matrix_problem, rank_one_lora
+from lowrank_fl.problems.lora import init_at_angle, lora_matrix_problem, rank_one_lora
 from lowrank_fl.results import ConvergenceWarning
 
 

@@ -5,7 +5,6 @@ import pytest
 from lowrank_fl.validation import (as_float_array, as_generator, check_in_interval, check_int,
                                     check_positive)
 from lowrank_fl.algorithms import fedrep
-from lowrank_fl.linalg import subspace_distance
 from lowrank_fl.problems import multitask_linear
 
 

@@ -423,8 +423,6 @@ def cmd_conditions(args) -> int:
     """Handler of ``lowrank-fl conditions``."""
     import importlib
 
-    import numpy as np
-
     from .conditions import Condition
     from .report.values import fmt
     from .runner import load_modules

@@ -36,8 +36,8 @@ def resolve_data(data, *, has_dataset: bool, can_sample: bool, has_population: b
         data = "fixed" if has_dataset else "population"
     data = check_choice(data, "data", DATA_REGIMES)
     if data == "fixed" and not has_dataset:
-        raise ValueError(f"data='fixed' needs a problem with a dataset (samples_per_client); "
-                         f"this problem has none: use data='population' or 'fresh'")
+        raise ValueError("data='fixed' needs a problem with a dataset (samples_per_client); "
+                         "this problem has none: use data='population' or 'fresh'")
     if data == "fresh" and not can_sample:
         raise ValueError(f"data='fresh' needs a problem that can draw samples; {method} got one "
                          f"built from fixed data: use data='fixed'")

@@ -46,7 +46,6 @@ The round itself is :func:`fedrep_round`, batched over clients (einsum and batch
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np

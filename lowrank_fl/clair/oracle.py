@@ -38,7 +38,6 @@ def _parts(D0, q, A, I_mask):
 
 def _fun_grad(y, Zi, ci, Gfix, lam_L, lam_S, shape):
     Yi = y.reshape(shape)                                   # (s, q, r)
-    r = shape[2]
     M = Gfix + np.einsum("gqi,gqj->ij", Yi, Yi)
     ev, V = np.linalg.eigh(M)
     ev = np.maximum(ev, np.finfo(float).tiny)

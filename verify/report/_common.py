@@ -1,6 +1,7 @@
 """Shared pieces of the report writers: grouping, totals, rows; value formatting lives in ``values``."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted, jsonable
