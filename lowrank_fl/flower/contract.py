@@ -127,12 +127,14 @@ def factors_to_state_dict(factors: Mapping, *, dtype=None) -> dict:
     return out
 
 
-def factors_record(factors: Mapping, *, adapter: str, dtype=None) -> tuple[ArrayRecord, ConfigRecord]:
+def factors_record(factors: Mapping, *, adapter: str | None = None,
+                   dtype=None) -> tuple[ArrayRecord, ConfigRecord]:
     """The ArrayRecord and ConfigRecord of ``{module: (A, B, scaling)}`` (scaling folded into B,
-    every module's scaling 1 in the config; ``adapter`` one of :data:`ADAPTER_KINDS`)."""
-    if adapter not in ADAPTER_KINDS:
+    every module's scaling 1 in the config, per-module ranks in the patterns). ``adapter``: one
+    of :data:`ADAPTER_KINDS` (what the server sends), None for a client's reply."""
+    if adapter is not None and adapter not in ADAPTER_KINDS:
         raise ValueError(f"adapter must be one of {list(ADAPTER_KINDS)}, got {adapter!r}")
     state = factors_to_state_dict(factors, dtype=dtype)
     arrays = ArrayRecord({k: Array(v) for k, v in state.items()})
     cfg = peft_config({}, {m: int(np.shape(A)[0]) for m, (A, _, _) in factors.items()})
-    return arrays, config_record(cfg, adapter=adapter)
+    return arrays, config_record(cfg, **({} if adapter is None else {"adapter": adapter}))

@@ -152,6 +152,11 @@ class ClairStrategy(FedAvg):
         self._sent: dict = {}                    # server round → node ids sent a TRAIN message
 
     @property
+    def global_adapter(self) -> tuple | None:
+        """``(ArrayRecord, ConfigRecord)`` of the last collaborative-set mean (None before)."""
+        return self._global
+
+    @property
     def method(self) -> str:
         return self.module_options.method
 
