@@ -177,6 +177,23 @@ def test_client_rule_majority_and_rank_out(src):
             assert np.array_equal(got[m][0], A) and np.array_equal(got[m][1], B)
 
 
+def test_jobs_are_passed_through(src):
+    """Two joblib processes over the modules: the same sets and outputs as one process (to
+    float32 rounding: a worker's BLAS may round differently from the main process')."""
+    one, two = ClairStrategy(module_options=F32), ClairStrategy(module_options=F32, jobs=2)
+    one.aggregate_train(1, _replies(src))
+    two.aggregate_train(1, _replies(src))
+    assert [m["benign"] for m in one.rounds[1].summary["modules"].values()] == \
+        [m["benign"] for m in two.rounds[1].summary["modules"].values()]
+    assert one.rounds[1].flagged == two.rounds[1].flagged == (NODES[5],)
+    for n in NODES:
+        a, b = one.adapters[n][0], two.adapters[n][0]
+        assert set(a) == set(b)
+        for k in a:
+            x, y = a[k].numpy(), b[k].numpy()
+            assert np.allclose(x, y, rtol=0, atol=1e-5 * np.abs(x).max()), (n, k)
+
+
 # ---------------------------------------------------------------- the federation's realities
 def test_configure_sends_each_node_its_own_adapter(src):
     st = ClairStrategy(module_options=F32)
