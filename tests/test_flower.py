@@ -343,7 +343,7 @@ def test_the_example_app_runs_on_the_simulation_engine(tmp_path):
         assert r["participants"] == list(range(10)) and r["failures"] == r["missing"] == 0
         assert 0 <= r["max_relative_gap"] <= 1e-6
         refined = {int(k) for k, a in r["accuracy"].items() if a["refined"]}
-        # under client_rule "majority" a flagged client gets its own adapter back, the others a refined one
+        # under a client-level rule ("any") a flagged client gets its own adapter back, the others a refined one
         assert sorted(set(range(10)) - refined) == r["flagged"]
         assert all(0 <= a["before"] <= 1 and 0 <= a["after"] <= 1 for a in r["accuracy"].values())
         assert set(r["modules_benign"]) == {str(k) for k in range(10)}

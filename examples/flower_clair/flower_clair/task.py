@@ -53,7 +53,7 @@ class Settings:
     n_train: int = 1000
     epochs: int = 1
     n_test: int = 300
-    client_rule: str = "majority"
+    client_rule: str = "any"
     seed: int = 0
     cache_dir: str = ""
     out_dir: str = ""
