@@ -106,7 +106,9 @@ class ClairStrategy(FedAvg):
         FedAvg's sampling and record options (``fraction_train``, ``fraction_evaluate``,
         ``min_train_nodes``, ``min_evaluate_nodes``, ``min_available_nodes``,
         ``weighted_by_key``, ``arrayrecord_key``, ``configrecord_key``,
-        ``train_metrics_aggr_fn``, ``evaluate_metrics_aggr_fn``).
+        ``train_metrics_aggr_fn``, ``evaluate_metrics_aggr_fn``). FedAvg sizes its sample from
+        the nodes connected *before* it waits for ``min_available_nodes``: for every node from
+        round 1 on, set ``min_train_nodes`` (and ``min_evaluate_nodes``) to the federation's size.
 
     Attributes
     ----------
