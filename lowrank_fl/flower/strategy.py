@@ -28,6 +28,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
+from threadpoolctl import threadpool_limits
 
 from ..adapters import CLIENT_RULES, AdapterError, ModuleOptions, aggregate_factors
 from .contract import LORA_ARRAYS, LORA_CONFIG, factors_from_content, factors_record
@@ -254,14 +255,18 @@ class ClairStrategy(FedAvg):
             return None, self._metrics(record, accepted)
 
         named = {str(n): clients[n] for n in nodes}
-        t1 = time.perf_counter()
-        res = aggregate_factors(named, self.module_options, client_rule=self.client_rule,
-                                jobs=self.jobs, scheduler=self.scheduler)
-        t_agg = time.perf_counter() - t1
-        t1 = time.perf_counter()
-        benign = self._benign_sets(res, len(nodes))
-        mean = self._collaborative_mean(named, benign) if self.method == "clair" else res.outputs["aggregated"]
-        t_mean = time.perf_counter() - t1
+        # one BLAS thread, as the per-module solves: the outputs built here (SVDs of small
+        # coordinate matrices) then round the same way in every run, whatever the machine's load
+        with threadpool_limits(limits=1):
+            t1 = time.perf_counter()
+            res = aggregate_factors(named, self.module_options, client_rule=self.client_rule,
+                                    jobs=self.jobs, scheduler=self.scheduler)
+            t_agg = time.perf_counter() - t1
+            t1 = time.perf_counter()
+            benign = self._benign_sets(res, len(nodes))
+            mean = (self._collaborative_mean(named, benign) if self.method == "clair"
+                    else res.outputs["aggregated"])
+            t_mean = time.perf_counter() - t1
         self._global = factors_record(mean, adapter="global")
         if self.method == "clair":
             for k, n in enumerate(nodes):
