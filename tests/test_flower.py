@@ -177,6 +177,19 @@ def test_client_rule_majority_and_rank_out(src):
             assert np.array_equal(got[m][0], A) and np.array_equal(got[m][1], B)
 
 
+def test_client_ids_order_the_clients(src):
+    """Replies carrying ``client-id`` are aggregated in that order, whatever their node ids."""
+    replies = _replies(src)
+    for k, msg in enumerate(replies):
+        msg.content["lora_config"]["client-id"] = f"c{len(NODES) - k}"    # reverse of the node order
+    st = ClairStrategy(module_options=F32)
+    st.aggregate_train(1, replies)
+    assert st.rounds[1].participants == tuple(reversed(NODES))
+    rev = dict(reversed(list(_clients(src).items())))
+    ref = aggregate_factors(rev, F32)
+    assert _timeless(st.rounds[1].summary) == _timeless(ref.summary)
+
+
 def test_jobs_are_passed_through(src):
     """Two joblib processes over the modules: the same sets and outputs as one process (to
     float32 rounding: a worker's BLAS may round differently from the main process')."""

@@ -12,7 +12,8 @@ Client → server (the reply to a TRAIN message), in the reply's ``RecordDict``:
     adapter has per-module values, ``rank_pattern`` / ``alpha_pattern`` as JSON strings of PEFT's
     dicts (a ConfigRecord holds no dicts). :func:`config_record` builds it from a
     ``LoraConfig.to_dict()``. A module's scaling is PEFT's: ``lora_alpha / r`` (``/ sqrt(r)``
-    with rsLoRA), patterns first.
+    with rsLoRA), patterns first. Optional ``client-id`` (str): clients are aggregated in the
+    order of their ids (then node ids), so that runs whose node ids differ give the same numbers.
 a MetricRecord (optional)
     Anything the client reports (``num-examples``, ``train-loss``, ...); averaged across the
     replies as FedAvg does when every reply has one with ``num-examples``.

@@ -41,8 +41,8 @@ class RoundRecord:
     """What :class:`ClairStrategy` kept of one ``aggregate_train`` call.
 
     participants : tuple of int
-        Node ids whose factors were aggregated (ascending; the order of ``summary["clients"]``,
-        where each is named ``str(node_id)``).
+        Node ids whose factors were aggregated, in the order of ``summary["clients"]`` (where
+        each is named ``str(node_id)``): by the replies' ``client-id`` if any, then node id.
     flagged : tuple of int
         Participants CLAIR left out of the collaborative set (8): under ``client_rule``
         ``"majority"`` / ``"any"`` its client-level decision, under ``"per-module"`` the
@@ -153,6 +153,7 @@ class ClairStrategy(FedAvg):
         self.adapters: dict = {}
         self._global: tuple | None = None        # (ArrayRecord, ConfigRecord) of the last mean
         self._sent: dict = {}                    # server round → node ids sent a TRAIN message
+        self._order: dict = {}                   # node → sort key (client-id, node id)
 
     @property
     def global_adapter(self) -> tuple | None:
@@ -214,6 +215,7 @@ class ClairStrategy(FedAvg):
                 accepted[node] = msg
             except AdapterError as exc:
                 rejected[node] = str(exc)
+        self._order = {n: self._client_id(accepted[n]) for n in accepted}
         layouts = {n: tuple(sorted((m, A.shape[1], B.shape[0]) for m, (A, B, _) in f.items()))
                    for n, f in clients.items()}
         if layouts:
@@ -227,6 +229,14 @@ class ClairStrategy(FedAvg):
             log(WARNING, "aggregate_train: reply of node %s left out: %s", node, reason)
             warnings.warn(f"ClairStrategy: reply of node {node} left out: {reason}", stacklevel=3)
         return clients, rejected, [accepted[n] for n in sorted(accepted)]
+
+    def _client_id(self, msg: Message) -> tuple:
+        """Sort key of a reply: its optional ``client-id`` (a string in the LoRA ConfigRecord),
+        then its node id. Node ids are drawn anew by each simulation or deployment; a stable
+        ``client-id`` keeps CLAIR's pair order, and so the rounding, the same across runs."""
+        cid = msg.content.config_records[self.lora_config_key].get("client-id")
+        node = msg.metadata.src_node_id
+        return (0, cid, node) if isinstance(cid, str) else (1, "", node)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         """Aggregate the replies' LoRA factors; keep each client's output; return the
@@ -242,7 +252,7 @@ class ClairStrategy(FedAvg):
         if missing:
             log(WARNING, "aggregate_train: no reply from %d node(s): %s", len(missing), list(missing))
         clients, rejected, accepted = self._read(valid)
-        nodes = sorted(clients)
+        nodes = sorted(clients, key=self._order.__getitem__)       # CLAIR's client order
         base = dict(server_round=server_round, participants=tuple(nodes), failures=failures,
                     rejected=rejected, missing=missing)
         if len(nodes) < 2:

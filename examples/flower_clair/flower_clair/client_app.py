@@ -44,6 +44,7 @@ def train(msg: Message, context: Context) -> Message:
     own, err = combine(held, new, settings.send_rank)   # this client's whole update
     _store(context, "own", own)
     arrays, cfg = factors_record(own)
+    cfg["client-id"] = f"partition-{partition:04d}"   # a stable order for the server's solve
     content = RecordDict({LORA_ARRAYS: arrays, LORA_CONFIG: cfg,
                           "metrics": MetricRecord({"num-examples": settings.n_train, "truncation-error": err})})
     return Message(content=content, reply_to=msg)

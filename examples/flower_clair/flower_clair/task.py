@@ -48,7 +48,7 @@ class Settings:
     length: int = 16
     rank: int = 3
     #: rank of the update a client sends from round 2 on (its whole update, truncated by SVD)
-    send_rank: int = 3
+    send_rank: int = 6
     lr: float = 0.01
     n_train: int = 1000
     epochs: int = 1
