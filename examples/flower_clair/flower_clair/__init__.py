@@ -1,0 +1,1 @@
+"""flower_clair: CLAIR on LoRA adapters inside Flower (ServerApp + ClientApp)."""

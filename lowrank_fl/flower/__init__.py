@@ -1,0 +1,28 @@
+"""CLAIR inside Flower (optional; needs the ``[flower]`` extra: ``flwr[simulation]``).
+
+Modules
+-------
+contract   the message contract: LoRA factors as an ArrayRecord keyed like PEFT's state dict,
+           r / lora_alpha / use_rslora / patterns in a ConfigRecord, both directions
+strategy   ``ClairStrategy``: a ``flwr.serverapp.strategy.Strategy`` (FedAvg's sampling) that runs
+           :func:`lowrank_fl.adapters.aggregate_factors` on the replies and sends every client its
+           own refined adapter
+
+Importing :mod:`lowrank_fl` never imports flwr; importing this package without flwr raises an
+``ImportError`` that names the extra.
+"""
+from __future__ import annotations
+
+from importlib.util import find_spec as _find_spec
+
+if _find_spec("flwr") is None:  # pragma: no cover - depends on the installation
+    raise ImportError("lowrank_fl.flower needs flwr: install the optional extra with "
+                      "`pip install \"lowrank_fl[flower]\"`.")
+
+from .contract import (ADAPTER_KINDS, LORA_ARRAYS, LORA_CONFIG, config_from_record,  # noqa: E402
+                       config_record, factors_from_content, factors_record, factors_to_state_dict)
+from .strategy import ClairStrategy, RoundRecord  # noqa: E402
+
+__all__ = ["ClairStrategy", "RoundRecord", "LORA_ARRAYS", "LORA_CONFIG", "ADAPTER_KINDS",
+           "config_record", "config_from_record", "factors_from_content", "factors_record",
+           "factors_to_state_dict"]

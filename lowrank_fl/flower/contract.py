@@ -1,0 +1,141 @@
+"""The message contract between :class:`~lowrank_fl.flower.ClairStrategy` and its ClientApps.
+
+Client → server (the reply to a TRAIN message), in the reply's ``RecordDict``:
+
+``"lora"`` : ArrayRecord
+    The client's LoRA factors keyed like PEFT's state dict (what
+    ``peft.get_peft_model_state_dict`` returns): ``<module>.lora_A.weight`` (A, r × in) and
+    ``<module>.lora_B.weight`` (B, out × r) for every adapted module; float16/32/64 (bf16 has no
+    numpy dtype: send float32). ``ArrayRecord(get_peft_model_state_dict(model))`` is enough.
+``"lora_config"`` : ConfigRecord
+    ``r`` (int), ``lora_alpha`` (number), ``use_rslora`` (bool, default False) and, where the
+    adapter has per-module values, ``rank_pattern`` / ``alpha_pattern`` as JSON strings of PEFT's
+    dicts (a ConfigRecord holds no dicts). :func:`config_record` builds it from a
+    ``LoraConfig.to_dict()``. A module's scaling is PEFT's: ``lora_alpha / r`` (``/ sqrt(r)``
+    with rsLoRA), patterns first. Optional ``client-id`` (str): clients are aggregated in the
+    order of their ids (then node ids), so that runs whose node ids differ give the same numbers.
+a MetricRecord (optional)
+    Anything the client reports (``num-examples``, ``train-loss``, ...); averaged across the
+    replies as FedAvg does when every reply has one with ``num-examples``.
+
+Server → client (TRAIN and EVALUATE messages):
+
+``"arrays"`` : ArrayRecord
+    This client's adapter in the same PEFT keys: its refined adapter (9) when it took part in the
+    last aggregation and CLAIR kept it in the collaborative set, its own adapter when CLAIR
+    excluded it, else the global ArrayRecord (the benign-set mean, or the initial arrays —
+    possibly empty — before any aggregation). Ranks vary by module and client.
+``"lora_config"`` : ConfigRecord
+    The config of those factors, in the format above, with every module's scaling 1
+    (``lora_alpha = r`` per module through the patterns), plus ``adapter``: ``"refined"``,
+    ``"own"`` or ``"global"``.
+``"config"`` : ConfigRecord
+    The run's config with ``server-round``, as FedAvg sends it.
+"""
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
+
+from ..adapters import AdapterError, factors_from_state_dict
+from ..adapters.io import peft_config
+
+__all__ = ["LORA_ARRAYS", "LORA_CONFIG", "ADAPTER_KINDS", "config_record", "config_from_record",
+           "factors_from_content", "factors_record", "factors_to_state_dict"]
+
+LORA_ARRAYS = "lora"
+LORA_CONFIG = "lora_config"
+#: what the server sends a client: its refined adapter, its own (outside the collaborative set),
+#: or the global ArrayRecord
+ADAPTER_KINDS = ("refined", "own", "global")
+_PATTERNS = ("rank_pattern", "alpha_pattern")
+
+
+def config_record(config: Mapping, **extra) -> ConfigRecord:
+    """A ConfigRecord of a LoRA config (a ``LoraConfig.to_dict()`` or ``adapter_config.json``'s
+    content): ``r``, ``lora_alpha``, ``use_rslora``, the patterns as JSON; ``extra`` added."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a mapping (a LoRA config), got {type(config).__name__}")
+    for key in ("r", "lora_alpha"):
+        if key not in config:
+            raise ValueError(f"config has no {key!r}; expected a LoRA config with r and lora_alpha")
+    rec = ConfigRecord({"r": int(config["r"]), "lora_alpha": float(config["lora_alpha"]),
+                        "use_rslora": bool(config.get("use_rslora") or False)})
+    for key in _PATTERNS:
+        if config.get(key):
+            rec[key] = json.dumps({str(k): v for k, v in dict(config[key]).items()}, sort_keys=True)
+    for key, value in extra.items():
+        rec[key] = value
+    return rec
+
+
+def config_from_record(record: Mapping) -> dict:
+    """The LoRA config dict (``r``, ``lora_alpha``, ``use_rslora``, patterns) of a ConfigRecord
+    written by :func:`config_record`."""
+    cfg: dict = {}
+    for key in ("r", "lora_alpha"):
+        if key not in record:
+            raise AdapterError(f"the LoRA ConfigRecord has no {key!r} (keys: {sorted(record)})")
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise AdapterError(f"the LoRA ConfigRecord's {key!r} must be a number, got {value!r}")
+        cfg[key] = value
+    cfg["use_rslora"] = bool(record.get("use_rslora", False))
+    for key in _PATTERNS:
+        if key in record:
+            try:
+                pattern = json.loads(record[key])
+            except (TypeError, ValueError) as exc:
+                raise AdapterError(f"the LoRA ConfigRecord's {key!r} must be a JSON object string, "
+                                   f"got {record[key]!r} ({exc})") from None
+            if not isinstance(pattern, dict):
+                raise AdapterError(f"the LoRA ConfigRecord's {key!r} must be a JSON object, got {pattern!r}")
+            cfg[key] = pattern
+    return cfg
+
+
+def factors_from_content(content: RecordDict, *, arrays_key: str = LORA_ARRAYS,
+                         config_key: str = LORA_CONFIG) -> dict:
+    """``{module: (A (r, in), B (out, r), scaling)}`` (float64) of a reply's content, by the
+    contract above. Raises :class:`~lowrank_fl.adapters.AdapterError` naming what is missing."""
+    if arrays_key not in content.array_records:
+        raise AdapterError(f"no ArrayRecord {arrays_key!r} with the LoRA factors (ArrayRecords: "
+                           f"{sorted(content.array_records)})")
+    if config_key not in content.config_records:
+        raise AdapterError(f"no ConfigRecord {config_key!r} with r / lora_alpha (ConfigRecords: "
+                           f"{sorted(content.config_records)})")
+    arrays = content.array_records[arrays_key]
+    try:
+        state = {key: arr.numpy() for key, arr in arrays.items()}
+    except (TypeError, ValueError) as exc:
+        raise AdapterError(f"ArrayRecord {arrays_key!r}: an array is not a numpy array ({exc})") from None
+    return factors_from_state_dict(state, config_from_record(content.config_records[config_key]))
+
+
+def factors_to_state_dict(factors: Mapping, *, dtype=None) -> dict:
+    """``{module: (A, B, scaling)}`` → PEFT state-dict keys with ``scaling`` folded into B."""
+    out = {}
+    for module, (A, B, s) in factors.items():
+        A, B = np.asarray(A), np.asarray(B)
+        if s != 1.0:
+            B = B * s
+        dt = dtype or np.result_type(A, B)
+        out[f"{module}.lora_A.weight"] = np.ascontiguousarray(A, dtype=dt)
+        out[f"{module}.lora_B.weight"] = np.ascontiguousarray(B, dtype=dt)
+    return out
+
+
+def factors_record(factors: Mapping, *, adapter: str | None = None,
+                   dtype=None) -> tuple[ArrayRecord, ConfigRecord]:
+    """The ArrayRecord and ConfigRecord of ``{module: (A, B, scaling)}`` (scaling folded into B,
+    every module's scaling 1 in the config, per-module ranks in the patterns). ``adapter``: one
+    of :data:`ADAPTER_KINDS` (what the server sends), None for a client's reply."""
+    if adapter is not None and adapter not in ADAPTER_KINDS:
+        raise ValueError(f"adapter must be one of {list(ADAPTER_KINDS)}, got {adapter!r}")
+    state = factors_to_state_dict(factors, dtype=dtype)
+    arrays = ArrayRecord({k: Array(v) for k, v in state.items()})
+    cfg = peft_config({}, {m: int(np.shape(A)[0]) for m, (A, _, _) in factors.items()})
+    return arrays, config_record(cfg, **({} if adapter is None else {"adapter": adapter}))

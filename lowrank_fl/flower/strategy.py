@@ -1,0 +1,364 @@
+"""``ClairStrategy``: the adapters aggregators as a Flower strategy (flwr's Message API).
+
+Each round the strategy reads every reply's LoRA factors (:mod:`.contract`), runs
+:func:`lowrank_fl.adapters.aggregate_factors` on them (CLAIR by default, any adapters method),
+keeps each client's output — for CLAIR its refined adapter (9), or its own adapter when CLAIR
+excluded it — and sends it back to that client, and only to it, in the next
+``configure_train`` / ``configure_evaluate``. The global ArrayRecord is the unweighted mean
+``ΔW̄`` of the collaborative set (8), written as LoRA factors by the ``"fedavg"`` method on that
+set: exact, and like CLAIR itself computed in the reduced coordinates of the joint column and
+row spaces, so no out × in matrix is ever formed (for a refined client ``k`` of the set,
+``mean_k ΔW̃_k = ΔW̄_Ĉ``, eq. (9) averaged).
+
+Sampling is FedAvg's (``fraction_train``, ``min_train_nodes``, ...); clients that reply with an
+error, do not reply, or send factors that cannot be read are left out of the round (logged,
+warned, and listed in :attr:`ClairStrategy.rounds`), keep the adapter they last received, and
+the others are aggregated when at least two remain. Clients may use different ranks.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from logging import INFO, WARNING
+from typing import Iterable
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp.strategy import FedAvg
+from flwr.supercore import log
+from threadpoolctl import threadpool_limits
+
+from ..adapters import CLIENT_RULES, AdapterError, ModuleOptions, aggregate_factors
+from .contract import LORA_ARRAYS, LORA_CONFIG, factors_from_content, factors_record
+
+__all__ = ["ClairStrategy", "RoundRecord"]
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What :class:`ClairStrategy` kept of one ``aggregate_train`` call.
+
+    participants : tuple of int
+        Node ids whose factors were aggregated, in the order of ``summary["clients"]`` (where
+        each is named ``str(node_id)``): by the replies' ``client-id`` if any, then node id.
+    flagged : tuple of int
+        Participants CLAIR left out of the collaborative set (8): under ``client_rule``
+        ``"majority"`` / ``"any"`` its client-level decision, under ``"per-module"`` the
+        clients excluded in at least one module. Empty for the other methods.
+    modules_benign : dict
+        ``{node id: number of modules where it is in the set (8)}`` (CLAIR), the evidence.
+    failures, rejected : dict
+        ``{node id: reason}``: error replies; replies whose factors could not be read or do not
+        match the others' modules.
+    missing : tuple of int
+        Nodes sent a TRAIN message that did not reply.
+    max_relative_gap : float
+        The largest relative duality gap of the solves of (7) over the modules (0 otherwise).
+    seconds : dict
+        ``aggregate`` (the adapters aggregation), ``mean`` (the global mean), ``total``.
+    summary : dict or None
+        :func:`~lowrank_fl.adapters.aggregate_factors`' summary (``summary.json``'s content).
+    """
+
+    server_round: int
+    participants: tuple
+    flagged: tuple = ()
+    modules_benign: dict = field(default_factory=dict)
+    failures: dict = field(default_factory=dict)
+    rejected: dict = field(default_factory=dict)
+    missing: tuple = ()
+    max_relative_gap: float = 0.0
+    seconds: dict = field(default_factory=dict)
+    summary: dict | None = None
+
+    def config_record(self) -> ConfigRecord:
+        """The node ids (as strings: they are unsigned 64-bit) and the evidence, as a ConfigRecord."""
+        ids = lambda nodes: [str(n) for n in nodes]          # noqa: E731
+        return ConfigRecord({"participants": ids(self.participants), "flagged": ids(self.flagged),
+                             "failed": ids(self.failures), "rejected": ids(self.rejected),
+                             "missing": ids(self.missing),
+                             "modules-benign": [int(self.modules_benign[n]) for n in self.participants]
+                             if self.modules_benign else []})
+
+
+class ClairStrategy(FedAvg):
+    """CLAIR (or another :data:`lowrank_fl.adapters.METHODS` aggregator) on LoRA factors,
+    personalised: each client receives its own refined adapter.
+
+    Parameters
+    ----------
+    method : str, optional
+        An adapters method (``"clair"``, ``"fedavg"``, ``"flexlora"``, ...); default
+        ``module_options.method`` (``"clair"``). Given with ``module_options`` whose method
+        differs: ``ValueError``.
+    module_options : ModuleOptions, optional
+        Per-module options (rank of ``P_Â``, λ, ``rank_out``, output dtype, ...).
+    client_rule : str
+        CLAIR's client-level decision (:data:`lowrank_fl.adapters.CLIENT_RULES`):
+        ``"per-module"`` (each module its own set (8)), ``"majority"``, ``"any"``.
+    jobs, scheduler
+        Passed to :func:`~lowrank_fl.adapters.aggregate_factors` (joblib processes over
+        modules; a dask scheduler address).
+    lora_arrays_key, lora_config_key : str
+        The record names of the message contract (:mod:`lowrank_fl.flower.contract`).
+    **fedavg
+        FedAvg's sampling and record options (``fraction_train``, ``fraction_evaluate``,
+        ``min_train_nodes``, ``min_evaluate_nodes``, ``min_available_nodes``,
+        ``weighted_by_key``, ``arrayrecord_key``, ``configrecord_key``,
+        ``train_metrics_aggr_fn``, ``evaluate_metrics_aggr_fn``). FedAvg sizes its sample from
+        the nodes connected *before* it waits for ``min_available_nodes``: for every node from
+        round 1 on, set ``min_train_nodes`` (and ``min_evaluate_nodes``) to the federation's size.
+
+    Attributes
+    ----------
+    rounds : dict
+        ``{server round: RoundRecord}``.
+    evaluations : dict
+        ``{server round: {node id: dict of the node's evaluation metrics}}``.
+    adapters : dict
+        ``{node id: (ArrayRecord, ConfigRecord)}``: what each node is sent next.
+    """
+
+    def __init__(self, method: str | None = None, *, module_options: ModuleOptions | None = None,
+                 client_rule: str = "per-module", jobs: int = 1, scheduler: str | None = None,
+                 lora_arrays_key: str = LORA_ARRAYS, lora_config_key: str = LORA_CONFIG, **fedavg) -> None:
+        super().__init__(**fedavg)
+        if module_options is None:
+            module_options = ModuleOptions() if method is None else ModuleOptions(method=method)
+        elif not isinstance(module_options, ModuleOptions):
+            raise TypeError(f"module_options must be a lowrank_fl.adapters.ModuleOptions, got "
+                            f"{type(module_options).__name__}")
+        elif method is not None and method != module_options.method:
+            raise ValueError(f"method={method!r} but module_options.method={module_options.method!r}; "
+                             "give one of them")
+        if client_rule not in CLIENT_RULES:
+            raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
+            raise ValueError(f"jobs must be an int >= 1 or -1 (all cores), got {jobs!r}")
+        for name, key in (("lora_arrays_key", lora_arrays_key), ("lora_config_key", lora_config_key)):
+            if not isinstance(key, str) or not key:
+                raise ValueError(f"{name} must be a non-empty string, got {key!r}")
+        if lora_config_key == self.configrecord_key:
+            raise ValueError(f"lora_config_key and configrecord_key are both {lora_config_key!r}")
+        self.module_options = module_options
+        self.client_rule = client_rule
+        self.jobs = jobs
+        self.scheduler = scheduler
+        self.lora_arrays_key = lora_arrays_key
+        self.lora_config_key = lora_config_key
+        self.rounds: dict = {}
+        self.evaluations: dict = {}
+        self.adapters: dict = {}
+        self._global: tuple | None = None        # (ArrayRecord, ConfigRecord) of the last mean
+        self._sent: dict = {}                    # server round → node ids sent a TRAIN message
+        self._order: dict = {}                   # node → sort key (client-id, node id)
+
+    @property
+    def global_adapter(self) -> tuple | None:
+        """``(ArrayRecord, ConfigRecord)`` of the last collaborative-set mean (None before)."""
+        return self._global
+
+    @property
+    def method(self) -> str:
+        return self.module_options.method
+
+    def summary(self) -> None:
+        """Log the configuration (Flower calls this when the strategy starts)."""
+        super().summary()
+        log(INFO, "\t└──> lowrank_fl: method %s, client rule %s, jobs %s%s", self.method,
+            self.client_rule, self.jobs, f", scheduler {self.scheduler}" if self.scheduler else "")
+
+    # ------------------------------------------------------------------ sending
+    def _personal(self, messages: Iterable[Message], arrays: ArrayRecord) -> list[Message]:
+        """FedAvg's sampled messages with each node's own adapter in place of ``arrays``."""
+        out = []
+        for msg in messages:
+            node = msg.metadata.dst_node_id
+            shared = msg.content
+            if node in self.adapters:
+                adapter, cfg = self.adapters[node]
+            elif self._global is not None and arrays is self._global[0]:
+                adapter, cfg = self._global
+            else:                                 # the initial arrays, passed through
+                adapter, cfg = arrays, ConfigRecord({"adapter": "global"})
+            # FedAvg's messages share one RecordDict: each gets its own (same metadata)
+            msg.content = RecordDict({self.arrayrecord_key: adapter,
+                                      self.configrecord_key: shared[self.configrecord_key],
+                                      self.lora_config_key: cfg})
+            out.append(msg)
+        return out
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid):
+        """FedAvg's sampling; each sampled node gets its own adapter (see the contract)."""
+        messages = list(super().configure_train(server_round, arrays, config, grid))
+        self._sent[server_round] = [m.metadata.dst_node_id for m in messages]
+        return self._personal(messages, arrays)
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid):
+        """FedAvg's sampling; each sampled node evaluates its own (refined) adapter."""
+        messages = list(super().configure_evaluate(server_round, arrays, config, grid))
+        return self._personal(messages, arrays)
+
+    # ------------------------------------------------------------------ aggregating
+    def _read(self, valid: list[Message]) -> tuple[dict, dict, list[Message]]:
+        """``{node: factors}`` of the readable replies, ``{node: reason}`` of the others, and the
+        accepted messages. Replies whose modules or shapes differ from the most common ones
+        are rejected (a client on another base model must not stop the round)."""
+        clients, rejected, accepted = {}, {}, {}
+        for msg in valid:
+            node = msg.metadata.src_node_id
+            try:
+                clients[node] = factors_from_content(msg.content, arrays_key=self.lora_arrays_key,
+                                                     config_key=self.lora_config_key)
+                accepted[node] = msg
+            except AdapterError as exc:
+                rejected[node] = str(exc)
+        self._order = {n: self._client_id(accepted[n]) for n in accepted}
+        layouts = {n: tuple(sorted((m, A.shape[1], B.shape[0]) for m, (A, B, _) in f.items()))
+                   for n, f in clients.items()}
+        if layouts:
+            common, _ = Counter(layouts.values()).most_common(1)[0]
+            for n, lay in layouts.items():
+                if lay != common:
+                    rejected[n] = ("modules or shapes differ from the other clients' "
+                                   f"({len(lay)} vs {len(common)} modules)")
+                    del clients[n], accepted[n]
+        for node, reason in sorted(rejected.items()):
+            log(WARNING, "aggregate_train: reply of node %s left out: %s", node, reason)
+            warnings.warn(f"ClairStrategy: reply of node {node} left out: {reason}", stacklevel=3)
+        return clients, rejected, [accepted[n] for n in sorted(accepted)]
+
+    def _client_id(self, msg: Message) -> tuple:
+        """Sort key of a reply: its optional ``client-id`` (a string in the LoRA ConfigRecord),
+        then its node id. Node ids are drawn anew by each simulation or deployment; a stable
+        ``client-id`` keeps CLAIR's pair order, and so the rounding, the same across runs."""
+        cid = msg.content.config_records[self.lora_config_key].get("client-id")
+        node = msg.metadata.src_node_id
+        return (0, cid, node) if isinstance(cid, str) else (1, "", node)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]):
+        """Aggregate the replies' LoRA factors; keep each client's output; return the
+        collaborative-set mean as the global ArrayRecord and a MetricRecord (see the module)."""
+        t0 = time.perf_counter()
+        replies = list(replies)
+        valid = [m for m in replies if not m.has_error()]
+        failures = {m.metadata.src_node_id: str(m.error.reason) for m in replies if m.has_error()}
+        for node, reason in failures.items():
+            log(INFO, "aggregate_train: error reply from node %s: %s", node, reason)
+        answered = {m.metadata.src_node_id for m in replies}
+        missing = tuple(sorted(n for n in self._sent.pop(server_round, []) if n not in answered))
+        if missing:
+            log(WARNING, "aggregate_train: no reply from %d node(s): %s", len(missing), list(missing))
+        clients, rejected, accepted = self._read(valid)
+        nodes = sorted(clients, key=self._order.__getitem__)       # CLAIR's client order
+        base = dict(server_round=server_round, participants=tuple(nodes), failures=failures,
+                    rejected=rejected, missing=missing)
+        if len(nodes) < 2:
+            msg = (f"round {server_round}: {len(nodes)} readable repl{'y' if len(nodes) == 1 else 'ies'}; "
+                   "aggregation needs at least 2, the global arrays are unchanged")
+            log(WARNING, "aggregate_train: %s", msg)
+            warnings.warn(f"ClairStrategy: {msg}", stacklevel=2)
+            record = RoundRecord(**base, seconds={"total": time.perf_counter() - t0})
+            self.rounds[server_round] = record
+            return None, self._metrics(record, accepted)
+
+        named = {str(n): clients[n] for n in nodes}
+        # one BLAS thread, as the per-module solves: the outputs built here (SVDs of small
+        # coordinate matrices) then round the same way in every run, whatever the machine's load
+        with threadpool_limits(limits=1):
+            t1 = time.perf_counter()
+            res = aggregate_factors(named, self.module_options, client_rule=self.client_rule,
+                                    jobs=self.jobs, scheduler=self.scheduler)
+            t_agg = time.perf_counter() - t1
+            t1 = time.perf_counter()
+            benign = self._benign_sets(res, len(nodes))
+            mean = (self._collaborative_mean(named, benign) if self.method == "clair"
+                    else res.outputs["aggregated"])
+            t_mean = time.perf_counter() - t1
+        self._global = factors_record(mean, adapter="global")
+        if self.method == "clair":
+            for k, n in enumerate(nodes):
+                refined = any(b[k] for b in benign.values())     # in the set (8) of some module
+                self.adapters[n] = factors_record(res.outputs[str(n)], adapter="refined" if refined else "own")
+        else:                                     # one aggregate for everyone
+            self.adapters.clear()
+        modules = res.summary["modules"].values()
+        flagged = tuple(n for k, n in enumerate(nodes) if not all(b[k] for b in benign.values())) \
+            if self.method == "clair" else ()
+        mb = ({n: int(res.summary["client_benign"]["modules_benign"][str(n)]) for n in nodes}
+              if self.method == "clair" else {})
+        record = RoundRecord(**base, flagged=flagged, modules_benign=mb,
+                             max_relative_gap=float(max(m["relative_gap"] for m in modules)),
+                             seconds={"aggregate": t_agg, "mean": t_mean, "total": time.perf_counter() - t0},
+                             summary=res.summary)
+        self.rounds[server_round] = record
+        if flagged:
+            log(INFO, "aggregate_train: CLAIR flagged node(s) %s", list(flagged))
+        return self._global[0], self._metrics(record, accepted)
+
+    def _benign_sets(self, res, K: int) -> dict:
+        """``{module: bool (K,)}``: the set each module's mean and refinement used (all True for
+        the non-CLAIR methods)."""
+        mods = res.summary["modules"]
+        if self.method != "clair":
+            return {m: np.ones(K, bool) for m in mods}
+        if self.client_rule == "per-module":
+            return {m: np.asarray(v["benign"], bool) for m, v in mods.items()}
+        decided = np.array([res.summary["client_benign"][self.client_rule][c]
+                            for c in res.summary["clients"]], bool)
+        return {m: decided for m in mods}
+
+    def _collaborative_mean(self, named: dict, benign: dict) -> dict:
+        """``{module: (A, B, 1.0)}`` with ``B A`` the mean of ``ΔW_k`` over each module's set,
+        by the ``"fedavg"`` method on that set (reduced coordinates; modules grouped by set)."""
+        names = list(named)
+        groups: dict = {}
+        for m, b in benign.items():
+            groups.setdefault(tuple(bool(x) for x in b), []).append(m)
+        opts = replace(self.module_options, method="fedavg")
+        mean = {}
+        for key, mods in groups.items():
+            members = [c for c, keep in zip(names, key) if keep]
+            if not members:                       # (8) never empties a set; guard the mean
+                members = names
+            if len(members) == 1:                 # the mean of one update is that update
+                mean.update({m: (named[members[0]][m][0], named[members[0]][m][1] * named[members[0]][m][2], 1.0)
+                             for m in mods})
+                continue
+            sub = {c: {m: named[c][m] for m in mods} for c in members}
+            mean.update(aggregate_factors(sub, opts, jobs=self.jobs, scheduler=self.scheduler)
+                        .outputs["aggregated"])
+        return {m: mean[m] for m in benign}
+
+    def _metrics(self, record: RoundRecord, accepted: list[Message]) -> MetricRecord:
+        """Our round metrics, plus the clients' MetricRecords averaged as FedAvg does when every
+        accepted reply carries exactly one with ``weighted_by_key``."""
+        out = MetricRecord()
+        contents = [m.content for m in accepted]
+        if contents and all(len(c.metric_records) == 1 and self.weighted_by_key in
+                            next(iter(c.metric_records.values())) for c in contents):
+            out = self.train_metrics_aggr_fn(contents, self.weighted_by_key)
+        out.update({"aggregated-clients": len(record.participants), "flagged-clients": len(record.flagged),
+                    "failed-clients": len(record.failures), "missing-clients": len(record.missing),
+                    "rejected-clients": len(record.rejected), "max-relative-gap": record.max_relative_gap,
+                    "aggregate-seconds": float(record.seconds.get("aggregate", 0.0)),
+                    "mean-seconds": float(record.seconds.get("mean", 0.0)),
+                    "server-seconds": float(record.seconds["total"])})
+        return out
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]):
+        """FedAvg's weighted mean of the evaluation metrics; each node's own metrics are kept
+        in :attr:`evaluations`."""
+        replies = list(replies)
+        per_node = {}
+        for m in replies:
+            if m.has_error():
+                continue
+            node_metrics = {}
+            for rec in m.content.metric_records.values():
+                node_metrics.update(dict(rec))
+            per_node[m.metadata.src_node_id] = node_metrics
+        self.evaluations[server_round] = per_node
+        return super().aggregate_evaluate(server_round, replies)

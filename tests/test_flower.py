@@ -1,0 +1,376 @@
+"""lowrank_fl.flower: ClairStrategy on hand-made Messages (no engine) against aggregate_factors,
+the directory CLI and dense reference means; one short simulation of the example app."""
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Error, Message, MessageType, MetricRecord, RecordDict  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+
+from lowrank_fl.adapters import ModuleOptions, aggregate_factors, factors_from_state_dict  # noqa: E402
+from lowrank_fl.adapters.synthetic import write_synthetic_adapters  # noqa: E402
+from lowrank_fl.cli import main  # noqa: E402
+from lowrank_fl.flower import (ClairStrategy, config_from_record, config_record,  # noqa: E402
+                               factors_from_content)
+
+ROOT = Path(__file__).resolve().parent.parent
+NODES = [11, 22, 33, 44, 55, 66]          # ascending: the strategy's client order is the dirs' order
+F32 = ModuleOptions(output_dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    # mixed ranks across clients (and lora_alpha = 2 r: scaling 2 to fold); the last is contaminated
+    return write_synthetic_adapters(tmp_path_factory.mktemp("adapters"), n_clients=6, n_layers=2,
+                                    modules=("q_proj", "v_proj"), shape=(24, 20), rank=3,
+                                    ranks=[3, 3, 2, 3, 3, 3], contaminated=1, dtype="float32", seed=3)
+
+
+def _state_and_config(path):
+    return (load_file(str(path / "adapter_model.safetensors")),
+            json.loads((path / "adapter_config.json").read_text()))
+
+
+def _instruction(node, kind=MessageType.TRAIN):
+    return Message(RecordDict({}), dst_node_id=node, message_type=kind)
+
+
+def _reply(node, state, config, *, examples=10, kind=MessageType.TRAIN):
+    content = RecordDict({"lora": ArrayRecord({k: Array(np.asarray(v)) for k, v in state.items()}),
+                          "lora_config": config_record(config),
+                          "metrics": MetricRecord({"num-examples": examples, "train-loss": float(node)})})
+    return Message(content, reply_to=_instruction(node, kind))
+
+
+def _replies(src, nodes=NODES, which=None):
+    which = range(len(src)) if which is None else which
+    return [_reply(nodes[k], *_state_and_config(src[k])) for k in which]
+
+
+def _clients(src, which=None):
+    which = range(len(src)) if which is None else which
+    return {str(NODES[k]): factors_from_state_dict(*_state_and_config(src[k])) for k in which}
+
+
+def _timeless(summary):
+    """A summary without its timings."""
+    out = {k: v for k, v in summary.items() if k != "seconds"}
+    out["modules"] = {m: {k: v for k, v in mod.items() if k != "seconds"} for m, mod in summary["modules"].items()}
+    return out
+
+
+def _delta(factors):
+    return {m: s * B.astype(float) @ A.astype(float) for m, (A, B, s) in factors.items()}
+
+
+def _received(arrays: ArrayRecord, cfg: ConfigRecord):
+    """What a client reads from the server's message: the same contract, other record name."""
+    return factors_from_content(RecordDict({"arrays": arrays, "lora_config": cfg}), arrays_key="arrays")
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    """Messages take the run id of the process (a ServerApp sets it); set and restore it."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    saved = TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, 1
+    yield
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
+
+
+class _Grid:
+    """The part of a Grid that FedAvg's sampling uses."""
+
+    def __init__(self, nodes):
+        self.nodes = list(nodes)
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+
+# ---------------------------------------------------------------- against the library's paths
+def test_strategy_equals_aggregate_factors_and_the_cli(src, tmp_path):
+    st = ClairStrategy(module_options=F32)
+    arrays, metrics = st.aggregate_train(1, _replies(src))
+    ref = aggregate_factors(_clients(src), F32)
+    rec = st.rounds[1]
+    assert rec.participants == tuple(NODES)
+    assert _timeless(rec.summary) == _timeless(ref.summary)
+    # the directory CLI on the same adapters: every client's refined adapter bit for bit
+    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "merged")]) == 0
+    cli = json.loads((tmp_path / "merged" / "summary.json").read_text())
+    assert [m["benign"] for m in cli["modules"].values()] == [m["benign"] for m in rec.summary["modules"].values()]
+    for k, node in enumerate(NODES):
+        files = load_file(str(tmp_path / "merged" / src[k].name / "adapter_model.safetensors"))
+        sent, cfg = st.adapters[node]
+        assert set(sent) == set(files)
+        for key in files:
+            assert np.array_equal(sent[key].numpy(), files[key]), (node, key)
+        assert cfg["adapter"] == ("own" if k == 5 else "refined")
+    # the contaminated client (last) is flagged in every module and keeps its own update; under
+    # "per-module" a client is flagged when some module excluded it (the same set here)
+    sets = np.array([m["benign"] for m in ref.summary["modules"].values()])
+    assert rec.flagged == tuple(n for n, keep in zip(NODES, sets.all(axis=0)) if not keep) == (NODES[5],)
+    assert NODES[5] in rec.flagged and rec.modules_benign[NODES[5]] == 0
+    assert rec.modules_benign == dict(zip(NODES, sets.sum(axis=0).tolist()))
+    assert metrics["flagged-clients"] == len(rec.flagged) and metrics["aggregated-clients"] == 6
+    assert metrics["max-relative-gap"] == max(m["relative_gap"] for m in ref.summary["modules"].values())
+    assert metrics["max-relative-gap"] <= F32.tol
+    own = _delta(_clients(src)[str(NODES[5])])
+    got = _delta(_received(*st.adapters[NODES[5]]))
+    assert all(np.allclose(got[m], own[m], rtol=0, atol=1e-6 * np.abs(own[m]).max()) for m in own)
+    # clients' train metrics: FedAvg's weighted mean, beside ours
+    assert metrics["train-loss"] == pytest.approx(np.mean(NODES))
+    assert st.rounds[1].config_record()["flagged"] == [str(n) for n in rec.flagged]
+
+
+def test_global_arrays_are_the_collaborative_mean(src):
+    st = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"))
+    arrays, _ = st.aggregate_train(1, _replies(src))
+    rec = st.rounds[1]
+    deltas = {n: _delta(f) for n, f in _clients(src).items()}
+    glob = _delta(_received(arrays, st.global_adapter[1]))
+    for m, mod in rec.summary["modules"].items():
+        members = [str(n) for n, b in zip(NODES, mod["benign"]) if b]
+        dense = np.mean([deltas[c][m] for c in members], axis=0)      # the reference, dense 24 × 20
+        assert np.allclose(glob[m], dense, rtol=0, atol=1e-12 * np.abs(dense).max())
+        # eq. (9) averaged over the set: the mean of the refined updates is the same mean
+        refined = np.mean([_delta(_received(*st.adapters[int(c)]))[m] for c in members], axis=0)
+        assert np.allclose(refined, dense, rtol=0, atol=1e-12 * np.abs(dense).max())
+    # the global factors never exceed the joint rank: no out × in matrix was re-factorized
+    for key, arr in arrays.items():
+        if key.endswith("lora_A.weight"):
+            assert arr.numpy().shape[0] <= sum([3, 3, 2, 3, 3])
+
+
+def test_other_methods_send_everyone_the_aggregate(src):
+    opts = ModuleOptions(method="fedavg", output_dtype="float64")
+    st = ClairStrategy("fedavg", module_options=opts)
+    arrays, metrics = st.aggregate_train(1, _replies(src))
+    ref = aggregate_factors(_clients(src), opts).outputs["aggregated"]
+    glob = _received(arrays, st.global_adapter[1])
+    for m, (A, B, _) in ref.items():
+        assert np.array_equal(glob[m][0], A) and np.array_equal(glob[m][1], B)
+    assert st.adapters == {} and metrics["flagged-clients"] == 0
+    msgs = st.configure_train(2, arrays, ConfigRecord(), _Grid(NODES))
+    assert all(m.content["arrays"] is arrays for m in msgs)
+
+
+def test_client_rule_majority_and_rank_out(src):
+    opts = ModuleOptions(rank_out=2, output_dtype="float64")
+    st = ClairStrategy(module_options=opts, client_rule="majority")
+    st.aggregate_train(1, _replies(src))
+    ref = aggregate_factors(_clients(src), opts, client_rule="majority")
+    assert st.rounds[1].flagged == (NODES[5],)
+    for n in NODES:
+        got = _received(*st.adapters[n])
+        for m, (A, B, _) in ref.outputs[str(n)].items():
+            assert got[m][0].shape[0] <= 2
+            assert np.array_equal(got[m][0], A) and np.array_equal(got[m][1], B)
+
+
+def test_client_ids_order_the_clients(src):
+    """Replies carrying ``client-id`` are aggregated in that order, whatever their node ids."""
+    replies = _replies(src)
+    for k, msg in enumerate(replies):
+        msg.content["lora_config"]["client-id"] = f"c{len(NODES) - k}"    # reverse of the node order
+    st = ClairStrategy(module_options=F32)
+    st.aggregate_train(1, replies)
+    assert st.rounds[1].participants == tuple(reversed(NODES))
+    rev = dict(reversed(list(_clients(src).items())))
+    ref = aggregate_factors(rev, F32)
+    assert _timeless(st.rounds[1].summary) == _timeless(ref.summary)
+
+
+def test_jobs_are_passed_through(src):
+    """Two joblib processes over the modules: the same sets and outputs as one process (to
+    float32 rounding: a worker's BLAS may round differently from the main process')."""
+    one, two = ClairStrategy(module_options=F32), ClairStrategy(module_options=F32, jobs=2)
+    one.aggregate_train(1, _replies(src))
+    two.aggregate_train(1, _replies(src))
+    assert [m["benign"] for m in one.rounds[1].summary["modules"].values()] == \
+        [m["benign"] for m in two.rounds[1].summary["modules"].values()]
+    assert one.rounds[1].flagged == two.rounds[1].flagged == (NODES[5],)
+    for n in NODES:
+        a, b = one.adapters[n][0], two.adapters[n][0]
+        assert set(a) == set(b)
+        for k in a:
+            x, y = a[k].numpy(), b[k].numpy()
+            assert np.allclose(x, y, rtol=0, atol=1e-5 * np.abs(x).max()), (n, k)
+
+
+# ---------------------------------------------------------------- the federation's realities
+def test_configure_sends_each_node_its_own_adapter(src):
+    st = ClairStrategy(module_options=F32)
+    initial = ArrayRecord()
+    first = st.configure_train(1, initial, ConfigRecord({"lr": 0.1}), _Grid(NODES))
+    assert sorted(m.metadata.dst_node_id for m in first) == NODES
+    assert all(m.content["arrays"] is initial and m.content["lora_config"]["adapter"] == "global"
+               and m.content["config"]["server-round"] == 1 and m.content["config"]["lr"] == 0.1
+               for m in first)
+    arrays, _ = st.aggregate_train(1, _replies(src))
+    newcomer = 77                                 # joined after the aggregation: the global mean
+    for configure, kind in ((st.configure_train, MessageType.TRAIN), (st.configure_evaluate, MessageType.EVALUATE)):
+        msgs = configure(2, arrays, ConfigRecord(), _Grid(NODES + [newcomer]))
+        assert len(msgs) == 7
+        for msg in msgs:
+            node = msg.metadata.dst_node_id
+            assert msg.metadata.message_type == kind
+            want = st.adapters.get(node, st.global_adapter)
+            assert msg.content["arrays"] is want[0] and msg.content["lora_config"] is want[1]
+        assert next(m for m in msgs if m.metadata.dst_node_id == newcomer).content["lora_config"]["adapter"] == "global"
+    # refined adapters differ between clients (personalisation), and from the global one
+    a, b = (_delta(_received(*st.adapters[n])) for n in NODES[:2])
+    assert all(not np.allclose(a[m], b[m]) for m in a)
+
+
+def test_partial_participation_dropouts_and_bad_replies(src):
+    st = ClairStrategy(module_options=F32, fraction_train=0.5, min_train_nodes=2)
+    msgs = st.configure_train(1, ArrayRecord(), ConfigRecord(), _Grid(NODES))
+    assert len(msgs) == 3                         # int(6 * 0.5) sampled
+    st.aggregate_train(1, _replies(src))          # everyone replied anyway: all aggregated
+    before = dict(st.adapters)
+    # round 2: all 6 sampled; node 22 fails, node 33 never answers, node 44's reply is unreadable
+    st.configure_train(2, ArrayRecord(), ConfigRecord(), _Grid(NODES))
+    st._sent[2] = list(NODES)                     # what configure_train sent (sampling aside)
+    replies = _replies(src, which=[0, 4, 5])
+    replies.append(Message(Error(code=1, reason="out of memory"), reply_to=_instruction(22)))
+    bad = _reply(44, *_state_and_config(src[3]))
+    del bad.content["lora_config"]
+    replies.append(bad)
+    with pytest.warns(UserWarning, match="node 44 left out: no ConfigRecord 'lora_config'"):
+        _, metrics = st.aggregate_train(2, replies)
+    rec = st.rounds[2]
+    assert rec.participants == (11, 55, 66) and rec.failures == {22: "out of memory"}
+    assert rec.missing == (33,) and set(rec.rejected) == {44}
+    assert (metrics["failed-clients"], metrics["missing-clients"], metrics["rejected-clients"]) == (1, 1, 1)
+    ref = aggregate_factors(_clients(src, which=[0, 4, 5]), F32)
+    assert [m["benign"] for m in rec.summary["modules"].values()] == \
+        [m["benign"] for m in ref.summary["modules"].values()]
+    for n in (11, 55, 66):
+        got = st.adapters[n][0]
+        for m, (A, B, _) in ref.outputs[str(n)].items():
+            assert np.array_equal(got[f"{m}.lora_A.weight"].numpy(), A)
+    for n in (22, 33, 44):                        # left out: keep what they were last sent
+        assert st.adapters[n] is before[n]
+
+
+def test_a_client_on_other_modules_is_rejected_not_fatal(src):
+    replies = _replies(src)
+    state, cfg = _state_and_config(src[2])
+    replies[2] = _reply(NODES[2], {k: v for k, v in state.items() if "layers.0." not in k}, cfg)
+    with pytest.warns(UserWarning, match="modules or shapes differ"):
+        arrays, _ = ClairStrategy(module_options=F32).aggregate_train(1, replies)
+    assert arrays is not None
+
+
+def test_fewer_than_two_readable_replies_keep_the_global(src):
+    st = ClairStrategy(module_options=F32)
+    with pytest.warns(UserWarning, match="needs at least 2"):
+        arrays, metrics = st.aggregate_train(1, _replies(src, which=[0]))
+    assert arrays is None and metrics["aggregated-clients"] == 1 and st.adapters == {}
+
+
+def test_refined_adapters_round_trip_with_rank_patterns(src):
+    """Round 2 replies are the refined adapters (per-module ranks, rank_pattern/alpha_pattern):
+    the contract carries the patterns and the aggregation reads the same ΔW."""
+    st = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"))
+    st.aggregate_train(1, _replies(src))
+    replies = []
+    for n in NODES:
+        arrays, cfg = st.adapters[n]
+        lora = config_from_record(cfg)
+        ranks = {arrays[k].numpy().shape[0] for k in arrays if k.endswith("lora_A.weight")}
+        if len(ranks) > 1:
+            assert lora["rank_pattern"] and lora["alpha_pattern"]
+        replies.append(Message(RecordDict({"lora": arrays, "lora_config": cfg}), reply_to=_instruction(n)))
+    st.aggregate_train(2, replies)
+    assert st.rounds[2].participants == tuple(NODES)
+    with pytest.raises(Exception, match="rank"):
+        cfg = dict(st.adapters[NODES[0]][1])
+        cfg["rank_pattern"] = json.dumps({})
+        cfg["r"] = 1
+        factors_from_content(RecordDict({"lora": st.adapters[NODES[0]][0], "lora_config": ConfigRecord(cfg)}))
+
+
+def test_contract_scaling_matches_peft_rules():
+    rng = np.random.default_rng(0)
+    state = {"base_model.model.x.lora_A.weight": rng.standard_normal((4, 5)),
+             "base_model.model.x.lora_B.weight": rng.standard_normal((3, 4)),
+             "base_model.model.y.lora_A.weight": rng.standard_normal((2, 5)),
+             "base_model.model.y.lora_B.weight": rng.standard_normal((3, 2))}
+    cfg = {"r": 4, "lora_alpha": 8, "use_rslora": True, "rank_pattern": {"y": 2}, "alpha_pattern": {"y": 3}}
+    rec = config_record(cfg)
+    assert config_from_record(rec) == cfg
+    got = factors_from_content(RecordDict({"lora": ArrayRecord({k: Array(v) for k, v in state.items()}),
+                                           "lora_config": rec}))
+    assert got["base_model.model.x"][2] == 8 / 2.0 and got["base_model.model.y"][2] == pytest.approx(3 / np.sqrt(2))
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="method='fedavg' but module_options.method='clair'"):
+        ClairStrategy("fedavg", module_options=ModuleOptions())
+    with pytest.raises(ValueError, match="method must be one of"):
+        ClairStrategy("krum")
+    with pytest.raises(ValueError, match="client_rule must be one of"):
+        ClairStrategy(client_rule="vote")
+    with pytest.raises(ValueError, match="jobs must be"):
+        ClairStrategy(jobs=0)
+    with pytest.raises(TypeError, match="module_options must be"):
+        ClairStrategy(module_options={"method": "clair"})
+    with pytest.raises(ValueError, match="config has no 'lora_alpha'"):
+        config_record({"r": 4})
+
+
+def test_importing_the_library_does_not_import_flwr():
+    code = ("import sys, lowrank_fl, lowrank_fl.adapters, lowrank_fl.clair; "
+            "assert 'flwr' not in sys.modules, 'flwr imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_the_example_app_runs_on_the_simulation_engine(tmp_path):
+    """examples/flower_clair end to end on Ray, at a toy size (a backbone of 20 steps: the numbers
+    are not the example's; the plumbing is): every client takes part, CLAIR's decision reaches
+    the clients (flagged ones evaluate their own adapter), the certificate is there."""
+    pytest.importorskip("ray")
+    pytest.importorskip("peft")
+    out = tmp_path / "out"
+    sets = ["pretrain_steps=20", "n_train=100", "n_test=40", "rounds=2"]
+    proc = subprocess.run(["bash", str(ROOT / "examples" / "flower_clair" / "run.sh"), str(out),
+                           *[a for s in sets for a in ("--set", s)]],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["contaminated"] == [8, 9]
+    assert [r["round"] for r in summary["rounds"]] == [1, 2]
+    for r in summary["rounds"]:
+        assert r["participants"] == list(range(10)) and r["failures"] == r["missing"] == 0
+        assert 0 <= r["max_relative_gap"] <= 1e-6
+        refined = {int(k) for k, a in r["accuracy"].items() if a["refined"]}
+        # under a client-level rule ("any") a flagged client gets its own adapter back, the others a refined one
+        assert sorted(set(range(10)) - refined) == r["flagged"]
+        assert all(0 <= a["before"] <= 1 and 0 <= a["after"] <= 1 for a in r["accuracy"].values())
+        assert set(r["modules_benign"]) == {str(k) for k in range(10)}
+    assert summary["flagged"] == summary["rounds"][-1]["flagged"]
+    assert summary["certificate"]["max_relative_gap"] == max(r["max_relative_gap"] for r in summary["rounds"])
+    assert summary["simulation_wall_seconds"] > 0
+    # the app replaces only a summary it wrote itself
+    (tmp_path / "foreign").mkdir()
+    (tmp_path / "foreign" / "summary.json").write_text("{}")
+    sys.path.insert(0, str(ROOT / "examples" / "flower_clair"))
+    try:
+        from flower_clair.server_app import write_summary
+        with pytest.raises(FileExistsError, match="not written by flower_clair"):
+            write_summary(tmp_path / "foreign", {"flower_clair": 1})
+    finally:
+        sys.path.remove(str(ROOT / "examples" / "flower_clair"))
+    assert (tmp_path / "foreign" / "summary.json").read_text() == "{}"
