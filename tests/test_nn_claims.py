@@ -127,6 +127,31 @@ def test_selection_rule_order_from_step_and_target():
     assert summ == {"copying": [1, 2], "plateau": [0], "chosen": {"seed": 1, "step": 6000}}
 
 
+def test_chosen_backbone_follows_the_rule_in_seed_order(monkeypatch):
+    pytest.importorskip("torch")
+    tried = []
+    curves = {0: _curve(0, (5000, 5500, 6000), (60, 60, 60), (50, 55, 58)),          # plateau
+              1: _curve(1, (5000, 5500, 6000), (90, 92, 95), (70, 79, 85)),
+              2: _curve(2, (5000, 5500, 6000), (99, 99, 99), (99, 99, 99))}
+
+    def fake_curve(scale, seed, cache_dir):
+        tried.append(seed)
+        return curves[seed]
+
+    monkeypatch.setattr(B8, "seed_curve", fake_curve)
+    monkeypatch.setitem(B8.SCALES, "full", {**B8.SCALES["full"], "seeds": 3})
+    c = B8.chosen("full", 0, "unused")
+    assert (c["seed"], c["step"], c["selected"]) == (1, 5500, True) and tried == [0, 1]   # seed 2 never trained
+    assert c["settings"].steps == 5500 and c["settings"].seed == 1 and c["settings"].loss == "all"   # Song's recipe
+    assert c["threshold"] == pytest.approx(B8.copying_threshold(1.1))
+    curves[1] = _curve(1, (5000, 5500, 6000), (90, 92, 95), (70, 75, 78))          # never reaches 78.27
+    curves[2] = _curve(2, (5000, 5500, 6000), (99, 99, 99), (79, 60, 70))          # only before step 5500
+    tried.clear()
+    c = B8.chosen("full", 0, "unused")
+    assert c["selected"] is False and c["seed"] == 0 and tried == [0, 1, 2]
+    assert c["settings"].steps == B8.SCALES["full"]["checkpoints"][-1]
+
+
 def test_size_verdict_at_the_band_edges():
     # the paper's number inside the band around ours: holds, exactly at the edge included
     assert S8.size_verdict(10.5, 10.0, 11.0, 15.5, band=5.0) is True
