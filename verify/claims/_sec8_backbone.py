@@ -27,8 +27,8 @@ import functools
 
 import numpy as np
 
-__all__ = ["BACKBONE_CLAIM", "LOCAL_LEVEL", "SCALES", "unigram_share", "copying_threshold", "split_seeds",
-           "select", "pretrain_settings", "pretrain_seeds", "seed_curve", "chosen"]
+__all__ = ["BACKBONE_CLAIM", "LOCAL_LEVEL", "SCALES", "chosen", "copying_threshold", "pretrain_seeds",
+           "pretrain_settings", "seed_curve", "select", "split_seeds", "unigram_share"]
 
 BACKBONE_CLAIM = "clair.sec8.backbone_seeds"
 #: Table 3, homogeneous Local (%): the calibration target of the full-scale rule

@@ -49,8 +49,8 @@ import numpy as np
 
 from ..claim import Evidence, claim, verdict_from
 from ._nn_support import REQUIRES, backbone_dir, direction, mean_ci
-from ._sec8_backbone import (BACKBONE_CLAIM, SCALES, chosen, copying_threshold, pretrain_seeds, select,
-                             seed_curve, split_seeds, unigram_share)
+from ._sec8_backbone import (BACKBONE_CLAIM, SCALES, chosen, copying_threshold, pretrain_seeds, seed_curve, select,
+                             split_seeds, unigram_share)
 
 __all__: list[str] = []
 
