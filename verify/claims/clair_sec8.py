@@ -593,10 +593,12 @@ def _backbone_seeds(ctx) -> Evidence:
     ctx.seeds_used.extend(sub.seeds_used)
     threshold = copying_threshold(chosen_backbone(ctx)["settings"].exponent)
     summ = seeds_summary(curves, threshold=threshold, target=s["target"], from_step=s["from_step"])
+    n_ckpt = len(curves[0]["steps"])      # at most 6 checkpoints as columns (the figure shows them all)
+    shown = sorted({int(round(i)) for i in np.linspace(0, n_ckpt - 1, min(n_ckpt, 6))})
     rows = [{"seed": c["seed"], "steps": c["steps"][-1], "own task (%)": c["base"][-1],
              "common task (%)": c["common"][-1], "common task, Song's metric (%)": c["common_song"][-1],
              "state": "copying" if c["base"][-1] >= threshold else "plateau",
-             **{f"common @ {st}": v for st, v in zip(c["steps"], c["common"])}} for c in curves]
+             **{f"common @ {c['steps'][i]}": c["common"][i] for i in shown}} for c in curves]
     recipe = _recipe_label(ctx)
     ok = True if summ["chosen"] is not None else None
     pick = "none" if ok is None else f"seed {summ['chosen']['seed']}, step {summ['chosen']['step']}"
