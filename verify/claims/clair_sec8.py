@@ -606,7 +606,7 @@ def _backbone_seeds(ctx) -> Evidence:
               "backbone qualifies; ")
     return Evidence(
         verdict=verdict_from(ok),
-        summary=f"{reason}{len(curves)} seeds, final own-task accuracy "
+        summary=f"{reason}{recipe.split(', pretraining seed')[0]}: {len(curves)} seeds, final own-task accuracy "
                 + ", ".join(f"{c['seed']}: {c['base'][-1]:.1f}%" for c in curves)
                 + f"; copying (>= {threshold:.1f}%): {len(summ['copying'])}, plateau: {len(summ['plateau'])}; "
                   f"chosen: {pick}",
