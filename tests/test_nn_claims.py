@@ -152,6 +152,24 @@ def test_chosen_backbone_follows_the_rule_in_seed_order(monkeypatch):
     assert c["settings"].steps == B8.SCALES["full"]["checkpoints"][-1]
 
 
+def test_seed_curve_runs_the_full_scale_recipe(monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    tiny = {**B8.SCALES["full"], "checkpoints": (2, 3), "n_eval": 20, "seeds": 2}
+    monkeypatch.setitem(B8.SCALES, "full", tiny)
+    B8.seed_curve.cache_clear()
+    c = B8.seed_curve("full", 1, str(tmp_path))
+    assert c["seed"] == 1 and c["steps"] == [2, 3] and len(c["base"]) == len(c["common_song"]) == 2
+    assert all(0 <= a <= 100 for a in c["base"] + c["common"] + c["common_song"])
+    assert len(list(tmp_path.glob("copying-backbone-*.safetensors"))) == 2     # one file per checkpoint
+    s = B8.pretrain_settings("full", 1)
+    assert (s.loss, s.optimizer, s.final_norm, s.bias) == ("all", "adamw", False, True)   # Song et al.'s
+    B8.seed_curve.cache_clear()
+    assert B8.seed_curve("full", 1, str(tmp_path)) == c          # reloaded from the cache: the same numbers
+    picked = B8.chosen("full", 0, str(tmp_path))      # nothing qualifies: 3 steps, before step 5500
+    assert picked["selected"] is False and [k["seed"] for k in picked["curves"]] == [0, 1]
+    B8.seed_curve.cache_clear()
+
+
 def test_size_verdict_at_the_band_edges():
     # the paper's number inside the band around ours: holds, exactly at the edge included
     assert S8.size_verdict(10.5, 10.0, 11.0, 15.5, band=5.0) is True
