@@ -280,3 +280,35 @@ def test_lora_alpha_readings_give_peft_scalings():
         assert np.isclose(q.scaling["default"], scaling)
     with pytest.raises(ValueError, match="alpha_reading"):
         LoraSettings(alpha_reading="both")
+
+
+def test_checkpoints_of_one_run_are_the_shorter_runs(tmp_path, monkeypatch):
+    from dataclasses import replace
+
+    from lowrank_fl.nn import pretrain as P
+
+    # Song's recipe: dropout and the ConstantLR warm-up, so evaluation at a checkpoint must not
+    # disturb torch's generator or the schedule
+    s = PretrainSettings.recipe("song", steps=6, batch_size=8, seed=2)
+    ckpt = P.pretrained_checkpoints(s, (6, 2, 5), cache_dir=tmp_path)
+    assert list(ckpt) == [2, 5, 6]
+    for c, model in ckpt.items():
+        alone = pretrained_backbone(replace(s, steps=c), cache_dir=None)
+        for (k, v), w in zip(model.state_dict().items(), alone.state_dict().values()):
+            assert torch.equal(v, w), (c, k)
+        assert (tmp_path / f"copying-backbone-{replace(s, steps=c).key()}.safetensors").exists()
+    assert not torch.equal(ckpt[2].state_dict()["lm_head.weight"], ckpt[6].state_dict()["lm_head.weight"])
+
+    def no_training(*a, **k):
+        raise AssertionError("trained although every checkpoint is cached")
+
+    monkeypatch.setattr(P, "pretrain", no_training)
+    again = P.pretrained_checkpoints(s, (2, 6), cache_dir=tmp_path)
+    assert torch.equal(again[6].state_dict()["lm_head.weight"], ckpt[6].state_dict()["lm_head.weight"])
+    with pytest.raises(ValueError, match="checkpoints"):
+        P.pretrained_checkpoints(s, (7,), cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="checkpoints"):
+        P.pretrained_checkpoints(s, (), cache_dir=tmp_path)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="callback"):
+        P.pretrain(s, checkpoints=(2,))

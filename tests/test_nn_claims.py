@@ -11,6 +11,7 @@ import pytest
 
 import verify.claims  # noqa: F401  (registers every claim module)
 from verify.claim import REGISTRY, REQUIRES_VERDICT, VERDICTS, Context
+from verify.claims import _sec8_backbone as B8
 from verify.claims import clair_sec8 as S8
 from verify.claims import rolora_sec5_2 as R52
 from verify.sweep import Sweep
@@ -22,8 +23,9 @@ SEC52 = sorted(k for k in REGISTRY if k.startswith("rolora.sec5_2."))
 def test_registry():
     assert set(SEC8) == {"clair.sec8.table3", "clair.sec8.detection", "clair.sec8.oracle_best_homogeneous",
                          "clair.sec8.clair_best_heterogeneous", "clair.sec8.fedavg_negative_transfer",
-                         "clair.sec8.contamination_task", "clair.sec8.background_reading"}
-    assert REGISTRY["clair.sec8.background_reading"].kind == "remark"
+                         "clair.sec8.contamination_task", "clair.sec8.background_reading",
+                         "clair.sec8.backbone_seeds"}
+    assert REGISTRY["clair.sec8.background_reading"].kind == REGISTRY["clair.sec8.backbone_seeds"].kind == "remark"
     assert set(SEC52) == {"rolora.sec5_2.ffa_plateau", "rolora.sec5_2.rolora_vs_fedavg",
                           "rolora.sec5_2.fedavg_degrades"}
     assert all("torch" in REGISTRY[c].requires for c in SEC8 + SEC52)
@@ -89,6 +91,131 @@ def test_detection_criterion_can_fail():
     assert S8.detection_verdict(S8.detection_counts(res)) is False
 
 
+def test_copying_threshold_is_the_midpoint_above_the_most_frequent_letter():
+    assert B8.unigram_share(1.1) == pytest.approx(25.94074136449203, abs=1e-9)
+    assert B8.copying_threshold(1.1) == pytest.approx((25.94074136449203 + 100) / 2, abs=1e-9)
+    assert B8.copying_threshold(0.0) == pytest.approx((100 / 52 + 100) / 2)     # uniform letters
+    pytest.importorskip("torch")
+    from lowrank_fl.nn import copying
+
+    for t in (0.0, 0.95, 1.1, 1.6):
+        assert B8.unigram_share(t) == pytest.approx(100 * copying.power_law(t)[0], rel=1e-12)
+
+
+def test_plateau_copying_split_on_the_outside_readings_seeds():
+    # issue 18: pretraining seeds 0-8 of our recipe at 5500 steps
+    acc = [60.3, 97.7, 97.6, 58.9, 97.7, 97.5, 97.5, 97.5, 97.1]
+    split = B8.split_seeds(acc, B8.copying_threshold(1.1))
+    assert split == {"copying": [1, 2, 4, 5, 6, 7, 8], "plateau": [0, 3]}
+    # at the threshold counts as copying, just below (and NaN) as plateau
+    assert B8.split_seeds([63.0, np.nextafter(63.0, 0), np.nan], 63.0) == {"copying": [0], "plateau": [1, 2]}
+
+
+def _curve(seed, steps, base, common):
+    return {"seed": seed, "steps": list(steps), "base": list(base), "common": list(common)}
+
+
+def test_selection_rule_order_from_step_and_target():
+    curves = [_curve(0, (5000, 5500, 6000), (90, 40, 45), (90, 40, 45)),      # plateau after 5500
+              _curve(1, (5000, 5500, 6000, 6500), (80, 70, 85, 90), (70, 76, 78.27, 80)),
+              _curve(2, (5000, 5500), (99, 99), (99, 99))]
+    assert B8.select(curves, threshold=63.0, target=78.27, from_step=5500) == (1, 6000)    # 78.27 reached exactly
+    assert B8.select(curves, threshold=63.0, target=None, from_step=5500) == (1, 5500)
+    assert B8.select(curves, threshold=63.0, target=None, from_step=0) == (0, 5000)      # before S5's steps
+    assert B8.select(curves[:1], threshold=63.0, target=78.27, from_step=5500) is None
+    summ = S8.seeds_summary(curves, threshold=63.0, target=78.27, from_step=5500)
+    assert summ == {"copying": [1, 2], "plateau": [0], "chosen": {"seed": 1, "step": 6000}}
+
+
+def test_chosen_backbone_follows_the_rule_in_seed_order(monkeypatch):
+    pytest.importorskip("torch")
+    tried = []
+    curves = {0: _curve(0, (5000, 5500, 6000), (60, 60, 60), (50, 55, 58)),          # plateau
+              1: _curve(1, (5000, 5500, 6000), (90, 92, 95), (70, 79, 85)),
+              2: _curve(2, (5000, 5500, 6000), (99, 99, 99), (99, 99, 99))}
+
+    def fake_curve(scale, seed, cache_dir):
+        tried.append(seed)
+        return curves[seed]
+
+    monkeypatch.setattr(B8, "seed_curve", fake_curve)
+    monkeypatch.setitem(B8.SCALES, "full", {**B8.SCALES["full"], "seeds": 3})
+    c = B8.chosen("full", 0, "unused")
+    assert (c["seed"], c["step"], c["selected"]) == (1, 5500, True) and tried == [0, 1]   # seed 2 never trained
+    assert c["settings"].steps == 5500 and c["settings"].seed == 1 and c["settings"].loss == "all"   # Song's recipe
+    assert c["threshold"] == pytest.approx(B8.copying_threshold(1.1))
+    curves[1] = _curve(1, (5000, 5500, 6000), (90, 92, 95), (70, 75, 78))          # never reaches 78.27
+    curves[2] = _curve(2, (5000, 5500, 6000), (99, 99, 99), (79, 60, 70))          # only before step 5500
+    tried.clear()
+    c = B8.chosen("full", 0, "unused")
+    assert c["selected"] is False and c["seed"] == 0 and tried == [0, 1, 2]
+    assert c["settings"].steps == B8.SCALES["full"]["checkpoints"][-1]
+
+
+def test_seed_curve_runs_the_full_scale_recipe(monkeypatch, tmp_path):
+    pytest.importorskip("torch")
+    tiny = {**B8.SCALES["full"], "checkpoints": (2, 3), "n_eval": 20, "seeds": 2}
+    monkeypatch.setitem(B8.SCALES, "full", tiny)
+    B8.seed_curve.cache_clear()
+    c = B8.seed_curve("full", 1, str(tmp_path))
+    assert c["seed"] == 1 and c["steps"] == [2, 3] and len(c["base"]) == len(c["common_song"]) == 2
+    assert all(0 <= a <= 100 for a in c["base"] + c["common"] + c["common_song"])
+    assert len(list(tmp_path.glob("copying-backbone-*.safetensors"))) == 2     # one file per checkpoint
+    s = B8.pretrain_settings("full", 1)
+    assert (s.loss, s.optimizer, s.final_norm, s.bias) == ("all", "adamw", False, True)   # Song et al.'s
+    B8.seed_curve.cache_clear()
+    assert B8.seed_curve("full", 1, str(tmp_path)) == c          # reloaded from the cache: the same numbers
+    picked = B8.chosen("full", 0, str(tmp_path))      # nothing qualifies: 3 steps, before step 5500
+    assert picked["selected"] is False and [k["seed"] for k in picked["curves"]] == [0, 1]
+    B8.seed_curve.cache_clear()
+
+
+def test_size_verdict_at_the_band_edges():
+    # the paper's number inside the band around ours: holds, exactly at the edge included
+    assert S8.size_verdict(10.5, 10.0, 11.0, 15.5, band=5.0) is True
+    assert S8.size_verdict(20.5, 20.0, 21.0, 15.5, band=5.0) is True
+    # just outside, but the interval reaches into the band: too noisy to tell
+    assert S8.size_verdict(10.25, 10.0, 10.75, 15.5, band=5.0) is None
+    # the whole interval beyond the band: fails, on either side
+    assert S8.size_verdict(0.25, 0.0, 0.5, 15.5, band=5.0) is False
+    assert S8.size_verdict(30.0, 29.0, 31.0, 15.5, band=5.0) is False
+    assert S8.size_verdict(0.25, float("-inf"), float("inf"), 15.5) is None    # one replicate
+
+
+@pytest.mark.parametrize("drop, verdict", [(0.23, "fails"), (15.33, "holds"), (10.5, "holds"), (9.8, "fails")])
+def test_negative_transfer_is_judged_on_size(monkeypatch, drop, verdict):
+    base = {m: 70.0 for m in S8.METHODS}
+    res = _results({"homogeneous": {**base, "fedavg": 70.0 - drop},
+                    "heterogeneous": {**base, "fedavg": 70.0 - 1.81}}, reps=6, noise=0.05)
+    monkeypatch.setattr(S8, "runs", lambda ctx, **kw: res)
+    monkeypatch.setattr(S8, "baseline_gate", lambda ctx, ev: ev)
+    ev = REGISTRY["clair.sec8.fedavg_negative_transfer"].experiment(Context(scale="smoke"))
+    assert ev.verdict == verdict, ev.summary
+    assert ev.table[0]["paper"] == pytest.approx(15.33) and ev.table[1]["paper"] == pytest.approx(1.81)
+    assert ev.table[0]["sign"] == "> 0"                  # every drop here is positive: the sign decides nothing
+
+
+@pytest.mark.parametrize("margin, verdict", [(0.13, "holds"), (-4.5, "holds"), (-6.0, "fails")])
+def test_clair_best_heterogeneous_is_judged_on_size(monkeypatch, margin, verdict):
+    het = {"local": 77.77, "fedavg": 75.96, "oracle": 76.96, "clair": 77.77 + margin, "clair-auto": 77.0}
+    res = _results({"homogeneous": dict(S8.TABLE3["homogeneous"], **{"clair-auto": 70.0}), "heterogeneous": het},
+                   reps=6, noise=0.05)
+    monkeypatch.setattr(S8, "runs", lambda ctx, **kw: res)
+    monkeypatch.setattr(S8, "baseline_gate", lambda ctx, ev: ev)
+    ev = REGISTRY["clair.sec8.clair_best_heterogeneous"].experiment(Context(scale="smoke"))
+    assert ev.verdict == verdict, ev.summary
+    assert [r["paper"] for r in ev.table] == pytest.approx([0.13, 1.94, 0.94])
+
+
+def test_largest_gap_tau_of_the_block_norms():
+    # one (replicate, matrix): benign pairs 0.1..0.2, contaminated pairs 1.0..1.2 -> midpoint 0.6
+    norms = np.array([[[0.1, 0.15, 0.2, 1.0, 1.2, 1.1]]])
+    out = S8.largest_gap_taus(norms)
+    assert out["largest_gap_tau_median"] == pytest.approx(0.6)
+    two = np.concatenate([norms, norms * 2], axis=1)       # medians of 0.6 and 1.2
+    assert S8.largest_gap_taus(two)["largest_gap_tau_median"] == pytest.approx(0.9)
+
+
 def test_plateau_and_best_lr():
     curve = np.r_[0.0, np.linspace(0.1, 0.9, 20)]
     assert np.isclose(R52.plateau(curve), 100 * curve[-2:].mean())
@@ -112,6 +239,14 @@ def test_claim_runs_at_smoke_scale(ctx, cid):
     ev = REGISTRY[cid].run(ctx)
     assert ev.verdict in VERDICTS and ev.verdict != REQUIRES_VERDICT and ev.summary and ev.seeds
     json.dumps(ev.to_dict())
+    if cid.startswith("clair.sec8.") and cid != B8.BACKBONE_CLAIM:
+        # the smoke backbone copies: the claims run past their baseline check
+        assert ev.measured["backbone"]["copies"] is True and "baseline check failed" not in ev.summary
+    if cid == "clair.sec8.detection":
+        assert set(ev.measured["readings"]) == {"alpha", "scaling"} and ev.measured["default_reading"] == "alpha"
+        assert {r["LoRA scale reading"] for r in ev.table} == {"alpha (lora_alpha = 16)", "scaling (lora_alpha = 48)"}
+    if cid == B8.BACKBONE_CLAIM:
+        assert [r["seed"] for r in ev.table] == [0, 1, 2, 3, 4] and ev.measured["chosen"] is not None
 
 
 def test_smoke_runs_are_reproducible(ctx):
@@ -128,16 +263,12 @@ def test_smoke_runs_are_reproducible(ctx):
 def test_baseline_gate_turns_a_broken_backbone_into_inconclusive(monkeypatch):
     from verify.claim import Evidence
 
-    diag = {"pretraining": "100 steps on the pretraining mixture", "pretraining_masked_accuracy": 27.0, "most_frequent_letter_share": 27.0,
-            "copies": False}
+    diag = {"pretraining": "100 steps on the pretraining mixture", "pretraining_masked_accuracy": 27.0,
+            "most_frequent_letter_share": 25.9, "baseline_threshold": 63.0, "copies": False}
     monkeypatch.setattr(S8, "backbone_diagnostic", lambda ctx: dict(diag))
     ev = S8.baseline_gate(None, Evidence(verdict="fails", summary="CLAIR 26.0 (paper 78.5)"))
-    assert ev.verdict == "inconclusive" and "baseline check failed" in ev.summary
+    assert ev.verdict == "inconclusive" and "baseline check failed" in ev.summary and "< 63.0%" in ev.summary
     assert "would be fails" in ev.summary and ev.measured["backbone"]["copies"] is False
     diag.update(copies=True, pretraining_masked_accuracy=90.0)
     ev = S8.baseline_gate(None, Evidence(verdict="fails", summary="CLAIR 60.0 (paper 78.5)"))
     assert ev.verdict == "fails" and ev.summary == "CLAIR 60.0 (paper 78.5)"
-    pytest.importorskip("torch")
-    from lowrank_fl.nn import copying
-
-    assert S8.BASELINE_MIN_ACCURACY > 100 * copying.power_law(1.1)[0] + 20     # far above "always 'a'"

@@ -12,9 +12,10 @@ initialization from ``torch.manual_seed`` and the batches from a numpy ``Generat
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from . import copying
 from .transformer import CopyingTransformer
 
 __all__ = ["PretrainSettings", "pretrain", "pretrained_backbone", "next_token_loss", "seed_torch",
-           "copy_accuracy", "build_backbone", "OPTIMIZERS", "RECIPES"]
+           "copy_accuracy", "build_backbone", "pretrained_checkpoints", "OPTIMIZERS", "RECIPES"]
 
 #: pretraining optimizers: S5's Adam, or AdamW as Song, Xu & Zhong's copying code runs it
 OPTIMIZERS = ("adam", "adamw")
@@ -148,10 +149,20 @@ def next_token_loss(model, tokens: torch.Tensor, positions=None) -> torch.Tensor
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
 
 
-def pretrain(settings: PretrainSettings = PretrainSettings()) -> tuple[CopyingTransformer, list]:
+def pretrain(settings: PretrainSettings = PretrainSettings(), *, checkpoints=(),
+             callback=None) -> tuple[CopyingTransformer, list]:
     """Train the backbone from scratch (``warmup_steps`` of clean uniform copying, then ``steps`` of
-    the settings' task); returns the model (eval mode) and the loss per step."""
+    the settings' task); returns the model (eval mode) and the loss per step.
+
+    ``callback(step, model)`` is called (model in eval mode, no gradient) after ``step`` steps of
+    the task for every ``step`` in ``checkpoints`` (ints in ``1..steps``): the model it sees is the
+    one ``pretrain(replace(settings, steps=step))`` returns, bit for bit (evaluation draws nothing
+    from torch's generator).
+    """
     check_int(settings.steps, "steps", minimum=0)
+    checkpoints = sorted({check_int(c, "checkpoints", minimum=1, maximum=settings.steps) for c in checkpoints})
+    if checkpoints and callback is None:
+        raise ValueError("checkpoints need a callback(step, model)")
     check_int(settings.warmup_steps, "warmup_steps", minimum=0)
     torch.set_num_threads(1)
     seed_torch(settings.seed)
@@ -175,6 +186,13 @@ def pretrain(settings: PretrainSettings = PretrainSettings()) -> tuple[CopyingTr
         if sched is not None:
             sched.step()
         losses.append(loss.item())
+        done = step + 1 - settings.warmup_steps
+        if checkpoints and done == checkpoints[0]:
+            checkpoints.pop(0)
+            model.eval()
+            with torch.no_grad():
+                callback(done, model)
+            model.train()
     return model.eval(), losses
 
 
@@ -184,21 +202,53 @@ def pretrained_backbone(settings: PretrainSettings = PretrainSettings(), *, cach
     """
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / f"copying-backbone-{settings.key()}.safetensors"
+        path = _cache_path(settings, cache_dir)
         if path.exists():
             model = build_backbone(settings)
             model.load_state_dict(load_file(str(path)))
             return model.eval()
     model, losses = pretrain(settings)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        meta = {k: json.dumps(v if not isinstance(v, tuple) else list(v))
-                for k, v in asdict(settings).items()}
-        meta["final_loss"] = json.dumps(float(np.mean(losses[-50:])) if losses else None)
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp), metadata=meta)
-        tmp.replace(path)
+        _store(model, settings, path, losses)
     return model
+
+
+def _cache_path(settings: PretrainSettings, cache_dir) -> Path:
+    return Path(cache_dir) / f"copying-backbone-{settings.key()}.safetensors"
+
+
+def _store(model, settings: PretrainSettings, path: Path, losses) -> None:
+    """Write ``model``'s weights to ``path`` (staged, then renamed), with the settings as metadata."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    meta = {k: json.dumps(v if not isinstance(v, tuple) else list(v)) for k, v in asdict(settings).items()}
+    meta["final_loss"] = json.dumps(float(np.mean(losses[-50:])) if len(losses) else None)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp), metadata=meta)
+    tmp.replace(path)
+
+
+def pretrained_checkpoints(settings: PretrainSettings, checkpoints, *, cache_dir=None) -> dict:
+    """``{step: backbone}``: for each step of ``checkpoints`` (ints in ``1..settings.steps``) the
+    model :func:`pretrained_backbone` gives for ``replace(settings, steps=step)``, from one training
+    run (the checkpoints of one run are those of the shorter runs, bit for bit). Each checkpoint is
+    cached under its own settings' key in ``cache_dir``; when all are there nothing is trained.
+    """
+    steps = sorted({check_int(c, "checkpoints", minimum=1, maximum=settings.steps) for c in checkpoints})
+    if not steps:
+        raise ValueError("checkpoints must name at least one step")
+    at = {c: replace(settings, steps=c) for c in steps}
+    if cache_dir is not None and all(_cache_path(s, cache_dir).exists() for s in at.values()):
+        return {c: pretrained_backbone(s, cache_dir=cache_dir) for c, s in at.items()}
+    out = {}
+
+    def keep(step, model):
+        out[step] = copy.deepcopy(model).eval()
+
+    _, losses = pretrain(replace(settings, steps=steps[-1]), checkpoints=steps, callback=keep)
+    if cache_dir is not None:
+        for c, s in at.items():
+            _store(out[c], s, _cache_path(s, cache_dir), losses[:settings.warmup_steps + c])
+    return out
 
 
 def copy_accuracy(model, settings: PretrainSettings = PretrainSettings(), *, n: int = 500, seed=None,

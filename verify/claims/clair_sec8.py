@@ -5,33 +5,40 @@ largest-gap τ (:func:`lowrank_fl.adapters.aggregate.aggregate_module`).
 
 Every claim here reads the same runs: :func:`lowrank_fl.nn.sec8.run_replicate` for the two
 regimes × replicates, under the seeds of ``clair.sec8.table3`` (the sweep cache serves them once).
-The backbone is pretrained once per base seed and cached as safetensors next to the sweep cache.
 
-Baseline check first (fixed before any CLAIR result was looked at): the backbone without LoRA must
-reach :data:`BASELINE_MIN_ACCURACY` masked accuracy on its own pretraining task; otherwise every
-claim below is inconclusive with that reason (a backbone that does not copy says nothing about
-CLAIR). Smoke never passes it (100 steps): it only checks that the pipeline runs.
+The backbone (fixed before running; details in :mod:`verify.claims._sec8_backbone`): pretraining
+seeds 0, 1, 2, … in this order, each trained once with checkpoints (``clair.sec8.backbone_seeds``
+reports them all); the §8 claims use the first checkpoint, at or after S5's 5500 steps, of the first
+seed that copies (masked accuracy on its own pretraining task at least the midpoint between the
+most frequent letter's share, 25.9 %, and 100 %: 63.0 %) and reaches Table 3's homogeneous Local
+level (78.27 %) on the common task. Full scale uses Song, Xu & Zhong's recipe (the "standard
+practice" S5 points to; loss on every position): the backbone is *calibrated* to the paper's level,
+not reproduced from S5's step count. Quick (our recipe, loss on the second copy) and smoke (clean
+copying with uniform letters, which copies in ~200 steps) take the first copying checkpoint: they
+check the pipeline past the baseline check, not the paper's numbers.
 
-Scales, sized from measured CPU times (one core: ~55 ms per pretraining step, ~1.8 s per client
-for 2000 sequences, ~3.5 s per regime for aggregation and evaluation, i.e. ~45 s per replicate of
-both regimes): smoke — 100 pretraining steps, 100 sequences per client, one replicate (< 1 min);
-quick — 2500 steps (the backbone copies from ~2000), 2000 sequences per client, 2 replicates
-(< 5 min on 2 cores); full — the paper's 5500 steps, 16 replicates per regime (the paper: 100) and
-6 per other contamination task (~20 min on 2 cores).
+Baseline check (fixed before any CLAIR result was looked at): the chosen backbone without LoRA must
+copy by the threshold above; otherwise every claim below is inconclusive with that reason (a
+backbone that does not copy says nothing about CLAIR).
 
-Training loss: S5 says "autoregressive" without naming the positions. With the loss on every
-position our 1-head attention-only backbone stays at the unigram solution (27 % masked accuracy
-after 6000 steps; clean copying with uniform letters does learn, so the model is not broken); with
-the loss on the second copy's positions (``PretrainSettings.loss = "copy"``, also used by the
-clients) it learns to copy. This is our choice, not the paper's statement.
+LoRA "scale 16" (S5) is read as PEFT's ``lora_alpha = 16`` (scaling 16/3 at r = 3;
+:data:`ALPHA_READING`): under it issue 18's outside reading found the paper's τ = 0.5 exact in 21/21
+homogeneous replicates, under the other reading (scaling 16, ``lora_alpha = 48``) in 0/47 (a
+quick-scale run here: 2/2 against 0/2), and ``clair.sec8.detection`` reports both. The clients' loss positions follow the backbone's recipe.
+
+Claims the paper states with a number are judged on its size: "holds" only when the paper's number
+lies within :data:`TOLERANCE` points of ours (the 5-point band of Table 3's cells), "fails" when our
+95 % interval lies entirely outside that band around the paper's number.
 
 What the paper leaves open, and our choice (options of the experiments): the contaminated client's
 task (default ``"reverse"``: second occurrence reversed; ``clair.sec8.contamination_task`` compares
-``"shift"`` and ``"clean"``), the background tokens of fuzzy copying (drawn from the client's power
-law; ``clair.sec8.background_reading`` pretrains a second backbone with uniform background tokens and
-shows how much the reading matters), the homogeneous "global noisy-long" evaluation distribution (the common task t = 1.1,
-L = 16) and the layer-to-client combination of the sets (each matrix uses its own Ĉ; the
-client-level detection below is the majority over the eight matrices).
+``"shift"``, ``"upper"`` — the mismatch of Song et al.'s LLM experiments — and ``"clean"``), the
+background tokens of fuzzy copying (drawn from the client's power law;
+``clair.sec8.background_reading`` compares uniform ones on one seed), the metric's positions
+(§8.2's ``M_i``; Song et al.'s code counts one position more, reported beside it for the backbones),
+the homogeneous "global noisy-long" evaluation distribution (the common task t = 1.1, L = 16) and the
+layer-to-client combination of the sets (each matrix uses its own Ĉ; the client-level detection
+below is the majority over the eight matrices).
 """
 from __future__ import annotations
 
@@ -42,6 +49,8 @@ import numpy as np
 
 from ..claim import Evidence, claim, verdict_from
 from ._nn_support import REQUIRES, backbone_dir, direction, mean_ci
+from ._sec8_backbone import (BACKBONE_CLAIM, SCALES, chosen, copying_threshold, pretrain_seeds, seed_curve, select,
+                             split_seeds, unigram_share)
 
 __all__: list[str] = []
 
@@ -58,72 +67,101 @@ LAYERS = tuple(f"blocks.{b}.{m}_proj" for b in range(2) for m in "qkvo")
 TABLE3 = {"homogeneous": {"local": 78.27, "fedavg": 62.94, "oracle": 79.17, "clair": 78.48},
           "heterogeneous": {"local": 77.77, "fedavg": 75.96, "oracle": 76.96, "clair": 77.90}}
 TOLERANCE = 5.0     # points: "reproduces Table 3" = every cell within 5 points of the paper's
-#: Baseline check (issue 9's rule; fixed before looking at any CLAIR result): the pretrained backbone,
-#: without LoRA, must reach this masked accuracy (%) on its own pretraining task (fuzzy copying,
-#: L in 5..15, t = 1.1). A backbone that has not learned to copy predicts the most frequent letter
-#: (27 %); below the threshold every §8 claim is inconclusive, never "fails".
-BASELINE_MIN_ACCURACY = 50.0
-#: backbone pretraining per scale (fields of lowrank_fl.nn.pretrain.PretrainSettings; S5: 5500 steps)
-#: (loss on the second copy: PretrainSettings' default, the loss on every position never learns)
+#: PEFT's lora_alpha at S5's rank 3 under each reading of "LoRA scale 16"
+LORA_ALPHA = {"scaling": 48, "alpha": 16}
+ALPHA_READINGS = tuple(LORA_ALPHA)
+#: the reading of S5's "LoRA scale 16" the §8 claims use (lowrank_fl.nn.clients.ALPHA_READINGS)
+ALPHA_READING = "alpha"
+#: pretraining of the background-reading remark (our recipe, S5's 5500 steps at full scale)
 PRETRAIN = {"smoke": {"steps": 100}, "quick": {"steps": 2500}, "full": {"steps": 5500}}
 
 
 def _scale(ctx) -> dict:
-    return ctx.pick(smoke={"pretrain": PRETRAIN["smoke"], "n_train": 100, "n_test": 50, "reps": 1},
-                    quick={"pretrain": PRETRAIN["quick"], "n_train": 2000, "n_test": 200, "reps": 2},
-                    full={"pretrain": PRETRAIN["full"], "n_train": 2000, "n_test": 500, "reps": 16})
+    return ctx.pick(smoke={"n_train": 100, "n_test": 50, "reps": 1},
+                    quick={"n_train": 2000, "n_test": 200, "reps": 2},
+                    full={"n_train": 2000, "n_test": 500, "reps": 16})
 
 
-def _pretrain_label(p: dict) -> str:
-    warm = f"{p['warmup_steps']} clean-copying warm-up steps + " if p.get("warmup_steps") else ""
-    return f"{warm}{p['steps']} steps on the pretraining mixture"
+@functools.lru_cache(maxsize=4)
+def _chosen(scale: str, base_seed: int, cache_dir: str) -> dict:
+    return chosen(scale, base_seed, cache_dir)
 
 
-@functools.lru_cache(maxsize=2)
+def chosen_backbone(ctx) -> dict:
+    """The rule's choice at ``ctx``'s scale (see the module docstring): ``settings`` (the
+    PretrainSettings of the chosen checkpoint), ``seed``, ``step``, ``selected``, ``threshold``, and
+    the ``curves`` of the seeds tried."""
+    return _chosen(ctx.scale, int(ctx.base_seed), backbone_dir(ctx))
+
+
+def _recipe_label(ctx) -> str:
+    c = chosen_backbone(ctx)
+    s = SCALES[ctx.scale]
+    what = {"smoke": "smoke recipe (clean copying, uniform letters, lr 3e-3)",
+            "quick": "our recipe (loss on the second copy)",
+            "full": "Song et al.'s recipe (loss on every position)"}[ctx.scale]
+    rule = (f"first checkpoint >= step {s['from_step']} copying and reaching {s['target']}% on the common task"
+            if s["target"] is not None else "first copying checkpoint")
+    status = "" if c["selected"] else " (no checkpoint qualified: the first seed's last checkpoint)"
+    return f"{what}, pretraining seed {c['seed']}, step {c['step']} ({rule}){status}"
+
+
+@functools.lru_cache(maxsize=8)
 def _backbone(pretrain: tuple, seed: int, cache_dir: str):
     from lowrank_fl.nn.pretrain import PretrainSettings, pretrained_backbone
 
     return pretrained_backbone(PretrainSettings(**dict(pretrain), seed=seed), cache_dir=cache_dir)
 
 
-def _task(*, seed, regime, contamination, pretrain, pretrain_seed, cache_dir, n_train, n_test):
+def _items(settings) -> tuple:
+    """A PretrainSettings as sorted hashable items, without its seed."""
+    return tuple(sorted((k, v) for k, v in dataclasses.asdict(settings).items() if k != "seed"))
+
+
+def _task(*, seed, regime, contamination, pretrain, pretrain_seed, cache_dir, n_train, n_test,
+          alpha_reading=ALPHA_READING):
     """One replicate of one regime → plain lists (picklable, cacheable)."""
     from lowrank_fl.nn.clients import LoraSettings
     from lowrank_fl.nn.sec8 import run_replicate
 
     backbone = _backbone(tuple(sorted(pretrain.items())), pretrain_seed, cache_dir)
-    r = run_replicate(backbone, regime, contamination=contamination, lora=LoraSettings(n_train=n_train),
-                      n_test=n_test, seed=seed)
+    lora = LoraSettings(n_train=n_train, loss=dict(pretrain)["loss"], alpha_reading=alpha_reading)
+    r = run_replicate(backbone, regime, contamination=contamination, lora=lora, n_test=n_test, seed=seed)
     return {"accuracy": {m: 100.0 * np.asarray(v) for m, v in r.accuracy.items()},
             "benign": np.asarray(r.benign), "truth": np.asarray(r.truth),
             "tasks": [(t.length, t.exponent, t.kind) for t in r.tasks], "status": list(r.clair_status),
             "block_norms": np.asarray(r.block_norms), "benign_auto": np.asarray(r.benign_auto)}
 
 
-def runs(ctx, *, contamination: str = "reverse", reps: int | None = None) -> dict:
+def runs(ctx, *, contamination: str = "reverse", reps: int | None = None,
+         alpha_reading: str = ALPHA_READING) -> dict:
     """``{regime: [replicate result, ...]}`` under the seeds of ``clair.sec8.table3`` (default
-    contamination) or of ``clair.sec8.table3/<contamination>``."""
+    contamination; both α readings share them, so their replicates are paired) or of
+    ``clair.sec8.table3/<contamination>``."""
     s = _scale(ctx)
     main = ctx.for_claim(MAIN if contamination == "reverse" else f"{MAIN}/{contamination}")
-    pretrain_seed = main.seed(99, 0)
+    c = chosen_backbone(ctx)
     cache_dir = backbone_dir(ctx)
-    _backbone(tuple(sorted(s["pretrain"].items())), pretrain_seed, cache_dir)   # once, before the workers
-    grid = [{"regime": reg, "contamination": contamination, "pretrain": dict(s["pretrain"]),
-             "pretrain_seed": pretrain_seed, "cache_dir": cache_dir, "n_train": s["n_train"],
-             "n_test": s["n_test"]} for reg in REGIMES]
+    pretrain = dict(_items(c["settings"]))
+    _backbone(_items(c["settings"]), c["seed"], cache_dir)   # once, before the workers
+    grid = [{"regime": reg, "contamination": contamination, "pretrain": pretrain,
+             "pretrain_seed": c["seed"], "cache_dir": cache_dir, "n_train": s["n_train"],
+             "n_test": s["n_test"], **({} if alpha_reading == ALPHA_READING else {"alpha_reading": alpha_reading})}
+            for reg in REGIMES]
     out = main.map(_task, grid, replicates=reps or s["reps"])
     ctx.seeds_used.extend(main.seeds_used)
     return dict(zip(REGIMES, out))
 
 
 def backbone_diagnostic(ctx) -> dict:
-    """Does the pretrained backbone copy? Its masked accuracy on its own pretraining task (the
-    baseline check, against :data:`BASELINE_MIN_ACCURACY`) and on the common task (t = 1.1, L = 16),
-    and its next-token loss on the pretraining mixture beside the unigram entropy of the power law
-    (the loss of a model that has learned the token frequencies and nothing about copying)."""
-    s = _scale(ctx)
-    return dict(_diagnose(tuple(sorted(s["pretrain"].items())), ctx.for_claim(MAIN).seed(99, 0), backbone_dir(ctx),
-                          ctx.seed(98, 0)))
+    """Does the chosen backbone copy? Its masked accuracy on its own pretraining task (the
+    baseline check, against the copying threshold) and on the common task (t = 1.1, L = 16; §8.2's
+    metric and Song et al.'s), and its next-token loss on the pretraining mixture beside the
+    unigram entropy of the power law (the loss of a model that has learned the token frequencies
+    and nothing about copying)."""
+    c = chosen_backbone(ctx)
+    return {**_diagnose(_items(c["settings"]), c["seed"], backbone_dir(ctx), ctx.seed(98, 0)),
+            "pretraining": _recipe_label(ctx)}
 
 
 @functools.lru_cache(maxsize=4)
@@ -132,20 +170,23 @@ def _diagnose(pretrain: tuple, pretrain_seed: int, cache_dir: str, seed: int) ->
 
     from lowrank_fl.nn import copying
     from lowrank_fl.nn.clients import accuracy
-    from lowrank_fl.nn.pretrain import copy_accuracy, next_token_loss
+    from lowrank_fl.nn.pretrain import PretrainSettings, copy_accuracy, next_token_loss
 
+    settings = PretrainSettings(**dict(pretrain), seed=pretrain_seed)
     model = _backbone(pretrain, pretrain_seed, cache_dir)
     rng = np.random.default_rng(seed)
     p = copying.power_law(1.1)
     with torch.no_grad():
         loss = float(next_token_loss(model, torch.from_numpy(
             copying.sample_mixture(200, lengths=range(5, 16), seed=rng).tokens)))
-    own = 100 * copy_accuracy(model, n=500, seed=rng)
-    return {"pretraining": _pretrain_label(dict(pretrain)), "pretraining_masked_accuracy": own,
-            "baseline_threshold": BASELINE_MIN_ACCURACY, "copies": bool(own >= BASELINE_MIN_ACCURACY),
-            "masked_accuracy": 100 * accuracy(model, copying.sample(200, length=16, seed=rng)),
+    own = 100 * copy_accuracy(model, settings, n=500, seed=rng)
+    threshold = copying_threshold(settings.exponent)
+    common = copying.sample(200, length=16, seed=rng)
+    return {"pretraining_masked_accuracy": own, "baseline_threshold": threshold, "copies": bool(own >= threshold),
+            "masked_accuracy": 100 * accuracy(model, common),
+            "masked_accuracy_song_metric": 100 * accuracy(model, common, metric="song"),
             "next_token_loss": loss, "unigram_entropy": float(-(p * np.log(p)).sum()),
-            "most_frequent_letter_share": 100 * float(p[0])}
+            "most_frequent_letter_share": unigram_share(settings.exponent)}
 
 
 def baseline_gate(ctx, ev: Evidence) -> Evidence:
@@ -158,7 +199,7 @@ def baseline_gate(ctx, ev: Evidence) -> Evidence:
         return dataclasses.replace(ev, measured=measured)
     reason = (f"baseline check failed: the backbone ({diag['pretraining']}) reaches "
               f"{diag['pretraining_masked_accuracy']:.1f}% masked accuracy on its own pretraining task "
-              f"< {BASELINE_MIN_ACCURACY:g}% (the most frequent letter alone gives "
+              f"< {diag['baseline_threshold']:.1f}% (the most frequent letter alone gives "
               f"{diag['most_frequent_letter_share']:.0f}%): it has not learned to copy")
     return dataclasses.replace(
         ev, verdict="inconclusive", measured=measured, summary=f"{reason}; would be {ev.verdict}: {ev.summary}",
@@ -249,14 +290,11 @@ def _table3(ctx, *, contamination: str = "reverse") -> Evidence:
         predicted={"paper": TABLE3, "tolerance_points": TOLERANCE},
         table=rows, figure=ctx.save_figure(_per_client_figure(results), name=f"{MAIN}.per_client"),
         notes=f"Standard errors over {n} replicates (the paper reports none, over 100). Contaminated client's "
-              f"task: {contamination!r} (unspecified by the paper). Backbone: {_pretrain_label(_scale(ctx)['pretrain'])} "
-              "at this scale (S5: 5500 steps on the mixture, no warm-up). 'Holds' = every cell within "
-              f"{TOLERANCE:g} points of the paper's. Backbone without LoRA: masked accuracy "
-              f"{diag['masked_accuracy']:.1f}% on the common task, next-token loss {diag['next_token_loss']:.3f} "
-              f"vs the unigram entropy {diag['unigram_entropy']:.3f} (a loss at the entropy means the "
-              "backbone has not learned to copy). Background tokens: the segment's power law (S5 says \"random "
-              "tokens\"); clair.sec8.background_reading shows that the uniform reading changes the backbone's "
-              "accuracy by far more than the tolerance."))
+              f"task: {contamination!r} (unspecified by the paper). Backbone: {_recipe_label(ctx)}; LoRA scale "
+              f"read as {ALPHA_READING!r}. 'Holds' = every cell within {TOLERANCE:g} points of the paper's. "
+              f"Backbone without LoRA: masked accuracy {diag['masked_accuracy']:.1f}% on the common task "
+              f"({diag['masked_accuracy_song_metric']:.1f}% by Song et al.'s metric), next-token loss "
+              f"{diag['next_token_loss']:.3f} vs the unigram entropy {diag['unigram_entropy']:.3f}."))
 
 
 # ------------------------------------------------------------------------------------------ detection
@@ -278,7 +316,8 @@ def detection_counts(results: dict) -> dict:
             "median_norm_benign_pairs": float(np.median(norms[..., ~contaminated_pair])),
             "median_norm_contaminated_pairs": float(np.median(norms[..., contaminated_pair])),
             # per (replicate, matrix): do all contaminated pairs exceed every benign pair?
-            "separable": int((norms[..., contaminated_pair].min(-1) > norms[..., ~contaminated_pair].max(-1)).sum())})
+            "separable": int((norms[..., contaminated_pair].min(-1) > norms[..., ~contaminated_pair].max(-1)).sum()),
+            **largest_gap_taus(norms)})
         auto = {}
         if reps[0].get("benign_auto") is not None and np.ndim(reps[0]["benign_auto"]) == 2:
             ba = np.stack([r["benign_auto"] for r in reps])
@@ -289,6 +328,17 @@ def detection_counts(results: dict) -> dict:
                     "layer_total": int(benign.shape[0] * benign.shape[1]),
                     "client_exact": int((client_level == truth).all(axis=1).sum())}
     return out
+
+
+def largest_gap_taus(norms) -> dict:
+    """The plain largest-gap τ (midpoint of the largest gap between sorted block norms,
+    :func:`lowrank_fl.clair.largest_gap_threshold`) of every (replicate, matrix): its median and
+    quartiles, to set beside the paper's τ. ``norms``: (R, 8, G)."""
+    from lowrank_fl.clair import largest_gap_threshold
+
+    taus = np.array([largest_gap_threshold(n) for n in np.asarray(norms).reshape(-1, np.shape(norms)[-1])])
+    q1, med, q3 = np.percentile(taus, [25, 50, 75])
+    return {"largest_gap_tau_median": float(med), "largest_gap_tau_quartiles": [float(q1), float(q3)]}
 
 
 def detection_verdict(counts: dict) -> bool:
@@ -321,7 +371,11 @@ def _heatmap(counts):
                  "exact for all eight attention matrices in the homogeneous regime.",
        kind="comparison", requires=REQUIRES)
 def _detection(ctx, *, contamination: str = "reverse") -> Evidence:
-    counts = detection_counts(runs(ctx, contamination=contamination))
+    from lowrank_fl.nn.sec8 import PAPER_TUNING
+
+    readings = (ALPHA_READING, *(r for r in ALPHA_READINGS if r != ALPHA_READING))
+    by_reading = {r: detection_counts(runs(ctx, contamination=contamination, alpha_reading=r)) for r in readings}
+    counts = by_reading[ALPHA_READING]
     ok = detection_verdict(counts)
     table = []
     for reg in REGIMES:
@@ -330,42 +384,83 @@ def _detection(ctx, *, contamination: str = "reverse") -> Evidence:
             table.append({"regime": reg, "matrix": layer,
                           **{f"client {k}{'*' if not c['truth'][k] else ''}": int(c["excluded"][li, k])
                              for k in range(c["excluded"].shape[1])}})
+    readings_rows = [{"LoRA scale reading": f"{r} (lora_alpha = {LORA_ALPHA[r]})", "regime": reg,
+                      "paper's tau": PAPER_TUNING[reg][2],
+                      "client-level exact": f"{c['client_exact']}/{c['replicates']}",
+                      "layerwise exact": f"{c['layer_exact']}/{c['layer_total']}",
+                      "separable by some tau": f"{c.get('separable', '?')}/{c['layer_total']}",
+                      "largest-gap tau (median)": c.get("largest_gap_tau_median"),
+                      "benign-pair norm (median)": c.get("median_norm_benign_pairs")}
+                     for r, cs in by_reading.items() for reg, c in cs.items()]
     return baseline_gate(ctx, Evidence(
         verdict=verdict_from(ok),
         summary="; ".join(f"{reg}: layerwise exact {c['layer_exact']}/{c['layer_total']}, client-level exact "
                           f"{c['client_exact']}/{c['replicates']}, separable by some tau "
-                          f"{c.get('separable', '?')}/{c['layer_total']}" for reg, c in counts.items()),
-        measured={reg: {k: v for k, v in c.items() if k != "excluded"} | {"excluded": c["excluded"]}
-                  for reg, c in counts.items()},
+                          f"{c.get('separable', '?')}/{c['layer_total']}, largest-gap tau "
+                          f"{c.get('largest_gap_tau_median', float('nan')):.3g} (paper {PAPER_TUNING[reg][2]:g})"
+                          for reg, c in counts.items())
+                + "; client-level exact by reading: " + ", ".join(
+                    f"{r}: " + "/".join(f"{c['client_exact']}/{c['replicates']}" for c in cs.values())
+                    for r, cs in by_reading.items()),
+        measured={"readings": {r: {reg: {k: v for k, v in c.items() if k != "excluded"} | {"excluded": c["excluded"]}
+                                       for reg, c in cs.items()} for r, cs in by_reading.items()},
+                  "default_reading": ALPHA_READING, "excluded_per_matrix": table},
         predicted={"layer_exact_homogeneous": "all", "client_exact": "all"},
-        table=table, figure=ctx.save_figure(_heatmap(counts)),
-        notes="Table: replicates in which each client was excluded on each matrix (* = contaminated). "
+        table=readings_rows, figure=ctx.save_figure(_heatmap(counts)),
+        notes=f"Verdict under the default LoRA-scale reading {ALPHA_READING!r} (lora_alpha = 16, scaling 16/r); the "
+              "other reading ('scaling': lora_alpha = 16 r) on the same seeds is listed beside it. The figure (and "
+              "measured.excluded_per_matrix): replicates in which each client was excluded on each matrix "
+              "(* = contaminated). "
               "Client-level set = clients kept on a majority of the eight matrices (the paper does not "
               "say how it combines them). 'separable' counts the (replicate, matrix) pairs where every pair "
               "involving the contaminated client has a larger block norm than every benign pair, i.e. where "
-              "some threshold tau would detect exactly; the medians put the paper's tau (0.5 / 0.01) in scale."))
+              "some threshold tau would detect exactly; the largest-gap tau (median over (replicate, matrix)) "
+              "and the benign-pair medians put the paper's tau (0.5 / 0.01) in scale."))
 
 
 # ------------------------------------------------------------------------------------------ orderings
-def _ordering(ctx, regime, pairs, statement, contamination):
+def size_verdict(mean: float, low: float, high: float, paper: float, band: float = TOLERANCE) -> bool | None:
+    """Judge a number the paper states on its size: True when the paper's number lies within
+    ``band`` points of our mean; False when our whole interval ``[low, high]`` lies more than
+    ``band`` points away from it; None (too noisy to tell) otherwise."""
+    if abs(mean - paper) <= band:
+        return True
+    if low > paper + band or high < paper - band:
+        return False
+    return None
+
+
+def _combine(outcomes) -> bool | None:
+    return False if False in outcomes else (None if None in outcomes else True)
+
+
+def _ordering(ctx, regime, pairs, statement, contamination, *, judge: str = "sign"):
+    """Paired differences ``a - b``: ``judge="sign"`` asks for > 0 (interval above 0),
+    ``judge="size"`` compares them with Table 3's differences by :func:`size_verdict`."""
     results = runs(ctx, contamination=contamination)
     rows, outcomes = [], []
     for a, b in pairs:
         mean, se, lo, hi = paired(results, regime, a, b)
         d = direction(lo, hi)
-        outcomes.append(d)
+        paper = TABLE3[regime][a] - TABLE3[regime][b]
+        outcomes.append(d if judge == "sign" else size_verdict(mean, lo, hi, paper))
         rows.append({"regime": regime, "difference": f"{LABELS[a]} - {LABELS[b]}", "mean": mean, "se": se,
-                     "ci_low": lo, "ci_high": hi,
-                     "paper": TABLE3[regime][a] - TABLE3[regime][b],
-                     "reading": {True: "> 0", False: "< 0", None: "within noise"}[d]})
-    ok = False if False in outcomes else (None if None in outcomes else True)
-    return baseline_gate(ctx, Evidence(verdict=verdict_from(ok),
+                     "ci_low": lo, "ci_high": hi, "paper": paper,
+                     "sign": {True: "> 0", False: "< 0", None: "within noise"}[d],
+                     **({"paper within band": abs(mean - paper) <= TOLERANCE} if judge == "size" else {})})
+    rule = ("'within noise' (interval containing 0) gives inconclusive" if judge == "sign" else
+            f"holds when each of the paper's differences lies within {TOLERANCE:g} points of ours, fails when "
+            f"an interval lies entirely more than {TOLERANCE:g} points from the paper's number, otherwise "
+            "inconclusive; the sign is listed, not judged")
+    return baseline_gate(ctx, Evidence(verdict=verdict_from(_combine(outcomes)),
                     summary=", ".join(f"{r['difference']} = {r['mean']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"
                                       f" (paper {r['paper']:+.2f})" for r in rows),
-                    measured={"rows": rows}, predicted={"all differences": "> 0"}, table=rows,
+                    measured={"rows": rows},
+                    predicted=({"all differences": "> 0"} if judge == "sign" else
+                               {"differences": {r["difference"]: r["paper"] for r in rows}, "band_points": TOLERANCE}),
+                    table=rows,
                     notes=f"{statement} Paired differences of benign-client averages over "
-                          f"{len(results[regime])} replicates, 95% t intervals; 'within noise' (interval "
-                          "containing 0) gives inconclusive."))
+                          f"{len(results[regime])} replicates, 95% t intervals; {rule}."))
 
 
 @claim("clair.sec8.oracle_best_homogeneous", paper=PAPER, reference="§8.3, Table 3 (homogeneous row)",
@@ -377,31 +472,40 @@ def _oracle_best(ctx, *, contamination: str = "reverse") -> Evidence:
 
 
 @claim("clair.sec8.clair_best_heterogeneous", paper=PAPER, reference="§8.3, Table 3 (heterogeneous row)",
-       statement="In the heterogeneous regime CLAIR attains the highest average own-client accuracy "
-                 "(above Local, FedAvg and oracle FedAvg).",
+       statement="In the heterogeneous regime CLAIR attains the highest average own-client accuracy: "
+                 "CLAIR - Local = 0.13, CLAIR - FedAvg = 1.94, CLAIR - FedAvg (Oracle) = 0.94 points (Table 3).",
        kind="comparison", requires=REQUIRES)
 def _clair_best(ctx, *, contamination: str = "reverse") -> Evidence:
     return _ordering(ctx, "heterogeneous", [("clair", "local"), ("clair", "fedavg"), ("clair", "oracle")],
-                     "CLAIR minus each other method (the paper's margins are 0.13-1.94 points).", contamination)
+                     "CLAIR minus each other method, judged on size (Table 3's margins are 0.13-1.94 points).",
+                     contamination, judge="size")
 
 
 @claim("clair.sec8.fedavg_negative_transfer", paper=PAPER, reference="§8.3, Table 3",
-       statement="FedAvg over all clients suffers negative transfer: below Local in both regimes.",
+       statement="FedAvg over all clients suffers negative transfer: Local - FedAvg = 15.33 points homogeneous "
+                 "(78.27 - 62.94) and 1.81 heterogeneous (77.77 - 75.96).",
        kind="comparison", requires=REQUIRES)
 def _negative_transfer(ctx, *, contamination: str = "reverse") -> Evidence:
     results = runs(ctx, contamination=contamination)
     rows, outcomes = [], []
     for reg in REGIMES:
         mean, se, lo, hi = paired(results, reg, "local", "fedavg")
-        outcomes.append(direction(lo, hi))
-        rows.append({"regime": reg, "Local - FedAvg": mean, "se": se, "ci_low": lo, "ci_high": hi,
-                     "paper": TABLE3[reg]["local"] - TABLE3[reg]["fedavg"]})
-    ok = False if False in outcomes else (None if None in outcomes else True)
-    return baseline_gate(ctx, Evidence(verdict=verdict_from(ok),
+        paper = TABLE3[reg]["local"] - TABLE3[reg]["fedavg"]
+        outcomes.append(size_verdict(mean, lo, hi, paper))
+        rows.append({"regime": reg, "Local - FedAvg": mean, "se": se, "ci_low": lo, "ci_high": hi, "paper": paper,
+                     "paper within band": abs(mean - paper) <= TOLERANCE,
+                     "sign": {True: "> 0", False: "< 0", None: "within noise"}[direction(lo, hi)]})
+    return baseline_gate(ctx, Evidence(verdict=verdict_from(_combine(outcomes)),
                     summary=", ".join(f"{r['regime']}: Local - FedAvg = {r['Local - FedAvg']:+.2f} "
-                                      f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] (paper {r['paper']:+.2f})"
-                                      for r in rows),
-                    measured={"rows": rows}, predicted={"Local - FedAvg": "> 0 in both regimes"}, table=rows))
+                                      f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] (paper {r['paper']:+.2f}, "
+                                      f"band ±{TOLERANCE:g})" for r in rows),
+                    measured={"rows": rows},
+                    predicted={"Local - FedAvg": {r["regime"]: r["paper"] for r in rows}, "band_points": TOLERANCE},
+                    table=rows,
+                    notes=f"Judged on size: holds when the paper's drop lies within {TOLERANCE:g} points of ours in "
+                          f"both regimes, fails when an interval lies entirely more than {TOLERANCE:g} points from "
+                          "it, otherwise inconclusive. A drop of the right sign but a fraction of the paper's size "
+                          "does not reproduce the paper's negative transfer."))
 
 
 # ------------------------------------------------------------------------------------------ contamination
@@ -410,8 +514,8 @@ def _negative_transfer(ctx, *, contamination: str = "reverse") -> Evidence:
                  "mismatched copying task the contaminated client learns (the paper does not say which).",
        kind="comparison", requires=REQUIRES)
 def _contamination(ctx, *, kinds=None) -> Evidence:
-    kinds = kinds or ctx.pick(smoke=("reverse", "shift"), quick=("reverse", "shift"),
-                              full=("reverse", "shift", "clean"))
+    kinds = kinds or ctx.pick(smoke=("reverse", "upper"), quick=("reverse", "shift", "upper"),
+                              full=("reverse", "shift", "upper", "clean"))
     reps = ctx.pick(smoke=1, quick=1, full=6)
     rows, outcomes = [], []
     for kind in kinds:
@@ -433,9 +537,90 @@ def _contamination(ctx, *, kinds=None) -> Evidence:
                                       f"CLAIR-Local {r['CLAIR - Local']:+.2f}" for r in rows),
                     measured={"rows": rows}, predicted={"detection": "exact", "CLAIR - Local": ">= 0 (not below)"},
                     table=rows,
-                    notes="'reverse' (default) reuses the main runs; the others have their own seeds and fewer "
-                          "replicates. Holds when detection is exact and CLAIR is not significantly below Local "
+                    notes="Tasks (lowrank_fl.nn.copying.CONTAMINATIONS): 'reverse' (second occurrence reversed), "
+                          "'shift' (shifted by one letter), 'upper' (in upper case: the mismatch of Song et al.'s LLM "
+                          "experiments), 'clean' (clean instead of fuzzy copying). 'reverse' (default) reuses the "
+                          "main runs; the others have their own seeds and fewer replicates. Holds when detection is exact and CLAIR is not significantly below Local "
                           "for every task."))
+
+
+# ------------------------------------------------------------------------------------------ backbone seeds
+def _seed_task(*, seed, scale, pretrain_seed, cache_dir):
+    """One pretraining seed's checkpoint curve (``seed``, the sweep's, is unused: the evaluation
+    data come from the pretraining seed, so the rule's numbers are the same wherever computed)."""
+    return seed_curve(scale, pretrain_seed, cache_dir)
+
+
+def seeds_summary(curves, *, threshold: float, target: float | None, from_step: int) -> dict:
+    """Each seed's final accuracies, the plateau/copying split at ``threshold`` (on the own
+    pretraining task, last checkpoint) and the rule's choice (:func:`select`)."""
+    final = [c["base"][-1] for c in curves]
+    split = split_seeds(final, threshold)
+    pick = select(curves, threshold=threshold, target=target, from_step=from_step)
+    return {"copying": [curves[i]["seed"] for i in split["copying"]],
+            "plateau": [curves[i]["seed"] for i in split["plateau"]],
+            "chosen": None if pick is None else {"seed": curves[pick[0]]["seed"], "step": pick[1]}}
+
+
+def _seeds_figure(curves, threshold, target):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for ax, key, title in ((axes[0], "base", "own pretraining task"), (axes[1], "common", "common task (t = 1.1, L = 16)")):
+        for c in curves:
+            ax.plot(c["steps"], c[key], marker="o", ms=3, label=f"seed {c['seed']}")
+        ax.axhline(threshold if key == "base" else (target or threshold), color="k", lw=0.7, ls="--")
+        ax.set_title(title)
+        ax.set_xlabel("pretraining step")
+    axes[0].set_ylabel("masked accuracy (%)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+@claim(BACKBONE_CLAIM, paper=PAPER, reference="§8.2, S5 (backbone pretraining)",
+       statement="S5's backbone recipe depends on the pretraining seed: some seeds copy, others stay on a plateau "
+                 "near the most frequent letter's share; the §8 claims use the backbone chosen by a rule fixed "
+                 "before running (first qualifying checkpoint of the first qualifying seed, in seed order).",
+       kind="remark", requires=REQUIRES)
+def _backbone_seeds(ctx) -> Evidence:
+    s = SCALES[ctx.scale]
+    cache_dir = backbone_dir(ctx)
+    sub = ctx.for_claim(BACKBONE_CLAIM)
+    grid = [{"scale": ctx.scale, "pretrain_seed": seed, "cache_dir": cache_dir}
+            for seed in pretrain_seeds(ctx.scale, ctx.base_seed)]
+    curves = [row[0] for row in sub.map(_seed_task, grid, replicates=1)]
+    ctx.seeds_used.extend(sub.seeds_used)
+    threshold = copying_threshold(chosen_backbone(ctx)["settings"].exponent)
+    summ = seeds_summary(curves, threshold=threshold, target=s["target"], from_step=s["from_step"])
+    n_ckpt = len(curves[0]["steps"])      # at most 6 checkpoints as columns (the figure shows them all)
+    shown = sorted({int(round(i)) for i in np.linspace(0, n_ckpt - 1, min(n_ckpt, 6))})
+    rows = [{"seed": c["seed"], "steps": c["steps"][-1], "own task (%)": c["base"][-1],
+             "common task (%)": c["common"][-1], "common task, Song's metric (%)": c["common_song"][-1],
+             "state": "copying" if c["base"][-1] >= threshold else "plateau",
+             **{f"common @ {c['steps'][i]}": c["common"][i] for i in shown}} for c in curves]
+    recipe = _recipe_label(ctx)
+    ok = True if summ["chosen"] is not None else None
+    pick = "none" if ok is None else f"seed {summ['chosen']['seed']}, step {summ['chosen']['step']}"
+    reason = ("" if ok else f"no seed reaches the rule within {s['checkpoints'][-1]} steps at this scale, so no "
+              "backbone qualifies; ")
+    return Evidence(
+        verdict=verdict_from(ok),
+        summary=f"{reason}{recipe.split(', pretraining seed')[0]}: {len(curves)} seeds, final own-task accuracy "
+                + ", ".join(f"{c['seed']}: {c['base'][-1]:.1f}%" for c in curves)
+                + f"; copying (>= {threshold:.1f}%): {len(summ['copying'])}, plateau: {len(summ['plateau'])}; "
+                  f"chosen: {pick}",
+        measured={"curves": curves, **summ, "threshold": threshold, "target": s["target"],
+                  "from_step": s["from_step"]},
+        predicted={"rule": "first checkpoint >= from_step that copies and reaches target, first such seed"},
+        table=rows, figure=ctx.save_figure(_seeds_figure(curves, threshold, s["target"])),
+        notes=f"Recipe at this scale: {recipe}. Copying threshold: the midpoint between the most frequent "
+              f"letter's share ({unigram_share(chosen_backbone(ctx)['settings'].exponent):.1f}%) and 100%, on the "
+              "backbone's own pretraining task (§8.2's metric) at the last checkpoint. A remark: the paper "
+              "reports one backbone; this shows how much the seed decides and which backbone the §8 claims use. "
+              + ("At smoke and quick scale the recipe is not the paper's (see the module docstring)."
+                 if ctx.scale != "full" else "The chosen backbone is calibrated to Table 3's Local level, "
+                 "not reproduced from S5's 5500 steps."))
 
 
 # ------------------------------------------------------------------------------------------ background reading
@@ -460,8 +645,8 @@ BACKGROUND_STEPS = {"smoke": 100, "quick": 1000, "full": PRETRAIN["full"]["steps
 
 @claim("clair.sec8.background_reading", paper=PAPER, reference="§8.1, S5 (fuzzy copying: \"random tokens\")",
        statement="S5's fuzzy copying fills the non-copy positions with \"random tokens\" without saying from which "
-                 "distribution. The reading decides what the S5 backbone learns: pretrained by the same recipe and "
-                 "seed, with the background drawn from the segment's power law (our default) or uniform over the 52 "
+                 "distribution. On one pretraining seed the reading can change what the S5 backbone learns: pretrained "
+                 "by the same recipe and seed, with the background drawn from the segment's power law (our default) or uniform over the 52 "
                  "letters, the backbones' masked accuracy on the common task (t = 1.1, L = 16, each reading's own "
                  "sequences) differs by more than Table 3's 5-point tolerance.",
        kind="remark", requires=REQUIRES)
@@ -498,5 +683,7 @@ def _background_reading(ctx) -> Evidence:
         notes=f"{steps} pretraining steps per reading (S5: 5500), the main runs' pretraining seed, one seed per "
               "reading; "
               f"intervals over {n} test sequences each (not over pretraining seeds). The main §8 runs use the "
-              "power-law reading. A remark: it shows that the paper's description leaves the backbone's "
-              "accuracy open, it does not test a statement of the paper."))
+              "power-law reading. A remark, not a test of the paper. The seed confounds it: in issue 18's outside "
+              "reading 2 of 9 power-law seeds stay on a plateau near 60% on the common task (the committed full "
+              "report's power-law backbone: 59.8%) while 7 of 9 reach 97-98%, as uniform backgrounds do; "
+              "clair.sec8.backbone_seeds shows the spread over seeds."))
