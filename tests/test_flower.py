@@ -122,6 +122,8 @@ def test_strategy_equals_aggregate_factors_and_the_cli(src, tmp_path):
     assert NODES[5] in rec.flagged and rec.modules_benign[NODES[5]] == 0
     assert rec.modules_benign == dict(zip(NODES, sets.sum(axis=0).tolist()))
     assert metrics["flagged-clients"] == len(rec.flagged) and metrics["aggregated-clients"] == 6
+    assert {k for k in metrics if k.startswith("flagged/")} == {f"flagged/{NODES[5]}"}
+    assert {n: metrics[f"modules-benign/{n}"] for n in NODES} == rec.modules_benign
     assert metrics["max-relative-gap"] == max(m["relative_gap"] for m in ref.summary["modules"].values())
     assert metrics["max-relative-gap"] <= F32.tol
     own = _delta(_clients(src)[str(NODES[5])])

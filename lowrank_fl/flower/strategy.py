@@ -333,8 +333,10 @@ class ClairStrategy(FedAvg):
         return {m: mean[m] for m in benign}
 
     def _metrics(self, record: RoundRecord, accepted: list[Message]) -> MetricRecord:
-        """Our round metrics, plus the clients' MetricRecords averaged as FedAvg does when every
-        accepted reply carries exactly one with ``weighted_by_key``."""
+        """Our round metrics (counts, certificate, timings, ``flagged/<node id>`` = 1 for each
+        flagged client and ``modules-benign/<node id>`` its evidence), plus the clients'
+        MetricRecords averaged as FedAvg does when every accepted reply carries exactly one with
+        ``weighted_by_key``."""
         out = MetricRecord()
         contents = [m.content for m in accepted]
         if contents and all(len(c.metric_records) == 1 and self.weighted_by_key in
@@ -346,6 +348,10 @@ class ClairStrategy(FedAvg):
                     "aggregate-seconds": float(record.seconds.get("aggregate", 0.0)),
                     "mean-seconds": float(record.seconds.get("mean", 0.0)),
                     "server-seconds": float(record.seconds["total"])})
+        # the flagged clients and the evidence, per node (node ids are unsigned 64-bit: keys,
+        # not values, of a MetricRecord)
+        out.update({f"flagged/{n}": 1 for n in record.flagged})
+        out.update({f"modules-benign/{n}": int(v) for n, v in record.modules_benign.items()})
         return out
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]):
