@@ -48,6 +48,7 @@ import functools
 import numpy as np
 
 from ..claim import Evidence, claim, verdict_from
+from ..criteria import all_of
 from ._nn_support import REQUIRES, backbone_dir, direction, mean_ci
 from ._sec8_backbone import (BACKBONE_CLAIM, SCALES, chosen, copying_threshold, pretrain_seeds, seed_curve, select,
                              split_seeds, unigram_share)
@@ -430,10 +431,6 @@ def size_verdict(mean: float, low: float, high: float, paper: float, band: float
     return None
 
 
-def _combine(outcomes) -> bool | None:
-    return False if False in outcomes else (None if None in outcomes else True)
-
-
 def _ordering(ctx, regime, pairs, statement, contamination, *, judge: str = "sign"):
     """Paired differences ``a - b``: ``judge="sign"`` asks for > 0 (interval above 0),
     ``judge="size"`` compares them with Table 3's differences by :func:`size_verdict`."""
@@ -452,7 +449,7 @@ def _ordering(ctx, regime, pairs, statement, contamination, *, judge: str = "sig
             f"holds when each of the paper's differences lies within {TOLERANCE:g} points of ours, fails when "
             f"an interval lies entirely more than {TOLERANCE:g} points from the paper's number, otherwise "
             "inconclusive; the sign is listed, not judged")
-    return baseline_gate(ctx, Evidence(verdict=verdict_from(_combine(outcomes)),
+    return baseline_gate(ctx, Evidence(verdict=verdict_from(all_of(outcomes)),
                     summary=", ".join(f"{r['difference']} = {r['mean']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"
                                       f" (paper {r['paper']:+.2f})" for r in rows),
                     measured={"rows": rows},
@@ -495,7 +492,7 @@ def _negative_transfer(ctx, *, contamination: str = "reverse") -> Evidence:
         rows.append({"regime": reg, "Local - FedAvg": mean, "se": se, "ci_low": lo, "ci_high": hi, "paper": paper,
                      "paper within band": abs(mean - paper) <= TOLERANCE,
                      "sign": {True: "> 0", False: "< 0", None: "within noise"}[direction(lo, hi)]})
-    return baseline_gate(ctx, Evidence(verdict=verdict_from(_combine(outcomes)),
+    return baseline_gate(ctx, Evidence(verdict=verdict_from(all_of(outcomes)),
                     summary=", ".join(f"{r['regime']}: Local - FedAvg = {r['Local - FedAvg']:+.2f} "
                                       f"[{r['ci_low']:+.2f}, {r['ci_high']:+.2f}] (paper {r['paper']:+.2f}, "
                                       f"band ±{TOLERANCE:g})" for r in rows),
