@@ -56,6 +56,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
     agg.add_argument("--client-rule", dest="client_rule", default="per-module",
                      choices=CLIENT_RULES, help="how per-module benign sets decide refinement")
+    agg.add_argument("--byzantine", type=int, default=None,
+                     help="f, the Byzantine clients krum/multikrum/trimmed-mean tolerate "
+                          "(default floor((K-3)/2))")
     agg.add_argument("--energy", type=float, default=None,
                      help="truncated reduction keeping this energy fraction (default exact)")
     agg.add_argument("--tol", type=float, default=1e-6,
@@ -80,7 +83,8 @@ def run_aggregate(args) -> int:
     check_out_dir(args.out, args.overwrite)
     options = ModuleOptions(method=args.method, rank=args.rank, lam_L=args.lam_L,
                             lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,
-                            rank_out=args.rank_out, tol=args.tol)
+                            rank_out=args.rank_out, tol=args.tol,
+                            byzantine=getattr(args, "byzantine", None))
     adapters = load_adapters(args.dirs)
     agg, summary = aggregate_to_dir(adapters, options, args.out, client_rule=args.client_rule,
                                     dtype=args.dtype, overwrite=args.overwrite, jobs=args.jobs,
@@ -106,6 +110,14 @@ def run_aggregate(args) -> int:
     if args.rank_out is not None:
         worst = max(e for d in summary["rank_out_relative_error"].values() for e in d.values())
         print(f"  --rank-out {args.rank_out}: largest relative Frobenius error {worst:.3e}")
+    if "robust" in summary:
+        rb = summary["robust"]
+        sel = "" if rb["selected"] is None else f"; selected {', '.join(rb['selected'])}"
+        print(f"{args.method} (f = {rb['f']}, {rb['coordinates']} coordinates){sel}.")
+    if "detection" in summary:
+        from .decision import detection_sentence
+
+        print(detection_sentence(summary["detection"]))
     return 0
 
 
