@@ -14,26 +14,40 @@ client-level sets in §8 but never pools modules — this is ours) adds those sm
    ``z_mk = (s_mk - median_k s_mk) / (1.4826 MAD_k s_mk)``;
 3. averaged over modules, ``S_k = mean_m z_mk``;
 4. re-standardised across clients, the modified z-score of Iglewicz & Hoaglin (1993),
-   ``M_k = 0.6745 (S_k - median S) / MAD(S)``, and client ``k`` is flagged iff
-   ``M_k > 3.5`` — their outlier cutoff, used as published, not tuned on any adapter set.
+   ``M_k = 0.6745 (S_k - median S) / MAD(S)``, and client ``k`` is flagged iff ``M_k > c_K``.
+
+The cutoff is derived from a null model, not tuned on any adapter set. Iglewicz & Hoaglin's 3.5
+is a per-observation cutoff; taken over all ``K`` clients with a MAD from ``K`` values it flags
+someone in 7-12 % of federations of ``K = 5..10`` i.i.d. normal scores. Under no contamination
+``S_k`` is an average of per-module scores, close to normal, so ``c_K`` is the ``1 - α``
+quantile (``α = 0.01``, :data:`POOLED_ALPHA`) of ``max_k M_k`` for ``K`` i.i.d. normal ``S_k``
+(Monte Carlo, 20 000 draws, fixed seed: deterministic), and never below 3.5:
+``c_K ≈ 8.0, 6.7, 6.0, 4.7`` at ``K = 6, 8, 10, 20``. A federation without contamination then
+keeps every client with probability about 99 % (where the normal model holds).
 
 Where a MAD is 0 (more than half of the values tie) the mean absolute deviation takes its place
 with Iglewicz & Hoaglin's constant, ``(x - median) / (1.2533 · MeanAD)``; where both are 0 the
 scores are 0 (nothing stands out). The median step makes the rule flag at most half of the
 clients minus one, and a federation whose clients' scores are one homogeneous group keeps
-everyone unless a client is 3.5 robust standard deviations out.
+everyone unless a client is c_K robust standard deviations out.
 """
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 from ..clair import pairs
 
-__all__ = ["POOLED_CUTOFF", "robust_z", "pair_matrix", "client_medians", "pooled_scores",
+__all__ = ["POOLED_CUTOFF", "POOLED_ALPHA", "pooled_threshold", "robust_z", "pair_matrix", "client_medians", "pooled_scores",
            "pooled_flags"]
 
-#: Iglewicz & Hoaglin's cutoff of the modified z-score (How to Detect and Handle Outliers, 1993)
+#: Iglewicz & Hoaglin's cutoff of the modified z-score (How to Detect and Handle Outliers, 1993):
+#: the floor of the pooled rule's cutoff
 POOLED_CUTOFF = 3.5
+#: familywise false-flag level of the pooled rule under its null model (module docstring)
+POOLED_ALPHA = 0.01
+_NULL_DRAWS = 20000
 _MAD_TO_SD = 1.4826            # 1 / Φ^{-1}(3/4): MAD of a normal sample -> its standard deviation
 _MEANAD_TO_SD = 1.253314       # sqrt(π/2): mean absolute deviation -> standard deviation
 
@@ -82,6 +96,22 @@ def pooled_scores(norms, K: int) -> tuple[np.ndarray, np.ndarray]:
     return robust_z(S), S
 
 
-def pooled_flags(norms, K: int, cutoff: float = POOLED_CUTOFF) -> np.ndarray:
-    """Bool (K,): client flagged (contaminated) by the pooled rule."""
+@functools.lru_cache(maxsize=64)
+def pooled_threshold(K: int, alpha: float = POOLED_ALPHA) -> float:
+    """``c_K``: the ``1 - alpha`` quantile of the largest modified z-score of ``K`` i.i.d.
+    normal values (Monte Carlo, :data:`_NULL_DRAWS` draws, seed 0), at least 3.5."""
+    if int(K) != K or K < 3:
+        raise ValueError(f"K must be an integer >= 3, got {K}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    x = np.random.default_rng(0).standard_normal((_NULL_DRAWS, int(K)))
+    q = float(np.quantile(robust_z(x, axis=1).max(axis=1), 1.0 - alpha))
+    return max(q, POOLED_CUTOFF)
+
+
+def pooled_flags(norms, K: int, cutoff: float | None = None) -> np.ndarray:
+    """Bool (K,): client flagged (contaminated) by the pooled rule (``cutoff`` default
+    :func:`pooled_threshold` of ``K``)."""
+    if cutoff is None:
+        cutoff = pooled_threshold(K) if K >= 3 else np.inf
     return pooled_scores(norms, K)[0] > cutoff

@@ -36,7 +36,7 @@ from ..validation import as_generator, check_int
 from . import copying
 
 __all__ = ["BASES", "TrainedSetSettings", "TrainedSet", "ClientTask", "build_base", "trained_set",
-           "client_tasks", "heldout_loss"]
+           "client_tasks", "model_with", "heldout_loss"]
 
 BASES = ("llama", "gpt2")
 _TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj"], "gpt2": ["attn.c_attn", "attn.c_proj"]}
@@ -50,7 +50,7 @@ class TrainedSetSettings:
     n_clients: int = 10
     n_contaminated: int = 2
     #: mismatched rules of the contaminated clients, cycled
-    contamination: tuple = ("reverse", "shift", "clean")
+    contamination: tuple = ("shift", "clean", "reverse")
     #: benign clients: per-client exponent in ``exponent ± spread`` and length in ``length ± 1``
     heterogeneous: bool = True
     spread: float = 0.15
@@ -281,20 +281,30 @@ def trained_set(settings: TrainedSetSettings = TrainedSetSettings(), *, cache_di
 
 
 @torch.no_grad()
-def heldout_loss(tset: TrainedSet, client: str, factors: dict, *, n: int = 256, cache_dir=None,
-                 seed=0) -> float:
-    """Held-out next-token loss (copy positions) of the base with ``factors`` (``{module: (A, B,
-    scaling)}``, e.g. an aggregator's output for ``client``) added, on ``n`` fresh sequences of
-    ``client``'s task."""
-    s = tset.settings
-    base = _pretrained_base(s, cache_dir)
+def model_with(tset: TrainedSet, factors: dict, *, cache_dir=None):
+    """The set's pretrained base with ``ΔW = scaling · B A`` of ``factors`` (``{module: (A, B,
+    scaling)}``, PEFT module names) added to its weights (GPT-2's ``Conv1D`` stores ``W^T``)."""
+    base = _pretrained_base(tset.settings, cache_dir)
     mods = dict(base.named_modules())
     prefix = "base_model.model."
     for name, (A, B, scaling) in factors.items():
-        mod = mods[name[len(prefix):] if name.startswith(prefix) else name]
-        dW = torch.from_numpy(float(scaling) * (np.asarray(B) @ np.asarray(A))).float()
-        w = mod.weight
-        w += dW.T if s.base == "gpt2" else dW        # Conv1D stores in × out
+        key = name[len(prefix):] if name.startswith(prefix) else name
+        if key not in mods:
+            raise ValueError(f"factors: module {name!r} is not in the {tset.settings.base} base")
+        dW = torch.from_numpy(float(scaling) * (np.asarray(B, float) @ np.asarray(A, float))).float()
+        mods[key].weight += dW.T if tset.settings.base == "gpt2" else dW
+    return base.eval()
+
+
+@torch.no_grad()
+def heldout_loss(tset: TrainedSet, client: str, factors: dict, *, n: int = 256, cache_dir=None,
+                 seed=0) -> float:
+    """Held-out next-token loss (copy positions) of :func:`model_with` ``factors`` (e.g. an
+    aggregator's output for ``client``) on ``n`` fresh sequences of ``client``'s task (the same
+    sequences for every ``factors``)."""
+    if client not in tset.tasks:
+        raise ValueError(f"client must be one of {tset.names}, got {client!r}")
     rng = as_generator(np.random.SeedSequence(int(seed), spawn_key=(tset.names.index(client),)),
                        "trained-set-heldout")
-    return float(_loss(base.eval(), tset.tasks[client].sample(n, s.seq_len, seed=rng)))
+    batch = tset.tasks[client].sample(n, tset.settings.seq_len, seed=rng)
+    return float(_loss(model_with(tset, factors, cache_dir=cache_dir), batch))
