@@ -83,13 +83,68 @@ def one(s, cache, with_loss):
     return rec
 
 
+def _flags_of(rec, rule):
+    """Flagged clients of ``rule`` in a record; the pooled rule recomputed with today's cutoff
+    from the stored scores (and with Iglewicz & Hoaglin's 3.5 for comparison)."""
+    from lowrank_fl.adapters.detect import pooled_threshold
+
+    if rule.startswith("pooled"):
+        sc = rec["pooled_block"]
+        cut = 3.5 if rule == "pooled@3.5" else pooled_threshold(len(sc))
+        return [n for n, v in sc.items() if v > cut]
+    if rule in ("krum", "multikrum"):            # not selected = flagged
+        return [n for n in rec["pooled_block"] if n not in rec["selected"][rule]]
+    return rec["flagged"][rule]
+
+
+def table(recs):
+    """Markdown: per rule, detection precision / recall over the sets with contamination
+    (client-level, pooled over sets), sets with a false flag among those without, benign
+    clients flagged."""
+    rules = ("per-module", "majority", "any", "pooled", "pooled@3.5", "krum", "multikrum")
+    lines = ["| rule | precision | recall | sets fully right | clean sets with a false flag | benign clients flagged |",
+             "|---|---|---|---|---|---|"]
+    for rule in rules:
+        tp = fp = fn = exact = clean_ff = n_clean = n_dirty = benign_ff = n_benign = 0
+        for r in recs:
+            truth, got = set(r["truth"]), set(_flags_of(r, rule))
+            tp += len(truth & got)
+            fp += len(got - truth)
+            fn += len(truth - got)
+            benign_ff += len(got - truth)
+            n_benign += len(r["pooled_block"]) - len(truth)
+            if truth:
+                n_dirty += 1
+                exact += got == truth
+            else:
+                n_clean += 1
+                clean_ff += bool(got)
+        prec = f"{tp / (tp + fp):.2f}" if tp + fp else "–"
+        lines.append(f"| {rule} | {prec} | {tp / max(tp + fn, 1):.2f} | {exact}/{n_dirty} | "
+                     f"{clean_ff}/{n_clean} | {benign_ff}/{n_benign} |")
+    if all("heldout_loss" in r for r in recs):
+        methods = list(next(iter(recs[0]["heldout_loss"].values())))
+        lines += ["", "| method | mean benign held-out loss | sets better than fedavg | sets better than local |",
+                  "|---|---|---|---|"]
+        per = {m: [np.mean([v[m] for v in r["heldout_loss"].values()]) for r in recs] for m in methods}
+        for m in methods:
+            lines.append(f"| {m} | {np.mean(per[m]):.4f} | "
+                         f"{sum(a < b for a, b in zip(per[m], per['fedavg']))}/{len(recs)} | "
+                         f"{sum(a < b for a, b in zip(per[m], per['local']))}/{len(recs)} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, nargs="+", required=True)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--table", type=Path, default=None, help="print the table of a results file")
+    ap.add_argument("--seeds", type=int, nargs="+")
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("LOWRANK_FL_CACHE", ".cache")))
     ap.add_argument("--loss", action="store_true")
     a = ap.parse_args()
+    if a.table is not None:
+        print(table(json.loads(a.table.read_text())))
+        return
     recs = []
     for seed in a.seeds:
         for s in scenarios(seed):
