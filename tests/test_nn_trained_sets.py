@@ -92,3 +92,35 @@ def test_task_variations_and_bad_settings():
         TrainedSetSettings(contamination=("swap",))
     with pytest.raises(ValueError, match="n_contaminated"):
         TrainedSetSettings(n_clients=3, n_contaminated=3)
+
+
+def test_evaluate_set_records_every_method(built):
+    from lowrank_fl.nn.trained_eval import LOSS_METHODS, evaluate_set, flags_of
+
+    s, cache, ts = built
+    rec = evaluate_set(ts, cache_dir=cache, n_heldout=16)
+    assert rec["truth"] == ts.contaminated and set(rec["flagged"]) == {"per-module", "majority", "any", "pooled"}
+    assert set(rec["heldout_loss"]) == set(ts.benign)
+    for n, row in rec["heldout_loss"].items():
+        assert set(row) == set(LOSS_METHODS)
+        # "local" is the client's own adapter: the same number as heldout_loss on its factors
+        from lowrank_fl.nn.trained_sets import heldout_loss
+        assert row["local"] == heldout_loss(ts, n, ts.factors[n], n=16, cache_dir=cache)
+    assert len(rec["selected"]["krum"]) == 1
+    assert flags_of(rec, "krum") == [n for n in ts.names if n not in rec["selected"]["krum"]]
+
+
+def test_detection_table_counts_by_hand():
+    from lowrank_fl.nn.trained_eval import detection_table
+
+    names = ["a", "b", "c", "d"]
+    recs = [{"names": names, "truth": ["d"], "flagged": {"pooled": ["c", "d"]}},
+            {"names": names, "truth": ["c", "d"], "flagged": {"pooled": ["d"]}},
+            {"names": names, "truth": [], "flagged": {"pooled": ["a"]}},
+            {"names": names, "truth": [], "flagged": {"pooled": []}}]
+    (row,) = detection_table(recs, rules=("pooled",))
+    # true positives d, d; false positives c, a; false negative c
+    assert row["precision"] == 2 / 4 and row["recall"] == 2 / 3
+    assert (row["exact_sets"], row["contaminated_sets"]) == (0, 2)
+    assert (row["clean_sets_false_flag"], row["clean_sets"]) == (1, 2)
+    assert (row["benign_flagged"], row["benign_clients"]) == (2, 3 + 2 + 4 + 4)
