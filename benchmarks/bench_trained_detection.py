@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--out", type=Path)
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("LOWRANK_FL_CACHE", ".cache")))
     ap.add_argument("--loss", action="store_true")
+    ap.add_argument("--heldout", type=int, default=256, help="held-out sequences per benign client")
     a = ap.parse_args()
     if a.table is not None:
         print(table(json.loads(a.table.read_text())))
@@ -78,7 +79,7 @@ def main():
             ts = trained_set(s, cache_dir=a.cache)
             rec = {"settings": {"base": s.base, "seed": s.seed, "n_contaminated": s.n_contaminated,
                                 "heterogeneous": s.heterogeneous}, "build_s": time.perf_counter() - t0,
-                   **evaluate_set(ts, cache_dir=a.cache, with_loss=a.loss)}
+                   **evaluate_set(ts, cache_dir=a.cache, with_loss=a.loss, n_heldout=a.heldout)}
             recs.append(rec)
             print(json.dumps({k: rec[k] for k in ("settings", "truth", "flagged", "build_s")}), flush=True)
             a.out.write_text(json.dumps(recs, indent=1))

@@ -4,7 +4,8 @@
 
     lowrank-fl adapters inspect DIR [DIR ...] [--summary OUT/summary.json] [--figure FILE.png]
     lowrank-fl adapters aggregate DIR [DIR ...] --method clair --out OUT [--rank-out R] [--rank R]
-        [--lam-L X --lam-S Y] [--client-rule per-module|majority|any] [--energy E]
+        [--lam-L X --lam-S Y] [--client-rule per-module|majority|any|pooled] [--energy E]
+        [--byzantine F] (--method krum|multikrum|median|trimmed-mean|geomed: robust baselines)
         [--dtype float32|float16] [--jobs N] [--scheduler ADDR] [--overwrite]
 
 Bad input (missing files, non-LoRA adapters, mismatched modules or shapes, non-finite or

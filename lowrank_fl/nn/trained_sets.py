@@ -22,6 +22,7 @@ One torch thread; a set of 10 clients takes seconds on one CPU core.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -205,6 +206,12 @@ def _pretrained_base(s: TrainedSetSettings, cache_dir):
     return model
 
 
+@functools.lru_cache(maxsize=4)
+def _base_cached(s: TrainedSetSettings, cache_dir):
+    """The pretrained base, kept in memory (callers deep-copy it before changing weights)."""
+    return _pretrained_base(s, cache_dir)
+
+
 def _mixture(n, lengths, exponent, seq_len, rng) -> copying.CopyBatch:
     lengths = list(lengths)
     pick = rng.integers(0, len(lengths), size=n)
@@ -284,7 +291,9 @@ def trained_set(settings: TrainedSetSettings = TrainedSetSettings(), *, cache_di
 def model_with(tset: TrainedSet, factors: dict, *, cache_dir=None):
     """The set's pretrained base with ``ΔW = scaling · B A`` of ``factors`` (``{module: (A, B,
     scaling)}``, PEFT module names) added to its weights (GPT-2's ``Conv1D`` stores ``W^T``)."""
-    base = _pretrained_base(tset.settings, cache_dir)
+    import copy
+
+    base = copy.deepcopy(_base_cached(tset.settings, None if cache_dir is None else str(cache_dir)))
     mods = dict(base.named_modules())
     prefix = "base_model.model."
     for name, (A, B, scaling) in factors.items():
