@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from lowrank_fl.adapters import ModuleOptions, aggregate_factors, aggregate_to_dir, load_adapters
+from lowrank_fl.adapters import (ModuleOptions, aggregate_adapters, aggregate_factors, aggregate_to_dir,
+                                 load_adapters, write_outputs)
 from lowrank_fl.adapters.decision import detection_sentence
 from lowrank_fl.adapters.detect import pooled_flags, pooled_scores, pooled_threshold, robust_z
 from lowrank_fl.adapters.robust import default_f, geometric_median, krum_scores, robust_combine
@@ -151,6 +152,15 @@ def test_directory_path_applies_the_same_decision(tmp_path, method, rule):
         files = load_file(str(tmp_path / "out" / name / "adapter_model.safetensors"))
         for m, (A, B, _) in got.outputs[name].items():
             assert np.array_equal(files[f"{m}.lora_A.weight"], A) and np.array_equal(files[f"{m}.lora_B.weight"], B)
+    # the two-step directory path (aggregate, then write_outputs) writes the same files
+    two = write_outputs(aggregate_adapters(load_adapters(src), opts, progress=False), tmp_path / "out2",
+                        client_rule=rule)
+    for key in ("detection", "robust", "outputs"):
+        assert two.get(key) == ref.get(key), key
+    for name in ref["outputs"]:
+        a = load_file(str(tmp_path / "out" / name / "adapter_model.safetensors"))
+        b = load_file(str(tmp_path / "out2" / name / "adapter_model.safetensors"))
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     if method == "clair":
         assert ref["detection"]["flagged"] == [p.name for p in src[-2:]]
 
