@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,7 +71,9 @@ def main():
     ap.add_argument("--table", type=Path, default=None, help="print the tables of a results file")
     ap.add_argument("--seeds", type=int, nargs="+")
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("LOWRANK_FL_CACHE", ".cache")))
+    ap.add_argument("--cache", type=Path, help="cache of bases and sets (default $LOWRANK_FL_CACHE/"
+                    "trained_sets, else the system temporary directory)",
+                    default=Path(os.environ.get("LOWRANK_FL_CACHE", tempfile.gettempdir())) / "trained_sets")
     ap.add_argument("--loss", action="store_true")
     ap.add_argument("--heldout", type=int, default=256, help="held-out sequences per benign client")
     a = ap.parse_args()
