@@ -86,6 +86,31 @@ def detection_verdict(rows: list[dict]) -> bool | None:
                 and p["recall"] > m["recall"])
 
 
+def _scores_figure(recs):
+    """Pooled scores per set: benign clients (grey), contaminated ones (red, marked by their
+    mismatch), and the cutoff c_K of each set (black tick)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(recs) + 2), 3.6))
+    for i, r in enumerate(recs):
+        truth = set(r["truth"])
+        for n, v in r["pooled_block"].items():
+            bad = n in truth
+            ax.plot(i + (0.12 if bad else -0.12), v, "o" if bad else ".", ms=5 if bad else 4,
+                    color="tab:red" if bad else "0.5", alpha=0.9 if bad else 0.6)
+        if r.get("pooled_threshold") is not None:
+            ax.plot([i - 0.35, i + 0.35], [r["pooled_threshold"]] * 2, color="k", lw=1.2)
+    st = [r.get("settings", {}) for r in recs]
+    ax.set_xticks(range(len(recs)), [f"{s.get('base', '?')}/{s.get('n_contaminated', '?')}"
+                                     f"{'' if s.get('heterogeneous', True) else 'h'}" for s in st],
+                  rotation=90, fontsize=7)
+    ax.set_ylabel("pooled score (modified z)")
+    ax.set_xlabel("set: base/contaminated clients ('h': homogeneous benign); grey benign, red "
+                  "contaminated, black the cutoff c_K", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 @claim(MAIN, paper=PAPER, reference="extension of (8) (lowrank_fl.adapters.detect)",
        statement="Extension finding (ours): on PEFT-trained adapter sets the pooled client-level rule keeps "
                  "every client of a federation without contamination, flags contaminated clients with "
@@ -107,11 +132,12 @@ def _detection(ctx) -> Evidence:
         measured={"rows": rows, "sets": len(recs)},
         predicted={"pooled_clean_false_flags": 0, "pooled_precision": f">= {MIN_PRECISION}",
                    "pooled_recall": "> per-module recall"},
-        table=rows,
+        table=rows, figure=ctx.save_figure(_scores_figure(recs)),
         notes="Client-level counts pooled over sets. Krum / Multi-Krum count the clients they do not "
               "select as flagged; 'pooled@3.5' is Iglewicz & Hoaglin's per-observation cutoff, shown for "
               "comparison with the rule's cutoff c_K. The tiny bases do not learn to copy in their brief "
-              "pretraining: a 'reverse' client has the benign letter statistics and no rule can see it.")
+              "pretraining: a 'reverse' client has the benign letter statistics and no rule can see it. Figure: "
+              "x labels base/contaminated clients ('h': homogeneous benign tasks).")
 
 
 def loss_rows(recs: list[dict], reference: str = "clair-pooled") -> list[dict]:
