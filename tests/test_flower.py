@@ -3,7 +3,6 @@ the directory CLI and dense reference means; one short simulation of the example
 import json
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np

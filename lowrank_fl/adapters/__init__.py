@@ -5,7 +5,10 @@ Modules (one job each):
 io          read PEFT adapter directories (safetensors numpy API, lazily), check them, write outputs
 reduce      the exact joint-subspace reduction of program (7), (8), (9) (proof in its docstring)
 tuning      automatic scale-equivariant λ_L, λ_S (§7 scalings, rank-band rule)
-aggregate   clair / fedavg / fedavg-factors / ffa / flexlora on one module
+aggregate   clair / fedavg / fedavg-factors / ffa / flexlora / robust baselines on one module
+detect      the pooled client-level rule (our extension of (8)): robust scores over all modules
+decision    summary.json's "detection" block and the CLI's closing sentence
+robust      krum / multikrum / median / trimmed-mean / geomed on the whole updates (reduced coords)
 stream      safetensors files written tensor by tensor; staged output directories
 run         every module on joblib or dask; outputs written while solving, summary.json
 memory      the same aggregation on in-memory factors (client → module → (A, B, scaling)), no files

@@ -20,6 +20,13 @@ Methods (all give PEFT factors with ``B A = `` the aggregated ``ΔW``, scaling f
   ``A`` is the same).
 * ``"flexlora"`` — FlexLoRA: the SVD of ``ΔW̄`` truncated to the clients' rank, computed on the
   reduced factors (exact: ``U``, ``V`` are isometries).
+* ``"krum"``, ``"multikrum"``, ``"median"``, ``"trimmed-mean"``, ``"geomed"`` — robust-FL
+  baselines on the whole clients' updates (:mod:`.robust`): each module keeps its reduced
+  coordinates, and :func:`apply_robust` combines all modules at once.
+
+Client-level decisions (``client_rule``, :func:`client_decision`): ``"per-module"`` (8) as the
+paper writes it; ``"majority"``, ``"any"`` over the modules' sets; ``"pooled"``, our extension
+pooling every module's block norms (:mod:`.detect`).
 
 The library's LoRA aggregation kernels (:mod:`lowrank_fl.algorithms.lora_aggregation`, PEFT
 letters: A (K, r, in), B (K, out, r)) are reused for fedavg / fedavg-factors / flexlora.
@@ -35,21 +42,22 @@ import numpy as np
 from .. import clair
 from ..algorithms import lora_aggregation as lora
 from ..validation import check_in_interval, check_int, check_positive
+from . import detect, robust
 from .io import AdapterError, ModuleFactors
 from ..clair.factored import PairContrasts
 from .reduce import ReducedModule, pair_blocks, pair_factors, reduce_module
 from .tuning import auto_lambdas, solve_module
 
 __all__ = ["METHODS", "CLIENT_RULES", "ModuleResult", "aggregate_module", "client_decision",
-           "ModuleOptions", "check_rank"]
+           "ModuleOptions", "check_rank", "apply_robust"]
 
-METHODS = ("clair", "fedavg", "fedavg-factors", "ffa", "flexlora")
+METHODS = ("clair", "fedavg", "fedavg-factors", "ffa", "flexlora") + robust.ROBUST_METHODS
 #: how CLAIR holds the pair contrasts: "factored" (``D″_g = T_g [X_j; X_k]``, never formed:
 #: :mod:`lowrank_fl.clair.factored`), "dense" (the (G h × p′) matrix and FISTA of
 #: :mod:`lowrank_fl.clair.penalized`), "auto" (factored: faster at every K measured,
 #: ``benchmarks/bench_k_scaling.py``)
 CONTRASTS = ("auto", "factored", "dense")
-CLIENT_RULES = ("per-module", "majority", "any")
+CLIENT_RULES = ("per-module", "majority", "any", "pooled")
 _SV_RTOL = 1e-12
 
 
@@ -71,6 +79,9 @@ class ModuleOptions:
     output_dtype: str = "float32"
     #: CLAIR's representation of the contrasts (:data:`CONTRASTS`)
     contrasts: str = "auto"
+    #: ``f``, the Byzantine clients tolerated by krum / multikrum / trimmed-mean (default
+    #: :func:`lowrank_fl.adapters.robust.default_f`)
+    byzantine: int | None = None
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -146,13 +157,18 @@ class ModuleResult:
     block_norms: list | None = None
     #: clients whose update of this module is exactly zero (lora_B or lora_A all zeros)
     zero_updates: list = field(default_factory=list)
+    #: ``||D″_g||_F`` per pair (before the projection of (8)), and the gap of the largest-gap
+    #: split in standard deviations of the norms below it (admissible from ``MIN_GAP_RATIO``)
+    contrast_norms: list | None = None
+    gap_ratio: float | None = None
     # state for the outputs (float64 coordinates; bases in float32 only for writing)
     state: dict = field(default_factory=dict, repr=False)
 
     def summary(self) -> dict:
         keys = ("shape", "ranks", "benign", "lam_L", "lam_S", "lam_rule", "weights", "rank",
                 "numerical_rank", "reduced_dims", "pair_height", "status", "relative_gap", "iterations",
-                "discarded", "tau", "separated", "votes", "block_norms", "zero_updates", "seconds")
+                "discarded", "tau", "separated", "votes", "block_norms", "contrast_norms",
+                "gap_ratio", "zero_updates", "seconds")
         return {k: _jsonable(getattr(self, k)) for k in keys}
 
     def release(self) -> None:
@@ -268,6 +284,8 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
         Mbar = lora.mean_product(red.X, red.Y)                 # (q′, p′), reduced exact mean
         B, A, _ = _factorize(U32, Mbar, V32, None)
         res.state.update(B=B, A=A, core=(U32, Mbar, V32))
+    elif m in robust.ROBUST_METHODS:       # combined over all modules later (apply_robust)
+        res.state.update(U=U32, V=V32, M=red.M)
     elif m == "flexlora":
         rank = options.rank or _mode(f.ranks)
         rank = min(rank, *red.dims)
@@ -348,6 +366,8 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     res.tau = float(tau)
     res.votes = votes.tolist()
     res.block_norms = norms.tolist()
+    res.contrast_norms = _contrast_norms(D, h).tolist()
+    res.gap_ratio = float(split.gap_ratio)
     # contiguous: a strided view here and its pickled (contiguous) copy from a worker give
     # products that differ in the last bit, and every backend must write the same numbers
     res.state.update(Z=np.ascontiguousarray(Z), objective=float(sol.objective),
@@ -359,6 +379,14 @@ def _dense(D):
     return D.dense() if isinstance(D, PairContrasts) else D
 
 
+def _contrast_norms(D, h) -> np.ndarray:
+    """``||D″_g||_F`` (G,), before the projection of (8), for dense or factored contrasts."""
+    if isinstance(D, PairContrasts):
+        return np.sqrt(D.block_sq_norms)
+    G, pp = D.shape[0] // h, D.shape[1]
+    return np.sqrt(np.einsum("gij,gij->g", *(2 * [D.reshape(G, h, pp)])))
+
+
 def _detection_norms(D, h, Z):
     """``||D″_g (I - Z Z^T)||_F`` (G,) for detection (8), and the level below which a block
     norm is an exact zero (1e-9 of the largest ``||D″_g||_F``). Factored contrasts: the
@@ -366,13 +394,11 @@ def _detection_norms(D, h, Z):
     if isinstance(D, PairContrasts):
         X = D.X - np.matmul(np.matmul(D.X, Z), Z.T)
         norms = np.sqrt(PairContrasts(T=D.T, X=X).block_sq_norms)
-        dmax = float(np.sqrt(D.block_sq_norms.max()))
     else:
         G, pp = D.shape[0] // h, D.shape[1]
         B = (D - (D @ Z) @ Z.T).reshape(G, h, pp)
         norms = np.sqrt(np.einsum("gij,gij->g", B, B))
-        dmax = float(np.sqrt(np.einsum("gij,gij->g", *(2 * [D.reshape(G, h, pp)]))).max())
-    return norms, 1e-9 * dmax
+    return norms, 1e-9 * float(_contrast_norms(D, h).max())
 
 
 def client_decision(results, rule: str):
@@ -380,7 +406,9 @@ def client_decision(results, rule: str):
 
     ``"per-module"``: each module uses its own set (returns None); ``"majority"``: a client is
     benign everywhere iff it is benign in at least half of the modules; ``"any"``: a client
-    flagged in any module is excluded everywhere.
+    flagged in any module is excluded everywhere; ``"pooled"`` (our extension, :mod:`.detect`):
+    a client is excluded everywhere iff its pooled score over all modules' block norms exceeds
+    :func:`lowrank_fl.adapters.detect.pooled_threshold` of ``K``.
     """
     if rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {rule!r}")
@@ -389,4 +417,27 @@ def client_decision(results, rule: str):
         return None
     if rule == "majority":
         return flags.mean(axis=0) >= 0.5
+    if rule == "pooled":
+        return ~detect.pooled_flags(np.array([r.block_norms for r in results], float), flags.shape[1])
     return flags.all(axis=0)
+
+
+def apply_robust(results, options: ModuleOptions) -> robust.RobustResult:
+    """Combine every module's reduced coordinates with ``options.method`` (a robust method) on
+    the clients' whole updates, and store each module's output factors (``U Z_m V^T`` by an SVD
+    of the small ``Z_m``). Returns the combination (selected clients, weights)."""
+    if options.method not in robust.ROBUST_METHODS:
+        raise ValueError(f"apply_robust needs a robust method {list(robust.ROBUST_METHODS)}, "
+                         f"got {options.method!r}")
+    Ms = [r.state["M"] for r in results]
+    X = np.hstack([M.reshape(M.shape[0], -1) for M in Ms])          # (K, N), an isometry
+    out = robust.robust_combine(X, options.method, options.byzantine)
+    start = 0
+    for r, M in zip(results, Ms):
+        n = M.shape[1] * M.shape[2]
+        Z = out.aggregate[start:start + n].reshape(M.shape[1:])
+        start += n
+        U, V = r.state["U"], r.state["V"]
+        B, A, _ = _factorize(U, Z, V, None)
+        r.state.update(B=B, A=A, core=(U, Z, V))
+    return out

@@ -5,8 +5,10 @@
     lowrank-fl adapters inspect DIR [DIR ...] [--names A,B,..] [--summary OUT/summary.json]
         [--figure FILE.png]
     lowrank-fl adapters aggregate DIR [DIR ...] --method clair --out OUT [--names A,B,..]
-        [--rank-out R] [--rank R] [--lam-L X --lam-S Y] [--client-rule per-module|majority|any]
-        [--energy E] [--dtype auto|float32|float16|bfloat16] [--jobs N] [--scheduler ADDR]
+        [--rank-out R] [--rank R] [--lam-L X --lam-S Y]
+        [--client-rule per-module|majority|any|pooled] [--energy E]
+        [--byzantine F] (--method krum|multikrum|median|trimmed-mean|geomed: robust baselines)
+        [--dtype auto|float32|float16|bfloat16] [--jobs N] [--scheduler ADDR]
         [--overwrite] [--quiet]
 
 Bad input (missing files, non-LoRA adapters, mismatched modules or shapes, non-finite or
@@ -38,7 +40,9 @@ _RULE_HELP = ("which clients are refined with the collaborative average: 'per-mo
               "uses each module's own set (8); 'majority' keeps a client in every module iff it is "
               "benign in at least half of them; 'any' excludes a client from every module as soon "
               "as one module flags it (strictest: one flagged module makes the client keep its "
-              "own adapter everywhere)")
+              "own adapter everywhere); 'pooled' (our extension) excludes a client from every "
+              "module iff its score pooled over all modules' block norms exceeds a cutoff "
+              "calibrated on a null of exchangeable clients")
 
 __all__ = ["add_parser", "run_inspect", "run_aggregate"]
 
@@ -79,6 +83,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
     agg.add_argument("--client-rule", dest="client_rule", default="per-module",
                      choices=CLIENT_RULES, help=_RULE_HELP)
+    agg.add_argument("--byzantine", type=int, default=None,
+                     help="f, the Byzantine clients krum/multikrum/trimmed-mean tolerate "
+                          "(default floor((K-3)/2))")
     agg.add_argument("--energy", type=float, default=None,
                      help="truncated reduction keeping this energy fraction (default exact)")
     agg.add_argument("--tol", type=float, default=1e-6,
@@ -157,7 +164,8 @@ def run_aggregate(args) -> int:
     out = Path(args.out)
     options = ModuleOptions(method=args.method, rank=args.rank, lam_L=args.lam_L,
                             lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,
-                            rank_out=args.rank_out, tol=args.tol)
+                            rank_out=args.rank_out, tol=args.tol,
+                            byzantine=getattr(args, "byzantine", None))
     adapters = _load(args)
     dtype = input_dtype(adapters) if args.dtype == "auto" else args.dtype
     try:
@@ -208,6 +216,14 @@ def run_aggregate(args) -> int:
           f"{n_out / n_in:.1f}x the inputs' {_size(n_in)}; dtype {dtype} ({why})"
           + ("" if args.rank_out is not None or args.method != "clair" else
              "; --rank-out R makes them smaller"))
+    if "robust" in summary:
+        rb = summary["robust"]
+        sel = "" if rb["selected"] is None else f"; selected {', '.join(rb['selected'])}"
+        print(f"{args.method} (f = {rb['f']}, {rb['coordinates']} coordinates){sel}.")
+    if "detection" in summary:
+        from .decision import detection_sentence
+
+        print(detection_sentence(summary["detection"]))
     return 0
 
 

@@ -22,9 +22,11 @@ import numpy as np
 
 from ..outdir import OutputDir
 from ..parent_watch import exit_with_parent
-from .aggregate import (CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, check_rank,
-                        client_decision)
+from .aggregate import (CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, apply_robust,
+                        check_rank, client_decision)
+from .decision import detection_summary
 from .io import AdapterSet
+from .robust import ROBUST_METHODS
 from .stream import AdapterStreamWriter
 
 __all__ = ["Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs",
@@ -40,6 +42,8 @@ class Aggregation:
     results: list
     seconds: float
     workers: int = 1
+    #: robust methods: ``{"f", "selected", "weights", "coordinates", "iterations"}``
+    robust: dict | None = None
 
     def summary(self, client_rule: str = "per-module", rank_out_errors=None) -> dict:
         names = self.adapters.names
@@ -55,6 +59,15 @@ class Aggregation:
                 "majority": dict(zip(names, client_decision(self.results, "majority").tolist())),
                 "any": dict(zip(names, client_decision(self.results, "any").tolist())),
             }
+            # each module's "benign" is its own set (8); the set its refinement used:
+            decided = client_decision(self.results, client_rule)
+            for r in self.results:
+                out["modules"][r.name]["benign_scope"] = "per-module (8)"
+                out["modules"][r.name]["benign_applied"] = (
+                    list(r.benign) if decided is None else decided.tolist())
+            out["detection"] = detection_summary(self.results, names, client_rule)
+        if self.robust is not None:
+            out["robust"] = self.robust
         if rank_out_errors is not None:
             out["rank_out"] = self.options.rank_out
             out["rank_out_relative_error"] = rank_out_errors
@@ -149,9 +162,21 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
             for m, r in gen:
                 arrived(m, r)
     bar.close()
-    return Aggregation(adapters=adapters, options=options, results=[results[m] for m in mods],
+    ordered = [results[m] for m in mods]
+    robust = None
+    if options.method in ROBUST_METHODS:      # combines the whole updates: after every module
+        comb = apply_robust(ordered, options)
+        names = adapters.names
+        robust = {"coordinates": "exact" if options.method in ("krum", "multikrum", "geomed")
+                  else "reduced (coordinate-wise in each module's joint bases U, V)",
+                  "f": comb.f,
+                  "selected": None if comb.selected is None else
+                  [n for n, s in zip(names, comb.selected) if s],
+                  "weights": None if comb.weights is None else dict(zip(names, comb.weights.tolist())),
+                  "iterations": comb.iterations}
+    return Aggregation(adapters=adapters, options=options, results=ordered,
                        seconds=time.perf_counter() - t0,
-                       workers=1 if scheduler is not None else workers)
+                       workers=1 if scheduler is not None else workers, robust=robust)
 
 
 class _OutputWriters:
@@ -219,13 +244,14 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
     """
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
-    stream = options.method != "clair" or client_rule == "per-module"
+    stream = options.method not in ROBUST_METHODS and (options.method != "clair"
+                                                         or client_rule == "per-module")
     with _output_dir(out, overwrite, adapters) as staged, \
             _OutputWriters(adapters, options, staged.dir, dtype) as writers:
         agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress,
                                  on_result=(lambda r: writers.write(r, release=True)) if stream else None)
         if not stream:
-            decided = client_decision(agg.results, client_rule)
+            decided = client_decision(agg.results, client_rule) if options.method == "clair" else None
             for r in agg.results:
                 writers.write(r, benign=decided, release=True)
         return agg, _finish(agg, writers, staged, client_rule, dtype)

@@ -1,7 +1,7 @@
 """One module per paper; importing a module registers its claims in ``verify.claim.REGISTRY``."""
-PAPER_MODULES = ("clair", "fedrep", "flute", "rolora", "fedavg_ft")
+PAPER_MODULES = ("clair", "fedrep", "flute", "rolora", "fedavg_ft", "adapters")
 
-from . import clair_sec8, rolora_sec5_2  # noqa: E402,F401  torch-only claims (torch imported in their tasks)
+from . import adapters, clair_sec8, rolora_sec5_2  # noqa: E402,F401  torch-only claims (torch imported in their tasks)
 
 
 def load_all(papers=None) -> dict:

@@ -1,0 +1,105 @@
+"""Every aggregator of :mod:`lowrank_fl.adapters` on one trained adapter set
+(:mod:`lowrank_fl.nn.trained_sets`): the clients each client-level rule flags, the robust
+methods' selections, timings, and the benign clients' held-out loss of every method's adapter.
+
+Plain dicts and lists (picklable, cacheable by the verifier's sweep).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..adapters import ModuleOptions, aggregate_factors
+from ..adapters.aggregate import client_decision
+from ..adapters.detect import pooled_scores, pooled_threshold
+from .trained_sets import TrainedSet, heldout_loss
+
+__all__ = ["RULES", "ROBUST", "LOSS_METHODS", "evaluate_set", "flags_of", "detection_table"]
+
+RULES = ("per-module", "majority", "any", "pooled")
+ROBUST = ("krum", "multikrum", "median", "trimmed-mean", "geomed")
+LOSS_METHODS = ("local", "clair-per-module", "clair-pooled", "fedavg", "flexlora") + ROBUST
+
+
+def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_heldout: int = 256) -> dict:
+    """One set's record: ``truth``, ``flagged`` per rule, ``pooled_block`` / ``pooled_contrast``
+    (pooled scores from the block norms of (8) / the raw contrast norms), ``selected`` (Krum,
+    Multi-Krum), ``seconds`` per method, and with ``with_loss`` ``heldout_loss`` per benign client
+    and method (:data:`LOSS_METHODS`; ``local`` = the client's own adapter)."""
+    names = ts.names
+    K = len(names)
+    t0 = time.perf_counter()
+    res = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"))
+    seconds = {"clair": time.perf_counter() - t0}
+    results = res.aggregation.results
+    flags = {}
+    for rule in RULES:
+        d = client_decision(results, rule)
+        bad = ~np.array([r.benign for r in results]).all(axis=0) if d is None else ~d
+        flags[rule] = [n for n, b in zip(names, bad) if b]
+    Mb, _ = pooled_scores(np.array([r.block_norms for r in results]), K)
+    Mc, _ = pooled_scores(np.array([r.contrast_norms for r in results]), K)
+    rec = {"truth": list(ts.contaminated), "names": names, "flagged": flags,
+           "pooled_block": dict(zip(names, Mb.tolist())),
+           "pooled_contrast": dict(zip(names, Mc.tolist())),
+           "pooled_threshold": pooled_threshold(K) if K >= 3 else None,
+           "separated_modules": sum(bool(r.separated) for r in results), "n_modules": len(results),
+           "lam_rules": [r.lam_rule for r in results], "selected": {}, "build_seconds": ts.seconds}
+    outs = {}
+    for m in ROBUST + ("fedavg", "flexlora"):
+        t0 = time.perf_counter()
+        r = aggregate_factors(ts.factors, ModuleOptions(method=m, output_dtype="float64"))
+        seconds[m] = time.perf_counter() - t0
+        if "robust" in r.summary and r.summary["robust"]["selected"] is not None:
+            rec["selected"][m] = r.summary["robust"]["selected"]
+        outs[m] = r.outputs["aggregated"]
+    rec["seconds"] = seconds
+    if with_loss:
+        pooled = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), client_rule="pooled")
+        loss = {}
+        for n in ts.benign:
+            own = {"local": ts.factors[n], "clair-per-module": res.outputs[n],
+                   "clair-pooled": pooled.outputs[n], **outs}
+            loss[n] = {m: heldout_loss(ts, n, own[m], n=n_heldout, cache_dir=cache_dir)
+                       for m in LOSS_METHODS}
+        rec["heldout_loss"] = loss
+    return rec
+
+
+def flags_of(rec: dict, rule: str) -> list:
+    """Clients ``rule`` flags in a record: a client-level rule, ``"pooled@3.5"`` (Iglewicz &
+    Hoaglin's per-observation cutoff, for comparison), or ``"krum"`` / ``"multikrum"`` (the
+    clients not selected)."""
+    if rule == "pooled@3.5":
+        return [n for n, v in rec["pooled_block"].items() if v > 3.5]
+    if rule in ("krum", "multikrum"):
+        return [n for n in rec["names"] if n not in rec["selected"][rule]]
+    return list(rec["flagged"][rule])
+
+
+def detection_table(recs, rules=RULES + ("pooled@3.5", "krum", "multikrum")) -> list[dict]:
+    """Per rule over records: client-level precision / recall (pooled over sets), sets with the
+    exact contaminated set among those with contamination, sets with a false flag among those
+    without, benign clients flagged."""
+    rows = []
+    for rule in rules:
+        tp = fp = fn = exact = clean_ff = n_clean = n_dirty = n_benign = 0
+        for r in recs:
+            truth, got = set(r["truth"]), set(flags_of(r, rule))
+            tp += len(truth & got)
+            fp += len(got - truth)
+            fn += len(truth - got)
+            n_benign += len(r["names"]) - len(truth)
+            if truth:
+                n_dirty += 1
+                exact += got == truth
+            else:
+                n_clean += 1
+                clean_ff += bool(got)
+        rows.append({"rule": rule, "precision": tp / (tp + fp) if tp + fp else float("nan"),
+                     "recall": tp / (tp + fn) if tp + fn else float("nan"),
+                     "exact_sets": exact, "contaminated_sets": n_dirty,
+                     "clean_sets_false_flag": clean_ff, "clean_sets": n_clean,
+                     "benign_flagged": fp, "benign_clients": n_benign})
+    return rows

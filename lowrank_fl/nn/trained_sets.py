@@ -1,0 +1,319 @@
+"""Sets of LoRA adapters trained with PEFT on tiny transformers, with ground truth (contaminated
+clients known): the benchmark on which the adapters' client-level detection is designed and tested.
+
+A set is built in two steps, both deterministic given :class:`TrainedSetSettings` (seed included):
+
+1. a tiny base model built offline with ``transformers`` — ``"llama"``: ``LlamaForCausalLM``
+   (hidden 64, 2 layers, 4 query heads, 2 key/value heads: GQA, so ``k_proj``/``v_proj`` are
+   32 × 64), LoRA on ``q_proj, k_proj, v_proj, o_proj``; ``"gpt2"``: ``GPT2LMHeadModel`` (n_embd 64,
+   2 layers, ``Conv1D`` weights stored in × out), LoRA on ``attn.c_attn, attn.c_proj`` with
+   ``fan_in_fan_out=True`` — pretrained briefly on a mixture of fuzzy copying tasks
+   (:mod:`lowrank_fl.nn.copying`, vocabulary 53, sequences of ``seq_len`` tokens);
+2. ``n_clients`` LoRA clients fine-tuned from the same LoRA initialization (PEFT's default: the
+   same ``A``, ``B = 0``): benign clients learn fuzzy copying, with the same task
+   (``heterogeneous=False``) or with small per-client variations of the power-law exponent and the
+   segment length; the last ``n_contaminated`` clients learn a mismatched rule
+   (:data:`lowrank_fl.nn.copying.CONTAMINATIONS`, cycled through ``contamination``).
+
+The factors are returned in memory (``{client: {module: (A (r, in), B (out, r), scaling)}}``, the
+input of :func:`lowrank_fl.adapters.aggregate_factors`), and cached as one safetensors file per
+settings (the base model in another), as :mod:`lowrank_fl.nn.pretrain` caches its backbone.
+One torch thread; a set of 10 clients takes seconds on one CPU core.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..adapters.memory import factors_from_state_dict
+from ..validation import as_generator, check_int
+from . import copying
+
+__all__ = ["BASES", "TrainedSetSettings", "TrainedSet", "ClientTask", "build_base", "trained_set",
+           "client_tasks", "model_with", "heldout_loss"]
+
+BASES = ("llama", "gpt2")
+_TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj"], "gpt2": ["attn.c_attn", "attn.c_proj"]}
+
+
+@dataclass(frozen=True)
+class TrainedSetSettings:
+    """What a trained adapter set is made of (every field enters the cache key)."""
+
+    base: str = "llama"
+    n_clients: int = 10
+    n_contaminated: int = 2
+    #: mismatched rules of the contaminated clients, cycled
+    contamination: tuple = ("shift", "clean", "reverse")
+    #: benign clients: per-client exponent in ``exponent ± spread`` and length in ``length ± 1``
+    heterogeneous: bool = True
+    spread: float = 0.15
+    exponent: float = 1.1
+    length: int = 6
+    seq_len: int = 32
+    rank: int = 4
+    lora_alpha: float = 8.0
+    pretrain_steps: int = 300
+    pretrain_lr: float = 3e-3
+    steps: int = 30
+    batch_size: int = 32
+    lr: float = 3e-3
+    seed: int = 0
+    #: the base model's seed (one pretrained base serves every set of the same base settings)
+    base_seed: int = 0
+
+    def __post_init__(self):
+        if self.base not in BASES:
+            raise ValueError(f"base must be one of {BASES}, got {self.base!r}")
+        check_int(self.n_clients, "n_clients", minimum=2)
+        check_int(self.n_contaminated, "n_contaminated", minimum=0, maximum=self.n_clients - 1)
+        bad = [c for c in self.contamination if c not in copying.CONTAMINATIONS]
+        if bad or not self.contamination:
+            raise ValueError(f"contamination must be a non-empty tuple of {copying.CONTAMINATIONS}, "
+                             f"got {self.contamination!r}")
+        check_int(self.length, "length", minimum=5)
+        if not 2 * (self.length + 1) < self.seq_len:
+            raise ValueError(f"seq_len must exceed 2 (length + 1) = {2 * (self.length + 1)}, "
+                             f"got {self.seq_len}")
+        for name in ("rank", "steps", "batch_size"):
+            check_int(getattr(self, name), name, minimum=1)
+        check_int(self.pretrain_steps, "pretrain_steps", minimum=0)
+
+    def base_key(self) -> str:
+        keys = ("base", "seq_len", "pretrain_steps", "pretrain_lr", "exponent", "length",
+                "batch_size", "base_seed")
+        return _digest({k: getattr(self, k) for k in keys})
+
+    def key(self) -> str:
+        return _digest(asdict(self))
+
+
+def _digest(d: dict) -> str:
+    blob = json.dumps({**{k: list(v) if isinstance(v, tuple) else v for k, v in d.items()},
+                       "torch": torch.__version__}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+@dataclass(frozen=True)
+class ClientTask:
+    """One client's copying task (:func:`lowrank_fl.nn.copying.sample` arguments)."""
+
+    kind: str
+    length: int
+    exponent: float
+
+    def sample(self, n: int, seq_len: int, *, seed) -> copying.CopyBatch:
+        return copying.sample(n, length=self.length, exponent=self.exponent, kind=self.kind,
+                              seq_len=seq_len, seed=seed)
+
+
+@dataclass(frozen=True)
+class TrainedSet:
+    """A trained adapter set.
+
+    factors : dict
+        ``{client: {module: (A (r, in), B (out, r), scaling)}}``, float64, PEFT module names.
+    contaminated : list
+        Names of the clients trained on a mismatched rule (the ground truth).
+    tasks : dict
+        ``{client: ClientTask}``.
+    """
+
+    settings: TrainedSetSettings
+    factors: dict
+    contaminated: list
+    tasks: dict
+    seconds: float = field(default=0.0, compare=False)
+
+    @property
+    def names(self) -> list:
+        return list(self.factors)
+
+    @property
+    def benign(self) -> list:
+        return [n for n in self.factors if n not in self.contaminated]
+
+
+def client_tasks(s: TrainedSetSettings) -> dict:
+    """``{client: ClientTask}``: benign clients first, the last ``n_contaminated`` mismatched."""
+    rng = as_generator(s.seed, "trained-set-tasks")
+    K, bad = s.n_clients, s.n_contaminated
+    out = {}
+    for k in range(K):
+        if s.heterogeneous:
+            length = s.length + int(rng.integers(-1, 2))
+            exponent = round(float(s.exponent + rng.uniform(-s.spread, s.spread)), 3)
+        else:
+            length, exponent = s.length, s.exponent
+        kind = "fuzzy" if k < K - bad else s.contamination[(k - (K - bad)) % len(s.contamination)]
+        out[f"client{k:02d}"] = ClientTask(kind=kind, length=length, exponent=exponent)
+    return out
+
+
+def build_base(s: TrainedSetSettings):
+    """The untrained tiny base of ``s.base`` (seeded by ``s.base_seed``)."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    torch.manual_seed(int(s.base_seed))
+    if s.base == "llama":
+        cfg = LlamaConfig(vocab_size=copying.VOCAB, hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                          max_position_embeddings=s.seq_len, tie_word_embeddings=False,
+                          bos_token_id=None, eos_token_id=None, pad_token_id=copying.PAD)
+        return LlamaForCausalLM(cfg)
+    cfg = GPT2Config(vocab_size=copying.VOCAB, n_embd=64, n_layer=2, n_head=4, n_positions=s.seq_len,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
+                     eos_token_id=None, pad_token_id=copying.PAD)
+    return GPT2LMHeadModel(cfg)
+
+
+def _loss(model, batch: copying.CopyBatch) -> torch.Tensor:
+    """Next-token cross-entropy on the second copy's positions (those the first copy determines)."""
+    tok = torch.from_numpy(batch.tokens)
+    keep = torch.from_numpy(copying.copy_positions(batch)[:, 1:])
+    logits = model(tok[:, :-1]).logits
+    return torch.nn.functional.cross_entropy(logits[keep], tok[:, 1:][keep])
+
+
+def _pretrained_base(s: TrainedSetSettings, cache_dir):
+    path = None if cache_dir is None else Path(cache_dir) / f"trained-base-{s.base_key()}.safetensors"
+    model = build_base(s)
+    if path is not None and path.exists():
+        model.load_state_dict(load_file(str(path)))
+        return model.eval()
+    opt = torch.optim.Adam(model.parameters(), lr=s.pretrain_lr)
+    rng = as_generator(s.base_seed, "trained-set-pretrain")
+    lengths = range(s.length - 1, s.length + 2)
+    model.train()
+    for _ in range(s.pretrain_steps):
+        b = _mixture(s.batch_size, lengths, s.exponent, s.seq_len, rng)
+        loss = _loss(model, b)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    if path is not None:
+        _save(path, {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}, {})
+    return model
+
+
+@functools.lru_cache(maxsize=4)
+def _base_cached(s: TrainedSetSettings, cache_dir):
+    """The pretrained base, kept in memory (callers deep-copy it before changing weights)."""
+    return _pretrained_base(s, cache_dir)
+
+
+def _mixture(n, lengths, exponent, seq_len, rng) -> copying.CopyBatch:
+    lengths = list(lengths)
+    pick = rng.integers(0, len(lengths), size=n)
+    parts = [copying.sample(int((pick == i).sum()), length=L, exponent=exponent, seq_len=seq_len,
+                            seed=rng) for i, L in enumerate(lengths) if (pick == i).any()]
+    return copying.CopyBatch(*(np.concatenate(x) for x in zip(*parts)))
+
+
+def _save(path: Path, tensors: dict, meta: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    save_file(tensors, str(tmp), metadata=meta)
+    tmp.replace(path)
+
+
+def _lora_config(s: TrainedSetSettings):
+    from peft import LoraConfig
+
+    return LoraConfig(r=s.rank, lora_alpha=s.lora_alpha, target_modules=_TARGETS[s.base],
+                      lora_dropout=0.0, bias="none", fan_in_fan_out=s.base == "gpt2",
+                      init_lora_weights=True)
+
+
+def _train_client(base, s: TrainedSetSettings, task: ClientTask, k: int) -> dict:
+    import copy
+
+    from peft import get_peft_model, get_peft_model_state_dict
+
+    torch.manual_seed(int(s.seed))                 # the same LoRA initialization on every client
+    model = get_peft_model(copy.deepcopy(base), _lora_config(s))
+    rng = as_generator(np.random.SeedSequence(int(s.seed), spawn_key=(k,)), "trained-set-client")
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=s.lr)
+    model.train()
+    for _ in range(s.steps):
+        loss = _loss(model, task.sample(s.batch_size, s.seq_len, seed=rng))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    sd = get_peft_model_state_dict(model)
+    return {key: v.detach().double().numpy() for key, v in sd.items()}
+
+
+def trained_set(settings: TrainedSetSettings = TrainedSetSettings(), *, cache_dir=None) -> TrainedSet:
+    """Build (or read from ``cache_dir``) the trained adapter set of ``settings`` (module
+    docstring). ``cache_dir=None``: trained in process, nothing stored."""
+    import time
+
+    t0 = time.perf_counter()
+    s = settings
+    tasks = client_tasks(s)
+    cfg = {"r": s.rank, "lora_alpha": s.lora_alpha}
+    path = None if cache_dir is None else Path(cache_dir) / f"trained-set-{s.key()}.safetensors"
+    if path is not None and path.exists():
+        flat = {k: v.double().numpy() for k, v in load_file(str(path)).items()}
+        states = {name: {} for name in tasks}
+        for key, v in flat.items():
+            name, _, rest = key.partition("/")
+            states[name][rest] = v
+    else:
+        torch.set_num_threads(1)
+        base = _pretrained_base(s, cache_dir)
+        states = {name: _train_client(base, s, task, k) for k, (name, task) in enumerate(tasks.items())}
+        if path is not None:
+            _save(path, {f"{n}/{key}": torch.from_numpy(v).float().contiguous()
+                         for n, st in states.items() for key, v in st.items()},
+                  {"settings": json.dumps({k: list(v) if isinstance(v, tuple) else v
+                                           for k, v in asdict(s).items()})})
+    # float32 is what PEFT trains and stores; widened to float64 after the round trip either way
+    factors = {n: factors_from_state_dict({k: v.astype(np.float32).astype(np.float64) for k, v in st.items()}, cfg)
+               for n, st in states.items()}
+    bad = [n for n, t in tasks.items() if t.kind != "fuzzy"]
+    return TrainedSet(settings=s, factors=factors, contaminated=bad, tasks=tasks,
+                      seconds=time.perf_counter() - t0)
+
+
+@torch.no_grad()
+def model_with(tset: TrainedSet, factors: dict, *, cache_dir=None):
+    """The set's pretrained base with ``ΔW = scaling · B A`` of ``factors`` (``{module: (A, B,
+    scaling)}``, PEFT module names) added to its weights (GPT-2's ``Conv1D`` stores ``W^T``)."""
+    import copy
+
+    base = copy.deepcopy(_base_cached(tset.settings, None if cache_dir is None else str(cache_dir)))
+    mods = dict(base.named_modules())
+    prefix = "base_model.model."
+    for name, (A, B, scaling) in factors.items():
+        key = name[len(prefix):] if name.startswith(prefix) else name
+        if key not in mods:
+            raise ValueError(f"factors: module {name!r} is not in the {tset.settings.base} base")
+        dW = torch.from_numpy(float(scaling) * (np.asarray(B, float) @ np.asarray(A, float))).float()
+        mods[key].weight += dW.T if tset.settings.base == "gpt2" else dW
+    return base.eval()
+
+
+@torch.no_grad()
+def heldout_loss(tset: TrainedSet, client: str, factors: dict, *, n: int = 256, cache_dir=None,
+                 seed=0) -> float:
+    """Held-out next-token loss (copy positions) of :func:`model_with` ``factors`` (e.g. an
+    aggregator's output for ``client``) on ``n`` fresh sequences of ``client``'s task (the same
+    sequences for every ``factors``)."""
+    if client not in tset.tasks:
+        raise ValueError(f"client must be one of {tset.names}, got {client!r}")
+    rng = as_generator(np.random.SeedSequence(int(seed), spawn_key=(tset.names.index(client),)),
+                       "trained-set-heldout")
+    batch = tset.tasks[client].sample(n, tset.settings.seq_len, seed=rng)
+    return float(_loss(model_with(tset, factors, cache_dir=cache_dir), batch))

@@ -1,0 +1,262 @@
+"""Client-level detection (adapters.detect, adapters.decision) and the robust baselines
+(adapters.robust), pinned to hand computations, published definitions and ByzFL."""
+import importlib
+import importlib.util
+import json
+import statistics
+import sys
+import types
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from lowrank_fl.adapters import (ModuleOptions, aggregate_adapters, aggregate_factors, aggregate_to_dir,
+                                 load_adapters, write_outputs)
+from lowrank_fl.adapters.decision import detection_sentence
+from lowrank_fl.adapters.detect import pooled_flags, pooled_scores, pooled_threshold, robust_z
+from lowrank_fl.adapters.robust import default_f, geometric_median, krum_scores, robust_combine
+from lowrank_fl.adapters.synthetic import write_synthetic_adapters
+from lowrank_fl.cli import main
+
+
+# ------------------------------------------------------------------ pooled score by hand
+def _hand_modified_z(values):
+    """Iglewicz & Hoaglin's modified z-score, 0.6745 (x - med) / MAD, with 0.6745 written as
+    1 / 1.4826 (the normal consistency constant, to the digits the library uses)."""
+    med = statistics.median(values)
+    mad = statistics.median([abs(v - med) for v in values])
+    if mad > 0:
+        return [(v - med) / (1.4826 * mad) for v in values]
+    meanad = sum(abs(v - med) for v in values) / len(values)
+    return [(v - med) / (1.253314 * meanad) if meanad > 0 else 0.0 for v in values]
+
+
+def test_pooled_score_recomputed_by_hand():
+    K = 5
+    pairs = [(j, k) for j in range(K) for k in range(j + 1, K)]
+    rng = np.random.default_rng(3)
+    norms = rng.uniform(1, 2, size=(3, len(pairs)))
+    norms[:, [g for g, (j, k) in enumerate(pairs) if 4 in (j, k)]] += 3.0   # client 4 far
+    norms[1] *= 100.0                                                      # a module of another scale
+    per_module = []
+    for row in norms:
+        med = [statistics.median([row[g] for g, p in enumerate(pairs) if k in p]) for k in range(K)]
+        per_module.append(_hand_modified_z(med))
+    S = [sum(z[k] for z in per_module) / 3 for k in range(K)]
+    expected = _hand_modified_z(S)
+    got, S_got = pooled_scores(norms, K)
+    assert np.allclose(S_got, S, rtol=1e-12)
+    assert np.allclose(got, expected, rtol=1e-12)
+    assert pooled_flags(norms, K).tolist() == [e > pooled_threshold(K) for e in expected]
+    assert pooled_flags(norms, K).tolist() == [False] * 4 + [True]
+
+
+def test_robust_z_meanad_fallback_and_constant():
+    # MAD = 0 (three of five values tie): Iglewicz & Hoaglin's MeanAD form
+    z = robust_z([1.0, 1.0, 1.0, 2.0, 5.0])
+    meanad = (0 + 0 + 0 + 1 + 4) / 5
+    assert np.allclose(z, [0, 0, 0, 1 / (1.253314 * meanad), 4 / (1.253314 * meanad)])
+    assert np.array_equal(robust_z([2.0, 2.0, 2.0]), np.zeros(3))
+    # pooled scores are scale- and shift-free per module
+    rng = np.random.default_rng(0)
+    n = rng.uniform(1, 2, size=(4, 10))
+    assert np.allclose(pooled_scores(n, 5)[0], pooled_scores(7.0 * n + 0.0, 5)[0])
+    with pytest.raises(ValueError, match="K\\(K-1\\)/2 = 10"):
+        pooled_scores(np.ones((2, 9)), 5)
+
+
+def test_pooled_threshold_is_the_null_quantile_of_the_largest_modified_z():
+    """c_K against an independent Monte Carlo (other seed, the textbook 0.6745 / MAD form):
+    the familywise false-flag rate of the cutoff on i.i.d. normal scores is alpha = 1 %, where
+    Iglewicz & Hoaglin's 3.5 over K clients is far above it."""
+    rng = np.random.default_rng(12345)
+    for K in (6, 10):
+        x = rng.standard_normal((20000, K))
+        med = np.median(x, axis=1, keepdims=True)
+        mz = 0.6745 * (x - med) / np.median(np.abs(x - med), axis=1, keepdims=True)
+        rate = float((mz.max(axis=1) > pooled_threshold(K)).mean())
+        assert abs(rate - 0.01) < 0.003                       # 3 binomial standard errors
+        assert float((mz.max(axis=1) > 3.5).mean()) > 0.05
+    assert pooled_threshold(400) == 3.5 or pooled_threshold(400) > 3.5   # floor: never below 3.5
+    assert pooled_threshold(10) < pooled_threshold(6)
+    with pytest.raises(ValueError, match="K must be"):
+        pooled_threshold(2)
+
+
+# ------------------------------------------------------------------ on adapters
+def _clients(K, bad, seed, noise=0.05):
+    rng = np.random.default_rng(seed)
+    mods = ("l0.q_proj", "l0.v_proj", "l1.q_proj", "l1.v_proj")
+    base = {m: (np.linalg.qr(rng.standard_normal((16, 3)))[0].T, rng.standard_normal((12, 3))) for m in mods}
+    out = {}
+    for k in range(K):
+        fac = {}
+        for m, (A, B) in base.items():
+            Ak = A + noise * rng.standard_normal(A.shape)
+            if k >= K - bad:
+                Ak = Ak + 0.6 * rng.standard_normal(A.shape)
+            fac[m] = (Ak, B + noise * rng.standard_normal(B.shape), 2.0)
+        out[f"c{k}"] = fac
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pooled_keeps_everyone_without_contamination_and_flags_exactly_the_contaminated(seed):
+    clean = aggregate_factors(_clients(8, 0, seed), ModuleOptions(output_dtype="float64"),
+                              client_rule="pooled").summary["detection"]
+    assert clean["flagged"] == [] and clean["rule"] == "pooled" and clean["threshold"] == pooled_threshold(8)
+    assert max(clean["scores"].values()) <= clean["threshold"]
+    dirty = aggregate_factors(_clients(8, 2, seed), ModuleOptions(output_dtype="float64"),
+                              client_rule="pooled")
+    det = dirty.summary["detection"]
+    assert det["flagged"] == ["c6", "c7"]
+    assert set(det) >= {"rule", "flagged", "scores", "threshold", "separated_modules", "modules"}
+    # the flagged set is the one applied in every module; the per-module sets stay labelled
+    for m, s in dirty.summary["modules"].items():
+        assert s["benign_applied"] == [True] * 6 + [False] * 2
+        assert s["benign_scope"] == "per-module (8)"
+    # excluded clients keep their own update, benign ones are refined with the pooled set
+    own = _clients(8, 2, seed)
+    for m, (A, B, _) in dirty.outputs["c7"].items():
+        A0, B0, s0 = own["c7"][m]
+        assert np.allclose(B @ A, s0 * B0 @ A0, atol=1e-12)
+    assert detection_sentence(det).startswith("flagged c6, c7 by the pooled rule")
+    assert detection_sentence(clean).startswith("no contaminated client detected (")
+
+
+def test_detection_block_per_rule():
+    cl = _clients(8, 2, 0)
+    s = aggregate_factors(cl, ModuleOptions(output_dtype="float64"), client_rule="any").summary
+    det = s["detection"]
+    frac = {n: 1 - np.mean([m["benign"][i] for m in s["modules"].values()])
+            for i, n in enumerate(s["clients"])}
+    assert det["scores"] == pytest.approx(frac)
+    assert det["flagged"] == [n for n in s["clients"] if frac[n] > 0]
+    assert det["separated_modules"] == [m for m, v in s["modules"].items() if v["separated"]]
+    assert {m: v["flagged"] for m, v in det["modules"].items()} == {
+        m: [n for n, b in zip(s["clients"], v["benign"]) if not b] for m, v in s["modules"].items()}
+
+
+@pytest.mark.parametrize("method,rule", [("clair", "pooled"), ("krum", "per-module"),
+                                         ("trimmed-mean", "per-module")])
+def test_directory_path_applies_the_same_decision(tmp_path, method, rule):
+    src = write_synthetic_adapters(tmp_path / "in", n_clients=7, n_layers=2, modules=("q_proj", "v_proj"),
+                                   shape=(20, 18), rank=3, contaminated=2, dtype="float32", seed=4)
+    opts = ModuleOptions(method=method)
+    _, ref = aggregate_to_dir(load_adapters(src), opts, tmp_path / "out", client_rule=rule, progress=False)
+    got = aggregate_factors(load_adapters(src), opts, client_rule=rule)
+    for key in ("detection", "robust", "outputs"):
+        assert got.summary.get(key) == ref.get(key), key
+    for name in ref["outputs"]:
+        files = load_file(str(tmp_path / "out" / name / "adapter_model.safetensors"))
+        for m, (A, B, _) in got.outputs[name].items():
+            assert np.array_equal(files[f"{m}.lora_A.weight"], A) and np.array_equal(files[f"{m}.lora_B.weight"], B)
+    # the two-step directory path (aggregate, then write_outputs) writes the same files
+    two = write_outputs(aggregate_adapters(load_adapters(src), opts, progress=False), tmp_path / "out2",
+                        client_rule=rule)
+    for key in ("detection", "robust", "outputs"):
+        assert two.get(key) == ref.get(key), key
+    for name in ref["outputs"]:
+        a = load_file(str(tmp_path / "out" / name / "adapter_model.safetensors"))
+        b = load_file(str(tmp_path / "out2" / name / "adapter_model.safetensors"))
+        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    if method == "clair":
+        assert ref["detection"]["flagged"] == [p.name for p in src[-2:]]
+
+
+def test_cli_ends_with_the_detection_sentence_and_runs_robust_methods(tmp_path, capsys):
+    src = write_synthetic_adapters(tmp_path / "in", n_clients=6, n_layers=1, modules=("q_proj",),
+                                   shape=(16, 14), rank=2, contaminated=0, dtype="float32", seed=1)
+    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "o1"),
+                 "--client-rule", "pooled", "--quiet"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    det = json.loads((tmp_path / "o1" / "summary.json").read_text())["detection"]
+    assert last == detection_sentence(det)
+    assert last.startswith("no contaminated client detected (" if not det["flagged"] else
+                           f"flagged {', '.join(det['flagged'])} by the pooled rule")
+    # one module, K = 6: far from the normal model of the cutoff; a benign client of this seed
+    # stands out (score 10.0 against c_6 = 7.9): the sentence names it and its evidence
+    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "o2"),
+                 "--method", "multikrum", "--byzantine", "1", "--quiet"]) == 0
+    summary = json.loads((tmp_path / "o2" / "summary.json").read_text())
+    assert summary["robust"]["f"] == 1 and len(summary["robust"]["selected"]) == 5
+    assert (tmp_path / "o2" / "aggregated" / "adapter_model.safetensors").exists()
+
+
+# ------------------------------------------------------------------ robust methods
+def _byzfl():
+    """ByzFL's aggregators module, loaded without its package __init__ (which imports
+    torchvision for its datasets)."""
+    pytest.importorskip("torch")
+    spec = importlib.util.find_spec("byzfl")
+    if spec is None:
+        pytest.skip("byzfl is not installed (optional extra 'robust')")
+    if "byzfl" not in sys.modules:
+        pkg = types.ModuleType("byzfl")
+        pkg.__path__ = list(spec.submodule_search_locations)
+        sys.modules["byzfl"] = pkg
+    return importlib.import_module("byzfl.aggregators.aggregators")
+
+
+def test_robust_combine_matches_byzfl_on_vectors():
+    agg = _byzfl()
+    rng = np.random.default_rng(7)
+    X = rng.standard_normal((9, 30))
+    X[7:] += 4.0
+    f = 2
+    assert np.allclose(robust_combine(X, "krum", f).aggregate, agg.Krum(f=f)(X), atol=1e-12)
+    assert np.allclose(robust_combine(X, "multikrum", f).aggregate, agg.MultiKrum(f=f)(X), atol=1e-12)
+    assert np.allclose(robust_combine(X, "trimmed-mean", f).aggregate, agg.TrMean(f=f)(X), atol=1e-12)
+    assert np.allclose(robust_combine(X, "median").aggregate, agg.Median()(X), atol=1e-12)
+    z, _, it = geometric_median(X, nu=0.1, max_iter=3, tol=0.0, init=np.zeros(30))
+    assert it == 3 and np.allclose(z, agg.GeometricMedian(nu=0.1, T=3)(X), atol=1e-12)
+    # converged: the first-order condition of the geometric median, Σ_k (x_k - z)/||x_k - z|| = 0
+    zc = robust_combine(X, "geomed").aggregate
+    u = (X - zc) / np.linalg.norm(X - zc, axis=1)[:, None]
+    assert np.linalg.norm(u.sum(axis=0)) < 1e-6
+    sel = robust_combine(X, "multikrum", f).selected
+    assert sel.tolist() == [True] * 7 + [False] * 2
+
+
+def test_krum_score_closed_form_and_f_checks():
+    X = np.array([[0.0], [1.0], [3.0], [10.0]])
+    # f = 0: mean of the K - 1 = 3 smallest squared distances to the others
+    assert np.allclose(krum_scores(X, 0), [(1 + 9 + 100) / 3, (1 + 4 + 81) / 3, (9 + 4 + 49) / 3,
+                                           (100 + 81 + 49) / 3])
+    assert np.allclose(krum_scores(X, 1), [(1 + 9) / 2, (1 + 4) / 2, (4 + 9) / 2, (49 + 81) / 2])
+    assert default_f(10) == 3 and default_f(3) == 0
+    with pytest.raises(ValueError, match="byzantine"):
+        robust_combine(X, "krum", 2)
+
+
+@pytest.mark.parametrize("method", ["krum", "multikrum", "geomed", "median", "trimmed-mean"])
+def test_robust_methods_on_adapters_lift_exactly(method):
+    """Distance-based methods on the reduced coordinates equal the method on the full ΔW
+    vectors (an isometry); coordinate-wise ones equal the method on the joint-basis
+    coordinates, lifted by U, V."""
+    cl = _clients(7, 2, 5)
+    res = aggregate_factors(cl, ModuleOptions(method=method, output_dtype="float64", byzantine=2))
+    mods = list(next(iter(cl.values())))
+    full = np.stack([np.concatenate([(s * B @ A).ravel() for A, B, s in (c[m] for m in mods)])
+                     for c in cl.values()])
+    out = np.concatenate([(B @ A).ravel() for A, B, _ in (res.outputs["aggregated"][m] for m in mods)])
+    if method in ("krum", "multikrum", "geomed"):
+        ref = robust_combine(full, method, 2).aggregate
+        assert np.allclose(out, ref, atol=1e-8 * np.abs(ref).max())
+        if method != "geomed":
+            assert res.summary["robust"]["selected"] == [n for n, s in zip(cl, robust_combine(full, method, 2).selected) if s]
+    else:
+        parts = []
+        for r in res.aggregation.results:
+            U, V, M = r.state["U"], r.state["V"], r.state["M"]
+            Z = robust_combine(M.reshape(M.shape[0], -1), method, 2).aggregate.reshape(M.shape[1:])
+            parts.append((U @ Z @ V.T).ravel())
+        assert np.allclose(out, np.concatenate(parts), atol=1e-10)
+    # identical clients: every method returns their common update exactly
+    same = {f"c{k}": cl["c0"] for k in range(5)}
+    r2 = aggregate_factors(same, ModuleOptions(method=method, output_dtype="float64", byzantine=1))
+    for m in mods:
+        A, B, _ = r2.outputs["aggregated"][m]
+        A0, B0, s0 = cl["c0"][m]
+        assert np.allclose(B @ A, s0 * B0 @ A0, atol=1e-10)

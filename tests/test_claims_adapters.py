@@ -1,0 +1,57 @@
+"""The extension findings on trained adapters (verify/claims/adapters.py): registry, criteria that
+can fail, and a smoke run end to end."""
+import numpy as np
+import pytest
+
+import verify.claims  # noqa: F401  (registers every claim module)
+from verify.claim import PAPERS, REGISTRY, VERDICTS, Context
+from verify.claims import adapters as AD
+
+IDS = ("adapters.trained.detection", "adapters.trained.heldout_loss")
+
+
+def test_registry():
+    assert "adapters" in PAPERS
+    assert {k for k in REGISTRY if k.startswith("adapters.")} == set(IDS)
+    assert all(REGISTRY[c].paper == "adapters" and "torch" in REGISTRY[c].requires for c in IDS)
+    assert all("Extension finding (ours)" in REGISTRY[c].statement for c in IDS)
+
+
+def _row(rule, precision, recall, clean_ff, clean=4, dirty=12):
+    return {"rule": rule, "precision": precision, "recall": recall, "clean_sets_false_flag": clean_ff,
+            "clean_sets": clean, "contaminated_sets": dirty}
+
+
+@pytest.mark.parametrize("pooled,expected", [
+    (_row("pooled", 0.95, 0.5, 0), True),
+    (_row("pooled", 0.90, 0.38, 1), False),      # the measured outcome: one false flag
+    (_row("pooled", 0.80, 0.5, 0), False),       # precision below 0.9
+    (_row("pooled", 1.0, 0.08, 0), False),       # no better than per-module
+    (_row("pooled", float("nan"), 0.0, 0), False),
+    (_row("pooled", 1.0, 0.5, 0, clean=0), None)])
+def test_detection_criterion_can_fail(pooled, expected):
+    assert AD.detection_verdict([pooled, _row("per-module", 1.0, 0.08, 0)]) is expected
+
+
+def test_loss_rows_paired_differences_by_hand():
+    recs = [{"heldout_loss": {"a": {"clair-pooled": 1.0, "fedavg": 1.5, "local": 1.1},
+                              "b": {"clair-pooled": 2.0, "fedavg": 2.5, "local": 2.3}}},
+            {"heldout_loss": {"a": {"clair-pooled": 1.0, "fedavg": 1.2, "local": 0.9}}}]
+    rows = {r["method"]: r for r in AD.loss_rows(recs)}
+    # per set means: pooled (1.5, 1.0), fedavg (2.0, 1.2), local (1.7, 0.9)
+    assert rows["fedavg"]["loss"] == pytest.approx(1.6)
+    assert rows["fedavg"]["minus_clair-pooled"] == pytest.approx((0.5 + 0.2) / 2)
+    assert rows["fedavg"]["se"] == pytest.approx(np.std([0.5, 0.2], ddof=1) / np.sqrt(2))
+    assert rows["local"]["minus_clair-pooled"] == pytest.approx((0.2 - 0.1) / 2)
+    assert rows["clair-pooled"]["minus_clair-pooled"] == 0.0
+
+
+def test_smoke_runs_end_to_end():
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    for cid in IDS:
+        ev = REGISTRY[cid].run(Context(scale="smoke"))
+        assert ev.verdict in VERDICTS, ev.summary
+        assert ev.table and ev.measured["sets"] == 2
+    rules = {r["rule"] for r in REGISTRY[IDS[0]].run(Context(scale="smoke")).table}
+    assert {"per-module", "majority", "any", "pooled", "krum", "multikrum"} <= rules

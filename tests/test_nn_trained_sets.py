@@ -1,0 +1,125 @@
+"""Trained adapter sets (lowrank_fl.nn.trained_sets): determinism, cache, ground truth, shapes,
+and the factors' ΔW against PEFT's own forward pass (Llama GQA and GPT-2 Conv1D)."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+pytest.importorskip("transformers")
+
+from lowrank_fl.nn.trained_sets import (TrainedSetSettings, _lora_config, _loss,  # noqa: E402
+                                        client_tasks, model_with, trained_set)
+
+TINY = dict(n_clients=4, n_contaminated=2, pretrain_steps=2, steps=2, batch_size=4, rank=2)
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def built(request, tmp_path_factory):
+    cache = tmp_path_factory.mktemp(f"cache-{request.param}")
+    s = TrainedSetSettings(base=request.param, **TINY)
+    return s, cache, trained_set(s, cache_dir=cache)
+
+
+def test_truth_shapes_and_tasks(built):
+    s, _, ts = built
+    assert ts.names == ["client00", "client01", "client02", "client03"]
+    assert ts.contaminated == ["client02", "client03"] and ts.benign == ["client00", "client01"]
+    assert [ts.tasks[n].kind for n in ts.names] == ["fuzzy", "fuzzy", "shift", "clean"]
+    mods = ts.factors["client00"]
+    if s.base == "llama":
+        assert len(mods) == 8                                       # q, k, v, o in 2 layers
+        k = next(m for m in mods if m.endswith("layers.0.self_attn.k_proj"))
+        q = next(m for m in mods if m.endswith("layers.0.self_attn.q_proj"))
+        assert mods[k][1].shape == (32, 2) and mods[q][1].shape == (64, 2)   # GQA: 2 of 4 heads
+    else:
+        assert len(mods) == 4
+        c = next(m for m in mods if m.endswith("h.0.attn.c_attn"))
+        assert mods[c][0].shape == (2, 64) and mods[c][1].shape == (192, 2)  # A (r, in), B (out, r)
+    for A, B, scaling in mods.values():
+        assert A.dtype == np.float64 and scaling == s.lora_alpha / s.rank
+    # LoRA updates are non-zero after training (B starts at 0)
+    assert all(np.abs(B).max() > 0 for _, B, _ in mods.values())
+
+
+def test_deterministic_and_cached(built):
+    s, cache, ts = built
+    again = trained_set(s, cache_dir=cache)                         # from the cache file
+    fresh = trained_set(s)                                          # retrained in process
+    for n in ts.names:
+        for m, (A, B, sc) in ts.factors[n].items():
+            for other in (again, fresh):
+                A2, B2, sc2 = other.factors[n][m]
+                assert np.array_equal(A, A2) and np.array_equal(B, B2) and sc == sc2
+    assert len(list(cache.glob("trained-set-*.safetensors"))) == 1
+
+
+def test_factors_reproduce_peft_forward(built):
+    """model_with(factors) (ΔW = s B A added to the base weights, transposed for Conv1D) gives
+    the logits of PEFT's LoRA model carrying the same state dict."""
+    from peft import get_peft_model, set_peft_model_state_dict
+
+    s, cache, ts = built
+    name = "client02"
+    merged = model_with(ts, ts.factors[name], cache_dir=cache)
+    torch.manual_seed(0)
+    peft_model = get_peft_model(model_with(ts, {}, cache_dir=cache), _lora_config(s))
+    sd = {}
+    for m, (A, B, _) in ts.factors[name].items():
+        sd[f"{m}.lora_A.weight"] = torch.from_numpy(A).float()
+        sd[f"{m}.lora_B.weight"] = torch.from_numpy(B).float()
+    set_peft_model_state_dict(peft_model, sd)
+    batch = ts.tasks[name].sample(8, s.seq_len, seed=1)
+    tok = torch.from_numpy(batch.tokens)
+    with torch.no_grad():
+        a = merged(tok).logits
+        b = peft_model.eval()(tok).logits
+    assert torch.allclose(a, b, atol=1e-4)
+    with torch.no_grad():
+        assert float(_loss(merged, batch)) == pytest.approx(float(_loss(peft_model, batch)), abs=1e-4)
+
+
+def test_task_variations_and_bad_settings():
+    het = client_tasks(TrainedSetSettings(n_clients=6, n_contaminated=0, seed=3))
+    assert len({(t.length, t.exponent) for t in het.values()}) > 1
+    assert all(abs(t.exponent - 1.1) <= 0.15 and abs(t.length - 6) <= 1 for t in het.values())
+    hom = client_tasks(TrainedSetSettings(n_clients=6, n_contaminated=3, heterogeneous=False))
+    assert {(t.length, t.exponent) for t in hom.values()} == {(6, 1.1)}
+    assert [t.kind for t in hom.values()][3:] == ["shift", "clean", "reverse"]
+    with pytest.raises(ValueError, match="base"):
+        TrainedSetSettings(base="bert")
+    with pytest.raises(ValueError, match="contamination"):
+        TrainedSetSettings(contamination=("swap",))
+    with pytest.raises(ValueError, match="n_contaminated"):
+        TrainedSetSettings(n_clients=3, n_contaminated=3)
+
+
+def test_evaluate_set_records_every_method(built):
+    from lowrank_fl.nn.trained_eval import LOSS_METHODS, evaluate_set, flags_of
+
+    s, cache, ts = built
+    rec = evaluate_set(ts, cache_dir=cache, n_heldout=16)
+    assert rec["truth"] == ts.contaminated and set(rec["flagged"]) == {"per-module", "majority", "any", "pooled"}
+    assert set(rec["heldout_loss"]) == set(ts.benign)
+    for n, row in rec["heldout_loss"].items():
+        assert set(row) == set(LOSS_METHODS)
+        # "local" is the client's own adapter: the same number as heldout_loss on its factors
+        from lowrank_fl.nn.trained_sets import heldout_loss
+        assert row["local"] == heldout_loss(ts, n, ts.factors[n], n=16, cache_dir=cache)
+    assert len(rec["selected"]["krum"]) == 1
+    assert flags_of(rec, "krum") == [n for n in ts.names if n not in rec["selected"]["krum"]]
+
+
+def test_detection_table_counts_by_hand():
+    from lowrank_fl.nn.trained_eval import detection_table
+
+    names = ["a", "b", "c", "d"]
+    recs = [{"names": names, "truth": ["d"], "flagged": {"pooled": ["c", "d"]}},
+            {"names": names, "truth": ["c", "d"], "flagged": {"pooled": ["d"]}},
+            {"names": names, "truth": [], "flagged": {"pooled": ["a"]}},
+            {"names": names, "truth": [], "flagged": {"pooled": []}}]
+    (row,) = detection_table(recs, rules=("pooled",))
+    # true positives d, d; false positives c, a; false negative c
+    assert row["precision"] == 2 / 4 and row["recall"] == 2 / 3
+    assert (row["exact_sets"], row["contaminated_sets"]) == (0, 2)
+    assert (row["clean_sets_false_flag"], row["clean_sets"]) == (1, 2)
+    assert (row["benign_flagged"], row["benign_clients"]) == (2, 3 + 2 + 4 + 4)

@@ -1,0 +1,177 @@
+"""Extension findings (ours, not a paper's claims): CLAIR's client-level detection, FedAvg,
+FlexLoRA, the robust-FL aggregators and Local on adapter sets people actually train.
+
+Every claim reads the same runs: PEFT-trained adapter sets of :mod:`lowrank_fl.nn.trained_sets`
+(tiny Llama GQA and GPT-2 Conv1D bases; 10 clients; heterogeneous benign tasks with 0 / 1 / 2
+contaminated clients, homogeneous with 3), each evaluated by
+:func:`lowrank_fl.nn.trained_eval.evaluate_set`. The pooled rule was designed on generator seeds
+0 and 1 (``benchmarks/bench_trained_detection.py``); the claims draw their own seeds (never 0
+or 1), so what they report is the test, not the design.
+
+Scales: smoke — 2 tiny sets (5 clients, a few training steps: the pipeline runs, nothing else);
+quick — 2 seeds × 8 sets; full — 4 seeds × 8 sets (about 15 s of CPU per set of 10 clients,
+plus the held-out losses).
+
+The kind is "comparison" (the verifier has no "extension finding" kind); the paper is
+``adapters``, the group of our extension findings.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..claim import Evidence, claim, verdict_from
+from ._nn_support import REQUIRES, backbone_dir, direction, mean_ci
+
+__all__: list[str] = []
+
+PAPER = "adapters"
+MAIN = "adapters.trained.detection"
+DESIGN_SEEDS = (0, 1)
+#: the detection criterion: precision at least this, and no false flag without contamination
+MIN_PRECISION = 0.9
+
+
+def _scale(ctx) -> dict:
+    tiny = {"n_clients": 5, "pretrain_steps": 5, "steps": 3, "batch_size": 8}
+    return ctx.pick(
+        smoke={"sets": [{"base": "llama", "n_contaminated": 0, **tiny},
+                        {"base": "gpt2", "n_contaminated": 2, **tiny}], "reps": 1, "heldout": 16},
+        quick={"sets": _sets(), "reps": 2, "heldout": 64},
+        full={"sets": _sets(), "reps": 4, "heldout": 64})
+
+
+def _sets() -> list[dict]:
+    out = []
+    for base in ("llama", "gpt2"):
+        out += [{"base": base, "n_contaminated": b} for b in (0, 1, 2)]
+        out.append({"base": base, "n_contaminated": 3, "heterogeneous": False})
+    return out
+
+
+def _task(*, seed, settings, cache_dir, heldout):
+    from lowrank_fl.nn.trained_eval import evaluate_set
+    from lowrank_fl.nn.trained_sets import TrainedSetSettings, trained_set
+
+    seed = int(seed)
+    if seed in DESIGN_SEEDS:                     # keep the design seeds out of the test
+        seed += 2
+    ts = trained_set(TrainedSetSettings(**settings, seed=seed), cache_dir=cache_dir)
+    rec = evaluate_set(ts, cache_dir=cache_dir, n_heldout=heldout)
+    rec["settings"] = {**settings, "seed": seed}
+    return rec
+
+
+def runs(ctx) -> list[dict]:
+    """Every set's record (:func:`lowrank_fl.nn.trained_eval.evaluate_set`) under the seeds of
+    :data:`MAIN`."""
+    s = _scale(ctx)
+    main = ctx.for_claim(MAIN)
+    cache = backbone_dir(ctx) + "/trained_sets"
+    grid = [{"settings": st, "cache_dir": cache, "heldout": s["heldout"]} for st in s["sets"]]
+    out = main.map(_task, grid, replicates=s["reps"])
+    ctx.seeds_used.extend(main.seeds_used)
+    return [r for row in out for r in row]
+
+
+def detection_verdict(rows: list[dict]) -> bool | None:
+    """Holds iff the pooled rule never flags a client of a federation without contamination, its
+    precision is at least :data:`MIN_PRECISION`, and its recall exceeds the per-module sets';
+    inconclusive without sets of both kinds."""
+    by = {r["rule"]: r for r in rows}
+    p, m = by["pooled"], by["per-module"]
+    if p["clean_sets"] == 0 or p["contaminated_sets"] == 0:
+        return None
+    precision = p["precision"] if np.isfinite(p["precision"]) else 0.0
+    return bool(p["clean_sets_false_flag"] == 0 and precision >= MIN_PRECISION
+                and p["recall"] > m["recall"])
+
+
+def _scores_figure(recs):
+    """Pooled scores per set: benign clients (grey), contaminated ones (red, marked by their
+    mismatch), and the cutoff c_K of each set (black tick)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(recs) + 2), 3.6))
+    for i, r in enumerate(recs):
+        truth = set(r["truth"])
+        for n, v in r["pooled_block"].items():
+            bad = n in truth
+            ax.plot(i + (0.12 if bad else -0.12), v, "o" if bad else ".", ms=5 if bad else 4,
+                    color="tab:red" if bad else "0.5", alpha=0.9 if bad else 0.6)
+        if r.get("pooled_threshold") is not None:
+            ax.plot([i - 0.35, i + 0.35], [r["pooled_threshold"]] * 2, color="k", lw=1.2)
+    st = [r.get("settings", {}) for r in recs]
+    ax.set_xticks(range(len(recs)), [f"{s.get('base', '?')}/{s.get('n_contaminated', '?')}"
+                                     f"{'' if s.get('heterogeneous', True) else 'h'}" for s in st],
+                  rotation=90, fontsize=7)
+    ax.set_ylabel("pooled score (modified z)")
+    ax.set_xlabel("set: base/contaminated clients ('h': homogeneous benign); grey benign, red "
+                  "contaminated, black the cutoff c_K", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+@claim(MAIN, paper=PAPER, reference="extension of (8) (lowrank_fl.adapters.detect)",
+       statement="Extension finding (ours): on PEFT-trained adapter sets the pooled client-level rule keeps "
+                 "every client of a federation without contamination, flags contaminated clients with "
+                 f"precision >= {MIN_PRECISION} and finds more of them than CLAIR's per-module sets (8).",
+       kind="comparison", requires=REQUIRES)
+def _detection(ctx) -> Evidence:
+    from lowrank_fl.nn.trained_eval import detection_table
+
+    recs = runs(ctx)
+    rows = detection_table(recs)
+    ok = detection_verdict(rows)
+    by = {r["rule"]: r for r in rows}
+    p, m = by["pooled"], by["per-module"]
+    return Evidence(
+        verdict=verdict_from(ok),
+        summary=(f"pooled: precision {p['precision']:.2f}, recall {p['recall']:.2f}, false flag in "
+                 f"{p['clean_sets_false_flag']}/{p['clean_sets']} clean sets; per-module (8): recall "
+                 f"{m['recall']:.2f}, false flag in {m['clean_sets_false_flag']}/{m['clean_sets']}"),
+        measured={"rows": rows, "sets": len(recs)},
+        predicted={"pooled_clean_false_flags": 0, "pooled_precision": f">= {MIN_PRECISION}",
+                   "pooled_recall": "> per-module recall"},
+        table=rows, figure=ctx.save_figure(_scores_figure(recs)),
+        notes="Client-level counts pooled over sets. Krum / Multi-Krum count the clients they do not "
+              "select as flagged; 'pooled@3.5' is Iglewicz & Hoaglin's per-observation cutoff, shown for "
+              "comparison with the rule's cutoff c_K. The tiny bases do not learn to copy in their brief "
+              "pretraining: a 'reverse' client has the benign letter statistics and no rule can see it. Figure: "
+              "x labels base/contaminated clients ('h': homogeneous benign tasks).")
+
+
+def loss_rows(recs: list[dict], reference: str = "clair-pooled") -> list[dict]:
+    """Per method: mean benign held-out loss and the paired difference to ``reference`` over sets
+    (mean, standard error, 95 % t interval)."""
+    methods = list(next(iter(recs[0]["heldout_loss"].values())))
+    per = {m: np.array([np.mean([v[m] for v in r["heldout_loss"].values()]) for r in recs]) for m in methods}
+    rows = []
+    for m in methods:
+        mean, se, lo, hi = mean_ci(per[m] - per[reference])
+        rows.append({"method": m, "loss": float(per[m].mean()), f"minus_{reference}": mean, "se": se,
+                     "ci_low": lo, "ci_high": hi})
+    return rows
+
+
+@claim("adapters.trained.heldout_loss", paper=PAPER, reference="(9) with the pooled set; §8's comparison",
+       statement="Extension finding (ours): on PEFT-trained adapter sets CLAIR's refined adapters (pooled "
+                 "client-level set) give benign clients a lower held-out loss than FedAvg and than their "
+                 "own local adapters.",
+       kind="comparison", requires=REQUIRES)
+def _heldout(ctx) -> Evidence:
+    recs = runs(ctx)
+    rows = loss_rows(recs)
+    by = {r["method"]: r for r in rows}
+    outcomes = [direction(by[m]["ci_low"], by[m]["ci_high"]) for m in ("fedavg", "local")]
+    ok = False if False in outcomes else (None if None in outcomes else True)
+    return Evidence(
+        verdict=verdict_from(ok),
+        summary=", ".join(f"{m} - CLAIR pooled = {by[m]['minus_clair-pooled']:+.4f} "
+                          f"[{by[m]['ci_low']:+.4f}, {by[m]['ci_high']:+.4f}]" for m in ("fedavg", "local")),
+        measured={"rows": rows, "sets": len(recs)},
+        predicted={"fedavg - clair-pooled": "> 0", "local - clair-pooled": "> 0"},
+        table=rows,
+        notes="Held-out next-token loss on the copy positions of each benign client's own task, averaged "
+              "over the benign clients of a set; paired differences over sets, 95 % t intervals "
+              "('within noise' gives inconclusive). Also shown: CLAIR per-module, FlexLoRA, Krum, "
+              "Multi-Krum, coordinate-wise median / trimmed mean (reduced coordinates) and the geometric median.")
