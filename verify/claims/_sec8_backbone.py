@@ -16,7 +16,7 @@ S5 points to: loss on every position, AdamW, no final layer norm, see
 :meth:`lowrank_fl.nn.pretrain.PretrainSettings.recipe`), ``from_step`` is S5's 5500 steps and
 ``target`` is Table 3's homogeneous Local level (78.27 %): the backbone is **calibrated** to the
 paper's level, not reproduced from S5's step count (Song's recipe is reported at 43–49 % at 5500
-steps in issue 18's outside reading). Quick and smoke have no target (the first copying checkpoint):
+steps in an outside reading of S5 and Song et al.'s code). Quick and smoke have no target (the first copying checkpoint):
 quick uses our recipe (loss on the second copy, which learns in ~2000 steps) and smoke clean copying
 with uniform letters at learning rate 3e-3 (copies in 150–200 steps), so that smoke runs the §8
 claims past their baseline check; neither says anything about the paper's numbers.

@@ -22,7 +22,7 @@ copy by the threshold above; otherwise every claim below is inconclusive with th
 backbone that does not copy says nothing about CLAIR).
 
 LoRA "scale 16" (S5) is read as PEFT's ``lora_alpha = 16`` (scaling 16/3 at r = 3;
-:data:`ALPHA_READING`): under it issue 18's outside reading found the paper's τ = 0.5 exact in 21/21
+:data:`ALPHA_READING`): under it an outside reading of S5 and Song et al.'s code found the paper's τ = 0.5 exact in 21/21
 homogeneous replicates, under the other reading (scaling 16, ``lora_alpha = 48``) in 0/47 (a
 quick-scale run here: 2/2 against 0/2), and ``clair.sec8.detection`` reports both. The clients' loss positions follow the backbone's recipe.
 
@@ -680,7 +680,7 @@ def _background_reading(ctx) -> Evidence:
         notes=f"{steps} pretraining steps per reading (S5: 5500), the main runs' pretraining seed, one seed per "
               "reading; "
               f"intervals over {n} test sequences each (not over pretraining seeds). The main §8 runs use the "
-              "power-law reading. A remark, not a test of the paper. The seed confounds it: in issue 18's outside "
-              "reading 2 of 9 power-law seeds stay on a plateau near 60% on the common task (the committed full "
+              "power-law reading. A remark, not a test of the paper. The seed confounds it: in an outside reading of S5 "
+              "and Song et al.'s code, 2 of 9 power-law seeds stay on a plateau near 60% on the common task (the committed full "
               "report's power-law backbone: 59.8%) while 7 of 9 reach 97-98%, as uniform backgrounds do; "
               "clair.sec8.backbone_seeds shows the spread over seeds."))
