@@ -23,7 +23,7 @@ from . import copying
 from .pretrain import next_token_loss, seed_torch
 from .transformer import ATTENTION_MODULES, OUTPUT_MODULE
 
-__all__ = ["LoraSettings", "TaskSpec", "train_client", "predict", "accuracy", "ALPHA_READINGS"]
+__all__ = ["LoraSettings", "TaskSpec", "train_client", "fit_lora", "predict", "accuracy", "ALPHA_READINGS"]
 
 #: readings of S5's "LoRA scale 16": PEFT's scaling ``lora_alpha / r`` equals the scale, or
 #: PEFT's ``lora_alpha`` equals it
@@ -91,23 +91,32 @@ def train_client(backbone, task: TaskSpec, out_dir, *, settings: LoraSettings = 
     model = get_peft_model(copy.deepcopy(backbone), settings.config())
     rng = as_generator(seed, "client-data")
     batch = task.sample(settings.n_train, seed=rng)
+    fit_lora(model, batch, settings, rng)
+    out_dir = Path(out_dir)
+    model.save_pretrained(str(out_dir), save_embedding_layers=False)
+    return out_dir
+
+
+def fit_lora(model, batch: copying.CopyBatch, settings: LoraSettings, rng) -> None:
+    """Train a PEFT model's trainable (LoRA) parameters in place on ``batch``: ``settings.epochs``
+    epochs of Adam in mini-batches of ``settings.batch_size`` (S5), the loss on
+    ``settings.loss``'s positions; ``rng`` (a numpy Generator) draws the dropout seed and the
+    orders."""
     data = torch.from_numpy(batch.tokens)
+    n = data.shape[0]
     where = copying.loss_positions(batch, settings.loss)
     torch.manual_seed(int(rng.integers(2**31)))        # dropout stream of this client
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=settings.lr)
     model.train()
     for _ in range(settings.epochs):
-        order = torch.from_numpy(rng.permutation(settings.n_train))
-        for start in range(0, settings.n_train - settings.batch_size + 1, settings.batch_size):
+        order = torch.from_numpy(rng.permutation(n))
+        for start in range(0, n - settings.batch_size + 1, settings.batch_size):
             idx = order[start:start + settings.batch_size]
             loss = next_token_loss(model, data[idx], None if where is None else where[idx.numpy()])
             opt.zero_grad()
             loss.backward()
             opt.step()
-    out_dir = Path(out_dir)
-    model.save_pretrained(str(out_dir), save_embedding_layers=False)
-    return out_dir
 
 
 @torch.no_grad()

@@ -20,9 +20,8 @@ from peft import get_peft_model, get_peft_model_state_dict
 
 from lowrank_fl.adapters import factors_from_state_dict
 from lowrank_fl.adapters.io import module_key
-from lowrank_fl.nn import copying
-from lowrank_fl.nn.clients import LoraSettings, TaskSpec, accuracy
-from lowrank_fl.nn.pretrain import PretrainSettings, next_token_loss, pretrained_backbone, seed_torch
+from lowrank_fl.nn.clients import LoraSettings, TaskSpec, accuracy, fit_lora
+from lowrank_fl.nn.pretrain import PretrainSettings, pretrained_backbone, seed_torch
 from lowrank_fl.nn.sec8 import merged_model
 
 #: environment variable with a JSON object of Settings overrides (the driver sets it: the Python
@@ -115,19 +114,7 @@ def train_lora(base, settings: Settings, partition: int, server_round: int) -> d
     model = get_peft_model(copy.deepcopy(base), lora.config())
     rng = np.random.default_rng([settings.seed, partition, server_round])
     batch = settings.task(partition).sample(lora.n_train, seed=rng)
-    data = torch.from_numpy(batch.tokens)
-    where = copying.loss_positions(batch, lora.loss)
-    torch.manual_seed(int(rng.integers(2**31)))
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lora.lr)
-    model.train()
-    for _ in range(lora.epochs):
-        order = torch.from_numpy(rng.permutation(lora.n_train))
-        for start in range(0, lora.n_train - lora.batch_size + 1, lora.batch_size):
-            idx = order[start:start + lora.batch_size]
-            loss = next_token_loss(model, data[idx], None if where is None else where[idx.numpy()])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    fit_lora(model, batch, lora, rng)
     state = get_peft_model_state_dict(model, save_embedding_layers=False)
     return factors_from_state_dict(state, lora.config().to_dict())
 
