@@ -136,3 +136,24 @@ def test_loose_solve_reports_a_relative_gap_bounding_the_true_one(method):
     assert -1e-9 <= true_rel <= res.relative_gap + 1e-9
     # and the dual is a lower bound of the optimum
     assert res.objective - res.gap <= p_star + 1e-9 * f00
+
+
+def test_top_eigenvalue_survives_a_failing_mrrr(monkeypatch):
+    """LAPACK's syevr can stop with "Internal Error" on clustered spectra (seen on an 8-client,
+    uncontaminated adapter module); the top eigenvalue then comes from the full solver."""
+    import scipy.linalg
+
+    from lowrank_fl.clair import program7
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((7, 5))
+    C = X.T @ X
+    want = float(np.linalg.eigvalsh(C)[-1])
+    assert np.isclose(program7.top_eigenvalue(C), want, rtol=1e-12)
+
+    def failing(*args, **kwargs):
+        raise np.linalg.LinAlgError("Internal Error.")
+
+    monkeypatch.setattr(scipy.linalg, "eigh", failing)
+    assert np.isclose(program7.top_eigenvalue(C), want, rtol=1e-12)
+    assert program7.top_eigenvalue(np.zeros((3, 3))) == 0.0

@@ -152,9 +152,10 @@ def test_global_arrays_are_the_collaborative_mean(src):
             assert arr.numpy().shape[0] <= sum([3, 3, 2, 3, 3])
 
 
-def test_other_methods_send_everyone_the_aggregate(src):
-    opts = ModuleOptions(method="fedavg", output_dtype="float64")
-    st = ClairStrategy("fedavg", module_options=opts)
+@pytest.mark.parametrize("method", ["fedavg", "krum", "median"])
+def test_other_methods_send_everyone_the_aggregate(src, method):
+    opts = ModuleOptions(method=method, output_dtype="float64")
+    st = ClairStrategy(method, module_options=opts)
     arrays, metrics = st.aggregate_train(1, _replies(src))
     ref = aggregate_factors(_clients(src), opts).outputs["aggregated"]
     glob = _received(arrays, st.global_adapter[1])
@@ -320,7 +321,8 @@ def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="method='fedavg' but module_options.method='clair'"):
         ClairStrategy("fedavg", module_options=ModuleOptions())
     with pytest.raises(ValueError, match="method must be one of"):
-        ClairStrategy("krum")
+        ClairStrategy("bulyan")
+    assert ClairStrategy("krum").method == "krum"          # the adapters' robust baselines too
     with pytest.raises(ValueError, match="client_rule must be one of"):
         ClairStrategy(client_rule="vote")
     with pytest.raises(ValueError, match="jobs must be"):

@@ -254,8 +254,13 @@ def dual_scale_from_residual(D, q, R, w, lam_L, lam_S, *, sq_norms=None):
 def top_eigenvalue(C) -> float:
     """Largest eigenvalue of a symmetric PSD (p, p) ``C`` (LAPACK ``syevr``, clipped at 0)."""
     p = C.shape[0]
-    top = scipy.linalg.eigh(C, eigvals_only=True, subset_by_index=(p - 1, p - 1),
-                            driver="evr", check_finite=False)
+    try:
+        top = scipy.linalg.eigh(C, eigvals_only=True, subset_by_index=(p - 1, p - 1),
+                                driver="evr", check_finite=False)
+    except np.linalg.LinAlgError:
+        # syevr (MRRR) reports an "Internal Error" on some tightly clustered spectra; the
+        # divide-and-conquer solver of every eigenvalue does not fail there
+        top = np.linalg.eigvalsh(C)
     return max(float(top[-1]), 0.0)
 
 
