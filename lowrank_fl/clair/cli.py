@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -125,8 +126,12 @@ def run_fit(args) -> int:
 def _fit_and_write(args, W_hat, weights, out: Path) -> int:
     # only options the user gave are forwarded (cvxpy refuses iterative-only options)
     opts = {k: v for k, v in (("tol", args.tol), ("max_iter", args.max_iter)) if v is not None}
-    res = fit(W_hat, args.lam_L, args.lam_S, rank=args.rank, alpha=args.alpha, tau=args.tau,
-              weights=weights, method=args.method, **opts)
+    with warnings.catch_warnings(record=True) as caught:   # one stderr line each, no source line
+        warnings.simplefilter("always")
+        res = fit(W_hat, args.lam_L, args.lam_S, rank=args.rank, alpha=args.alpha, tau=args.tau,
+                  weights=weights, method=args.method, **opts)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
     sol = res.solution
     K, q, p = W_hat.shape
     summary = {

@@ -630,7 +630,11 @@ def fit(W_hat, lam_L: float, lam_S: float, *, rank: int, alpha: float = 0.5,
     nrank = numerical_rank(s, float(sol.data_norm), rank_threshold)
     if rank_mode == "top":
         dim = rank
-        if nrank < rank:
+        if nrank < rank and not float(sol.data_norm) > 0:
+            warnings.warn("every contrast is zero (the clients' estimates are all equal): there "
+                          "is nothing to detect; every client is kept and (9) returns the "
+                          "estimates unchanged", RuntimeWarning, stacklevel=2)
+        elif nrank < rank:
             warnings.warn(f"L_hat has numerical rank {nrank} < rank={rank} (threshold "
                           f"{rank_threshold:g} * ||D_hat||_op): the top-{rank} subspace is partly "
                           "arbitrary; lam_S/lam_L is probably too small", RuntimeWarning,
