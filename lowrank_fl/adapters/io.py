@@ -34,6 +34,7 @@ import numpy as np
 __all__ = ["AdapterError", "AdapterWarning", "ClientAdapter", "AdapterSet", "ModuleFactors",
            "load_adapters", "read_client", "save_adapter", "peft_config", "pattern_value",
            "CONFIG_NAME", "WEIGHTS_NAME", "module_key", "check_plain_lora", "PLAIN_INIT",
+           "VARIANT_FIELDS", "check_peft_type",
            "default_names", "check_distinct_dirs", "input_dtype", "stored_dtypes",
            "storage_array", "STORAGE", "config_scaling", "assemble_adapter_set"]
 
@@ -60,8 +61,17 @@ PLAIN_INIT = (True, False, "gaussian", "orthogonal", "eva", "mica")
 # so the model is W_res + s B A with W_res != W0
 _BASE_REWRITING = ("pissa", "olora", "corda", "loftq", "lora_ga")
 # config fields that turn on a LoRA variant with another forward than W0 x + s B A x
-_VARIANTS = ("use_dora", "use_qalora", "velora_config", "alora_invocation_tokens",
+VARIANT_FIELDS = ("use_dora", "use_qalora", "velora_config", "alora_invocation_tokens",
              "monteclora_config", "use_bdlora", "arrow_config", "kasa_config")
+
+
+def check_peft_type(config: dict, where, *, required: bool = True) -> None:
+    """Refuse a config whose ``peft_type`` is not LoRA (AdaLoRA, IA3, ...); a missing
+    ``peft_type`` is refused too unless ``required`` is false (a hand-written config dict)."""
+    ptype = config.get("peft_type", None if required else "LORA")
+    ptype = getattr(ptype, "value", ptype)               # peft's PeftType enum → its string
+    if ptype != "LORA":
+        raise AdapterError(f"{where}: peft_type is {ptype!r}; only 'LORA' adapters are supported")
 
 
 def check_plain_lora(config: dict, where) -> None:
@@ -83,7 +93,7 @@ def check_plain_lora(config: dict, where) -> None:
                 f"conversion)")
         raise AdapterError(f"{where}: init_lora_weights={init!r} is not supported; expected one "
                            f"of {', '.join(map(repr, PLAIN_INIT))} (a plain LoRA update s·B·A)")
-    for key in _VARIANTS:
+    for key in VARIANT_FIELDS:
         if config.get(key):
             what = "DoRA" if key == "use_dora" else "a LoRA variant"
             raise AdapterError(f"{where}: {key}={config[key]!r} ({what}) is not supported; plain "
@@ -285,10 +295,7 @@ def read_client(path, name: str | None = None) -> ClientAdapter:
         raise AdapterError(f"{cfg_file}: not valid JSON ({exc})") from None
     if not isinstance(config, dict):
         raise AdapterError(f"{cfg_file}: expected a JSON object")
-    ptype = config.get("peft_type")
-    if ptype != "LORA":
-        raise AdapterError(f"{cfg_file}: peft_type is {ptype!r}; only 'LORA' adapters are "
-                           "supported")
+    check_peft_type(config, cfg_file)
     check_plain_lora(config, cfg_file)
     return ClientAdapter(name=name or path.resolve().name, path=path, config=config,
                          header=_read_header(w_file))
