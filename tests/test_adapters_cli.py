@@ -565,3 +565,36 @@ def test_float16_overflow_is_an_error_not_inf(tmp_path, capsys):
     assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--dtype", "float32"]) == 0
     t = load_file(str(out / dirs[0].name / "adapter_model.safetensors"))
     assert max(float(np.abs(v).max()) for v in t.values()) > 65504       # so float16 was wrong
+
+
+def test_summary_of_other_adapters_with_the_same_names_is_refused(src, tmp_path, capsys):
+    """Same client and module names, other weights: the summary's input sha256 tells them apart."""
+    out = tmp_path / "o"
+    assert _run(["aggregate", *src[:3], "--out", out, "--quiet"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert sorted(s["input_sha256"]) == sorted(s["clients"])
+    assert all(v.startswith("sha256:") and len(v) == 71 for v in s["input_sha256"].values())
+    other = write_synthetic_adapters(tmp_path / "other", n_clients=3, n_layers=2,
+                                     modules=("q_proj", "v_proj"), shape=(24, 20), rank=3,
+                                     contaminated=1, dtype="float32", seed=1)
+    assert [p.name for p in other] == [p.name for p in src[:3]]
+    capsys.readouterr()
+    assert _run(["inspect", *other, "--summary", out / "summary.json"]) == 2
+    _one_line_error(capsys, f"client {other[0].name!r}", "not the adapter this summary was written for")
+    # only the config differs (one byte of lora_alpha): refused too, naming that client
+    moved = _copy(src[:3], tmp_path)
+    cfg = json.loads((moved[1] / "adapter_config.json").read_text())
+    (moved[1] / "adapter_config.json").write_text(json.dumps(dict(cfg, lora_alpha=cfg["lora_alpha"] + 1)))
+    assert _run(["inspect", *moved, "--summary", out / "summary.json"]) == 2
+    _one_line_error(capsys, f"client {moved[1].name!r}")
+    # copies of the same files elsewhere are the same inputs
+    same = _copy(src[:3], tmp_path / "same")
+    assert _run(["inspect", *same, "--summary", out / "summary.json"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    # an older summary without fingerprints: accepted with a warning that it cannot be checked
+    del s["input_sha256"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(s))
+    assert _run(["inspect", *other, "--summary", old]) == 0
+    err = capsys.readouterr().err
+    assert "records no input fingerprints" in err and "cannot check" in err and len(err.splitlines()) == 1

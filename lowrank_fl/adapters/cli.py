@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from .aggregate import CLIENT_RULES, METHODS, ModuleOptions
-from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, check_distinct_dirs, input_dtype,
+from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, adapter_fingerprint, check_distinct_dirs, input_dtype,
                  load_adapters, stored_dtypes)
 from .reduce import reduce_module
 
@@ -279,6 +279,16 @@ def _check_summary(summary: dict, path, adapters) -> None:
                            f"{summary['clients'][:5]}, but the directories given are "
                            f"{adapters.n_clients} clients {adapters.names[:5]}; pass the same "
                            "directories (and --names) as the aggregate")
+    recorded = summary.get("input_sha256")
+    if not isinstance(recorded, dict):
+        print(f"warning: --summary {path} records no input fingerprints (an older lowrank-fl "
+              "wrote it): cannot check that it was written for these adapters", file=sys.stderr)
+    else:
+        for c in adapters.clients:
+            if recorded.get(c.name) != adapter_fingerprint(c.path):
+                raise AdapterError(f"--summary {path}: client {c.name!r} ({c.path}) is not the "
+                                   "adapter this summary was written for (its files' sha256 "
+                                   "differs); pass the aggregate's own client directories")
     differ = sorted(set(adapters.modules) ^ set(summary["modules"]))
     if differ:
         raise AdapterError(f"--summary {path}: its modules differ from the adapters' "

@@ -20,6 +20,7 @@ converted to float64. Nothing out × in is ever formed here.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -36,7 +37,8 @@ __all__ = ["AdapterError", "AdapterWarning", "ClientAdapter", "AdapterSet", "Mod
            "CONFIG_NAME", "WEIGHTS_NAME", "module_key", "check_plain_lora", "PLAIN_INIT",
            "VARIANT_FIELDS", "check_peft_type",
            "default_names", "check_distinct_dirs", "input_dtype", "stored_dtypes",
-           "storage_array", "STORAGE", "config_scaling", "assemble_adapter_set"]
+           "storage_array", "STORAGE", "config_scaling", "assemble_adapter_set",
+           "adapter_fingerprint", "input_fingerprints"]
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
@@ -382,6 +384,26 @@ def _check_names(names, n: int) -> list[str]:
     if dup:
         raise AdapterError(f"names: {dup[0]!r} is given twice; client names must be distinct")
     return names
+
+
+def adapter_fingerprint(path) -> str:
+    """``"sha256:<hex>"`` of an adapter directory's config and safetensors bytes: what an
+    aggregate's summary records so that ``inspect --summary`` can tell another run's inputs."""
+    h = hashlib.sha256()
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        with open(Path(path) / name, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0" + name.encode() + b"\0")
+    return "sha256:" + h.hexdigest()
+
+
+def input_fingerprints(adapters: "AdapterSet") -> dict | None:
+    """``{client: adapter_fingerprint}`` when every client is an adapter directory, else None
+    (in-memory clients have no files to recognise)."""
+    if not all(isinstance(c, ClientAdapter) for c in adapters.clients):
+        return None
+    return {c.name: adapter_fingerprint(c.path) for c in adapters.clients}
 
 
 def stored_dtypes(adapters: "AdapterSet") -> list[str]:

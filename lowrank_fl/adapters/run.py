@@ -25,7 +25,7 @@ from ..parent_watch import exit_with_parent
 from .aggregate import (CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, apply_robust,
                         check_rank, client_decision)
 from .decision import detection_summary
-from .io import AdapterSet
+from .io import AdapterSet, input_fingerprints
 from .robust import ROBUST_METHODS
 from .stream import AdapterStreamWriter
 
@@ -220,6 +220,9 @@ def _finish(agg: Aggregation, writers: _OutputWriters, staged: OutputDir, client
     summary = agg.summary(client_rule, writers.errors if writers.rank_out is not None else None)
     summary["outputs"] = writers.names
     summary["dtype"] = dtype
+    fingerprints = input_fingerprints(agg.adapters)
+    if fingerprints is not None:              # inspect --summary checks it is these inputs' run
+        summary["input_sha256"] = fingerprints
     (staged.dir / "summary.json").write_text(json.dumps(summary, indent=1))
     staged.commit()
     return summary
