@@ -598,3 +598,36 @@ def test_summary_of_other_adapters_with_the_same_names_is_refused(src, tmp_path,
     assert _run(["inspect", *other, "--summary", old]) == 0
     err = capsys.readouterr().err
     assert "records no input fingerprints" in err and "cannot check" in err and len(err.splitlines()) == 1
+
+
+def test_float16_underflow_is_an_error_and_auto_falls_back_to_float32(tmp_path, capsys):
+    # b_scale 1e-6: the refined factors hold values in float16's subnormal range (B·A off by > 1 %)
+    kw = dict(n_clients=3, n_layers=2, modules=("q_proj",), shape=(24, 20), rank=3, contaminated=0,
+              b_scale=1e-6, seed=2)
+    dirs = write_synthetic_adapters(tmp_path / "in", dtype="float16", **kw)
+    out = tmp_path / "o"
+    assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--dtype", "float16", "--jobs", "2"]) == 2
+    _one_line_error(capsys, "client 'client_", "q_proj.lora_", "underflow float16", "above 0.01",
+                    "--dtype float32")
+    assert not out.exists()
+    # auto (the inputs are float16): float32 instead, one note line, the --dtype float32 bytes
+    assert _run(["aggregate", *dirs, "--out", out, "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err.count("\n") == 1 and cap.err.startswith("note: client '") and "writes float32" in cap.err
+    assert "dtype float32 (the inputs' float16 cannot hold them)" in cap.out
+    ref = tmp_path / "ref"
+    assert _run(["aggregate", *dirs, "--out", ref, "--quiet", "--dtype", "float32"]) == 0
+    for d in dirs:
+        assert _dtypes(out / d.name) == {"F32"}
+        got, want = (load_file(str(o / d.name / "adapter_model.safetensors")) for o in (out, ref))
+        assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
+
+
+def test_overflow_error_is_one_line_with_workers(tmp_path, capsys):
+    # two modules on two workers: the cancelled task must not add joblib's warning
+    dirs = write_synthetic_adapters(tmp_path / "in", n_clients=3, n_layers=2, modules=("q_proj",),
+                                    shape=(24, 20), rank=3, contaminated=0, b_scale=3e5,
+                                    dtype="float32", seed=2)
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet", "--dtype", "float16",
+                 "--jobs", "2"]) == 2
+    _one_line_error(capsys, "client 'client_0", "do not fit float16", "--dtype float32")

@@ -13,7 +13,8 @@
 
 Bad input (missing files, non-LoRA adapters, mismatched modules or shapes, non-finite or
 truncated weights, fewer than 2 clients, a non-empty OUT without --overwrite, an unknown method,
-an adapter that is not plain LoRA, an impossible rank, values that do not fit --dtype, a
+an adapter that is not plain LoRA, an impossible rank, values that do not fit --dtype or
+underflow it (with --dtype auto: float32 is written instead, with a note), a
 ``--summary`` of another run) prints one line naming the file or module and exits with status 2;
 nothing is written. Warnings (clients on different base models, an untrained client) are one
 line each on stderr.
@@ -29,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from .aggregate import CLIENT_RULES, METHODS, ModuleOptions
-from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, adapter_fingerprint, check_distinct_dirs, input_dtype,
-                 load_adapters, stored_dtypes)
+from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, StorageDtypeError, adapter_fingerprint,
+                 check_distinct_dirs, input_dtype, load_adapters, stored_dtypes)
 from .reduce import reduce_module
 
 _NAMES_HELP = ("comma-separated client names, one per DIR, in order (they name the output "
@@ -94,7 +95,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      choices=("auto", "float32", "float16", "bfloat16"),
                      help="storage dtype of the output tensors; 'auto' (default): the inputs' "
                           "dtype when every client has the same one, float32 when they differ "
-                          "(a value that does not fit the dtype is an error, never inf)")
+                          "(a value that does not fit the dtype, or a tensor it changes by over "
+                          "1%% (underflow), is an error; with 'auto' the output is float32 then)")
     agg.add_argument("--jobs", type=int, default=None,
                      help="worker processes over modules (joblib); at most the number of modules "
                           "and of available cores (default: the available cores, capped so)")
@@ -168,10 +170,21 @@ def run_aggregate(args) -> int:
                             byzantine=getattr(args, "byzantine", None))
     adapters = _load(args)
     dtype = input_dtype(adapters) if args.dtype == "auto" else args.dtype
+    fallback = None
     try:
-        agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
-                                        dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
-                                        scheduler=args.scheduler, progress=not args.quiet)
+        try:
+            agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
+                                            dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
+                                            scheduler=args.scheduler, progress=not args.quiet)
+        except StorageDtypeError as exc:
+            if args.dtype != "auto" or dtype == "float32":
+                raise
+            # auto chose the inputs' dtype, which cannot hold these outputs: widen, not fail
+            print(f"note: {exc.detail}; --dtype auto writes float32 instead", file=sys.stderr)
+            fallback, dtype = dtype, "float32"
+            agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
+                                            dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
+                                            scheduler=args.scheduler, progress=not args.quiet)
     except OSError as exc:
         if exc.filename is None or not _at_out(Path(exc.filename), out):
             raise
@@ -210,7 +223,8 @@ def run_aggregate(args) -> int:
     n_out = sum((out / o / f).stat().st_size for o in summary["outputs"]
                 for f in (WEIGHTS_NAME, CONFIG_NAME))
     tags = stored_dtypes(adapters)
-    why = ("--dtype" if args.dtype != "auto" else f"the inputs' {tags[0]}" if len(tags) == 1
+    why = ("--dtype" if args.dtype != "auto" else f"the inputs' {fallback} cannot hold them"
+           if fallback else f"the inputs' {tags[0]}" if len(tags) == 1
            else f"the inputs hold {', '.join(tags)}")
     print(f"  output: {_size(n_out)} in {len(summary['outputs'])} adapter(s), "
           f"{n_out / n_in:.1f}x the inputs' {_size(n_in)}; dtype {dtype} ({why})"

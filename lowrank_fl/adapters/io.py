@@ -32,12 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["AdapterError", "AdapterWarning", "ClientAdapter", "AdapterSet", "ModuleFactors",
+__all__ = ["AdapterError", "AdapterWarning", "StorageDtypeError", "STORAGE_REL_ERROR", "ClientAdapter", "AdapterSet", "ModuleFactors",
            "load_adapters", "read_client", "save_adapter", "peft_config", "pattern_value",
            "CONFIG_NAME", "WEIGHTS_NAME", "module_key", "check_plain_lora", "PLAIN_INIT",
            "VARIANT_FIELDS", "check_peft_type",
            "default_names", "check_distinct_dirs", "input_dtype", "stored_dtypes",
-           "storage_array", "STORAGE", "config_scaling", "assemble_adapter_set",
+           "storage_array", "stored_values", "STORAGE", "config_scaling", "assemble_adapter_set",
            "adapter_fingerprint", "input_fingerprints"]
 
 CONFIG_NAME = "adapter_config.json"
@@ -48,6 +48,15 @@ _PREFIX = "base_model.model."
 
 class AdapterError(ValueError):
     """Bad adapter input; the message names the file or the module."""
+
+
+class StorageDtypeError(AdapterError):
+    """An output tensor does not fit its storage dtype (overflow) or loses more than
+    :data:`STORAGE_REL_ERROR` of it (underflow). ``detail``: the message without the advice."""
+
+    def __init__(self, detail: str):
+        super().__init__(f"{detail}; write with --dtype float32")
+        self.detail = detail
 
 
 class AdapterWarning(UserWarning):
@@ -543,17 +552,17 @@ STORAGE = {"float32": ("F32", "<f4"), "float16": ("F16", "<f2"), "bfloat16": ("B
            "float64": ("F64", "<f8")}
 
 
-def storage_array(x, dtype: str, name: str) -> tuple[str, np.ndarray]:
-    """``x`` cast to a storage dtype (see :data:`STORAGE`): ``(safetensors tag, array)``.
+#: the largest relative Frobenius error ``||cast(x) - x||_F / ||x||_F`` a stored tensor may have:
+#: 20x float16's unit roundoff 2^-11 (2.6x bfloat16's 2^-8). Rounding in a dtype's normal range
+#: stays below its unit roundoff, so only underflow (subnormals, values flushed to 0) exceeds it.
+STORAGE_REL_ERROR = 1e-2
 
-    bfloat16 is rounded to nearest (ties to even) from float32 and returned as its uint16 bits.
-    Raises :class:`AdapterError` naming ``name`` when a value does not fit the dtype (beyond
-    float16's 65504, say), instead of storing inf.
-    """
+
+def _cast(x: np.ndarray, dtype: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """(tag, the stored array, its values as floats) of ``x`` in a storage dtype."""
     if dtype not in STORAGE:
         raise ValueError(f"dtype must be one of {list(STORAGE)}, got {dtype!r}")
     tag, np_dtype = STORAGE[dtype]
-    x = np.asarray(x)
     with np.errstate(over="ignore", invalid="ignore"):
         wide = np.ascontiguousarray(x, dtype="<f4" if dtype == "bfloat16" else np_dtype)
     if dtype == "bfloat16":
@@ -562,10 +571,41 @@ def storage_array(x, dtype: str, name: str) -> tuple[str, np.ndarray]:
         back = (wide.astype(np.uint32) << 16).view(np.float32)
     else:
         back = wide
+    return tag, wide, back
+
+
+def stored_values(x, dtype: str) -> np.ndarray:
+    """The float64 values ``x`` has once stored in ``dtype`` (rounded to nearest; inf where it
+    overflows), same shape."""
+    with np.errstate(over="ignore"):
+        return _cast(np.asarray(x), dtype)[2].astype(np.float64)
+
+
+def storage_array(x, dtype: str, name: str) -> tuple[str, np.ndarray]:
+    """``x`` cast to a storage dtype (see :data:`STORAGE`): ``(safetensors tag, array)``.
+
+    bfloat16 is rounded to nearest (ties to even) from float32 and returned as its uint16 bits.
+    Raises :class:`StorageDtypeError` naming ``name`` when a value does not fit the dtype (beyond
+    float16's 65504, say), instead of storing inf, and when the cast changes the tensor by more
+    than :data:`STORAGE_REL_ERROR` in relative Frobenius norm (small values underflowing float16:
+    ``|x| < 6.1e-5`` are subnormal, ``< 3e-8`` become 0).
+    """
+    x = np.asarray(x)
+    tag, wide, back = _cast(x, dtype)
     if not np.all(np.isfinite(back)):
         big = float(np.max(np.abs(x)))
-        raise AdapterError(f"{name}: values up to {big:.3g} do not fit {dtype} (they would be "
-                           f"stored as inf); write with a wider --dtype (float32)")
+        raise StorageDtypeError(f"{name}: values up to {big:.3g} do not fit {dtype} (they would be "
+                                "stored as inf)")
+    x64 = np.asarray(x, dtype=np.float64)
+    norm = float(np.linalg.norm(x64))
+    if norm > 0:
+        rel = float(np.linalg.norm(back.astype(np.float64) - x64)) / norm
+        if rel > STORAGE_REL_ERROR:
+            nonzero = np.abs(x64[x64 != 0])
+            raise StorageDtypeError(
+                f"{name}: storing it as {dtype} changes it by {rel:.2g} (relative Frobenius "
+                f"error, above {STORAGE_REL_ERROR:g}): its values (down to {nonzero.min():.2g}, "
+                f"median {np.median(nonzero):.2g}) underflow {dtype}")
     return tag, wide
 
 
