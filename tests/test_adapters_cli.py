@@ -472,7 +472,8 @@ def test_names_default_unique_for_site_layout_and_override(src, tmp_path, capsys
         assert all(np.array_equal(x[k], y[k]) for k in x)
     capsys.readouterr()
     for names, needle in [("a,b", "got 2 names for 3"), ("a,a,b", "'a' is given twice"),
-                          ("a,../x,b", "'../x'"), ("a,summary.json,b", "summary.json")]:
+                          ("a,../x,b", "'../x'"), ("a,summary.json,b", "summary.json"),
+                          ("A,b,a", "'A' and 'a' differ only in case")]:
         assert _run(["aggregate", *dirs, "--out", tmp_path / "o3", "--names", names]) == 2
         _one_line_error(capsys, "names", needle)
     assert _run(["aggregate", dirs[0], dirs[1], dirs[0], "--out", tmp_path / "o3"]) == 2
@@ -631,3 +632,24 @@ def test_overflow_error_is_one_line_with_workers(tmp_path, capsys):
     assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet", "--dtype", "float16",
                  "--jobs", "2"]) == 2
     _one_line_error(capsys, "client 'client_0", "do not fit float16", "--dtype float32")
+
+
+def test_default_names_prefix_only_the_colliding_names(tmp_path):
+    from lowrank_fl.adapters.io import default_names
+    paths = [tmp_path / "w" / "s1" / "adapter", tmp_path / "w" / "s2" / "adapter",
+             tmp_path / "w" / "ad" / "client_03", tmp_path / "x" / "s1" / "Adapter"]
+    assert default_names(paths[:3]) == ["s1_adapter", "s2_adapter", "client_03"]
+    # equal up to case collide; the minimal distinct suffixes are w_s1_adapter / x_s1_Adapter
+    assert default_names(paths) == ["w_s1_adapter", "s2_adapter", "client_03", "x_s1_Adapter"]
+
+
+def test_rank_errors_name_the_option_and_summary_lists_end_with_an_ellipsis(src, tmp_path, capsys):
+    for flag in ("--rank", "--rank-out"):
+        assert _run(["aggregate", *src, "--out", tmp_path / "o", flag, "0"]) == 2
+        _one_line_error(capsys, f"{flag} must be an integer >= 1, got 0")
+    assert not (tmp_path / "o").exists()
+    fake = tmp_path / "summary.json"
+    fake.write_text(json.dumps({"method": "clair", "clients": [f"c{k}" for k in range(8)], "modules": {}}))
+    assert _run(["inspect", *src, "--summary", fake]) == 2
+    _one_line_error(capsys, "written for 8 clients ['c0', 'c1', 'c2', 'c3', 'c4', ...], but",
+                    f"{K} clients {[p.name for p in src]};")

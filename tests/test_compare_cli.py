@@ -140,3 +140,13 @@ def test_all_zero_W_hat_is_one_error_line_and_writes_nothing(tmp_path, capsys):
     _one_error_line(capsys, "W_hat: all K = 4 clients' matrices are equal", "objective F(0, 0) = 0",
                     "nothing to compare")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("cmd,key", [("clair", "W_hat"), ("noiseless", "W")])
+def test_W_of_the_wrong_dimension_names_the_file(tmp_path, instance, capsys, cmd, key):
+    path = tmp_path / "flat.npz"
+    np.savez(path, **{key: instance.W_hat[0]})
+    out = tmp_path / "o"
+    assert main(["compare", cmd, str(path), *LAM, "--out", str(out)]) == 2
+    _one_error_line(capsys, str(path), f"array {key!r} must have 3 dimensions (K, q, p)", "(4, 4)")
+    assert not out.exists()

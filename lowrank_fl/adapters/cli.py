@@ -160,6 +160,9 @@ def run_aggregate(args) -> int:
         except ImportError:
             raise ValueError("--scheduler needs the dask extra (pip install 'lowrank_fl[dask]'), "
                              "which is not installed") from None
+    for flag, v in (("--rank", args.rank), ("--rank-out", args.rank_out)):
+        if v is not None and v < 1:
+            raise ValueError(f"{flag} must be an integer >= 1, got {v}")
     if args.jobs is not None and (args.jobs == 0 or args.jobs < -1):
         raise ValueError(f"--jobs must be >= 1 (or -1: every available core), got {args.jobs}")
     check_output_dir(args.out, overwrite=args.overwrite, inputs=args.dirs)
@@ -286,12 +289,17 @@ def _read_summary(path: Path) -> dict:
     return summary
 
 
+def _first(names, n: int = 5) -> str:
+    """The first ``n`` names as a list, with "..." when there are more."""
+    return str(list(names[:n]))[:-1] + (", ...]" if len(names) > n else "]")
+
+
 def _check_summary(summary: dict, path, adapters) -> None:
     """The summary must come from an aggregate of these clients (names, order) and modules."""
     if summary["clients"] != adapters.names:
         raise AdapterError(f"--summary {path}: written for {len(summary['clients'])} clients "
-                           f"{summary['clients'][:5]}, but the directories given are "
-                           f"{adapters.n_clients} clients {adapters.names[:5]}; pass the same "
+                           f"{_first(summary['clients'])}, but the directories given are "
+                           f"{adapters.n_clients} clients {_first(adapters.names)}; pass the same "
                            "directories (and --names) as the aggregate")
     recorded = summary.get("input_sha256")
     if not isinstance(recorded, dict):

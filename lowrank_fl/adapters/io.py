@@ -357,15 +357,26 @@ _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@-]*$")
 
 
 def default_names(paths) -> list[str]:
-    """Distinct client names from the directories: the last path component when those are
-    distinct, else the fewest trailing components that make them distinct, joined by ``_``
-    (``site1/adapter``, ``site2/adapter`` → ``site1_adapter``, ``site2_adapter``)."""
+    """Distinct client names from the directories: the last path component, with parent
+    components prepended (joined by ``_``) only to the names that collide, as few as make them
+    distinct (``site1/adapter``, ``site2/adapter``, ``ad/client_3`` → ``site1_adapter``,
+    ``site2_adapter``, ``client_3``). Names equal up to case collide too (their output folders
+    would on a case-insensitive filesystem)."""
     parts = [Path(p).resolve().parts for p in paths]
-    for n in range(1, max(len(x) for x in parts) + 1):
-        names = ["_".join(x[-n:]).lstrip("/_") or "root" for x in parts]
-        if len(set(names)) == len(names):
+    depth = [1] * len(parts)
+    while True:
+        names = ["_".join(x[-d:]).lstrip("/_") or "root" for x, d in zip(parts, depth)]
+        groups: dict = {}
+        for i, n in enumerate(names):
+            groups.setdefault(n.lower(), []).append(i)
+        clashing = [i for g in groups.values() if len(g) > 1 for i in g]
+        if not clashing:
             return names
-    return [Path(p).resolve().name for p in paths]        # a directory given twice: load says so
+        grow = [i for i in clashing if depth[i] < len(parts[i])]
+        if not grow:                                   # a directory given twice: load says so
+            return [Path(p).resolve().name for p in paths]
+        for i in grow:
+            depth[i] += 1
 
 
 def check_distinct_dirs(paths) -> None:
@@ -392,6 +403,12 @@ def _check_names(names, n: int) -> list[str]:
     dup = sorted({x for x in names if names.count(x) > 1})
     if dup:
         raise AdapterError(f"names: {dup[0]!r} is given twice; client names must be distinct")
+    seen: dict = {}
+    for x in names:
+        if x.lower() in seen:
+            raise AdapterError(f"names: {seen[x.lower()]!r} and {x!r} differ only in case; their "
+                               "output folders would collide on a case-insensitive filesystem")
+        seen[x.lower()] = x
     return names
 
 
