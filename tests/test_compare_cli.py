@@ -150,3 +150,14 @@ def test_W_of_the_wrong_dimension_names_the_file(tmp_path, instance, capsys, cmd
     assert main(["compare", cmd, str(path), *LAM, "--out", str(out)]) == 2
     _one_error_line(capsys, str(path), f"array {key!r} must have 3 dimensions (K, q, p)", "(4, 4)")
     assert not out.exists()
+
+
+def test_readme_npz_snippet_runs(tmp_path, monkeypatch):
+    """The README's one-liner that writes a §7 instance for `compare clair` runs as written."""
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    snippet, = [s for s in re.findall(r"`([^`]+)`", readme) if "W_hat=clair.simulate" in s]
+    monkeypatch.chdir(tmp_path)
+    exec("import numpy as np\n" + snippet, {})
+    assert np.load(tmp_path / "W_hat.npz")["W_hat"].shape == (20, 10, 10)
