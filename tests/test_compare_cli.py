@@ -157,7 +157,7 @@ def test_readme_npz_snippet_runs(tmp_path, monkeypatch):
     import re
     from pathlib import Path
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    snippet, = [s for s in re.findall(r"`([^`]+)`", readme) if "W_hat=clair.simulate" in s]
+    snippet, = re.findall(r"`([^`\n]*W_hat=[^`\n]*simulate\([^`\n]*)`", readme)
     monkeypatch.chdir(tmp_path)
     exec("import numpy as np\n" + snippet, {})
     assert np.load(tmp_path / "W_hat.npz")["W_hat"].shape == (20, 10, 10)
