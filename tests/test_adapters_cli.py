@@ -472,7 +472,8 @@ def test_names_default_unique_for_site_layout_and_override(src, tmp_path, capsys
         assert all(np.array_equal(x[k], y[k]) for k in x)
     capsys.readouterr()
     for names, needle in [("a,b", "got 2 names for 3"), ("a,a,b", "'a' is given twice"),
-                          ("a,../x,b", "'../x'"), ("a,summary.json,b", "summary.json")]:
+                          ("a,../x,b", "'../x'"), ("a,summary.json,b", "summary.json"),
+                          ("A,b,a", "'A' and 'a' differ only in case")]:
         assert _run(["aggregate", *dirs, "--out", tmp_path / "o3", "--names", names]) == 2
         _one_line_error(capsys, "names", needle)
     assert _run(["aggregate", dirs[0], dirs[1], dirs[0], "--out", tmp_path / "o3"]) == 2
@@ -565,3 +566,90 @@ def test_float16_overflow_is_an_error_not_inf(tmp_path, capsys):
     assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--dtype", "float32"]) == 0
     t = load_file(str(out / dirs[0].name / "adapter_model.safetensors"))
     assert max(float(np.abs(v).max()) for v in t.values()) > 65504       # so float16 was wrong
+
+
+def test_summary_of_other_adapters_with_the_same_names_is_refused(src, tmp_path, capsys):
+    """Same client and module names, other weights: the summary's input sha256 tells them apart."""
+    out = tmp_path / "o"
+    assert _run(["aggregate", *src[:3], "--out", out, "--quiet"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert sorted(s["input_sha256"]) == sorted(s["clients"])
+    assert all(v.startswith("sha256:") and len(v) == 71 for v in s["input_sha256"].values())
+    other = write_synthetic_adapters(tmp_path / "other", n_clients=3, n_layers=2,
+                                     modules=("q_proj", "v_proj"), shape=(24, 20), rank=3,
+                                     contaminated=1, dtype="float32", seed=1)
+    assert [p.name for p in other] == [p.name for p in src[:3]]
+    capsys.readouterr()
+    assert _run(["inspect", *other, "--summary", out / "summary.json"]) == 2
+    _one_line_error(capsys, f"client {other[0].name!r}", "not the adapter this summary was written for")
+    # only the config differs (one byte of lora_alpha): refused too, naming that client
+    moved = _copy(src[:3], tmp_path)
+    cfg = json.loads((moved[1] / "adapter_config.json").read_text())
+    (moved[1] / "adapter_config.json").write_text(json.dumps(dict(cfg, lora_alpha=cfg["lora_alpha"] + 1)))
+    assert _run(["inspect", *moved, "--summary", out / "summary.json"]) == 2
+    _one_line_error(capsys, f"client {moved[1].name!r}")
+    # copies of the same files elsewhere are the same inputs
+    same = _copy(src[:3], tmp_path / "same")
+    assert _run(["inspect", *same, "--summary", out / "summary.json"]) == 0
+    assert "warning" not in capsys.readouterr().err
+    # an older summary without fingerprints: accepted with a warning that it cannot be checked
+    del s["input_sha256"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(s))
+    assert _run(["inspect", *other, "--summary", old]) == 0
+    err = capsys.readouterr().err
+    assert "records no input fingerprints" in err and "cannot check" in err and len(err.splitlines()) == 1
+
+
+def test_float16_underflow_is_an_error_and_auto_falls_back_to_float32(tmp_path, capsys):
+    # b_scale 1e-6: the refined factors hold values in float16's subnormal range (B·A off by > 1 %)
+    kw = dict(n_clients=3, n_layers=2, modules=("q_proj",), shape=(24, 20), rank=3, contaminated=0,
+              b_scale=1e-6, seed=2)
+    dirs = write_synthetic_adapters(tmp_path / "in", dtype="float16", **kw)
+    out = tmp_path / "o"
+    assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--dtype", "float16", "--jobs", "2"]) == 2
+    _one_line_error(capsys, "client 'client_", "q_proj.lora_", "underflow float16", "above 0.01",
+                    "--dtype float32")
+    assert not out.exists()
+    # auto (the inputs are float16): float32 instead, one note line, the --dtype float32 bytes
+    assert _run(["aggregate", *dirs, "--out", out, "--quiet"]) == 0
+    cap = capsys.readouterr()
+    assert cap.err.count("\n") == 1 and cap.err.startswith("note: client '") and "writes float32" in cap.err
+    assert "dtype float32 (the inputs' float16 cannot hold them)" in cap.out
+    ref = tmp_path / "ref"
+    assert _run(["aggregate", *dirs, "--out", ref, "--quiet", "--dtype", "float32"]) == 0
+    for d in dirs:
+        assert _dtypes(out / d.name) == {"F32"}
+        got, want = (load_file(str(o / d.name / "adapter_model.safetensors")) for o in (out, ref))
+        assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
+
+
+def test_overflow_error_is_one_line_with_workers(tmp_path, capsys):
+    # two modules on two workers: the cancelled task must not add joblib's warning
+    dirs = write_synthetic_adapters(tmp_path / "in", n_clients=3, n_layers=2, modules=("q_proj",),
+                                    shape=(24, 20), rank=3, contaminated=0, b_scale=3e5,
+                                    dtype="float32", seed=2)
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet", "--dtype", "float16",
+                 "--jobs", "2"]) == 2
+    _one_line_error(capsys, "client 'client_0", "do not fit float16", "--dtype float32")
+
+
+def test_default_names_prefix_only_the_colliding_names(tmp_path):
+    from lowrank_fl.adapters.io import default_names
+    paths = [tmp_path / "w" / "s1" / "adapter", tmp_path / "w" / "s2" / "adapter",
+             tmp_path / "w" / "ad" / "client_03", tmp_path / "x" / "s1" / "Adapter"]
+    assert default_names(paths[:3]) == ["s1_adapter", "s2_adapter", "client_03"]
+    # equal up to case collide; the minimal distinct suffixes are w_s1_adapter / x_s1_Adapter
+    assert default_names(paths) == ["w_s1_adapter", "s2_adapter", "client_03", "x_s1_Adapter"]
+
+
+def test_rank_errors_name_the_option_and_summary_lists_end_with_an_ellipsis(src, tmp_path, capsys):
+    for flag in ("--rank", "--rank-out"):
+        assert _run(["aggregate", *src, "--out", tmp_path / "o", flag, "0"]) == 2
+        _one_line_error(capsys, f"{flag} must be an integer >= 1, got 0")
+    assert not (tmp_path / "o").exists()
+    fake = tmp_path / "summary.json"
+    fake.write_text(json.dumps({"method": "clair", "clients": [f"c{k}" for k in range(8)], "modules": {}}))
+    assert _run(["inspect", *src, "--summary", fake]) == 2
+    _one_line_error(capsys, "written for 8 clients ['c0', 'c1', 'c2', 'c3', 'c4', ...], but",
+                    f"{K} clients {[p.name for p in src]};")

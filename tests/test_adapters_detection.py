@@ -260,3 +260,14 @@ def test_robust_methods_on_adapters_lift_exactly(method):
         A, B, _ = r2.outputs["aggregated"][m]
         A0, B0, s0 = cl["c0"][m]
         assert np.allclose(B @ A, s0 * B0 @ A0, atol=1e-10)
+
+
+def test_per_module_sentence_says_the_client_is_outside_the_set():
+    det = {"rule": "per-module", "flagged": ["client_03", "client_05"],
+           "scores": {"client_03": 1.0, "client_05": 0.5}, "pooled_scores": {"client_03": 2.0},
+           "pooled_threshold": 1.5, "separated_modules": ["m1", "m2"],
+           "modules": {"m1": {"gap_ratio": 4.0}, "m2": {"gap_ratio": None}}}
+    s = detection_sentence(det)
+    assert ": client_03 is outside the set (8) in 100% of the modules; client_05 is outside the " \
+           "set (8) in 50% of the modules (2 module(s) separated;" in s
+    assert "excluded by client" not in s

@@ -135,3 +135,41 @@ def test_module_example_runs():
 
     from lowrank_fl.adapters import memory
     assert doctest.testmod(memory).failed == 0
+
+
+@pytest.mark.parametrize("change,match", [({"use_dora": True}, r"use_dora=True \(DoRA\) is not supported"),
+                                          ({"peft_type": "ADALORA"}, "peft_type is 'ADALORA'"),
+                                          ({"init_lora_weights": "loftq"}, "rewrites the base weight"),
+                                          ({"init_lora_weights": "pissa"}, "rewrites the base weight"),
+                                          ({"r": "four"}, "field 'r' must be an integer >= 1, got 'four'")])
+def test_state_dict_config_refused_as_the_directory_path_refuses(src, tmp_path, change, match):
+    """The same refusal, word for word after the name of the config, as read_client's."""
+    from lowrank_fl.adapters.io import read_client
+    sd, cfg = load_file(str(src[0] / "adapter_model.safetensors")), json.loads((src[0] / "adapter_config.json").read_text())
+    bad = dict(cfg, **change)
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / "adapter_model.safetensors").write_bytes((src[0] / "adapter_model.safetensors").read_bytes())
+    (d / "adapter_config.json").write_text(json.dumps(bad))
+    with pytest.raises(AdapterError, match=match) as from_dir:
+        read_client(d)
+    with pytest.raises(AdapterError, match=match) as from_memory:
+        factors_from_state_dict(sd, bad)
+    assert str(from_memory.value) == "config" + str(from_dir.value)[len(str(d / "adapter_config.json")):]
+
+
+def test_state_dict_config_may_be_a_lora_config_object():
+    peft = pytest.importorskip("peft")
+    rng = np.random.default_rng(1)
+    sd = {"m.lora_A.weight": rng.standard_normal((4, 6)), "m.lora_B.weight": rng.standard_normal((5, 4))}
+    cfg = peft.LoraConfig(r=4, lora_alpha=6, use_rslora=True)
+    (A, B, s), = factors_from_state_dict(sd, cfg).values()
+    assert s == 6 / 2 and np.array_equal(A, sd["m.lora_A.weight"])     # rsLoRA: alpha / sqrt(r)
+    with pytest.raises(AdapterError, match=r"use_dora=True \(DoRA\)"):
+        factors_from_state_dict(sd, peft.LoraConfig(r=4, use_dora=True))
+    with pytest.raises(AdapterError, match="peft_type is 'ADALORA'"):
+        factors_from_state_dict(sd, peft.AdaLoraConfig(total_step=10))
+    with pytest.raises(AdapterError, match="rewrites the base weight"):
+        factors_from_state_dict(sd, peft.LoraConfig(r=4, init_lora_weights="pissa"))
+    with pytest.raises(AdapterError, match="a mapping or a peft LoraConfig"):
+        factors_from_state_dict(sd, [("r", 4)])

@@ -10,7 +10,7 @@ from safetensors.numpy import load_file, save_file
 from lowrank_fl.adapters import (ModuleOptions, aggregate_adapters, aggregate_to_dir, load_adapters,
                                  write_outputs)
 from lowrank_fl.adapters import run as run_mod
-from lowrank_fl.adapters.io import AdapterError
+from lowrank_fl.adapters.io import STORAGE, AdapterError
 from lowrank_fl.adapters.stream import SafetensorsStreamWriter
 from lowrank_fl.outdir import MARKER, OutputDir
 from lowrank_fl.adapters.synthetic import write_synthetic_adapters
@@ -141,3 +141,42 @@ def test_aggregate_to_dir_failure_leaves_out_untouched(src, tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     with pytest.raises(ValueError, match="not empty"):
         aggregate_to_dir(ad, ModuleOptions(), out, progress=False)
+
+
+def test_storage_precision_loss_is_an_error_named_by_tensor():
+    """Rounding in float16's normal range stays within its unit roundoff 2^-11 (checked against
+    numpy's own cast); underflow (subnormals, flush to zero) is refused above STORAGE_REL_ERROR."""
+    from lowrank_fl.adapters.io import STORAGE_REL_ERROR, StorageDtypeError, storage_array
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((30, 4))
+    for scale in (1.0, 1e-3):                              # normal range: accepted, numpy's bits
+        tag, a = storage_array(scale * x, "float16", "t")
+        assert tag == "F16" and np.array_equal(a, (scale * x).astype(np.float16))
+        assert np.linalg.norm(a - scale * x) / np.linalg.norm(scale * x) <= 2.0 ** -11
+    assert storage_array(np.zeros((3, 2)), "float16", "t")[1].sum() == 0    # a zero tensor is exact
+    for scale, dtype in ((1e-6, "float16"), (1e-8, "float16"), (1e-44, "float32")):
+        want = np.linalg.norm((scale * x).astype(STORAGE[dtype][1]) - scale * x) / np.linalg.norm(scale * x)
+        assert want > STORAGE_REL_ERROR
+        with pytest.raises(StorageDtypeError, match=rf"^t: storing it as {dtype} changes it by {want:.2g} "
+                                                    r".*underflow .*; write with --dtype float32$"):
+            storage_array(scale * x, dtype, "t")
+    assert storage_array(1e-30 * x, "bfloat16", "t")[0] == "BF16"    # bf16 has float32's range
+
+
+def test_stream_writer_refuses_a_product_that_underflows(tmp_path):
+    """The module's B·A error (from Grams, nothing out x in formed) is the dense one, and the
+    message names the output, the module and the worse tensor."""
+    from lowrank_fl.adapters.io import StorageDtypeError
+    from lowrank_fl.adapters.stream import AdapterStreamWriter
+    rng = np.random.default_rng(2)
+    B, A = rng.standard_normal((24, 3)) * 1e-6, rng.standard_normal((3, 20)) * 0.3
+    dense = np.linalg.norm(B.astype(np.float16).astype(float) @ A.astype(np.float16).astype(float) - B @ A) \
+        / np.linalg.norm(B @ A)
+    assert dense > 1e-2
+    w = AdapterStreamWriter(tmp_path / "c1", {"r": 3, "lora_alpha": 3}, ["m"], dtype="float16", label="client 'c1'")
+    with pytest.raises(StorageDtypeError, match=rf"^client 'c1', tensor 'm.lora_B.weight': .* B·A by {dense:.2g} "):
+        w.add("m", B, A)
+    w.abort()
+    w = AdapterStreamWriter(tmp_path / "c2", {"r": 3, "lora_alpha": 3}, ["m"], dtype="float32")
+    w.add("m", B, A)                                       # float32 holds them
+    w.close()

@@ -628,7 +628,7 @@ def _adapters():
         c("cli-adapters-aggregate-method-unknown", lambda t: agg(t, "--method", "bogus"), "--method"),
         c("cli-adapters-aggregate-out-nonempty", lambda t: agg(t, "--out", _nonempty(t)), "out"),
         c("cli-adapters-aggregate-lam-L-without-lam-S", lambda t: agg(t, "--lam-L", "0.1"), "lam_S"),
-        c("cli-adapters-aggregate-rank-out-zero", lambda t: agg(t, "--rank-out", "0"), "rank_out"),
+        c("cli-adapters-aggregate-rank-out-zero", lambda t: agg(t, "--rank-out", "0"), "--rank-out"),
         c("cli-adapters-aggregate-energy-above-one", lambda t: agg(t, "--energy", "1.5"), "--energy"),
         c("cli-adapters-aggregate-alpha-nan", lambda t: agg(t, "--alpha", "nan"), "alpha"),
         c("cli-adapters-aggregate-jobs-zero", lambda t: agg(t, "--jobs", "0"), "--jobs"),

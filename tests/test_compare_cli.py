@@ -140,3 +140,24 @@ def test_all_zero_W_hat_is_one_error_line_and_writes_nothing(tmp_path, capsys):
     _one_error_line(capsys, "W_hat: all K = 4 clients' matrices are equal", "objective F(0, 0) = 0",
                     "nothing to compare")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("cmd,key", [("clair", "W_hat"), ("noiseless", "W")])
+def test_W_of_the_wrong_dimension_names_the_file(tmp_path, instance, capsys, cmd, key):
+    path = tmp_path / "flat.npz"
+    np.savez(path, **{key: instance.W_hat[0]})
+    out = tmp_path / "o"
+    assert main(["compare", cmd, str(path), *LAM, "--out", str(out)]) == 2
+    _one_error_line(capsys, str(path), f"array {key!r} must have 3 dimensions (K, q, p)", "(4, 4)")
+    assert not out.exists()
+
+
+def test_readme_npz_snippet_runs(tmp_path, monkeypatch):
+    """The README's one-liner that writes a §7 instance for `compare clair` runs as written."""
+    import re
+    from pathlib import Path
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    snippet, = re.findall(r"`([^`\n]*W_hat=[^`\n]*simulate\([^`\n]*)`", readme)
+    monkeypatch.chdir(tmp_path)
+    exec("import numpy as np\n" + snippet, {})
+    assert np.load(tmp_path / "W_hat.npz")["W_hat"].shape == (20, 10, 10)

@@ -377,3 +377,30 @@ def test_the_example_app_runs_on_the_simulation_engine(tmp_path):
     finally:
         sys.path.remove(str(ROOT / "examples" / "flower_clair"))
     assert (tmp_path / "foreign" / "summary.json").read_text() == "{}"
+
+
+@pytest.mark.parametrize("change,reason", [({"use_dora": True}, r"use_dora=True \(DoRA\) is not supported"),
+                                           ({"init_lora_weights": "pissa"}, "rewrites the base weight"),
+                                           ({"peft_type": "ADALORA"}, "peft_type is 'ADALORA'")])
+def test_a_client_whose_adapter_is_not_plain_lora_is_rejected(src, change, reason):
+    """config_record carries use_dora / init_lora_weights / peft_type, so the server refuses what
+    the CLI refuses: the reply is 'rejected' with the reason, the others are aggregated."""
+    state, cfg = _state_and_config(src[1])
+    rec = config_record(dict(cfg, **change))
+    assert config_from_record(rec)[next(iter(change))] == next(iter(change.values()))
+    replies = _replies(src)
+    replies[1] = _reply(NODES[1], state, dict(cfg, **change))
+    st = ClairStrategy(module_options=F32)
+    with pytest.warns(UserWarning, match=f"node {NODES[1]} left out: .*{reason}"):
+        st.aggregate_train(1, replies)
+    assert set(st.rounds[1].rejected) == {NODES[1]}
+    assert st.rounds[1].participants == tuple(n for n in NODES if n != NODES[1])
+
+
+def test_config_record_of_a_peft_lora_config_carries_the_checked_fields():
+    peft = pytest.importorskip("peft")
+    rec = config_record(peft.LoraConfig(r=4, lora_alpha=8, use_dora=True).to_dict())
+    assert (rec["peft_type"], rec["use_dora"], rec["init_lora_weights"]) == ("LORA", True, True)
+    with pytest.raises(Exception, match="DoRA"):
+        factors_from_state_dict({"m.lora_A.weight": np.ones((4, 6)), "m.lora_B.weight": np.ones((5, 4))},
+                                config_from_record(rec))

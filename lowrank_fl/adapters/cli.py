@@ -13,7 +13,8 @@
 
 Bad input (missing files, non-LoRA adapters, mismatched modules or shapes, non-finite or
 truncated weights, fewer than 2 clients, a non-empty OUT without --overwrite, an unknown method,
-an adapter that is not plain LoRA, an impossible rank, values that do not fit --dtype, a
+an adapter that is not plain LoRA, an impossible rank, values that do not fit --dtype or
+underflow it (with --dtype auto: float32 is written instead, with a note), a
 ``--summary`` of another run) prints one line naming the file or module and exits with status 2;
 nothing is written. Warnings (clients on different base models, an untrained client) are one
 line each on stderr.
@@ -29,8 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from .aggregate import CLIENT_RULES, METHODS, ModuleOptions
-from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, check_distinct_dirs, input_dtype,
-                 load_adapters, stored_dtypes)
+from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, StorageDtypeError, adapter_fingerprint,
+                 check_distinct_dirs, input_dtype, load_adapters, stored_dtypes)
 from .reduce import reduce_module
 
 _NAMES_HELP = ("comma-separated client names, one per DIR, in order (they name the output "
@@ -94,7 +95,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      choices=("auto", "float32", "float16", "bfloat16"),
                      help="storage dtype of the output tensors; 'auto' (default): the inputs' "
                           "dtype when every client has the same one, float32 when they differ "
-                          "(a value that does not fit the dtype is an error, never inf)")
+                          "(a value that does not fit the dtype, or a tensor it changes by over "
+                          "1%% (underflow), is an error; with 'auto' the output is float32 then)")
     agg.add_argument("--jobs", type=int, default=None,
                      help="worker processes over modules (joblib); at most the number of modules "
                           "and of available cores (default: the available cores, capped so)")
@@ -158,6 +160,9 @@ def run_aggregate(args) -> int:
         except ImportError:
             raise ValueError("--scheduler needs the dask extra (pip install 'lowrank_fl[dask]'), "
                              "which is not installed") from None
+    for flag, v in (("--rank", args.rank), ("--rank-out", args.rank_out)):
+        if v is not None and v < 1:
+            raise ValueError(f"{flag} must be an integer >= 1, got {v}")
     if args.jobs is not None and (args.jobs == 0 or args.jobs < -1):
         raise ValueError(f"--jobs must be >= 1 (or -1: every available core), got {args.jobs}")
     check_output_dir(args.out, overwrite=args.overwrite, inputs=args.dirs)
@@ -168,10 +173,21 @@ def run_aggregate(args) -> int:
                             byzantine=getattr(args, "byzantine", None))
     adapters = _load(args)
     dtype = input_dtype(adapters) if args.dtype == "auto" else args.dtype
+    fallback = None
     try:
-        agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
-                                        dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
-                                        scheduler=args.scheduler, progress=not args.quiet)
+        try:
+            agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
+                                            dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
+                                            scheduler=args.scheduler, progress=not args.quiet)
+        except StorageDtypeError as exc:
+            if args.dtype != "auto" or dtype == "float32":
+                raise
+            # auto chose the inputs' dtype, which cannot hold these outputs: widen, not fail
+            print(f"note: {exc.detail}; --dtype auto writes float32 instead", file=sys.stderr)
+            fallback, dtype = dtype, "float32"
+            agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
+                                            dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
+                                            scheduler=args.scheduler, progress=not args.quiet)
     except OSError as exc:
         if exc.filename is None or not _at_out(Path(exc.filename), out):
             raise
@@ -210,7 +226,8 @@ def run_aggregate(args) -> int:
     n_out = sum((out / o / f).stat().st_size for o in summary["outputs"]
                 for f in (WEIGHTS_NAME, CONFIG_NAME))
     tags = stored_dtypes(adapters)
-    why = ("--dtype" if args.dtype != "auto" else f"the inputs' {tags[0]}" if len(tags) == 1
+    why = ("--dtype" if args.dtype != "auto" else f"the inputs' {fallback} cannot hold them"
+           if fallback else f"the inputs' {tags[0]}" if len(tags) == 1
            else f"the inputs hold {', '.join(tags)}")
     print(f"  output: {_size(n_out)} in {len(summary['outputs'])} adapter(s), "
           f"{n_out / n_in:.1f}x the inputs' {_size(n_in)}; dtype {dtype} ({why})"
@@ -272,13 +289,28 @@ def _read_summary(path: Path) -> dict:
     return summary
 
 
+def _first(names, n: int = 5) -> str:
+    """The first ``n`` names as a list, with "..." when there are more."""
+    return str(list(names[:n]))[:-1] + (", ...]" if len(names) > n else "]")
+
+
 def _check_summary(summary: dict, path, adapters) -> None:
     """The summary must come from an aggregate of these clients (names, order) and modules."""
     if summary["clients"] != adapters.names:
         raise AdapterError(f"--summary {path}: written for {len(summary['clients'])} clients "
-                           f"{summary['clients'][:5]}, but the directories given are "
-                           f"{adapters.n_clients} clients {adapters.names[:5]}; pass the same "
+                           f"{_first(summary['clients'])}, but the directories given are "
+                           f"{adapters.n_clients} clients {_first(adapters.names)}; pass the same "
                            "directories (and --names) as the aggregate")
+    recorded = summary.get("input_sha256")
+    if not isinstance(recorded, dict):
+        print(f"warning: --summary {path} records no input fingerprints (an older lowrank-fl "
+              "wrote it): cannot check that it was written for these adapters", file=sys.stderr)
+    else:
+        for c in adapters.clients:
+            if recorded.get(c.name) != adapter_fingerprint(c.path):
+                raise AdapterError(f"--summary {path}: client {c.name!r} ({c.path}) is not the "
+                                   "adapter this summary was written for (its files' sha256 "
+                                   "differs); pass the aggregate's own client directories")
     differ = sorted(set(adapters.modules) ^ set(summary["modules"]))
     if differ:
         raise AdapterError(f"--summary {path}: its modules differ from the adapters' "

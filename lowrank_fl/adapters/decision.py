@@ -78,9 +78,11 @@ def detection_sentence(det: dict) -> str:
         ev = ", ".join(f"{n} {det['scores'][n]:.2f}" for n in det["flagged"])
         return (f"flagged {', '.join(det['flagged'])} by the pooled rule over all modules (pooled "
                 f"score {ev} > {det['threshold']:.2f}; {n_sep} module(s) separated on their own).")
-    ev = ", ".join(f"{n} in {det['scores'][n]:.0%}" for n in det["flagged"])
+    # "<client> is outside ...", not "excluded by <client>": the sets (8) exclude the client
+    ev = "; ".join(f"{n} is outside the set (8) in {det['scores'][n]:.0%} of the modules"
+                   for n in det["flagged"])
     what = {"per-module": "each in the modules whose set (8) excludes it",
             "majority": "in every module (excluded by a majority of modules' sets (8))",
             "any": "in every module (excluded by at least one module's set (8))"}[rule]
-    return (f"flagged {', '.join(det['flagged'])} {what}: excluded by {ev} of the modules "
-            f"({n_sep} module(s) separated; {pooled}).")
+    return (f"flagged {', '.join(det['flagged'])} {what}: {ev} ({n_sep} module(s) separated; "
+            f"{pooled}).")

@@ -20,6 +20,7 @@ converted to float64. Nothing out × in is ever formed here.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -31,11 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["AdapterError", "AdapterWarning", "ClientAdapter", "AdapterSet", "ModuleFactors",
+__all__ = ["AdapterError", "AdapterWarning", "StorageDtypeError", "STORAGE_REL_ERROR", "ClientAdapter", "AdapterSet", "ModuleFactors",
            "load_adapters", "read_client", "save_adapter", "peft_config", "pattern_value",
            "CONFIG_NAME", "WEIGHTS_NAME", "module_key", "check_plain_lora", "PLAIN_INIT",
+           "VARIANT_FIELDS", "check_peft_type",
            "default_names", "check_distinct_dirs", "input_dtype", "stored_dtypes",
-           "storage_array", "STORAGE", "config_scaling", "assemble_adapter_set"]
+           "storage_array", "stored_values", "STORAGE", "config_scaling", "assemble_adapter_set",
+           "adapter_fingerprint", "input_fingerprints"]
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
@@ -45,6 +48,15 @@ _PREFIX = "base_model.model."
 
 class AdapterError(ValueError):
     """Bad adapter input; the message names the file or the module."""
+
+
+class StorageDtypeError(AdapterError):
+    """An output tensor does not fit its storage dtype (overflow) or loses more than
+    :data:`STORAGE_REL_ERROR` of it (underflow). ``detail``: the message without the advice."""
+
+    def __init__(self, detail: str):
+        super().__init__(f"{detail}; write with --dtype float32")
+        self.detail = detail
 
 
 class AdapterWarning(UserWarning):
@@ -60,8 +72,17 @@ PLAIN_INIT = (True, False, "gaussian", "orthogonal", "eva", "mica")
 # so the model is W_res + s B A with W_res != W0
 _BASE_REWRITING = ("pissa", "olora", "corda", "loftq", "lora_ga")
 # config fields that turn on a LoRA variant with another forward than W0 x + s B A x
-_VARIANTS = ("use_dora", "use_qalora", "velora_config", "alora_invocation_tokens",
+VARIANT_FIELDS = ("use_dora", "use_qalora", "velora_config", "alora_invocation_tokens",
              "monteclora_config", "use_bdlora", "arrow_config", "kasa_config")
+
+
+def check_peft_type(config: dict, where, *, required: bool = True) -> None:
+    """Refuse a config whose ``peft_type`` is not LoRA (AdaLoRA, IA3, ...); a missing
+    ``peft_type`` is refused too unless ``required`` is false (a hand-written config dict)."""
+    ptype = config.get("peft_type", None if required else "LORA")
+    ptype = getattr(ptype, "value", ptype)               # peft's PeftType enum → its string
+    if ptype != "LORA":
+        raise AdapterError(f"{where}: peft_type is {ptype!r}; only 'LORA' adapters are supported")
 
 
 def check_plain_lora(config: dict, where) -> None:
@@ -83,7 +104,7 @@ def check_plain_lora(config: dict, where) -> None:
                 f"conversion)")
         raise AdapterError(f"{where}: init_lora_weights={init!r} is not supported; expected one "
                            f"of {', '.join(map(repr, PLAIN_INIT))} (a plain LoRA update s·B·A)")
-    for key in _VARIANTS:
+    for key in VARIANT_FIELDS:
         if config.get(key):
             what = "DoRA" if key == "use_dora" else "a LoRA variant"
             raise AdapterError(f"{where}: {key}={config[key]!r} ({what}) is not supported; plain "
@@ -285,10 +306,7 @@ def read_client(path, name: str | None = None) -> ClientAdapter:
         raise AdapterError(f"{cfg_file}: not valid JSON ({exc})") from None
     if not isinstance(config, dict):
         raise AdapterError(f"{cfg_file}: expected a JSON object")
-    ptype = config.get("peft_type")
-    if ptype != "LORA":
-        raise AdapterError(f"{cfg_file}: peft_type is {ptype!r}; only 'LORA' adapters are "
-                           "supported")
+    check_peft_type(config, cfg_file)
     check_plain_lora(config, cfg_file)
     return ClientAdapter(name=name or path.resolve().name, path=path, config=config,
                          header=_read_header(w_file))
@@ -339,15 +357,26 @@ _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+=@-]*$")
 
 
 def default_names(paths) -> list[str]:
-    """Distinct client names from the directories: the last path component when those are
-    distinct, else the fewest trailing components that make them distinct, joined by ``_``
-    (``site1/adapter``, ``site2/adapter`` → ``site1_adapter``, ``site2_adapter``)."""
+    """Distinct client names from the directories: the last path component, with parent
+    components prepended (joined by ``_``) only to the names that collide, as few as make them
+    distinct (``site1/adapter``, ``site2/adapter``, ``ad/client_3`` → ``site1_adapter``,
+    ``site2_adapter``, ``client_3``). Names equal up to case collide too (their output folders
+    would on a case-insensitive filesystem)."""
     parts = [Path(p).resolve().parts for p in paths]
-    for n in range(1, max(len(x) for x in parts) + 1):
-        names = ["_".join(x[-n:]).lstrip("/_") or "root" for x in parts]
-        if len(set(names)) == len(names):
+    depth = [1] * len(parts)
+    while True:
+        names = ["_".join(x[-d:]).lstrip("/_") or "root" for x, d in zip(parts, depth)]
+        groups: dict = {}
+        for i, n in enumerate(names):
+            groups.setdefault(n.lower(), []).append(i)
+        clashing = [i for g in groups.values() if len(g) > 1 for i in g]
+        if not clashing:
             return names
-    return [Path(p).resolve().name for p in paths]        # a directory given twice: load says so
+        grow = [i for i in clashing if depth[i] < len(parts[i])]
+        if not grow:                                   # a directory given twice: load says so
+            return [Path(p).resolve().name for p in paths]
+        for i in grow:
+            depth[i] += 1
 
 
 def check_distinct_dirs(paths) -> None:
@@ -374,7 +403,33 @@ def _check_names(names, n: int) -> list[str]:
     dup = sorted({x for x in names if names.count(x) > 1})
     if dup:
         raise AdapterError(f"names: {dup[0]!r} is given twice; client names must be distinct")
+    seen: dict = {}
+    for x in names:
+        if x.lower() in seen:
+            raise AdapterError(f"names: {seen[x.lower()]!r} and {x!r} differ only in case; their "
+                               "output folders would collide on a case-insensitive filesystem")
+        seen[x.lower()] = x
     return names
+
+
+def adapter_fingerprint(path) -> str:
+    """``"sha256:<hex>"`` of an adapter directory's config and safetensors bytes: what an
+    aggregate's summary records so that ``inspect --summary`` can tell another run's inputs."""
+    h = hashlib.sha256()
+    for name in (CONFIG_NAME, WEIGHTS_NAME):
+        with open(Path(path) / name, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0" + name.encode() + b"\0")
+    return "sha256:" + h.hexdigest()
+
+
+def input_fingerprints(adapters: "AdapterSet") -> dict | None:
+    """``{client: adapter_fingerprint}`` when every client is an adapter directory, else None
+    (in-memory clients have no files to recognise)."""
+    if not all(isinstance(c, ClientAdapter) for c in adapters.clients):
+        return None
+    return {c.name: adapter_fingerprint(c.path) for c in adapters.clients}
 
 
 def stored_dtypes(adapters: "AdapterSet") -> list[str]:
@@ -514,17 +569,17 @@ STORAGE = {"float32": ("F32", "<f4"), "float16": ("F16", "<f2"), "bfloat16": ("B
            "float64": ("F64", "<f8")}
 
 
-def storage_array(x, dtype: str, name: str) -> tuple[str, np.ndarray]:
-    """``x`` cast to a storage dtype (see :data:`STORAGE`): ``(safetensors tag, array)``.
+#: the largest relative Frobenius error ``||cast(x) - x||_F / ||x||_F`` a stored tensor may have:
+#: 20x float16's unit roundoff 2^-11 (2.6x bfloat16's 2^-8). Rounding in a dtype's normal range
+#: stays below its unit roundoff, so only underflow (subnormals, values flushed to 0) exceeds it.
+STORAGE_REL_ERROR = 1e-2
 
-    bfloat16 is rounded to nearest (ties to even) from float32 and returned as its uint16 bits.
-    Raises :class:`AdapterError` naming ``name`` when a value does not fit the dtype (beyond
-    float16's 65504, say), instead of storing inf.
-    """
+
+def _cast(x: np.ndarray, dtype: str) -> tuple[str, np.ndarray, np.ndarray]:
+    """(tag, the stored array, its values as floats) of ``x`` in a storage dtype."""
     if dtype not in STORAGE:
         raise ValueError(f"dtype must be one of {list(STORAGE)}, got {dtype!r}")
     tag, np_dtype = STORAGE[dtype]
-    x = np.asarray(x)
     with np.errstate(over="ignore", invalid="ignore"):
         wide = np.ascontiguousarray(x, dtype="<f4" if dtype == "bfloat16" else np_dtype)
     if dtype == "bfloat16":
@@ -533,10 +588,41 @@ def storage_array(x, dtype: str, name: str) -> tuple[str, np.ndarray]:
         back = (wide.astype(np.uint32) << 16).view(np.float32)
     else:
         back = wide
+    return tag, wide, back
+
+
+def stored_values(x, dtype: str) -> np.ndarray:
+    """The float64 values ``x`` has once stored in ``dtype`` (rounded to nearest; inf where it
+    overflows), same shape."""
+    with np.errstate(over="ignore"):
+        return _cast(np.asarray(x), dtype)[2].astype(np.float64)
+
+
+def storage_array(x, dtype: str, name: str) -> tuple[str, np.ndarray]:
+    """``x`` cast to a storage dtype (see :data:`STORAGE`): ``(safetensors tag, array)``.
+
+    bfloat16 is rounded to nearest (ties to even) from float32 and returned as its uint16 bits.
+    Raises :class:`StorageDtypeError` naming ``name`` when a value does not fit the dtype (beyond
+    float16's 65504, say), instead of storing inf, and when the cast changes the tensor by more
+    than :data:`STORAGE_REL_ERROR` in relative Frobenius norm (small values underflowing float16:
+    ``|x| < 6.1e-5`` are subnormal, ``< 3e-8`` become 0).
+    """
+    x = np.asarray(x)
+    tag, wide, back = _cast(x, dtype)
     if not np.all(np.isfinite(back)):
         big = float(np.max(np.abs(x)))
-        raise AdapterError(f"{name}: values up to {big:.3g} do not fit {dtype} (they would be "
-                           f"stored as inf); write with a wider --dtype (float32)")
+        raise StorageDtypeError(f"{name}: values up to {big:.3g} do not fit {dtype} (they would be "
+                                "stored as inf)")
+    x64 = np.asarray(x, dtype=np.float64)
+    norm = float(np.linalg.norm(x64))
+    if norm > 0:
+        rel = float(np.linalg.norm(back.astype(np.float64) - x64)) / norm
+        if rel > STORAGE_REL_ERROR:
+            nonzero = np.abs(x64[x64 != 0])
+            raise StorageDtypeError(
+                f"{name}: storing it as {dtype} changes it by {rel:.2g} (relative Frobenius "
+                f"error, above {STORAGE_REL_ERROR:g}): its values (down to {nonzero.min():.2g}, "
+                f"median {np.median(nonzero):.2g}) underflow {dtype}")
     return tag, wide
 
 

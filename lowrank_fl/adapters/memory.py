@@ -27,7 +27,8 @@ from typing import Mapping
 import numpy as np
 
 from .aggregate import CLIENT_RULES, ModuleOptions, client_decision
-from .io import AdapterError, AdapterSet, assemble_adapter_set, config_scaling
+from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_peft_type, check_plain_lora,
+                 config_scaling)
 from .run import Aggregation, aggregate_adapters
 
 __all__ = ["MemoryClient", "FactorAggregation", "aggregate_factors", "adapter_set",
@@ -106,17 +107,26 @@ class MemoryClient:
         return A if m["which"] == "A" else B
 
 
-def factors_from_state_dict(state_dict: Mapping, config: Mapping) -> dict:
+def factors_from_state_dict(state_dict: Mapping, config) -> dict:
     """``{module: (A, B, scaling)}`` from a PEFT LoRA state dict and its adapter config.
 
     ``state_dict``: keys ``<module>.lora_A.weight`` / ``<module>.lora_B.weight`` (what
     ``peft.get_peft_model_state_dict`` returns and ``adapter_model.safetensors`` holds) or with
     the adapter name, ``<module>.lora_A.<adapter>.weight`` (``model.state_dict()``); values
     numpy arrays or torch tensors. ``config``: ``r``, ``lora_alpha``, ``use_rslora``,
-    ``rank_pattern``, ``alpha_pattern`` (a ``LoraConfig.to_dict()`` or the JSON file's content).
+    ``rank_pattern``, ``alpha_pattern``: a PEFT ``LoraConfig``, its ``to_dict()`` or the JSON
+    file's content. The config is checked as the directory path checks ``adapter_config.json``
+    (:func:`~lowrank_fl.adapters.io.check_plain_lora`: DoRA, PiSSA/LoftQ initialisations, bad
+    field types are refused; a ``peft_type`` other than LORA too, a missing one is allowed).
     """
+    if not isinstance(config, Mapping) and callable(getattr(config, "to_dict", None)):
+        config = config.to_dict()                      # a peft LoraConfig
     if not isinstance(config, Mapping):
-        raise AdapterError(f"config must be a mapping (an adapter config), got {type(config).__name__}")
+        raise AdapterError(f"config must be a mapping or a peft LoraConfig (an adapter config), got "
+                           f"{type(config).__name__}")
+    config = dict(config)
+    check_peft_type(config, "config", required=False)
+    check_plain_lora(config, "config")
     parts: dict = {}
     for key, value in state_dict.items():
         m = _KEY.match(key)
@@ -129,7 +139,7 @@ def factors_from_state_dict(state_dict: Mapping, config: Mapping) -> dict:
         if set(ab) != {"A", "B"}:
             raise AdapterError(f"module {module!r} has no lora_{({'A', 'B'} - set(ab)).pop()} weight")
         rank = ab["A"].shape[0]
-        out[module] = (ab["A"], ab["B"], config_scaling(dict(config), module, rank, where="config"))
+        out[module] = (ab["A"], ab["B"], config_scaling(config, module, rank, where="config"))
     if not out:
         raise AdapterError("the state dict holds no LoRA factors")
     return out

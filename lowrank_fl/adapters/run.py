@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from ..parent_watch import exit_with_parent
 from .aggregate import (CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, apply_robust,
                         check_rank, client_decision)
 from .decision import detection_summary
-from .io import AdapterSet
+from .io import AdapterSet, input_fingerprints
 from .robust import ROBUST_METHODS
 from .stream import AdapterStreamWriter
 
@@ -156,11 +157,18 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
 
         # workers end with this process, even when it is killed (lowrank_fl.parent_watch)
         with parallel_config(backend="loky", initializer=exit_with_parent,
-                             initargs=(os.getpid(),)):
+                             initargs=(os.getpid(),)), warnings.catch_warnings():
+            # an error (in a task or in on_result) cancels the other tasks on purpose: the error
+            # is the message, not joblib's warning about the cancelled tasks
+            warnings.filterwarnings("ignore", message=r".*tasks which were still being processed",
+                                    category=UserWarning)
             gen = Parallel(n_jobs=workers, return_as="generator_unordered")(
                 delayed(_named_task)(adapters, m, options) for m in mods)
-            for m, r in gen:
-                arrived(m, r)
+            try:
+                for m, r in gen:
+                    arrived(m, r)
+            finally:
+                gen.close()
     bar.close()
     ordered = [results[m] for m in mods]
     robust = None
@@ -188,7 +196,8 @@ class _OutputWriters:
         self.rank_out = options.rank_out
         self.errors: dict = {}
         self.writers = [AdapterStreamWriter(root / name, adapters.clients[k if self.clair else 0].config,
-                                            adapters.modules, dtype=dtype)
+                                            adapters.modules, dtype=dtype,
+                                            label=f"client {name!r}" if self.clair else "aggregated output")
                         for k, name in enumerate(self.names)]
 
     def write(self, r: ModuleResult, benign=None, release: bool = False) -> None:
@@ -220,6 +229,9 @@ def _finish(agg: Aggregation, writers: _OutputWriters, staged: OutputDir, client
     summary = agg.summary(client_rule, writers.errors if writers.rank_out is not None else None)
     summary["outputs"] = writers.names
     summary["dtype"] = dtype
+    fingerprints = input_fingerprints(agg.adapters)
+    if fingerprints is not None:              # inspect --summary checks it is these inputs' run
+        summary["input_sha256"] = fingerprints
     (staged.dir / "summary.json").write_text(json.dumps(summary, indent=1))
     staged.commit()
     return summary

@@ -15,12 +15,14 @@ or interrupted run leaves no half-written adapter behind.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
 import numpy as np
 
-from .io import CONFIG_NAME, STORAGE, WEIGHTS_NAME, peft_config, storage_array
+from .io import (CONFIG_NAME, STORAGE, STORAGE_REL_ERROR, WEIGHTS_NAME, StorageDtypeError, peft_config,
+                 storage_array, stored_values)
 
 __all__ = ["SafetensorsStreamWriter", "AdapterStreamWriter"]
 
@@ -90,6 +92,39 @@ class SafetensorsStreamWriter:
         self.path.unlink(missing_ok=True)
 
 
+def _rel_change(X, Xs) -> float:
+    n = float(np.linalg.norm(X))
+    return float(np.linalg.norm(Xs - X)) / n if n > 0 else 0.0
+
+
+def _check_product_change(module: str, B: np.ndarray, A: np.ndarray, dtype: str) -> None:
+    """Refuse a storage dtype that changes ``ΔW = B A`` by more than :data:`STORAGE_REL_ERROR`
+    (relative Frobenius): each factor may round within the bound and their product not. The
+    error ``||Bs As - B A||_F`` comes from the (2ρ x 2ρ) Grams of ``[Bs, B]`` and ``[As; -A]``:
+    nothing out x in is formed."""
+    if dtype == "float64":
+        return
+    B, A = np.asarray(B, np.float64), np.asarray(A, np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        Bs, As = stored_values(B, dtype), stored_values(A, dtype)
+        if not (np.all(np.isfinite(Bs)) and np.all(np.isfinite(As))):
+            return                                   # overflow: storage_array names the tensor
+        Bc, Ac = np.hstack([Bs, B]), np.vstack([As, -A])
+        err2 = float(np.sum((Bc.T @ Bc) * (Ac @ Ac.T)))
+        ref2 = float(np.sum((B.T @ B) * (A @ A.T)))
+    if ref2 <= 0:
+        return
+    rel = math.sqrt(max(err2, 0.0) / ref2)
+    if rel > STORAGE_REL_ERROR:
+        worse = max((("lora_A", A, As), ("lora_B", B, Bs)), key=lambda t: _rel_change(t[1], t[2]))
+        nonzero = np.abs(worse[1][worse[1] != 0])
+        raise StorageDtypeError(
+            f"tensor '{module}.{worse[0]}.weight': storing the factors as {dtype} changes the "
+            f"module's update B·A by {rel:.2g} (relative Frobenius error, above "
+            f"{STORAGE_REL_ERROR:g}): {worse[0]}'s small values (down to {nonzero.min():.2g}, "
+            f"median {np.median(nonzero):.2g}) underflow {dtype}")
+
+
 class AdapterStreamWriter:
     """One PEFT adapter directory, written module by module.
 
@@ -97,8 +132,11 @@ class AdapterStreamWriter:
     writes the header and ``adapter_config.json`` (from ``base_config``, see :func:`peft_config`).
     """
 
-    def __init__(self, out_dir, base_config: dict, modules, *, dtype: str = "float32"):
+    def __init__(self, out_dir, base_config: dict, modules, *, dtype: str = "float32",
+                 label: str | None = None):
         self.out_dir = Path(out_dir)
+        #: names the output in errors (e.g. "client 'c1'"); default: its directory's name
+        self.label = label or f"output {self.out_dir.name!r}"
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.base_config = dict(base_config)
         self.dtype = dtype
@@ -110,8 +148,12 @@ class AdapterStreamWriter:
         if B.ndim != 2 or A.ndim != 2 or B.shape[1] != A.shape[0]:
             raise ValueError(f"module {module!r}: factors must be B (out, rho) and A (rho, in), got "
                              f"{B.shape} and {A.shape}")
-        self._writer.add(f"{module}.lora_A.weight", A, self.dtype)
-        self._writer.add(f"{module}.lora_B.weight", B, self.dtype)
+        try:
+            _check_product_change(module, B, A, self.dtype)
+            self._writer.add(f"{module}.lora_A.weight", A, self.dtype)
+            self._writer.add(f"{module}.lora_B.weight", B, self.dtype)
+        except StorageDtypeError as exc:
+            raise StorageDtypeError(f"{self.label}, {exc.detail}") from None
         self.ranks[module] = int(A.shape[0])
 
     def close(self) -> None:

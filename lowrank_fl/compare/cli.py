@@ -33,10 +33,11 @@ __all__ = ["add_parser", "load_arrays", "EXIT_NOTHING_RAN"]
 EXIT_NOTHING_RAN = 3
 
 
-def load_arrays(path, keys, *, alternatives=None, option: str = "input") -> dict:
+def load_arrays(path, keys, *, alternatives=None, option: str = "input", ndim=None) -> dict:
     """Arrays ``keys`` of an ``.npz``; ``ValueError`` naming a missing key and the keys found.
 
-    ``alternatives``: optional mapping ``key -> other accepted name``. ``option`` names the
+    ``alternatives``: optional mapping ``key -> other accepted name``. ``ndim``: optional
+    mapping ``key -> (dimensions, shape words)``; another ``ndim`` is refused naming the file. ``option`` names the
     argument in the messages of :func:`lowrank_fl.files.load_npz` (missing, empty, truncated or
     non-``.npz`` file, a directory).
     """
@@ -50,6 +51,10 @@ def load_arrays(path, keys, *, alternatives=None, option: str = "input") -> dict
             raise ValueError(f"{option} {path} has no array named {key!r}{also}; keys found: "
                              f"{sorted(data) or 'none'}")
         out[key] = np.array(data[name])
+        want = (ndim or {}).get(key)
+        if want is not None and out[key].ndim != want[0]:
+            raise ValueError(f"{option} {path}: array {name!r} must have {want[0]} dimensions "
+                             f"{want[1]}, got shape {out[key].shape}")
     return out
 
 
@@ -142,7 +147,8 @@ def _run(args, problem: str, inputs, solve) -> int:
 
 def run_compare_clair(args) -> int:
     def solve():
-        W = load_arrays(args.W_hat, ["W_hat"], option="W_hat")["W_hat"]
+        W = load_arrays(args.W_hat, ["W_hat"], option="W_hat",
+                        ndim={"W_hat": (3, "(K, q, p)")})["W_hat"]
         weights = None if args.weights is None else load_npy(args.weights, option="--weights")
         return compare_clair(W, args.lam_L, args.lam_S, weights=weights, tol=args.tol,
                              max_iter=args.max_iter, tau=args.tau, alpha=args.alpha,
@@ -161,7 +167,8 @@ def run_compare_nuclear(args) -> int:
 
 def run_compare_noiseless(args) -> int:
     def solve():
-        W = load_arrays(args.W, ["W"], alternatives={"W": "W_hat"}, option="W")["W"]
+        W = load_arrays(args.W, ["W"], alternatives={"W": "W_hat"}, option="W",
+                        ndim={"W": (3, "(K, q, p)")})["W"]
         return compare_noiseless(W, args.lam_L, args.lam_S, tau=args.tau, alpha=args.alpha,
                                  **_limits(args))
     return _run(args, "noiseless", [args.W], solve)

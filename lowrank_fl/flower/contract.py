@@ -10,8 +10,10 @@ Client → server (the reply to a TRAIN message), in the reply's ``RecordDict``:
 ``"lora_config"`` : ConfigRecord
     ``r`` (int), ``lora_alpha`` (number), ``use_rslora`` (bool, default False) and, where the
     adapter has per-module values, ``rank_pattern`` / ``alpha_pattern`` as JSON strings of PEFT's
-    dicts (a ConfigRecord holds no dicts). :func:`config_record` builds it from a
-    ``LoraConfig.to_dict()``. A module's scaling is PEFT's: ``lora_alpha / r`` (``/ sqrt(r)``
+    dicts (a ConfigRecord holds no dicts), and ``peft_type``, ``init_lora_weights`` and the LoRA
+    variant switches (``use_dora``, ...) where the config has them, so that the server refuses
+    (as "rejected", with the reason) an adapter that is not plain LoRA, as the CLI does.
+    :func:`config_record` builds it from a ``LoraConfig.to_dict()``. A module's scaling is PEFT's: ``lora_alpha / r`` (``/ sqrt(r)``
     with rsLoRA), patterns first. Optional ``client-id`` (str): clients are aggregated in the
     order of their ids (then node ids), so that runs whose node ids differ give the same numbers.
 a MetricRecord (optional)
@@ -41,7 +43,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from ..adapters import AdapterError, factors_from_state_dict
-from ..adapters.io import peft_config
+from ..adapters.io import VARIANT_FIELDS, peft_config
 
 __all__ = ["LORA_ARRAYS", "LORA_CONFIG", "ADAPTER_KINDS", "config_record", "config_from_record",
            "factors_from_content", "factors_record", "factors_to_state_dict"]
@@ -52,11 +54,23 @@ LORA_CONFIG = "lora_config"
 #: or the global ArrayRecord
 ADAPTER_KINDS = ("refined", "own", "global")
 _PATTERNS = ("rank_pattern", "alpha_pattern")
+# carried so the server can refuse what the CLI refuses (check_plain_lora, check_peft_type)
+_CHECKED = ("peft_type", "init_lora_weights") + VARIANT_FIELDS
+
+
+def _record_value(value):
+    """A config value a ConfigRecord can hold: bool/int/float/str as is (an enum as its value),
+    anything else (a variant's config dict) as JSON."""
+    value = getattr(value, "value", value)
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def config_record(config: Mapping, **extra) -> ConfigRecord:
     """A ConfigRecord of a LoRA config (a ``LoraConfig.to_dict()`` or ``adapter_config.json``'s
-    content): ``r``, ``lora_alpha``, ``use_rslora``, the patterns as JSON; ``extra`` added."""
+    content): ``r``, ``lora_alpha``, ``use_rslora``, the patterns as JSON, ``peft_type``,
+    ``init_lora_weights`` and the variant switches that are set; ``extra`` added."""
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a mapping (a LoRA config), got {type(config).__name__}")
     for key in ("r", "lora_alpha"):
@@ -67,14 +81,17 @@ def config_record(config: Mapping, **extra) -> ConfigRecord:
     for key in _PATTERNS:
         if config.get(key):
             rec[key] = json.dumps({str(k): v for k, v in dict(config[key]).items()}, sort_keys=True)
+    for key in _CHECKED:
+        if config.get(key) is not None and (key in ("peft_type", "init_lora_weights") or config[key]):
+            rec[key] = _record_value(config[key])
     for key, value in extra.items():
         rec[key] = value
     return rec
 
 
 def config_from_record(record: Mapping) -> dict:
-    """The LoRA config dict (``r``, ``lora_alpha``, ``use_rslora``, patterns) of a ConfigRecord
-    written by :func:`config_record`."""
+    """The LoRA config dict (``r``, ``lora_alpha``, ``use_rslora``, patterns, ``peft_type``,
+    ``init_lora_weights``, variant switches) of a ConfigRecord written by :func:`config_record`."""
     cfg: dict = {}
     for key in ("r", "lora_alpha"):
         if key not in record:
@@ -94,6 +111,9 @@ def config_from_record(record: Mapping) -> dict:
             if not isinstance(pattern, dict):
                 raise AdapterError(f"the LoRA ConfigRecord's {key!r} must be a JSON object, got {pattern!r}")
             cfg[key] = pattern
+    for key in _CHECKED:
+        if key in record:
+            cfg[key] = record[key]
     return cfg
 
 
