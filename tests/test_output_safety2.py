@@ -1,0 +1,131 @@
+"""A user's files are never lost, second round: ``--cache`` on a user's folder and ``cache clear``,
+files added to ``--out`` during a run, ``adapters inspect --figure``, and the compare solve of a
+killed ``lowrank-fl``. Real directories, every pre-existing file compared byte for byte."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from _dummy_tasks import dummy_claims
+from verify import cli as vcli
+from verify.cache import MARKER as CACHE_MARKER
+from verify.cache import clear_cache, is_cache_dir, store_entry
+from verify.claim import OMITTED, REGISTRY
+
+
+def snapshot(root: Path) -> dict:
+    """Every file under ``root`` (hidden ones included): relative path -> bytes."""
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def _user_folder(root: Path) -> Path:
+    """A report folder: adapters ``adcopy/client_*/`` and ``figures/``, files at the top."""
+    for i in range(3):
+        d = root / "adcopy" / f"client_{i:02d}"
+        d.mkdir(parents=True)
+        (d / "adapter_model.safetensors").write_bytes(bytes(range(i, i + 50)))
+        (d / "adapter_config.json").write_text('{"r": 4}')
+    (root / "figures").mkdir()
+    (root / "figures" / "fig1.png").write_bytes(b"\x89PNG fake")
+    (root / "figures" / "tmpx.tmp").write_bytes(b"a user's file named like a temp")
+    (root / "report.md").write_text("# report\n")
+    return root
+
+
+@pytest.fixture
+def dummy_registry(monkeypatch):
+    saved, saved_omitted = dict(REGISTRY), dict(OMITTED)
+    REGISTRY.clear()
+    OMITTED.clear()
+    REGISTRY.update({c.id: c for c in dummy_claims()})
+    monkeypatch.setattr(vcli, "_load_claims", lambda papers: None)
+    yield
+    REGISTRY.clear()
+    OMITTED.clear()
+    REGISTRY.update(saved)
+    OMITTED.update(saved_omitted)
+
+
+def _err_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lowrank-fl: error:"), err
+    return err[0]
+
+
+# ----------------------------------------------------------------------------- 1. the cache
+def test_verify_refuses_a_user_folder_as_cache_and_marks_nothing(dummy_registry, tmp_path, capsys):
+    user = _user_folder(tmp_path / "work")
+    before = snapshot(user)
+    argv = ["verify", "--scale", "smoke", "--backend", "sequential", "--no-progress", "--claim",
+            "fedrep.dummy.mean", "--cache", str(user), "--out", str(tmp_path / "o")]
+    assert vcli.lowrank_fl_main(argv) == 2
+    line = _err_line(capsys)
+    assert f"--cache {user} is not empty and is not a lowrank_fl task cache" in line
+    assert snapshot(user) == before and not (user / CACHE_MARKER).exists()
+    assert not (tmp_path / "o").exists()
+    # the library path (Sweep.prepare) refuses it too
+    from verify.sweep import SetupError, Sweep
+    with pytest.raises(SetupError, match="is not a lowrank_fl task cache"):
+        Sweep(backend="sequential", cache_dir=user).prepare()
+    assert snapshot(user) == before
+    # `cache clear` on it deletes nothing
+    assert vcli.lowrank_fl_main(["cache", "clear", "--cache", str(user)]) == 2
+    assert "does not look like a lowrank_fl task cache" in _err_line(capsys)
+    assert snapshot(user) == before
+
+
+def test_cache_clear_removes_only_entries_even_where_a_marker_was_written(dummy_registry, tmp_path,
+                                                                         capsys):
+    # an earlier version wrote CACHEDIR.TAG into the user's folder and cached entries there
+    user = _user_folder(tmp_path / "work")
+    cache = tmp_path / "cache"
+    argv = ["verify", "--scale", "smoke", "--backend", "sequential", "--no-progress", "--claim",
+            "fedrep.dummy.mean", "--cache", str(cache), "--out", str(tmp_path / "o")]
+    assert vcli.lowrank_fl_main(argv) == 0
+    before = snapshot(user)
+    for p in cache.rglob("*"):                       # the entries, lock files and the marker
+        if p.is_file():
+            (user / p.relative_to(cache)).parent.mkdir(parents=True, exist_ok=True)
+            (user / p.relative_to(cache)).write_bytes(p.read_bytes())
+    n_entries = len(list(cache.rglob("*.npz")))
+    assert n_entries == 6 and (user / CACHE_MARKER).is_file()
+    # a user's file with an entry's name but not an entry, inside a task directory: kept
+    task_dir = next(user.rglob("*.npz")).parent
+    (task_dir / ("ab" * 16 + ".npz")).write_bytes(b"my own archive")
+    before = {**before, **{k: v for k, v in snapshot(user).items() if k.endswith("ab" * 16 + ".npz")}}
+    capsys.readouterr()
+    assert vcli.lowrank_fl_main(["cache", "clear", "--cache", str(user)]) == 0
+    assert capsys.readouterr().out == f"cache clear: removed {n_entries} entries from {user}\n"
+    after = snapshot(user)
+    assert {k: v for k, v in after.items() if k != CACHE_MARKER} == before
+    # the real cache: everything goes but the marker, and it is still a cache
+    assert vcli.lowrank_fl_main(["cache", "clear", "--cache", str(cache)]) == 0
+    assert sorted(p.name for p in cache.iterdir()) == [CACHE_MARKER] and is_cache_dir(cache)
+
+
+def test_cache_dir_rules(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert is_cache_dir(empty)
+    legacy = tmp_path / "legacy"                      # entries but no marker (written before it)
+    store_entry(legacy / "claim" / "task" / ("0" * 32 + ".npz"), [1.0], {"label": "claim"})
+    (legacy / "claim" / "task" / ".lock").write_bytes(b"")
+    assert is_cache_dir(legacy)
+    assert clear_cache(legacy) == 1 and list(legacy.iterdir()) == []
+    foreign = tmp_path / "foreign"
+    (foreign / "a" / "b").mkdir(parents=True)
+    (foreign / "a" / "b" / ".lock").write_bytes(b"")   # name alone does not make it a cache...
+    (foreign / "a" / "b" / ("1" * 32 + ".npz")).write_bytes(b"not an entry")
+    assert not is_cache_dir(foreign)                   # ...its content is checked
+    other_tag = tmp_path / "other"                     # another tool's CACHEDIR.TAG
+    other_tag.mkdir()
+    (other_tag / CACHE_MARKER).write_text("Signature: 8a477f597d28d172789f06886806bc55\n# pip\n")
+    (other_tag / "wheels").mkdir()
+    (other_tag / "wheels" / "x.whl").write_bytes(b"w")
+    assert not is_cache_dir(other_tag)
+    with pytest.raises(ValueError, match="does not look like"):
+        clear_cache(other_tag)
+    assert (other_tag / "wheels" / "x.whl").read_bytes() == b"w"
