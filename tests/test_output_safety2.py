@@ -4,6 +4,7 @@ killed ``lowrank-fl``. Real directories, every pre-existing file compared byte f
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,83 @@ def test_cache_dir_rules(tmp_path):
     with pytest.raises(ValueError, match="does not look like"):
         clear_cache(other_tag)
     assert (other_tag / "wheels" / "x.whl").read_bytes() == b"w"
+
+
+# ----------------------------------------------------------------------------- 2. files added to OUT
+@pytest.mark.parametrize("previous", [False, True])
+def test_files_added_to_out_during_a_run_are_never_deleted(tmp_path, capsys, monkeypatch, previous):
+    import lowrank_fl.adapters.run as run
+    from lowrank_fl.cli import main
+    from lowrank_fl.outdir import MARKER
+    from test_output_safety import _adapters
+
+    src = _adapters(tmp_path / "in")
+    out = tmp_path / "out"
+    args = ["adapters", "aggregate", *map(str, src), "--quiet", "--jobs", "1", "--out", str(out)]
+    if previous:
+        assert main(args) == 0
+        args.append("--overwrite")
+        (out / "summary.json").write_text("edited by hand")   # edits before the run are fine
+    real, calls = run._OutputWriters.write, []
+
+    def write(self, *a, **kw):             # the writer is paused: the user adds a file to OUT
+        real(self, *a, **kw)
+        calls.append(1)
+        if len(calls) == 1:
+            out.mkdir(exist_ok=True)
+            (out / "notes.txt").write_text("my notes\n")
+
+    monkeypatch.setattr(run._OutputWriters, "write", write)
+    before_in = snapshot(tmp_path / "in")
+    capsys.readouterr()
+    assert main(args) == 2
+    line = _err_line(capsys)
+    kept = tmp_path / f"out.lowrank-fl-result.{os.getpid()}"
+    assert line == (f"lowrank-fl: error: --out {out} changed while this run was writing (files "
+                    f"added, removed or modified there); left it as it is; the result is in {kept}")
+    after = snapshot(out)
+    assert after["notes.txt"] == b"my notes\n"
+    if previous:
+        assert after["summary.json"] == b"edited by hand" and MARKER in after
+    else:
+        assert sorted(after) == ["notes.txt"]
+    result = snapshot(kept)
+    assert MARKER in result and "summary.json" in result and json.loads(result["summary.json"])
+    assert snapshot(tmp_path / "in") == before_in
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out", kept.name]
+    # nothing changed meanwhile: the swap happens as before
+    monkeypatch.setattr(run._OutputWriters, "write", real)
+    (out / "notes.txt").unlink()
+    if not previous:
+        out.rmdir()
+    assert main(args) == 0 and "summary.json" in snapshot(out)
+
+
+def test_compare_result_is_kept_when_out_changes(tmp_path, capsys, monkeypatch):
+    import numpy as np
+
+    from lowrank_fl.clair.simulate import generate
+    from lowrank_fl.compare import output
+    from test_output_safety import _cmp
+
+    inst = generate(n_clients=4, p=4, q=4, rank=2, contaminated=1, noise=1e-3, seed=3)
+    w = tmp_path / "in" / "W.npz"
+    w.parent.mkdir()
+    np.savez(w, W_hat=inst.W_hat)
+    out = tmp_path / "cmp"
+    assert _cmp(w, out) == 0
+    real = output.plot_comparison
+
+    def plot(comparison, path):
+        (out / "extra").mkdir()
+        (out / "extra" / "keep.txt").write_text("mine")
+        real(comparison, path)
+
+    monkeypatch.setattr(output, "plot_comparison", plot)
+    before = snapshot(out)
+    capsys.readouterr()
+    assert _cmp(w, out, "--overwrite") == 2
+    assert "changed while this run was writing" in _err_line(capsys)
+    assert snapshot(out) == {**before, "extra/keep.txt": b"mine"}
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("cmp.lowrank-fl-result.")]
+    assert len(kept) == 1 and (kept[0] / "compare.json").is_file()
