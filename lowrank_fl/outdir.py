@@ -31,13 +31,15 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
 from .filelock import FileLock, LockHeld
 
-__all__ = ["MARKER", "OutputDir", "check_output_dir", "is_output_dir"]
+__all__ = ["MARKER", "OutputDir", "check_output_dir", "is_output_dir", "check_output_file",
+           "write_file"]
 
 #: File written into every output directory; ``--overwrite`` replaces only directories holding it.
 MARKER = ".lowrank-fl-output"
@@ -114,6 +116,51 @@ def _listing(path: Path) -> dict | None:
             st = os.lstat(full)
             found[os.path.relpath(full, path)] = (st.st_mode, st.st_size, st.st_mtime_ns)
     return found
+
+
+def check_output_file(out, *, overwrite: bool = False, inputs: Iterable = (),
+                      option: str = "--figure") -> Path:
+    """The resolved path of a single output file, after the checks :func:`check_output_dir`
+    makes for directories: never an input or a file inside one, never an existing file unless
+    ``overwrite``, never a directory. ``ValueError`` (one line naming ``option``) otherwise."""
+    if out is None or str(out) == "":
+        raise ValueError(f"{option} must name a file, got ''")
+    target = _resolve(out)
+    for item in inputs:
+        src = _resolve(item)
+        if src == target or target.is_relative_to(src):
+            how = "is the input" if src == target else "is inside the input"
+            raise ValueError(f"{option} {out} {how} {item}; write it outside every input")
+    if target.is_dir():
+        raise ValueError(f"{option} {out} is a directory; name a file")
+    if not target.parent.is_dir():
+        raise ValueError(f"{option} {out}: its folder {target.parent} does not exist")
+    if os.path.lexists(out) and not overwrite:
+        raise ValueError(f"{option} {out} exists; pass --overwrite to replace it")
+    return target
+
+
+def write_file(path, write: Callable[[Path], None], *, overwrite: bool = False,
+               option: str = "--figure") -> Path:
+    """``write(tmp)`` into a temporary file beside ``path`` (same suffix), then move it to
+    ``path``: a failed write leaves ``path`` as it was; without ``overwrite`` a file that appeared
+    meanwhile is not replaced (hard link, which fails on an existing name)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise ValueError(f"{option} {path} appeared while writing; not replacing it (the "
+                                 "new file was discarded)") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
 
 
 def _pid_alive(pid: int) -> bool:

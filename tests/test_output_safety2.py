@@ -210,3 +210,54 @@ def test_compare_result_is_kept_when_out_changes(tmp_path, capsys, monkeypatch):
     assert snapshot(out) == {**before, "extra/keep.txt": b"mine"}
     kept = [p for p in tmp_path.iterdir() if p.name.startswith("cmp.lowrank-fl-result.")]
     assert len(kept) == 1 and (kept[0] / "compare.json").is_file()
+
+
+# ----------------------------------------------------------------------------- 3. inspect --figure
+def test_inspect_figure_never_replaces_a_file_unless_overwrite_nor_an_input(tmp_path, capsys,
+                                                                            monkeypatch):
+    from lowrank_fl.adapters import cli as acli
+    from lowrank_fl.cli import main
+    from test_output_safety import _adapters
+
+    src = _adapters(tmp_path / "in")
+    (tmp_path / "in" / "notes.txt").write_text("my notes\n")
+    agg = tmp_path / "agg"
+    assert main(["adapters", "aggregate", *map(str, src), "--quiet", "--out", str(agg)]) == 0
+    keep = tmp_path / "keep.png"
+    keep.write_bytes(b"\x89PNG my figure")
+    inspect = ["adapters", "inspect", *map(str, src), "--summary", str(agg / "summary.json")]
+    before = snapshot(tmp_path)
+    cases = [(keep, f"--figure {keep} exists; pass --overwrite to replace it"),
+             (agg / "summary.json", f"--figure {agg / 'summary.json'} is the input "),
+             (src[0] / "adapter_model.safetensors", "is inside the input"),
+             (src[1] / "new.png", "is inside the input"),
+             (tmp_path / "in", "is a directory"),
+             (tmp_path / "nowhere" / "f.png", "does not exist")]
+    for figure, words in cases:
+        capsys.readouterr()
+        for extra in ([], ["--overwrite"]):
+            if figure == keep and extra:
+                continue
+            assert main(inspect + ["--figure", str(figure), *extra]) == 2, figure
+            assert words in _err_line(capsys)
+            assert snapshot(tmp_path) == before
+    # a failed plot leaves the existing file whole and no temporary file behind
+    real = acli._heatmap
+
+    def broken(flags, clients, modules, path):
+        Path(path).write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(acli, "_heatmap", broken)
+    assert main(inspect + ["--figure", str(keep), "--overwrite"]) == 2
+    assert "No space left on device" in _err_line(capsys)
+    assert snapshot(tmp_path) == before
+    monkeypatch.setattr(acli, "_heatmap", real)
+    # --overwrite replaces it with a real PNG; a new name needs no flag
+    assert main(inspect + ["--figure", str(keep), "--overwrite"]) == 0
+    assert keep.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(inspect + ["--figure", str(tmp_path / "new.png")]) == 0
+    assert (tmp_path / "new.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    after = snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if k not in ("keep.png", "new.png")} == \
+        {k: v for k, v in before.items() if k != "keep.png"}
