@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -261,3 +267,52 @@ def test_inspect_figure_never_replaces_a_file_unless_overwrite_nor_an_input(tmp_
     after = snapshot(tmp_path)
     assert {k: v for k, v in after.items() if k not in ("keep.png", "new.png")} == \
         {k: v for k, v in before.items() if k != "keep.png"}
+
+
+# ----------------------------------------------------------------------------- 4. killed compare
+_COMPARE_CHILD_HOLDS_THE_GIL = textwrap.dedent("""
+    import sys
+    import lowrank_fl.compare.child as child
+    from lowrank_fl.cli import main
+
+    def solve(fn, args, measure):          # in the solve process: native code holding the GIL
+        print("SOLVING", flush=True)
+        return sum(range(1 << 62))         # one C call, years long; no Python thread runs
+
+    child._measure_and_run = solve
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_killed_compare_stops_a_solve_that_holds_the_gil(tmp_path):
+    import numpy as np
+
+    from lowrank_fl.clair.simulate import generate
+    from test_output_safety import _children, _env, _gone
+
+    inst = generate(n_clients=4, p=4, q=4, rank=2, contaminated=1, noise=1e-3, seed=3)
+    w = tmp_path / "W.npz"
+    np.savez(w, W_hat=inst.W_hat)
+    args = ["compare", "clair", str(w), "--lam-L", "0.01", "--lam-S", "0.005", "--methods",
+            "fista", "--out", str(tmp_path / "cmp")]
+    with tempfile.TemporaryFile("w+") as errfile:
+        proc = subprocess.Popen([sys.executable, "-c", _COMPARE_CHILD_HOLDS_THE_GIL, *args],
+                                env=_env(), stdout=subprocess.PIPE, stderr=errfile, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "SOLVING"
+            children = _children(proc.pid)
+            assert len(children) == 1
+            time.sleep(0.3)                      # the solve is under way
+            proc.kill()
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.stdout.close()
+            # (a solve left running would never end: stop it so the test run does not leak it)
+            ok = _gone(children, timeout=5)
+            for pid in children:
+                if not ok:
+                    os.kill(pid, signal.SIGKILL)
+    assert ok, "the solve outlived its parent"
