@@ -127,6 +127,11 @@ def test_cache_dir_rules(tmp_path):
     (foreign / "a" / "b" / ".lock").write_bytes(b"")   # name alone does not make it a cache...
     (foreign / "a" / "b" / ("1" * 32 + ".npz")).write_bytes(b"not an entry")
     assert not is_cache_dir(foreign)                   # ...its content is checked
+    older = tmp_path / "older"                         # marked by an earlier version
+    (older / "notes").mkdir(parents=True)
+    (older / CACHE_MARKER).write_text("Signature: 8a477f597d28d172789f06886806bc55\n# lowrank_fl "
+                                      "verifier task cache (lowrank-fl cache clear removes it).\n")
+    assert is_cache_dir(older) and clear_cache(older) == 0 and (older / "notes").is_dir()
     other_tag = tmp_path / "other"                     # another tool's CACHEDIR.TAG
     other_tag.mkdir()
     (other_tag / CACHE_MARKER).write_text("Signature: 8a477f597d28d172789f06886806bc55\n# pip\n")

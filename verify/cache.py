@@ -52,7 +52,8 @@ FORMAT = "lowrank_fl.verify.cache/2"
 #: File that marks a directory as a task cache (the CACHEDIR.TAG convention: backup tools skip it).
 MARKER = "CACHEDIR.TAG"
 _MARKER_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
-                "# lowrank_fl verifier task cache (lowrank-fl cache clear removes it).\n")
+                "# lowrank_fl verifier task cache (lowrank-fl cache clear empties it).\n")
+_MARKER_ID = "# lowrank_fl verifier task cache ("      # also in the text of earlier versions
 _DTYPE_KINDS = "biufcU"
 
 
@@ -245,7 +246,9 @@ _TEMP = re.compile(r"tmp[A-Za-z0-9_]+\.tmp")
 
 def _is_our_marker(path: Path) -> bool:
     try:
-        return path.is_file() and path.read_text(errors="replace") == _MARKER_TEXT
+        lines = path.read_text(errors="replace").splitlines() if path.is_file() else []
+        return len(lines) == 2 and lines[0] == _MARKER_TEXT.splitlines()[0] \
+            and lines[1].startswith(_MARKER_ID)
     except OSError:
         return False
 
