@@ -330,17 +330,22 @@ def clear_cache(cache_dir: Path, labels: list[str] | None = None) -> int:
     for label in targets:
         if label.is_symlink() or not label.is_dir():
             continue
+        emptied = False
         for task in [t for t in label.iterdir() if t.is_dir() and not t.is_symlink()]:
-            for f in [f for f in task.iterdir() if _is_entry_file(f)]:
+            entries = [f for f in task.iterdir() if _is_entry_file(f)]
+            for f in entries:
                 removed += f.suffix == ".npz"
                 f.unlink()
-            _rmdir_if_empty(task)
-        _rmdir_if_empty(label)
+            emptied |= bool(entries) and _rmdir_if_empty(task)
+        if emptied:
+            _rmdir_if_empty(label)
     return removed
 
 
-def _rmdir_if_empty(path: Path) -> None:
+def _rmdir_if_empty(path: Path) -> bool:
+    """Remove a directory the cache emptied; one holding anything else stays."""
     try:
         path.rmdir()
-    except OSError:       # not empty: it holds something the cache did not write
-        pass
+        return True
+    except OSError:
+        return False
