@@ -321,3 +321,46 @@ def test_killed_compare_stops_a_solve_that_holds_the_gil(tmp_path):
                 if not ok:
                     os.kill(pid, signal.SIGKILL)
     assert ok, "the solve outlived its parent"
+
+
+_LOCK_THEN_FORK = textwrap.dedent("""
+    import os, sys, time
+    from lowrank_fl.filelock import FileLock
+
+    lock = FileLock(sys.argv[1])
+    lock.try_acquire()
+    if os.fork() == 0:                     # a child that outlives its parent (a solve, a worker)
+        print("CHILD", lock.held, flush=True)
+        time.sleep(30)
+        os._exit(0)
+    time.sleep(30)
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_a_forked_child_does_not_keep_the_output_lock(tmp_path):
+    from lowrank_fl.filelock import FileLock
+    from test_output_safety import _children, _env
+
+    path = tmp_path / ".out.lowrank-fl-lock"
+    proc = subprocess.Popen([sys.executable, "-c", _LOCK_THEN_FORK, str(path)], env=_env(),
+                            stdout=subprocess.PIPE, text=True)
+    children = []
+    try:
+        assert proc.stdout.readline().split() == ["CHILD", "False"]
+        children = _children(proc.pid)
+        assert len(children) == 1
+        proc.kill()
+        proc.wait(timeout=30)
+        assert Path(f"/proc/{children[0]}").exists()   # the child still runs...
+        with FileLock(path):                           # ...and the lock went with its owner
+            pass
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stdout.close()
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
