@@ -8,6 +8,7 @@ the holder on release; a process that locked a file just unlinked by its previou
 from __future__ import annotations
 
 import os
+import weakref
 from pathlib import Path
 
 try:  # POSIX only; without it concurrent writers are not detected (nothing else changes)
@@ -24,6 +25,23 @@ class LockHeld(OSError):
     def __init__(self, path: Path, holder: str):
         super().__init__(f"{path} is locked by process {holder}")
         self.path, self.holder = path, holder
+
+
+_HELD: "weakref.WeakSet[FileLock]" = weakref.WeakSet()
+
+
+def _drop_in_child() -> None:
+    # a forked child (a compare solve) shares the lock's open file: closing it there means the
+    # lock goes exactly when its owner dies, and the child can never release (unlink) it
+    for lock in list(_HELD):
+        if lock._fd is not None:
+            os.close(lock._fd)
+            lock._fd = None
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_in_child)
 
 
 class FileLock:
@@ -62,6 +80,7 @@ class FileLock:
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
                 self._fd = fd
+                _HELD.add(self)
                 return
             os.close(fd)
         raise LockHeld(self.path, "?")
@@ -74,6 +93,7 @@ class FileLock:
         finally:
             os.close(self._fd)                  # closing drops the flock
             self._fd = None
+            _HELD.discard(self)
 
     def __enter__(self):
         self.try_acquire()

@@ -16,6 +16,9 @@ Every command that writes a directory (``clair fit``, ``compare``, ``adapters ag
   staging and leaves the output as it was. A run killed with SIGKILL leaves its staging behind:
   the next run on the same output removes staging of dead processes of this host (and restores an
   output caught between the two renames), and names any other leftovers on stderr.
+* **Unchanged.** The swap happens only if ``out`` is still what it was when the run started
+  (absent, or the same names, sizes and times); files added there during the run are never
+  deleted: ``out`` is left alone and the result kept in ``NAME.lowrank-fl-result.PID`` beside it.
 
 Errors are ``ValueError`` with one line naming the option (the CLI prints it, exit status 2).
 """
@@ -28,13 +31,15 @@ import shutil
 import signal
 import socket
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import Callable, Iterable
 
 from .filelock import FileLock, LockHeld
 
-__all__ = ["MARKER", "OutputDir", "check_output_dir", "is_output_dir"]
+__all__ = ["MARKER", "OutputDir", "check_output_dir", "is_output_dir", "check_output_file",
+           "write_file"]
 
 #: File written into every output directory; ``--overwrite`` replaces only directories holding it.
 MARKER = ".lowrank-fl-output"
@@ -97,6 +102,67 @@ def check_output_dir(out, *, overwrite: bool = False, inputs: Iterable = (),
     return target
 
 
+def _listing(path: Path) -> dict | None:
+    """``None`` when ``path`` does not exist, else relative name -> (mode, size, mtime) of
+    everything under it (symlinks not followed): what :meth:`OutputDir.commit` may replace."""
+    try:
+        top = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    found = {".": (top.st_mode, 0, 0)}
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            full = os.path.join(root, name)
+            st = os.lstat(full)
+            found[os.path.relpath(full, path)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return found
+
+
+def check_output_file(out, *, overwrite: bool = False, inputs: Iterable = (),
+                      option: str = "--figure") -> Path:
+    """The resolved path of a single output file, after the checks :func:`check_output_dir`
+    makes for directories: never an input or a file inside one, never an existing file unless
+    ``overwrite``, never a directory. ``ValueError`` (one line naming ``option``) otherwise."""
+    if out is None or str(out) == "":
+        raise ValueError(f"{option} must name a file, got ''")
+    target = _resolve(out)
+    for item in inputs:
+        src = _resolve(item)
+        if src == target or target.is_relative_to(src):
+            how = "is the input" if src == target else "is inside the input"
+            raise ValueError(f"{option} {out} {how} {item}; write it outside every input")
+    if target.is_dir():
+        raise ValueError(f"{option} {out} is a directory; name a file")
+    if not target.parent.is_dir():
+        raise ValueError(f"{option} {out}: its folder {target.parent} does not exist")
+    if os.path.lexists(out) and not overwrite:
+        raise ValueError(f"{option} {out} exists; pass --overwrite to replace it")
+    return target
+
+
+def write_file(path, write: Callable[[Path], None], *, overwrite: bool = False,
+               option: str = "--figure") -> Path:
+    """``write(tmp)`` into a temporary file beside ``path`` (same suffix), then move it to
+    ``path``: a failed write leaves ``path`` as it was; without ``overwrite`` a file that appeared
+    meanwhile is not replaced (hard link, which fails on an existing name)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        if overwrite:
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                raise ValueError(f"{option} {path} appeared while writing; not replacing it (the "
+                                 "new file was discarded)") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -132,6 +198,7 @@ class OutputDir:
         self.path = check_output_dir(out, overwrite=overwrite, inputs=self.inputs, option=option)
         self.dir: Path | None = None
         self.committed = False
+        self._listing: dict | None = None
         self._host = socket.gethostname().replace("/", "_")
         self._lock = FileLock(self._sibling("lock"))
         self._old_handler = None
@@ -158,6 +225,7 @@ class OutputDir:
             # checked again under the lock: another run, or a restore above, may have changed it
             check_output_dir(self.out, overwrite=self.overwrite, inputs=self.inputs,
                              option=self.option)
+            self._listing = _listing(self.path)      # compared again before the swap
             self.dir = self._sibling("staging")
             if self.dir.exists():        # this PID's own leftover (the lock is ours now)
                 shutil.rmtree(self.dir)
@@ -188,6 +256,8 @@ class OutputDir:
         """Replace ``out`` by the staging directory (two renames; the old output is removed)."""
         if self.dir is None or self.committed:
             raise RuntimeError("OutputDir.commit needs an open, uncommitted output")
+        if _listing(self.path) != self._listing:
+            self._keep_result()
         blocked = _block_sigterm()
         try:
             old = None
@@ -208,6 +278,19 @@ class OutputDir:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
         return self.path
+
+    def _keep_result(self) -> None:
+        """``out`` changed during the run (someone added, removed or edited files): leave it as
+        it is, move the finished output beside it under a visible name, and say where."""
+        kept = self.path.parent / f"{self.path.name}.lowrank-fl-result.{os.getpid()}"
+        k = 1
+        while kept.exists():
+            kept, k = self.path.parent / f"{self.path.name}.lowrank-fl-result.{os.getpid()}.{k}", k + 1
+        os.replace(self.dir, kept)
+        self.dir, self.committed = kept, True      # close() must not remove it
+        raise ValueError(f"{self.option} {self.out} changed while this run was writing (files "
+                         f"added, removed or modified there); left it as it is; the result is in "
+                         f"{kept}")
 
     # ------------------------------------------------------------------ helpers
     def _write_marker(self, directory: Path) -> None:

@@ -5,7 +5,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from verify.cache import MARKER, clear_cache, mark_cache_dir
+from verify.cache import MARKER, clear_cache, mark_cache_dir, store_entry
 
 
 # --------------------------------------------------------------------------------------------
@@ -30,8 +30,9 @@ def test_clear_removes_cache_entries_and_counts_them(tmp_path):
         task = cache / label / "task"
         task.mkdir(parents=True)
         for i in range(n):
-            (task / f"{i:040x}.npz").write_bytes(b"x")
-        (task / f"{n:040x}.npz.tmp").write_bytes(b"")
+            store_entry(task / f"{i:032x}.npz", [i], {"label": label})
+        (task / "tmpab_12.tmp").write_bytes(b"")
+        (task / ".lock").write_bytes(b"")
     # an unmarked directory holding only cache-kind files (in subfolders) is a cache
     assert clear_cache(cache, ["fedrep.b"]) == 2
     assert not (cache / "fedrep.b").exists() and (cache / "clair.a").exists()

@@ -19,13 +19,17 @@ also write the code it runs).
 Concurrency: :class:`TaskLocks` takes one POSIX record lock per task (``fcntl.lockf`` on a byte of
 ``<label>/<task>/.lock`` at an offset derived from the key). The kernel drops the locks of a process
 that dies, so a killed run leaves nothing stale; two runs on one cache compute each task once.
+
+The directory: a cache is a new or empty directory, marked with :data:`MARKER` on first use; a
+non-empty directory without it (and holding anything but entries) is refused, so a user's folder
+is never marked. :func:`clear_cache` removes only the files the cache writes, never other files.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
-import shutil
 import tempfile
 import zipfile
 import zlib
@@ -40,15 +44,16 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
 __all__ = ["safe_name", "FORMAT", "UncacheableResult", "encode", "decode", "store_entry", "load_entry",
-           "TaskLocks", "clear_cache", "mark_cache_dir", "MARKER"]
+           "TaskLocks", "clear_cache", "mark_cache_dir", "is_cache_dir", "not_a_cache_message",
+           "MARKER"]
 
 #: Format tag of an entry; entries of another format are recomputed (never read).
 FORMAT = "lowrank_fl.verify.cache/2"
 #: File that marks a directory as a task cache (the CACHEDIR.TAG convention: backup tools skip it).
 MARKER = "CACHEDIR.TAG"
 _MARKER_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
-                "# lowrank_fl verifier task cache (lowrank-fl cache clear removes it).\n")
-_SUFFIXES = (".npz", ".tmp", ".lock", ".pkl")
+                "# lowrank_fl verifier task cache (lowrank-fl cache clear empties it).\n")
+_MARKER_ID = "# lowrank_fl verifier task cache ("      # also in the text of earlier versions
 _DTYPE_KINDS = "biufcU"
 
 
@@ -233,9 +238,68 @@ def _is_hex(text: str) -> bool:
 
 
 # ----------------------------------------------------------------------------- the directory
+# What a cache holds: MARKER at the top, ``<label>/<task>/`` directories, and in them entries
+# (``<hex key>.npz``), the lock file and temporary files of interrupted writes (``tmp*.tmp``).
+_ENTRY = re.compile(r"[0-9a-f]{16,64}\.npz")
+_TEMP = re.compile(r"tmp[A-Za-z0-9_]+\.tmp")
+
+
+def _is_our_marker(path: Path) -> bool:
+    try:
+        lines = path.read_text(errors="replace").splitlines() if path.is_file() else []
+        return len(lines) == 2 and lines[0] == _MARKER_TEXT.splitlines()[0] \
+            and lines[1].startswith(_MARKER_ID)
+    except OSError:
+        return False
+
+
+def _is_entry_file(path: Path) -> bool:
+    """A file the cache itself writes: a valid entry archive (format checked), the lock, a temp."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    if path.name == ".lock" or _TEMP.fullmatch(path.name):
+        return True
+    if not _ENTRY.fullmatch(path.name):
+        return False
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            doc = json.loads(str(data["__json__"][()]))
+        return str(doc["header"]["format"]).startswith(FORMAT.rpartition("/")[0] + "/")
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, AttributeError):
+        return False
+
+
+def _has_cache_layout(cache_dir: Path) -> bool:
+    """Only ``<label>/<task>/`` directories holding entry files (a cache written before MARKER)."""
+    for label in cache_dir.iterdir():
+        if label.is_symlink() or not label.is_dir():
+            return False
+        for task in label.iterdir():
+            if task.is_symlink() or not task.is_dir():
+                return False
+            if not all(_is_entry_file(f) for f in task.iterdir()):
+                return False
+    return True
+
+
+def is_cache_dir(cache_dir: Path) -> bool:
+    """Whether the directory ``cache_dir`` is empty, holds this tool's MARKER, or only entries."""
+    return (_is_our_marker(cache_dir / MARKER) or not any(cache_dir.iterdir())
+            or _has_cache_layout(cache_dir))
+
+
+def not_a_cache_message(cache_dir) -> str:
+    """Why ``cache_dir`` may not be used as a cache (one line)."""
+    return (f"{cache_dir} is not empty and is not a lowrank_fl task cache (no {MARKER} written "
+            "by lowrank-fl); name a new or empty directory, or the cache itself")
+
+
 def mark_cache_dir(cache_dir: Path) -> None:
-    """Create ``cache_dir`` (if needed) and its :data:`MARKER`; ``OSError`` if it is not writable."""
+    """Create ``cache_dir`` (if needed) and its :data:`MARKER`; ``OSError`` if it is not writable
+    or is a non-empty directory that is not a task cache (a user's folder is never marked)."""
     cache_dir.mkdir(parents=True, exist_ok=True)
+    if not is_cache_dir(cache_dir):
+        raise FileExistsError(errno.EEXIST, not_a_cache_message(cache_dir))
     marker = cache_dir / MARKER
     if not marker.is_file():
         marker.write_text(_MARKER_TEXT)
@@ -243,29 +307,45 @@ def mark_cache_dir(cache_dir: Path) -> None:
     probe.close()
 
 
-def _looks_like_cache(cache_dir: Path) -> bool:
-    if (cache_dir / MARKER).is_file():
-        return True
-    return all(p.is_dir() or p.suffix in _SUFFIXES for p in cache_dir.rglob("*"))
-
-
 def clear_cache(cache_dir: Path, labels: list[str] | None = None) -> int:
-    """Delete the cache (or only the entries of the claim directories ``labels``); returns the
-    number of entries removed. ``ValueError`` when ``cache_dir`` does not look like a task cache
-    (it holds files of other kinds and no :data:`MARKER`): nothing is deleted then."""
+    """Delete the cache entries (all, or those of the claim directories ``labels``); returns the
+    number of entries removed.
+
+    Only files the cache writes are removed (:func:`_is_entry_file`: entry archives whose format
+    is checked, lock and temporary files, at ``<label>/<task>/``), then the directories left
+    empty; anything else stays. ``ValueError`` when ``cache_dir`` is not a task cache (no
+    :data:`MARKER` of this tool and files of other kinds): nothing is deleted then.
+    """
     cache_dir = Path(cache_dir)
     if not cache_dir.exists():
         return 0
     if not cache_dir.is_dir():
         raise ValueError(f"cache directory {cache_dir} is a file")
-    if not _looks_like_cache(cache_dir):
+    if not is_cache_dir(cache_dir):
         raise ValueError(f"{cache_dir} does not look like a lowrank_fl task cache (no {MARKER}, "
                          "and it holds other files): not deleting it")
     targets = [cache_dir / label for label in labels] if labels is not None else \
-        [p for p in cache_dir.iterdir() if p.is_dir()]
+        [p for p in cache_dir.iterdir() if p.is_dir() and not p.is_symlink()]
     removed = 0
-    for target in targets:
-        if target.is_dir():
-            removed += sum(1 for p in target.rglob("*") if p.suffix in (".npz", ".pkl"))
-            shutil.rmtree(target)
+    for label in targets:
+        if label.is_symlink() or not label.is_dir():
+            continue
+        emptied = False
+        for task in [t for t in label.iterdir() if t.is_dir() and not t.is_symlink()]:
+            entries = [f for f in task.iterdir() if _is_entry_file(f)]
+            for f in entries:
+                removed += f.suffix == ".npz"
+                f.unlink()
+            emptied |= bool(entries) and _rmdir_if_empty(task)
+        if emptied:
+            _rmdir_if_empty(label)
     return removed
+
+
+def _rmdir_if_empty(path: Path) -> bool:
+    """Remove a directory the cache emptied; one holding anything else stays."""
+    try:
+        path.rmdir()
+        return True
+    except OSError:
+        return False

@@ -138,6 +138,10 @@ def _check_cache_option(path, *, create: bool) -> None:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ValueError(f"--cache {path} is not usable: {exc.strerror or exc}") from None
+        from .cache import is_cache_dir, not_a_cache_message
+
+        if not is_cache_dir(path):       # a user's folder is never marked (nor later cleared)
+            raise ValueError(f"--cache {not_a_cache_message(path)}")
 
 
 def add_parsers(subparsers) -> None:

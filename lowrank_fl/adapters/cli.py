@@ -59,7 +59,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ins.add_argument("--summary", type=Path, default=None,
                      help="an aggregate's summary.json: also draw the detection heatmap")
     ins.add_argument("--figure", type=Path, default=None,
-                     help="where to save the clients x modules heatmap (needs --summary)")
+                     help="where to save the clients x modules heatmap (needs --summary); an "
+                          "existing file only with --overwrite")
+    ins.add_argument("--overwrite", action="store_true", help="replace an existing --figure FILE")
     ins.set_defaults(handler=run_inspect)
 
     agg = sub.add_parser("aggregate", help="aggregate client adapters into PEFT adapters")
@@ -245,11 +247,16 @@ def run_aggregate(args) -> int:
 
 
 def run_inspect(args) -> int:
+    from ..outdir import check_output_file, write_file
+
     summary = None
     if args.summary is not None:
         summary = _read_summary(args.summary)
     elif args.figure is not None:
         raise ValueError("--figure needs --summary (an aggregate's summary.json)")
+    if args.figure is not None:       # before any work: never an input, nor an existing file
+        check_output_file(args.figure, overwrite=args.overwrite,
+                          inputs=[*args.dirs, args.summary])
     adapters = _load(args)
     if summary is not None:
         _check_summary(summary, args.summary, adapters)
@@ -271,7 +278,8 @@ def run_inspect(args) -> int:
         print("flagged (contaminated) per client:",
               dict(zip(summary["clients"], flags.sum(axis=0).tolist())))
         if args.figure is not None:
-            _heatmap(flags, summary["clients"], mods, args.figure)
+            write_file(args.figure, lambda tmp: _heatmap(flags, summary["clients"], mods, tmp),
+                       overwrite=args.overwrite)
             print(f"heatmap: {args.figure}")
     return 0
 

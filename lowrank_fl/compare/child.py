@@ -76,7 +76,8 @@ def _measure_and_run(fn, args, measure):
 
 
 def _child(conn, fn, args, measure, parent):
-    exit_with_parent(parent)              # a killed lowrank-fl must not leave its solve running
+    # a killed lowrank-fl must not leave its solve running, even one in native code holding the GIL
+    exit_with_parent(parent, kill_with_parent=True)
     try:
         out, seconds, peak = _measure_and_run(fn, args, measure)
         conn.send({"ok": True, "result": out, "seconds": seconds, "peak_bytes": peak})
