@@ -3,7 +3,7 @@
 ::
 
     lowrank-fl adapters inspect DIR [DIR ...] [--names A,B,..] [--summary OUT/summary.json]
-        [--figure FILE.png]
+        [--figure FILE.png [--overwrite]]
     lowrank-fl adapters aggregate DIR [DIR ...] --method clair --out OUT [--names A,B,..]
         [--rank-out R] [--rank R] [--lam-L X --lam-S Y]
         [--client-rule per-module|majority|any|pooled] [--energy E]
