@@ -151,6 +151,29 @@ def test_a_claim_past_its_budget_is_stopped_with_its_workers_and_the_run_goes_on
     assert _pids(tmp_path, "finished") == []
 
 
+def test_worker_start_up_and_restart_are_not_charged_to_the_next_claims_budgets(tmp_path, monkeypatch):
+    # loky: a claim stopped at its budget kills the workers; their restart (here dominated by a
+    # module that takes 3 s to import in a worker) used to run on the clocks of the claims after
+    # it, which were then stopped too although their own work takes a fraction of a second
+    from _slow_import_tasks import IMPORT_SECONDS, squares_claim
+
+    monkeypatch.setenv("SLOW_IMPORT_PARENT", str(os.getpid()))
+    fast = [squares_claim(k) for k in range(4)]
+    slow = slow_claim(tmp_path, seconds=300.0)
+    limits = {slow.id: 1.0}
+    with Sweep("loky", n_jobs=2) as sweep:
+        results = run_claims([fast[0], slow, *fast[1:]], Context(scale="smoke", sweep=sweep),
+                             budgets=lambda c: (limits.get(c.id, IMPORT_SECONDS - 1.0), "test"))
+    ev = {c.id: e for c, e in results}
+    assert ev[slow.id].verdict == BUDGET_VERDICT and ev[slow.id].budget["exceeded"]
+    for c in fast:   # the first pays no start-up, the next ones no restart
+        assert ev[c.id].verdict == "holds", (c.id, ev[c.id].summary)
+        assert ev[c.id].budget == {"limit_s": IMPORT_SECONDS - 1.0, "source": "test", "exceeded": False}
+        assert ev[c.id].seconds < IMPORT_SECONDS - 1.0
+    started = _pids(tmp_path, "start")
+    assert started and not any(map(_alive, started))   # the slow claim's workers were killed
+
+
 # ----------------------------------------------------------------------------- command line
 @pytest.fixture
 def slow_registry(tmp_path, monkeypatch):
