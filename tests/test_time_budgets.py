@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -172,6 +177,57 @@ def test_worker_start_up_and_restart_are_not_charged_to_the_next_claims_budgets(
         assert ev[c.id].seconds < IMPORT_SECONDS - 1.0
     started = _pids(tmp_path, "start")
     assert started and not any(map(_alive, started))   # the slow claim's workers were killed
+
+
+_VERIFY_SLOW_CLAIM = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from _dummy_tasks import slow_claim
+    import verify.cli as cli
+    from verify.claim import OMITTED, REGISTRY
+
+    REGISTRY.clear()
+    OMITTED.clear()
+    claim = slow_claim(sys.argv[2], seconds=300.0)
+    REGISTRY[claim.id] = claim
+    cli._load_claims = lambda papers: None
+    sys.exit(cli.lowrank_fl_main(sys.argv[3:]))
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+def test_killed_verify_leaves_no_loky_workers(tmp_path):
+    # kill -9 of `lowrank-fl verify` while its loky workers run a claim's tasks: the workers (and
+    # with them loky's resource tracker and its /dev/shm files) end with it, not 300 s later
+    from test_output_safety import _children, _gone, _shm
+
+    log = tmp_path / "log"
+    log.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with tempfile.TemporaryFile("w+") as errfile:   # orphans would hold a pipe open
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _VERIFY_SLOW_CLAIM, str(ROOT / "tests"), str(log), "verify",
+             "--scale", "smoke", "--backend", "loky", "--jobs", "2", "--no-cache",
+             "--time-budget", "off", "--out", str(tmp_path / "report")],
+            env=env, stdout=subprocess.DEVNULL, stderr=errfile)
+        try:
+            deadline = time.monotonic() + 120
+            while len(_pids(log, "start")) < 2 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.1)
+            workers = _pids(log, "start")
+            children = _children(proc.pid)
+            assert len(workers) == 2 and set(workers) <= set(children), (workers, children)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        errfile.seek(0)
+        err = errfile.read()
+    assert proc.returncode == -signal.SIGKILL, err
+    assert _gone(children), "loky workers or resource tracker outlived the killed verify"
+    assert _shm(proc.pid) == []
+    assert _pids(log, "finished") == []
 
 
 # ----------------------------------------------------------------------------- command line

@@ -8,7 +8,8 @@ Backends
 ``"sequential"``
     In-process loop (the default of :class:`verify.claim.Context`).
 ``"loky"``
-    joblib's process pool; ``n_jobs=-1`` uses every core (the CLI's default).
+    joblib's process pool; ``n_jobs=-1`` uses every core (the CLI's default). Its workers end
+    when this process dies, even by SIGKILL (:mod:`lowrank_fl.parent_watch`).
 ``"dask"``
     joblib's dask backend on a ``distributed.Client``: connected to ``scheduler="tcp://HOST:PORT"``,
     or to an in-process ``distributed.LocalCluster`` started on first use (``cluster_options`` are
