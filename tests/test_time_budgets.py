@@ -57,12 +57,15 @@ def test_committed_budgets_follow_the_rule_from_the_committed_full_report():
 
 @pytest.mark.parametrize("text, expected", [("auto", ("auto", None)), ("OFF", ("off", None)),
                                             ("90", ("seconds", 90.0)), ("2.5s", ("seconds", 2.5)),
-                                            ("3x", ("factor", 3.0))])
+                                            ("3x", ("factor", 3.0)), ("1e9", ("seconds", 1e9)),
+                                            ("2.5E-1s", ("seconds", 0.25)), ("1e3x", ("factor", 1e3)),
+                                            (" 7 s ", ("seconds", 7.0))])
 def test_parse_time_budget(text, expected):
     assert B.parse_time_budget(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "0", "-5", "fast", "3y", "x"])
+@pytest.mark.parametrize("text", ["", "0", "-5", "fast", "3y", "x", "inf", "nan", "1e999", "-1e9",
+                                  "0e5x", "s"])
 def test_bad_time_budget_is_refused(text):
     with pytest.raises(ValueError, match="--time-budget must be 'auto', 'off', seconds > 0"):
         B.parse_time_budget(text)
@@ -75,6 +78,49 @@ def test_budget_for_each_mode():
     assert B.budget_for("a.x", "smoke", "seconds", 7.0, table) == (7.0, "--time-budget")
     assert B.budget_for("a.x", "smoke", "off", None, table) == (None, "off")
     assert B.budget_for("new.claim", "quick", table=table) == (B.UNMEASURED["quick"], "unmeasured default")
+    # a factor whose product overflows stays finite (the report's JSON holds no inf)
+    assert B.budget_for("a.x", "full", "factor", 1e308, table) == (sys.float_info.max, "1e+308 x budgets.json")
+
+
+def test_a_budget_beyond_the_timer_range_runs_unlimited_in_practice():
+    # setitimer overflows a little above 9e9 s; the timer is capped, the deadline is not
+    import signal as sig
+
+    with B.time_limit(1e12):
+        assert B.active_deadline() > time.monotonic() + 1e11
+        assert 0 < sig.getitimer(sig.ITIMER_REAL)[0] <= 1e9
+    assert sig.getitimer(sig.ITIMER_REAL)[0] == 0 and B.active_deadline() is None
+
+
+def test_cli_accepts_exponent_time_budget_and_auto(slow_registry, capsys):
+    out = slow_registry / "report"
+    for value in ("1e9", "auto"):
+        assert lowrank_fl(["verify", "--scale", "smoke", "--claim", "fedrep.dummy.mean", "--no-cache",
+                           "--time-budget", value, "--out", str(out), "--overwrite"]) == 0, value
+        budget = json.loads((out / "results.json").read_text())["claims"][0]["budget"]
+        assert budget == ({"limit_s": 1e9, "source": "--time-budget", "exceeded": False} if value == "1e9"
+                          else {"limit_s": B.UNMEASURED["smoke"], "source": "unmeasured default",
+                                "exceeded": False})
+
+
+@pytest.mark.parametrize("source, limit, words", [
+    ("--time-budget", 0.5, "(0.5 s for every claim, given with --time-budget)"),
+    ("3 x budgets.json", 180.0, "(3 times its budget in verify/budgets.json, 10 times its measured "
+                                "runtime with a floor, scaled with --time-budget 3x)"),
+    ("budgets.json", 60.0, "(its budget in verify/budgets.json, 10 times its measured runtime with a floor)"),
+    ("unmeasured default", 300.0, "(the default budget of a claim not yet measured)")])
+def test_report_legend_says_where_the_budget_came_from(source, limit, words):
+    from verify.claim import Evidence
+    from verify.report._common import verdict_legend
+
+    c = dummy_claims()[0]
+    e = Evidence(verdict=BUDGET_VERDICT, summary="stopped",
+                 budget={"limit_s": limit, "source": source, "exceeded": True})
+    text = verdict_legend([(c, e)])[BUDGET_VERDICT]
+    assert text.startswith(f"the experiment was stopped at its time budget {words}: it does not hold")
+    assert "verify/budgets.py" not in text and "{" not in text
+    # no budget recorded (--time-budget off, an older results.json): the general rule
+    assert "unless --time-budget set it" in verdict_legend([(c, Evidence(verdict="holds", summary="ok"))])[BUDGET_VERDICT]
 
 
 def test_time_limit_interrupts_python_work_and_restores_the_timer():
