@@ -242,10 +242,18 @@ _VERIFY_SLOW_CLAIM = textwrap.dedent("""
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
-def test_killed_verify_leaves_no_loky_workers(tmp_path):
-    # kill -9 of `lowrank-fl verify` while its loky workers run a claim's tasks: the workers (and
-    # with them loky's resource tracker and its /dev/shm files) end with it, not 300 s later
-    from test_output_safety import _children, _gone, _shm
+@pytest.mark.parametrize("backend", ["loky", "dask"])
+def test_killed_verify_leaves_no_workers(tmp_path, backend):
+    # kill -9 of `lowrank-fl verify` while its workers run a claim's tasks: the workers (and with
+    # them loky's resource tracker and its /dev/shm files) end with it, not 300 s later. dask: the
+    # LocalCluster's worker processes (children of the in-process nannies) end by themselves
+    if backend == "dask":
+        pytest.importorskip("distributed")
+    from test_output_safety import _gone, _shm
+
+    def _children(pid):   # of every thread (dask's nannies start workers from their loop thread)
+        return sorted(int(x) for t in Path(f"/proc/{pid}/task").iterdir()
+                      for x in (t / "children").read_text().split())
 
     log = tmp_path / "log"
     log.mkdir()
@@ -253,7 +261,7 @@ def test_killed_verify_leaves_no_loky_workers(tmp_path):
     with tempfile.TemporaryFile("w+") as errfile:   # orphans would hold a pipe open
         proc = subprocess.Popen(
             [sys.executable, "-c", _VERIFY_SLOW_CLAIM, str(ROOT / "tests"), str(log), "verify",
-             "--scale", "smoke", "--backend", "loky", "--jobs", "2", "--no-cache",
+             "--scale", "smoke", "--backend", backend, "--jobs", "2", "--no-cache",
              "--time-budget", "off", "--out", str(tmp_path / "report")],
             env=env, stdout=subprocess.DEVNULL, stderr=errfile)
         try:
@@ -271,7 +279,7 @@ def test_killed_verify_leaves_no_loky_workers(tmp_path):
         errfile.seek(0)
         err = errfile.read()
     assert proc.returncode == -signal.SIGKILL, err
-    assert _gone(children), "loky workers or resource tracker outlived the killed verify"
+    assert _gone(children), f"{backend} workers or resource tracker outlived the killed verify"
     assert _shm(proc.pid) == []
     assert _pids(log, "finished") == []
 
