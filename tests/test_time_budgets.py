@@ -202,17 +202,21 @@ def test_a_claim_past_its_budget_is_stopped_with_its_workers_and_the_run_goes_on
     assert _pids(tmp_path, "finished") == []
 
 
-def test_worker_start_up_and_restart_are_not_charged_to_the_next_claims_budgets(tmp_path, monkeypatch):
+@pytest.mark.parametrize("backend", ["loky", "dask"])
+def test_worker_start_up_and_restart_are_not_charged_to_the_next_claims_budgets(
+        tmp_path, monkeypatch, backend, request):
     # loky: a claim stopped at its budget kills the workers; their restart (here dominated by a
     # module that takes 3 s to import in a worker) used to run on the clocks of the claims after
     # it, which were then stopped too although their own work takes a fraction of a second
     from _slow_import_tasks import IMPORT_SECONDS, squares_claim
 
-    monkeypatch.setenv("SLOW_IMPORT_PARENT", str(os.getpid()))
+    monkeypatch.setenv("SLOW_IMPORT_PARENT", str(os.getpid()))   # before the cluster starts
     fast = [squares_claim(k) for k in range(4)]
     slow = slow_claim(tmp_path, seconds=300.0)
     limits = {slow.id: 1.0}
-    with Sweep("loky", n_jobs=2) as sweep:
+    sweep = (Sweep("dask", client=request.getfixturevalue("process_cluster")) if backend == "dask"
+             else Sweep("loky", n_jobs=2))
+    with sweep:
         results = run_claims([fast[0], slow, *fast[1:]], Context(scale="smoke", sweep=sweep),
                              budgets=lambda c: (limits.get(c.id, IMPORT_SECONDS - 1.0), "test"))
     ev = {c.id: e for c, e in results}

@@ -296,6 +296,8 @@ class Sweep:
         self._own_cluster = None
         self._locks = _cache.TaskLocks() if self.cache_dir is not None else None
         self._warm_executor = None  # the loky executor whose workers start_workers saw running
+        self._dask_restarting = 0   # dask workers to wait for after stop_workers restarted them
+        self._dask_warm: set = set()  # addresses of the dask workers start_workers warmed up
         self.executed = 0  # tasks run (not served from cache) by this sweep, for reporting
         self.reused = 0    # tasks served from the cache (including those another run computed)
         self.invalid = 0   # cache entries found but unreadable or not matching (recomputed)
@@ -336,6 +338,7 @@ class Sweep:
             if client is None:
                 return
             try:
+                self._dask_restarting = len(client.scheduler_info().get("workers", {}))
                 client.restart(wait_for_workers=False)
             except Exception as exc:  # noqa: BLE001 - e.g. workers without nannies
                 log.warning("could not restart the dask workers after a time budget ran out: %s: %s",
@@ -344,11 +347,15 @@ class Sweep:
     def start_workers(self, modules: Sequence[str] = (), timeout: float = 120.0) -> None:
         """loky: start every worker now and wait until each has imported ``modules`` (the claims'
         modules) and computed the code versions; a no-op while the workers it started still run.
+        dask: the same for every worker not seen before, after waiting for the workers
+        :meth:`stop_workers` restarted.
 
         The runner calls it before a claim's clock starts, so a claim's time budget counts its own
-        work, not the start-up of workers (or their restart after :meth:`stop_workers`). Other
-        backends: nothing to do.
+        work, not the start-up of workers (or their restart after :meth:`stop_workers`).
+        Sequential: nothing to do.
         """
+        if self.backend == "dask":
+            self._start_dask_workers(modules, timeout)
         if self.backend != "loky":
             return
         from joblib.externals.loky import reusable_executor
@@ -362,6 +369,22 @@ class Sweep:
             seen.update(self._loky_parallel(
                 joblib.delayed(_warm_up)(tuple(modules), 0.05) for _ in range(n)))
         self._warm_executor = reusable_executor._executor
+
+    def _start_dask_workers(self, modules: Sequence[str], timeout: float) -> None:
+        """dask: wait until the workers :meth:`stop_workers` restarted are back; have every worker
+        not seen before import ``modules``."""
+        client = self._dask_client()
+        try:
+            if self._dask_restarting:
+                client.wait_for_workers(self._dask_restarting, timeout=timeout)
+            workers = set(client.scheduler_info().get("workers", {}))
+            if not workers <= self._dask_warm:
+                client.run(_warm_up, tuple(modules), 0.0, workers=sorted(workers - self._dask_warm))
+                self._dask_warm |= workers
+        except Exception as exc:  # noqa: BLE001 - the next claim then pays the rest of the start-up
+            log.warning("the dask workers were not all up within %g s: %s: %s",
+                        timeout, type(exc).__name__, exc)
+        self._dask_restarting = 0
 
     def _loky_parallel(self, calls):
         """``joblib.Parallel`` on loky (unordered generator); its workers end when this process
