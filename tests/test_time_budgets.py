@@ -488,6 +488,21 @@ def test_outside_the_main_thread_the_sweep_checks_the_deadline_between_tasks():
     assert B.active_deadline() is None
 
 
+def test_a_deadline_inside_an_import_waits_for_the_import():
+    # the fedrep smoke run at --time-budget 0.5 stopped a claim inside matplotlib's first import;
+    # every later claim that drew a figure then raised KeyError: 'Rectangle:kwdoc'
+    sys.modules.pop("_interrupted_import", None)
+    start = time.monotonic()
+    with pytest.raises(B.BudgetExceeded):
+        with B.time_limit(0.1):
+            import _interrupted_import
+            while True:
+                time.sleep(0.01)
+    assert time.monotonic() - start >= 0.5
+    module = sys.modules["_interrupted_import"]
+    assert module.COMPLETE and len(module.STEPS) == 10
+
+
 def test_nested_limits_keep_the_outer_one():
     with pytest.raises(B.BudgetExceeded) as exc:
         with B.time_limit(0.6):

@@ -159,12 +159,26 @@ def check_deadline() -> None:
         raise BudgetExceeded(_STATE.limit)
 
 
+_IMPORT_RETRY = 0.05   # seconds: how often a deadline that fell inside an import is retried
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (a module body executed by importlib)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise :class:`BudgetExceeded` in this thread after ``seconds`` (``None``: no limit).
 
     Uses ``SIGALRM`` in the main thread (restoring the previous handler and timer afterwards);
-    elsewhere only :func:`check_deadline` enforces it.
+    elsewhere only :func:`check_deadline` enforces it. A deadline that falls inside an import waits
+    for the import to finish: a module interrupted half-way (e.g. matplotlib's first import) would
+    stay half-initialised in this process and break every later claim that uses it.
     """
     if seconds is None:
         yield
@@ -177,6 +191,9 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     previous = None
     if use_signal:
         def on_alarm(signum, frame):
+            if _importing(frame):   # a module stopped half-way stays broken for the next claims
+                signal.setitimer(signal.ITIMER_REAL, _IMPORT_RETRY)
+                return
             raise BudgetExceeded(seconds)
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
