@@ -365,9 +365,13 @@ class Sweep:
         n = joblib.effective_n_jobs(self.n_jobs)
         seen: set = set()
         deadline = time.monotonic() + timeout
-        while len(seen) < n and time.monotonic() < deadline:   # until every worker answered
-            seen.update(self._loky_parallel(
-                joblib.delayed(_warm_up)(tuple(modules), 0.05) for _ in range(n)))
+        try:
+            while len(seen) < n and time.monotonic() < deadline:   # until every worker answered
+                seen.update(self._loky_parallel(
+                    joblib.delayed(_warm_up)(tuple(modules), 0.05) for _ in range(n)))
+        except Exception as exc:  # noqa: BLE001 - the claim's own tasks then meet (and report) it
+            log.warning("the loky workers did not start: %s: %s", type(exc).__name__, exc)
+            return
         self._warm_executor = reusable_executor._executor
 
     def _start_dask_workers(self, modules: Sequence[str], timeout: float) -> None:
