@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -52,12 +57,15 @@ def test_committed_budgets_follow_the_rule_from_the_committed_full_report():
 
 @pytest.mark.parametrize("text, expected", [("auto", ("auto", None)), ("OFF", ("off", None)),
                                             ("90", ("seconds", 90.0)), ("2.5s", ("seconds", 2.5)),
-                                            ("3x", ("factor", 3.0))])
+                                            ("3x", ("factor", 3.0)), ("1e9", ("seconds", 1e9)),
+                                            ("2.5E-1s", ("seconds", 0.25)), ("1e3x", ("factor", 1e3)),
+                                            (" 7 s ", ("seconds", 7.0))])
 def test_parse_time_budget(text, expected):
     assert B.parse_time_budget(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "0", "-5", "fast", "3y", "x"])
+@pytest.mark.parametrize("text", ["", "0", "-5", "fast", "3y", "x", "inf", "nan", "1e999", "-1e9",
+                                  "0e5x", "s"])
 def test_bad_time_budget_is_refused(text):
     with pytest.raises(ValueError, match="--time-budget must be 'auto', 'off', seconds > 0"):
         B.parse_time_budget(text)
@@ -70,6 +78,49 @@ def test_budget_for_each_mode():
     assert B.budget_for("a.x", "smoke", "seconds", 7.0, table) == (7.0, "--time-budget")
     assert B.budget_for("a.x", "smoke", "off", None, table) == (None, "off")
     assert B.budget_for("new.claim", "quick", table=table) == (B.UNMEASURED["quick"], "unmeasured default")
+    # a factor whose product overflows stays finite (the report's JSON holds no inf)
+    assert B.budget_for("a.x", "full", "factor", 1e308, table) == (sys.float_info.max, "1e+308 x budgets.json")
+
+
+def test_a_budget_beyond_the_timer_range_runs_unlimited_in_practice():
+    # setitimer overflows a little above 9e9 s; the timer is capped, the deadline is not
+    import signal as sig
+
+    with B.time_limit(1e12):
+        assert B.active_deadline() > time.monotonic() + 1e11
+        assert 0 < sig.getitimer(sig.ITIMER_REAL)[0] <= 1e9
+    assert sig.getitimer(sig.ITIMER_REAL)[0] == 0 and B.active_deadline() is None
+
+
+def test_cli_accepts_exponent_time_budget_and_auto(slow_registry, capsys):
+    out = slow_registry / "report"
+    for value in ("1e9", "auto"):
+        assert lowrank_fl(["verify", "--scale", "smoke", "--claim", "fedrep.dummy.mean", "--no-cache",
+                           "--time-budget", value, "--out", str(out), "--overwrite"]) == 0, value
+        budget = json.loads((out / "results.json").read_text())["claims"][0]["budget"]
+        assert budget == ({"limit_s": 1e9, "source": "--time-budget", "exceeded": False} if value == "1e9"
+                          else {"limit_s": B.UNMEASURED["smoke"], "source": "unmeasured default",
+                                "exceeded": False})
+
+
+@pytest.mark.parametrize("source, limit, words", [
+    ("--time-budget", 0.5, "(0.5 s for every claim, given with --time-budget)"),
+    ("3 x budgets.json", 180.0, "(3 times its budget in verify/budgets.json, 10 times its measured "
+                                "runtime with a floor, scaled with --time-budget 3x)"),
+    ("budgets.json", 60.0, "(its budget in verify/budgets.json, 10 times its measured runtime with a floor)"),
+    ("unmeasured default", 300.0, "(the default budget of a claim not yet measured)")])
+def test_report_legend_says_where_the_budget_came_from(source, limit, words):
+    from verify.claim import Evidence
+    from verify.report._common import verdict_legend
+
+    c = dummy_claims()[0]
+    e = Evidence(verdict=BUDGET_VERDICT, summary="stopped",
+                 budget={"limit_s": limit, "source": source, "exceeded": True})
+    text = verdict_legend([(c, e)])[BUDGET_VERDICT]
+    assert text.startswith(f"the experiment was stopped at its time budget {words}: it does not hold")
+    assert "verify/budgets.py" not in text and "{" not in text
+    # no budget recorded (--time-budget off, an older results.json): the general rule
+    assert "unless --time-budget set it" in verdict_legend([(c, Evidence(verdict="holds", summary="ok"))])[BUDGET_VERDICT]
 
 
 def test_time_limit_interrupts_python_work_and_restores_the_timer():
@@ -149,6 +200,92 @@ def test_a_claim_past_its_budget_is_stopped_with_its_workers_and_the_run_goes_on
         # the backend still works after its workers were killed
         assert run_claims([before], Context(scale="smoke", sweep=sweep))[0][1].verdict == "holds"
     assert _pids(tmp_path, "finished") == []
+
+
+@pytest.mark.parametrize("backend", ["loky", "dask"])
+def test_worker_start_up_and_restart_are_not_charged_to_the_next_claims_budgets(
+        tmp_path, monkeypatch, backend, request):
+    # loky: a claim stopped at its budget kills the workers; their restart (here dominated by a
+    # module that takes 3 s to import in a worker) used to run on the clocks of the claims after
+    # it, which were then stopped too although their own work takes a fraction of a second
+    from _slow_import_tasks import IMPORT_SECONDS, squares_claim
+
+    monkeypatch.setenv("SLOW_IMPORT_PARENT", str(os.getpid()))   # before the cluster starts
+    fast = [squares_claim(k) for k in range(4)]
+    slow = slow_claim(tmp_path, seconds=300.0)
+    limits = {slow.id: 1.0}
+    sweep = (Sweep("dask", client=request.getfixturevalue("process_cluster")) if backend == "dask"
+             else Sweep("loky", n_jobs=2))
+    with sweep:
+        results = run_claims([fast[0], slow, *fast[1:]], Context(scale="smoke", sweep=sweep),
+                             budgets=lambda c: (limits.get(c.id, IMPORT_SECONDS - 1.0), "test"))
+    ev = {c.id: e for c, e in results}
+    assert ev[slow.id].verdict == BUDGET_VERDICT and ev[slow.id].budget["exceeded"]
+    for c in fast:   # the first pays no start-up, the next ones no restart
+        assert ev[c.id].verdict == "holds", (c.id, ev[c.id].summary)
+        assert ev[c.id].budget == {"limit_s": IMPORT_SECONDS - 1.0, "source": "test", "exceeded": False}
+        assert ev[c.id].seconds < IMPORT_SECONDS - 1.0
+    started = _pids(tmp_path, "start")
+    assert started and not any(map(_alive, started))   # the slow claim's workers were killed
+
+
+_VERIFY_SLOW_CLAIM = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from _dummy_tasks import slow_claim
+    import verify.cli as cli
+    from verify.claim import OMITTED, REGISTRY
+
+    REGISTRY.clear()
+    OMITTED.clear()
+    claim = slow_claim(sys.argv[2], seconds=300.0)
+    REGISTRY[claim.id] = claim
+    cli._load_claims = lambda papers: None
+    sys.exit(cli.lowrank_fl_main(sys.argv[3:]))
+""")
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux /proc")
+@pytest.mark.parametrize("backend", ["loky", "dask"])
+def test_killed_verify_leaves_no_workers(tmp_path, backend):
+    # kill -9 of `lowrank-fl verify` while its workers run a claim's tasks: the workers (and with
+    # them loky's resource tracker and its /dev/shm files) end with it, not 300 s later. dask: the
+    # LocalCluster's worker processes (children of the in-process nannies) end by themselves
+    if backend == "dask":
+        pytest.importorskip("distributed")
+    from test_output_safety import _gone, _shm
+
+    def _children(pid):   # of every thread (dask's nannies start workers from their loop thread)
+        return sorted(int(x) for t in Path(f"/proc/{pid}/task").iterdir()
+                      for x in (t / "children").read_text().split())
+
+    log = tmp_path / "log"
+    log.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with tempfile.TemporaryFile("w+") as errfile:   # orphans would hold a pipe open
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _VERIFY_SLOW_CLAIM, str(ROOT / "tests"), str(log), "verify",
+             "--scale", "smoke", "--backend", backend, "--jobs", "2", "--no-cache",
+             "--time-budget", "off", "--out", str(tmp_path / "report")],
+            env=env, stdout=subprocess.DEVNULL, stderr=errfile)
+        try:
+            deadline = time.monotonic() + 120
+            while len(_pids(log, "start")) < 2 and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.1)
+            workers = _pids(log, "start")
+            children = _children(proc.pid)
+            assert len(workers) == 2 and set(workers) <= set(children), (workers, children)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        errfile.seek(0)
+        err = errfile.read()
+    assert proc.returncode == -signal.SIGKILL, err
+    assert _gone(children), f"{backend} workers or resource tracker outlived the killed verify"
+    assert _shm(proc.pid) == []
+    assert _pids(log, "finished") == []
 
 
 # ----------------------------------------------------------------------------- command line
@@ -349,6 +486,21 @@ def test_outside_the_main_thread_the_sweep_checks_the_deadline_between_tasks():
     sweep_thread.join()
     assert isinstance(seen.get("stop"), B.BudgetExceeded) and seen["stop"].limit == 1.0
     assert B.active_deadline() is None
+
+
+def test_a_deadline_inside_an_import_waits_for_the_import():
+    # the fedrep smoke run at --time-budget 0.5 stopped a claim inside matplotlib's first import;
+    # every later claim that drew a figure then raised KeyError: 'Rectangle:kwdoc'
+    sys.modules.pop("_interrupted_import", None)
+    start = time.monotonic()
+    with pytest.raises(B.BudgetExceeded):
+        with B.time_limit(0.1):
+            import _interrupted_import
+            while True:
+                time.sleep(0.01)
+    assert time.monotonic() - start >= 0.5
+    module = sys.modules["_interrupted_import"]
+    assert module.COMPLETE and len(module.STEPS) == 10
 
 
 def test_nested_limits_keep_the_outer_one():

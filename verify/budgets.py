@@ -54,6 +54,7 @@ FLOORS = {"smoke": 60.0, "quick": 120.0, "full": 300.0}
 #: budget of a claim no report measured, seconds
 UNMEASURED = {"smoke": 300.0, "quick": 900.0, "full": 3600.0}
 _SCALES = ("smoke", "quick", "full")
+_MAX_TIMER = 1e9   # seconds (31 years): setitimer overflows its time_t a little above 9e9
 
 
 class BudgetExceeded(BaseException):
@@ -109,15 +110,20 @@ def load_budgets(path: str | Path | None = None) -> dict:
 
 def parse_time_budget(text: str) -> tuple[str, float | None]:
     """``--time-budget`` value: ``"auto"`` (the table), ``"off"``, ``"N"`` / ``"Ns"`` (N seconds for
-    every claim) or ``"Nx"`` (N times each claim's table budget). Returns ``(mode, number)``."""
+    every claim) or ``"Nx"`` (N times each claim's table budget); N any positive finite float
+    (``1e4`` too). Returns ``(mode, number)``."""
     t = str(text).strip().lower()
     if t in ("auto", "off"):
         return t, None
-    m = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*(s|x)?", t)
-    if m is None or float(m.group(1)) <= 0:
-        raise ValueError(f"--time-budget must be 'auto', 'off', seconds > 0 (e.g. 90 or 90s) or a "
-                         f"factor > 0 of the table's budgets (e.g. 2x), got {text!r}")
-    return ("factor" if m.group(2) == "x" else "seconds"), float(m.group(1))
+    m = re.fullmatch(r"(.+?)\s*(s|x)?", t)
+    try:
+        number = float(m.group(1)) if m else math.nan
+    except ValueError:
+        number = math.nan
+    if not (math.isfinite(number) and number > 0):   # any positive finite float, 1e9 included
+        raise ValueError(f"--time-budget must be 'auto', 'off', seconds > 0 (e.g. 90, 90s or 1e4) or "
+                         f"a factor > 0 of the table's budgets (e.g. 2x), got {text!r}")
+    return ("factor" if m.group(2) == "x" else "seconds"), number
 
 
 def budget_for(claim_id: str, scale: str, mode: str = "auto", number: float | None = None,
@@ -131,8 +137,8 @@ def budget_for(claim_id: str, scale: str, mode: str = "auto", number: float | No
     row = table.get(claim_id)
     base, source = ((row[scale], "budgets.json") if row and scale in row
                     else (UNMEASURED[scale], "unmeasured default"))
-    if mode == "factor":
-        return base * float(number), f"{number:g} x {source}"
+    if mode == "factor":   # (a huge factor stays finite: the report's JSON holds no inf)
+        return min(base * float(number), sys.float_info.max), f"{number:g} x {source}"
     return base, source
 
 
@@ -153,12 +159,26 @@ def check_deadline() -> None:
         raise BudgetExceeded(_STATE.limit)
 
 
+_IMPORT_RETRY = 0.05   # seconds: how often a deadline that fell inside an import is retried
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (a module body executed by importlib)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
     """Raise :class:`BudgetExceeded` in this thread after ``seconds`` (``None``: no limit).
 
     Uses ``SIGALRM`` in the main thread (restoring the previous handler and timer afterwards);
-    elsewhere only :func:`check_deadline` enforces it.
+    elsewhere only :func:`check_deadline` enforces it. A deadline that falls inside an import waits
+    for the import to finish: a module interrupted half-way (e.g. matplotlib's first import) would
+    stay half-initialised in this process and break every later claim that uses it.
     """
     if seconds is None:
         yield
@@ -171,10 +191,15 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     previous = None
     if use_signal:
         def on_alarm(signum, frame):
+            if _importing(frame):   # a module stopped half-way stays broken for the next claims
+                signal.setitimer(signal.ITIMER_REAL, _IMPORT_RETRY)
+                return
             raise BudgetExceeded(seconds)
 
         previous = signal.signal(signal.SIGALRM, on_alarm)
-        outer, started = signal.setitimer(signal.ITIMER_REAL, seconds), time.monotonic()
+        # the timer holds ~1e9 s at most (a larger budget, e.g. --time-budget 1e12, never ends a run)
+        outer = signal.setitimer(signal.ITIMER_REAL, min(seconds, _MAX_TIMER))
+        started = time.monotonic()
     try:
         yield
     finally:

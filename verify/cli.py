@@ -25,7 +25,8 @@ time budget, or with ``--strict`` when a claim fails; 2 for a set-up error; 130 
 Time budgets (:mod:`verify.budgets`): each claim is stopped at its budget for the scale (from
 ``verify/budgets.json``: its measured runtime times 10, with a floor), gets the verdict "exceeded
 time budget" and the run goes on; ``--time-budget`` sets every claim's budget in seconds
-(``90``, ``90s``), scales the table's (``3x``) or turns budgets off (``off``).
+(``90``, ``90s``, ``1e4``), scales the table's (``3x``), keeps it (``auto``, the default) or turns
+budgets off (``off``).
 
 Progress: with a terminal on stdout and stderr, tqdm bars per map of tasks; otherwise one log line
 per claim on stderr.
@@ -90,7 +91,8 @@ def _add_verify_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-budget", type=_time_budget, default=("auto", None), metavar="BUDGET",
                    help="time budget per claim: 'auto' (default: the claim's measured runtime at "
                         "this scale x 10, at least 60/120/300 s for smoke/quick/full; "
-                        "verify/budgets.json), N or Ns (N seconds for every claim), Nx (N times "
+                        "verify/budgets.json), N or Ns (N seconds for every claim, e.g. 90, 90s, "
+                        "1e4), Nx (N times "
                         "the auto budget) or 'off'. A claim past its budget is stopped with its "
                         "workers, gets the verdict 'exceeded time budget' and the exit status is 1")
     p.add_argument("--out", required=True, metavar="DIR",

@@ -10,7 +10,9 @@ workers) are not evidence: they stop the run.
 
 With ``budgets``, each claim runs under its time budget (:mod:`verify.budgets`): a claim past it
 is stopped (its in-process work interrupted, the sweep's workers killed), becomes Evidence with
-verdict :data:`verify.claim.BUDGET_VERDICT` and the time it ran, and the run goes on.
+verdict :data:`verify.claim.BUDGET_VERDICT` and the time it ran, and the run goes on. A claim's
+clock starts once the sweep's workers are up (:meth:`verify.sweep.Sweep.start_workers`): their
+start-up, or restart after a stop, is not charged to the claim.
 """
 from __future__ import annotations
 
@@ -166,8 +168,14 @@ def run_claims(claims: Sequence[Claim], ctx: Context | None = None, *,
     """
     ctx = ctx or Context()
     results = []
+    modules = sorted({m for c in claims   # (a functools.partial names its function's module)
+                      for m in [getattr(getattr(c.experiment, "func", c.experiment), "__module__", None)]
+                      if m})
     for k, c in enumerate(claims, 1):
         limit, source = budgets(c) if budgets is not None else (None, "")
+        start_workers = getattr(ctx.sweep, "start_workers", None)
+        if limit is not None and start_workers is not None:
+            start_workers(modules)   # worker start-up (or restart after a stop) is not the claim's
         start = time.perf_counter()
         try:
             with time_limit(limit):

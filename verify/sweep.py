@@ -8,7 +8,8 @@ Backends
 ``"sequential"``
     In-process loop (the default of :class:`verify.claim.Context`).
 ``"loky"``
-    joblib's process pool; ``n_jobs=-1`` uses every core (the CLI's default).
+    joblib's process pool; ``n_jobs=-1`` uses every core (the CLI's default). Its workers end
+    when this process dies, even by SIGKILL (:mod:`lowrank_fl.parent_watch`).
 ``"dask"``
     joblib's dask backend on a ``distributed.Client``: connected to ``scheduler="tcp://HOST:PORT"``,
     or to an in-process ``distributed.LocalCluster`` started on first use (``cluster_options`` are
@@ -65,12 +66,15 @@ import os
 import pickle
 import re
 import sys
+import time
 import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import joblib
+
+from lowrank_fl.parent_watch import exit_with_parent
 
 from . import cache as _cache
 from .budgets import check_deadline
@@ -216,6 +220,18 @@ def _execute(task: Callable, params: Mapping, seed: int, index: int, expected: s
         return index, False, (type(exc).__name__, str(exc), tb, transported)
 
 
+def _warm_up(modules: Sequence[str], dwell: float) -> int:
+    """In a worker: import ``modules`` and compute the code versions (what a first task would
+    pay), stay ``dwell`` seconds (so the other workers take the other warm-up tasks); its pid."""
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+    _library_digest(), _verifier_digest()
+    time.sleep(dwell)
+    return os.getpid()
+
+
 # ----------------------------------------------------------------------------- the sweep
 def _short(params: Mapping, limit: int = 300) -> str:
     text = repr(dict(params))
@@ -279,6 +295,9 @@ class Sweep:
         self._own_client = None
         self._own_cluster = None
         self._locks = _cache.TaskLocks() if self.cache_dir is not None else None
+        self._warm_executor = None  # the loky executor whose workers start_workers saw running
+        self._dask_restarting = 0   # dask workers to wait for after stop_workers restarted them
+        self._dask_warm: set = set()  # addresses of the dask workers start_workers warmed up
         self.executed = 0  # tasks run (not served from cache) by this sweep, for reporting
         self.reused = 0    # tasks served from the cache (including those another run computed)
         self.invalid = 0   # cache entries found but unreadable or not matching (recomputed)
@@ -313,15 +332,70 @@ class Sweep:
             executor = reusable_executor._executor
             if executor is not None:
                 executor.shutdown(wait=True, kill_workers=True)
+            self._warm_executor = None
         elif self.backend == "dask":
             client = self._client or self._own_client
             if client is None:
                 return
             try:
+                self._dask_restarting = len(client.scheduler_info().get("workers", {}))
                 client.restart(wait_for_workers=False)
             except Exception as exc:  # noqa: BLE001 - e.g. workers without nannies
                 log.warning("could not restart the dask workers after a time budget ran out: %s: %s",
                             type(exc).__name__, exc)
+
+    def start_workers(self, modules: Sequence[str] = (), timeout: float = 120.0) -> None:
+        """loky: start every worker now and wait until each has imported ``modules`` (the claims'
+        modules) and computed the code versions; a no-op while the workers it started still run.
+        dask: the same for every worker not seen before, after waiting for the workers
+        :meth:`stop_workers` restarted.
+
+        The runner calls it before a claim's clock starts, so a claim's time budget counts its own
+        work, not the start-up of workers (or their restart after :meth:`stop_workers`).
+        Sequential: nothing to do.
+        """
+        if self.backend == "dask":
+            self._start_dask_workers(modules, timeout)
+        if self.backend != "loky":
+            return
+        from joblib.externals.loky import reusable_executor
+
+        if self._warm_executor is not None and self._warm_executor is reusable_executor._executor:
+            return
+        n = joblib.effective_n_jobs(self.n_jobs)
+        seen: set = set()
+        deadline = time.monotonic() + timeout
+        try:
+            while len(seen) < n and time.monotonic() < deadline:   # until every worker answered
+                seen.update(self._loky_parallel(
+                    joblib.delayed(_warm_up)(tuple(modules), 0.05) for _ in range(n)))
+        except Exception as exc:  # noqa: BLE001 - the claim's own tasks then meet (and report) it
+            log.warning("the loky workers did not start: %s: %s", type(exc).__name__, exc)
+            return
+        self._warm_executor = reusable_executor._executor
+
+    def _start_dask_workers(self, modules: Sequence[str], timeout: float) -> None:
+        """dask: wait until the workers :meth:`stop_workers` restarted are back; have every worker
+        not seen before import ``modules``."""
+        client = self._dask_client()
+        try:
+            if self._dask_restarting:
+                client.wait_for_workers(self._dask_restarting, timeout=timeout)
+            workers = set(client.scheduler_info().get("workers", {}))
+            if not workers <= self._dask_warm:
+                client.run(_warm_up, tuple(modules), 0.0, workers=sorted(workers - self._dask_warm))
+                self._dask_warm |= workers
+        except Exception as exc:  # noqa: BLE001 - the next claim then pays the rest of the start-up
+            log.warning("the dask workers were not all up within %g s: %s: %s",
+                        timeout, type(exc).__name__, exc)
+        self._dask_restarting = 0
+
+    def _loky_parallel(self, calls):
+        """``joblib.Parallel`` on loky (unordered generator); its workers end when this process
+        dies, even by SIGKILL (:func:`lowrank_fl.parent_watch.exit_with_parent`)."""
+        with joblib.parallel_config(backend="loky", initializer=exit_with_parent,
+                                    initargs=(os.getpid(),)):
+            return joblib.Parallel(n_jobs=self.n_jobs, return_as="generator_unordered")(calls)
 
     def __repr__(self) -> str:
         return (f"Sweep(backend={self.backend!r}, n_jobs={self.n_jobs}, cache_dir={self.cache_dir}, "
@@ -456,8 +530,7 @@ class Sweep:
         expected = code_version(task)  # the worker checks its own against it
         calls = (joblib.delayed(_execute)(task, jobs[n][2], jobs[n][3], n, expected) for n in todo)
         if self.backend == "loky":
-            return joblib.Parallel(n_jobs=self.n_jobs, backend="loky",
-                                   return_as="generator_unordered")(calls)
+            return self._loky_parallel(calls)
         client = self._dask_client()
 
         def run_dask():

@@ -10,7 +10,8 @@ from .values import columns as table_columns
 from .values import fmt
 
 __all__ = ["fmt", "count_columns", "by_paper", "totals", "totals_by_paper", "is_error", "table_columns", "kv_rows",
-           "omitted_sorted", "non_holds", "remarks", "check_lines", "anchor", "svg_twin", "VERDICT_LEGEND", "KIND_LEGEND"]
+           "omitted_sorted", "non_holds", "remarks", "check_lines", "anchor", "svg_twin", "VERDICT_LEGEND", "KIND_LEGEND",
+           "verdict_legend"]
 
 
 def count_columns(results: Sequence[tuple[Claim, Evidence]]) -> list[str]:
@@ -107,10 +108,33 @@ VERDICT_LEGEND = {
                     "\"inconclusive (error)\" when the experiment raised, with its traceback.",
     "erratum confirmed": "the paper's statement is wrong as printed; the experiment reproduces the "
                          "error (and checks the corrected version beside it).",
-    "exceeded time budget": "the experiment was stopped at its time budget (its measured runtime "
-                            "times a factor, see verify/budgets.py): it does not hold; a solver "
-                            "crawling to its iteration caps is the usual cause.",
+    "exceeded time budget": "the experiment was stopped at its time budget ({budget}): it does not "
+                            "hold; a solver crawling to its iteration caps is the usual cause.",
 }
+
+_TABLE = "its budget in verify/budgets.json, 10 times its measured runtime with a floor"
+_UNMEASURED = "the default budget of a claim not yet measured"
+
+
+def _budget_source(source: str, limit) -> str:
+    """Words for one ``budget.source`` (:func:`verify.budgets.budget_for`)."""
+    if source == "--time-budget":
+        return f"{fmt(limit)} s for every claim, given with --time-budget"
+    if " x " in source:
+        factor, base = source.split(" x ", 1)
+        return (f"{factor} times " + (_TABLE if base == "budgets.json" else _UNMEASURED)
+                + f", scaled with --time-budget {factor}x")
+    return {"budgets.json": _TABLE, "unmeasured default": _UNMEASURED}.get(source, source)
+
+
+def verdict_legend(results: Iterable[tuple[Claim, Evidence]]) -> dict:
+    """:data:`VERDICT_LEGEND` with the budget's origin as this run set it (the table's, scaled by
+    ``--time-budget Nx``, or the seconds given with ``--time-budget N``)."""
+    kinds = list(dict.fromkeys(_budget_source(e.budget["source"], e.budget.get("limit_s"))
+                               for _, e in results if e.budget and "source" in e.budget))
+    words = "; ".join(kinds) if kinds else _TABLE + ", unless --time-budget set it"
+    return {k: v.format(budget=words) if k == "exceeded time budget" else v
+            for k, v in VERDICT_LEGEND.items()}
 
 #: What each claim kind checks.
 KIND_LEGEND = {

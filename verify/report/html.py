@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..claim import PAPERS, Claim, Evidence, Omitted
-from ._common import (KIND_LEGEND, MISSING, VERDICT_LEGEND, anchor, by_paper, is_error, kv_rows,
+from ._common import (KIND_LEGEND, MISSING, anchor, verdict_legend, by_paper, is_error, kv_rows,
                       check_lines, count_columns, non_holds, omitted_sorted, remarks, svg_twin, table_columns, totals,
                       totals_by_paper)
 from .provenance import git_text
@@ -265,7 +265,7 @@ def render_html(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
                f"counted as verified): {escape(', '.join(remarks(results)))}."
                if remarks(results) else "") + "</p>",
             f'<div id="counts">{_counts(results, omitted)}</div>',
-            "<h3>Verdicts</h3>", _legend(VERDICT_LEGEND, True),
+            "<h3>Verdicts</h3>", _legend(verdict_legend(results), True),
             "<h3>Kinds of claim</h3>", _legend(KIND_LEGEND, False)]
     if attention:
         body.append('<h2 id="attention">Verdicts other than holds</h2>')
