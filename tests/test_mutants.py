@@ -142,7 +142,7 @@ def test_source_mutant_reaches_importers_and_restores():
 
 def test_tests_target_command(tmp_path, capsys):
     out = tmp_path / "t"
-    assert main(["--target", "tests", "--mutant", "cache.looks_like_cache_top_level", "--out",
+    assert main(["--target", "tests", "--mutant", "cache.entry_by_name_only", "--out",
                  str(out), "--root", str(REPO)]) == 0
     doc = json.loads((out / "mutants_tests.json").read_text())
     row, = doc["mutants"]

@@ -22,6 +22,13 @@ def test_clear_refuses_a_foreign_directory_with_files_only_in_subfolders(tmp_pat
         clear_cache(docs, ["chapter1"])
     assert (docs / "chapter1" / "thesis.tex").read_text() == "precious"
     assert (docs / "data" / "raw" / "table.csv").exists()
+    # files named like entries are entries only if their content is one
+    fake = tmp_path / "fake"
+    (fake / "a" / "b").mkdir(parents=True)
+    (fake / "a" / "b" / ("1" * 32 + ".npz")).write_bytes(b"my own archive")
+    with pytest.raises(ValueError, match="does not look like"):
+        clear_cache(fake)
+    assert (fake / "a" / "b" / ("1" * 32 + ".npz")).read_bytes() == b"my own archive"
 
 
 def test_clear_removes_cache_entries_and_counts_them(tmp_path):

@@ -193,9 +193,11 @@ _M = [
            _edit('doc.get("header") != {"format": FORMAT, **header}',
                  'doc.get("header", {}).get("format") != FORMAT'),
            tests=("tests/test_sweep.py",)),
-    Mutant("cache.looks_like_cache_top_level", "verify.cache:_looks_like_cache",
-           "A directory counts as a cache when its top level holds no foreign file (subfolders not "
-           "searched).", (), _edit('cache_dir.rglob("*")', "cache_dir.iterdir()"), tests=(T_NNC,)),
+    Mutant("cache.entry_by_name_only", "verify.cache:_is_entry_file",
+           "A file named like a cache entry counts as one without its content being checked (a "
+           "user's archive named <hex>.npz makes a folder a cache, and clear deletes it).", (),
+           _edit("if not _ENTRY.fullmatch(path.name):\n        return False",
+                 "if _ENTRY.fullmatch(path.name):\n        return True"), tests=(T_NNC,)),
     # ---------------------------------------------------------------- nn
     Mutant("nn.cuts_among_n_bg", "lowrank_fl.nn.copying:sample",
            "Fuzzy copying draws its cut points among n_bg boundaries instead of n_bg + 1 (the "
