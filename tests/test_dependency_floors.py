@@ -19,6 +19,9 @@ FEATURES = [
     ("joblib", "1.4", "verify/sweep.py", r'return_as="generator_unordered"',
      "Parallel(return_as='generator_unordered') (joblib 1.3 raises ValueError)"),
     ("joblib", "1.3", "verify/sweep.py", r"joblib\.parallel_config\(", "joblib.parallel_config"),
+    ("joblib", "1.5", "verify/sweep.py", r"initializer=exit_with_parent",
+     "parallel_config(backend='loky', initializer=...) handed on to loky's executor (joblib 1.4 "
+     "passes it to the backend's constructor: TypeError)"),
     ("threadpoolctl", "3.5", "verify/sweep.py", r"ThreadpoolController\(",
      "ThreadpoolController that sees numpy>=2's scipy-openblas (3.1 sees no BLAS at all)"),
     ("tqdm", "4.60", "verify/sweep.py", r"delay=", "tqdm(delay=...)"),
