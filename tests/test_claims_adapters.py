@@ -33,6 +33,22 @@ def test_detection_criterion_can_fail(pooled, expected):
     assert AD.detection_verdict([pooled, _row("per-module", 1.0, 0.08, 0)]) is expected
 
 
+def test_baseline_check_names_the_base_that_does_not_copy():
+    rec = lambda base, acc: {"settings": {"base": base}, "base_accuracy": acc,  # noqa: E731
+                             "copying_threshold": 50.96}
+    assert AD.baseline_failure([rec("llama", 86.0), rec("gpt2", 51.0)]) == ""
+    msg = AD.baseline_failure([rec("llama", 86.0), rec("gpt2", 27.3), rec("gpt2", 27.3)])
+    assert msg.startswith("baseline check failed") and "gpt2: 27.3% < 51.0%" in msg and "llama" not in msg
+
+
+def test_smoke_bases_do_not_copy_so_the_claims_are_inconclusive():
+    """Smoke pretrains 5 steps: the base cannot copy and the baseline check must say so."""
+    pytest.importorskip("torch")
+    pytest.importorskip("peft")
+    ev = REGISTRY[IDS[0]].run(Context(scale="smoke"))
+    assert ev.verdict == "inconclusive" and ev.summary.startswith("baseline check failed")
+
+
 def test_loss_rows_paired_differences_by_hand():
     recs = [{"heldout_loss": {"a": {"clair-pooled": 1.0, "fedavg": 1.5, "local": 1.1},
                               "b": {"clair-pooled": 2.0, "fedavg": 2.5, "local": 2.3}}},

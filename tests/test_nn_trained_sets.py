@@ -81,9 +81,9 @@ def test_factors_reproduce_peft_forward(built):
 def test_task_variations_and_bad_settings():
     het = client_tasks(TrainedSetSettings(n_clients=6, n_contaminated=0, seed=3))
     assert len({(t.length, t.exponent) for t in het.values()}) > 1
-    assert all(abs(t.exponent - 1.1) <= 0.15 and abs(t.length - 6) <= 1 for t in het.values())
+    assert all(abs(t.exponent - 0.0) <= 0.15 and abs(t.length - 6) <= 1 for t in het.values())
     hom = client_tasks(TrainedSetSettings(n_clients=6, n_contaminated=3, heterogeneous=False))
-    assert {(t.length, t.exponent) for t in hom.values()} == {(6, 1.1)}
+    assert {(t.length, t.exponent) for t in hom.values()} == {(6, 0.0)}
     assert [t.kind for t in hom.values()][3:] == ["shift", "clean", "reverse"]
     with pytest.raises(ValueError, match="base"):
         TrainedSetSettings(base="bert")
@@ -123,3 +123,51 @@ def test_detection_table_counts_by_hand():
     assert (row["exact_sets"], row["contaminated_sets"]) == (0, 2)
     assert (row["clean_sets_false_flag"], row["clean_sets"]) == (1, 2)
     assert (row["benign_flagged"], row["benign_clients"]) == (2, 3 + 2 + 4 + 4)
+
+
+@pytest.fixture(scope="module")
+def copying_sets(tmp_path_factory):
+    """A llama base that copies (600 pretraining steps: masked accuracy above the copying
+    threshold) and two federations of 6 clients on it: one contaminated client ("shift"), and none."""
+    cache = tmp_path_factory.mktemp("copying")
+    common = dict(base="llama", n_clients=6, pretrain_steps=600, seed=5)
+    return cache, {bad: trained_set(TrainedSetSettings(**common, n_contaminated=bad), cache_dir=cache)
+                   for bad in (0, 1)}
+
+
+def test_base_copies_and_accuracy_matches_predictions(copying_sets):
+    from lowrank_fl.nn import copying
+    from lowrank_fl.nn.trained_sets import base_accuracy, copying_threshold
+
+    cache, sets = copying_sets
+    s = sets[1].settings
+    assert copying_threshold(0.0) == pytest.approx((100 / 52 + 100) / 2)
+    acc = base_accuracy(s, cache_dir=cache, n=200)
+    assert acc > copying_threshold(s.exponent)
+    # the same number by hand: argmax predictions of the base scored on §8.2's positions
+    from lowrank_fl.validation import as_generator
+    from lowrank_fl.nn.trained_sets import ClientTask
+    batch = ClientTask("fuzzy", s.length, s.exponent).sample(
+        200, s.seq_len, seed=as_generator(0, "trained-set-base-accuracy"))
+    with torch.no_grad():
+        logits = model_with(sets[1], {}, cache_dir=cache)(torch.from_numpy(batch.tokens[:, :-1])).logits
+    pred = np.concatenate([np.full((200, 1), -1), logits.argmax(-1).numpy()], axis=1)
+    assert acc == pytest.approx(100 * (1 - copying.masked_error(pred, batch)))
+
+
+def test_default_rule_flags_exactly_the_contaminated_client_and_nobody_without(copying_sets):
+    """The default client-level decision on PEFT-trained adapters: the contaminated client alone
+    when there is one, nobody when there is none (the issue's acceptance criterion)."""
+    from lowrank_fl.adapters import DEFAULT_CLIENT_RULE, ModuleOptions, aggregate_factors
+
+    _, sets = copying_sets
+    assert DEFAULT_CLIENT_RULE == "pooled"
+    for bad, ts in sets.items():
+        res = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"))
+        det = res.summary["detection"]
+        assert det["rule"] == "pooled"
+        assert det["flagged"] == ts.contaminated == (["client05"] if bad else [])
+        if bad:                              # the flagged client keeps its own update, every module
+            for m, (A, B, sc) in res.outputs["client05"].items():
+                A0, B0, s0 = ts.factors["client05"][m]
+                assert np.allclose(sc * B @ A, s0 * B0 @ A0, rtol=0, atol=1e-9 * np.abs(s0 * B0 @ A0).max())

@@ -17,12 +17,12 @@ cli         ``lowrank-fl adapters inspect|aggregate``
 from .io import AdapterError, AdapterSet, ModuleFactors, load_adapters, save_adapter
 from .reduce import ReducedModule, pair_blocks, reduce_module
 from .tuning import Lambdas, auto_lambdas
-from .aggregate import CLIENT_RULES, METHODS, ModuleOptions, ModuleResult, aggregate_module
+from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, METHODS, ModuleOptions, ModuleResult, aggregate_module
 from .run import Aggregation, aggregate_adapters, aggregate_to_dir, write_outputs
 from .memory import FactorAggregation, aggregate_factors, factors_from_state_dict
 
 __all__ = ["AdapterError", "AdapterSet", "ModuleFactors", "load_adapters", "save_adapter",
            "ReducedModule", "reduce_module", "pair_blocks", "Lambdas", "auto_lambdas",
-           "METHODS", "CLIENT_RULES", "ModuleOptions", "ModuleResult", "aggregate_module",
+           "METHODS", "CLIENT_RULES", "DEFAULT_CLIENT_RULE", "ModuleOptions", "ModuleResult", "aggregate_module",
            "Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs",
            "FactorAggregation", "aggregate_factors", "factors_from_state_dict"]

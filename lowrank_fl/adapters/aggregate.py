@@ -58,6 +58,10 @@ METHODS = ("clair", "fedavg", "fedavg-factors", "ffa", "flexlora") + robust.ROBU
 #: ``benchmarks/bench_k_scaling.py``)
 CONTRASTS = ("auto", "factored", "dense")
 CLIENT_RULES = ("per-module", "majority", "any", "pooled")
+#: the default client-level decision: the pooled rule (our extension) earned it on the trained
+#: adapter sets of ``benchmarks/bench_trained_detection.py`` (design seeds 0-1, 16 sets: precision
+#: 1.00, recall 0.96, no false flag in 4 clean federations, against recall 0.67 for per-module (8))
+DEFAULT_CLIENT_RULE = "pooled"
 _SV_RTOL = 1e-12
 
 

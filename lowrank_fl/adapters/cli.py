@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .aggregate import CLIENT_RULES, METHODS, ModuleOptions
+from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, METHODS, ModuleOptions
 from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, StorageDtypeError, adapter_fingerprint,
                  check_distinct_dirs, input_dtype, load_adapters, stored_dtypes)
 from .reduce import reduce_module
@@ -37,13 +37,13 @@ from .reduce import reduce_module
 _NAMES_HELP = ("comma-separated client names, one per DIR, in order (they name the output "
                "directories); default: the directory names, with parent directories added where "
                "they collide (site1/adapter, site2/adapter -> site1_adapter, site2_adapter)")
-_RULE_HELP = ("which clients are refined with the collaborative average: 'per-module' (default) "
-              "uses each module's own set (8); 'majority' keeps a client in every module iff it is "
+_RULE_HELP = ("which clients are refined with the collaborative average: 'per-module' uses each "
+              "module's own set (8), the paper's rule; 'majority' keeps a client in every module iff it is "
               "benign in at least half of them; 'any' excludes a client from every module as soon "
               "as one module flags it (strictest: one flagged module makes the client keep its "
-              "own adapter everywhere); 'pooled' (our extension) excludes a client from every "
-              "module iff its score pooled over all modules' block norms exceeds a cutoff "
-              "calibrated on a null of exchangeable clients")
+              "own adapter everywhere); 'pooled' (default; our extension, needs >= 3 clients) "
+              "excludes a client from every module iff its score pooled over all modules' block "
+              "norms exceeds a cutoff calibrated on a null of exchangeable clients")
 
 __all__ = ["add_parser", "run_inspect", "run_aggregate"]
 
@@ -84,7 +84,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--lam-S", dest="lam_S", type=float, default=None,
                      help="block penalty of (7) (with --lam-L)")
     agg.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
-    agg.add_argument("--client-rule", dest="client_rule", default="per-module",
+    agg.add_argument("--client-rule", dest="client_rule", default=DEFAULT_CLIENT_RULE,
                      choices=CLIENT_RULES, help=_RULE_HELP)
     agg.add_argument("--byzantine", type=int, default=None,
                      help="f, the Byzantine clients krum/multikrum/trimmed-mean tolerate "

@@ -26,7 +26,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .aggregate import CLIENT_RULES, ModuleOptions, client_decision
+from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, client_decision
 from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_peft_type, check_plain_lora,
                  config_scaling)
 from .run import Aggregation, aggregate_adapters
@@ -174,7 +174,7 @@ class FactorAggregation:
 
 
 def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions(), *,
-                      client_rule: str = "per-module", jobs: int = 1, scheduler: str | None = None,
+                      client_rule: str = DEFAULT_CLIENT_RULE, jobs: int = 1, scheduler: str | None = None,
                       progress: bool = False) -> FactorAggregation:
     """Aggregate in-memory clients ``{name: {module: (A, B, scaling)}}`` (or an
     :class:`AdapterSet`) module by module with ``options.method``.

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..outdir import OutputDir
 from ..parent_watch import exit_with_parent
-from .aggregate import (CLIENT_RULES, ModuleOptions, ModuleResult, aggregate_module, apply_robust,
+from .aggregate import (CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, ModuleResult, aggregate_module, apply_robust,
                         check_rank, client_decision)
 from .decision import detection_summary
 from .io import AdapterSet, input_fingerprints
@@ -46,7 +46,7 @@ class Aggregation:
     #: robust methods: ``{"f", "selected", "weights", "coordinates", "iterations"}``
     robust: dict | None = None
 
-    def summary(self, client_rule: str = "per-module", rank_out_errors=None) -> dict:
+    def summary(self, client_rule: str = DEFAULT_CLIENT_RULE, rank_out_errors=None) -> dict:
         names = self.adapters.names
         out = {"method": self.options.method, "clients": names,
                "client_rule": client_rule if self.options.method == "clair" else None,
@@ -243,7 +243,7 @@ def _output_dir(out, overwrite: bool, adapters: AdapterSet) -> OutputDir:
 
 
 def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
-                     client_rule: str = "per-module", dtype: str = "float32",
+                     client_rule: str = DEFAULT_CLIENT_RULE, dtype: str = "float32",
                      overwrite: bool = False, jobs: int = 1, scheduler: str | None = None,
                      progress: bool = True) -> tuple[Aggregation, dict]:
     """:func:`aggregate_adapters` and :func:`write_outputs` in one pass, writing while solving.
@@ -269,7 +269,7 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
         return agg, _finish(agg, writers, staged, client_rule, dtype)
 
 
-def write_outputs(agg: Aggregation, out, *, client_rule: str = "per-module",
+def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RULE,
                   dtype: str = "float32", overwrite: bool = False) -> dict:
     """Write ``OUT/<client>/`` (CLAIR) or ``OUT/aggregated/`` and ``OUT/summary.json``.
 

@@ -30,7 +30,7 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
 from threadpoolctl import threadpool_limits
 
-from ..adapters import CLIENT_RULES, AdapterError, ModuleOptions, aggregate_factors
+from ..adapters import CLIENT_RULES, DEFAULT_CLIENT_RULE, AdapterError, ModuleOptions, aggregate_factors
 from .contract import LORA_ARRAYS, LORA_CONFIG, factors_from_content, factors_record
 
 __all__ = ["ClairStrategy", "RoundRecord"]
@@ -122,7 +122,7 @@ class ClairStrategy(FedAvg):
     """
 
     def __init__(self, method: str | None = None, *, module_options: ModuleOptions | None = None,
-                 client_rule: str = "per-module", jobs: int = 1, scheduler: str | None = None,
+                 client_rule: str = DEFAULT_CLIENT_RULE, jobs: int = 1, scheduler: str | None = None,
                  lora_arrays_key: str = LORA_ARRAYS, lora_config_key: str = LORA_CONFIG, **fedavg) -> None:
         super().__init__(**fedavg)
         if module_options is None:
@@ -304,11 +304,8 @@ class ClairStrategy(FedAvg):
         mods = res.summary["modules"]
         if self.method != "clair":
             return {m: np.ones(K, bool) for m in mods}
-        if self.client_rule == "per-module":
-            return {m: np.asarray(v["benign"], bool) for m, v in mods.items()}
-        decided = np.array([res.summary["client_benign"][self.client_rule][c]
-                            for c in res.summary["clients"]], bool)
-        return {m: decided for m in mods}
+        # the set each module's refinement applied under client_rule (its own (8) under "per-module")
+        return {m: np.asarray(v["benign_applied"], bool) for m, v in mods.items()}
 
     def _collaborative_mean(self, named: dict, benign: dict) -> dict:
         """``{module: (A, B, 1.0)}`` with ``B A`` the mean of ``ΔW_k`` over each module's set,

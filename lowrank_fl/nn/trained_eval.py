@@ -13,7 +13,7 @@ import numpy as np
 from ..adapters import ModuleOptions, aggregate_factors
 from ..adapters.aggregate import client_decision
 from ..adapters.detect import pooled_scores, pooled_threshold
-from .trained_sets import TrainedSet, heldout_loss
+from .trained_sets import TrainedSet, base_accuracy, copying_threshold, heldout_loss
 
 __all__ = ["RULES", "ROBUST", "LOSS_METHODS", "evaluate_set", "flags_of", "detection_table"]
 
@@ -25,12 +25,13 @@ LOSS_METHODS = ("local", "clair-per-module", "clair-pooled", "fedavg", "flexlora
 def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_heldout: int = 256) -> dict:
     """One set's record: ``truth``, ``flagged`` per rule, ``pooled_block`` / ``pooled_contrast``
     (pooled scores from the block norms of (8) / the raw contrast norms), ``selected`` (Krum,
-    Multi-Krum), ``seconds`` per method, and with ``with_loss`` ``heldout_loss`` per benign client
+    Multi-Krum), ``seconds`` per method, ``base_accuracy`` (%) of the base against its
+    ``copying_threshold``, and with ``with_loss`` ``heldout_loss`` per benign client
     and method (:data:`LOSS_METHODS`; ``local`` = the client's own adapter)."""
     names = ts.names
     K = len(names)
     t0 = time.perf_counter()
-    res = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"))
+    res = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), client_rule="per-module")
     seconds = {"clair": time.perf_counter() - t0}
     results = res.aggregation.results
     flags = {}
@@ -45,7 +46,9 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
            "pooled_contrast": dict(zip(names, Mc.tolist())),
            "pooled_threshold": pooled_threshold(K) if K >= 3 else None,
            "separated_modules": sum(bool(r.separated) for r in results), "n_modules": len(results),
-           "lam_rules": [r.lam_rule for r in results], "selected": {}, "build_seconds": ts.seconds}
+           "lam_rules": [r.lam_rule for r in results], "selected": {}, "build_seconds": ts.seconds,
+           "base_accuracy": base_accuracy(ts.settings, cache_dir=cache_dir),
+           "copying_threshold": copying_threshold(ts.settings.exponent)}
     outs = {}
     for m in ROBUST + ("fedavg", "flexlora"):
         t0 = time.perf_counter()

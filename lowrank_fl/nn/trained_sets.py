@@ -7,8 +7,13 @@ A set is built in two steps, both deterministic given :class:`TrainedSetSettings
    (hidden 64, 2 layers, 4 query heads, 2 key/value heads: GQA, so ``k_proj``/``v_proj`` are
    32 × 64), LoRA on ``q_proj, k_proj, v_proj, o_proj``; ``"gpt2"``: ``GPT2LMHeadModel`` (n_embd 64,
    2 layers, ``Conv1D`` weights stored in × out), LoRA on ``attn.c_attn, attn.c_proj`` with
-   ``fan_in_fan_out=True`` — pretrained briefly on a mixture of fuzzy copying tasks
-   (:mod:`lowrank_fl.nn.copying`, vocabulary 53, sequences of ``seq_len`` tokens);
+   ``fan_in_fan_out=True`` — pretrained on a mixture of fuzzy copying tasks
+   (:mod:`lowrank_fl.nn.copying`, vocabulary 53, sequences of ``seq_len`` tokens) until it copies:
+   with uniform letters (``exponent = 0``), batches of 64 and learning rate 1e-3 both bases pass
+   80 % masked accuracy within 1000 steps and the default trains 1500
+   (:func:`base_accuracy` reports it). Under S5's power law (``t = 1.1``) neither base learned
+   to copy within 2000 steps (27 %: the most frequent letter), and adapters trained on a base that
+   does not copy carry no copying rule to disagree on;
 2. ``n_clients`` LoRA clients fine-tuned from the same LoRA initialization (PEFT's default: the
    same ``A``, ``B = 0``): benign clients learn fuzzy copying, with the same task
    (``heterogeneous=False``) or with small per-client variations of the power-law exponent and the
@@ -37,7 +42,7 @@ from ..validation import as_generator, check_int
 from . import copying
 
 __all__ = ["BASES", "TrainedSetSettings", "TrainedSet", "ClientTask", "build_base", "trained_set",
-           "client_tasks", "model_with", "heldout_loss"]
+           "client_tasks", "model_with", "heldout_loss", "base_accuracy", "copying_threshold"]
 
 BASES = ("llama", "gpt2")
 _TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj"], "gpt2": ["attn.c_attn", "attn.c_proj"]}
@@ -55,15 +60,15 @@ class TrainedSetSettings:
     #: benign clients: per-client exponent in ``exponent ± spread`` and length in ``length ± 1``
     heterogeneous: bool = True
     spread: float = 0.15
-    exponent: float = 1.1
+    exponent: float = 0.0
     length: int = 6
     seq_len: int = 32
     rank: int = 4
     lora_alpha: float = 8.0
-    pretrain_steps: int = 300
-    pretrain_lr: float = 3e-3
+    pretrain_steps: int = 1500
+    pretrain_lr: float = 1e-3
     steps: int = 30
-    batch_size: int = 32
+    batch_size: int = 64
     lr: float = 3e-3
     seed: int = 0
     #: the base model's seed (one pretrained base serves every set of the same base settings)
@@ -317,3 +322,25 @@ def heldout_loss(tset: TrainedSet, client: str, factors: dict, *, n: int = 256, 
                        "trained-set-heldout")
     batch = tset.tasks[client].sample(n, tset.settings.seq_len, seed=rng)
     return float(_loss(model_with(tset, factors, cache_dir=cache_dir), batch))
+
+
+def copying_threshold(exponent: float) -> float:
+    """Masked accuracy (%) at which a base *copies*: the midpoint between the most frequent
+    letter's share under ``P(X = a) ∝ a^{-exponent}`` (what a base that has not learned to copy
+    predicts) and a perfect copier's 100 % (51 % for uniform letters)."""
+    p = np.arange(1, 53, dtype=np.float64) ** (-float(exponent))
+    return float((100 * p[0] / p.sum() + 100) / 2)
+
+
+@torch.no_grad()
+def base_accuracy(settings: TrainedSetSettings, *, n: int = 500, cache_dir=None, seed=0) -> float:
+    """Masked next-token accuracy (%, §8.2's positions ``m+3 .. m+L-1`` of the second copy) of the
+    pretrained base (no adapter) on ``n`` fresh sequences of the benign task (``exponent``,
+    ``length``): the baseline check of the benchmark (compare :func:`copying_threshold`)."""
+    model = _base_cached(settings, None if cache_dir is None else str(cache_dir))
+    batch = ClientTask("fuzzy", settings.length, settings.exponent).sample(
+        n, settings.seq_len, seed=as_generator(seed, "trained-set-base-accuracy"))
+    tok = torch.from_numpy(batch.tokens)
+    pred = np.full(batch.tokens.shape, -1, dtype=np.int64)
+    pred[:, 1:] = model(tok[:, :-1]).logits.argmax(-1).numpy()
+    return 100 * (1 - copying.masked_error(pred, batch))

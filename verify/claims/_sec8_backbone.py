@@ -42,7 +42,7 @@ SCALES = {
               "checkpoints": (100, 150, 200), "seeds": 5, "from_step": 0, "target": None, "n_eval": 200},
     "quick": {"recipe": "ours", "overrides": {}, "checkpoints": tuple(range(500, 2501, 500)), "seeds": 5,
               "from_step": 0, "target": None, "n_eval": 300},
-    "full": {"recipe": "song", "overrides": {}, "checkpoints": tuple(range(500, 12001, 500)), "seeds": 8,
+    "full": {"recipe": "song", "overrides": {}, "checkpoints": tuple(range(500, 12001, 500)), "seeds": 6,
              "from_step": 5500, "target": LOCAL_LEVEL, "n_eval": 500},
 }
 

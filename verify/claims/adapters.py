@@ -73,6 +73,27 @@ def runs(ctx) -> list[dict]:
     return [r for row in out for r in row]
 
 
+def baseline_failure(recs: list[dict]) -> str:
+    """The baseline check (fixed before any detection result was looked at): every set's base,
+    without adapters, copies (masked accuracy at least the midpoint between the most frequent
+    letter's share and 100 %, :func:`lowrank_fl.nn.trained_sets.copying_threshold`). A base that
+    does not copy gives adapters with no copying rule to disagree on, and says nothing about a
+    detection rule. Returns the reason the claims are inconclusive, or ``""``."""
+    bases = {(r["settings"]["base"], round(r["base_accuracy"], 1), round(r["copying_threshold"], 1))
+             for r in recs}
+    low = sorted(b for b in bases if b[1] < b[2])
+    if not low:
+        return ""
+    return ("baseline check failed, the base does not copy (" + "; ".join(
+        f"{b}: {acc:.1f}% < {thr:.1f}%" for b, acc, thr in low) + "): inconclusive; ")
+
+
+def _bases_note(recs: list[dict]) -> str:
+    bases = sorted({(r["settings"]["base"], r["base_accuracy"]) for r in recs})
+    return "Bases without adapters (masked accuracy on the benign task): " + ", ".join(
+        f"{b} {a:.1f}%" for b, a in bases) + f" (copying threshold {recs[0]['copying_threshold']:.1f}%). "
+
+
 def detection_verdict(rows: list[dict]) -> bool | None:
     """Holds iff the pooled rule never flags a client of a federation without contamination, its
     precision is at least :data:`MIN_PRECISION`, and its recall exceeds the per-module sets';
@@ -121,12 +142,13 @@ def _detection(ctx) -> Evidence:
 
     recs = runs(ctx)
     rows = detection_table(recs)
-    ok = detection_verdict(rows)
+    failed = baseline_failure(recs)
+    ok = None if failed else detection_verdict(rows)
     by = {r["rule"]: r for r in rows}
     p, m = by["pooled"], by["per-module"]
     return Evidence(
         verdict=verdict_from(ok),
-        summary=(f"pooled: precision {p['precision']:.2f}, recall {p['recall']:.2f}, false flag in "
+        summary=(f"{failed}pooled: precision {p['precision']:.2f}, recall {p['recall']:.2f}, false flag in "
                  f"{p['clean_sets_false_flag']}/{p['clean_sets']} clean sets; per-module (8): recall "
                  f"{m['recall']:.2f}, false flag in {m['clean_sets_false_flag']}/{m['clean_sets']}"),
         measured={"rows": rows, "sets": len(recs)},
@@ -135,8 +157,7 @@ def _detection(ctx) -> Evidence:
         table=rows, figure=ctx.save_figure(_scores_figure(recs)),
         notes="Client-level counts pooled over sets. Krum / Multi-Krum count the clients they do not "
               "select as flagged; 'pooled@3.5' is Iglewicz & Hoaglin's per-observation cutoff, shown for "
-              "comparison with the rule's cutoff c_K. The tiny bases do not learn to copy in their brief "
-              "pretraining: a 'reverse' client has the benign letter statistics and no rule can see it. Figure: "
+              "comparison with the rule's cutoff c_K. " + _bases_note(recs) + "Figure: "
               "x labels base/contaminated clients ('h': homogeneous benign tasks).")
 
 
@@ -164,9 +185,10 @@ def _heldout(ctx) -> Evidence:
     by = {r["method"]: r for r in rows}
     outcomes = [direction(by[m]["ci_low"], by[m]["ci_high"]) for m in ("fedavg", "local")]
     ok = False if False in outcomes else (None if None in outcomes else True)
+    failed = baseline_failure(recs)
     return Evidence(
-        verdict=verdict_from(ok),
-        summary=", ".join(f"{m} - CLAIR pooled = {by[m]['minus_clair-pooled']:+.4f} "
+        verdict=verdict_from(None if failed else ok),
+        summary=failed + ", ".join(f"{m} - CLAIR pooled = {by[m]['minus_clair-pooled']:+.4f} "
                           f"[{by[m]['ci_low']:+.4f}, {by[m]['ci_high']:+.4f}]" for m in ("fedavg", "local")),
         measured={"rows": rows, "sets": len(recs)},
         predicted={"fedavg - clair-pooled": "> 0", "local - clair-pooled": "> 0"},
@@ -174,4 +196,5 @@ def _heldout(ctx) -> Evidence:
         notes="Held-out next-token loss on the copy positions of each benign client's own task, averaged "
               "over the benign clients of a set; paired differences over sets, 95 % t intervals "
               "('within noise' gives inconclusive). Also shown: CLAIR per-module, FlexLoRA, Krum, "
-              "Multi-Krum, coordinate-wise median / trimmed mean (reduced coordinates) and the geometric median.")
+              "Multi-Krum, coordinate-wise median / trimmed mean (reduced coordinates) and the geometric median. "
+              + _bases_note(recs))
