@@ -78,7 +78,9 @@ def test_pooled_threshold_is_the_null_quantile_of_the_largest_modified_z():
         rate = float((mz.max(axis=1) > pooled_threshold(K)).mean())
         assert abs(rate - 0.01) < 0.003                       # 3 binomial standard errors
         assert float((mz.max(axis=1) > 3.5).mean()) > 0.05
-    assert pooled_threshold(400) == 3.5 or pooled_threshold(400) > 3.5   # floor: never below 3.5
+    # the floor: at alpha = 0.9 the null quantile (about 1.5 at K = 10) lies below 3.5
+    assert float(np.quantile(mz.max(axis=1), 0.1)) < 3.5 and pooled_threshold(10, alpha=0.9) == 3.5
+    assert pooled_threshold(10) == pytest.approx(float(np.quantile(mz.max(axis=1), 0.99)), abs=0.3)
     assert pooled_threshold(10) < pooled_threshold(6)
     with pytest.raises(ValueError, match="K must be"):
         pooled_threshold(2)
