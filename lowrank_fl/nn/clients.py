@@ -3,9 +3,11 @@
 S5: rank-3 LoRA on the eight attention projections and the output layer, the ``A`` factors
 initialized from the same seed on every client (``init_seed``), only LoRA parameters trained,
 2000 sequences, one epoch, batch 50, Adam at learning rate 1e-3, LoRA scale 16 and dropout 0.005.
-"Scale 16" has two readings (:data:`ALPHA_READINGS`): PEFT's scaling ``lora_alpha / r = 16``
-(``lora_alpha = 16 r``, ``alpha_reading="scaling"``, the default so far) or PEFT's
-``lora_alpha = 16`` (scaling ``16 / r``, ``alpha_reading="alpha"``). The loss is on the second
+"Scale 16" has two readings (:data:`ALPHA_READINGS`): PEFT's ``lora_alpha = 16`` (scaling
+``16 / r``, ``alpha_reading="alpha"``, the default) or PEFT's scaling ``lora_alpha / r = 16``
+(``lora_alpha = 16 r``, ``alpha_reading="scaling"``). The default is the reading under which the
+paper's own τ = 0.5 behaves as §8.3 says (it finds the contaminated client in the homogeneous
+regime; ``clair.sec8.detection`` reports both readings). The loss is on the second
 copy's positions by default, as the backbone's pretraining (``LoraSettings.loss``).
 """
 from __future__ import annotations
@@ -45,7 +47,7 @@ class LoraSettings:
     #: (:class:`lowrank_fl.nn.pretrain.PretrainSettings`): "copy" (default) or "all"
     loss: str = "copy"
     #: :data:`ALPHA_READINGS`: how ``scale`` becomes PEFT's ``lora_alpha``
-    alpha_reading: str = "scaling"
+    alpha_reading: str = "alpha"
 
     def __post_init__(self):
         if self.alpha_reading not in ALPHA_READINGS:
