@@ -166,12 +166,17 @@ def test_other_methods_send_everyone_the_aggregate(src, method):
     assert all(m.content["arrays"] is arrays for m in msgs)
 
 
-def test_client_rule_majority_and_rank_out(src):
+@pytest.mark.parametrize("rule", ["majority", "pooled", "per-module", "any"])
+def test_client_rules_and_rank_out(src, rule):
+    """Every client rule: the strategy sends each client what aggregate_factors gives it under
+    the same rule, and flags the clients the rule's detection flags."""
     opts = ModuleOptions(rank_out=2, output_dtype="float64")
-    st = ClairStrategy(module_options=opts, client_rule="majority")
+    st = ClairStrategy(module_options=opts, client_rule=rule)
     st.aggregate_train(1, _replies(src))
-    ref = aggregate_factors(_clients(src), opts, client_rule="majority")
-    assert st.rounds[1].flagged == (NODES[5],)
+    ref = aggregate_factors(_clients(src), opts, client_rule=rule)
+    assert [str(n) for n in st.rounds[1].flagged] == ref.summary["detection"]["flagged"]
+    if rule in ("majority", "pooled"):
+        assert st.rounds[1].flagged == (NODES[5],)
     for n in NODES:
         got = _received(*st.adapters[n])
         for m, (A, B, _) in ref.outputs[str(n)].items():
