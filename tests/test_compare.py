@@ -249,3 +249,52 @@ def test_zero_responses_are_refused_by_nuclear():
     X = np.random.default_rng(0).standard_normal((3, 5, 2))
     with pytest.raises(ValueError, match=r"y: every response is 0.*Theta = 0 is optimal"):
         compare_nuclear(X, np.zeros((3, 5)), 0.1, methods=["prox"])
+
+
+_AFTER_CLARABEL = '''
+import sys
+import numpy as np
+import cvxpy as cp
+from lowrank_fl.compare.child import run_in_child
+
+
+def solve(n):
+    A = np.random.default_rng(0).standard_normal((n, n))
+    X = cp.Variable((n, 30))
+    p = cp.Problem(cp.Minimize(cp.sum_squares(A @ X - 1) + cp.norm1(X)))
+    p.solve(solver="CLARABEL")
+    return p.status
+
+
+if __name__ == "__main__":
+    solve(150)               # the parent runs Clarabel first: rayon's global pool now exists
+    r = run_in_child(solve, (150,), time_limit=float(sys.argv[1]), measure="rss_growth")
+    print(r["outcome"], r.get("result"))
+'''
+
+
+def test_solve_process_after_a_threaded_solver_in_the_parent(tmp_path):
+    """A plain fork of a process that ran Clarabel hangs the child on rayon's missing pool (the
+    verifier hung this way); the default fork server runs the solve."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "after_clarabel.py"
+    script.write_text(_AFTER_CLARABEL)
+    env = {k: v for k, v in os.environ.items() if k != "LOWRANK_FL_START_METHOD"}
+    out = subprocess.run([sys.executable, str(script), "120"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.stdout.split() == ["ok", "optimal"], out.stderr[-2000:]
+
+
+def test_start_method_option(monkeypatch):
+    from lowrank_fl.compare import child
+
+    monkeypatch.delenv(child.START_METHOD_ENV, raising=False)
+    assert child._context().get_start_method() == "forkserver"
+    monkeypatch.setenv(child.START_METHOD_ENV, "fork")
+    assert child._context().get_start_method() == "fork"
+    monkeypatch.setenv(child.START_METHOD_ENV, "vfork")
+    with pytest.raises(ValueError, match="LOWRANK_FL_START_METHOD must be one of"):
+        child._context()

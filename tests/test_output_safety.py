@@ -60,7 +60,9 @@ def _agg(dirs, *args, jobs: str | None = "1") -> int:
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    # plain fork: the scripts below patch the solve process's function before forking it
+    return {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+            "LOWRANK_FL_START_METHOD": "fork"}
 
 
 def _cli(args, cwd=None, **kw) -> subprocess.CompletedProcess:

@@ -1,7 +1,6 @@
 """Run one solve in a child process: a time limit that can stop it, and its peak memory.
 
-Every method runs in its own process (``fork`` where available, else ``spawn``), so a solve past
-``time_limit`` is terminated (conic solvers cannot be interrupted from Python), a solver that
+Every method runs in its own process, so a solve past ``time_limit`` is terminated (conic solvers cannot be interrupted from Python), a solver that
 crashes the interpreter (a failed huge allocation) is reported, and memory is measured in
 isolation:
 
@@ -11,6 +10,14 @@ isolation:
   size during the solve minus the resident size before it (Linux ``VmHWM`` after resetting it
   through ``/proc/self/clear_refs``; elsewhere ``ru_maxrss``, which cannot be reset, so the
   growth is counted from the larger of the two baselines).
+
+How the process starts (:data:`START_METHOD_ENV`, default ``"forkserver"``, ``"spawn"`` where
+there is no fork): a plain ``fork`` of a process that has already run a threaded native library
+hangs the child — a Clarabel solve in the parent leaves rayon's global pool behind, and the
+forked child waits forever for pool threads it does not have (seen in a verifier worker that ran
+Clarabel before a compare). The fork server forks from a clean single-threaded process.
+``LOWRANK_FL_START_METHOD=fork`` restores plain ``fork`` (faster; a parent's monkeypatches reach
+the child, which tests of the child use), for a process that has not run such a library.
 """
 from __future__ import annotations
 
@@ -22,9 +29,14 @@ import tracemalloc
 
 from ..parent_watch import exit_with_parent
 
-__all__ = ["run_in_child", "MEMORY_MEASURES"]
+__all__ = ["run_in_child", "MEMORY_MEASURES", "START_METHOD_ENV", "START_METHODS"]
 
 MEMORY_MEASURES = ("tracemalloc", "rss_growth")
+#: environment variable naming the start method of the solve processes (module docstring)
+START_METHOD_ENV = "LOWRANK_FL_START_METHOD"
+START_METHODS = ("forkserver", "fork", "spawn")
+#: longest wait for a solve process to start (imports included) before it counts as hung
+_STARTUP_SECONDS = 300.0
 
 
 def _status_kb(field: str):
@@ -76,8 +88,15 @@ def _measure_and_run(fn, args, measure):
 
 
 def _child(conn, fn, args, measure, parent):
-    # a killed lowrank-fl must not leave its solve running, even one in native code holding the GIL
-    exit_with_parent(parent, kill_with_parent=True)
+    # a killed lowrank-fl must not leave its solve running, even one in native code holding the GIL.
+    # Under the fork server the parent is the server, which exits when lowrank-fl does: watch it
+    watched = parent if os.getppid() == parent else os.getppid()
+    try:
+        os.kill(parent, 0)
+    except ProcessLookupError:
+        os._exit(1)
+    exit_with_parent(watched, kill_with_parent=True)
+    conn.send({"started": True})          # the time limit counts from here, not from the start-up
     try:
         out, seconds, peak = _measure_and_run(fn, args, measure)
         conn.send({"ok": True, "result": out, "seconds": seconds, "peak_bytes": peak})
@@ -89,10 +108,16 @@ def _child(conn, fn, args, measure, parent):
 
 
 def _context():
-    try:
-        return mp.get_context("fork")
-    except ValueError:
-        return mp.get_context("spawn")
+    method = os.environ.get(START_METHOD_ENV, "") or "forkserver"
+    if method not in START_METHODS:
+        raise ValueError(f"{START_METHOD_ENV} must be one of {START_METHODS}, got {method!r}")
+    if method not in mp.get_all_start_methods():
+        method = "spawn"
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        # the server imports the solvers once; each solve process is forked from it
+        ctx.set_forkserver_preload(["lowrank_fl.compare.runners"])
+    return ctx
 
 
 def run_in_child(fn, args: tuple, *, time_limit: float | None, measure: str) -> dict:
@@ -116,8 +141,11 @@ def run_in_child(fn, args: tuple, *, time_limit: float | None, measure: str) -> 
     child.close()                         # a dead child then shows up as EOF, not a timeout
     msg = None
     try:
-        if parent.poll(time_limit):
+        # start-up (imports under spawn / the fork server) is not the solve's time
+        if parent.poll(_STARTUP_SECONDS):
             msg = parent.recv()
+            msg = parent.recv() if msg.get("started") and parent.poll(time_limit) else \
+                (None if msg.get("started") else msg)
     except EOFError:
         msg = {"crashed": True}
     wall = time.perf_counter() - t0
