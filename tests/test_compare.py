@@ -298,3 +298,24 @@ def test_start_method_option(monkeypatch):
     monkeypatch.setenv(child.START_METHOD_ENV, "vfork")
     with pytest.raises(ValueError, match="LOWRANK_FL_START_METHOD must be one of"):
         child._context()
+
+
+def _compare_in_worker(seed):
+    from lowrank_fl.clair.simulate import generate
+    from lowrank_fl.compare import compare_clair
+
+    inst = generate(n_clients=5, p=4, q=4, rank=2, contaminated=1, noise=0.1, seed=seed)
+    c = compare_clair(inst.W_hat, 5 ** -0.5, 3 * 5 ** -1.5, methods=["fista"], tol=1e-9, time_limit=120)
+    return [(m.name, m.outcome) for m in c.methods]
+
+
+def test_solve_processes_start_inside_loky_workers(monkeypatch):
+    """The verifier calls compare inside loky workers, whose global start method is "loky": the
+    solve process must still start (it crashed at start-up in the full run before the fix)."""
+    from joblib import Parallel, delayed
+
+    from lowrank_fl.compare import child
+
+    monkeypatch.delenv(child.START_METHOD_ENV, raising=False)
+    out = Parallel(n_jobs=2, backend="loky")(delayed(_compare_in_worker)(s) for s in range(2))
+    assert out == [[("fista", "ok")], [("fista", "ok")]]

@@ -50,9 +50,11 @@ def test_committed_budgets_follow_the_rule_from_the_committed_full_report():
     full = json.loads((ROOT / "reports" / "full" / "results.json").read_text())
     for entry in full["claims"]:
         expected = max(B.FLOORS["full"], float(-(-B.FACTOR * entry["seconds"] // 1)))
-        assert table[entry["id"]]["full"] == expected, entry["id"]
+        # at least the rule on the committed report; more where another full run (named in the
+        # file's command, e.g. a cold-cache run of a claim whose committed runtime was cached) took longer
+        assert table[entry["id"]]["full"] >= expected, entry["id"]
         assert table[entry["id"]]["smoke"] <= table[entry["id"]]["quick"] <= table[entry["id"]]["full"]
-    assert table["clair.sec8.table3"]["full"] >= 10 * 483   # the longest claims keep long budgets
+    assert table["clair.sec8.table3"]["full"] >= 10 * 434   # the longest claims keep long budgets
 
 
 @pytest.mark.parametrize("text, expected", [("auto", ("auto", None)), ("OFF", ("off", None)),
@@ -457,8 +459,9 @@ def test_budgets_command_writes_the_rule_and_never_replaces_a_foreign_file(tmp_p
     assert doc["factor"] == B.FACTOR and doc["floors"] == B.FLOORS
     assert doc["command"] == "python -m verify.budgets <full report>"   # no machine path recorded
     written = B.load_budgets(out)
-    committed = B.load_budgets()
-    assert {c: r["full"] for c, r in written.items()} == {c: r["full"] for c, r in committed.items()}
+    full = json.loads(report.read_text())
+    assert {c: r["full"] for c, r in written.items()} == {
+        c["id"]: max(B.FLOORS["full"], float(-(-B.FACTOR * c["seconds"] // 1))) for c in full["claims"]}
     assert B.main([str(report), "--out", str(out)]) == 0                 # its own file: replaced
     foreign = tmp_path / "notes.json"
     foreign.write_text('{"mine": 1}')

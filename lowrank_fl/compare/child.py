@@ -120,6 +120,21 @@ def _context():
     return ctx
 
 
+def _start(proc, method: str) -> None:
+    """``proc.start()``. A child started by spawn or the fork server re-applies the parent's
+    global start method, which must be one it knows: inside a loky worker that is ``"loky"``, so
+    the parent's is set to ``method`` for the start and restored after."""
+    current = mp.get_start_method(allow_none=True)
+    if current is None or current in mp.get_all_start_methods() or method == "fork":
+        proc.start()
+        return
+    mp.set_start_method(method, force=True)
+    try:
+        proc.start()
+    finally:
+        mp.set_start_method(current, force=True)
+
+
 def run_in_child(fn, args: tuple, *, time_limit: float | None, measure: str) -> dict:
     """Call ``fn(*args)`` in a child process.
 
@@ -137,7 +152,7 @@ def run_in_child(fn, args: tuple, *, time_limit: float | None, measure: str) -> 
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, fn, args, measure, os.getpid()), daemon=True)
     t0 = time.perf_counter()
-    proc.start()
+    _start(proc, ctx.get_start_method())
     child.close()                         # a dead child then shows up as EOF, not a timeout
     msg = None
     try:
