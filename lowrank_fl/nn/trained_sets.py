@@ -242,11 +242,15 @@ def _lora_config(s: TrainedSetSettings):
 
 def _train_client(base, s: TrainedSetSettings, task: ClientTask, k: int) -> dict:
     import copy
+    import warnings
 
     from peft import get_peft_model, get_peft_model_state_dict
 
     torch.manual_seed(int(s.seed))                 # the same LoRA initialization on every client
-    model = get_peft_model(copy.deepcopy(base), _lora_config(s))
+    with warnings.catch_warnings():
+        # transformers 5 deprecates a name PEFT still calls, once per wrapped model: noise here
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        model = get_peft_model(copy.deepcopy(base), _lora_config(s))
     rng = as_generator(np.random.SeedSequence(int(s.seed), spawn_key=(k,)), "trained-set-client")
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=s.lr)
     model.train()
