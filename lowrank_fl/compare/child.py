@@ -159,8 +159,8 @@ def run_in_child(fn, args: tuple, *, time_limit: float | None, measure: str) -> 
         # start-up (imports under spawn / the fork server) is not the solve's time
         if parent.poll(_STARTUP_SECONDS):
             msg = parent.recv()
-            msg = parent.recv() if msg.get("started") and parent.poll(time_limit) else \
-                (None if msg.get("started") else msg)
+            if msg.get("started"):
+                msg = parent.recv() if parent.poll(time_limit) else None
     except EOFError:
         msg = {"crashed": True}
     wall = time.perf_counter() - t0
