@@ -2,6 +2,7 @@
 "requires torch" status when the optional packages are missing."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import verify.claims  # noqa: F401  (registers every claim module)
 from verify.claim import REGISTRY, REQUIRES_VERDICT, VERDICTS, Context
 from verify.claims import _sec8_backbone as B8
 from verify.claims import clair_sec8 as S8
+from verify.claims import clair_sec8_backbone as SB
 from verify.claims import rolora_sec5_2 as R52
 from verify.sweep import Sweep
 
@@ -123,7 +125,7 @@ def test_selection_rule_order_from_step_and_target():
     assert B8.select(curves, threshold=63.0, target=None, from_step=5500) == (1, 5500)
     assert B8.select(curves, threshold=63.0, target=None, from_step=0) == (0, 5000)      # before S5's steps
     assert B8.select(curves[:1], threshold=63.0, target=78.27, from_step=5500) is None
-    summ = S8.seeds_summary(curves, threshold=63.0, target=78.27, from_step=5500)
+    summ = SB.seeds_summary(curves, threshold=63.0, target=78.27, from_step=5500)
     assert summ == {"copying": [1, 2], "plateau": [0], "chosen": {"seed": 1, "step": 6000}}
 
 
@@ -139,7 +141,8 @@ def test_chosen_backbone_follows_the_rule_in_seed_order(monkeypatch):
         return curves[seed]
 
     monkeypatch.setattr(B8, "seed_curve", fake_curve)
-    monkeypatch.setitem(B8.SCALES, "full", {**B8.SCALES["full"], "seeds": 3})
+    # the backbone-target rule of the first full-scale run (kept for scales that do not calibrate)
+    monkeypatch.setitem(B8.SCALES, "full", {**B8.SCALES["full"], "seeds": 3, "calibrate": False})
     c = B8.chosen("full", 0, "unused")
     assert (c["seed"], c["step"], c["selected"]) == (1, 5500, True) and tried == [0, 1]   # seed 2 never trained
     assert c["settings"].steps == 5500 and c["settings"].seed == 1 and c["settings"].loss == "all"   # Song's recipe
@@ -150,6 +153,83 @@ def test_chosen_backbone_follows_the_rule_in_seed_order(monkeypatch):
     c = B8.chosen("full", 0, "unused")
     assert c["selected"] is False and c["seed"] == 0 and tried == [0, 1, 2]
     assert c["settings"].steps == B8.SCALES["full"]["checkpoints"][-1]
+
+
+def test_calibrated_rule_searches_coarse_then_fine():
+    curve = _curve(0, (5000, 5500, 6000, 6500, 7000), (90, 50, 70, 80, 90), (0,) * 5)
+    local = {5000: 99.0, 5500: 99.0, 6000: 70.0, 6500: 79.0, 6100: 75.0, 6200: 78.27, 6300: 80.0, 6400: 81.0}
+    calls = []
+
+    def level(step, base=None):
+        calls.append(step)
+        return {"local": local[step], "base": 70.0 if base is None else base.get(step, 70.0)}
+
+    kw = dict(threshold=63.0, target=78.27, from_step=5500, fine_step=100)
+    step, levels = B8.select_calibrated(curve, level, **kw)
+    # 5000 is before from_step, 5500 does not copy: neither is evaluated; 6200 reaches 78.27 exactly
+    assert step == 6200 and calls == [6000, 6500, 6100, 6200] and set(levels) == set(calls)
+    calls.clear()
+    step, _ = B8.select_calibrated(curve, lambda st: level(st, {6200: 62.9}), **kw)
+    assert step == 6300 and calls == [6000, 6500, 6100, 6200, 6300]     # a fine checkpoint must copy too
+    calls.clear()
+    local.update({6100: 70.0, 6200: 70.0, 6300: 70.0, 6400: 78.26})
+    step, levels = B8.select_calibrated(curve, level, **kw)
+    assert step == 6500 and list(levels) == [6000, 6500, 6100, 6200, 6300, 6400]   # no fine one: the coarse
+    # the first copying checkpoint at from_step qualifies: no fine candidate before from_step
+    first = _curve(0, (5000, 5500, 6000), (90, 90, 90), (0,) * 3)
+    calls.clear()
+    assert B8.select_calibrated(first, level, **kw)[0] == 5500 and calls == [5500]
+    local.update({6500: 78.0, 7000: 78.2})
+    calls.clear()
+    step, levels = B8.select_calibrated(curve, level, **kw)
+    assert step is None and list(levels) == [6000, 6500, 7000]
+
+
+def test_chosen_calibrates_full_scale_on_the_level(monkeypatch):
+    curves = {0: _curve(0, (5500, 6000), (50, 55), (0, 0)),                       # plateau: never evaluated
+              1: _curve(1, (5500, 6000, 6500), (70, 80, 90), (0, 0, 0))}
+    monkeypatch.setattr(B8, "seed_curve", lambda scale, seed, cache_dir: curves[seed])
+    monkeypatch.setitem(B8.SCALES, "full", {**B8.SCALES["full"], "seeds": 2})
+    asked = []
+
+    def level(seed, step):
+        asked.append((seed, step))
+        return {"local": {5500: 70.0, 6000: 80.0, 5600: 77.0, 5700: 79.0}[step], "base": 70.0}
+
+    with pytest.raises(ValueError, match="level"):
+        B8.chosen("full", 0, "unused")
+    c = B8.chosen("full", 0, "unused", level=level)
+    assert (c["seed"], c["step"], c["selected"], c["settings"].steps) == (1, 5700, True, 5700)
+    assert asked == [(1, 5500), (1, 6000), (1, 5600), (1, 5700)]
+    assert [cal["seed"] for cal in c["calibration"]] == [0, 1] and c["calibration"][0]["levels"] == {}
+
+
+def test_calibration_level_trains_fine_checkpoints_and_runs_local(monkeypatch, tmp_path):
+    pytest.importorskip("peft")
+    from lowrank_fl.nn.pretrain import _cache_path
+
+    tiny = {**B8.SCALES["full"], "checkpoints": (2, 4), "fine_step": 1, "from_step": 2, "n_eval": 20,
+            "calibration_reps": 2}
+    monkeypatch.setitem(B8.SCALES, "full", tiny)
+    sub = Context(scale="smoke").for_claim(SB.CALIBRATION)
+    lv = SB._calibration_level(sub, "full", str(tmp_path), {"n_train": 50, "n_test": 20}, 1, 3)
+    settings = B8.pretrain_settings("full", 1)
+    # the fine checkpoint was trained and cached under its own settings, the coarse ones were not
+    assert _cache_path(dataclasses.replace(settings, steps=3), tmp_path).exists()
+    assert not _cache_path(dataclasses.replace(settings, steps=4), tmp_path).exists()
+    assert len(lv["replicates"]) == 2 and all(0 <= v <= 100 for v in lv["replicates"])
+    assert lv["local"] == pytest.approx(np.mean(lv["replicates"]))
+    assert lv["base"] == pytest.approx(B8.checkpoint_base("full", 1, 3, str(tmp_path)))
+    assert len(set(sub.seeds_used)) == 2
+    # the replicate is Local in Table 3's homogeneous design, recomputed directly
+    from lowrank_fl.nn.clients import LoraSettings
+    from lowrank_fl.nn.pretrain import pretrained_backbone
+    from lowrank_fl.nn.sec8 import run_replicate
+
+    rep = run_replicate(pretrained_backbone(dataclasses.replace(settings, steps=3), cache_dir=tmp_path),
+                        "homogeneous", n_clients=9, contaminated=0, n_test=20, methods=("local",),
+                        lora=LoraSettings(n_train=50, loss="all"), seed=sorted(sub.seeds_used)[0])
+    assert 100 * np.nanmean(rep.accuracy["local"]) in [pytest.approx(v) for v in lv["replicates"]]
 
 
 def test_seed_curve_runs_the_full_scale_recipe(monkeypatch, tmp_path):
@@ -165,7 +245,7 @@ def test_seed_curve_runs_the_full_scale_recipe(monkeypatch, tmp_path):
     assert (s.loss, s.optimizer, s.final_norm, s.bias) == ("all", "adamw", False, True)   # Song et al.'s
     B8.seed_curve.cache_clear()
     assert B8.seed_curve("full", 1, str(tmp_path)) == c          # reloaded from the cache: the same numbers
-    picked = B8.chosen("full", 0, str(tmp_path))      # nothing qualifies: 3 steps, before step 5500
+    picked = B8.chosen("full", 0, str(tmp_path), level=lambda seed, step: 1 / 0)  # nothing reaches step 5500
     assert picked["selected"] is False and [k["seed"] for k in picked["curves"]] == [0, 1]
     B8.seed_curve.cache_clear()
 
@@ -265,10 +345,10 @@ def test_baseline_gate_turns_a_broken_backbone_into_inconclusive(monkeypatch):
 
     diag = {"pretraining": "100 steps on the pretraining mixture", "pretraining_masked_accuracy": 27.0,
             "most_frequent_letter_share": 25.9, "baseline_threshold": 63.0, "copies": False}
-    monkeypatch.setattr(S8, "backbone_diagnostic", lambda ctx: dict(diag))
-    ev = S8.baseline_gate(None, Evidence(verdict="fails", summary="CLAIR 26.0 (paper 78.5)"))
+    monkeypatch.setattr(SB, "backbone_diagnostic", lambda ctx: dict(diag))
+    ev = SB.baseline_gate(None, Evidence(verdict="fails", summary="CLAIR 26.0 (paper 78.5)"))
     assert ev.verdict == "inconclusive" and "baseline check failed" in ev.summary and "< 63.0%" in ev.summary
     assert "would be fails" in ev.summary and ev.measured["backbone"]["copies"] is False
     diag.update(copies=True, pretraining_masked_accuracy=90.0)
-    ev = S8.baseline_gate(None, Evidence(verdict="fails", summary="CLAIR 60.0 (paper 78.5)"))
+    ev = SB.baseline_gate(None, Evidence(verdict="fails", summary="CLAIR 60.0 (paper 78.5)"))
     assert ev.verdict == "fails" and ev.summary == "CLAIR 60.0 (paper 78.5)"

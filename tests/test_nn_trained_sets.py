@@ -1,5 +1,5 @@
 """Trained adapter sets (lowrank_fl.nn.trained_sets): determinism, cache, ground truth, shapes,
-and the factors' ΔW against PEFT's own forward pass (Llama GQA and GPT-2 Conv1D)."""
+and the factors' ΔW against PEFT's own forward pass (Llama GQA, GPT-2 Conv1D and the §8 backbone)."""
 import numpy as np
 import pytest
 
@@ -7,16 +7,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
-from lowrank_fl.nn.trained_sets import (TrainedSetSettings, _lora_config, _loss,  # noqa: E402
-                                        client_tasks, model_with, trained_set)
+from lowrank_fl.nn.trained_sets import (TrainedSetSettings, _logits, _lora_config, _loss,  # noqa: E402
+                                        client_tasks, heldout_loss, model_with, trained_set)
 
 TINY = dict(n_clients=4, n_contaminated=2, pretrain_steps=2, steps=2, batch_size=4, rank=2)
 
 
-@pytest.fixture(scope="module", params=["llama", "gpt2"])
+@pytest.fixture(scope="module", params=["llama", "gpt2", "sec8"])
 def built(request, tmp_path_factory):
     cache = tmp_path_factory.mktemp(f"cache-{request.param}")
-    s = TrainedSetSettings(base=request.param, **TINY)
+    s = TrainedSetSettings.for_base(request.param, **TINY)
     return s, cache, trained_set(s, cache_dir=cache)
 
 
@@ -24,9 +24,18 @@ def test_truth_shapes_and_tasks(built):
     s, _, ts = built
     assert ts.names == ["client00", "client01", "client02", "client03"]
     assert ts.contaminated == ["client02", "client03"] and ts.benign == ["client00", "client01"]
-    assert [ts.tasks[n].kind for n in ts.names] == ["fuzzy", "fuzzy", "shift", "clean"]
+    bad = ["reverse", "shift"] if s.base == "sec8" else ["shift", "clean"]
+    assert [ts.tasks[n].kind for n in ts.names] == ["fuzzy", "fuzzy", *bad]
     mods = ts.factors["client00"]
-    if s.base == "llama":
+    assert (ts.local == {}) == (s.base != "sec8")
+    if s.base == "sec8":
+        # the eight attention projections are aggregated, the output layer stays local (§8)
+        assert sorted(m.split("model.")[-1] for m in mods) == [f"blocks.{b}.{x}_proj" for b in (0, 1) for x in "koqv"]
+        assert all(m.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) for m in mods)
+        ((head, (A, B, sc)),) = ts.local["client00"].items()
+        assert head.endswith("lm_head") and A.shape == (2, 64) and B.shape == (53, 2) and sc == 16 / 2
+        assert mods[next(iter(mods))][0].shape == (2, 64)
+    elif s.base == "llama":
         assert len(mods) == 8                                       # q, k, v, o in 2 layers
         k = next(m for m in mods if m.endswith("layers.0.self_attn.k_proj"))
         q = next(m for m in mods if m.endswith("layers.0.self_attn.q_proj"))
@@ -60,22 +69,49 @@ def test_factors_reproduce_peft_forward(built):
 
     s, cache, ts = built
     name = "client02"
-    merged = model_with(ts, ts.factors[name], cache_dir=cache)
+    own = {**ts.local.get(name, {}), **ts.factors[name]}
+    merged = model_with(ts, own, cache_dir=cache)
     torch.manual_seed(0)
     peft_model = get_peft_model(model_with(ts, {}, cache_dir=cache), _lora_config(s))
     sd = {}
-    for m, (A, B, _) in ts.factors[name].items():
+    for m, (A, B, _) in own.items():
         sd[f"{m}.lora_A.weight"] = torch.from_numpy(A).float()
         sd[f"{m}.lora_B.weight"] = torch.from_numpy(B).float()
     set_peft_model_state_dict(peft_model, sd)
     batch = ts.tasks[name].sample(8, s.seq_len, seed=1)
     tok = torch.from_numpy(batch.tokens)
     with torch.no_grad():
-        a = merged(tok).logits
-        b = peft_model.eval()(tok).logits
+        a = _logits(merged, tok)
+        b = _logits(peft_model.eval(), tok)
     assert torch.allclose(a, b, atol=1e-4)
     with torch.no_grad():
         assert float(_loss(merged, batch)) == pytest.approx(float(_loss(peft_model, batch)), abs=1e-4)
+    # heldout_loss adds the client's local modules to the factors it is given
+    got = heldout_loss(ts, name, ts.factors[name], n=8, cache_dir=cache)
+    assert got == heldout_loss(ts, name, own, n=8, cache_dir=cache)
+    if ts.local:
+        assert got != heldout_loss(ts, name, {**ts.factors[name], **ts.local["client00"]}, n=8, cache_dir=cache)
+
+
+def test_sec8_family_is_s5s_backbone_and_lora_recipe(tmp_path):
+    """The "sec8" family's base is the §8 backbone pretrained by S5's recipe, bit for bit, and its
+    LoRA configuration is S5's (lowrank_fl.nn.clients.LoraSettings' default reading)."""
+    from lowrank_fl.nn.clients import LoraSettings
+    from lowrank_fl.nn.pretrain import PretrainSettings, pretrained_backbone
+
+    cache = tmp_path
+    s = TrainedSetSettings.for_base("sec8", **TINY)
+    ts = trained_set(s, cache_dir=cache)
+    ref = pretrained_backbone(PretrainSettings(steps=s.pretrain_steps, seed=s.base_seed), cache_dir=cache)
+    got = model_with(ts, {}, cache_dir=cache)
+    assert set(ref.state_dict()) == set(got.state_dict())
+    assert all(torch.equal(ref.state_dict()[k], got.state_dict()[k]) for k in ref.state_dict())
+    full = TrainedSetSettings.for_base("sec8")
+    cfg, s5 = _lora_config(full), LoraSettings().config()
+    assert (cfg.r, cfg.lora_alpha, cfg.lora_dropout, set(cfg.target_modules)) == (
+        s5.r, s5.lora_alpha, s5.lora_dropout, set(s5.target_modules))
+    assert (full.steps * full.batch_size, full.batch_size, full.lr) == (LoraSettings().n_train, 50, 1e-3)
+    assert (full.exponent, full.length, full.base_seed) == (1.1, 16, 1)
 
 
 def test_task_variations_and_bad_settings():
@@ -85,6 +121,20 @@ def test_task_variations_and_bad_settings():
     hom = client_tasks(TrainedSetSettings(n_clients=6, n_contaminated=3, heterogeneous=False))
     assert {(t.length, t.exponent) for t in hom.values()} == {(6, 0.0)}
     assert [t.kind for t in hom.values()][3:] == ["shift", "clean", "reverse"]
+    sec8 = client_tasks(TrainedSetSettings.for_base("sec8", n_clients=40, n_contaminated=0, seed=3))
+    assert all(0.95 <= t.exponent <= 1.6 and 10 <= t.length <= 26 for t in sec8.values())   # §8.2's draws
+    assert len({t.length for t in sec8.values()}) > 8 and len({t.exponent for t in sec8.values()}) == 40
+    hom8 = client_tasks(TrainedSetSettings.for_base("sec8", n_contaminated=1, heterogeneous=False))
+    assert {(t.length, t.exponent) for t in hom8.values()} == {(16, 1.1)} and hom8["client09"].kind == "reverse"
+    with pytest.raises(ValueError, match="seq_len"):
+        TrainedSetSettings.for_base("sec8", seq_len=52)          # the draws reach L = 26: 2 L < 52 fails
+    with pytest.raises(ValueError, match="base"):
+        TrainedSetSettings.for_base("bert")
+    with pytest.raises(ValueError, match="lora_dropout"):
+        TrainedSetSettings(lora_dropout=1.0)
+    # the field added later keeps the keys of sets cached before it (at its old value)
+    assert TrainedSetSettings().key() == TrainedSetSettings(lora_dropout=0.0).key() != \
+        TrainedSetSettings(lora_dropout=0.005).key()
     with pytest.raises(ValueError, match="base"):
         TrainedSetSettings(base="bert")
     with pytest.raises(ValueError, match="contamination"):

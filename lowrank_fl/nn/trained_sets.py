@@ -20,6 +20,16 @@ A set is built in two steps, both deterministic given :class:`TrainedSetSettings
    segment length; the last ``n_contaminated`` clients learn a mismatched rule
    (:data:`lowrank_fl.nn.copying.CONTAMINATIONS`, cycled through ``contamination``).
 
+A third family, ``"sec8"``, is CLAIR §8's clients (:meth:`TrainedSetSettings.for_base`): the
+backbone of :mod:`lowrank_fl.nn.transformer` pretrained by S5's recipe
+(:class:`lowrank_fl.nn.pretrain.PretrainSettings`: power-law letters ``t = 1.1``, loss on the
+second copy, Adam, batch 64), clients fine-tuned by S5's LoRA recipe (rank 3, ``lora_alpha = 16``:
+:class:`lowrank_fl.nn.clients.LoraSettings`' default reading, dropout 0.005, 2000 sequences in
+batches of 50, Adam 1e-3) on §8's tasks (homogeneous ``t = 1.1, L = 16``; heterogeneous
+``t ~ U[0.95, 1.6]``, ``L ~ U{10..26}``). S5 adapts the output layer too and §8 keeps it local:
+the set's ``factors`` hold the eight attention projections (what the aggregators see) and
+``local`` each client's ``lm_head`` factors, added to every method's model of that client.
+
 The factors are returned in memory (``{client: {module: (A (r, in), B (out, r), scaling)}}``, the
 input of :func:`lowrank_fl.adapters.aggregate_factors`), and cached as one safetensors file per
 settings (the base model in another), as :mod:`lowrank_fl.nn.pretrain` caches its backbone.
@@ -44,8 +54,17 @@ from . import copying
 __all__ = ["BASES", "TrainedSetSettings", "TrainedSet", "ClientTask", "build_base", "trained_set",
            "client_tasks", "model_with", "heldout_loss", "base_accuracy", "copying_threshold"]
 
-BASES = ("llama", "gpt2")
-_TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj"], "gpt2": ["attn.c_attn", "attn.c_proj"]}
+BASES = ("llama", "gpt2", "sec8")
+_TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj"], "gpt2": ["attn.c_attn", "attn.c_proj"],
+            "sec8": ["q_proj", "k_proj", "v_proj", "o_proj", "lm_head"]}
+#: modules of a family that every method keeps local (§8: the output layer)
+_LOCAL = {"sec8": ("lm_head",)}
+#: the "sec8" family's defaults (S5's recipe; see the module docstring)
+_SEC8 = {"exponent": 1.1, "length": 16, "seq_len": copying.T, "rank": 3, "lora_alpha": 16.0,
+         "lora_dropout": 0.005, "steps": 40, "batch_size": 50, "lr": 1e-3, "pretrain_steps": 2500,
+         "pretrain_lr": 1e-3, "base_seed": 1, "contamination": ("reverse", "shift", "upper")}
+#: fields added after sets were cached: left out of the key at these values (old keys stay valid)
+_KEYLESS_DEFAULTS = {"lora_dropout": 0.0}
 
 
 @dataclass(frozen=True)
@@ -73,6 +92,19 @@ class TrainedSetSettings:
     seed: int = 0
     #: the base model's seed (one pretrained base serves every set of the same base settings)
     base_seed: int = 0
+    #: PEFT's ``lora_dropout`` of the clients (S5: 0.005)
+    lora_dropout: float = 0.0
+
+    @classmethod
+    def for_base(cls, base: str, **overrides) -> "TrainedSetSettings":
+        """Settings of family ``base`` with its defaults: the class defaults for ``"llama"`` and
+        ``"gpt2"``; S5's recipe for ``"sec8"`` (exponent 1.1, length 16, sequences of 64, rank 3,
+        ``lora_alpha`` 16, dropout 0.005, 40 steps of 50 sequences at 1e-3, a backbone pretrained
+        2500 steps at 1e-3 from seed 1: our recipe's seed 0 stays on the plateau, 60 %,
+        ``clair.sec8.backbone_seeds``), ``overrides`` on top."""
+        if base not in BASES:
+            raise ValueError(f"base must be one of {BASES}, got {base!r}")
+        return cls(**{**(_SEC8 if base == "sec8" else {}), "base": base, **overrides})
 
     def __post_init__(self):
         if self.base not in BASES:
@@ -84,8 +116,12 @@ class TrainedSetSettings:
             raise ValueError(f"contamination must be a non-empty tuple of {copying.CONTAMINATIONS}, "
                              f"got {self.contamination!r}")
         check_int(self.length, "length", minimum=5)
-        if not 2 * (self.length + 1) < self.seq_len:
-            raise ValueError(f"seq_len must exceed 2 (length + 1) = {2 * (self.length + 1)}, "
+        if not 0.0 <= float(self.lora_dropout) < 1.0:
+            raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout!r}")
+        # the "sec8" heterogeneous draws reach L = 26 (§8), the others length + 1
+        longest = 26 if self.base == "sec8" and self.heterogeneous else self.length + 1
+        if not 2 * longest < self.seq_len:
+            raise ValueError(f"seq_len must exceed {2 * longest} (twice the longest segment), "
                              f"got {self.seq_len}")
         for name in ("rank", "steps", "batch_size"):
             check_int(getattr(self, name), name, minimum=1)
@@ -97,7 +133,17 @@ class TrainedSetSettings:
         return _digest({k: getattr(self, k) for k in keys})
 
     def key(self) -> str:
-        return _digest(asdict(self))
+        fields = asdict(self)
+        for name, old in _KEYLESS_DEFAULTS.items():
+            if fields[name] == old:
+                del fields[name]
+        return _digest(fields)
+
+    def pretrain_settings(self):
+        """The "sec8" family's :class:`lowrank_fl.nn.pretrain.PretrainSettings` (S5's recipe)."""
+        from .pretrain import PretrainSettings
+
+        return PretrainSettings(steps=self.pretrain_steps, lr=self.pretrain_lr, seed=self.base_seed)
 
 
 def _digest(d: dict) -> str:
@@ -129,6 +175,9 @@ class TrainedSet:
         Names of the clients trained on a mismatched rule (the ground truth).
     tasks : dict
         ``{client: ClientTask}``.
+    local : dict
+        ``{client: {module: (A, B, scaling)}}`` of the modules every method keeps local (the
+        "sec8" family's ``lm_head``); empty for the other families.
     """
 
     settings: TrainedSetSettings
@@ -136,6 +185,7 @@ class TrainedSet:
     contaminated: list
     tasks: dict
     seconds: float = field(default=0.0, compare=False)
+    local: dict = field(default_factory=dict)
 
     @property
     def names(self) -> list:
@@ -152,7 +202,9 @@ def client_tasks(s: TrainedSetSettings) -> dict:
     K, bad = s.n_clients, s.n_contaminated
     out = {}
     for k in range(K):
-        if s.heterogeneous:
+        if s.heterogeneous and s.base == "sec8":          # §8.2's heterogeneous draws
+            length, exponent = int(rng.integers(10, 27)), round(float(rng.uniform(0.95, 1.6)), 3)
+        elif s.heterogeneous:
             length = s.length + int(rng.integers(-1, 2))
             exponent = round(float(s.exponent + rng.uniform(-s.spread, s.spread)), 3)
         else:
@@ -168,6 +220,11 @@ def build_base(s: TrainedSetSettings):
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    if s.base == "sec8":
+        from .pretrain import build_backbone, seed_torch
+
+        seed_torch(s.base_seed)
+        return build_backbone(s.pretrain_settings())
     torch.manual_seed(int(s.base_seed))
     if s.base == "llama":
         cfg = LlamaConfig(vocab_size=copying.VOCAB, hidden_size=64, intermediate_size=128,
@@ -181,15 +238,25 @@ def build_base(s: TrainedSetSettings):
     return GPT2LMHeadModel(cfg)
 
 
+def _logits(model, tokens: torch.Tensor) -> torch.Tensor:
+    """Next-token logits of a ``transformers`` model (``.logits``) or of the §8 backbone (a tensor)."""
+    out = model(tokens)
+    return out if isinstance(out, torch.Tensor) else out.logits
+
+
 def _loss(model, batch: copying.CopyBatch) -> torch.Tensor:
     """Next-token cross-entropy on the second copy's positions (those the first copy determines)."""
     tok = torch.from_numpy(batch.tokens)
     keep = torch.from_numpy(copying.copy_positions(batch)[:, 1:])
-    logits = model(tok[:, :-1]).logits
+    logits = _logits(model, tok[:, :-1])
     return torch.nn.functional.cross_entropy(logits[keep], tok[:, 1:][keep])
 
 
 def _pretrained_base(s: TrainedSetSettings, cache_dir):
+    if s.base == "sec8":                        # S5's pretraining, cached by its own settings
+        from .pretrain import pretrained_backbone
+
+        return pretrained_backbone(s.pretrain_settings(), cache_dir=cache_dir)
     path = None if cache_dir is None else Path(cache_dir) / f"trained-base-{s.base_key()}.safetensors"
     model = build_base(s)
     if path is not None and path.exists():
@@ -214,7 +281,8 @@ def _pretrained_base(s: TrainedSetSettings, cache_dir):
 @functools.lru_cache(maxsize=4)
 def _base_cached(s: TrainedSetSettings, cache_dir):
     """The pretrained base, kept in memory (callers deep-copy it before changing weights)."""
-    return _pretrained_base(s, cache_dir)
+    with torch.enable_grad():              # callers may hold no_grad (base_accuracy, model_with)
+        return _pretrained_base(s, cache_dir)
 
 
 def _mixture(n, lengths, exponent, seq_len, rng) -> copying.CopyBatch:
@@ -236,7 +304,7 @@ def _lora_config(s: TrainedSetSettings):
     from peft import LoraConfig
 
     return LoraConfig(r=s.rank, lora_alpha=s.lora_alpha, target_modules=_TARGETS[s.base],
-                      lora_dropout=0.0, bias="none", fan_in_fan_out=s.base == "gpt2",
+                      lora_dropout=float(s.lora_dropout), bias="none", fan_in_fan_out=s.base == "gpt2",
                       init_lora_weights=True)
 
 
@@ -259,7 +327,7 @@ def _train_client(base, s: TrainedSetSettings, task: ClientTask, k: int) -> dict
         opt.zero_grad()
         loss.backward()
         opt.step()
-    sd = get_peft_model_state_dict(model)
+    sd = get_peft_model_state_dict(model, save_embedding_layers=False)
     return {key: v.detach().double().numpy() for key, v in sd.items()}
 
 
@@ -291,15 +359,19 @@ def trained_set(settings: TrainedSetSettings = TrainedSetSettings(), *, cache_di
     # float32 is what PEFT trains and stores; widened to float64 after the round trip either way
     factors = {n: factors_from_state_dict({k: v.astype(np.float32).astype(np.float64) for k, v in st.items()}, cfg)
                for n, st in states.items()}
+    keep = _LOCAL.get(s.base, ())
+    local = {n: {m: f for m, f in fs.items() if m.split(".")[-1] in keep} for n, fs in factors.items()}
+    factors = {n: {m: f for m, f in fs.items() if m.split(".")[-1] not in keep} for n, fs in factors.items()}
     bad = [n for n, t in tasks.items() if t.kind != "fuzzy"]
     return TrainedSet(settings=s, factors=factors, contaminated=bad, tasks=tasks,
-                      seconds=time.perf_counter() - t0)
+                      seconds=time.perf_counter() - t0, local=local if keep else {})
 
 
 @torch.no_grad()
 def model_with(tset: TrainedSet, factors: dict, *, cache_dir=None):
     """The set's pretrained base with ``ΔW = scaling · B A`` of ``factors`` (``{module: (A, B,
-    scaling)}``, PEFT module names) added to its weights (GPT-2's ``Conv1D`` stores ``W^T``)."""
+    scaling)}``, PEFT module names) added to its weights (GPT-2's ``Conv1D`` stores ``W^T``).
+    :func:`heldout_loss` adds a client's ``tset.local`` modules to ``factors``."""
     import copy
 
     base = copy.deepcopy(_base_cached(tset.settings, None if cache_dir is None else str(cache_dir)))
@@ -325,6 +397,7 @@ def heldout_loss(tset: TrainedSet, client: str, factors: dict, *, n: int = 256, 
     rng = as_generator(np.random.SeedSequence(int(seed), spawn_key=(tset.names.index(client),)),
                        "trained-set-heldout")
     batch = tset.tasks[client].sample(n, tset.settings.seq_len, seed=rng)
+    factors = {**tset.local.get(client, {}), **factors}
     return float(_loss(model_with(tset, factors, cache_dir=cache_dir), batch))
 
 
@@ -346,5 +419,5 @@ def base_accuracy(settings: TrainedSetSettings, *, n: int = 500, cache_dir=None,
         n, settings.seq_len, seed=as_generator(seed, "trained-set-base-accuracy"))
     tok = torch.from_numpy(batch.tokens)
     pred = np.full(batch.tokens.shape, -1, dtype=np.int64)
-    pred[:, 1:] = model(tok[:, :-1]).logits.argmax(-1).numpy()
+    pred[:, 1:] = _logits(model, tok[:, :-1]).argmax(-1).numpy()
     return 100 * (1 - copying.masked_error(pred, batch))

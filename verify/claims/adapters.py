@@ -2,15 +2,18 @@
 FlexLoRA, the robust-FL aggregators and Local on adapter sets people actually train.
 
 Every claim reads the same runs: PEFT-trained adapter sets of :mod:`lowrank_fl.nn.trained_sets`
-(tiny Llama GQA and GPT-2 Conv1D bases; 10 clients; heterogeneous benign tasks with 0 / 1 / 2
-contaminated clients, homogeneous with 3), each evaluated by
+in three families — tiny Llama GQA and GPT-2 Conv1D bases (10 clients; heterogeneous benign tasks
+with 0 / 1 / 2 contaminated clients, homogeneous with 3) and CLAIR §8's clients (the §8
+backbone, S5's LoRA recipe and §8's tasks: heterogeneous with 0 / 1 / 2 contaminated clients,
+homogeneous with 1 as Table 3) — each evaluated by
 :func:`lowrank_fl.nn.trained_eval.evaluate_set`. The pooled rule was designed on generator seeds
-0 and 1 (``benchmarks/bench_trained_detection.py``); the claims draw their own seeds (never 0
-or 1), so what they report is the test, not the design.
+0 and 1 (``benchmarks/bench_trained_detection.py``) of the Llama and GPT-2 families; the claims
+draw their own seeds (never 0 or 1), so what they report is the test, not the design. The §8
+family was added after the rule was fixed: no seed of it was used in the design.
 
 Scales: smoke — 2 tiny sets (5 clients, a few training steps: the pipeline runs, nothing else);
-quick — 2 seeds × 8 sets; full — 4 seeds × 8 sets (about 15 s of CPU per set of 10 clients,
-plus the held-out losses).
+quick — 2 seeds × 12 sets; full — 4 seeds × 12 sets (about 15 s of CPU per set of 10 clients,
+plus the held-out losses; the §8 family's backbone is pretrained once, about 3 minutes).
 
 The kind is "comparison" (the verifier has no "extension finding" kind); the paper is
 ``adapters``, the group of our extension findings.
@@ -35,16 +38,17 @@ def _scale(ctx) -> dict:
     tiny = {"n_clients": 5, "pretrain_steps": 5, "steps": 3, "batch_size": 8}
     return ctx.pick(
         smoke={"sets": [{"base": "llama", "n_contaminated": 0, **tiny},
-                        {"base": "gpt2", "n_contaminated": 2, **tiny}], "reps": 1, "heldout": 16},
+                        {"base": "gpt2", "n_contaminated": 2, **tiny},
+                        {"base": "sec8", "n_contaminated": 1, **tiny}], "reps": 1, "heldout": 16},
         quick={"sets": _sets(), "reps": 2, "heldout": 64},
         full={"sets": _sets(), "reps": 4, "heldout": 64})
 
 
 def _sets() -> list[dict]:
     out = []
-    for base in ("llama", "gpt2"):
+    for base in ("llama", "gpt2", "sec8"):
         out += [{"base": base, "n_contaminated": b} for b in (0, 1, 2)]
-        out.append({"base": base, "n_contaminated": 3, "heterogeneous": False})
+        out.append({"base": base, "n_contaminated": 1 if base == "sec8" else 3, "heterogeneous": False})
     return out
 
 
@@ -55,7 +59,7 @@ def _task(*, seed, settings, cache_dir, heldout):
     seed = int(seed)
     if seed in DESIGN_SEEDS:                     # keep the design seeds out of the test
         seed += 2
-    ts = trained_set(TrainedSetSettings(**settings, seed=seed), cache_dir=cache_dir)
+    ts = trained_set(TrainedSetSettings.for_base(**settings, seed=seed), cache_dir=cache_dir)
     rec = evaluate_set(ts, cache_dir=cache_dir, n_heldout=heldout)
     rec["settings"] = {**settings, "seed": seed}
     return rec
@@ -89,9 +93,9 @@ def baseline_failure(recs: list[dict]) -> str:
 
 
 def _bases_note(recs: list[dict]) -> str:
-    bases = sorted({(r["settings"]["base"], r["base_accuracy"]) for r in recs})
-    return "Bases without adapters (masked accuracy on the benign task): " + ", ".join(
-        f"{b} {a:.1f}%" for b, a in bases) + f" (copying threshold {recs[0]['copying_threshold']:.1f}%). "
+    bases = sorted({(r["settings"]["base"], r["base_accuracy"], r["copying_threshold"]) for r in recs})
+    return "Bases without adapters (masked accuracy on the benign task; copying threshold): " + ", ".join(
+        f"{b} {a:.1f}% ({t:.1f}%)" for b, a, t in bases) + ". "
 
 
 def detection_verdict(rows: list[dict]) -> bool | None:
@@ -146,16 +150,22 @@ def _detection(ctx) -> Evidence:
     ok = None if failed else detection_verdict(rows)
     by = {r["rule"]: r for r in rows}
     p, m = by["pooled"], by["per-module"]
+    families = sorted({r["settings"]["base"] for r in recs})
+    by_base = {b: detection_table([r for r in recs if r["settings"]["base"] == b], rules=("pooled", "per-module"))
+               for b in families}
     return Evidence(
         verdict=verdict_from(ok),
         summary=(f"{failed}pooled: precision {p['precision']:.2f}, recall {p['recall']:.2f}, false flag in "
                  f"{p['clean_sets_false_flag']}/{p['clean_sets']} clean sets; per-module (8): recall "
-                 f"{m['recall']:.2f}, false flag in {m['clean_sets_false_flag']}/{m['clean_sets']}"),
-        measured={"rows": rows, "sets": len(recs)},
+                 f"{m['recall']:.2f}, false flag in {m['clean_sets_false_flag']}/{m['clean_sets']}; pooled by family: "
+                 + ", ".join(f"{b} precision {t[0]['precision']:.2f} recall {t[0]['recall']:.2f} false flags "
+                             f"{t[0]['clean_sets_false_flag']}/{t[0]['clean_sets']}" for b, t in by_base.items())),
+        measured={"rows": rows, "sets": len(recs), "by_base": by_base},
         predicted={"pooled_clean_false_flags": 0, "pooled_precision": f">= {MIN_PRECISION}",
                    "pooled_recall": "> per-module recall"},
         table=rows, figure=ctx.save_figure(_scores_figure(recs)),
-        notes="Client-level counts pooled over sets. Krum / Multi-Krum count the clients they do not "
+        notes="Client-level counts pooled over sets and families (measured.by_base: the pooled and "
+              "per-module rules per family). Krum / Multi-Krum count the clients they do not "
               "select as flagged; 'pooled@3.5' is Iglewicz & Hoaglin's per-observation cutoff, shown for "
               "comparison with the rule's cutoff c_K. " + _bases_note(recs) + "Figure: "
               "x labels base/contaminated clients ('h': homogeneous benign tasks).")
