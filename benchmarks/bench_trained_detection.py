@@ -4,11 +4,14 @@ Usage::
 
     python benchmarks/bench_trained_detection.py --seeds 0 1 --out design.json
     python benchmarks/bench_trained_detection.py --seeds 2 3 --out report.json --loss
+    python benchmarks/bench_trained_detection.py --seeds 2 3 --bases sec8 --out sec8.json
     python benchmarks/bench_trained_detection.py --table report.json
 
-Seeds 0-1 designed the pooled rule (lowrank_fl.adapters.detect); seeds >= 2 report it. Per seed,
-8 sets: llama and gpt2 bases, heterogeneous benign tasks with 0, 1, 2 contaminated clients, and
-homogeneous benign tasks with 3 (shift, clean, reverse). Per set (lowrank_fl.nn.trained_eval):
+Seeds 0-1 of the llama and gpt2 families designed the pooled rule (lowrank_fl.adapters.detect);
+seeds >= 2 and the sec8 family (CLAIR §8's clients, added after the rule was fixed) report it.
+Per seed and family, 4 sets: heterogeneous benign tasks with 0, 1, 2 contaminated clients and
+homogeneous benign tasks with 3 (llama, gpt2: shift, clean, reverse) or 1 (sec8: reverse, as
+Table 3). Per set (lowrank_fl.nn.trained_eval):
 the clients each rule flags, Krum / Multi-Krum selections, timings and (--loss) the benign
 clients' held-out loss of every method's adapter.
 """
@@ -24,14 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from lowrank_fl.nn.trained_eval import detection_table, evaluate_set
-from lowrank_fl.nn.trained_sets import TrainedSetSettings, trained_set
+from lowrank_fl.nn.trained_sets import BASES, TrainedSetSettings, trained_set
 
 
-def scenarios(seed):
-    for base in ("llama", "gpt2"):
+def scenarios(seed, bases=("llama", "gpt2")):
+    for base in bases:
         for bad in (0, 1, 2):
-            yield TrainedSetSettings(base=base, n_contaminated=bad, seed=seed)
-        yield TrainedSetSettings(base=base, n_contaminated=3, heterogeneous=False, seed=seed)
+            yield TrainedSetSettings.for_base(base, n_contaminated=bad, seed=seed)
+        yield TrainedSetSettings.for_base(base, n_contaminated=1 if base == "sec8" else 3, heterogeneous=False,
+                                          seed=seed)
 
 
 def table(recs) -> str:
@@ -74,6 +78,8 @@ def main():
     ap.add_argument("--cache", type=Path, help="cache of bases and sets (default $LOWRANK_FL_CACHE/"
                     "trained_sets, else the system temporary directory)",
                     default=Path(os.environ.get("LOWRANK_FL_CACHE", tempfile.gettempdir())) / "trained_sets")
+    ap.add_argument("--bases", nargs="+", default=["llama", "gpt2"], choices=list(BASES),
+                    help="families of sets (default: the two the rule was designed on)")
     ap.add_argument("--loss", action="store_true")
     ap.add_argument("--heldout", type=int, default=256, help="held-out sequences per benign client")
     a = ap.parse_args()
@@ -82,7 +88,7 @@ def main():
         return
     recs = []
     for seed in a.seeds:
-        for s in scenarios(seed):
+        for s in scenarios(seed, a.bases):
             t0 = time.perf_counter()
             ts = trained_set(s, cache_dir=a.cache)
             rec = {"settings": {"base": s.base, "seed": s.seed, "n_contaminated": s.n_contaminated,

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from _dummy_tasks import _mean_experiment, dummy_claims, noisy_task
 from verify import cli as vcli
-from verify.claim import OMITTED, REGISTRY, Claim, Context, Omitted
+from verify.claim import REGISTRY, Claim, Context
 from verify.conditions import Condition
 from verify.runner import load_modules, run_claims, select_claims
 from verify.sweep import Sweep
@@ -25,23 +25,6 @@ from verify.sweep import Sweep
 def lowrank_fl(argv) -> int:
     """``lowrank-fl ARGV``: the console script's function (parser, handler, error handling)."""
     return vcli.lowrank_fl_main(argv)
-
-
-@pytest.fixture
-def dummy_registry(monkeypatch):
-    """Only the dummy claims are registered; the paper modules are not loaded."""
-    saved, saved_omitted = dict(REGISTRY), dict(OMITTED)
-    REGISTRY.clear()
-    OMITTED.clear()
-    REGISTRY.update({c.id: c for c in dummy_claims()})
-    OMITTED["clair.prop9.gap"] = Omitted(id="clair.prop9.gap", paper="clair", reference="Prop. 9",
-                                         statement="A gap.", reason="no closed form")
-    monkeypatch.setattr(vcli, "_load_claims", lambda papers: None)
-    yield
-    REGISTRY.clear()
-    OMITTED.clear()
-    REGISTRY.update(saved)
-    OMITTED.update(saved_omitted)
 
 
 # ----------------------------------------------------------------------------- verify

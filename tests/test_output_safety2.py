@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from _dummy_tasks import dummy_claims
 from verify import cli as vcli
 from verify.cache import MARKER as CACHE_MARKER
 from verify.cache import clear_cache, is_cache_dir, store_entry
-from verify.claim import OMITTED, REGISTRY
 
 
 def snapshot(root: Path) -> dict:
@@ -40,20 +38,6 @@ def _user_folder(root: Path) -> Path:
     (root / "figures" / "tmpx.tmp").write_bytes(b"a user's file named like a temp")
     (root / "report.md").write_text("# report\n")
     return root
-
-
-@pytest.fixture
-def dummy_registry(monkeypatch):
-    saved, saved_omitted = dict(REGISTRY), dict(OMITTED)
-    REGISTRY.clear()
-    OMITTED.clear()
-    REGISTRY.update({c.id: c for c in dummy_claims()})
-    monkeypatch.setattr(vcli, "_load_claims", lambda papers: None)
-    yield
-    REGISTRY.clear()
-    OMITTED.clear()
-    REGISTRY.update(saved)
-    OMITTED.update(saved_omitted)
 
 
 def _err_line(capsys) -> str:
