@@ -45,16 +45,41 @@ def test_budget_is_factor_times_measured_with_a_floor_and_falls_back_to_the_larg
         B.derive_budgets([_doc("huge", {})])
 
 
+def test_claims_sharing_runs_share_the_longest_runtime():
+    """A claim that reads another's runs (overlapping seeds) is budgeted as if it computed them: it
+    does under --no-cache. Sharing is transitive; claims without seeds or with disjoint ones are not
+    joined."""
+    doc = {"scale": "full", "claims": [
+        {"id": "a.main", "seconds": 900.0, "seeds": [1, 2, 3]},
+        {"id": "a.reader", "seconds": 0.4, "seeds": [3]},
+        {"id": "a.chain", "seconds": 2.0, "seeds": [3, 7]},
+        {"id": "a.chained", "seconds": 1.0, "seeds": [7, 8]},
+        {"id": "a.alone", "seconds": 5.0, "seeds": [4, 5]},
+        {"id": "a.none", "seconds": 3.0, "seeds": []},
+        {"id": "a.missing", "seconds": 6.0}]}
+    got = B.derive_budgets([doc])
+    assert {c: got[c]["full"] for c in ("a.main", "a.reader", "a.chain", "a.chained")} == dict.fromkeys(
+        ("a.main", "a.reader", "a.chain", "a.chained"), 9000.0)
+    assert got["a.alone"]["full"] == got["a.none"]["full"] == got["a.missing"]["full"] == 300.0
+    # the same claims without overlap: each its own runtime
+    for e in doc["claims"]:
+        e["seeds"] = [hash(e["id"])]
+    assert B.derive_budgets([doc])["a.reader"]["full"] == 300.0
+
+
 def test_committed_budgets_follow_the_rule_from_the_committed_full_report():
     table = B.load_budgets()
     full = json.loads((ROOT / "reports" / "full" / "results.json").read_text())
+    shared = B.shared_runtimes(full["claims"])
     for entry in full["claims"]:
-        expected = max(B.FLOORS["full"], float(-(-B.FACTOR * entry["seconds"] // 1)))
+        expected = max(B.FLOORS["full"], float(-(-B.FACTOR * shared[entry["id"]] // 1)))
         # at least the rule on the committed report; more where another full run (named in the
         # file's command, e.g. a cold-cache run of a claim whose committed runtime was cached) took longer
         assert table[entry["id"]]["full"] >= expected, entry["id"]
         assert table[entry["id"]]["smoke"] <= table[entry["id"]]["quick"] <= table[entry["id"]]["full"]
     assert table["clair.sec8.table3"]["full"] >= 10 * 434   # the longest claims keep long budgets
+    # a claim reading another's runs is budgeted for computing them (--no-cache)
+    assert table["adapters.trained.heldout_loss"]["full"] == table["adapters.trained.detection"]["full"]
 
 
 @pytest.mark.parametrize("text, expected", [("auto", ("auto", None)), ("OFF", ("off", None)),
@@ -460,8 +485,9 @@ def test_budgets_command_writes_the_rule_and_never_replaces_a_foreign_file(tmp_p
     assert doc["command"] == "python -m verify.budgets <full report>"   # no machine path recorded
     written = B.load_budgets(out)
     full = json.loads(report.read_text())
+    shared = B.shared_runtimes(full["claims"])
     assert {c: r["full"] for c, r in written.items()} == {
-        c["id"]: max(B.FLOORS["full"], float(-(-B.FACTOR * c["seconds"] // 1))) for c in full["claims"]}
+        c["id"]: max(B.FLOORS["full"], float(-(-B.FACTOR * shared[c["id"]] // 1))) for c in full["claims"]}
     assert B.main([str(report), "--out", str(out)]) == 0                 # its own file: replaced
     foreign = tmp_path / "notes.json"
     foreign.write_text('{"mine": 1}')

@@ -12,8 +12,10 @@ Derivation (one rule, stated in the file it writes)
 (smoke), 120 s (quick) and 300 s (full). ``measured`` is the claim's ``seconds`` in a report of
 that scale; a scale with no report of its own takes the measurement of the next larger scale that
 has one (a smaller scale runs the same experiment on less work, so this is an upper bound). The
-factor absorbs a slower or busier machine, fewer workers and a cold cache (a claim that reuses
-another's runs through the cache recomputes them under ``--no-cache``). A claim that no report
+factor absorbs a slower or busier machine, fewer workers and a cold cache. A claim that reuses
+another's runs through the cache (their reports share seeds) reads them in a second once they
+are cached but recomputes them under ``--no-cache``: claims whose seeds overlap in a report are
+measured together, each at the largest runtime among them. A claim that no report
 measured gets :data:`UNMEASURED` (generous, so a new claim never fails on its budget before it is
 measured).
 
@@ -42,7 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-__all__ = ["BudgetExceeded", "BUDGETS_PATH", "FACTOR", "FLOORS", "UNMEASURED", "derive_budgets",
+__all__ = ["BudgetExceeded", "BUDGETS_PATH", "FACTOR", "FLOORS", "UNMEASURED", "derive_budgets", "shared_runtimes",
            "load_budgets", "parse_time_budget", "budget_for", "time_limit", "active_deadline",
            "check_deadline", "main"]
 
@@ -84,8 +86,10 @@ def derive_budgets(reports: Sequence[Mapping], *, factor: float = FACTOR,
         scale = doc.get("scale")
         if scale not in _SCALES:
             raise ValueError(f"report scale must be one of {_SCALES}, got {scale!r}")
-        for entry in doc.get("claims", []):
-            seconds = float(entry["seconds"])
+        entries = doc.get("claims", [])
+        shared = shared_runtimes(entries)
+        for entry in entries:
+            seconds = shared[entry["id"]]
             per = measured.setdefault(entry["id"], {})
             per[scale] = max(seconds, per.get(scale, 0.0))
     out = {}
@@ -99,6 +103,32 @@ def derive_budgets(reports: Sequence[Mapping], *, factor: float = FACTOR,
                 row[scale] = float(math.ceil(max(floors[scale], factor * per[source])))
         out[cid] = row
     return out
+
+
+def shared_runtimes(entries: Sequence[Mapping]) -> dict:
+    """``{claim_id: seconds}`` of one report, where claims whose ``seeds`` overlap (one reads the
+    other's runs from the cache) all take the largest ``seconds`` among them (transitively)."""
+    ids = [e["id"] for e in entries]
+    parent = {cid: cid for cid in ids}
+
+    def root(c):
+        while parent[c] != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    owner: dict[int, str] = {}
+    for e in entries:
+        for seed in e.get("seeds") or ():
+            if seed in owner:
+                parent[root(e["id"])] = root(owner[seed])
+            else:
+                owner[seed] = e["id"]
+    longest: dict[str, float] = {}
+    for e in entries:
+        r = root(e["id"])
+        longest[r] = max(longest.get(r, 0.0), float(e["seconds"]))
+    return {cid: longest[root(cid)] for cid in ids}
 
 
 def load_budgets(path: str | Path | None = None) -> dict:
@@ -246,8 +276,9 @@ def main(argv=None) -> int:
         except (OSError, ValueError, TypeError):
             print(f"verify.budgets: error: --out {out} exists and is not a budgets file", file=sys.stderr)
             return 2
-    doc = {"rule": f"budget = max(floor[scale], {FACTOR:g} x measured seconds), rounded up; a scale "
-                   "without its own report uses the next larger measured scale",
+    doc = {"rule": f"budget = max(floor[scale], {FACTOR:g} x measured seconds), rounded up; claims whose "
+                   "seeds overlap in a report (one reads the other's runs) are measured at the longest of "
+                   "them; a scale without its own report uses the next larger measured scale",
            "factor": FACTOR, "floors": FLOORS, "unmeasured": UNMEASURED,
            # absolute paths name a machine: only relative ones are recorded
            "command": "python -m verify.budgets " + " ".join(
