@@ -71,21 +71,26 @@ def table(recs) -> str:
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--table", type=Path, default=None, help="print the tables of a results file")
-    ap.add_argument("--seeds", type=int, nargs="+")
-    ap.add_argument("--out", type=Path)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--table", type=Path, default=None, help="print the tables of a results file and stop")
+    ap.add_argument("--seeds", type=int, nargs="+", help="generator seeds of the sets (0-1: the design seeds)")
+    ap.add_argument("--out", type=Path, help="results file (JSON, rewritten after every set)")
     ap.add_argument("--cache", type=Path, help="cache of bases and sets (default $LOWRANK_FL_CACHE/"
                     "trained_sets, else the system temporary directory)",
                     default=Path(os.environ.get("LOWRANK_FL_CACHE", tempfile.gettempdir())) / "trained_sets")
     ap.add_argument("--bases", nargs="+", default=["llama", "gpt2"], choices=list(BASES),
                     help="families of sets (default: the two the rule was designed on)")
-    ap.add_argument("--loss", action="store_true")
+    ap.add_argument("--loss", action="store_true", help="also the benign clients' held-out loss per method")
     ap.add_argument("--heldout", type=int, default=256, help="held-out sequences per benign client")
     a = ap.parse_args()
     if a.table is not None:
-        print(table(json.loads(a.table.read_text())))
+        try:
+            print(table(json.loads(a.table.read_text())))
+        except (OSError, ValueError) as exc:
+            ap.error(f"--table: cannot read {a.table}: {exc}")
         return
+    if not a.seeds or a.out is None:
+        ap.error("--seeds and --out are required (or --table FILE)")
     recs = []
     for seed in a.seeds:
         for s in scenarios(seed, a.bases):

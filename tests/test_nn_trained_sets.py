@@ -221,3 +221,53 @@ def test_default_rule_flags_exactly_the_contaminated_client_and_nobody_without(c
             for m, (A, B, sc) in res.outputs["client05"].items():
                 A0, B0, s0 = ts.factors["client05"][m]
                 assert np.allclose(sc * B @ A, s0 * B0 @ A0, rtol=0, atol=1e-9 * np.abs(s0 * B0 @ A0).max())
+
+
+def test_one_base_serves_every_client_seed_without_a_cache(monkeypatch):
+    """With cache_dir=None the base is pretrained once per base settings, not once per set or call."""
+    import lowrank_fl.nn.trained_sets as T
+
+    calls = []
+    real = T._pretrained_base
+    monkeypatch.setattr(T, "_pretrained_base", lambda s, c: calls.append(s.seed) or real(s, c))
+    monkeypatch.setattr(T, "_BASES", {})
+    threads = torch.get_num_threads()
+    s = TrainedSetSettings(**{**TINY, "pretrain_steps": 3}, seed=11)
+    a = trained_set(s)
+    b = trained_set(TrainedSetSettings(**{**TINY, "pretrain_steps": 3}, seed=12))
+    T.base_accuracy(s, n=8)
+    heldout_loss(a, "client00", a.factors["client00"], n=4)
+    assert calls == [11] and a.names == b.names
+    assert torch.get_num_threads() == threads                     # the caller's setting is restored
+    trained_set(TrainedSetSettings(**{**TINY, "pretrain_steps": 4}, seed=11))
+    assert calls == [11, 11]                                      # another base: pretrained again
+
+
+def test_settings_are_checked_and_contamination_is_hashable():
+    s = TrainedSetSettings(contamination=["reverse"])
+    assert s.contamination == ("reverse",) and hash(s) == hash(TrainedSetSettings(contamination=("reverse",)))
+    assert s.key() == TrainedSetSettings(contamination=("reverse",)).key()
+    with pytest.raises(ValueError, match="contamination"):
+        TrainedSetSettings(contamination="reverse")
+    for name, bad in (("lr", 0.0), ("lr", float("nan")), ("pretrain_lr", -1e-3), ("lora_alpha", float("inf")),
+                      ("spread", -0.1), ("exponent", float("nan")), ("lora_dropout", "x"), ("lora_dropout", 1.0)):
+        with pytest.raises(ValueError, match=name):
+            TrainedSetSettings(**{name: bad})
+    # homogeneous sets need 2 L < seq_len, heterogeneous ones room for their longest draw
+    TrainedSetSettings.for_base("sec8", heterogeneous=False, seq_len=33)
+    with pytest.raises(ValueError, match="seq_len must exceed 32"):
+        TrainedSetSettings.for_base("sec8", heterogeneous=False, seq_len=32)
+    TrainedSetSettings(length=6, seq_len=15)                       # llama: L up to 7
+    with pytest.raises(ValueError, match="seq_len must exceed 14"):
+        TrainedSetSettings(length=6, seq_len=14)
+
+
+def test_model_with_names_the_bad_factors(built):
+    s, cache, ts = built
+    with pytest.raises(ValueError, match=r"pass tset.factors\[client\]"):
+        model_with(ts, ts.factors, cache_dir=cache)
+    name, (A, B, sc) = next(iter(ts.factors["client00"].items()))
+    with pytest.raises(ValueError, match=rf"factors\['{name}'\]: A \(2, 5\)"):
+        model_with(ts, {name: (A[:, :5], B, sc)}, cache_dir=cache)
+    with pytest.raises(ValueError, match=r"must be \(A, B, scaling\)"):
+        model_with(ts, {name: (A, B)}, cache_dir=cache)

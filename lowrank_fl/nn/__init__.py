@@ -8,7 +8,8 @@ pretrain     deterministic backbone pretraining, cached as safetensors keyed by 
 clients      PEFT LoRA fine-tuning of one client; real adapter directories (``save_pretrained``)
 aggregate    adapter directory → ΔW = scaling · B A per module; local / FedAvg / oracle / CLAIR
 sec8         one replicate of CLAIR's §8 experiment end to end (Table 3, Figures 2-3)
-trained_sets PEFT-trained adapter sets with ground truth (tiny Llama GQA / GPT-2 Conv1D bases)
+trained_sets PEFT-trained adapter sets with ground truth (tiny Llama GQA / GPT-2 Conv1D bases, §8's backbone)
+trained_eval every aggregator on one trained set: client-level flags, robust selections, held-out loss
 two_layer    RoLoRA §5.2: f(x) = ReLU(x A B) W_out, label-skew splits, FedAvg-LoRA / FFA-LoRA / RoLoRA
 
 Importing :mod:`lowrank_fl` never imports torch; importing this package without torch raises an

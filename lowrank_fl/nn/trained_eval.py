@@ -27,7 +27,8 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
     (pooled scores from the block norms of (8) / the raw contrast norms), ``selected`` (Krum,
     Multi-Krum), ``seconds`` per method, ``base_accuracy`` (%) of the base against its
     ``copying_threshold``, and with ``with_loss`` ``heldout_loss`` per benign client
-    and method (:data:`LOSS_METHODS`; ``local`` = the client's own adapter)."""
+    and method (:data:`LOSS_METHODS`; ``local`` = the client's own adapter; every method's model
+    also carries the client's ``ts.local`` modules, :func:`heldout_loss`)."""
     names = ts.names
     K = len(names)
     t0 = time.perf_counter()
