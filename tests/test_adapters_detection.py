@@ -273,3 +273,17 @@ def test_per_module_sentence_says_the_client_is_outside_the_set():
     assert ": client_03 is outside the set (8) in 100% of the modules; client_05 is outside the " \
            "set (8) in 50% of the modules (2 module(s) separated;" in s
     assert "excluded by client" not in s
+
+
+def test_clean_sentence_explains_a_wide_gap_that_did_not_separate():
+    """A module whose gap ratio passes the bound but has too few pairs below the gap (a minority
+    of clients) does not separate: the sentence must not read "13.70 of the 6 needed"."""
+    base = {"rule": "pooled", "flagged": [], "scores": {"a": 0.1}, "pooled_scores": {"a": 0.1, "b": 0.3},
+            "pooled_threshold": 5.9, "separated_modules": [], "threshold": 5.9}
+    wide = detection_sentence({**base, "modules": {"m1": {"gap_ratio": 13.7}, "m2": {"gap_ratio": 2.0}}})
+    assert "largest gap ratio 13.70 in m1, above the 6 needed but with fewer pairs below the gap" in wide
+    assert "of the 6 needed" not in wide and wide.startswith("no contaminated client detected (no module separated;")
+    narrow = detection_sentence({**base, "modules": {"m1": {"gap_ratio": 5.99}}})
+    assert "largest gap ratio 5.99 of the 6 needed, in m1" in narrow
+    none = detection_sentence({**base, "modules": {"m1": {"gap_ratio": None}}})
+    assert "no module had two distinct block norms" in none and "largest pooled score 0.30 (b)" in none

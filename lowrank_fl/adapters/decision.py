@@ -63,8 +63,13 @@ def detection_sentence(det: dict) -> str:
     need = _min_gap_ratio()
     ratios = [(v["gap_ratio"], m) for m, v in det["modules"].items() if v["gap_ratio"] is not None]
     best = max(ratios) if ratios else None
-    margin = (f"largest gap ratio {best[0]:.2f} of the {need:g} needed, in {best[1]}"
-              if best else "no module had two distinct block norms")
+    if best is None:
+        margin = "no module had two distinct block norms"
+    elif best[0] >= need:   # a gap wide enough, but too few pairs below it for a majority set (8)
+        margin = (f"largest gap ratio {best[0]:.2f} in {best[1]}, above the {need:g} needed but with "
+                  "fewer pairs below the gap than a majority set (8) has")
+    else:
+        margin = f"largest gap ratio {best[0]:.2f} of the {need:g} needed, in {best[1]}"
     top = max(det["pooled_scores"].items(), key=lambda kv: kv[1])
     cut = det["pooled_threshold"]
     pooled = (f"largest pooled score {top[1]:.2f} ({top[0]}) against the cutoff {cut:.2f}"
