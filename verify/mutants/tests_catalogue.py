@@ -1,6 +1,6 @@
 """Mutants checked by the tests (``python -m verify.mutants --target tests``), in the modules the
 verifier's claims do not exercise at smoke scale: adapters/, compare/, conic.py, clair/program7.py,
-clair/pipeline.py, verify/cache.py and nn/.
+clair/pipeline.py and clair/stages.py, verify/cache.py and nn/.
 
 Most are *source edits*: :func:`_edit` recompiles the target function from its own source with
 one textual change (``old`` → ``new``, which must occur exactly once), in the function's module
@@ -170,11 +170,11 @@ _M = [
            "The longest run's upper end is the value before its last element.", (),
            _edit("float(x[i - 1])), i - start", "float(x[max(i - 2, start)])), i - start"),
            tests=(T_NUM,)),
-    Mutant("pipeline.votes_strict", "lowrank_fl.clair.pipeline:collaborative_set",
+    Mutant("pipeline.votes_strict", "lowrank_fl.clair.stages:collaborative_set",
            "Rule (8) needs a vote fraction above alpha instead of at least alpha.", (),
            _edit("Votes(votes >= alpha, votes)", "Votes(votes > alpha, votes)"),
            tests=(T_PIPE, "tests/test_clair_pipeline.py")),
-    Mutant("pipeline.majority_pairs_floor", "lowrank_fl.clair.pipeline:majority_pairs",
+    Mutant("pipeline.majority_pairs_floor", "lowrank_fl.clair.stages:majority_pairs",
            "The smallest set (8) can keep is sized with floor(alpha (K - 1)) instead of the ceiling.",
            (), _edit("np.ceil(alpha * (K - 1) - 1e-12)", "np.floor(alpha * (K - 1) + 1e-12)"),
            tests=(T_PIPE,)),
