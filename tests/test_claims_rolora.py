@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 import verify.claims.rolora as C
+import verify.claims._rolora_rates as R
 from lowrank_fl.algorithms.lora_aggregation import fedavg_factors
 from lowrank_fl.algorithms.rolora import fedavg_lora, ffa_lora, rolora
 from lowrank_fl.exact.rolora import local_b_solve
@@ -60,7 +61,7 @@ def _b_step_over_m(X, Y, a):
 
 
 def _half_gradient(prob, a, b, X, Y):
-    return 0.5 * C._grad_full(prob, a, b, X, Y)
+    return 0.5 * R._grad_full(prob, a, b, X, Y)
 
 
 def _frozen(prob, rounds, step, *, init, seed=None):
