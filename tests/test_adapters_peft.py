@@ -97,7 +97,7 @@ def test_peft_round_trip_clair(clients, tmp_path):
 
 def test_save_adapter_rank_pattern_loads_in_peft(tmp_path):
     """Different ranks per module go through rank_pattern / alpha_pattern and load exactly."""
-    from lowrank_fl.adapters.io import save_adapter
+    from lowrank_fl.adapters.save import save_adapter
 
     rng = np.random.default_rng(0)
     base = _base()

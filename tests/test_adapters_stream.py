@@ -10,7 +10,8 @@ from safetensors.numpy import load_file, save_file
 from lowrank_fl.adapters import (ModuleOptions, aggregate_adapters, aggregate_to_dir, load_adapters,
                                  write_outputs)
 from lowrank_fl.adapters import run as run_mod
-from lowrank_fl.adapters.io import STORAGE, AdapterError
+from lowrank_fl.adapters.io import AdapterError
+from lowrank_fl.adapters.save import STORAGE
 from lowrank_fl.adapters.stream import SafetensorsStreamWriter
 from lowrank_fl.outdir import MARKER, OutputDir
 from lowrank_fl.adapters.synthetic import write_synthetic_adapters
@@ -146,7 +147,8 @@ def test_aggregate_to_dir_failure_leaves_out_untouched(src, tmp_path, monkeypatc
 def test_storage_precision_loss_is_an_error_named_by_tensor():
     """Rounding in float16's normal range stays within its unit roundoff 2^-11 (checked against
     numpy's own cast); underflow (subnormals, flush to zero) is refused above STORAGE_REL_ERROR."""
-    from lowrank_fl.adapters.io import STORAGE_REL_ERROR, StorageDtypeError, storage_array
+    from lowrank_fl.adapters.io import StorageDtypeError
+    from lowrank_fl.adapters.save import STORAGE_REL_ERROR, storage_array
     rng = np.random.default_rng(0)
     x = rng.standard_normal((30, 4))
     for scale in (1.0, 1e-3):                              # normal range: accepted, numpy's bits

@@ -14,7 +14,8 @@ run         every module on joblib or dask; outputs written while solving, summa
 memory      the same aggregation on in-memory factors (client → module → (A, B, scaling)), no files
 cli         ``lowrank-fl adapters inspect|aggregate``
 """
-from .io import AdapterError, AdapterSet, ModuleFactors, load_adapters, save_adapter
+from .io import AdapterError, AdapterSet, ModuleFactors, load_adapters
+from .save import save_adapter
 from .reduce import ReducedModule, pair_blocks, reduce_module
 from .tuning import Lambdas, auto_lambdas
 from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, METHODS, ModuleOptions, ModuleResult, aggregate_module

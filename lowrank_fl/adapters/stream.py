@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .io import (CONFIG_NAME, STORAGE, STORAGE_REL_ERROR, WEIGHTS_NAME, StorageDtypeError, peft_config,
-                 storage_array, stored_values)
+from .io import CONFIG_NAME, WEIGHTS_NAME, StorageDtypeError
+from .save import STORAGE, STORAGE_REL_ERROR, peft_config, storage_array, stored_values
 
 __all__ = ["SafetensorsStreamWriter", "AdapterStreamWriter"]
 
@@ -58,7 +58,7 @@ class SafetensorsStreamWriter:
 
     def add(self, name: str, array: np.ndarray, dtype: str = "float32") -> None:
         """Append ``array`` (converted to ``dtype``: float32, float16, bfloat16 or float64; a value
-        that does not fit is an error naming the tensor, :func:`~.io.storage_array`)."""
+        that does not fit is an error naming the tensor, :func:`~.save.storage_array`)."""
         if name not in self._allowed:
             raise ValueError(f"tensor {name!r} was not declared to this writer")
         if name in self._entries:

@@ -43,7 +43,8 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from ..adapters import AdapterError, factors_from_state_dict
-from ..adapters.io import VARIANT_FIELDS, peft_config
+from ..adapters.io import VARIANT_FIELDS
+from ..adapters.save import peft_config
 
 __all__ = ["LORA_ARRAYS", "LORA_CONFIG", "ADAPTER_KINDS", "config_record", "config_from_record",
            "factors_from_content", "factors_record", "factors_to_state_dict"]

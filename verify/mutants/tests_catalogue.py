@@ -117,7 +117,7 @@ _M = [
            "lam_L starts at the data scale without its K^(-1/2) factor.", (),
            _edit("lam_L = K ** -0.5 * s", "lam_L = s"), tests=(T_NUM, T_RED)),
     # ---------------------------------------------------------------- adapters/io
-    Mutant("io.rslora_not_written", f"{_A}.io:peft_config",
+    Mutant("io.rslora_not_written", f"{_A}.save:peft_config",
            "The output config keeps the input's use_rslora (not set to false for scaling 1).", (),
            _edit('if key in cfg or key in ("init_lora_weights", "use_rslora"):',
                  'if key != "use_rslora" and (key in cfg or key == "init_lora_weights"):'),
