@@ -213,3 +213,23 @@ def test_conditions_errors():
         C.evaluate({**inst, "heads": np.ones((5, 3))})
     with pytest.raises(ValueError, match="clients_per_round must be <= 5"):
         C.evaluate({**inst, "clients_per_round": 6})
+
+
+@pytest.mark.parametrize("warn_at, verdict", [("small", "holds"), ("full", "inconclusive")])
+def test_partial_participation_ignores_only_the_reported_runs_warnings(warn_at, verdict):
+    """A ConvergenceWarning of a reported-only run (m = 2: divergence is expected) leaves the verdict;
+    one of a judged run (m = M) makes it inconclusive."""
+    import warnings
+
+    from lowrank_fl.results import ConvergenceWarning
+    from verify.claims._fedavg_ft_support import _fedavg_alg
+
+    def warning_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper", seed=None):
+        M = problem.heads.shape[0]
+        if (warn_at == "small" and clients_per_round == 2) or (warn_at == "full" and clients_per_round == M):
+            warnings.warn("fedavg stopped at its cap (test)", ConvergenceWarning)
+        return _fedavg_alg(problem, rounds, local_steps, step_size, clients_per_round=clients_per_round,
+                           init=init, seed=seed)
+
+    ev = run("fedavg_ft.thm1.partial_participation", algorithm=warning_alg)
+    assert ev.verdict == verdict, ev.summary

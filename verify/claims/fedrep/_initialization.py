@@ -11,6 +11,7 @@ from lowrank_fl.exact.multitask import method_of_moments
 from lowrank_fl.linalg import subspace_distance
 from lowrank_fl.problems.multitask import multitask_linear
 from verify.claim import Evidence, claim, verdict_from
+from verify.convergence import expected_non_convergence
 from verify.stats import fit_loglog_slope
 
 from ._support import PAPER, pyplot, rngs
@@ -67,7 +68,10 @@ def _task_random_init(seed, d, k, n, m, rounds, eps, fedrep_options):
     rp, rr = rngs(seed)
     p = multitask_linear(d=d, rank=k, n_clients=n, samples_per_client=m, noise=1e-3, seed=rp)
     opts = {"step_size": 0.5, **(fedrep_options or {})}
-    tr = fedrep(p, rounds, opts.pop("step_size"), init="random", data="fixed", tol=eps, seed=rr, **opts)
+    # a run that misses eps within the rounds is an outcome the claim counts (the fraction of
+    # runs that reach it), not a solve the verdict rests on
+    with expected_non_convergence():
+        tr = fedrep(p, rounds, opts.pop("step_size"), init="random", data="fixed", tol=eps, seed=rr, **opts)
     return bool(tr.status != "diverged" and np.nanmin(tr.distance) <= eps)
 
 
