@@ -68,6 +68,13 @@ def test_smoke_runs_end_to_end():
     for cid in IDS:
         ev = REGISTRY[cid].run(Context(scale="smoke"))
         assert ev.verdict in VERDICTS, ev.summary
-        assert ev.table and ev.measured["sets"] == 2
-    rules = {r["rule"] for r in REGISTRY[IDS[0]].run(Context(scale="smoke")).table}
+        assert ev.table and ev.measured["sets"] == 3                 # one tiny set per family
+    det = REGISTRY[IDS[0]].run(Context(scale="smoke"))
+    assert set(det.measured["by_base"]) == {"llama", "gpt2", "sec8"}
+    # the per-family rows add up to the pooled row
+    pooled = next(r for r in det.table if r["rule"] == "pooled")
+    per = [next(r for r in rows if r["rule"] == "pooled") for rows in det.measured["by_base"].values()]
+    for key in ("contaminated_sets", "clean_sets", "exact_sets", "benign_clients", "benign_flagged"):
+        assert sum(r[key] for r in per) == pooled[key], key
+    rules = {r["rule"] for r in det.table}
     assert {"per-module", "majority", "any", "pooled", "krum", "multikrum"} <= rules

@@ -172,9 +172,9 @@ def test_claims_save_a_figure(cid, tmp_path):
 
 def test_fit_rate_window():
     t = np.arange(50)
-    slope, r2 = F._fit_rate(np.exp(-0.5 * t))
+    slope, r2 = F.fit_rate(np.exp(-0.5 * t))
     assert np.isclose(slope, -0.5) and np.isclose(r2, 1.0)
-    assert np.isnan(F._fit_rate(np.ones(50))[0])
+    assert np.isnan(F.fit_rate(np.ones(50))[0])
 
 
 # ----------------------------------------------------------------------------- conditions
@@ -222,13 +222,13 @@ def test_partial_participation_ignores_only_the_reported_runs_warnings(warn_at, 
     import warnings
 
     from lowrank_fl.results import ConvergenceWarning
-    from verify.claims._fedavg_ft_support import _fedavg_alg
+    from verify.claims._fedavg_ft_support import fedavg_alg
 
     def warning_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper", seed=None):
         M = problem.heads.shape[0]
         if (warn_at == "small" and clients_per_round == 2) or (warn_at == "full" and clients_per_round == M):
             warnings.warn("fedavg stopped at its cap (test)", ConvergenceWarning)
-        return _fedavg_alg(problem, rounds, local_steps, step_size, clients_per_round=clients_per_round,
+        return fedavg_alg(problem, rounds, local_steps, step_size, clients_per_round=clients_per_round,
                            init=init, seed=seed)
 
     ev = run("fedavg_ft.thm1.partial_participation", algorithm=warning_alg)

@@ -27,7 +27,7 @@ from ..results import ConvergenceWarning, SolverError
 from .contrasts import as_blocks, check_weights, contrasts
 from ..conic import safe_scale
 from .penalized import DEFAULT, solve_penalized
-from .stages import (MIN_GAP_RATIO, GapSplit, Subspace, Votes, _check_benign, _check_W_hat,
+from .stages import (MIN_GAP_RATIO, GapSplit, Subspace, Votes, check_benign, check_w_hat,
                      collaborative_set, largest_gap_split, largest_gap_threshold, majority_pairs,
                      numerical_rank, refine, refine_closed_form, subspace_projector)
 
@@ -230,7 +230,7 @@ def _solve(D, q, lam_L, lam_S, weights, method, options):
 
 def _check_common(W_hat, rank, weights, rank_threshold):
     """Validation shared by :func:`fit` and :func:`lambda_path`."""
-    W = _check_W_hat(W_hat)
+    W = check_w_hat(W_hat)
     K, q, p = W.shape
     G = K * (K - 1) // 2
     return (W, K, q, p, G, _check_rank(rank, q, p), check_weights(weights, G),
@@ -508,20 +508,20 @@ def longest_run(x: np.ndarray, mask: np.ndarray):
 # §7 baselines and Table 2 counts
 def local(W_hat) -> np.ndarray:
     """Local baseline: every client keeps ``Ŵ^(k)``. (K, q, p) → (K, q, p) copy."""
-    return _check_W_hat(W_hat).copy()
+    return check_w_hat(W_hat).copy()
 
 
 def fedavg(W_hat) -> np.ndarray:
     """FedAvg over all clients: everyone receives ``mean_k Ŵ^(k)``. (K, q, p) → (K, q, p)."""
-    W = _check_W_hat(W_hat)
+    W = check_w_hat(W_hat)
     return np.broadcast_to(W.mean(axis=0), W.shape).copy()
 
 
 def oracle_fedavg(W_hat, benign) -> np.ndarray:
     """Oracle FedAvg (§7): clients in the true benign set receive the benign mean; the others
     keep their local estimate. ``benign``: bool (K,)."""
-    W = _check_W_hat(W_hat)
-    b = _check_benign(benign, W.shape[0])
+    W = check_w_hat(W_hat)
+    b = check_benign(benign, W.shape[0])
     out = W.copy()
     if np.any(b):
         out[b] = W[b].mean(axis=0)
@@ -543,8 +543,8 @@ def detection_counts(estimated, truth) -> DetectionCounts:
     if t.ndim != 1:
         raise ValueError(f"truth must be a 1-D boolean array (one flag per client), "
                          f"got shape {t.shape}")
-    t = _check_benign(t, t.shape[0], "truth")
-    e = _check_benign(estimated, t.shape[0], "estimated")
+    t = check_benign(t, t.shape[0], "truth")
+    e = check_benign(estimated, t.shape[0], "estimated")
     tp = int(np.sum(e & t))
     tn = int(np.sum(~e & ~t))
     fp = int(np.sum(e & ~t))

@@ -20,7 +20,7 @@ __all__ = ["numerical_rank", "Subspace", "Votes", "subspace_projector", "GapSpli
 
 # ---------------------------------------------------------------------------------------------
 # validation shared with the pipeline
-def _check_W_hat(W_hat) -> np.ndarray:
+def check_w_hat(W_hat) -> np.ndarray:
     W = as_float_array(W_hat, "W_hat", ndim=3)
     if W.shape[0] < 2:
         raise ValueError(f"W_hat must hold at least K = 2 clients (shape (K, q, p)), "
@@ -29,7 +29,7 @@ def _check_W_hat(W_hat) -> np.ndarray:
 
 
 
-def _check_benign(benign, K: int, name: str = "benign") -> np.ndarray:
+def check_benign(benign, K: int, name: str = "benign") -> np.ndarray:
     b = np.asarray(benign)
     if b.dtype != bool:
         raise TypeError(f"{name} must be a boolean array of shape ({K},), got dtype {b.dtype}")
@@ -262,10 +262,10 @@ def refine(W_hat, projector, benign) -> np.ndarray:
     -------
     ndarray, shape (K, q, p)
     """
-    W = _check_W_hat(W_hat)
+    W = check_w_hat(W_hat)
     K, q, p = W.shape
     P = _check_projector(projector, p)
-    b = _check_benign(benign, K)
+    b = check_benign(benign, K)
     C = np.flatnonzero(b)
     out = W.copy()
     if C.size == 0:
@@ -285,10 +285,10 @@ def refine_closed_form(W_hat, projector, benign) -> np.ndarray:
     Same arguments and result as :func:`refine` (excluded clients keep ``Ŵ^(k)``); cost
     ``O(K q p^2)``.
     """
-    W = _check_W_hat(W_hat)
+    W = check_w_hat(W_hat)
     K, q, p = W.shape
     P = _check_projector(projector, p)
-    b = _check_benign(benign, K)
+    b = check_benign(benign, K)
     out = W.copy()
     if not np.any(b):
         return out

@@ -14,7 +14,7 @@ from verify.claim import Evidence, claim, verdict_from
 from verify.convergence import expected_non_convergence
 from verify.stats import fit_loglog_slope
 
-from ._fedavg_ft_support import ALPHA, P, _fedavg_alg, _figure, _fit_rate, _sizes
+from ._fedavg_ft_support import ALPHA, P, fedavg_alg, curves_figure, fit_rate, sizes
 
 
 # ----------------------------------------------------------------------------- C8: rate scaling
@@ -24,7 +24,7 @@ def _task_rates(seed, d, k, M, combos, rounds, algorithm):
     rates, curves = [], []
     for a, t in combos:
         tr = algorithm(inst.problem, rounds, t, a, init=(Q / np.sqrt(a), inst.w0), seed=seed)
-        rates.append(-_fit_rate(tr.distance)[0])
+        rates.append(-fit_rate(tr.distance)[0])
         curves.append(tr.distance)
     return {"rates": rates, "curves": curves, "mu": inst.stats.mu, "delta0": inst.delta0,
             "second_moment_min": inst.stats.second_moment_min}
@@ -34,7 +34,7 @@ def _task_rates(seed, d, k, M, combos, rounds, algorithm):
        statement="The per-round contraction rate of dist grows with tau at fixed alpha and with alpha at "
                  "fixed tau, and is at least 0.04 alpha^2 tau mu^2 E0.",
        kind="scaling")
-def _c8_rate_scaling(ctx, *, algorithm=_fedavg_alg):
+def _c8_rate_scaling(ctx, *, algorithm=fedavg_alg):
     d, k, M = ctx.pick(smoke=(10, 2, 10), quick=(30, 3, 20), full=(60, 4, 40))
     rounds = ctx.pick(smoke=400, quick=1500, full=2000)
     combos = ((0.2, 2), (0.2, 4), (0.4, 2))
@@ -55,7 +55,7 @@ def _c8_rate_scaling(ctx, *, algorithm=_fedavg_alg):
         mono = bool(np.all(rates[(0.2, 4)] > rates[(0.2, 2)]) and np.all(rates[(0.4, 2)] > rates[(0.2, 2)]))
         above = all(r["rate"] >= r["theorem_rate"] for r in rows)
         passed = bool(mono and above)
-    fig = _figure(out[0]["curves"], [f"alpha={a}, tau={t}" for a, t in combos],
+    fig = curves_figure(out[0]["curves"], [f"alpha={a}, tau={t}" for a, t in combos],
                   title=f"rate scaling (one instance), d={d}, k={k}, M={M}")
     return Evidence(
         verdict=verdict_from(passed),
@@ -114,7 +114,7 @@ def _task_hypotheses(seed, d, k, M, tau, alpha, rounds, init_scale, round_fn=fed
                  "stay within 1.1 dist_t of B*.",
        kind="bound")
 def _c9_hypotheses(ctx, *, init_scale=1.0, round_fn=fedavg_round):
-    d, k, M = _sizes(ctx)
+    d, k, M = sizes(ctx)
     rounds = ctx.pick(smoke=40, quick=150, full=400)
     grid = [{"d": d, "k": k, "M": M, "tau": t, "alpha": 0.05, "rounds": rounds, "init_scale": init_scale,
              "round_fn": round_fn} for t in (2, 4)]
@@ -157,7 +157,7 @@ def _task_diversity(seed, d, k, M, tau, spread, rounds, make_heads):
     heads = make_heads(rng, M, k, spread)
     inst = paper_instance(d=d, rank=k, n_clients=M, step_size=ALPHA, heads=heads, seed=rng)
     tr = fedavg(inst.problem, rounds, ALPHA, local_steps=tau, init=inst.init)
-    return {"final": float(tr.distance[-1]), "rate": -_fit_rate(tr.distance, lo=1e-12, hi=0.5)[0],
+    return {"final": float(tr.distance[-1]), "rate": -fit_rate(tr.distance, lo=1e-12, hi=0.5)[0],
             "mu": head_statistics(heads).mu, "distance": tr.distance}
 
 
@@ -166,7 +166,7 @@ def _task_diversity(seed, d, k, M, tau, spread, rounds, make_heads):
                  "rate grows with s.",
        kind="comparison")
 def _c10_diversity(ctx, *, make_heads=_identical_plus_spread):
-    d, k, M = _sizes(ctx)
+    d, k, M = sizes(ctx)
     rounds = ctx.pick(smoke=120, quick=300, full=400)
     taus = (1, 2, 8)
     spreads = (0.5, 1.0)
@@ -179,7 +179,7 @@ def _c10_diversity(ctx, *, make_heads=_identical_plus_spread):
     # progress at spread s: mean log10 of the final distance (lower = faster learning)
     rates = [float(np.mean([np.log10(max(r["final"], 1e-16)) for r in row])) for row in out[3:]]
     passed = min(stall) > 0.5 and rates[1] < rates[0]
-    fig = _figure([row[0]["distance"] for row in out],
+    fig = curves_figure([row[0]["distance"] for row in out],
                   [f"identical heads, tau={t}" for t in taus] + [f"spread {s_}, tau=2" for s_ in spreads],
                   title=f"head diversity, d={d}, k={k}, M={M}, alpha={ALPHA}")
     return Evidence(
@@ -213,8 +213,8 @@ def _task_participation(seed, d, k, M, ms, rounds, algorithm):
        statement="FedAvg with m of M clients per round (uniform without replacement) still learns col(B*) "
                  "when m is a sizeable fraction of M; very small m with large alpha is unstable.",
        kind="comparison")
-def _c11_participation(ctx, *, algorithm=_fedavg_alg):
-    d, k, M = _sizes(ctx)
+def _c11_participation(ctx, *, algorithm=fedavg_alg):
+    d, k, M = sizes(ctx)
     rounds = ctx.pick(smoke=200, quick=600, full=1000)
     ms = (M, M // 2, M // 4, 2)
     out = ctx.map(_task_participation, [{"d": d, "k": k, "M": M, "ms": ms, "rounds": rounds,
@@ -225,7 +225,7 @@ def _c11_participation(ctx, *, algorithm=_fedavg_alg):
     half = finals[ms[1]]
     full_learns, half_learns = bool(max(full) < 1e-4), bool(max(half) < 1e-4)
     passed = full_learns and half_learns
-    fig = _figure(out[0]["curves"], [f"m={m}" for m in ms],
+    fig = curves_figure(out[0]["curves"], [f"m={m}" for m in ms],
                   title=f"partial participation, M={M}, tau=2, alpha={ALPHA}")
     return Evidence(
         verdict=verdict_from(passed),
@@ -253,7 +253,7 @@ def _task_centered(seed, d, k, rounds, fedavg_algorithm):
        statement="Heads w_i* = 3 e_i (M = k) have singular centered covariance (mu = 0) yet FedAvg tau=2 "
                  "learns col(B*) while D-GD does not: centered diversity is sufficient, not necessary.",
        kind="comparison")
-def _c12_centered(ctx, *, fedavg_algorithm=_fedavg_alg):
+def _c12_centered(ctx, *, fedavg_algorithm=fedavg_alg):
     d, k = ctx.pick(smoke=(20, 3), quick=(50, 4), full=(100, 5))
     rounds = ctx.pick(smoke=300, quick=1200, full=1500)
     out = ctx.map(_task_centered, [{"d": d, "k": k, "rounds": rounds, "fedavg_algorithm": fedavg_algorithm}],

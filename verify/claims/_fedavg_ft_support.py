@@ -12,25 +12,25 @@ ALPHA = 0.4
 
 
 # ----------------------------------------------------------------------------- shared helpers
-def _fedavg_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper",
+def fedavg_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper",
                 seed=None):
     """The toolkit's FedAvg in the injection signature."""
     return fedavg(problem, rounds, step_size, local_steps=local_steps, clients_per_round=clients_per_round,
                   init=init, seed=seed)
 
 
-def _dgd_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper",
+def dgd_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper",
              seed=None):
     """D-GD in the injection signature (``local_steps`` is ignored: D-GD takes one)."""
     return fedavg(problem, rounds, step_size, local_steps=1, init=init, seed=seed, method="dgd")
 
 
-def _sizes(ctx):
+def sizes(ctx):
     """(d, k, M) per scale: PAPER-LIN at full scale."""
     return ctx.pick(smoke=(20, 2, 10), quick=(50, 3, 20), full=(100, 5, 40))
 
 
-def _fit_rate(dist, lo=1e-10, hi=1e-2, min_points=5):
+def fit_rate(dist, lo=1e-10, hi=1e-2, min_points=5):
     """Per-round log-rate of ``dist`` on the window ``[lo, hi]``: (slope, R^2) or (nan, nan)."""
     dist = np.asarray(dist, dtype=float)
     t = np.flatnonzero((dist >= lo) & (dist <= hi) & np.isfinite(dist))
@@ -43,7 +43,7 @@ def _fit_rate(dist, lo=1e-10, hi=1e-2, min_points=5):
     return float(slope), float(r2)
 
 
-def _figure(curves, labels, *, ylabel="dist(B_t, B*)", title="", hlines=()):
+def curves_figure(curves, labels, *, ylabel="dist(B_t, B*)", title="", hlines=()):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.4))

@@ -10,7 +10,7 @@ from lowrank_fl.problems.lora import (random_unit, rank_one_lora)
 from verify.claim import SOLVES_KEY, Evidence, claim, verdict_from
 from verify.criteria import baseline_check
 from verify.stats import within_mc_error
-from ._rolora_support import PAPER, _fig, _runs
+from ._rolora_support import PAPER, new_figure, solve_records
 
 
 # =============================================================================================
@@ -36,7 +36,7 @@ def _task_compare(seed, *, setting, rounds, algorithm):
     return {"rolora": float(ro.loss[-1]), "ffa": float(ffa.loss[-1]), "delta0": float(ffa.distance[0]),
             "deltaT": float(dT), "angle_loss": angle_loss(prob.gamma, prob.L_max, dT),
             "ffa_b_error": float(np.linalg.norm(ffa.b - b_ref) / np.linalg.norm(b_ref)),
-            SOLVES_KEY: _runs(rolora=ro, ffa_lora=ffa)}
+            SOLVES_KEY: solve_records(rolora=ro, ffa_lora=ffa)}
 
 
 @claim("rolora.prop5_5.rolora_beats_ffa", paper=PAPER, reference="Proposition 5.5 / A.17 and the remarks after them",
@@ -57,7 +57,7 @@ def _c11(ctx, *, algorithm=rolora):
     baselines = [baseline_check(f"FFA-LoRA b vs its least-squares optimum ({g['setting']})",
                                 max(o["ffa_b_error"] for o in row), 0.0, rtol=0.0, atol=1e-10)
                  for g, row in zip(grid, out)]
-    fig, ax = _fig()
+    fig, ax = new_figure()
     for gi, (g, row) in enumerate(zip(grid, out)):
         ax.scatter([o["ffa"] for o in row], [o["rolora"] for o in row], label=g["setting"])
     lim = max(o["ffa"] for o in flat)
@@ -116,7 +116,7 @@ def _c12(ctx, *, algorithm=fedavg_lora):
               "rolora_loss": float(np.mean([o["rolora_loss"] for o in row])),
               "max_interference": float(np.mean([o["interference"] for o in row])),
               "optimum_gamma2": row[0]["optimum"]} for K, row in zip(Ks, out)]
-    fig, ax = _fig()
+    fig, ax = new_figure()
     ax.plot(Ks, [r["max_interference"] for r in table], "o-")
     ax.set_xscale("log"), ax.set_xlabel("local steps K"), ax.set_ylabel("max interference norm")
     return Evidence(verdict=verdict_from(passed),
@@ -192,7 +192,7 @@ def _c14(ctx, *, init=_uniform_init):
         inside, mean, se = within_mc_error(res[0], 1 - 1 / d, n_se=3.5)
         ok &= inside
         rows.append({"d": d, "mean_excess": mean, "se": se, "predicted": 1 - 1 / d})
-    fig, ax = _fig()
+    fig, ax = new_figure()
     ax.errorbar(ds, [r["mean_excess"] for r in rows], yerr=[3 * r["se"] for r in rows], fmt="o", label="MC")
     ax.plot(ds, [1 - 1 / d for d in ds], "x", ms=9, label="1 - 1/d"), ax.legend()
     ax.set_xlabel("d"), ax.set_ylabel("excess / ||bbar*||^2")

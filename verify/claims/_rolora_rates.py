@@ -14,7 +14,7 @@ from lowrank_fl.problems.lora import (init_at_angle, random_unit, rank_one_lora)
 from verify.claim import SOLVES_KEY, Evidence, claim, verdict_from
 from verify.criteria import all_of
 from verify.stats import fit_loglog_slope, fit_semilog_slope
-from ._rolora_support import PAPER, _fig, _geometric_slopes, _runs
+from ._rolora_support import PAPER, new_figure, geometric_slopes, solve_records
 
 
 # =============================================================================================
@@ -46,7 +46,7 @@ def _task_population(seed, *, delta0, eta_factor, gamma, rounds, algorithm):
             "gamma_effect": float(np.nanmax(np.abs(dl - tr0.distance))),
             "T_ok": bool(dl[-1] <= eps_T * (1 + 1e-12)), "eps_T": float(eps_T),
             "T_bound": iterations_bound(min(c, 1.0), delta0, eps_T, setting="heterogeneous"),
-            "rate_bound": rate, SOLVES_KEY: _runs(rolora_heterogeneous=tr, rolora_homogeneous=tr0)}
+            "rate_bound": rate, SOLVES_KEY: solve_records(rolora_heterogeneous=tr, rolora_homogeneous=tr0)}
 
 
 @claim("rolora.thmA14.population_rate", paper=PAPER, reference="Lemma A.16 eq. (254), Theorem A.14",
@@ -74,11 +74,11 @@ def _c6(ctx, *, algorithm=rolora):
     fits = {}
     for g, row in zip(grid, out):
         D = np.array([o["delta"] for o in row])
-        sl = _geometric_slopes(D)
+        sl = geometric_slopes(D)
         fits[f"delta0={g['delta0']},eta={g['eta_factor']}/s"] = {
             "measured_rate": float(np.exp(sl.mean())), "bound_rate": row[0]["rate_bound"]}
     passed = all(checks.values())
-    fig, ax = _fig()
+    fig, ax = new_figure()
     for g, row in zip(grid, out):
         ax.semilogy(np.maximum(row[0]["delta"], 1e-17), label=f"d0={g['delta0']}, eta={g['eta_factor']}/s")
     ax.set_xlabel("iteration t"), ax.set_ylabel("delta_t"), ax.legend(fontsize=7)
@@ -114,7 +114,7 @@ def _task_finite(seed, *, d, n, m, delta0, eta_factor, mode, rounds, algorithm):
     return {"delta": dl.tolist(), "bound_ok": bool(np.all(dl <= bound + 1e-14)),
             "err_ok": bool(err_T <= (1 + eps_prime) * dl[-1] + 1e-12), "eps_prime": eps_prime,
             "rrr_gap": float(np.linalg.norm(W - W_rrr) / np.linalg.norm(W_rrr)),
-            "rrr_allowed": float((1 + eps_prime) * dl[-1] + 1e-10), "rho": rho, SOLVES_KEY: _runs(rolora=tr)}
+            "rrr_allowed": float((1 + eps_prime) * dl[-1] + 1e-10), "rho": rho, SOLVES_KEY: solve_records(rolora=tr)}
 
 
 @claim("rolora.thm5_4.finite_sample_rate", paper=PAPER, reference="Lemma 5.3 eq. (9), Theorem 5.4",
@@ -164,7 +164,7 @@ def _c7(ctx, *, algorithm=rolora):
                            "failures_concentrate_at_small_m": concentrated}
     ok = bool(ok)
     passed = False if (not ok or concentrated is False) else (None if concentrated is None else True)
-    fig, ax = _fig()
+    fig, ax = new_figure()
     for g, row in zip(grid, out):
         ax.semilogy(np.maximum(row[0]["delta"], 1e-17), label=f"eta={g['eta_factor']}/s {g['mode']}")
     r0 = out[0][0]["rho"]
@@ -218,7 +218,7 @@ def _c8(ctx, *, step_variant="paper"):
     # step reaches machine precision; judged beside the population violation count
     stall = bool(fin_paper > 1e-3 and fin_fixed < 1e-8)
     reproduced = viol_paper > 0 and viol_fixed == 0 and stall
-    fig, ax = _fig()
+    fig, ax = new_figure()
     ax.semilogy(out[0][0]["pop"], label=f"{step_variant} step, population")
     ax.semilogy(np.maximum(out[0][0]["fin"], 1e-17), label=f"{step_variant} step, m samples")
     ax.semilogy(np.maximum(out[0][0]["bound"], 1e-17), "k--", label="bound (9)")
@@ -281,7 +281,7 @@ def _c9(ctx, *, b_step=local_b_solve):
                      "mean_rho_sqrt_Nm": mean * np.sqrt(n * m)})
     dz = (rows[0]["mean_rho"] - rows[1]["mean_rho"]) / np.hypot(rows[0]["se"], rows[1]["se"])
     ok &= abs(dz) <= 3.5
-    fig, ax = _fig()
+    fig, ax = new_figure()
     for g, res in zip(grid, out):
         ax.hist(res[0] * np.sqrt(n * m), bins=40, histtype="step", density=True, label=f"d={g['d']}")
     ax.axvline(pred * np.sqrt(n * m), c="k", ls="--", label="predicted mean")
@@ -342,7 +342,7 @@ def _c10(ctx, *, gradient=_grad_full):
     fit = fit_loglog_slope(np.array(ms, dtype=float) * 4, devs)
     slope_ok = abs(fit.slope + 0.5) <= 0.1
     passed = zmax <= z_crit and slope_ok
-    fig, ax = _fig()
+    fig, ax = new_figure()
     ax.loglog(np.array(ms) * 4, devs.mean(axis=1), "o-", label="E||grad - E grad||")
     ax.loglog(np.array(ms) * 4, devs.mean(axis=1)[0] * (np.array(ms) / ms[0]) ** -0.5, "k--", label="slope -1/2")
     ax.set_xlabel("N m"), ax.legend()

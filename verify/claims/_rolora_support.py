@@ -10,18 +10,18 @@ from verify.stats import fit_semilog_slope
 PAPER = "rolora"
 
 
-def _fig(nrows=1, ncols=1, **kw):
+def new_figure(nrows=1, ncols=1, **kw):
     import matplotlib.pyplot as plt
 
     return plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), **kw)
 
 
-def _runs(**traces) -> list[dict]:
+def solve_records(**traces) -> list[dict]:
     """Solve records (status checked by the framework) of the runs a task's result rests on."""
     return [solve_record(tr, what=name) for name, tr in traces.items()]
 
 
-def _geometric_slopes(deltas, floor=1e-12):
+def geometric_slopes(deltas, floor=1e-12):
     """Per-seed semilog slope of delta_t over the part above ``floor`` (>= 3 points)."""
     slopes = []
     for row in deltas:

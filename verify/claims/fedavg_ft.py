@@ -23,7 +23,7 @@ from lowrank_fl.problems.fedavg_ft import new_client, paper_instance, propositio
 from verify.claim import Evidence, claim, omit, verdict_from
 from verify.criteria import relaxation
 from verify.stats import mean_ci
-from ._fedavg_ft_support import ALPHA, P, _dgd_alg, _fedavg_alg, _figure, _fit_rate, _sizes
+from ._fedavg_ft_support import ALPHA, P, dgd_alg, fedavg_alg, curves_figure, fit_rate, sizes
 
 
 # ----------------------------------------------------------------------------- C1: identities
@@ -73,7 +73,7 @@ def _task_identities(seed, d, k, M, tau, rounds, clients, round_fn, alpha=0.2):
 
 
 def _identity_runs(ctx, round_fn):
-    d, k, M = _sizes(ctx)
+    d, k, M = sizes(ctx)
     rounds = ctx.pick(smoke=20, quick=60, full=80)
     grid = [{"d": d, "k": k, "M": M, "tau": tau, "rounds": rounds, "clients": c, "round_fn": round_fn}
             for tau in (2, 5) for c in (M, max(2, M // 4))]
@@ -145,7 +145,7 @@ def _task_nonexpansive(seed, d, k, M, tau, alpha, rounds, clients, round_fn):
                  "for every tau (D-GD included).",
        kind="bound")
 def _c2_nonexpansive(ctx, *, round_fn=fedavg_round):
-    d, k, M = _sizes(ctx)
+    d, k, M = sizes(ctx)
     rounds = ctx.pick(smoke=60, quick=200, full=400)
     grid = [{"d": d, "k": k, "M": M, "tau": tau, "alpha": a, "rounds": rounds, "clients": c,
              "round_fn": round_fn}
@@ -185,8 +185,8 @@ def _task_learning(seed, d, k, M, tau, alpha, rounds, algorithm, clients=None):
 @claim("fedavg_ft.thm1.representation_learning", paper=P, reference="Theorem 1 (eq. (6)); Fig. 1",
        statement="FedAvg with tau >= 2 local steps drives dist(B_t, B*) to 0 geometrically.",
        kind="rate")
-def _c3_learning(ctx, *, algorithm=_fedavg_alg):
-    d, k, M = _sizes(ctx)
+def _c3_learning(ctx, *, algorithm=fedavg_alg):
+    d, k, M = sizes(ctx)
     rounds = ctx.pick(smoke=250, quick=800, full=800)
     # tau = 2 at the paper's alpha = 0.4; tau = 5 at alpha = 0.2: with alpha = 0.4 and tau = 5 some
     # PAPER-LIN instances stall (||Delta_T|| ~ 1, B loses a direction), outside any theory
@@ -198,7 +198,7 @@ def _c3_learning(ctx, *, algorithm=_fedavg_alg):
     measured, verdicts = {}, []
     for (tau, alpha), row in zip(setups, out):
         final = np.array([r["distance"][-1] for r in row])
-        fits = np.array([_fit_rate(r["distance"]) for r in row])
+        fits = np.array([fit_rate(r["distance"]) for r in row])
         slopes, r2 = fits[:, 0], fits[:, 1]
         measured[f"tau{tau}_final_dist_max"] = float(np.max(final))
         if np.all(final > 1e-2):
@@ -219,7 +219,7 @@ def _c3_learning(ctx, *, algorithm=_fedavg_alg):
         # decaying log-linearly but not yet below 1e-8 (short smoke runs): undecided
         verdicts.append(True if linear and np.all(final < 1e-8) else (None if linear else False))
     passed = False if False in verdicts else (None if None in verdicts else True)
-    fig = _figure([r["distance"] for row in out for r in row[:2]],
+    fig = curves_figure([r["distance"] for row in out for r in row[:2]],
                   [f"tau={t} seed {j}" for t in taus for j in range(min(2, len(out[0])))],
                   title=f"FedAvg, d={d}, k={k}, M={M}, alpha=0.4 (tau=2), 0.2 (tau=5)")
     return Evidence(
@@ -249,8 +249,8 @@ def _task_dgd_stall(seed, d, k, M, rounds, algorithm):
        statement="D-GD (tau = 1) does not learn col(B*): every iterate stays at distance >= "
                  "||(I - P_S) B*|| with S = col(B_0) + span(B* wbar*).",
        kind="bound")
-def _c4_dgd_stalls(ctx, *, algorithm=_dgd_alg):
-    d, k, M = _sizes(ctx)
+def _c4_dgd_stalls(ctx, *, algorithm=dgd_alg):
+    d, k, M = sizes(ctx)
     rounds = ctx.pick(smoke=300, quick=1000, full=3000)
     out = ctx.map(_task_dgd_stall, [{"d": d, "k": k, "M": M, "rounds": rounds, "algorithm": algorithm}],
                   replicates=ctx.pick(2, 5, 10))[0]
@@ -258,7 +258,7 @@ def _c4_dgd_stalls(ctx, *, algorithm=_dgd_alg):
     lbs = [r["lower_bound"] for r in out]
     final = [float(r["distance"][-1]) for r in out]
     passed = margin >= -1e-10 and min(final) >= 0.5
-    fig = _figure([r["distance"] for r in out[:3]], [f"D-GD seed {j}" for j in range(min(3, len(out)))],
+    fig = curves_figure([r["distance"] for r in out[:3]], [f"D-GD seed {j}" for j in range(min(3, len(out)))],
                   hlines=[(lbs[0], "invariant LB (seed 0)")], title=f"D-GD, d={d}, k={k}, M={M}")
     return Evidence(
         verdict=verdict_from(passed),
@@ -288,7 +288,7 @@ def _task_prop1(seed, d, k, M, delta0, rounds, dgd_algorithm, fedavg_algorithm):
        statement="For B* and its reflection B*' (same B* wbar* in col(B_0), both at distance delta0), D-GD "
                  "runs identically and stays at distance >= 0.7 delta0 from both, while FedAvg learns both.",
        kind="bound")
-def _c5_prop1(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_alg):
+def _c5_prop1(ctx, *, dgd_algorithm=dgd_alg, fedavg_algorithm=fedavg_alg):
     d, k, M = ctx.pick(smoke=(12, 3, 8), quick=(40, 4, 20), full=(100, 5, 40))
     rounds = ctx.pick(smoke=150, quick=400, full=500)
     deltas = (0.1, 0.3, 0.5)
@@ -309,7 +309,7 @@ def _c5_prop1(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_alg):
                          "dgd_dist_reflected": r["dgd_reflected"], "paper_bound": b["dgd_lower_bound"],
                          "dist(B*,B*')": r["reflection"], "eq69": b["reflection_distance"],
                          "fedavg_dist": r["fedavg"]})
-    fig = _figure([out[1][0]["dgd_curve"], out[1][0]["fedavg_curve"]], ["D-GD", "FedAvg tau=2"],
+    fig = curves_figure([out[1][0]["dgd_curve"], out[1][0]["fedavg_curve"]], ["D-GD", "FedAvg tau=2"],
                   hlines=[(0.3, "delta0 = 0.3"), (0.21, "0.7 delta0")], title="Proposition 1 instance")
     return Evidence(
         verdict=verdict_from(ok),
@@ -331,7 +331,7 @@ def _c5_prop1(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_alg):
                  "population optimum) while FedAvg's gradient plateaus at a positive value although it "
                  "learns col(B*).",
        kind="comparison")
-def _c6_stationarity(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_alg):
+def _c6_stationarity(ctx, *, dgd_algorithm=dgd_alg, fedavg_algorithm=fedavg_alg):
     d, k, M = ctx.pick(smoke=(20, 3, 10), quick=(50, 3, 20), full=(100, 5, 40))
     rounds = ctx.pick(smoke=500, quick=1500, full=3000)
     grid = [{"d": d, "k": k, "M": M, "tau": 1, "alpha": ALPHA, "rounds": rounds, "algorithm": dgd_algorithm},
@@ -353,7 +353,7 @@ def _c6_stationarity(ctx, *, dgd_algorithm=_dgd_alg, fedavg_algorithm=_fedavg_al
     dgd_ok = all(a or b for a, b in zip(reached, descending))
     fa_ok = min(fa_grad) > 1e-3 and max(fa_change) < 1e-6 and min(fa_gap) > 0 and max(fa_dist) < 1e-8
     passed = bool(dgd_ok and fa_ok)
-    fig = _figure([dg[0]["grad_norm"], fa[0]["grad_norm"]], ["D-GD", "FedAvg tau=2"],
+    fig = curves_figure([dg[0]["grad_norm"], fa[0]["grad_norm"]], ["D-GD", "FedAvg tau=2"],
                   ylabel="||grad of (7)||", title="Stationarity (Fig. 3 left)")
     return Evidence(
         verdict=verdict_from(passed),
@@ -402,8 +402,8 @@ def _task_finetune(seed, d, k, M, rounds, ns, fedavg_algorithm, dgd_algorithm, f
        statement="After fine-tuning (200 GD steps, lr 0.01) on a new client, FedAvg's model has lower "
                  "error ||Bw - B* w*_{M+1}||^2 than D-GD's at every number of samples n.",
        kind="comparison")
-def _c7_fine_tune(ctx, *, fedavg_algorithm=_fedavg_alg, dgd_algorithm=_dgd_alg):
-    d, k, M = _sizes(ctx)
+def _c7_fine_tune(ctx, *, fedavg_algorithm=fedavg_alg, dgd_algorithm=dgd_alg):
+    d, k, M = sizes(ctx)
     ns = ctx.pick(smoke=(5, 20, 50), quick=(5, 10, 20, 50, 100), full=(5, 10, 20, 50, 100, 200))
     rounds = ctx.pick(smoke=200, quick=300, full=300)
     out = ctx.map(_task_finetune, [{"d": d, "k": k, "M": M, "rounds": rounds, "ns": ns,

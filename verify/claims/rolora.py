@@ -21,7 +21,7 @@ from lowrank_fl.exact.rolora import (c_tilde, ffa_expected_loss, ffa_lstsq_loss,
 from lowrank_fl.problems.lora import (init_at_angle, lora_matrix_problem, random_unit, rank_one_lora)
 from verify.claim import SOLVES_KEY, Evidence, claim, verdict_from
 from verify.stats import within_mc_error
-from ._rolora_support import PAPER, _fig, _runs
+from ._rolora_support import PAPER, new_figure, solve_records
 
 
 # =============================================================================================
@@ -63,7 +63,7 @@ def _c1(ctx, *, cross_cov=cross_covariance):
     grid = [{"K": K, "gamma": g, "rounds": ctx.pick(5, 20, 40)} for g in (0.0, 1.0) for K in Ks]
     toy = ctx.map(_task_toy_interference, grid, replicates=ctx.pick(2, 4, 10))
     toy_mean = [float(np.mean(v)) for v in toy]
-    fig, ax = _fig()
+    fig, ax = new_figure()
     for gi, g in enumerate((0.0, 1.0)):
         ax.plot(Ks, toy_mean[gi * len(Ks):(gi + 1) * len(Ks)], "o-", label=f"gamma={g}")
     ax.set_xscale("log"), ax.set_yscale("symlog", linthresh=1e-8)
@@ -85,7 +85,7 @@ def _task_aggregation(seed, *, method, rounds, local_steps):
     prob = lora_matrix_problem(d=10, n_clients=5, rank=2, gamma=0.8, seed=rng)
     tr = federated_lora_matrix(prob, rounds, 0.05, method=method, local_steps=local_steps, seed=rng)
     return {"rel_err": float(np.nanmax(tr.extra["relative_aggregation_error"][1:])),
-            "trace": tr.extra["relative_aggregation_error"][1:].tolist(), SOLVES_KEY: _runs(**{method: tr})}
+            "trace": tr.extra["relative_aggregation_error"][1:].tolist(), SOLVES_KEY: solve_records(**{method: tr})}
 
 
 @claim("rolora.eq3_4.aggregation_exact", paper=PAPER, reference="§4, eqs. (3)-(4)",
@@ -100,7 +100,7 @@ def _c2(ctx, *, method="rolora"):
     fed = float(np.median([o["rel_err"] for o in out[1]]))
     # 1e-12: the only error is rounding in a mean of N (d x d) products (~1e-15 relative).
     passed = err <= 1e-12
-    fig, ax = _fig()
+    fig, ax = new_figure()
     ax.semilogy(np.maximum(out[0][0]["trace"], 1e-17), label=method)
     ax.semilogy(np.maximum(out[1][0]["trace"], 1e-17), label="fedavg (reference)")
     ax.set_xlabel("communication round"), ax.set_ylabel("relative aggregation error"), ax.legend()
@@ -134,7 +134,7 @@ def _c3(ctx, *, server=flexlora_aggregate):
     lower_ok = all(o["fedavg"] >= o["tail"] * (1 - 1e-12) for o in out)
     attain = max(abs(o["server"] - o["tail"]) / o["scale"] for o in out)
     passed = lower_ok and attain <= 1e-10
-    fig, ax = _fig()
+    fig, ax = new_figure()
     ax.scatter([o["tail"] for o in out], [o["fedavg"] for o in out], label="FedAvg of factors")
     ax.scatter([o["tail"] for o in out], [o["server"] for o in out], marker="x", label="server under test")
     lim = max(o["fedavg"] for o in out)
@@ -162,7 +162,7 @@ def _task_ffa_floor(seed, *, delta0, gamma, rounds, algorithm):
             "gd_rel": float(abs(gd.loss[-1] - floor) / floor),
             "lstsq_rel": float(abs(lstsq - floor) / floor),
             "min_loss_over_floor": float(np.min(tr.loss[1:]) / floor), "loss": tr.loss.tolist(), "floor": floor,
-            SOLVES_KEY: _runs(ffa_argmin=tr, ffa_local_gd=gd)}
+            SOLVES_KEY: solve_records(ffa_argmin=tr, ffa_local_gd=gd)}
 
 
 @claim("rolora.propA17.ffa_floor", paper=PAPER, reference="Proposition A.17, eq. (274)",
@@ -180,7 +180,7 @@ def _c4(ctx, *, algorithm=ffa_lora):
     # 1e-10 (argmin, closed form), 1e-6 (200 local GD steps at a contraction <= 0.5 per step), 1e-9
     # (lstsq on a d^2 N x d system, condition number 1).
     passed = arg <= 1e-10 and gd <= 1e-6 and ls <= 1e-9
-    fig, ax = _fig()
+    fig, ax = new_figure()
     ax.plot(np.asarray(out[0][0]["loss"]), "o-", label="FFA-LoRA loss")
     ax.axhline(out[0][0]["floor"], ls="--", c="k", label="gamma^2 + ||bbar*||^2 delta0^2")
     ax.set_xlabel("round"), ax.set_ylabel("global population loss"), ax.legend()
@@ -237,7 +237,7 @@ def _c5(ctx, *, estimator=_ffa_average):
         ok &= inside
         rows.append({"N": n, "m": m, "d": d, "mc_mean": mean, "se": se, "predicted": pred,
                      "c_tilde": c_tilde(n, m), "z": (mean - pred) / se, "naive_z": naive_z})
-    fig, ax = _fig()
+    fig, ax = new_figure()
     ax.errorbar(range(len(rows)), [r["mc_mean"] for r in rows], yerr=[3 * r["se"] for r in rows], fmt="o", label="MC")
     ax.plot(range(len(rows)), [r["predicted"] for r in rows], "x", ms=9, label="(1+c~)||b*||^2 delta0^2")
     ax.axhline(delta0 ** 2, ls=":", c="k", label="naive ||b*||^2 delta0^2")
