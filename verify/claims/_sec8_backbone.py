@@ -134,6 +134,12 @@ def pretrain_seeds(scale: str, base_seed: int = 0) -> list[int]:
     return [1000 * int(base_seed) + i for i in range(SCALES[scale]["seeds"])]
 
 
+def _evaluation_rng(seed: int) -> np.random.Generator:
+    """The evaluation data of pretraining seed ``seed``'s checkpoints (own task first, then the
+    common task): one stream, so a checkpoint scores the same wherever it is evaluated."""
+    return np.random.default_rng([int(seed), 8, 2])
+
+
 @functools.lru_cache(maxsize=16)
 def seed_curve(scale: str, seed: int, cache_dir: str) -> dict:
     """Pretrain seed ``seed`` under ``scale``'s recipe (checkpoints cached in ``cache_dir``) and score
@@ -149,7 +155,7 @@ def seed_curve(scale: str, seed: int, cache_dir: str) -> dict:
     models = pretrained_checkpoints(settings, SCALES[scale]["checkpoints"], cache_dir=cache_dir)
     out = {"seed": int(seed), "steps": [], "base": [], "common": [], "common_song": []}
     for step, model in models.items():
-        rng = np.random.default_rng([int(seed), 8, 2])
+        rng = _evaluation_rng(seed)
         out["steps"].append(int(step))
         out["base"].append(100 * copy_accuracy(model, settings, n=n, seed=rng))
         batch = copying.sample(n, length=16, exponent=1.1, seed=rng)
@@ -168,8 +174,7 @@ def checkpoint_base(scale: str, seed: int, step: int, cache_dir: str) -> float:
 
     settings = pretrain_settings(scale, seed)
     model = pretrained_backbone(replace(settings, steps=int(step)), cache_dir=cache_dir)
-    rng = np.random.default_rng([int(seed), 8, 2])
-    return 100 * copy_accuracy(model, settings, n=SCALES[scale]["n_eval"], seed=rng)
+    return 100 * copy_accuracy(model, settings, n=SCALES[scale]["n_eval"], seed=_evaluation_rng(seed))
 
 
 def chosen(scale: str, base_seed: int, cache_dir: str, level=None) -> dict:
