@@ -7,8 +7,10 @@ Usage::
     python benchmarks/bench_trained_detection.py --seeds 2 3 --bases sec8 --out sec8.json
     python benchmarks/bench_trained_detection.py --table report.json
 
-Seeds 0-1 of the llama and gpt2 families designed the pooled rule (lowrank_fl.adapters.detect);
-seeds >= 2 and the sec8 family (CLAIR §8's clients, added after the rule was fixed) report it.
+Seeds 0-1 of the llama and gpt2 families designed the pooled score and its cutoff c_K
+(lowrank_fl.adapters.detect); the first full report's 48 sets (the verifier's seed stream
+"adapters.trained.detection", base seed 0) designed its distance-ratio floor. Other seeds report
+the rule; rows "pooled-z" (the score alone, the rule before the ratio) and "pooled@3.5" compare.
 Per seed and family, 4 sets: heterogeneous benign tasks with 0, 1, 2 contaminated clients and
 homogeneous benign tasks with 3 (llama, gpt2: shift, clean, reverse) or 1 (sec8: reverse, as
 Table 3). Per set (lowrank_fl.nn.trained_eval):
@@ -41,7 +43,8 @@ def scenarios(seed, bases=("llama", "gpt2")):
 def table(recs) -> str:
     from lowrank_fl.adapters.detect import pooled_threshold
 
-    for r in recs:          # records written before "names" and the cutoff c_K existed
+    for r in recs:          # records written before "names" and the cutoff c_K existed (records
+        # written before the distance ratio count "pooled" as the score alone, as they were run)
         r.setdefault("names", list(r["pooled_block"]))
         if "pooled_threshold" not in r:
             cut = pooled_threshold(len(r["names"]))

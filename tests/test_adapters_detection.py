@@ -14,7 +14,8 @@ from safetensors.numpy import load_file
 from lowrank_fl.adapters import (ModuleOptions, aggregate_adapters, aggregate_factors, aggregate_to_dir,
                                  load_adapters, write_outputs)
 from lowrank_fl.adapters.decision import detection_sentence
-from lowrank_fl.adapters.detect import pooled_flags, pooled_scores, pooled_threshold, robust_z
+from lowrank_fl.adapters.detect import (POOLED_MIN_RATIO, pooled_flags, pooled_ratios, pooled_scores,
+                                        pooled_threshold, robust_z)
 from lowrank_fl.adapters.robust import default_f, geometric_median, krum_scores, robust_combine
 from lowrank_fl.adapters.synthetic import write_synthetic_adapters
 from lowrank_fl.cli import main
@@ -84,6 +85,87 @@ def test_pooled_threshold_is_the_null_quantile_of_the_largest_modified_z():
     assert pooled_threshold(10) < pooled_threshold(6)
     with pytest.raises(ValueError, match="K must be"):
         pooled_threshold(2)
+
+
+def _two_level_norms(K, far, d_far, modules=3, d=1.0, jitter=None):
+    """Pair norms (modules, G): ``d`` between ordinary clients, ``d_far`` for pairs with ``far``;
+    ``jitter`` (modules, G) multiplies them."""
+    P = [(j, k) for j in range(K) for k in range(j + 1, K)]
+    row = np.array([d_far if far in p else d for p in P])
+    out = np.tile(row, (modules, 1))
+    return out if jitter is None else out * jitter
+
+
+def test_pooled_ratios_closed_form_and_by_hand():
+    """A client whose pairs are all c times the others' has R = c and everyone else R = 1 (their
+    median pair is an ordinary one for K >= 4); on random norms R is the geometric mean over
+    modules of s_mk / median_k s_mk, recomputed with the statistics module."""
+    for c in (1.0, 1.2, 3.0):
+        R = pooled_ratios(_two_level_norms(6, 5, c), 6)
+        assert np.allclose(R, [1, 1, 1, 1, 1, c], rtol=1e-14)
+    K = 5
+    P = [(j, k) for j in range(K) for k in range(j + 1, K)]
+    norms = np.random.default_rng(4).uniform(0.5, 3.0, size=(3, len(P)))
+    norms[2] *= 1e4                                                  # scale-free per module
+    logs = []
+    for row in norms:
+        med = [statistics.median([row[g] for g, p in enumerate(P) if k in p]) for k in range(K)]
+        mm = statistics.median(med)
+        logs.append([np.log(v / mm) for v in med])
+    expected = [float(np.exp(sum(lg[k] for lg in logs) / 3)) for k in range(K)]
+    assert np.allclose(pooled_ratios(norms, K), expected, rtol=1e-12)
+    # identical clients (all norms 0) and a lone nonzero pair (every median 0): R = 1, no division
+    assert np.array_equal(pooled_ratios(np.zeros((2, 10)), 5), np.ones(5))
+    assert np.array_equal(pooled_ratios(np.r_[np.zeros(9), 1.0][None], 5), np.ones(5))
+    with pytest.raises(ValueError, match="non-negative"):
+        pooled_ratios(-np.ones((1, 10)), 5)
+
+
+def test_distance_ratio_keeps_a_statistically_extreme_but_small_difference():
+    """The homogeneous case of detect's docstring: ordinary pairs agree to 1e-3, one client is 5 %
+    farther from the rest. Its pooled score is far above c_K, yet it is kept (R = 1.05 < 1.2); the
+    score alone (min_ratio=0, the first pooled rule) flags it; a client 30 % farther is flagged."""
+    K = 10
+    jitter = 1.0 + 1e-3 * np.random.default_rng(0).standard_normal((4, K * (K - 1) // 2))
+    near = _two_level_norms(K, 9, 1.05, modules=4, jitter=jitter)
+    M, _ = pooled_scores(near, K)
+    assert M[9] > 10 * pooled_threshold(K)
+    assert pooled_ratios(near, K)[9] == pytest.approx(1.05, abs=2e-3)
+    assert not pooled_flags(near, K).any()
+    assert pooled_flags(near, K, min_ratio=0.0).tolist() == [False] * 9 + [True]
+    far = _two_level_norms(K, 9, 1.3, modules=4, jitter=jitter)
+    assert pooled_flags(far, K).tolist() == [False] * 9 + [True]
+    # the boundary: R >= min_ratio flags, the next float above R does not
+    R = float(pooled_ratios(far, K)[9])
+    assert pooled_flags(far, K, min_ratio=R)[9] and not pooled_flags(far, K, min_ratio=np.nextafter(R, 2))[9]
+    assert POOLED_MIN_RATIO == 1.2
+    with pytest.raises(ValueError, match="min_ratio"):
+        pooled_flags(far, K, min_ratio=-1.0)
+
+
+def test_summary_and_sentence_report_the_distance_ratio():
+    """The ratio is in summary.json["detection"] for every client, and the sentence says why a
+    client above the cutoff was kept (or, under another rule, that the pooled rule would flag it)."""
+    K = 10
+    jitter = 1.0 + 1e-3 * np.random.default_rng(0).standard_normal(K * (K - 1) // 2)
+    names = [f"c{k}" for k in range(K)]
+    res = [types.SimpleNamespace(name=f"m{i}", benign=np.ones(K, bool), separated=False, gap_ratio=1.5,
+                                 block_norms=_two_level_norms(K, 9, 1.05, modules=1, jitter=jitter)[0])
+           for i in range(2)]
+    from lowrank_fl.adapters.decision import detection_summary
+    det = detection_summary(res, names, "pooled")
+    assert det["flagged"] == [] and det["pooled_min_ratio"] == POOLED_MIN_RATIO
+    assert det["pooled_ratios"]["c9"] == pytest.approx(1.05, abs=2e-3)
+    assert det["pooled_scores"]["c9"] > det["pooled_threshold"]
+    s = detection_sentence(det)
+    assert "(c9) against the cutoff 5.91, its distance ratio 1.05 below the 1.2 a pooled flag needs" in s
+    base = {"rule": "majority", "flagged": [], "scores": {"a": 0.0}, "pooled_scores": {"a": 0.1, "b": 9.0},
+            "pooled_threshold": 5.9, "pooled_ratios": {"a": 1.0, "b": 1.6}, "pooled_min_ratio": 1.2,
+            "separated_modules": [], "threshold": 0.5, "modules": {"m1": {"gap_ratio": 2.0}}}
+    assert "distance ratio 1.60: the pooled rule would flag it" in detection_sentence(base)
+    flagged = detection_sentence({**base, "rule": "pooled", "flagged": ["b"], "scores": {"a": 0.1, "b": 9.0},
+                                  "threshold": 5.9})
+    assert "(pooled score b 9.00 > 5.90, distance ratio 1.60 >= 1.2;" in flagged
 
 
 # ------------------------------------------------------------------ on adapters
@@ -267,8 +349,8 @@ def test_robust_methods_on_adapters_lift_exactly(method):
 def test_per_module_sentence_says_the_client_is_outside_the_set():
     det = {"rule": "per-module", "flagged": ["client_03", "client_05"],
            "scores": {"client_03": 1.0, "client_05": 0.5}, "pooled_scores": {"client_03": 2.0},
-           "pooled_threshold": 1.5, "separated_modules": ["m1", "m2"],
-           "modules": {"m1": {"gap_ratio": 4.0}, "m2": {"gap_ratio": None}}}
+           "pooled_threshold": 1.5, "pooled_ratios": {"client_03": 1.5}, "pooled_min_ratio": 1.2,
+           "separated_modules": ["m1", "m2"], "modules": {"m1": {"gap_ratio": 4.0}, "m2": {"gap_ratio": None}}}
     s = detection_sentence(det)
     assert ": client_03 is outside the set (8) in 100% of the modules; client_05 is outside the " \
            "set (8) in 50% of the modules (2 module(s) separated;" in s
@@ -279,7 +361,8 @@ def test_clean_sentence_explains_a_wide_gap_that_did_not_separate():
     """A module whose gap ratio passes the bound but has too few pairs below the gap (a minority
     of clients) does not separate: the sentence must not read "13.70 of the 6 needed"."""
     base = {"rule": "pooled", "flagged": [], "scores": {"a": 0.1}, "pooled_scores": {"a": 0.1, "b": 0.3},
-            "pooled_threshold": 5.9, "separated_modules": [], "threshold": 5.9}
+            "pooled_threshold": 5.9, "pooled_ratios": {"a": 1.0, "b": 1.1}, "pooled_min_ratio": 1.2,
+            "separated_modules": [], "threshold": 5.9}
     wide = detection_sentence({**base, "modules": {"m1": {"gap_ratio": 13.7}, "m2": {"gap_ratio": 2.0}}})
     assert "largest gap ratio 13.70 in m1, above the 6 needed but with fewer pairs below the gap" in wide
     assert "of the 6 needed" not in wide and wide.startswith("no contaminated client detected (no module separated;")

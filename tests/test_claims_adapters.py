@@ -17,6 +17,19 @@ def test_registry():
     assert all("Extension finding (ours)" in REGISTRY[c].statement for c in IDS)
 
 
+def test_claims_draw_no_design_set():
+    """The distance ratio was designed on the first full report's sets (stream MAIN, base seed 0;
+    3012181476 and 10881800 are two of the seeds its results.json lists) and the score on
+    generator seeds 0-1: the claims' stream draws none of them, and a design seed is moved off."""
+    ds = AD.design_seeds()
+    assert {0, 1, 3012181476, 10881800} <= ds and len(ds) == 2 + 12 * 4
+    ctx = Context(scale="full").for_claim(AD.STREAM)
+    fresh = {ctx.seed(i, j) for i in range(12) for j in range(4)}
+    assert len(fresh) == 48 and not fresh & ds
+    assert AD.fresh_seed(0) == 2 and AD.fresh_seed(1) == 3 and AD.fresh_seed(5) == 5
+    assert AD.fresh_seed(3012181476) == 3012181478
+
+
 def _row(rule, precision, recall, clean_ff, clean=4, dirty=12):
     return {"rule": rule, "precision": precision, "recall": recall, "clean_sets_false_flag": clean_ff,
             "clean_sets": clean, "contaminated_sets": dirty}

@@ -175,6 +175,18 @@ def test_detection_table_counts_by_hand():
     assert (row["benign_flagged"], row["benign_clients"]) == (2, 3 + 2 + 4 + 4)
 
 
+def test_flags_of_comparison_rules():
+    """"pooled-z" is the score against the record's c_K alone (the first pooled rule), "pooled@3.5"
+    against 3.5; with fewer than 3 clients (no cutoff) the score flags nobody."""
+    from lowrank_fl.nn.trained_eval import flags_of
+
+    rec = {"names": ["a", "b", "c"], "pooled_block": {"a": 0.2, "b": 4.0, "c": 6.5},
+           "pooled_threshold": 6.0, "flagged": {"pooled": []}}
+    assert flags_of(rec, "pooled-z") == ["c"] and flags_of(rec, "pooled@3.5") == ["b", "c"]
+    assert flags_of(rec, "pooled") == []
+    assert flags_of({**rec, "pooled_threshold": None}, "pooled-z") == []
+
+
 @pytest.fixture(scope="module")
 def copying_sets(tmp_path_factory):
     """A llama base that copies (600 pretraining steps: masked accuracy above the copying

@@ -12,6 +12,7 @@ import pytest
 from _dummy_tasks import (REUSE, TWO_MAPS, blas_threads_task, executions, mixed_task, noisy_task,
                           uncacheable_task)
 from verify.claim import Context, _seed_for
+from verify import versioning
 from verify.sweep import Sweep, SweepTaskError, code_version
 
 GRID = [{"x": x} for x in range(4)]
@@ -211,12 +212,12 @@ def test_code_version_covers_the_numerical_stack_and_the_verify_package(monkeypa
     # a different solver version changes the key
     real = metadata.version
     monkeypatch.setattr(metadata, "version", lambda name: "0.0-test" if name == "clarabel" else real(name))
-    sweep_mod._library_digest.cache_clear()
+    versioning._library_digest.cache_clear()
     try:
         assert code_version(noisy_task) != before
     finally:
         monkeypatch.setattr(metadata, "version", real)
-        sweep_mod._library_digest.cache_clear()
+        versioning._library_digest.cache_clear()
     assert code_version(noisy_task) == before
     # every verify source but the report writers and the command line is hashed
     pkg = tmp_path / "pkg"
@@ -224,11 +225,11 @@ def test_code_version_covers_the_numerical_stack_and_the_verify_package(monkeypa
     (pkg / "report").mkdir()
     for rel in ("claim.py", "claims/_helpers.py", "report/html.py", "cli.py", "__main__.py"):
         (pkg / rel).write_text("x = 1\n")
-    base = sweep_mod._tree_digest(pkg, sweep_mod._VERIFY_EXCLUDED)
+    base = versioning._tree_digest(pkg, versioning._VERIFY_EXCLUDED)
     for rel, changes in (("report/html.py", False), ("cli.py", False), ("__main__.py", False),
                          ("claims/_helpers.py", True), ("claim.py", True)):
         (pkg / rel).write_text("x = 2\n")
-        assert (sweep_mod._tree_digest(pkg, sweep_mod._VERIFY_EXCLUDED) != base) == changes, rel
+        assert (versioning._tree_digest(pkg, versioning._VERIFY_EXCLUDED) != base) == changes, rel
         (pkg / rel).write_text("x = 1\n")
 
 
@@ -476,7 +477,7 @@ def test_a_stale_dask_worker_is_refused(tmp_path, monkeypatch):
             ok = sweep.map(noisy_task, GRID[:2], SEEDS[:2], label="fedrep.dask")
         assert _same(ok, _reference()[:2]) and sweep.executed == 6
         # the library changes on disk after the workers imported it (here: this process's view)
-        monkeypatch.setattr(sweep_mod, "_library_digest", lambda: "edited-library")
+        monkeypatch.setattr(versioning, "_library_digest", lambda: "edited-library")
         with Sweep("dask", client=client, cache_dir=tmp_path / "new") as sweep:
             with pytest.raises(sweep_mod.StaleWorkerError, match=r"a dask worker runs code version "
                                                                  r"\S+, this process \S+: its workers imported"):

@@ -412,7 +412,8 @@ def client_decision(results, rule: str):
     benign everywhere iff it is benign in at least half of the modules; ``"any"``: a client
     flagged in any module is excluded everywhere; ``"pooled"`` (our extension, :mod:`.detect`):
     a client is excluded everywhere iff its pooled score over all modules' block norms exceeds
-    :func:`lowrank_fl.adapters.detect.pooled_threshold` of ``K``.
+    :func:`lowrank_fl.adapters.detect.pooled_threshold` of ``K`` and its distance ratio is at least
+    :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`.
     """
     if rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {rule!r}")

@@ -43,7 +43,8 @@ _RULE_HELP = ("which clients are refined with the collaborative average: 'per-mo
               "as one module flags it (strictest: one flagged module makes the client keep its "
               "own adapter everywhere); 'pooled' (default; our extension, needs >= 3 clients) "
               "excludes a client from every module iff its score pooled over all modules' block "
-              "norms exceeds a cutoff calibrated on a null of exchangeable clients")
+              "norms exceeds a cutoff calibrated on a null of exchangeable clients and it is at least "
+              "1.2 times as far from the others as a typical client (its distance ratio)")
 
 __all__ = ["add_parser", "run_inspect", "run_aggregate"]
 

@@ -4,10 +4,12 @@ and the sentence the CLI ends with.
 ``detection`` holds ``rule``; ``flagged`` — the clients excluded from refinement (under
 ``"per-module"`` the sets differ per module: the clients excluded in at least one module, each
 module's own set in ``modules``); ``scores`` and ``threshold`` — the statistic the rule compares
-(``"pooled"``: the modified z-scores of :mod:`.detect` against its cutoff ``c_K``; ``"majority"`` / ``"any"``:
+(``"pooled"``: the modified z-scores of :mod:`.detect` against its cutoff ``c_K``, a client flagged
+only where its distance ratio in ``pooled_ratios`` also reaches ``pooled_min_ratio``; ``"majority"`` / ``"any"``:
 the fraction of modules whose set (8) excludes the client, flagged above 0.5 / 0;
-``"per-module"``: the same fraction, no client-level threshold); ``pooled_scores`` (always, as
-evidence); ``separated_modules`` — modules whose largest-gap split was admissible;
+``"per-module"``: the same fraction, no client-level threshold); ``pooled_scores``,
+``pooled_threshold``, ``pooled_ratios`` and ``pooled_min_ratio`` (always, as evidence);
+``separated_modules`` — modules whose largest-gap split was admissible;
 ``modules`` — per module the clients its own (8) excludes, whether it separated, and the gap ratio.
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from .aggregate import client_decision
-from .detect import pooled_scores, pooled_threshold
+from .detect import POOLED_MIN_RATIO, pooled_ratios, pooled_scores, pooled_threshold
 
 __all__ = ["detection_summary", "detection_sentence"]
 
@@ -31,7 +33,9 @@ def detection_summary(results, names, rule: str) -> dict:
     K = len(names)
     flags = np.array([r.benign for r in results], bool)                 # (modules, K) per-module
     excluded_frac = 1.0 - flags.mean(axis=0)
-    pooled, _ = pooled_scores(np.array([r.block_norms for r in results], float), K)
+    norms = np.array([r.block_norms for r in results], float)
+    pooled, _ = pooled_scores(norms, K)
+    ratios = pooled_ratios(norms, K)
     decided = client_decision(results, rule)
     pooled_cutoff = pooled_threshold(K) if K >= 3 else None
     if decided is None:                                                 # per-module
@@ -49,6 +53,8 @@ def detection_summary(results, names, rule: str) -> dict:
         "threshold": threshold,
         "pooled_scores": dict(zip(names, np.round(pooled, 6).tolist())),
         "pooled_threshold": pooled_cutoff,
+        "pooled_ratios": dict(zip(names, np.round(ratios, 6).tolist())),
+        "pooled_min_ratio": POOLED_MIN_RATIO,
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b],
                              "separated": bool(r.separated),
@@ -71,9 +77,13 @@ def detection_sentence(det: dict) -> str:
     else:
         margin = f"largest gap ratio {best[0]:.2f} of the {need:g} needed, in {best[1]}"
     top = max(det["pooled_scores"].items(), key=lambda kv: kv[1])
-    cut = det["pooled_threshold"]
+    cut, rho = det["pooled_threshold"], det["pooled_min_ratio"]
     pooled = (f"largest pooled score {top[1]:.2f} ({top[0]}) against the cutoff {cut:.2f}"
               if cut is not None else "no pooled score with fewer than 3 clients")
+    if cut is not None and top[1] > cut:   # above the cutoff: the ratio decides
+        ratio = det["pooled_ratios"][top[0]]
+        pooled += (f", its distance ratio {ratio:.2f} below the {rho:g} a pooled flag needs" if ratio < rho
+                   else f", distance ratio {ratio:.2f}: the pooled rule would flag it")
     n_sep = len(det["separated_modules"])
     if not det["flagged"]:
         why = "no module separated" if n_sep == 0 else f"{n_sep} module(s) separated"
@@ -81,8 +91,10 @@ def detection_sentence(det: dict) -> str:
     rule = det["rule"]
     if rule == "pooled":
         ev = ", ".join(f"{n} {det['scores'][n]:.2f}" for n in det["flagged"])
+        rat = ", ".join(f"{det['pooled_ratios'][n]:.2f}" for n in det["flagged"])
         return (f"flagged {', '.join(det['flagged'])} by the pooled rule over all modules (pooled "
-                f"score {ev} > {det['threshold']:.2f}; {n_sep} module(s) separated on their own).")
+                f"score {ev} > {det['threshold']:.2f}, distance ratio {rat} >= "
+                f"{det['pooled_min_ratio']:g}; {n_sep} module(s) separated on their own).")
     # "<client> is outside ...", not "excluded by <client>": the sets (8) exclude the client
     ev = "; ".join(f"{n} is outside the set (8) in {det['scores'][n]:.0%} of the modules"
                    for n in det["flagged"])

@@ -14,26 +14,41 @@ client-level sets in §8 but never pools modules — this is ours) adds those sm
    ``z_mk = (s_mk - median_k s_mk) / (1.4826 MAD_k s_mk)``;
 3. averaged over modules, ``S_k = mean_m z_mk``;
 4. re-standardised across clients, the modified z-score of Iglewicz & Hoaglin (1993),
-   ``M_k = 0.6745 (S_k - median S) / MAD(S)``, and client ``k`` is flagged iff ``M_k > c_K``.
+   ``M_k = 0.6745 (S_k - median S) / MAD(S)``;
+5. the distance ratio ``R_k = exp(mean_m log(s_mk / median_k s_mk))``: how much farther client
+   ``k`` is from the others than the federation's typical client, as a geometric mean over
+   modules;
 
-The cutoff is derived from a null model, not tuned on any adapter set. Iglewicz & Hoaglin's 3.5
-is a per-observation cutoff; taken over all ``K`` clients with a MAD from ``K`` values it flags
-someone in 7-12 % of federations of ``K = 5..10`` i.i.d. normal scores. Under no contamination
-``S_k`` is an average of per-module scores, close to normal, so ``c_K`` is the ``1 - α``
-quantile (``α = 0.01``, :data:`POOLED_ALPHA`) of ``max_k M_k`` for ``K`` i.i.d. normal ``S_k``
-(Monte Carlo, 20 000 draws, fixed seed: deterministic), and never below 3.5:
-``c_K ≈ 7.9, 6.4, 5.9, 4.6`` at ``K = 6, 8, 10, 20``. A federation without contamination then
-keeps every client with probability about 99 % where the normal model holds. It does not hold
-for a benign client whose task differs consistently across modules (an outlier of this very
-statistic): on PEFT-trained sets (``benchmarks/bench_trained_detection.py``, reporting seeds) the
-rule flagged a benign client in 1 of 4 federations without contamination, and found 9 of 24
-contaminated clients where the per-module sets (8) found 2 (README, "Client-level detection").
+and client ``k`` is flagged iff ``M_k > c_K`` (it stands out statistically) **and**
+``R_k >= ρ`` with ``ρ = 1.2`` (:data:`POOLED_MIN_RATIO`; it stands out materially).
+
+The cutoff ``c_K`` is derived from a null model, not tuned on any adapter set. Iglewicz &
+Hoaglin's 3.5 is a per-observation cutoff; taken over all ``K`` clients with a MAD from ``K``
+values it flags someone in 7-12 % of federations of ``K = 5..10`` i.i.d. normal scores. Under no
+contamination ``S_k`` is an average of per-module scores, close to normal, so ``c_K`` is the
+``1 - α`` quantile (``α = 0.01``, :data:`POOLED_ALPHA`) of ``max_k M_k`` for ``K`` i.i.d. normal
+``S_k`` (Monte Carlo, 20 000 draws, fixed seed: deterministic), and never below 3.5:
+``c_K ≈ 7.9, 6.4, 5.9, 4.6`` at ``K = 6, 8, 10, 20``.
+
+Why the ratio. The normal null does not hold when the benign clients' own spread is either tiny
+or wide, and ``M_k`` then flags benign clients that differ by little: in a homogeneous
+federation (every benign client on one task) the MAD of ``S`` is so small that a benign client
+5 % farther from the others than the rest scored ``M = 13``; in a heterogeneous one, a benign
+client at the edge of the task range (with two neighbours there) scored ``M = 5.93 > c_10 = 5.91``
+at ``R = 1.19``. Both came from the first full report's trained sets (CLAIR §8's family of
+:mod:`lowrank_fl.nn.trained_sets`), where the contaminated clients the rule flagged had
+``R >= 1.24`` (and ``R >= 1.22`` on the generator seeds 0-1 that designed ``M``). ``ρ = 1.2``
+was chosen on those design sets, as the round number between the two groups; it was not derived,
+and the verifier's ``adapters.trained.*`` claims test it on sets of fresh seeds. A contaminated
+client less than 20 % farther from the others than a typical client is left in.
 
 Where a MAD is 0 (more than half of the values tie) the mean absolute deviation takes its place
 with Iglewicz & Hoaglin's constant, ``(x - median) / (1.2533 · MeanAD)``; where both are 0 the
 scores are 0 (nothing stands out). The median step makes the rule flag at most half of the
 clients minus one, and a federation whose clients' scores are one homogeneous group keeps
-everyone unless a client is c_K robust standard deviations out.
+everyone unless a client is c_K robust standard deviations and 20 % of the typical distance out.
+Where a module's median ``s_mk`` is 0 (identical clients) the ratios of that module are taken
+with the values floored at ``1e-12`` times its largest one (``R = 1`` where all are 0).
 """
 from __future__ import annotations
 
@@ -43,14 +58,17 @@ import numpy as np
 
 from ..clair import pairs
 
-__all__ = ["POOLED_CUTOFF", "POOLED_ALPHA", "pooled_threshold", "robust_z", "pair_matrix", "client_medians", "pooled_scores",
-           "pooled_flags"]
+__all__ = ["POOLED_CUTOFF", "POOLED_ALPHA", "POOLED_MIN_RATIO", "pooled_threshold", "robust_z", "pair_matrix",
+           "client_medians", "pooled_scores", "pooled_ratios", "pooled_flags"]
 
 #: Iglewicz & Hoaglin's cutoff of the modified z-score (How to Detect and Handle Outliers, 1993):
 #: the floor of the pooled rule's cutoff
 POOLED_CUTOFF = 3.5
 #: familywise false-flag level of the pooled rule under its null model (module docstring)
 POOLED_ALPHA = 0.01
+#: the pooled rule's materiality floor ``ρ``: a flagged client's distance ratio ``R_k`` is at
+#: least this (chosen on the design sets, module docstring)
+POOLED_MIN_RATIO = 1.2
 _NULL_DRAWS = 20000
 _MAD_TO_SD = 1.4826            # 1 / Φ^{-1}(3/4): MAD of a normal sample -> its standard deviation
 _MEANAD_TO_SD = 1.253314       # sqrt(π/2): mean absolute deviation -> standard deviation
@@ -113,9 +131,28 @@ def pooled_threshold(K: int, alpha: float = POOLED_ALPHA) -> float:
     return max(q, POOLED_CUTOFF)
 
 
-def pooled_flags(norms, K: int, cutoff: float | None = None) -> np.ndarray:
-    """Bool (K,): client flagged (contaminated) by the pooled rule (``cutoff`` default
-    :func:`pooled_threshold` of ``K``)."""
+def pooled_ratios(norms, K: int) -> np.ndarray:
+    """Distance ratios ``R_k = exp(mean_m log(s_mk / median_k s_mk))`` (K,) from block norms
+    (modules, G): 1 for a typical client, 2 for one twice as far from the others (module docstring;
+    scale-free per module)."""
+    norms = np.atleast_2d(np.asarray(norms, dtype=float))
+    if not np.all(np.isfinite(norms)) or np.any(norms < 0):
+        raise ValueError("norms must be finite and non-negative")
+    s = client_medians(norms, K)                                      # (modules, K)
+    top = s.max(axis=-1, keepdims=True)
+    s = np.maximum(s, 1e-12 * top)                                    # zeros -> a floor
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lr = np.where(top > 0, np.log(s / np.median(s, axis=-1, keepdims=True)), 0.0)
+    return np.exp(lr.mean(axis=0))
+
+
+def pooled_flags(norms, K: int, cutoff: float | None = None,
+                 min_ratio: float = POOLED_MIN_RATIO) -> np.ndarray:
+    """Bool (K,): client flagged (contaminated) by the pooled rule: ``M_k > cutoff`` (default
+    :func:`pooled_threshold` of ``K``) and ``R_k >= min_ratio`` (:func:`pooled_ratios`; 0 or 1
+    turns the materiality condition off)."""
+    if not np.isfinite(min_ratio) or min_ratio < 0:
+        raise ValueError(f"min_ratio must be a finite number >= 0, got {min_ratio}")
     if cutoff is None:
         cutoff = pooled_threshold(K) if K >= 3 else np.inf
-    return pooled_scores(norms, K)[0] > cutoff
+    return (pooled_scores(norms, K)[0] > cutoff) & (pooled_ratios(norms, K) >= min_ratio)

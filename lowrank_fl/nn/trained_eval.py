@@ -12,7 +12,7 @@ import numpy as np
 
 from ..adapters import ModuleOptions, aggregate_factors
 from ..adapters.aggregate import client_decision
-from ..adapters.detect import pooled_scores, pooled_threshold
+from ..adapters.detect import pooled_ratios, pooled_scores, pooled_threshold
 from .trained_sets import TrainedSet, base_accuracy, copying_threshold, heldout_loss
 
 __all__ = ["RULES", "ROBUST", "LOSS_METHODS", "evaluate_set", "flags_of", "detection_table"]
@@ -24,7 +24,8 @@ LOSS_METHODS = ("local", "clair-per-module", "clair-pooled", "fedavg", "flexlora
 
 def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_heldout: int = 256) -> dict:
     """One set's record: ``truth``, ``flagged`` per rule, ``pooled_block`` / ``pooled_contrast``
-    (pooled scores from the block norms of (8) / the raw contrast norms), ``selected`` (Krum,
+    (pooled scores from the block norms of (8) / the raw contrast norms), ``pooled_ratio``
+    (distance ratios from the block norms), ``selected`` (Krum,
     Multi-Krum), ``seconds`` per method, ``base_accuracy`` (%) of the base against its
     ``copying_threshold``, and with ``with_loss`` ``heldout_loss`` per benign client
     and method (:data:`LOSS_METHODS`; ``local`` = the client's own adapter; every method's model
@@ -40,11 +41,13 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
         d = client_decision(results, rule)
         bad = ~np.array([r.benign for r in results]).all(axis=0) if d is None else ~d
         flags[rule] = [n for n, b in zip(names, bad) if b]
-    Mb, _ = pooled_scores(np.array([r.block_norms for r in results]), K)
+    block = np.array([r.block_norms for r in results])
+    Mb, _ = pooled_scores(block, K)
     Mc, _ = pooled_scores(np.array([r.contrast_norms for r in results]), K)
     rec = {"truth": list(ts.contaminated), "names": names, "flagged": flags,
            "pooled_block": dict(zip(names, Mb.tolist())),
            "pooled_contrast": dict(zip(names, Mc.tolist())),
+           "pooled_ratio": dict(zip(names, pooled_ratios(block, K).tolist())),
            "pooled_threshold": pooled_threshold(K) if K >= 3 else None,
            "separated_modules": sum(bool(r.separated) for r in results), "n_modules": len(results),
            "lam_rules": [r.lam_rule for r in results], "selected": {}, "build_seconds": ts.seconds,
@@ -72,9 +75,13 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
 
 
 def flags_of(rec: dict, rule: str) -> list:
-    """Clients ``rule`` flags in a record: a client-level rule, ``"pooled@3.5"`` (Iglewicz &
-    Hoaglin's per-observation cutoff, for comparison), or ``"krum"`` / ``"multikrum"`` (the
-    clients not selected)."""
+    """Clients ``rule`` flags in a record: a client-level rule, ``"pooled-z"`` (the pooled score
+    against ``c_K`` alone, without the distance ratio: the first pooled rule), ``"pooled@3.5"``
+    (that score against Iglewicz & Hoaglin's per-observation cutoff), or ``"krum"`` /
+    ``"multikrum"`` (the clients not selected); the comparisons are for the benchmark."""
+    if rule == "pooled-z":
+        cut = rec["pooled_threshold"]            # None: fewer than 3 clients, no pooled score
+        return [] if cut is None else [n for n, v in rec["pooled_block"].items() if v > cut]
     if rule == "pooled@3.5":
         return [n for n, v in rec["pooled_block"].items() if v > 3.5]
     if rule in ("krum", "multikrum"):
@@ -82,7 +89,7 @@ def flags_of(rec: dict, rule: str) -> list:
     return list(rec["flagged"][rule])
 
 
-def detection_table(recs, rules=RULES + ("pooled@3.5", "krum", "multikrum")) -> list[dict]:
+def detection_table(recs, rules=RULES + ("pooled-z", "pooled@3.5", "krum", "multikrum")) -> list[dict]:
     """Per rule over records: client-level precision / recall (pooled over sets), sets with the
     exact contaminated set among those with contamination, sets with a false flag among those
     without, benign clients flagged."""

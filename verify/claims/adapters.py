@@ -6,10 +6,14 @@ in three families — tiny Llama GQA and GPT-2 Conv1D bases (10 clients; heterog
 with 0 / 1 / 2 contaminated clients, homogeneous with 3) and CLAIR §8's clients (the §8
 backbone, S5's LoRA recipe and §8's tasks: heterogeneous with 0 / 1 / 2 contaminated clients,
 homogeneous with 1 as Table 3) — each evaluated by
-:func:`lowrank_fl.nn.trained_eval.evaluate_set`. The pooled rule was designed on generator seeds
-0 and 1 (``benchmarks/bench_trained_detection.py``) of the Llama and GPT-2 families; the claims
-draw their own seeds (never 0 or 1), so what they report is the test, not the design. The §8
-family was added after the rule was fixed: no seed of it was used in the design.
+:func:`lowrank_fl.nn.trained_eval.evaluate_set`. The pooled rule was designed in two steps, each
+on sets the claims never draw again (:func:`design_seeds`): its score and cutoff ``c_K`` on
+generator seeds 0 and 1 (``benchmarks/bench_trained_detection.py``) of the Llama and GPT-2
+families; its distance-ratio floor after the first full report, on that report's 48 sets (seed
+stream :data:`MAIN`, base seed 0), where the score alone flagged two benign clients of the §8
+family (one in a federation without contamination). The claims now draw from the stream
+:data:`STREAM`, so what they report is the test, not the design. The rule before the ratio is
+still counted, as ``pooled-z``, for the before/after comparison.
 
 Scales: smoke — 2 tiny sets (5 clients, a few training steps: the pipeline runs, nothing else);
 quick — 2 seeds × 12 sets; full — 4 seeds × 12 sets (about 15 s of CPU per set of 10 clients,
@@ -20,16 +24,19 @@ The kind is "comparison" (the verifier has no "extension finding" kind); the pap
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from ..claim import Evidence, claim, verdict_from
+from ..claim import Context, Evidence, claim, verdict_from
 from ._nn_support import REQUIRES, backbone_dir, direction, mean_ci
 
 __all__: list[str] = []
 
 PAPER = "adapters"
 MAIN = "adapters.trained.detection"
-DESIGN_SEEDS = (0, 1)
+#: the seed stream of the claims' sets since the distance ratio was added (module docstring)
+STREAM = MAIN + "/after-ratio"
 #: the detection criterion: precision at least this, and no false flag without contamination
 MIN_PRECISION = 0.9
 
@@ -56,20 +63,34 @@ def _task(*, seed, settings, cache_dir, heldout):
     from lowrank_fl.nn.trained_eval import evaluate_set
     from lowrank_fl.nn.trained_sets import TrainedSetSettings, trained_set
 
-    seed = int(seed)
-    if seed in DESIGN_SEEDS:                     # keep the design seeds out of the test
-        seed += 2
+    seed = fresh_seed(seed)
     ts = trained_set(TrainedSetSettings.for_base(**settings, seed=seed), cache_dir=cache_dir)
     rec = evaluate_set(ts, cache_dir=cache_dir, n_heldout=heldout)
     rec["settings"] = {**settings, "seed": seed}
     return rec
 
 
+@functools.lru_cache(maxsize=1)
+def design_seeds() -> frozenset:
+    """Generator seeds of every set the pooled rule was designed on: 0 and 1 (the benchmark's) and
+    the first full report's (stream :data:`MAIN`, base seed 0, its 12 settings × 4 replicates)."""
+    first = Context(scale="full", base_seed=0).for_claim(MAIN)
+    return frozenset({0, 1} | {first.seed(i, j) for i in range(len(_sets())) for j in range(4)})
+
+
+def fresh_seed(seed: int) -> int:
+    """``seed``, or the next seed two apart that no design used (:func:`design_seeds`)."""
+    seed = int(seed)
+    while seed in design_seeds():
+        seed = (seed + 2) % 2**32
+    return seed
+
+
 def runs(ctx) -> list[dict]:
     """Every set's record (:func:`lowrank_fl.nn.trained_eval.evaluate_set`) under the seeds of
-    :data:`MAIN`."""
+    :data:`STREAM`."""
     s = _scale(ctx)
-    main = ctx.for_claim(MAIN)
+    main = ctx.for_claim(STREAM)
     cache = backbone_dir(ctx) + "/trained_sets"
     grid = [{"settings": st, "cache_dir": cache, "heldout": s["heldout"]} for st in s["sets"]]
     out = main.map(_task, grid, replicates=s["reps"])
@@ -112,17 +133,23 @@ def detection_verdict(rows: list[dict]) -> bool | None:
 
 
 def _scores_figure(recs):
-    """Pooled scores per set: benign clients (grey), contaminated ones (red, marked by their
-    mismatch), and the cutoff c_K of each set (black tick)."""
+    """Top: pooled scores per set, benign clients (grey), contaminated ones (red), the cutoff c_K
+    of each set (black tick). Bottom: every client's distance ratio against its pooled score; the
+    pooled rule flags the upper-right region (score above c_K, ratio at least ρ)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(recs) + 2), 3.6))
+    from lowrank_fl.adapters.detect import POOLED_MIN_RATIO
+
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(max(6.0, 0.45 * len(recs) + 2), 7.2),
+                                 gridspec_kw={"height_ratios": [1, 1.1]})
     for i, r in enumerate(recs):
         truth = set(r["truth"])
         for n, v in r["pooled_block"].items():
             bad = n in truth
-            ax.plot(i + (0.12 if bad else -0.12), v, "o" if bad else ".", ms=5 if bad else 4,
-                    color="tab:red" if bad else "0.5", alpha=0.9 if bad else 0.6)
+            style = dict(color="tab:red" if bad else "0.5", alpha=0.9 if bad else 0.6)
+            ax.plot(i + (0.12 if bad else -0.12), v, "o" if bad else ".", ms=5 if bad else 4, **style)
+            if "pooled_ratio" in r:
+                bx.plot(r["pooled_ratio"][n], v, "o" if bad else ".", ms=5 if bad else 4, **style)
         if r.get("pooled_threshold") is not None:
             ax.plot([i - 0.35, i + 0.35], [r["pooled_threshold"]] * 2, color="k", lw=1.2)
     st = [r.get("settings", {}) for r in recs]
@@ -132,6 +159,15 @@ def _scores_figure(recs):
     ax.set_ylabel("pooled score (modified z)")
     ax.set_xlabel("set: base/contaminated clients ('h': homogeneous benign); grey benign, red "
                   "contaminated, black the cutoff c_K", fontsize=8)
+    for cut in sorted({r["pooled_threshold"] for r in recs if r.get("pooled_threshold") is not None}):
+        bx.axhline(cut, color="k", lw=1.0, ls="--")
+    bx.axvline(POOLED_MIN_RATIO, color="k", lw=1.0, ls=":")
+    bx.set_xscale("log")
+    bx.set_xticks([0.8, 1.0, 1.2, 1.5, 2.0, 3.0, 4.0], ["0.8", "1", "1.2", "1.5", "2", "3", "4"])
+    bx.minorticks_off()
+    bx.set_yscale("symlog", linthresh=1.0)
+    bx.set_xlabel(f"distance ratio R_k (dotted: ρ = {POOLED_MIN_RATIO:g})", fontsize=8)
+    bx.set_ylabel("pooled score (dashed: c_K)")
     fig.tight_layout()
     return fig
 
@@ -166,9 +202,13 @@ def _detection(ctx) -> Evidence:
         table=rows, figure=ctx.save_figure(_scores_figure(recs)),
         notes="Client-level counts pooled over sets and families (measured.by_base: the pooled and "
               "per-module rules per family). Krum / Multi-Krum count the clients they do not "
-              "select as flagged; 'pooled@3.5' is Iglewicz & Hoaglin's per-observation cutoff, shown for "
-              "comparison with the rule's cutoff c_K. " + _bases_note(recs) + "Figure: "
-              "x labels base/contaminated clients ('h': homogeneous benign tasks).")
+              "select as flagged; 'pooled-z' is the pooled score against c_K without the distance ratio "
+              "(the rule of the first full report, before the ratio floor was designed on its sets); "
+              "'pooled@3.5' is that score against Iglewicz & Hoaglin's per-observation cutoff. The sets "
+              "are drawn from a seed stream that no design used (module docstring). " + _bases_note(recs) + "Figure: "
+              "top, pooled scores per set (x labels base/contaminated clients, 'h': homogeneous benign "
+              "tasks); bottom, each client's distance ratio against its pooled score, the pooled rule "
+              "flagging the region above c_K and right of ρ.")
 
 
 def loss_rows(recs: list[dict], reference: str = "clair-pooled") -> list[dict]:
