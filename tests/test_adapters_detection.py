@@ -159,13 +159,104 @@ def test_summary_and_sentence_report_the_distance_ratio():
     assert det["pooled_scores"]["c9"] > det["pooled_threshold"]
     s = detection_sentence(det)
     assert "(c9) against the cutoff 5.91, its distance ratio 1.05 below the 1.2 a pooled flag needs" in s
-    base = {"rule": "majority", "flagged": [], "scores": {"a": 0.0}, "pooled_scores": {"a": 0.1, "b": 9.0},
-            "pooled_threshold": 5.9, "pooled_ratios": {"a": 1.0, "b": 1.6}, "pooled_min_ratio": 1.2,
-            "separated_modules": [], "threshold": 0.5, "modules": {"m1": {"gap_ratio": 2.0}}}
-    assert "distance ratio 1.60: the pooled rule would flag it" in detection_sentence(base)
-    flagged = detection_sentence({**base, "rule": "pooled", "flagged": ["b"], "scores": {"a": 0.1, "b": 9.0},
+    base = {"rule": "majority", "flagged": [], "scores": {"a": 0.0, "b": 0.0, "c": 0.0},
+            "pooled_scores": {"a": 0.1, "b": 9.0, "c": 7.0}, "pooled_threshold": 5.9,
+            "pooled_ratios": {"a": 1.0, "b": 1.1, "c": 1.6}, "pooled_min_ratio": 1.2, "pooled_flagged": ["c"],
+            "pooled_tie": False, "separated_modules": [], "threshold": 0.5, "modules": {"m1": {"gap_ratio": 2.0}}}
+    # another rule: whom the pooled rule would flag, even when it is not the top score
+    assert "largest pooled score 9.00 (b) against the cutoff 5.90; the pooled rule would flag c)." \
+        in detection_sentence(base)
+    flagged = detection_sentence({**base, "rule": "pooled", "flagged": ["c"], "scores": base["pooled_scores"],
                                   "threshold": 5.9})
-    assert "(pooled score b 9.00 > 5.90, distance ratio 1.60 >= 1.2;" in flagged
+    assert "(pooled score c 7.00 > 5.90, distance ratio 1.60 >= 1.2;" in flagged
+
+
+def test_sentence_never_rounds_across_the_boundary():
+    """A ratio a hair below ρ or a score a hair above c_K reads on its own side of it, and the JSON
+    holds the exact floats the decision compared."""
+    det = {"rule": "pooled", "flagged": [], "scores": {"a": 0.0, "b": 9.0}, "threshold": 5.9,
+           "pooled_scores": {"a": 0.0, "b": 9.0}, "pooled_threshold": 5.9,
+           "pooled_ratios": {"a": 1.0, "b": 1.1999997}, "pooled_min_ratio": 1.2, "pooled_flagged": [],
+           "pooled_tie": False, "separated_modules": [], "modules": {"m1": {"gap_ratio": None}}}
+    s = detection_sentence(det)
+    assert "its distance ratio 1.1999997 below the 1.2" in s
+    s = detection_sentence({**det, "pooled_ratios": {"a": 1.0, "b": 1.196}})
+    assert "its distance ratio 1.196 below the 1.2" in s
+    up = {**det, "flagged": ["b"], "pooled_flagged": ["b"], "scores": {"a": 0.0, "b": 5.9000001},
+          "pooled_scores": {"a": 0.0, "b": 5.9000001}, "pooled_ratios": {"a": 1.0, "b": 1.2}}
+    assert "(pooled score b 5.9000001 > 5.90, distance ratio 1.20 >= 1.2;" in detection_sentence(up)
+    # the summary keeps the exact floats (no rounding to a few digits)
+    K = 10
+    jitter = 1.0 + 1e-3 * np.random.default_rng(0).standard_normal(K * (K - 1) // 2)
+    norms = _two_level_norms(K, 9, 1.2 - 1e-7, modules=1, jitter=jitter)[0]
+    res = [types.SimpleNamespace(name="m", benign=np.ones(K, bool), separated=False, gap_ratio=np.nan,
+                                 block_norms=norms)]
+    from lowrank_fl.adapters.decision import detection_summary
+    out = detection_summary(res, [f"c{k}" for k in range(K)], "pooled")
+    exact = float(pooled_ratios(norms, K)[9])
+    assert out["pooled_ratios"]["c9"] == exact != round(exact, 6)
+    assert out["pooled_scores"]["c9"] == float(pooled_scores(norms, K)[0][9])
+    assert out["modules"]["m"]["gap_ratio"] is None
+
+
+def test_separated_modules_and_infinite_gap_in_the_sentence():
+    """K = 3: a module whose split has one pair below the gap (zero spread: gap ratio "inf")
+    separates; when the pooled rule flags nobody the sentence says the modules' own sets exclude
+    the client and that the scores tie, and the summary warns."""
+    names = ["c0", "c1", "c2"]
+    res = [types.SimpleNamespace(name=f"m{i}", benign=np.array([True, True, False]), separated=True,
+                                 gap_ratio=np.inf, block_norms=np.array([0.26, 0.84 + 0.01 * (i % 2), 0.85 - 0.01 * (i % 2)]))
+           for i in range(8)]
+    from lowrank_fl.adapters.decision import detection_summary
+    with pytest.warns(RuntimeWarning, match="tie exactly"):
+        det = detection_summary(res, names, "pooled")
+    assert det["pooled_tie"] is True and det["flagged"] == []
+    assert all(v["gap_ratio"] == "inf" for v in det["modules"].values())
+    json.dumps(det, allow_nan=False)                                   # strict JSON
+    s = detection_sentence(det)
+    assert s.startswith("no contaminated client detected (8 module(s) separated, their own sets (8) "
+                        "excluding c2 there, but the pooled rule flags nobody;")
+    assert "the pooled scores of most clients tie" in s and "two distinct block norms" not in s
+    # a gap ratio "inf" in a module that did not separate reads as a wide gap with too few pairs
+    det2 = {**det, "separated_modules": [], "modules": {"m": {"gap_ratio": "inf", "flagged": []}}}
+    assert "largest gap ratio inf in m, above the 6 needed" in detection_sentence(det2)
+
+
+def test_pooled_argument_errors_name_the_argument():
+    ok = np.ones((1, 10))
+    for kw, match in ((dict(norms=np.ones((2, 2, 10))), "norms must have 1 or 2 dimensions"),
+                      (dict(norms=np.ones((0, 10))), "at least one module"),
+                      (dict(norms=np.full((1, 10), np.nan)), "norms must be finite"),
+                      (dict(norms=-ok), "non-negative"),
+                      (dict(norms=np.ones((1, 9))), "K\\(K-1\\)/2 = 10")):
+        with pytest.raises(ValueError, match=match):
+            pooled_flags(kw["norms"], 5)
+    with pytest.raises(ValueError, match="rescale"):
+        pooled_ratios(np.full((1, 10), 1e308), 5)
+    for bad in (None, "1.2", [1.2], float("nan"), -1.0, True):
+        with pytest.raises(ValueError, match="min_ratio"):
+            pooled_flags(ok, 5, min_ratio=bad)
+    for bad in ("x", float("nan"), True):
+        with pytest.raises(ValueError, match="cutoff"):
+            pooled_flags(ok, 5, cutoff=bad)
+    for bad in ("5", 5.5):
+        with pytest.raises(TypeError, match="K must be an integer"):
+            pooled_flags(ok, bad)
+    assert not pooled_flags(_two_level_norms(5, 4, 9.0), 5, cutoff=np.inf).any()
+    assert pooled_flags(_two_level_norms(5, 4, 9.0, jitter=1 + 1e-3 * np.random.default_rng(1).standard_normal((3, 10))),
+                        5, cutoff=0.0, min_ratio=1.2).tolist() == [False] * 4 + [True]
+
+
+def test_ties_bound_the_scores_and_are_reported():
+    """Five identical clients and one ten times farther: the scores tie, the MeanAD fallback bounds
+    the far client's score below c_6 (Iglewicz & Hoaglin's convention), scores_tie says so; a
+    jitter of 1e-9 breaks the tie and the rule flags it."""
+    from lowrank_fl.adapters.detect import scores_tie
+    tied = _two_level_norms(6, 5, 10.0)
+    assert scores_tie(tied, 6) and pooled_scores(tied, 6)[0][5] < pooled_threshold(6)
+    assert not pooled_flags(tied, 6).any()
+    jit = tied * (1 + 1e-9 * np.random.default_rng(2).standard_normal(tied.shape))
+    assert not scores_tie(jit, 6) and pooled_flags(jit, 6).tolist() == [False] * 5 + [True]
 
 
 # ------------------------------------------------------------------ on adapters
@@ -266,6 +357,16 @@ def test_cli_ends_with_the_detection_sentence_and_runs_robust_methods(tmp_path, 
     summary = json.loads((tmp_path / "o2" / "summary.json").read_text())
     assert summary["robust"]["f"] == 1 and len(summary["robust"]["selected"]) == 5
     assert (tmp_path / "o2" / "aggregated" / "adapter_model.safetensors").exists()
+    # --client-rule decides CLAIR's refinement only: with another method it is ignored, and said so
+    capsys.readouterr()
+    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "o3"),
+                 "--method", "fedavg", "--client-rule", "any", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --client-rule any is ignored: it decides CLAIR's refinement, and --method fedavg has none" in err
+    assert json.loads((tmp_path / "o3" / "summary.json").read_text())["client_rule"] is None
+    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "o4"),
+                 "--method", "fedavg", "--quiet"]) == 0
+    assert "--client-rule" not in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ robust methods
@@ -350,6 +451,7 @@ def test_per_module_sentence_says_the_client_is_outside_the_set():
     det = {"rule": "per-module", "flagged": ["client_03", "client_05"],
            "scores": {"client_03": 1.0, "client_05": 0.5}, "pooled_scores": {"client_03": 2.0},
            "pooled_threshold": 1.5, "pooled_ratios": {"client_03": 1.5}, "pooled_min_ratio": 1.2,
+           "pooled_flagged": ["client_03"], "pooled_tie": False,
            "separated_modules": ["m1", "m2"], "modules": {"m1": {"gap_ratio": 4.0}, "m2": {"gap_ratio": None}}}
     s = detection_sentence(det)
     assert ": client_03 is outside the set (8) in 100% of the modules; client_05 is outside the " \
@@ -362,7 +464,7 @@ def test_clean_sentence_explains_a_wide_gap_that_did_not_separate():
     of clients) does not separate: the sentence must not read "13.70 of the 6 needed"."""
     base = {"rule": "pooled", "flagged": [], "scores": {"a": 0.1}, "pooled_scores": {"a": 0.1, "b": 0.3},
             "pooled_threshold": 5.9, "pooled_ratios": {"a": 1.0, "b": 1.1}, "pooled_min_ratio": 1.2,
-            "separated_modules": [], "threshold": 5.9}
+            "pooled_flagged": [], "pooled_tie": False, "separated_modules": [], "threshold": 5.9}
     wide = detection_sentence({**base, "modules": {"m1": {"gap_ratio": 13.7}, "m2": {"gap_ratio": 2.0}}})
     assert "largest gap ratio 13.70 in m1, above the 6 needed but with fewer pairs below the gap" in wide
     assert "of the 6 needed" not in wide and wide.startswith("no contaminated client detected (no module separated;")

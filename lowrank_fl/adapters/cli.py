@@ -85,8 +85,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--lam-S", dest="lam_S", type=float, default=None,
                      help="block penalty of (7) (with --lam-L)")
     agg.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
-    agg.add_argument("--client-rule", dest="client_rule", default=DEFAULT_CLIENT_RULE,
-                     choices=CLIENT_RULES, help=_RULE_HELP)
+    agg.add_argument("--client-rule", dest="client_rule", default=None,
+                     choices=CLIENT_RULES, help=_RULE_HELP + f" (default {DEFAULT_CLIENT_RULE}; --method clair only)")
     agg.add_argument("--byzantine", type=int, default=None,
                      help="f, the Byzantine clients krum/multikrum/trimmed-mean tolerate "
                           "(default floor((K-3)/2))")
@@ -174,6 +174,10 @@ def run_aggregate(args) -> int:
                             lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,
                             rank_out=args.rank_out, tol=args.tol,
                             byzantine=getattr(args, "byzantine", None))
+    if args.client_rule is not None and args.method != "clair":
+        print(f"warning: --client-rule {args.client_rule} is ignored: it decides CLAIR's refinement, "
+              f"and --method {args.method} has none", file=sys.stderr)
+    args.client_rule = args.client_rule or DEFAULT_CLIENT_RULE
     adapters = _load(args)
     dtype = input_dtype(adapters) if args.dtype == "auto" else args.dtype
     fallback = None

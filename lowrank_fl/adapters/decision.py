@@ -8,16 +8,21 @@ module's own set in ``modules``); ``scores`` and ``threshold`` — the statistic
 only where its distance ratio in ``pooled_ratios`` also reaches ``pooled_min_ratio``; ``"majority"`` / ``"any"``:
 the fraction of modules whose set (8) excludes the client, flagged above 0.5 / 0;
 ``"per-module"``: the same fraction, no client-level threshold); ``pooled_scores``,
-``pooled_threshold``, ``pooled_ratios`` and ``pooled_min_ratio`` (always, as evidence);
+``pooled_threshold``, ``pooled_ratios``, ``pooled_min_ratio``, ``pooled_flagged`` (whom the pooled
+rule flags, whichever rule was applied) and ``pooled_tie`` (the scores tie, so they are bounded)
+(always, as evidence);
 ``separated_modules`` — modules whose largest-gap split was admissible;
-``modules`` — per module the clients its own (8) excludes, whether it separated, and the gap ratio.
+``modules`` — per module the clients its own (8) excludes, whether it separated, and the gap ratio
+(``"inf"`` with no spread below the gap, None with no gap).
 """
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 
 from .aggregate import client_decision
-from .detect import POOLED_MIN_RATIO, pooled_ratios, pooled_scores, pooled_threshold
+from .detect import POOLED_MIN_RATIO, pooled_flags, pooled_ratios, pooled_scores, pooled_threshold, scores_tie
 
 __all__ = ["detection_summary", "detection_sentence"]
 
@@ -28,8 +33,18 @@ def _min_gap_ratio() -> float:
     return float(MIN_GAP_RATIO)
 
 
+def _gap_value(g):
+    """A module's gap ratio for JSON: a float, ``"inf"`` (no spread below the gap: a single pair,
+    or identical ones) or None (no gap: fewer than two distinct norms)."""
+    if g is None or np.isnan(g):
+        return None
+    return "inf" if np.isinf(g) else float(g)
+
+
 def detection_summary(results, names, rule: str) -> dict:
-    """``summary.json["detection"]`` of CLAIR module results (module docstring)."""
+    """``summary.json["detection"]`` of CLAIR module results (module docstring). Values are the
+    exact floats the decision compared (not rounded), so the JSON agrees with ``flagged``. Warns
+    where the pooled scores tie (:func:`lowrank_fl.adapters.detect.scores_tie`)."""
     K = len(names)
     flags = np.array([r.benign for r in results], bool)                 # (modules, K) per-module
     excluded_frac = 1.0 - flags.mean(axis=0)
@@ -38,6 +53,13 @@ def detection_summary(results, names, rule: str) -> dict:
     ratios = pooled_ratios(norms, K)
     decided = client_decision(results, rule)
     pooled_cutoff = pooled_threshold(K) if K >= 3 else None
+    pooled_flag = pooled_flags(norms, K) if K >= 3 else np.zeros(K, bool)
+    tie = K >= 3 and scores_tie(norms, K)
+    if tie and rule == "pooled":
+        warnings.warn(f"the pooled scores of more than half of the {K} clients tie exactly (identical "
+                      "adapters, or K = 3): the fallback scale bounds every score, so the pooled rule "
+                      "can hardly flag anyone here; compare --client-rule per-module", RuntimeWarning,
+                      stacklevel=3)
     if decided is None:                                                 # per-module
         flagged = ~flags.all(axis=0)
         scores, threshold = excluded_frac, None
@@ -49,49 +71,74 @@ def detection_summary(results, names, rule: str) -> dict:
     return {
         "rule": rule,
         "flagged": [n for n, f in zip(names, flagged) if f],
-        "scores": dict(zip(names, np.round(scores, 6).tolist())),
+        "scores": dict(zip(names, np.asarray(scores, float).tolist())),
         "threshold": threshold,
-        "pooled_scores": dict(zip(names, np.round(pooled, 6).tolist())),
+        "pooled_scores": dict(zip(names, pooled.tolist())),
         "pooled_threshold": pooled_cutoff,
-        "pooled_ratios": dict(zip(names, np.round(ratios, 6).tolist())),
+        "pooled_ratios": dict(zip(names, ratios.tolist())),
         "pooled_min_ratio": POOLED_MIN_RATIO,
+        "pooled_flagged": [n for n, f in zip(names, pooled_flag) if f],
+        "pooled_tie": bool(tie),
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b],
                              "separated": bool(r.separated),
-                             "gap_ratio": None if r.gap_ratio is None or not np.isfinite(r.gap_ratio)
-                             else float(r.gap_ratio)}
+                             "gap_ratio": _gap_value(r.gap_ratio)}
                     for r in results},
     }
+
+
+def _vs(value: float, ref: float) -> str:
+    """``value`` with enough decimals that it reads on the same side of ``ref`` as it is."""
+    for d in range(2, 17):
+        text = f"{value:.{d}f}"
+        if (float(text) < ref) == (value < ref) and (float(text) > ref) == (value > ref):
+            return text
+    return repr(value)
+
+
+def _pooled_clause(det: dict) -> str:
+    """What the pooled rule says, whichever rule was applied."""
+    cut, rho = det["pooled_threshold"], det["pooled_min_ratio"]
+    if cut is None:
+        return "no pooled score with fewer than 3 clients"
+    name, top = max(det["pooled_scores"].items(), key=lambda kv: kv[1])
+    text = f"largest pooled score {_vs(top, cut)} ({name}) against the cutoff {cut:.2f}"
+    would = det["pooled_flagged"]
+    if det["rule"] != "pooled" and would:
+        return text + f"; the pooled rule would flag {', '.join(would)}"
+    if top > cut and name not in would:   # above the cutoff, kept: the ratio says why
+        text += (f", its distance ratio {_vs(det['pooled_ratios'][name], rho)} below the {rho:g} a "
+                 "pooled flag needs")
+    if det["pooled_tie"]:
+        text += "; the pooled scores of most clients tie, which bounds every score"
+    return text
 
 
 def detection_sentence(det: dict) -> str:
     """One sentence: which clients were flagged and on what evidence, or that none was."""
     need = _min_gap_ratio()
-    ratios = [(v["gap_ratio"], m) for m, v in det["modules"].items() if v["gap_ratio"] is not None]
-    best = max(ratios) if ratios else None
-    if best is None:
-        margin = "no module had two distinct block norms"
-    elif best[0] >= need:   # a gap wide enough, but too few pairs below it for a majority set (8)
-        margin = (f"largest gap ratio {best[0]:.2f} in {best[1]}, above the {need:g} needed but with "
-                  "fewer pairs below the gap than a majority set (8) has")
-    else:
-        margin = f"largest gap ratio {best[0]:.2f} of the {need:g} needed, in {best[1]}"
-    top = max(det["pooled_scores"].items(), key=lambda kv: kv[1])
-    cut, rho = det["pooled_threshold"], det["pooled_min_ratio"]
-    pooled = (f"largest pooled score {top[1]:.2f} ({top[0]}) against the cutoff {cut:.2f}"
-              if cut is not None else "no pooled score with fewer than 3 clients")
-    if cut is not None and top[1] > cut:   # above the cutoff: the ratio decides
-        ratio = det["pooled_ratios"][top[0]]
-        pooled += (f", its distance ratio {ratio:.2f} below the {rho:g} a pooled flag needs" if ratio < rho
-                   else f", distance ratio {ratio:.2f}: the pooled rule would flag it")
     n_sep = len(det["separated_modules"])
+    pooled = _pooled_clause(det)
     if not det["flagged"]:
-        why = "no module separated" if n_sep == 0 else f"{n_sep} module(s) separated"
-        return f"no contaminated client detected ({why}; {margin}; {pooled})."
+        if n_sep:
+            why = (f"{n_sep} module(s) separated, their own sets (8) excluding "
+                   + ", ".join(sorted({n for m in det["separated_modules"] for n in det["modules"][m]["flagged"]}))
+                   + f" there, but the {det['rule']} rule flags nobody")
+            return f"no contaminated client detected ({why}; {pooled})."
+        gaps = [(float(v["gap_ratio"]), m) for m, v in det["modules"].items() if v["gap_ratio"] is not None]
+        best = max(gaps) if gaps else None
+        if best is None:
+            margin = "no module had two distinct block norms"
+        elif best[0] >= need:   # a gap wide enough, but too few pairs below it for a majority set (8)
+            margin = (f"largest gap ratio {best[0]:.2f} in {best[1]}, above the {need:g} needed but with "
+                      "fewer pairs below the gap than a majority set (8) has")
+        else:
+            margin = f"largest gap ratio {best[0]:.2f} of the {need:g} needed, in {best[1]}"
+        return f"no contaminated client detected (no module separated; {margin}; {pooled})."
     rule = det["rule"]
     if rule == "pooled":
-        ev = ", ".join(f"{n} {det['scores'][n]:.2f}" for n in det["flagged"])
-        rat = ", ".join(f"{det['pooled_ratios'][n]:.2f}" for n in det["flagged"])
+        ev = ", ".join(f"{n} {_vs(det['scores'][n], det['threshold'])}" for n in det["flagged"])
+        rat = ", ".join(_vs(det["pooled_ratios"][n], det["pooled_min_ratio"]) for n in det["flagged"])
         return (f"flagged {', '.join(det['flagged'])} by the pooled rule over all modules (pooled "
                 f"score {ev} > {det['threshold']:.2f}, distance ratio {rat} >= "
                 f"{det['pooled_min_ratio']:g}; {n_sep} module(s) separated on their own).")

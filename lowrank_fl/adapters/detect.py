@@ -53,13 +53,15 @@ with the values floored at ``1e-12`` times its largest one (``R = 1`` where all 
 from __future__ import annotations
 
 import functools
+import numbers
 
 import numpy as np
 
 from ..clair import pairs
+from ..validation import as_float_array, check_int
 
 __all__ = ["POOLED_CUTOFF", "POOLED_ALPHA", "POOLED_MIN_RATIO", "pooled_threshold", "robust_z", "pair_matrix",
-           "client_medians", "pooled_scores", "pooled_ratios", "pooled_flags"]
+           "client_medians", "pooled_scores", "pooled_ratios", "pooled_flags", "scores_tie"]
 
 #: Iglewicz & Hoaglin's cutoff of the modified z-score (How to Detect and Handle Outliers, 1993):
 #: the floor of the pooled rule's cutoff
@@ -88,6 +90,20 @@ def robust_z(x, axis: int = -1) -> np.ndarray:
     return z
 
 
+def _check_norms(norms, K) -> tuple[np.ndarray, int]:
+    """Block norms as (modules, G) float64 (a single module may be given as (G,)), and ``K``."""
+    K = check_int(K, "K", minimum=2)
+    norms = as_float_array(norms, "norms", ndim=(1, 2))
+    norms = np.atleast_2d(norms)
+    if norms.shape[0] == 0:
+        raise ValueError("norms must hold at least one module, got shape (0, ...)")
+    if np.any(norms < 0):
+        raise ValueError("norms must be non-negative")
+    if norms.shape[-1] != K * (K - 1) // 2:
+        raise ValueError(f"norms must have K(K-1)/2 = {K * (K - 1) // 2} values per module, got {norms.shape[-1]}")
+    return norms, K
+
+
 def pair_matrix(norms, K: int) -> np.ndarray:
     """Symmetric (..., K, K) matrix of pair values (..., G) in eq. (6) order; NaN diagonal."""
     norms = np.asarray(norms, dtype=float)
@@ -111,19 +127,26 @@ def pooled_scores(norms, K: int) -> tuple[np.ndarray, np.ndarray]:
     Returns ``(M, S)``: the modified z-scores ``M_k`` (K,) compared with :data:`POOLED_CUTOFF`,
     and the module-averaged standardised medians ``S_k`` (K,).
     """
-    norms = np.atleast_2d(np.asarray(norms, dtype=float))
-    if not np.all(np.isfinite(norms)) or np.any(norms < 0):
-        raise ValueError("norms must be finite and non-negative")
+    norms, K = _check_norms(norms, K)
     S = robust_z(client_medians(norms, K), axis=-1).mean(axis=0)
     return robust_z(S), S
+
+
+def scores_tie(norms, K: int) -> bool:
+    """True where more than half of the module-averaged scores ``S_k`` are equal (MAD 0) and some
+    differ: the MeanAD fallback then bounds every pooled score by about ``0.8 K`` (below ``c_K``
+    for ``K <= 8``), so the pooled rule cannot flag anyone. Happens with identical adapters, and
+    at ``K = 3``, where the two closer clients' standardised medians tie by symmetry."""
+    S = pooled_scores(norms, K)[1]
+    dev = np.abs(S - np.median(S))
+    return bool(np.median(dev) == 0 and dev.max() > 0)
 
 
 @functools.lru_cache(maxsize=64)
 def pooled_threshold(K: int, alpha: float = POOLED_ALPHA) -> float:
     """``c_K``: the ``1 - alpha`` quantile of the largest modified z-score of ``K`` i.i.d.
     normal values (Monte Carlo, :data:`_NULL_DRAWS` draws, seed 0), at least 3.5."""
-    if int(K) != K or K < 3:
-        raise ValueError(f"K must be an integer >= 3, got {K}")
+    K = check_int(K, "K", minimum=3)
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     x = np.random.default_rng(0).standard_normal((_NULL_DRAWS, int(K)))
@@ -133,26 +156,36 @@ def pooled_threshold(K: int, alpha: float = POOLED_ALPHA) -> float:
 
 def pooled_ratios(norms, K: int) -> np.ndarray:
     """Distance ratios ``R_k = exp(mean_m log(s_mk / median_k s_mk))`` (K,) from block norms
-    (modules, G): 1 for a typical client, 2 for one twice as far from the others (module docstring;
-    scale-free per module)."""
-    norms = np.atleast_2d(np.asarray(norms, dtype=float))
-    if not np.all(np.isfinite(norms)) or np.any(norms < 0):
-        raise ValueError("norms must be finite and non-negative")
-    s = client_medians(norms, K)                                      # (modules, K)
+    (modules, G) (module docstring; scale-free per module). 1 for a typical client; a client whose
+    pairs are all ``c`` times the others' has ``R = c`` for ``K >= 4`` (at ``K = 3`` each median is
+    the mean of two pairs and ``R = 2c / (1 + c)``). R can be below 1 (a client closer to the
+    others than the typical one). A module where more than half of the clients are identical
+    (median ``s_mk`` 0) gives the others ratios set by the floor ``1e-12``, so large that this one
+    module decides their ``R``."""
+    norms, K = _check_norms(norms, K)
+    with np.errstate(over="ignore"):                                  # checked below
+        s = client_medians(norms, K)                                  # (modules, K)
     top = s.max(axis=-1, keepdims=True)
     s = np.maximum(s, 1e-12 * top)                                    # zeros -> a floor
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         lr = np.where(top > 0, np.log(s / np.median(s, axis=-1, keepdims=True)), 0.0)
-    return np.exp(lr.mean(axis=0))
+        R = np.exp(lr.mean(axis=0))
+    if not np.all(np.isfinite(R)):
+        raise ValueError("norms overflow when averaged (values near the float maximum): rescale them")
+    return R
 
 
 def pooled_flags(norms, K: int, cutoff: float | None = None,
                  min_ratio: float = POOLED_MIN_RATIO) -> np.ndarray:
     """Bool (K,): client flagged (contaminated) by the pooled rule: ``M_k > cutoff`` (default
-    :func:`pooled_threshold` of ``K``) and ``R_k >= min_ratio`` (:func:`pooled_ratios`; 0 or 1
-    turns the materiality condition off)."""
-    if not np.isfinite(min_ratio) or min_ratio < 0:
-        raise ValueError(f"min_ratio must be a finite number >= 0, got {min_ratio}")
+    :func:`pooled_threshold` of ``K``; ``inf`` flags nobody) and ``R_k >= min_ratio``
+    (:func:`pooled_ratios`; 0 turns the materiality condition off — 1 does not, R can be below 1)."""
+    K = check_int(K, "K", minimum=2)
+    if isinstance(min_ratio, bool) or not isinstance(min_ratio, numbers.Real) or not np.isfinite(min_ratio) \
+            or min_ratio < 0:
+        raise ValueError(f"min_ratio must be a finite real number >= 0, got {min_ratio!r}")
     if cutoff is None:
         cutoff = pooled_threshold(K) if K >= 3 else np.inf
+    elif isinstance(cutoff, bool) or not isinstance(cutoff, numbers.Real) or np.isnan(cutoff):
+        raise ValueError(f"cutoff must be a real number (or None: c_K), got {cutoff!r}")
     return (pooled_scores(norms, K)[0] > cutoff) & (pooled_ratios(norms, K) >= min_ratio)
