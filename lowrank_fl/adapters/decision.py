@@ -22,7 +22,7 @@ import warnings
 import numpy as np
 
 from .aggregate import client_decision
-from .detect import POOLED_MIN_RATIO, pooled_flags, pooled_ratios, pooled_scores, pooled_threshold, scores_tie
+from .detect import POOLED_MIN_RATIO, pooled_evidence
 
 __all__ = ["detection_summary", "detection_sentence"]
 
@@ -48,13 +48,10 @@ def detection_summary(results, names, rule: str) -> dict:
     K = len(names)
     flags = np.array([r.benign for r in results], bool)                 # (modules, K) per-module
     excluded_frac = 1.0 - flags.mean(axis=0)
-    norms = np.array([r.block_norms for r in results], float)
-    pooled, _ = pooled_scores(norms, K)
-    ratios = pooled_ratios(norms, K)
-    decided = client_decision(results, rule)
-    pooled_cutoff = pooled_threshold(K) if K >= 3 else None
-    pooled_flag = pooled_flags(norms, K) if K >= 3 else np.zeros(K, bool)
-    tie = K >= 3 and scores_tie(norms, K)
+    ev = pooled_evidence(np.array([r.block_norms for r in results], float), K)
+    decided = ~ev.flagged if rule == "pooled" else client_decision(results, rule)
+    pooled_cutoff = ev.cutoff if K >= 3 else None
+    tie = K >= 3 and ev.tie
     if tie and rule == "pooled":
         warnings.warn(f"the pooled scores of more than half of the {K} clients tie exactly (identical "
                       "adapters, or K = 3): the fallback scale bounds every score, so the pooled rule "
@@ -64,7 +61,7 @@ def detection_summary(results, names, rule: str) -> dict:
         flagged = ~flags.all(axis=0)
         scores, threshold = excluded_frac, None
     elif rule == "pooled":
-        flagged, scores, threshold = ~decided, pooled, pooled_cutoff
+        flagged, scores, threshold = ~decided, ev.scores, pooled_cutoff
     else:
         flagged, scores = ~decided, excluded_frac
         threshold = 0.5 if rule == "majority" else 0.0
@@ -73,11 +70,11 @@ def detection_summary(results, names, rule: str) -> dict:
         "flagged": [n for n, f in zip(names, flagged) if f],
         "scores": dict(zip(names, np.asarray(scores, float).tolist())),
         "threshold": threshold,
-        "pooled_scores": dict(zip(names, pooled.tolist())),
+        "pooled_scores": dict(zip(names, ev.scores.tolist())),
         "pooled_threshold": pooled_cutoff,
-        "pooled_ratios": dict(zip(names, ratios.tolist())),
+        "pooled_ratios": dict(zip(names, ev.ratios.tolist())),
         "pooled_min_ratio": POOLED_MIN_RATIO,
-        "pooled_flagged": [n for n, f in zip(names, pooled_flag) if f],
+        "pooled_flagged": [n for n, f in zip(names, ev.flagged) if f],
         "pooled_tie": bool(tie),
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b],

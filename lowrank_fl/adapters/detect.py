@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+from typing import NamedTuple
 
 import numpy as np
 
@@ -61,7 +62,8 @@ from ..clair import pairs
 from ..validation import as_float_array, check_int
 
 __all__ = ["POOLED_CUTOFF", "POOLED_ALPHA", "POOLED_MIN_RATIO", "pooled_threshold", "robust_z", "pair_matrix",
-           "client_medians", "pooled_scores", "pooled_ratios", "pooled_flags", "scores_tie"]
+           "client_medians", "pooled_scores", "pooled_ratios", "pooled_flags", "scores_tie",
+           "PooledEvidence", "pooled_evidence"]
 
 #: Iglewicz & Hoaglin's cutoff of the modified z-score (How to Detect and Handle Outliers, 1993):
 #: the floor of the pooled rule's cutoff
@@ -137,7 +139,10 @@ def scores_tie(norms, K: int) -> bool:
     differ: the MeanAD fallback then bounds every pooled score by about ``0.8 K`` (below ``c_K``
     for ``K <= 8``), so the pooled rule cannot flag anyone. Happens with identical adapters, and
     at ``K = 3``, where the two closer clients' standardised medians tie by symmetry."""
-    S = pooled_scores(norms, K)[1]
+    return _ties(pooled_scores(norms, K)[1])
+
+
+def _ties(S) -> bool:
     dev = np.abs(S - np.median(S))
     return bool(np.median(dev) == 0 and dev.max() > 0)
 
@@ -175,10 +180,22 @@ def pooled_ratios(norms, K: int) -> np.ndarray:
     return R
 
 
-def pooled_flags(norms, K: int, cutoff: float | None = None,
-                 min_ratio: float = POOLED_MIN_RATIO) -> np.ndarray:
-    """Bool (K,): client flagged (contaminated) by the pooled rule: ``M_k > cutoff`` (default
-    :func:`pooled_threshold` of ``K``; ``inf`` flags nobody) and ``R_k >= min_ratio``
+class PooledEvidence(NamedTuple):
+    """Everything the pooled rule computes, once: ``scores`` M (K,), ``ratios`` R (K,),
+    ``cutoff`` (c_K, or ``inf`` below 3 clients), ``min_ratio``, ``flagged`` (K,) bool and ``tie``
+    (:func:`scores_tie`)."""
+    scores: np.ndarray
+    ratios: np.ndarray
+    cutoff: float
+    min_ratio: float
+    flagged: np.ndarray
+    tie: bool
+
+
+def pooled_evidence(norms, K: int, cutoff: float | None = None,
+                    min_ratio: float = POOLED_MIN_RATIO) -> PooledEvidence:
+    """The pooled rule on block norms (modules, G): client ``k`` is flagged iff ``M_k > cutoff``
+    (default :func:`pooled_threshold` of ``K``; ``inf`` flags nobody) and ``R_k >= min_ratio``
     (:func:`pooled_ratios`; 0 turns the materiality condition off — 1 does not, R can be below 1)."""
     K = check_int(K, "K", minimum=2)
     if isinstance(min_ratio, bool) or not isinstance(min_ratio, numbers.Real) or not np.isfinite(min_ratio) \
@@ -188,4 +205,12 @@ def pooled_flags(norms, K: int, cutoff: float | None = None,
         cutoff = pooled_threshold(K) if K >= 3 else np.inf
     elif isinstance(cutoff, bool) or not isinstance(cutoff, numbers.Real) or np.isnan(cutoff):
         raise ValueError(f"cutoff must be a real number (or None: c_K), got {cutoff!r}")
-    return (pooled_scores(norms, K)[0] > cutoff) & (pooled_ratios(norms, K) >= min_ratio)
+    M, S = pooled_scores(norms, K)
+    R = pooled_ratios(norms, K)
+    return PooledEvidence(M, R, float(cutoff), float(min_ratio), (M > cutoff) & (R >= min_ratio), _ties(S))
+
+
+def pooled_flags(norms, K: int, cutoff: float | None = None,
+                 min_ratio: float = POOLED_MIN_RATIO) -> np.ndarray:
+    """Bool (K,): client flagged (contaminated) by the pooled rule (:func:`pooled_evidence`)."""
+    return pooled_evidence(norms, K, cutoff, min_ratio).flagged

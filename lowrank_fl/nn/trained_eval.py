@@ -12,7 +12,7 @@ import numpy as np
 
 from ..adapters import ModuleOptions, aggregate_factors
 from ..adapters.aggregate import client_decision
-from ..adapters.detect import pooled_ratios, pooled_scores, pooled_threshold
+from ..adapters.detect import pooled_evidence, pooled_scores
 from .trained_sets import TrainedSet, base_accuracy, copying_threshold, heldout_loss
 
 __all__ = ["RULES", "ROBUST", "LOSS_METHODS", "evaluate_set", "flags_of", "detection_table"]
@@ -41,14 +41,13 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
         d = client_decision(results, rule)
         bad = ~np.array([r.benign for r in results]).all(axis=0) if d is None else ~d
         flags[rule] = [n for n, b in zip(names, bad) if b]
-    block = np.array([r.block_norms for r in results])
-    Mb, _ = pooled_scores(block, K)
+    ev = pooled_evidence(np.array([r.block_norms for r in results]), K)
     Mc, _ = pooled_scores(np.array([r.contrast_norms for r in results]), K)
     rec = {"truth": list(ts.contaminated), "names": names, "flagged": flags,
-           "pooled_block": dict(zip(names, Mb.tolist())),
+           "pooled_block": dict(zip(names, ev.scores.tolist())),
            "pooled_contrast": dict(zip(names, Mc.tolist())),
-           "pooled_ratio": dict(zip(names, pooled_ratios(block, K).tolist())),
-           "pooled_threshold": pooled_threshold(K) if K >= 3 else None,
+           "pooled_ratio": dict(zip(names, ev.ratios.tolist())),
+           "pooled_threshold": ev.cutoff if K >= 3 else None,
            "separated_modules": sum(bool(r.separated) for r in results), "n_modules": len(results),
            "lam_rules": [r.lam_rule for r in results], "selected": {}, "build_seconds": ts.seconds,
            "base_accuracy": base_accuracy(ts.settings, cache_dir=cache_dir),
