@@ -36,20 +36,22 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
 from .. import clair
 from ..algorithms import lora_aggregation as lora
 from ..validation import check_in_interval, check_int, check_positive
-from . import detect, robust
+from . import detect, detect_updates, robust
 from .io import AdapterError, ModuleFactors
 from ..clair.factored import PairContrasts
 from .reduce import ReducedModule, pair_blocks, pair_factors, reduce_module
 from .tuning import auto_lambdas, solve_module
+from .updates import outside_shares, update_gram, update_sq_norms
 
 __all__ = ["METHODS", "CLIENT_RULES", "ModuleResult", "aggregate_module", "client_decision",
-           "ModuleOptions", "check_rank", "apply_robust"]
+           "ModuleOptions", "check_rank", "apply_robust", "refit_without"]
 
 METHODS = ("clair", "fedavg", "fedavg-factors", "ffa", "flexlora") + robust.ROBUST_METHODS
 #: how CLAIR holds the pair contrasts: "factored" (``D″_g = T_g [X_j; X_k]``, never formed:
@@ -57,11 +59,12 @@ METHODS = ("clair", "fedavg", "fedavg-factors", "ffa", "flexlora") + robust.ROBU
 #: :mod:`lowrank_fl.clair.penalized`), "auto" (factored: faster at every K measured,
 #: ``benchmarks/bench_k_scaling.py``)
 CONTRASTS = ("auto", "factored", "dense")
-CLIENT_RULES = ("per-module", "majority", "any", "pooled")
-#: the default client-level decision: the pooled rule (our extension) earned it on the trained
-#: adapter sets of ``benchmarks/bench_trained_detection.py`` (design seeds 0-1, 16 sets: precision
-#: 1.00, recall 0.96, no false flag in 4 clean federations, against recall 0.67 for per-module (8))
-DEFAULT_CLIENT_RULE = "pooled"
+CLIENT_RULES = ("per-module", "majority", "any", "pooled", "updates")
+#: the default client-level decision: the update rule (:mod:`.detect_updates`: direction and size
+#: of the clients' raw updates), which the realistic federations of
+#: :mod:`lowrank_fl.nn.trained_families` need (common LoRA init, few noisy examples, uneven
+#: training: README, "Detection on trained adapters")
+DEFAULT_CLIENT_RULE = "updates"
 _SV_RTOL = 1e-12
 
 
@@ -86,6 +89,11 @@ class ModuleOptions:
     #: ``f``, the Byzantine clients tolerated by krum / multikrum / trimmed-mean (default
     #: :func:`lowrank_fl.adapters.robust.default_f`)
     byzantine: int | None = None
+    #: CLAIR: the solve of (7) sees each update clipped to this many times the module's median
+    #: update norm (the update rule's size floor :data:`SIZE_RATIO`), so that a client sending a
+    #: scaled update cannot dominate ``P_Â`` or the solver's conditioning; None: (7) on the raw
+    #: contrasts, as the paper writes it. Detection and refinement always use the raw updates.
+    clip: float | None = detect_updates.SIZE_RATIO
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -107,6 +115,10 @@ class ModuleOptions:
         check_in_interval(self.alpha, "alpha", 0.5, 1.0, closed="left")
         check_positive(self.tol, "tol")
         check_int(self.max_iter, "max_iter", minimum=1)
+        if self.clip is not None and not (isinstance(self.clip, (int, float)) and not isinstance(self.clip, bool)
+                                          and np.isfinite(self.clip) and self.clip >= 1):
+            raise ValueError(f"clip must be a finite number >= 1 (times the median norm) or None, got "
+                             f"{self.clip!r}")
 
 
 def check_rank(options: ModuleOptions, shapes: dict) -> None:
@@ -165,6 +177,20 @@ class ModuleResult:
     #: split in standard deviations of the norms below it (admissible from ``MIN_GAP_RATIO``)
     contrast_norms: list | None = None
     gap_ratio: float | None = None
+    #: CLAIR: the Gram matrix (K, K) of the clients' updates ``<ΔW_j, ΔW_k>_F`` (the update rule's
+    #: evidence, :mod:`.updates`; not in the summary: K^2 numbers per module)
+    gram: np.ndarray | None = field(default=None, repr=False)
+    #: CLAIR: per client the share of its update outside the shared row space,
+    #: ``||ΔW_k (I - P_Â)||_F / ||ΔW_k||_F`` (0 for a zero update): the fit of CLAIR's model (3)-(4)
+    #: per client, scale-free (the update rule's row-space evidence)
+    outside: list | None = None
+    #: CLAIR: the Gram (K, K) of the updates' parts outside the shared row space,
+    #: ``<ΔW_j (I - P_Â), ΔW_k (I - P_Â)>_F`` (how far (9) moves each client, :mod:`.noharm`)
+    gram_outside: np.ndarray | None = field(default=None, repr=False)
+    #: clients whose update the solve of (7) saw clipped (``ModuleOptions.clip``)
+    clipped: list = field(default_factory=list)
+    #: the second solve of (7) without the flagged clients (:func:`refit_without`), or None
+    refit: dict | None = None
     # state for the outputs (float64 coordinates; bases in float32 only for writing)
     state: dict = field(default_factory=dict, repr=False)
 
@@ -172,7 +198,7 @@ class ModuleResult:
         keys = ("shape", "ranks", "benign", "lam_L", "lam_S", "lam_rule", "weights", "rank",
                 "numerical_rank", "reduced_dims", "pair_height", "status", "relative_gap", "iterations",
                 "discarded", "tau", "separated", "votes", "block_norms", "contrast_norms",
-                "gap_ratio", "zero_updates", "seconds")
+                "gap_ratio", "zero_updates", "outside", "clipped", "refit", "seconds")
         return {k: _jsonable(getattr(self, k)) for k in keys}
 
     def release(self) -> None:
@@ -278,6 +304,7 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
     U32, V32 = red.U.astype(dt), red.V.astype(dt)
     m = options.method
     if m == "clair":
+        res.gram = update_gram(red.Y, red.X)
         _clair(f, red, options, res)
         # the original factors of the clients this module excludes (written back unchanged)
         own = {k: ((f.scaling[k] * f.B[k]).astype(dt), f.A[k].astype(dt))
@@ -315,13 +342,29 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
     return res
 
 
+def _clipped(red: ReducedModule, clip: float | None):
+    """``red`` with each update scaled down to at most ``clip`` times the median update norm
+    (the contrasts (7) is solved on), and the clients that were."""
+    if clip is None or red.Y.shape[0] < 3:
+        return red, []
+    n = np.sqrt(np.maximum(update_sq_norms(red.Y, red.X), 0.0))
+    cap = float(clip) * float(np.median(n))
+    over = (n > cap) & (cap > 0)
+    if not over.any():
+        return red, []
+    c = np.where(over, cap / np.where(over, n, 1.0), 1.0)
+    return (ReducedModule(U=red.U, V=red.V, Y=red.Y * c[:, None, None], X=red.X, discarded=red.discarded),
+            np.flatnonzero(over).tolist())
+
+
 def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     K = len(f.A)
     qp, pp = red.dims
+    solve_red, res.clipped = _clipped(red, o.clip)
     if o.contrasts == "dense":
-        D, h = pair_blocks(red)
+        D, h = pair_blocks(solve_red)
     else:
-        D = pair_factors(red)
+        D = pair_factors(solve_red)
         h = D.q
     rank = o.rank or _mode(f.ranks)
     rank = min(rank, pp)
@@ -371,12 +414,48 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     res.votes = votes.tolist()
     res.block_norms = norms.tolist()
     res.contrast_norms = _contrast_norms(D, h).tolist()
+    res.outside = outside_shares(red.Y, red.X, Z).tolist()
+    res.gram_outside = update_gram(red.Y, red.X - (red.X @ Z) @ Z.T)
     res.gap_ratio = float(split.gap_ratio)
     # contiguous: a strided view here and its pickled (contiguous) copy from a worker give
     # products that differ in the last bit, and every backend must write the same numbers
     res.state.update(Z=np.ascontiguousarray(Z), objective=float(sol.objective),
                      singular_values=sol.singular_values,
                      warnings=[str(c.message) for c in caught])
+
+
+def refit_without(results, decided, options: ModuleOptions) -> None:
+    """Re-solve (7) of every CLAIR module on the contrasts of the clients ``decided`` keeps
+    (bool (K,); None: nothing to do) and give the module that ``P_Â`` for refinement (9), so that a
+    flagged client does not steer what the others receive: the output is then that of a run
+    without the flagged clients (same reduced coordinates, which contain theirs). Each module's
+    detection evidence (sets (8), block norms, Gram) stays that of all clients; ``refit`` records
+    the second solve (status, gap, iterations, λ)."""
+    if decided is None:
+        return
+    keep = np.asarray(decided, bool)
+    if keep.all() or keep.sum() < 2:
+        return
+    for res in results:
+        st = res.state
+        if res.method != "clair" or st.get("released"):
+            continue
+        sub = ReducedModule(U=st["U"], V=st["V"], Y=st["Y"][keep], X=st["X"][keep],
+                            discarded=res.discarded)
+        # what _clair reads of the module's factors: the name, the client count and ranks
+        stub = SimpleNamespace(name=res.name, A=[None] * int(keep.sum()),
+                               ranks=[r for r, k in zip(res.ranks, keep) if k])
+        tmp = ModuleResult(name=res.name, method="clair", shape=res.shape, ranks=stub.ranks,
+                           reduced_dims=res.reduced_dims, discarded=res.discarded)
+        _clair(stub, sub, options, tmp)
+        st["Z"] = tmp.state["Z"]
+        res.gram_outside = update_gram(st["Y"], st["X"] - (st["X"] @ st["Z"]) @ st["Z"].T)
+        st["VZt"] = (st["V"] @ st["Z"].astype(st["V"].dtype)).T.copy()
+        st.pop("mean_cache", None)
+        st.pop("mbar_cache", None)
+        res.refit = {"excluded": [k for k in range(len(keep)) if not keep[k]], "status": tmp.status,
+                     "relative_gap": tmp.relative_gap, "iterations": tmp.iterations,
+                     "lam_L": tmp.lam_L, "lam_S": tmp.lam_S}
 
 
 def _dense(D):
@@ -413,7 +492,9 @@ def client_decision(results, rule: str):
     flagged in any module is excluded everywhere; ``"pooled"`` (our extension, :mod:`.detect`):
     a client is excluded everywhere iff its pooled score over all modules' block norms exceeds
     :func:`lowrank_fl.adapters.detect.pooled_threshold` of ``K`` and its distance ratio is at least
-    :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`.
+    :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`; ``"updates"`` (the default, ours,
+    :mod:`.detect_updates`): a client is excluded everywhere iff its update stands out in
+    direction or in size over all modules.
     """
     if rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {rule!r}")
@@ -424,6 +505,9 @@ def client_decision(results, rule: str):
         return flags.mean(axis=0) >= 0.5
     if rule == "pooled":
         return ~detect.pooled_flags(np.array([r.block_norms for r in results], float), flags.shape[1])
+    if rule == "updates":
+        return ~detect_updates.update_flags(np.array([r.gram for r in results], float),
+                                            np.array([r.outside for r in results], float))
     return flags.all(axis=0)
 
 

@@ -13,7 +13,10 @@ rule flags, whichever rule was applied) and ``pooled_tie`` (the scores tie, so t
 (always, as evidence);
 ``separated_modules`` — modules whose largest-gap split was admissible;
 ``modules`` — per module the clients its own (8) excludes, whether it separated, and the gap ratio
-(``"inf"`` with no spread below the gap, None with no gap).
+(``"inf"`` with no spread below the gap, None with no gap);
+``updates`` — the update rule's evidence (:mod:`.detect_updates`), always: per client the
+direction score and distance ratio, the size score and norm ratio, the cutoff, both floors,
+whom it flags and on which evidence (``by_direction``, ``by_size``).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import numpy as np
 
 from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence
+from .detect_updates import update_evidence
 
 __all__ = ["detection_summary", "detection_sentence"]
 
@@ -49,7 +53,10 @@ def detection_summary(results, names, rule: str) -> dict:
     flags = np.array([r.benign for r in results], bool)                 # (modules, K) per-module
     excluded_frac = 1.0 - flags.mean(axis=0)
     ev = pooled_evidence(np.array([r.block_norms for r in results], float), K)
-    decided = ~ev.flagged if rule == "pooled" else client_decision(results, rule)
+    uv = update_evidence(np.array([r.gram for r in results], float),
+                         np.array([r.outside for r in results], float))
+    decided = ~ev.flagged if rule == "pooled" else (~uv.flagged if rule == "updates"
+                                                   else client_decision(results, rule))
     pooled_cutoff = ev.cutoff if K >= 3 else None
     tie = K >= 3 and ev.tie
     if tie and rule == "pooled":
@@ -62,6 +69,10 @@ def detection_summary(results, names, rule: str) -> dict:
         scores, threshold = excluded_frac, None
     elif rule == "pooled":
         flagged, scores, threshold = ~decided, ev.scores, pooled_cutoff
+    elif rule == "updates":
+        flagged = ~decided
+        scores = np.maximum(np.maximum(uv.direction_scores, uv.size_scores), uv.outside_scores)
+        threshold = uv.cutoff if np.isfinite(uv.cutoff) else None
     else:
         flagged, scores = ~decided, excluded_frac
         threshold = 0.5 if rule == "majority" else 0.0
@@ -76,6 +87,20 @@ def detection_summary(results, names, rule: str) -> dict:
         "pooled_min_ratio": POOLED_MIN_RATIO,
         "pooled_flagged": [n for n, f in zip(names, ev.flagged) if f],
         "pooled_tie": bool(tie),
+        "updates": {
+            "direction_scores": dict(zip(names, uv.direction_scores.tolist())),
+            "direction_ratios": dict(zip(names, uv.direction_ratios.tolist())),
+            "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
+            "outside_ratios": dict(zip(names, uv.outside_ratios.tolist())),
+            "size_scores": dict(zip(names, uv.size_scores.tolist())),
+            "size_ratios": dict(zip(names, uv.size_ratios.tolist())),
+            "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
+            "min_ratio": uv.min_ratio, "size_ratio": uv.size_ratio,
+            "flagged": [n for n, f in zip(names, uv.flagged) if f],
+            "by_direction": [n for n, f in zip(names, uv.by_direction) if f],
+            "by_outside": [n for n, f in zip(names, uv.by_outside) if f],
+            "by_size": [n for n, f in zip(names, uv.by_size) if f],
+        },
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b],
                              "separated": bool(r.separated),
@@ -111,8 +136,46 @@ def _pooled_clause(det: dict) -> str:
     return text
 
 
+def _updates_sentence(det: dict) -> str:
+    """The update rule's sentence: whom it flagged and why, or what "nothing detected" means."""
+    u = det["updates"]
+    cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
+    if cut is None:
+        return "no contaminated client can be detected with fewer than 3 clients (update rule)."
+    if det["flagged"]:
+        parts = []
+        for n in det["flagged"]:
+            why = []
+            if n in u["by_direction"]:
+                why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, distance "
+                           f"ratio {_vs(u['direction_ratios'][n], rho)} >= {rho:g}")
+            if n in u["by_outside"]:
+                why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
+                           f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
+            if n in u["by_size"]:
+                why.append(f"update {u['size_ratios'][n]:.3g}x the typical size (>= {rho_s:g}x, size "
+                           f"score {_vs(u['size_scores'][n], cut)} > {cut:.2f})")
+            parts.append(f"{n}: " + "; ".join(why))
+        return (f"flagged {', '.join(det['flagged'])} by the update rule over all modules ("
+                + "; ".join(parts) + "); their updates are left out of the refinement of the others.")
+    dn, dv = max(u["direction_scores"].items(), key=lambda kv: kv[1])
+    on, ov = max(u["outside_scores"].items(), key=lambda kv: kv[1])
+    sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
+    return ("no client stands out (update rule: largest direction score "
+            f"{_vs(dv, cut)} ({dn}, distance ratio {u['direction_ratios'][dn]:.2f}), largest row-space "
+            f"score {_vs(ov, cut)} ({on}, ratio {u['outside_ratios'][on]:.2f}), against the cutoff "
+            f"{cut:.2f}; largest update {sv:.2f}x the typical size ({sn}), a size flag needs {rho_s:g}x). "
+            "Detection limit: a client is found only if its update's direction, or its share outside the "
+            "shared row space, differs from the others' more than the benign clients' differ among "
+            f"themselves (a score above {cut:.2f} and at least {rho:g}x the typical client's value), or "
+            f"its update is {rho_s:g}x the typical size; a contaminated client closer than that is not "
+            "ruled out.")
+
+
 def detection_sentence(det: dict) -> str:
     """One sentence: which clients were flagged and on what evidence, or that none was."""
+    if det["rule"] == "updates":
+        return _updates_sentence(det)
     need = _min_gap_ratio()
     n_sep = len(det["separated_modules"])
     pooled = _pooled_clause(det)

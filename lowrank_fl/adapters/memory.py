@@ -26,7 +26,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, client_decision
+from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, client_decision, refit_without
 from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_peft_type, check_plain_lora,
                  config_scaling)
 from .run import Aggregation, aggregate_adapters
@@ -188,6 +188,7 @@ def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions()
     agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress)
     clair = options.method == "clair"
     decided = client_decision(agg.results, client_rule) if clair and client_rule != "per-module" else None
+    refit_without(agg.results, decided, options)
     names = adapters.names if clair else ["aggregated"]
     outputs: dict = {n: {} for n in names}
     errors: dict = {}

@@ -24,7 +24,7 @@ import numpy as np
 from ..outdir import OutputDir
 from ..parent_watch import exit_with_parent
 from .aggregate import (CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, ModuleResult, aggregate_module, apply_robust,
-                        check_rank, client_decision)
+                        check_rank, client_decision, refit_without)
 from .decision import detection_summary
 from .io import AdapterSet, input_fingerprints
 from .robust import ROBUST_METHODS
@@ -264,6 +264,7 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
                                  on_result=(lambda r: writers.write(r, release=True)) if stream else None)
         if not stream:
             decided = client_decision(agg.results, client_rule) if options.method == "clair" else None
+            refit_without(agg.results, decided, options)
             for r in agg.results:
                 writers.write(r, benign=decided, release=True)
         return agg, _finish(agg, writers, staged, client_rule, dtype)
@@ -280,6 +281,7 @@ def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RU
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     decided = client_decision(agg.results, client_rule) if agg.options.method == "clair" else None
+    refit_without(agg.results, decided, agg.options)
     with _output_dir(out, overwrite, agg.adapters) as staged, \
             _OutputWriters(agg.adapters, agg.options, staged.dir, dtype) as writers:
         for r in agg.results:

@@ -15,7 +15,8 @@ Mismatched tasks for the contaminated client (the paper only says "a copying tas
 those of the benign clients"; :data:`CONTAMINATIONS`): ``"reverse"`` (the second occurrence is
 ``u`` reversed: a different copying rule, the default of :mod:`lowrank_fl.nn.sec8`), ``"shift"``
 (the second occurrence is ``u`` shifted by one letter, ``u_i + 1 mod 52``) and ``"clean"``
-(clean instead of fuzzy copying).
+(clean instead of fuzzy copying); ``"rotate"``, a near miss (the second occurrence is ``u`` rotated
+by one position, ``(u_2, .., u_L, u_1)``: every letter is copied, one position early).
 
 The metric (§8.2): ``Err_mask`` over positions ``M_i = {m_i+3, ..., m_i+L_i-1}`` of the second
 copy (``m_i`` its first position), i.e. the first copy and the first three tokens of the second
@@ -46,10 +47,10 @@ LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 PAD = 52
 VOCAB = 53
 T = 64
-CONTAMINATIONS = ("reverse", "shift", "upper", "clean")
+CONTAMINATIONS = ("reverse", "shift", "upper", "clean", "rotate")
 #: background tokens of fuzzy copying: the segment's power law, or uniform over the 52 letters
 BACKGROUNDS = ("power-law", "uniform")
-_KINDS = ("fuzzy", "clean", "reverse", "shift", "upper")
+_KINDS = ("fuzzy", "clean", "reverse", "shift", "upper", "rotate")
 
 
 class CopyBatch(NamedTuple):
@@ -70,12 +71,17 @@ def power_law(t: float) -> np.ndarray:
 
 
 def sample(n: int, *, length: int, exponent: float = 1.1, kind: str = "fuzzy",
-           background: str = "power-law", seq_len: int = T, seed=None) -> CopyBatch:
+           background: str = "power-law", seq_len: int = T, alphabet=None, label_noise: float = 0.0,
+           seed=None) -> CopyBatch:
     """``n`` copying sequences with segment length ``length`` (``L``), power-law exponent ``t``.
 
     ``kind``: ``"fuzzy"`` (default) or ``"clean"`` (S5), or the mismatched rules ``"reverse"`` /
-    ``"shift"`` / ``"upper"`` (fuzzy layout, second occurrence reversed / shifted by one letter /
-    in upper case).
+    ``"shift"`` / ``"upper"`` / ``"rotate"`` (fuzzy layout, second occurrence reversed / shifted by
+    one letter / in upper case / rotated by one position).
+    ``alphabet``: letter ids (0..51) the segments are drawn from (the power law restricted to them,
+    in the given order of ranks); None: all 52. The background keeps every letter.
+    ``label_noise``: each token of the second occurrence is replaced, with this probability, by a
+    uniform letter (noisy training labels; the returned sequences are the noisy ones).
     """
     n = check_int(n, "n", minimum=1)
     L = check_int(length, "length", minimum=4)
@@ -85,9 +91,18 @@ def sample(n: int, *, length: int, exponent: float = 1.1, kind: str = "fuzzy",
         raise ValueError(f"kind must be one of {_KINDS}, got {kind!r}")
     if background not in BACKGROUNDS:
         raise ValueError(f"background must be one of {BACKGROUNDS}, got {background!r}")
+    if not (isinstance(label_noise, (int, float)) and 0.0 <= label_noise <= 1.0):
+        raise ValueError(f"label_noise must be a probability in [0, 1], got {label_noise!r}")
     rng = as_generator(seed)
     p = power_law(exponent)
-    seg = rng.choice(52, size=(n, L), p=p)
+    if alphabet is None:
+        seg = rng.choice(52, size=(n, L), p=p)
+    else:
+        letters = np.asarray(alphabet, dtype=np.int64).reshape(-1)
+        if letters.size < 2 or letters.min() < 0 or letters.max() > 51 or np.unique(letters).size != letters.size:
+            raise ValueError(f"alphabet must be at least 2 distinct letter ids in 0..51, got {alphabet!r}")
+        sub = power_law(exponent)[: letters.size]
+        seg = letters[rng.choice(letters.size, size=(n, L), p=sub / sub.sum())]
     n_bg = seq_len - 2 * L
     rows = np.arange(n)[:, None]
     if kind == "clean":
@@ -108,6 +123,11 @@ def sample(n: int, *, length: int, exponent: float = 1.1, kind: str = "fuzzy",
         second_seg = (seg + 1) % 52
     elif kind == "upper":
         second_seg = np.where(seg < 26, seg + 26, seg)
+    elif kind == "rotate":
+        second_seg = np.roll(seg, -1, axis=1)
+    if label_noise > 0:
+        flip = rng.random(second_seg.shape) < label_noise
+        second_seg = np.where(flip, rng.integers(0, 52, size=second_seg.shape), second_seg)
     offs = np.arange(L)[None, :]
     tokens[rows, first[:, None] + offs] = seg
     tokens[rows, second[:, None] + offs] = second_seg

@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +52,8 @@ from ..validation import as_generator, check_int
 from . import copying
 
 __all__ = ["BASES", "TrainedSetSettings", "TrainedSet", "ClientTask", "build_base", "trained_set",
-           "client_tasks", "model_with", "heldout_loss", "base_accuracy", "copying_threshold"]
+           "client_tasks", "model_with", "heldout_loss", "heldout_accuracy", "base_accuracy",
+           "copying_threshold", "LETTERS"]
 
 BASES = ("llama", "gpt2", "sec8")
 _TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj"], "gpt2": ["attn.c_attn", "attn.c_proj"],
@@ -64,7 +65,11 @@ _SEC8 = {"exponent": 1.1, "length": 16, "seq_len": copying.T, "rank": 3, "lora_a
          "lora_dropout": 0.005, "steps": 40, "batch_size": 50, "lr": 1e-3, "pretrain_steps": 2500,
          "pretrain_lr": 1e-3, "base_seed": 1, "contamination": ("reverse", "shift", "upper")}
 #: fields added after sets were cached: left out of the key at these values (old keys stay valid)
-_KEYLESS_DEFAULTS = {"lora_dropout": 0.0}
+_KEYLESS_DEFAULTS = {"lora_dropout": 0.0, "benign_task": "fuzzy", "n_examples": 0, "label_noise": 0.0, "uneven": 1.0,
+                     "letters": "all", "use_rslora": False}
+LETTERS = ("all", "disjoint")
+#: letters per group of the "disjoint" benign heterogeneity (52 letters: 6 groups, 4 left out)
+_GROUP = 8
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,22 @@ class TrainedSetSettings:
     base_seed: int = 0
     #: PEFT's ``lora_dropout`` of the clients (S5: 0.005)
     lora_dropout: float = 0.0
+    #: the benign clients' rule (a kind of :func:`lowrank_fl.nn.copying.sample`: "fuzzy" copying, or
+    #: e.g. "upper", a rule the copying base must learn); the contaminated rules must differ from it
+    benign_task: str = "fuzzy"
+    #: each client's training data: 0 = fresh sequences every step (a large data set); n > 0 = a
+    #: fixed set of n sequences drawn once, batches of ``min(batch_size, n)`` drawn from it
+    n_examples: int = 0
+    #: probability that a training label (a token of the second occurrence) is a uniform letter
+    label_noise: float = 0.0
+    #: uneven training: each client trains as given, ``steps × uneven`` or with ``lr × uneven``
+    #: (drawn per client, 1/3 each); 1 = every client alike
+    uneven: float = 1.0
+    #: segment letters: "all" 52, or "disjoint" groups of 8 letters per client (benign
+    #: heterogeneity on the inputs: client k draws from group k mod 6)
+    letters: str = "all"
+    #: PEFT's rsLoRA scaling ``lora_alpha / sqrt(r)`` instead of ``lora_alpha / r``
+    use_rslora: bool = False
 
     @classmethod
     def for_base(cls, base: str, **overrides) -> "TrainedSetSettings":
@@ -131,7 +152,8 @@ class TrainedSetSettings:
                              f"got {self.contamination!r}")
         check_int(self.length, "length", minimum=5)
         for name, low, high in (("lora_dropout", 0.0, 1.0), ("spread", 0.0, math.inf),
-                                ("exponent", 0.0, math.inf)):
+                                ("exponent", 0.0, math.inf), ("label_noise", 0.0, 1.0),
+                                ("uneven", 1.0, math.inf)):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v < high):
                 raise ValueError(f"{name} must be a number in [{low:g}, {high:g}), got {v!r}")
@@ -147,6 +169,14 @@ class TrainedSetSettings:
         for name in ("rank", "steps", "batch_size"):
             check_int(getattr(self, name), name, minimum=1)
         check_int(self.pretrain_steps, "pretrain_steps", minimum=0)
+        check_int(self.n_examples, "n_examples", minimum=0)
+        if self.benign_task not in ("fuzzy",) + copying.CONTAMINATIONS or self.benign_task in self.contamination:
+            raise ValueError(f"benign_task must be 'fuzzy' or one of {copying.CONTAMINATIONS} that is not "
+                             f"among contamination {self.contamination}, got {self.benign_task!r}")
+        if self.letters not in LETTERS:
+            raise ValueError(f"letters must be one of {LETTERS}, got {self.letters!r}")
+        if not isinstance(self.use_rslora, bool):
+            raise ValueError(f"use_rslora must be a bool, got {self.use_rslora!r}")
 
     def base_key(self) -> str:
         keys = ("base", "seq_len", "pretrain_steps", "pretrain_lr", "exponent", "length",
@@ -180,10 +210,15 @@ class ClientTask:
     kind: str
     length: int
     exponent: float
+    #: segment letter ids (None: all 52); training schedule factors of the client (uneven training)
+    alphabet: tuple | None = None
+    steps_factor: float = 1.0
+    lr_factor: float = 1.0
 
-    def sample(self, n: int, seq_len: int, *, seed) -> copying.CopyBatch:
+    def sample(self, n: int, seq_len: int, *, seed, label_noise: float = 0.0) -> copying.CopyBatch:
         return copying.sample(n, length=self.length, exponent=self.exponent, kind=self.kind,
-                              seq_len=seq_len, seed=seed)
+                              seq_len=seq_len, alphabet=self.alphabet, label_noise=label_noise,
+                              seed=seed)
 
 
 @dataclass(frozen=True, eq=False)
@@ -234,8 +269,16 @@ def client_tasks(s: TrainedSetSettings) -> dict:
             exponent = round(float(s.exponent + rng.uniform(-s.spread, s.spread)), 3)
         else:
             length, exponent = s.length, s.exponent
-        kind = "fuzzy" if k < K - bad else s.contamination[(k - (K - bad)) % len(s.contamination)]
+        kind = s.benign_task if k < K - bad else s.contamination[(k - (K - bad)) % len(s.contamination)]
         out[f"client{k:02d}"] = ClientTask(kind=kind, length=length, exponent=exponent)
+    if s.letters == "disjoint":
+        groups = 52 // _GROUP
+        out = {n: replace(t, alphabet=tuple(range(_GROUP * (k % groups), _GROUP * (k % groups + 1))))
+               for k, (n, t) in enumerate(out.items())}
+    if s.uneven != 1.0:           # its own stream: the tasks above are those of even training
+        pick = as_generator(s.seed, "trained-set-uneven").integers(0, 3, size=K)
+        out = {n: replace(t, steps_factor=s.uneven if c == 1 else 1.0, lr_factor=s.uneven if c == 2 else 1.0)
+               for (n, t), c in zip(out.items(), pick)}
     return out
 
 
@@ -342,7 +385,7 @@ def _lora_config(s: TrainedSetSettings):
 
     return LoraConfig(r=s.rank, lora_alpha=s.lora_alpha, target_modules=_TARGETS[s.base],
                       lora_dropout=float(s.lora_dropout), bias="none", fan_in_fan_out=s.base == "gpt2",
-                      init_lora_weights=True)
+                      init_lora_weights=True, use_rslora=bool(s.use_rslora))
 
 
 def _train_client(base, s: TrainedSetSettings, task: ClientTask, k: int) -> dict:
@@ -357,10 +400,17 @@ def _train_client(base, s: TrainedSetSettings, task: ClientTask, k: int) -> dict
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         model = get_peft_model(copy.deepcopy(base), _lora_config(s))
     rng = as_generator(np.random.SeedSequence(int(s.seed), spawn_key=(k,)), "trained-set-client")
-    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=s.lr)
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=s.lr * task.lr_factor)
+    data = (task.sample(s.n_examples, s.seq_len, seed=rng, label_noise=s.label_noise)
+            if s.n_examples else None)
     model.train()
-    for _ in range(s.steps):
-        loss = _loss(model, task.sample(s.batch_size, s.seq_len, seed=rng))
+    for _ in range(int(round(s.steps * task.steps_factor))):
+        if data is None:
+            batch = task.sample(s.batch_size, s.seq_len, seed=rng, label_noise=s.label_noise)
+        else:                      # a minibatch of the client's fixed examples
+            idx = rng.choice(s.n_examples, size=min(s.batch_size, s.n_examples), replace=False)
+            batch = copying.CopyBatch(*(x[idx] for x in data))
+        loss = _loss(model, batch)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -376,7 +426,7 @@ def trained_set(settings: TrainedSetSettings = TrainedSetSettings(), *, cache_di
     t0 = time.perf_counter()
     s = settings
     tasks = client_tasks(s)
-    cfg = {"r": s.rank, "lora_alpha": s.lora_alpha}
+    cfg = {"r": s.rank, "lora_alpha": s.lora_alpha, "use_rslora": bool(s.use_rslora)}
     path = None if cache_dir is None else Path(cache_dir) / f"trained-set-{s.key()}.safetensors"
     if path is not None and path.exists():
         flat = {k: v.double().numpy() for k, v in load_file(str(path)).items()}
@@ -403,7 +453,7 @@ def trained_set(settings: TrainedSetSettings = TrainedSetSettings(), *, cache_di
     keep = _LOCAL.get(s.base, ())
     local = {n: {m: f for m, f in fs.items() if m.split(".")[-1] in keep} for n, fs in factors.items()}
     factors = {n: {m: f for m, f in fs.items() if m.split(".")[-1] not in keep} for n, fs in factors.items()}
-    bad = [n for n, t in tasks.items() if t.kind != "fuzzy"]
+    bad = [n for n, t in tasks.items() if t.kind != s.benign_task]
     return TrainedSet(settings=s, factors=factors, contaminated=bad, tasks=tasks,
                       seconds=time.perf_counter() - t0, local=local if keep else {})
 
@@ -475,3 +525,21 @@ def base_accuracy(settings: TrainedSetSettings, *, n: int = 500, cache_dir=None,
     pred = np.full(batch.tokens.shape, -1, dtype=np.int64)
     pred[:, 1:] = _logits(model, tok[:, :-1]).argmax(-1).numpy()
     return 100 * (1 - copying.masked_error(pred, batch))
+
+
+@torch.no_grad()
+def heldout_accuracy(tset: TrainedSet, client: str, factors: dict, *, n: int = 256, cache_dir=None,
+                     seed=0) -> float:
+    """Masked next-token accuracy (fraction, §8.2's positions) of :func:`model_with` ``factors`` on
+    ``n`` fresh, noise-free sequences of ``client``'s task (the same sequences as
+    :func:`heldout_loss` with the same ``seed``). The client's ``tset.local`` modules are added."""
+    if client not in tset.tasks:
+        raise ValueError(f"client must be one of {tset.names}, got {client!r}")
+    rng = as_generator(np.random.SeedSequence(int(seed), spawn_key=(tset.names.index(client),)),
+                       "trained-set-heldout")
+    batch = tset.tasks[client].sample(n, tset.settings.seq_len, seed=rng)
+    model = model_with(tset, {**tset.local.get(client, {}), **factors}, cache_dir=cache_dir)
+    tok = torch.from_numpy(batch.tokens)
+    pred = np.full(batch.tokens.shape, -1, dtype=np.int64)
+    pred[:, 1:] = _logits(model, tok[:, :-1]).argmax(-1).numpy()
+    return 1.0 - copying.masked_error(pred, batch)

@@ -1,0 +1,126 @@
+r"""How far each collaborating client moves toward the others: the do-no-harm default.
+
+The paper's (9) replaces client ``k``'s update outside the shared row space by the collaborative
+mean, ``ΔW̃_k = ΔW_k P_Â + ΔW̄_Ĉ (I - P_Â)``. On adapters trained the way federated LoRA is run,
+one-shot averaging often does not pay: where the clients' tasks differ, the move replaces what a
+client learned by what the others learned and leaves it worse than its own adapter; where they
+share a task, it averages their noise away. The server cannot tell a client's own task from its
+noise with one update per client (no second moment of the updates separates them), so the
+default moves each client only as far as the evidence of a *shared* signal goes
+(``refine="agreement"``):
+
+    ``ΔW̃_k = (1 - a_k) ΔW_k + a_k ΔW̄_Ĉ``,  ``a_k = max(0, cos(ΔW_k, ΔW̄_{Ĉ∖k}))``,
+
+the cosine (over the whole adapter: every module's update stacked) between the client's update
+and the mean of the *other* collaborating clients' updates (:func:`agreement`). ``a_k = 1`` is
+the plain mean of the collaborative set, ``a_k = 0`` the client's own adapter. Why this weight:
+
+* where the others' updates share nothing with client ``k`` (different tasks, or noise alone),
+  ``a_k ≈ 0`` and the client keeps its adapter;
+* where the clients share a task ``t`` and each adds independent noise of energy ``σ²``, the
+  squared error ``||ΔW̃_k - t||²`` falls from ``σ²`` to about ``(1 - a)² σ² + a² σ² / |Ĉ|``: at
+  a typical ``a = 0.5`` three quarters of the plain mean's reduction;
+* where they do not, moving a fraction ``a`` of the way costs about ``a²`` of what the full move
+  costs (second order around the client's own optimum), so a client the others half agree with
+  risks a quarter of the plain mean's harm.
+
+It is a stated heuristic, not an estimator of the optimal weight. In the split layout the shared
+part is ``ΔW̄_Ĉ`` (weight ``a_k``) and each client's part ``(1 - a_k) ΔW_k``: this is (9)'s
+formula with ``P_Â = 0``. ``refine="paper"`` applies (9) exactly (``a_k = 1`` with the solve's
+``P_Â``), ``refine="own"`` returns every client's adapter. Clients outside the collaborative set
+keep their adapter.
+
+Everything is computed from Gram matrices (:mod:`.updates`): ``G`` of the updates and, for (9),
+``G⊥`` of their parts outside ``P_Â``, per module.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .updates import check_gram
+
+__all__ = ["REFINE", "DEFAULT_REFINE", "agreement", "refine_weights", "move_norms", "relative_changes"]
+
+#: how a collaborating client is refined: "agreement" (toward the collaborative mean by its
+#: agreement, module docstring), "paper" ((9) itself), "own" (every client keeps its adapter)
+REFINE = ("agreement", "paper", "own")
+DEFAULT_REFINE = "agreement"
+
+
+def _stack(grams, name):
+    G = check_gram(grams, name)
+    if G.ndim == 2:
+        G = G[None]
+    if G.ndim != 3:
+        raise ValueError(f"{name} must be (modules, K, K), got shape {G.shape}")
+    return G
+
+
+def _members(benign, K):
+    b = np.asarray(benign, bool).reshape(-1)
+    if b.shape != (K,):
+        raise ValueError(f"benign must be a bool array of length K = {K}, got shape {b.shape}")
+    return b
+
+
+def agreement(grams, benign) -> np.ndarray:
+    """``cos(ΔW_k, ΔW̄_{Ĉ∖k})`` (K,) over the whole adapter (modules stacked) from per-module Grams
+    (modules, K, K); NaN for clients outside ``benign`` and where either side is zero (a
+    collaborative set of one client has no "others")."""
+    G = _stack(grams, "grams").sum(axis=0)                      # whole-adapter Gram (K, K)
+    K = G.shape[0]
+    b = _members(benign, K).astype(float)
+    n = b.sum()
+    own = np.diag(G)
+    cross = G @ b - own * b                                     # sum_{j in C, j != k} <u_k, u_j>
+    tot = b @ G @ b
+    rowsum = G @ b
+    others_sq = tot - 2 * rowsum * b + own * b                  # ||sum_{j in C, j != k} u_j||^2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cos = cross / np.sqrt(np.maximum(own, 0) * np.maximum(others_sq, 0))
+    cos = np.where((b > 0) & (own > 0) & (others_sq > 0) & (n >= 2), cos, np.nan)
+    return np.clip(cos, -1.0, 1.0)
+
+
+def refine_weights(grams, benign, refine: str = DEFAULT_REFINE) -> np.ndarray:
+    """``a_k`` (K,): 0 outside ``benign``; inside, per ``refine`` (module docstring)."""
+    if refine not in REFINE:
+        raise ValueError(f"refine must be one of {list(REFINE)}, got {refine!r}")
+    G = _stack(grams, "grams")
+    b = _members(benign, G.shape[-1])
+    if refine == "own":
+        return np.zeros(b.shape)
+    if refine == "paper":
+        return b.astype(float)
+    a = np.nan_to_num(agreement(G, b), nan=0.0)
+    return np.where(b, np.clip(a, 0.0, 1.0), 0.0)
+
+
+def move_norms(grams, grams_outside, benign) -> tuple[np.ndarray, np.ndarray]:
+    """``(||t_k||_F, ||ΔW_k||_F)`` (modules, K) each: the move ``t_k = (ΔW̄_Ĉ - ΔW_k) Q`` and the
+    update, per module, where ``grams_outside`` is the Gram of the updates times ``Q`` (the Gram
+    itself for the move to the mean, ``Q = I``; of the parts outside ``P_Â`` for (9)); ``t_k``
+    is reported for every client (what the full move would do to it)."""
+    G = _stack(grams, "grams")
+    Go = _stack(grams_outside, "grams_outside")
+    if Go.shape != G.shape:
+        raise ValueError(f"grams_outside must have the shape of grams {G.shape}, got {Go.shape}")
+    K = G.shape[-1]
+    b = _members(benign, K).astype(float)
+    w = b / max(b.sum(), 1.0)
+    mean_sq = np.einsum("k,mkj,j->m", w, Go, w)[:, None]        # ||ū (I-P)||^2
+    cross = np.einsum("mkj,j->mk", Go, w)                       # <u_k (I-P), ū (I-P)>
+    diag = np.diagonal(Go, axis1=1, axis2=2)
+    t = np.sqrt(np.maximum(mean_sq - 2 * cross + diag, 0.0))
+    u = np.sqrt(np.maximum(np.diagonal(G, axis1=1, axis2=2), 0.0))
+    return t, u
+
+
+def relative_changes(grams, grams_outside, benign, weights) -> tuple[np.ndarray, np.ndarray]:
+    """``(applied, full)`` (K,): ``||a_k t_k|| / ||ΔW_k||`` and ``||t_k|| / ||ΔW_k||`` over the whole
+    adapter (modules stacked; :func:`move_norms`), 0 for a zero update."""
+    t, u = move_norms(grams, grams_outside, benign)
+    tn = np.sqrt((t ** 2).sum(axis=0))
+    un = np.sqrt((u ** 2).sum(axis=0))
+    full = np.where(un > 0, tn / np.where(un > 0, un, 1.0), 0.0)
+    return np.asarray(weights, float) * full, full

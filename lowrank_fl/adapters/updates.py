@@ -1,0 +1,111 @@
+r"""The clients' raw updates of one module seen through their Gram matrix, exactly and cheaply.
+
+Everything the update-level detection (:mod:`.detect_updates`) and the do-no-harm refinement
+(:mod:`.noharm`) need is an inner product of two clients' updates,
+``<ΔW_j, ΔW_k>_F = tr((s_j B_j)^T (s_k B_k) · A_k A_j^T)``: an (r_j × r_k) product on each side,
+never an out × in matrix. In the reduced coordinates of :mod:`.reduce` (``ΔW_k = U M_k V^T``,
+``M_k = Y_k X_k``, ``U`` and ``V`` isometries) the same numbers come from ``Y`` and ``X``.
+
+Shapes: ``Y`` (K, q′, r), ``X`` (K, r, p′) (zero-padded ranks are fine); ``gram`` (K, K).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..clair import pairs
+from ..validation import as_float_array
+
+__all__ = ["update_gram", "update_norms", "unit_gram", "direction_distances", "raw_distances",
+           "check_gram", "outside_shares", "update_sq_norms"]
+
+
+def update_gram(Y, X) -> np.ndarray:
+    """``G[j, k] = <Y_j X_j, Y_k X_k>_F`` (K, K) from reduced factors ``Y`` (K, q′, r) and ``X``
+    (K, r, p′): ``sum((Y_j^T Y_k) ∘ (X_j X_k^T))``, two (K r)-square GEMMs,
+    ``K^2 r^2 (q′ + p′)`` flops."""
+    Y = np.asarray(Y, float)
+    X = np.asarray(X, float)
+    if Y.ndim != 3 or X.ndim != 3 or Y.shape[0] != X.shape[0] or Y.shape[2] != X.shape[1]:
+        raise ValueError(f"Y (K, q', r) and X (K, r, p') must agree, got {Y.shape} and {X.shape}")
+    K, _, r = Y.shape
+    Yf = np.ascontiguousarray(Y.transpose(0, 2, 1)).reshape(K * r, -1)     # rows (client, a)
+    Xf = X.reshape(K * r, -1)
+    prod = ((Yf @ Yf.T) * (Xf @ Xf.T)).reshape(K, r, K, r)
+    G = prod.sum(axis=(1, 3))
+    return (G + G.T) / 2                                    # exactly symmetric
+
+
+def check_gram(gram, name: str = "gram") -> np.ndarray:
+    """A Gram matrix as (..., K, K) float64: finite, symmetric, non-negative diagonal."""
+    G = as_float_array(gram, name)
+    if G.ndim < 2 or G.shape[-1] != G.shape[-2]:
+        raise ValueError(f"{name} must be (..., K, K), got shape {G.shape}")
+    if not np.all(np.isfinite(G)):
+        raise ValueError(f"{name} must be finite (an update with inf or NaN, or a norm overflowing "
+                         "float64)")
+    if np.any(np.diagonal(G, axis1=-2, axis2=-1) < 0):
+        raise ValueError(f"{name} must have a non-negative diagonal (squared norms)")
+    return G
+
+
+def update_norms(gram) -> np.ndarray:
+    """``||ΔW_k||_F`` (..., K) from the Gram (..., K, K)."""
+    G = check_gram(gram)
+    return np.sqrt(np.maximum(np.diagonal(G, axis1=-2, axis2=-1), 0.0))
+
+
+def unit_gram(gram) -> np.ndarray:
+    """The Gram of the unit-norm updates ``ΔW_k / ||ΔW_k||_F`` (cosines; a zero update stays
+    zero, so its distance to any unit update is 1)."""
+    G = check_gram(gram)
+    n = update_norms(G)
+    inv = np.where(n > 0, 1.0 / np.where(n > 0, n, 1.0), 0.0)
+    C = G * inv[..., :, None] * inv[..., None, :]
+    return np.clip(C, -1.0, 1.0)
+
+
+def _pair_values(Sq, K):
+    P = pairs(K)
+    return np.sqrt(np.maximum(Sq[..., P[:, 0], P[:, 1]], 0.0))
+
+
+def _dist_sq(G):
+    d = np.diagonal(G, axis1=-2, axis2=-1)
+    return d[..., :, None] + d[..., None, :] - 2 * G
+
+
+def direction_distances(gram) -> np.ndarray:
+    """``||ΔW_j/||ΔW_j|| - ΔW_k/||ΔW_k|| ||_F = sqrt(2 - 2 cos)`` per pair (..., G), eq. (6)
+    order: how differently two clients moved, whatever the size of their moves."""
+    G = unit_gram(gram)
+    return _pair_values(_dist_sq(G), G.shape[-1])
+
+
+def raw_distances(gram) -> np.ndarray:
+    """``||ΔW_j - ΔW_k||_F`` per pair (..., G), eq. (6) order (the raw contrasts' norms)."""
+    G = check_gram(gram)
+    return _pair_values(_dist_sq(G), G.shape[-1])
+
+
+def outside_shares(Y, X, Z) -> np.ndarray:
+    """``||M_k (I - Z Z^T)||_F / ||M_k||_F`` (K,) for ``M_k = Y_k X_k`` (reduced coordinates) and
+    an orthonormal ``Z`` (p′, r): the share of each update outside the row space ``col(Z)``
+    (0 for a zero update). ``tr(Y_k^T Y_k · X̃_k X̃_k^T)`` with ``X̃_k = X_k (I - Z Z^T)``: r × r
+    products only."""
+    Y = np.asarray(Y, float)
+    X = np.asarray(X, float)
+    Z = np.asarray(Z, float)
+    Xo = X - (X @ Z) @ Z.T
+    YtY = np.einsum("kqa,kqb->kab", Y, Y)
+    out = np.einsum("kab,kab->k", YtY, np.einsum("kap,kbp->kab", Xo, Xo))
+    tot = np.einsum("kab,kab->k", YtY, np.einsum("kap,kbp->kab", X, X))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(tot > 0, np.sqrt(np.clip(out / np.where(tot > 0, tot, 1.0), 0.0, 1.0)), 0.0)
+    return share
+
+
+def update_sq_norms(Y, X) -> np.ndarray:
+    """``||Y_k X_k||_F^2`` (K,): the diagonal of :func:`update_gram` alone, r × r products."""
+    Y = np.asarray(Y, float)
+    X = np.asarray(X, float)
+    return np.einsum("kab,kab->k", np.einsum("kqa,kqb->kab", Y, Y), np.einsum("kap,kbp->kab", X, X))
