@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 import verify.claims.clair  # noqa: F401  (registers the claims)
 from verify.claim import REGISTRY, VERDICTS, Context
-from verify.claims import _clair_algebra as alg
-from verify.claims import _clair_compare as cmp
-from verify.claims import _clair_gains as gains
-from verify.claims import _clair_noisy as noisy
-from verify.claims import _clair_recovery as rec
-from verify.claims import _clair_sec7 as sec7
-from verify.claims._clair_support import majority_vote, refine_definition
+from verify.claims.clair import _algebra as alg
+from verify.claims.clair import _compare as cmp
+from verify.claims.clair import _gains as gains
+from verify.claims.clair import _noisy as noisy
+from verify.claims.clair import _recovery as rec
+from verify.claims.clair import _sec7 as sec7
+from verify.claims.clair._support import majority_vote, refine_definition
 from verify.conditions.clair import equal_leverage_instance, evaluate, generate
 
 CLAIR_IDS = sorted(k for k in REGISTRY if k.startswith("clair.") and not k.startswith("clair.sec8."))

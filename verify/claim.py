@@ -96,7 +96,7 @@ PAPERS = {
     "flute": "FLUTE: Federated representation learning in the under-parameterized regime",
     "rolora": "RoLoRA: Robust federated finetuning via alternating optimization of LoRA",
     "fedavg_ft": "FedAvg with fine tuning: local updates lead to representation learning",
-    # not a paper: our extension findings on adapters people train (verify/claims/adapters.py)
+    # not a paper: our extension findings on adapters people train (verify/claims/adapters/)
     "adapters": "Extension findings: CLAIR and robust aggregators on PEFT-trained adapters",
 }
 

@@ -21,9 +21,9 @@ import numpy as np
 from lowrank_fl.clair.pipeline import (detection_counts, fedavg, fit, lambda_path, oracle_fedavg)
 from lowrank_fl.clair.simulate import simulate
 
-from ..claim import SOLVES_KEY, Evidence, claim, solve_record, verdict_from
-from ..criteria import relaxation
-from ._clair_support import t3
+from ...claim import SOLVES_KEY, Evidence, claim, solve_record, verdict_from
+from ...criteria import relaxation
+from ._support import t3
 
 __all__: list[str] = []
 
