@@ -49,7 +49,7 @@ def test_missing_torch_gives_requires_torch(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
     ev = REGISTRY["clair.sec8.table3"].run(Context(scale="smoke"))
     assert ev.verdict == REQUIRES_VERDICT == "requires torch" and ev.verdict in VERDICTS
-    assert "peft" in ev.summary and "lowrank_fl[peft]" in ev.summary and ev.measured["missing"] == ["peft"]
+    assert "peft" in ev.summary and 'pip install ".[peft]"' in ev.summary and ev.measured["missing"] == ["peft"]
 
 
 def test_nn_package_names_the_extra(tmp_path):

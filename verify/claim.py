@@ -323,7 +323,7 @@ class Claim:
             return Evidence(
                 verdict=REQUIRES_VERDICT,
                 summary=f"not run: needs {', '.join(self.requires)} (missing: {', '.join(missing)}); "
-                        "install the extra: pip install \"lowrank_fl[peft]\"",
+                        "install the extra from a checkout of lowrank_fl: pip install \".[peft]\"",
                 measured={"missing": missing}, notes="The optional dependencies are not installed.")
         use_style()  # figures drawn by the experiment get the report's style
         start = time.perf_counter()

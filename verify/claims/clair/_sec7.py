@@ -218,8 +218,7 @@ def _families_verdict(checks: dict) -> bool | None:
 
 
 def _count(v) -> str:
-    judged = sum(c is not None for c in v)
-    return f"{sum(c is True for c in v)}/{judged} pass ({judged} of {len(v)} settings judged)"
+    return f"{sum(c is True for c in v)}/{sum(c is not None for c in v)} judged of {len(v)}"
 
 
 def _why_unjudged(checks: dict, resolution: dict, replicates: int) -> str:
@@ -330,7 +329,7 @@ def _table1(ctx, *, estimator=_ols, tau="largest-gap"):
                      "FedAvg (pred., unit var.)": pf,
                      "||P_Ahat-P_A||": float(np.mean([o["P_err"] for o in reps]))})
     passed = _families_verdict(checks)
-    summary = ("passing/judged checks: " + ", ".join(f"{k}: {_count(v)}" for k, v in checks.items())
+    summary = ("passing/judged: " + ", ".join(f"{k}: {_count(v)}" for k, v in checks.items())
                + _why_unjudged(checks, resolution, min(len(r) for r in out)))
     fig_path = _table1_figure(ctx, rows)
     judged0 = [x for x in original_projector if x is not None]
