@@ -1,11 +1,10 @@
-"""The extension findings on trained adapters (verify/claims/adapters.py): registry, criteria that
+"""The extension findings on trained adapters (verify/claims/adapters/): registry, criteria that
 can fail, and a smoke run end to end."""
 import numpy as np
 import pytest
 
-import verify.claims  # noqa: F401  (registers every claim module)
 from verify.claim import PAPERS, REGISTRY, VERDICTS, Context
-from verify.claims import adapters as AD
+from verify.claims.adapters import _trained as AD
 
 IDS = ("adapters.trained.detection", "adapters.trained.heldout_loss")
 

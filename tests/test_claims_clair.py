@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 import verify.claims.clair  # noqa: F401  (registers the claims)
 from verify.claim import REGISTRY, VERDICTS, Context
-from verify.claims import _clair_algebra as alg
-from verify.claims import _clair_compare as cmp
-from verify.claims import _clair_gains as gains
-from verify.claims import _clair_noisy as noisy
-from verify.claims import _clair_recovery as rec
-from verify.claims import _clair_sec7 as sec7
-from verify.claims._clair_support import majority_vote, refine_definition
+from verify.claims.clair import _algebra as alg
+from verify.claims.clair import _compare as cmp
+from verify.claims.clair import _gains as gains
+from verify.claims.clair import _noisy as noisy
+from verify.claims.clair import _recovery as rec
+from verify.claims.clair import _sec7 as sec7
+from verify.claims.clair._support import majority_vote, refine_definition
 from verify.conditions.clair import equal_leverage_instance, evaluate, generate
 
 CLAIR_IDS = sorted(k for k in REGISTRY if k.startswith("clair.") and not k.startswith("clair.sec8."))
@@ -305,3 +305,16 @@ def test_conditions_errors():
         evaluate({"W_hat": np.zeros((3, 2, 2)), "a": np.ones(2)})
     with pytest.raises(ValueError, match="design must be one of"):
         generate(design="nope")
+
+
+def test_table1_says_why_a_family_was_not_judged():
+    checks = {"local_2pct": [None, None], "fedavg_5pct": [True, None], "clair_lt_local": [None],
+              "projector_is_top_r": [None], "empty": []}
+    why = sec7._why_unjudged(checks, {"local_2pct": [2.04, 3.5], "fedavg_5pct": [0.5, 9.0]}, 8)
+    assert why.startswith(". Not judged with 8 replicates per setting (full scale runs 100): ")
+    assert "local_2pct: the half-width t * s.e. is 2.0-3.5 times the band" in why
+    assert "clair_lt_local: every paired interval straddles 0" in why and "projector_is_top_r" in why
+    assert "fedavg_5pct" not in why and "empty" not in why        # judged once, or nothing to judge
+    assert sec7._why_unjudged({"a": [True]}, {}, 8) == ""
+    ev = _run("clair.sec7.table1")                                # smoke: 3 replicates resolve no 2% band
+    assert "Not judged with 3 replicates per setting" in ev.summary and "local_2pct: the half-width" in ev.summary

@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-import verify.claims.fedavg_ft as F
+import verify.claims.fedavg_ft  # noqa: F401  (registers the claims)
+import verify.claims.fedavg_ft._support as F
 from lowrank_fl.algorithms.fedavg import fedavg, fedavg_round
 from verify.claim import OMITTED, REGISTRY, VERDICTS, Context, Evidence
 
@@ -222,7 +223,7 @@ def test_partial_participation_ignores_only_the_reported_runs_warnings(warn_at, 
     import warnings
 
     from lowrank_fl.results import ConvergenceWarning
-    from verify.claims._fedavg_ft_support import fedavg_alg
+    from verify.claims.fedavg_ft._support import fedavg_alg
 
     def warning_alg(problem, rounds, local_steps, step_size, *, clients_per_round=None, init="paper", seed=None):
         M = problem.heads.shape[0]

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 import verify.claims.rolora  # noqa: F401  (registers the rolora claims)
-import verify.claims._rolora_rates as R
+import verify.claims.rolora._rates as R
 from lowrank_fl.algorithms.lora_aggregation import fedavg_factors
 from lowrank_fl.algorithms.rolora import fedavg_lora, ffa_lora, rolora
 from lowrank_fl.exact.rolora import local_b_solve

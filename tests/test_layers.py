@@ -153,7 +153,7 @@ def _private_uses() -> set[str]:
     """``"importer: module._name"`` for each private name one module takes from another.
 
     ``from m import _x`` and ``alias._x`` where ``alias`` is a module imported by name. Private
-    modules (``verify.claims._clair_sec7``) may be imported inside their own package, its
+    modules (``verify.claims.clair._sec7``) may be imported inside their own package, its
     ``__init__`` included.
     """
     out = set()

@@ -33,7 +33,7 @@ def test_known_escapes_are_catalogue_entries():
 
 
 def test_apply_patches_every_reference_and_restores():
-    from verify.claims import rolora as rolora_claims            # holds mean_product by import
+    from verify.claims.rolora import _aggregation as rolora_claims   # holds mean_product by import
 
     original = lora_aggregation.mean_product
     c1 = REGISTRY["rolora.eq1_2.interference_identity"]

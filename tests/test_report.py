@@ -123,7 +123,8 @@ def test_results_json_fields(report):
     assert doc["versions"]["clarabel"] == metadata.version("clarabel")
     assert doc["versions"]["joblib"] == joblib.__version__
     assert doc["totals"] == {"holds": 2, "fails": 0, "inconclusive": 1, "erratum confirmed": 1,
-                             "requires torch": 0, "exceeded time budget": 0, "errors": 1, "claims": 4}
+                             "requires torch": 0, "exceeded time budget": 0, "remarks": 0, "errors": 1,
+                             "claims": 4}
     required = {"id", "paper", "reference", "kind", "verdict", "measured", "predicted", "seeds",
                 "seconds", "statement", "summary", "notes", "figure", "table"}
     assert [c["id"] for c in doc["claims"]] == [c.id for c, _ in results]
@@ -210,6 +211,12 @@ def test_fmt_and_totals():
     c = dummy_claims()[0]
     t = totals([(c, Evidence(verdict="fails", summary="x")), (c, Evidence(verdict="holds", summary="y"))])
     assert t["fails"] == 1 and t["holds"] == 1 and t["errors"] == 0 and t["claims"] == 2
+    # a remark is counted apart, whatever its verdict: the verdicts and remarks add up to the claims
+    from dataclasses import replace
+    r = replace(c, kind="remark")
+    t = totals([(r, Evidence(verdict="holds", summary="x")), (r, Evidence(verdict="fails", summary="y")),
+                (c, Evidence(verdict="holds", summary="z"))])
+    assert t["holds"] == 1 and t["fails"] == 0 and t["remarks"] == 2 and t["claims"] == 3
 
 
 def test_html_values_are_small_tables_not_reprs():

@@ -3,6 +3,7 @@ otherwise (an installed copy, git missing, git refusing a checkout owned by anot
 commit yet); reference values come from git itself."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -13,7 +14,7 @@ import pytest
 
 from verify.report.html import render_html
 from verify.report.markdown import render_markdown
-from verify.report.provenance import git_state, git_text, read_head
+from verify.report.provenance import BUILD_RECORD, build_record, git_state, git_text, read_head
 
 GIT = shutil.which("git")
 pytestmark = pytest.mark.skipif(GIT is None, reason="the reference values come from git")
@@ -138,3 +139,28 @@ def test_the_reports_say_the_reason():
     assert f"`{sha}` (uncommitted changes were not checked)" in md
     # reports written before the reason was recorded
     assert git_text({"commit": None, "dirty": None}) == "not a git checkout"
+
+
+def test_an_installed_copy_reports_the_commit_its_build_recorded(tmp_path):
+    site = tmp_path / "site-packages"
+    (site / "verify").mkdir(parents=True)
+    sha = "b" * 40
+    record = site / "verify" / BUILD_RECORD
+    record.write_text(json.dumps({"commit": sha, "dirty": False}))
+    state = git_state(root=site)
+    assert state == {"commit": sha, "dirty": False, "source": "build"}
+    assert git_text(state) == f"{sha} (recorded when this installed copy was built: clean)"
+    assert git_text({**state, "dirty": True}).endswith("built: with uncommitted changes)")
+    # a build without git says why, and the report keeps saying "not recorded"
+    record.write_text(json.dumps({"commit": None, "dirty": None, "reason": "built without git"}))
+    assert git_state(root=site) == {"commit": None, "dirty": None, "source": "build", "reason": "built without git"}
+    assert git_text(git_state(root=site)) == "not recorded: built without git"
+    # an unreadable or malformed record is ignored: the copy is not a checkout
+    for bad in ("{", json.dumps({"commit": "not-a-sha", "dirty": False}), json.dumps(["x"])):
+        record.write_text(bad)
+        assert build_record(site) is None
+        assert git_state(root=site)["reason"].startswith(f"lowrank_fl runs from {site}, which is not a git checkout")
+    # a checkout's own git wins over a stale record
+    repo = _clone_like(tmp_path)
+    (repo / "verify" / BUILD_RECORD).write_text(json.dumps({"commit": sha, "dirty": False}))
+    assert git_state(root=repo)["commit"] == _git(repo, "rev-parse", "HEAD") != sha

@@ -96,7 +96,7 @@ PAPERS = {
     "flute": "FLUTE: Federated representation learning in the under-parameterized regime",
     "rolora": "RoLoRA: Robust federated finetuning via alternating optimization of LoRA",
     "fedavg_ft": "FedAvg with fine tuning: local updates lead to representation learning",
-    # not a paper: our extension findings on adapters people train (verify/claims/adapters.py)
+    # not a paper: our extension findings on adapters people train (verify/claims/adapters/)
     "adapters": "Extension findings: CLAIR and robust aggregators on PEFT-trained adapters",
 }
 
@@ -323,7 +323,7 @@ class Claim:
             return Evidence(
                 verdict=REQUIRES_VERDICT,
                 summary=f"not run: needs {', '.join(self.requires)} (missing: {', '.join(missing)}); "
-                        "install the extra: pip install \"lowrank_fl[peft]\"",
+                        "install the extra from a checkout of lowrank_fl: pip install \".[peft]\"",
                 measured={"missing": missing}, notes="The optional dependencies are not installed.")
         use_style()  # figures drawn by the experiment get the report's style
         start = time.perf_counter()

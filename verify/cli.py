@@ -343,15 +343,18 @@ def cmd_verify(args) -> int:
         staging.close()
     for key in ("markdown", "html", "json"):
         print(Path(args.out) / Path(paths[key]).resolve().relative_to(staging.dir.resolve()))
-    counts = {v: sum(e.verdict == v for _, e in results)
+    # as the report counts them: remarks apart from the verdicts of the claims counted as verified
+    counts = {v: sum(e.verdict == v for c, e in results if c.counted)
               for v in ("holds", "fails", "inconclusive", "erratum confirmed", REQUIRES_VERDICT,
                         BUDGET_VERDICT)}
+    n_remarks = sum(not c.counted for c, _ in results)
     errors = [c.id for c, e in results if e.summary.startswith(ERROR_PREFIX)]
     log.info("verify: %d holds, %d fails, %d inconclusive (%d errors), %d erratum confirmed, "
-             "%d %s, %d %s; %d tasks run, %d from cache%s; report in %s", counts["holds"],
+             "%d %s, %d %s, %d remarks (not counted as verified); %d tasks run, %d from cache%s; "
+             "report in %s", counts["holds"],
              counts["fails"], counts["inconclusive"], len(errors), counts["erratum confirmed"],
              counts[REQUIRES_VERDICT], REQUIRES_VERDICT, counts[BUDGET_VERDICT], BUDGET_VERDICT,
-             sweep.executed,
+             n_remarks, sweep.executed,
              sweep.reused, f", {sweep.invalid} invalid entries recomputed" if sweep.invalid else "",
              out)
     stopped = [c.id for c, e in results if e.verdict == BUDGET_VERDICT]
@@ -362,7 +365,7 @@ def cmd_verify(args) -> int:
         log.info("verify: experiments raised in %s (exit status %d)", ", ".join(errors), EXIT_EXPERIMENT)
     if errors or stopped:
         return EXIT_EXPERIMENT
-    if args.strict and counts["fails"]:
+    if args.strict and any(e.verdict == "fails" for _, e in results):
         return EXIT_EXPERIMENT
     return 0
 

@@ -348,7 +348,7 @@ class Sweep:
                 from distributed import Client, LocalCluster
             except ImportError:
                 raise SetupError("backend 'dask' needs dask[distributed], which is not installed: "
-                                 "pip install 'lowrank_fl[dask]'") from None
+                                 "pip install '.[dask]' from a checkout of lowrank_fl") from None
             try:
                 if self.scheduler is not None:
                     self._own_client = Client(self.scheduler, set_as_default=False,

@@ -161,7 +161,7 @@ def run_aggregate(args) -> int:
         try:
             import distributed  # noqa: F401
         except ImportError:
-            raise ValueError("--scheduler needs the dask extra (pip install 'lowrank_fl[dask]'), "
+            raise ValueError("--scheduler needs the dask extra (pip install '.[dask]' in a checkout of lowrank_fl), "
                              "which is not installed") from None
     for flag, v in (("--rank", args.rank), ("--rank-out", args.rank_out)):
         if v is not None and v < 1:

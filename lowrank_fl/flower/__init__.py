@@ -17,7 +17,7 @@ from importlib.util import find_spec as _find_spec
 
 if _find_spec("flwr") is None:  # pragma: no cover - depends on the installation
     raise ImportError("lowrank_fl.flower needs flwr: install the optional extra with "
-                      "`pip install \"lowrank_fl[flower]\"`.")
+                      "`pip install \".[flower]\"` in a checkout of lowrank_fl.")
 
 from .contract import (ADAPTER_KINDS, LORA_ARRAYS, LORA_CONFIG, config_from_record,  # noqa: E402
                        config_record, factors_from_content, factors_record, factors_to_state_dict)

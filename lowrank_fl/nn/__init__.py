@@ -24,4 +24,4 @@ _MISSING = [name for name in REQUIREMENTS if _find_spec(name) is None]
 if _MISSING:  # pragma: no cover - depends on the installation
     raise ImportError(
         f"lowrank_fl.nn needs {', '.join(_MISSING)}: install the optional extra with "
-        "`pip install \"lowrank_fl[peft]\"` (CPU torch is enough).")
+        "`pip install \".[peft]\"` in a checkout of lowrank_fl (CPU torch is enough).")

@@ -1,13 +1,13 @@
-"""One module per paper; importing a module registers its claims in ``verify.claim.REGISTRY``."""
+"""One package per paper (``verify.claims.<paper>``); importing a package registers its claims in
+``verify.claim.REGISTRY``, in the order its ``__init__`` imports its topic modules (the report's
+order). Torch-only topics import torch inside their tasks, so every package imports without it."""
 PAPER_MODULES = ("clair", "fedrep", "flute", "rolora", "fedavg_ft", "adapters")
-
-from . import adapters, clair_sec8, rolora_sec5_2  # noqa: E402,F401  torch-only claims (torch imported in their tasks)
 
 
 def load_all(papers=None) -> dict:
-    """Import the claim modules of ``papers`` (default: all five).
+    """Import the claim packages of ``papers`` (default: all six).
 
-    Returns ``{"loaded": [...], "missing": [...]}``; a module that exists but fails to import
+    Returns ``{"loaded": [...], "missing": [...]}``; a package that exists but fails to import
     raises (see :func:`verify.runner.load_modules`).
     """
     from ..runner import load_modules

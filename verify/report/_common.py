@@ -11,15 +11,16 @@ from .values import fmt
 
 __all__ = ["fmt", "count_columns", "by_paper", "totals", "totals_by_paper", "is_error", "table_columns", "kv_rows",
            "omitted_sorted", "non_holds", "remarks", "check_lines", "anchor", "svg_twin", "VERDICT_LEGEND", "KIND_LEGEND",
-           "verdict_legend"]
+           "verdict_legend", "column_legend", "remarks_sentence"]
 
 
 def count_columns(results: Sequence[tuple[Claim, Evidence]]) -> list[str]:
-    """Columns of the counts table: ``claims``, the verdicts, ``omitted``; "exceeded time budget"
-    only when some claim was stopped at its budget (the usual report keeps its columns)."""
+    """Columns of the counts table: ``claims``, the verdicts, ``remarks``, ``omitted``; "exceeded
+    time budget" only when some claim was stopped at its budget (the usual report keeps its
+    columns), ``remarks`` only when some claim is a remark."""
     shown = [v for v in VERDICTS if v != "exceeded time budget"
              or any(e.verdict == v for _, e in results)]
-    return ["claims", *shown, "omitted"]
+    return ["claims", *shown, *(["remarks"] if remarks(results) else []), "omitted"]
 
 
 def is_error(evidence: Evidence) -> bool:
@@ -36,10 +37,15 @@ def by_paper(results: Sequence[tuple[Claim, Evidence]]) -> list[tuple[str, list[
 
 
 def totals(results: Sequence[tuple[Claim, Evidence]]) -> dict:
-    """Count per verdict, plus ``errors`` (experiments that raised, included in inconclusive)."""
+    """Count per verdict of the claims counted as verified; ``remarks``: the claims that are not
+    (kind "remark", :attr:`Claim.counted`), whatever their verdict, so that the verdicts and
+    ``remarks`` add up to ``claims`` (every claim run); ``errors``: experiments that raised
+    (remarks included; a counted one is also under inconclusive)."""
     out = {v: 0 for v in VERDICTS}
-    for _, e in results:
-        out[e.verdict] += 1
+    for c, e in results:
+        if c.counted:
+            out[e.verdict] += 1
+    out["remarks"] = sum(not c.counted for c, _ in results)
     out["errors"] = sum(is_error(e) for _, e in results)
     out["claims"] = len(results)
     return out
@@ -110,7 +116,36 @@ VERDICT_LEGEND = {
                          "error (and checks the corrected version beside it).",
     "exceeded time budget": "the experiment was stopped at its time budget ({budget}): it does not "
                             "hold; a solver crawling to its iteration caps is the usual cause.",
+    "requires torch": "not run: the claim needs optional dependencies (torch, peft) that are not "
+                      "installed, so it neither holds nor fails. From a checkout of lowrank_fl, "
+                      "pip install \".[peft]\" installs them; then rerun the same command.",
 }
+
+#: What each column of the counts table holds ("<verdict>" stands for every verdict column).
+COLUMN_LEGEND = {
+    "claims": "the claims this run checked; each is counted once, in one verdict column or under "
+              "remarks, so those columns add up to it.",
+    "<verdict>": "the claims counted as verified that got this verdict (see Verdicts).",
+    "remarks": "claims of kind remark, whatever their verdict (shown in their section): reported, "
+               "never counted as verified, so in no verdict column.",
+    "omitted": "claims of the papers that the verifier leaves out, each listed with its reason at "
+               "the end of the report: not among the claims checked, not in the claims column.",
+}
+
+
+def column_legend(results: Sequence[tuple[Claim, Evidence]]) -> dict:
+    """:data:`COLUMN_LEGEND` for the columns this report shows."""
+    return {k: v for k, v in COLUMN_LEGEND.items() if k != "remarks" or remarks(results)}
+
+
+def remarks_sentence(results: Sequence[tuple[Claim, Evidence]]) -> str:
+    """The summary's sentence on the remarks (empty without any): their ids and verdicts."""
+    rows = [(c.id, e.verdict) for c, e in results if not c.counted]
+    if not rows:
+        return ""
+    return (f" {len(rows)} remarks (kind remark: reported with their verdict, not counted as verified, "
+            "so counted under remarks and in no verdict column): "
+            + ", ".join(f"{cid} ({v})" for cid, v in rows) + ".")
 
 _TABLE = "its budget in verify/budgets.json, 10 times its measured runtime with a floor"
 _UNMEASURED = "the default budget of a claim not yet measured"
@@ -146,7 +181,7 @@ KIND_LEGEND = {
     "phase transition": "where success turns into failure as a parameter moves.",
     "erratum": "a statement the paper gets wrong; the verdict says whether the error is reproduced.",
     "remark": "checks only a definition, a scope remark or the verifier's own code: reported with its "
-              "verdict but not counted as verified.",
+              "verdict but not counted as verified (the counts put it under remarks, not its verdict).",
 }
 
 

@@ -14,7 +14,8 @@ from typing import Mapping, Sequence
 
 from ..claim import PAPERS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, anchor, verdict_legend, by_paper, is_error, kv_rows,
-                      check_lines, count_columns, non_holds, omitted_sorted, remarks, svg_twin, table_columns, totals,
+                      check_lines, column_legend, count_columns, non_holds, omitted_sorted, remarks_sentence, svg_twin,
+                      table_columns, totals,
                       totals_by_paper)
 from .provenance import git_text
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
@@ -161,7 +162,8 @@ def _counts(results, omitted) -> str:
 def _legend(items: Mapping[str, str], badges: bool) -> str:
     out = ['<dl class="legend">']
     for k, text in items.items():
-        cls = {"erratum confirmed": "erratum", "exceeded time budget": "budget"}.get(k, k)
+        cls = {"erratum confirmed": "erratum", "exceeded time budget": "budget",
+               "requires torch": "requires"}.get(k, k)
         label = (f'<span class="v {cls}">{escape(k)}</span>'
                  if badges else f"<code>{escape(k)}</code>")
         out.append(f"<dt>{label}</dt><dd>{escape(text)}</dd>")
@@ -258,13 +260,11 @@ def render_html(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
     body = ["<h1>lowrank_fl validation report</h1>", f'<p class="meta">{" · ".join(head)}</p>',
             f"<nav>{''.join(nav)}</nav>",
             '<h2 id="summary">Summary</h2>',
-            f"<p>Verdicts of {t['claims']} claims from five papers at scale <b>{escape(scale)}</b> "
+            f"<p>Verdicts of {t['claims']} claims at scale <b>{escape(scale)}</b> "
             "(smoke: seconds, quick: minutes, full: the published report); verdicts can differ "
-            "between scales."
-            + (f" Remarks (kind <i>remark</i>: reported, not "
-               f"counted as verified): {escape(', '.join(remarks(results)))}."
-               if remarks(results) else "") + "</p>",
+            "between scales." + escape(remarks_sentence(results)) + "</p>",
             f'<div id="counts">{_counts(results, omitted)}</div>',
+            "<h3>Columns</h3>", _legend(column_legend(results), False),
             "<h3>Verdicts</h3>", _legend(verdict_legend(results), True),
             "<h3>Kinds of claim</h3>", _legend(KIND_LEGEND, False)]
     if attention:

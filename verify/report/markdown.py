@@ -7,7 +7,8 @@ from typing import Mapping, Sequence
 
 from ..claim import PAPERS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, anchor, verdict_legend, by_paper, is_error, kv_rows,
-                      check_lines, count_columns, non_holds, omitted_sorted, remarks, table_columns, totals, totals_by_paper)
+                      check_lines, column_legend, count_columns, non_holds, omitted_sorted, remarks_sentence, table_columns,
+                      totals, totals_by_paper)
 from .provenance import git_text
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt, fmt_number, is_records
@@ -144,15 +145,14 @@ def render_markdown(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
     lines += [" · ".join(head), "", "## Summary", "",
               f"Verdicts of {t['claims']} claims at scale **{scale}** (smoke: seconds, quick: minutes, "
               "full: the published report); verdicts can differ between scales."
-              + (f" Remarks (kind *remark*: reported, not "
-                 f"counted as verified): {', '.join(remarks(results))}." if remarks(results) else ""),
-              ""]
+              + remarks_sentence(results), ""]
     cols = count_columns(results)
     per = totals_by_paper(results, omitted)
     rows = [[SHORT_NAMES.get(p, p), *[c.get(k, 0) for k in cols]] for p, c in per.items()]
     all_t = {**t, "omitted": len(omitted)}
     rows.append(["**all**", *[f"**{all_t[k]}**" for k in cols]])
     lines += _table(["paper", *cols], rows) + [""]
+    lines += ["Columns:", ""] + [f"- *{k}*: {v}" for k, v in column_legend(results).items()] + [""]
     lines += ["Verdicts:", ""] + [f"- **{k}**: {v}" for k, v in verdict_legend(results).items()] + [""]
     lines += ["Kinds of claim:", ""] + [f"- *{k}*: {v}" for k, v in KIND_LEGEND.items()] + [""]
     attention = non_holds(results)

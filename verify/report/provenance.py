@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 __all__ = ["collect", "versions", "git_state", "git_text", "read_head", "command_line",
-           "EXTRA_PACKAGES"]
+           "build_record", "EXTRA_PACKAGES", "BUILD_RECORD"]
 
 #: Packages that do not enter the cache key but shape the report or the run (figures, progress).
 EXTRA_PACKAGES = ("matplotlib", "tqdm", "dask", "distributed")
@@ -31,6 +31,31 @@ def versions() -> dict:
 
 
 _ROOT = Path(__file__).resolve().parent.parent.parent  # the directory holding verify/
+
+#: Written into ``verify/`` when a wheel or sdist is built (``setup.py``): the commit the package
+#: was built from, for a non-editable install that has no ``.git`` to read.
+BUILD_RECORD = "_build_commit.json"
+
+
+def build_record(root=None) -> dict | None:
+    """The git state recorded when the installed copy at ``root`` was built (``verify/``
+    :data:`BUILD_RECORD`, see ``setup.py``): ``{"commit", "dirty", "source": "build"[, "reason"]}``;
+    ``None`` when there is no readable record (a checkout, or a copy built before records existed)."""
+    import json
+
+    path = (_ROOT if root is None else Path(root)) / "verify" / BUILD_RECORD
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    commit = doc.get("commit") if isinstance(doc, dict) else ""
+    if not (commit is None or (isinstance(commit, str) and _is_sha(commit))):
+        return None
+    out = {"commit": commit, "dirty": doc.get("dirty") if isinstance(doc.get("dirty"), bool) else None,
+           "source": "build"}
+    if doc.get("reason"):
+        out["reason"] = str(doc["reason"])
+    return out
 
 
 def _git(args, cwd) -> tuple[int, str, str] | None:
@@ -97,10 +122,15 @@ def git_state(exclude=None, *, root=None) -> dict:
     why: an installed copy (no ``.git`` beside ``verify/``), git not installed, git refusing a
     checkout owned by another user (its ``safe.directory`` check), a checkout without commits.
     Where git cannot run or refuses, the commit is read from ``.git`` (:func:`read_head`); git's
-    ``safe.directory`` check is not bypassed, since ``git status`` may run a checkout's hooks.
+    ``safe.directory`` check is not bypassed, since ``git status`` may run a checkout's hooks. An
+    installed copy (``pip install .``, no ``.git``) gives the state recorded when it was built
+    (:func:`build_record`, with ``"source": "build"``).
     """
     here = _ROOT if root is None else Path(root).resolve()
     if not (here / ".git").exists():
+        recorded = build_record(here)
+        if recorded is not None:
+            return recorded
         return {"commit": None, "dirty": None,
                 "reason": f"lowrank_fl runs from {here}, which is not a git checkout (an "
                           "installed package or an unpacked archive; run from a clone, e.g. "
@@ -143,6 +173,9 @@ def git_state(exclude=None, *, root=None) -> dict:
 def git_text(git: dict) -> str:
     """The provenance's git line in words: the commit and whether it was clean, or why not."""
     commit, dirty, reason = git.get("commit"), git.get("dirty"), git.get("reason")
+    if git.get("source") == "build" and commit is not None:
+        state = {True: "with uncommitted changes", False: "clean"}.get(dirty, "changes not checked")
+        return f"{commit} (recorded when this installed copy was built: {state})"
     if commit is None:
         return f"not recorded: {reason}" if reason else "not a git checkout"
     if dirty is None:

@@ -10,7 +10,7 @@ from lowrank_fl.problems.lora import (random_unit, rank_one_lora)
 from verify.claim import SOLVES_KEY, Evidence, claim, verdict_from
 from verify.criteria import baseline_check
 from verify.stats import within_mc_error
-from ._rolora_support import PAPER, new_figure, solve_records
+from ._support import PAPER, new_figure, solve_records
 
 
 # =============================================================================================

@@ -15,8 +15,8 @@ from lowrank_fl.clair.certificate import block_incoherence
 from lowrank_fl.clair.simulate import generate
 from lowrank_fl.linalg import block_norms
 
-from ..claim import Evidence, claim, verdict_from
-from ._clair_support import contrasts, majority_vote, pairs, refine_definition, truth_blocks
+from ...claim import Evidence, claim, verdict_from
+from ._support import contrasts, majority_vote, pairs, refine_definition, truth_blocks
 
 __all__: list[str] = []
 

@@ -17,10 +17,10 @@ from lowrank_fl.clair.penalized import solve_penalized
 from lowrank_fl.clair.simulate import generate
 from lowrank_fl.linalg import block_norms
 
-from ..claim import SOLVES_KEY, Evidence, claim, solve_record, verdict_from
-from ..criteria import proportion_interval, reaches_proportion
-from ..stats import fit_loglog_slope, interval_verdict
-from ._clair_support import t3
+from ...claim import SOLVES_KEY, Evidence, claim, solve_record, verdict_from
+from ...criteria import proportion_interval, reaches_proportion
+from ...stats import fit_loglog_slope, interval_verdict
+from ._support import t3
 
 __all__: list[str] = []
 

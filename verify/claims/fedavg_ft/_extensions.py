@@ -1,5 +1,5 @@
 """FedAvg-FT claims C8-C13 (rates, hypotheses along a run, diversity, participation, and two
-extensions beyond the paper): registered by :mod:`verify.claims.fedavg_ft`, which documents the setup
+extensions beyond the paper): registered by :mod:`verify.claims.fedavg_ft`; :mod:`._representation` documents the setup
 and the injection points."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from verify.claim import Evidence, claim, verdict_from
 from verify.convergence import expected_non_convergence
 from verify.stats import fit_loglog_slope
 
-from ._fedavg_ft_support import ALPHA, P, fedavg_alg, curves_figure, fit_rate, sizes
+from ._support import ALPHA, P, fedavg_alg, curves_figure, fit_rate, sizes
 
 
 # ----------------------------------------------------------------------------- C8: rate scaling

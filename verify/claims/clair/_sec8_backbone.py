@@ -2,7 +2,7 @@
 full-scale calibration of Local after LoRA, whose replicates run through the sweep), the baseline
 check every §8 claim passes through, and the claim ``clair.sec8.backbone_seeds`` that reports the
 pretraining seeds. The rule itself (thresholds, search order, scales) is
-:mod:`verify.claims._sec8_backbone`; the §8 experiments are :mod:`verify.claims.clair_sec8`.
+:mod:`verify.claims.clair._backbone_rule`; the §8 experiments are :mod:`verify.claims.clair._sec8`.
 """
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import functools
 
 import numpy as np
 
-from ..claim import Evidence, claim, verdict_from
-from ._nn_support import REQUIRES, backbone_dir, mean_ci
-from ._sec8_backbone import (BACKBONE_CLAIM, SCALES, checkpoint_base, chosen, copying_threshold, pretrain_seeds,
+from ...claim import Evidence, claim, verdict_from
+from ...nn_support import REQUIRES, backbone_dir, mean_ci
+from ._backbone_rule import (BACKBONE_CLAIM, SCALES, checkpoint_base, chosen, copying_threshold, pretrain_seeds,
                              pretrain_settings, seed_curve, select, split_seeds, unigram_share)
 
 __all__: list[str] = []
@@ -260,4 +260,4 @@ def _backbone_seeds(ctx) -> Evidence:
                  "checkpoint the rule evaluated (coarse 500-step checkpoints, then the 100-step checkpoints before "
                  "the first that reached it). The rule was changed after a full-scale run, which calibrated the "
                  "backbone's own accuracy on the common task at 500-step checkpoints and gave Local 87.9% "
-                 "(see verify.claims._sec8_backbone)."))
+                 "(see verify.claims.clair._backbone_rule)."))

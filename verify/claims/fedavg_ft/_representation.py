@@ -23,7 +23,7 @@ from lowrank_fl.problems.fedavg_ft import new_client, paper_instance, propositio
 from verify.claim import Evidence, claim, omit, verdict_from
 from verify.criteria import relaxation
 from verify.stats import mean_ci
-from ._fedavg_ft_support import ALPHA, P, dgd_alg, fedavg_alg, curves_figure, fit_rate, sizes
+from ._support import ALPHA, P, dgd_alg, fedavg_alg, curves_figure, fit_rate, sizes
 
 
 # ----------------------------------------------------------------------------- C1: identities
@@ -447,4 +447,3 @@ for _id, _ref, _st in (
          reason="Image-classification experiment with a 6-conv CNN on CIFAR; the toolkit covers the "
                 "linear model only (no deep-learning stack or datasets).")
 
-from . import _fedavg_ft_ext  # noqa: E402,F401  (registers C8-C13 after C1-C7)

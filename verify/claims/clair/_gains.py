@@ -13,7 +13,7 @@ from scipy import stats
 
 from lowrank_fl.clair.simulate import generate, simulate
 
-from ..claim import Evidence, claim, verdict_from
+from ...claim import Evidence, claim, verdict_from
 
 __all__: list[str] = []
 

@@ -28,8 +28,8 @@ import functools
 
 import numpy as np
 
-from ..claim import Context, Evidence, claim, verdict_from
-from ._nn_support import REQUIRES, backbone_dir, direction, mean_ci
+from ...claim import Context, Evidence, claim, verdict_from
+from ...nn_support import REQUIRES, backbone_dir, direction, mean_ci
 
 __all__: list[str] = []
 

@@ -6,7 +6,7 @@ largest-gap τ (:func:`lowrank_fl.adapters.aggregate.aggregate_module`).
 Every claim here reads the same runs: :func:`lowrank_fl.nn.sec8.run_replicate` for the two
 regimes × replicates, under the seeds of ``clair.sec8.table3`` (the sweep cache serves them once).
 
-The backbone (details in :mod:`verify.claims._sec8_backbone`): pretraining seeds 0, 1, 2, … in
+The backbone (details in :mod:`verify.claims.clair._backbone_rule`): pretraining seeds 0, 1, 2, … in
 this order, each trained once with checkpoints (``clair.sec8.backbone_seeds`` reports them all); a
 checkpoint *copies* when its masked accuracy on its own pretraining task is at least the midpoint
 between the most frequent letter's share, 25.9 %, and 100 % (63.0 %). Full scale uses Song, Xu &
@@ -46,10 +46,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..claim import Evidence, claim, verdict_from
-from ..criteria import all_of
-from ._nn_support import REQUIRES, backbone_dir, direction, mean_ci
-from .clair_sec8_backbone import (ALPHA_READING, backbone_diagnostic, baseline_gate, chosen_backbone, load_backbone,
+from ...claim import Evidence, claim, verdict_from
+from ...criteria import all_of
+from ...nn_support import REQUIRES, backbone_dir, direction, mean_ci
+from ._sec8_backbone import (ALPHA_READING, backbone_diagnostic, baseline_gate, chosen_backbone, load_backbone,
                                   recipe_label, settings_items, sizes)
 
 __all__: list[str] = []

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..claim import Evidence, claim, verdict_from
-from ._nn_support import direction, mean_ci
+from ...claim import Evidence, claim, verdict_from
+from ...nn_support import direction, mean_ci
 
 __all__: list[str] = []
 

@@ -21,7 +21,7 @@ from lowrank_fl.exact.rolora import (c_tilde, ffa_expected_loss, ffa_lstsq_loss,
 from lowrank_fl.problems.lora import (init_at_angle, lora_matrix_problem, random_unit, rank_one_lora)
 from verify.claim import SOLVES_KEY, Evidence, claim, verdict_from
 from verify.stats import within_mc_error
-from ._rolora_support import PAPER, new_figure, solve_records
+from ._support import PAPER, new_figure, solve_records
 
 
 # =============================================================================================
@@ -251,4 +251,3 @@ def _c5(ctx, *, estimator=_ffa_average):
                           "naive_z is the distance of the MC mean from the naive ||b*||^2 delta0^2.")
 
 
-from . import _rolora_rates, _rolora_comparisons  # noqa: E402,F401  (register C6-C14 after C1-C5)

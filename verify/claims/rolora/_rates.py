@@ -14,7 +14,7 @@ from lowrank_fl.problems.lora import (init_at_angle, random_unit, rank_one_lora)
 from verify.claim import SOLVES_KEY, Evidence, claim, verdict_from
 from verify.criteria import all_of
 from verify.stats import fit_loglog_slope, fit_semilog_slope
-from ._rolora_support import PAPER, new_figure, geometric_slopes, solve_records
+from ._support import PAPER, new_figure, geometric_slopes, solve_records
 
 
 # =============================================================================================

@@ -8,7 +8,7 @@ import numpy as np
 from lowrank_fl.clair.simulate import generate
 from lowrank_fl.compare import compare_clair
 
-from ..claim import SOLVES_KEY, Evidence, claim, solve_record, verdict_from
+from ...claim import SOLVES_KEY, Evidence, claim, solve_record, verdict_from
 
 __all__: list[str] = []
 

@@ -21,10 +21,10 @@ from lowrank_fl.clair.penalized import solve_penalized
 from lowrank_fl.clair.simulate import generate
 from lowrank_fl.linalg import block_norms
 
-from ..claim import Evidence, claim, verdict_from
-from ..criteria import all_judged
-from ..conditions.clair import equal_leverage_instance, evaluate
-from ..conditions.clair import generate as generate_condition_instance
+from ...claim import Evidence, claim, verdict_from
+from ...criteria import all_judged
+from ...conditions.clair import equal_leverage_instance, evaluate
+from ...conditions.clair import generate as generate_condition_instance
 
 __all__: list[str] = []
 

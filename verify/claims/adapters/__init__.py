@@ -1,0 +1,14 @@
+"""Extension findings (ours, not a paper's claims) on adapter sets people train: the paper group
+``adapters``.
+
+Importing this package registers the claims in :data:`verify.claim.REGISTRY`:
+
+* :mod:`._trained` — ``adapters.trained.*``: CLAIR's client-level detection and the held-out loss
+  of the refined adapters on PEFT-trained sets (needs torch and peft; importable without them).
+  Shared helpers of the torch-only claims are :mod:`verify.nn_support`.
+"""
+from __future__ import annotations
+
+from . import _trained  # noqa: F401
+
+__all__: list[str] = []
