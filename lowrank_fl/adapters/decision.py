@@ -53,8 +53,12 @@ def detection_summary(results, names, rule: str) -> dict:
     flags = np.array([r.benign for r in results], bool)                 # (modules, K) per-module
     excluded_frac = 1.0 - flags.mean(axis=0)
     ev = pooled_evidence(np.array([r.block_norms for r in results], float), K)
-    uv = update_evidence(np.array([r.gram for r in results], float),
-                         np.array([r.outside for r in results], float))
+    grams = [getattr(r, "gram", None) for r in results]
+    uv = None if any(g is None for g in grams) else update_evidence(
+        np.array(grams, float), np.array([r.outside for r in results], float))
+    if rule == "updates" and uv is None:
+        raise ValueError("client_rule 'updates' needs every module's Gram of the updates (CLAIR results "
+                         "of aggregate_module)")
     decided = ~ev.flagged if rule == "pooled" else (~uv.flagged if rule == "updates"
                                                    else client_decision(results, rule))
     pooled_cutoff = ev.cutoff if K >= 3 else None
@@ -87,7 +91,7 @@ def detection_summary(results, names, rule: str) -> dict:
         "pooled_min_ratio": POOLED_MIN_RATIO,
         "pooled_flagged": [n for n, f in zip(names, ev.flagged) if f],
         "pooled_tie": bool(tie),
-        "updates": {
+        "updates": None if uv is None else {
             "direction_scores": dict(zip(names, uv.direction_scores.tolist())),
             "direction_ratios": dict(zip(names, uv.direction_ratios.tolist())),
             "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
