@@ -6,10 +6,12 @@
 Five clients fine-tune LoRA (r = 4 on q_proj / v_proj) of the same tiny Llama (built from a
 config, nothing downloaded). Four start from the server's common LoRA initialisation and learn
 the same task; the fifth brings its own initialisation and a different task. Each saves its
-adapter with ``save_pretrained``; ``lowrank-fl adapters aggregate`` then writes one refined
-adapter per client and a summary, and the example loads a refined adapter back with
-``PeftModel.from_pretrained``, and writes them again truncated to rank 8 with ``--rank-out``
-(smaller files, the truncation error printed). It checks the detection against the truth (the fifth client
+adapter with ``save_pretrained``; ``lowrank-fl adapters aggregate`` then writes the split
+layout (``OUT/shared/``, the collaborative part of the refinement (9), once, and each client's
+own part ``OUT/<client>/``) and a summary; the example loads client0's refined update back
+with :func:`lowrank_fl.adapters.peft_load.load_split` (both parts active in one ``PeftModel``),
+and writes the outputs again as one merged adapter per client truncated to rank 8 with
+``--rank-out`` (the truncation error printed). It checks the detection against the truth (the fifth client
 flagged in every module, the four others kept in every module) and exits with status 1 and
 the reason if it is not.
 """
@@ -22,8 +24,9 @@ from pathlib import Path
 
 import torch
 import transformers
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import LoraConfig, get_peft_model
 
+from lowrank_fl.adapters.peft_load import load_split
 from lowrank_fl.cli import main as lowrank_fl
 
 VOCAB, K = 64, 5
@@ -68,10 +71,11 @@ def main(workdir: Path) -> None:
               f"lam_L {m['lam_L']:.3g}, lam_S {m['lam_S']:.3g}, gap {m['relative_gap']:.1e}")
         if m["benign"] != [True] * (K - 1) + [False]:
             wrong.append(name)
-    model = PeftModel.from_pretrained(base_model(), str(out / "client0"))
-    print("client0's refined adapter loads in PEFT:", type(model).__name__)
-    # the refined adapters have rank up to r + q' (q' <= sum of the clients' ranks), here 4 + 20:
-    # --rank-out truncates them by SVD and prints the largest relative error it made
+    model = load_split(base_model(), out, "client0")      # its own part + the shared part
+    print("client0's refined update loads in PEFT:", type(model).__name__,
+          "active adapters", model.base_model.active_adapters)
+    # merged, each client's adapter has rank up to r + q' (q' <= sum of the clients' ranks), here
+    # 4 + 20: --rank-out truncates them by SVD and prints the largest relative error it made
     lowrank_fl(["adapters", "aggregate", *map(str, clients), "--method", "clair", "--out",
                 str(workdir / "clair_r8"), "--rank-out", "8", "--overwrite", "--quiet"])
     if wrong:

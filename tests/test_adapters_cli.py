@@ -460,7 +460,8 @@ def test_names_default_unique_for_site_layout_and_override(src, tmp_path, capsys
     assert _run(["aggregate", *dirs, "--out", out, "--quiet"]) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["clients"] == ["site0_adapter", "site1_adapter", "site2_adapter"]
-    assert sorted(p.name for p in out.iterdir()) == sorted(s["clients"] + ["summary.json", ".lowrank-fl-output"])
+    # the split layout (default): each client's part and the shared adapter
+    assert sorted(p.name for p in out.iterdir()) == sorted(s["clients"] + ["shared", "summary.json", ".lowrank-fl-output"])
     out2 = tmp_path / "o2"
     assert _run(["aggregate", *dirs, "--out", out2, "--quiet", "--names", "a,b,c"]) == 0
     assert json.loads((out2 / "summary.json").read_text())["clients"] == ["a", "b", "c"]
@@ -492,9 +493,10 @@ def test_quiet_silences_per_client_lines_and_size_is_printed(src, tmp_path, caps
     assert "client_04" in lines[2] and "flagged" in lines[2]
     n_in = sum((p / f).stat().st_size for p in src
                for f in ("adapter_model.safetensors", "adapter_config.json"))
-    n_out = sum((out / p.name / f).stat().st_size for p in src
+    # the split layout (default): each client's part and the shared adapter
+    n_out = sum((out / name / f).stat().st_size for name in [p.name for p in src] + ["shared"]
                 for f in ("adapter_model.safetensors", "adapter_config.json"))
-    assert f"{n_out / 1000:.1f} kB in {K} adapter(s), {n_out / n_in:.1f}x the inputs' " \
+    assert f"{n_out / 1000:.1f} kB in {K + 1} adapter(s), {n_out / n_in:.1f}x the inputs' " \
            f"{n_in / 1000:.1f} kB; dtype float32 (the inputs' F32)" in lines[1]
     assert _run(["aggregate", *src, "--out", tmp_path / "o2"]) == 0
     text = capsys.readouterr().out
@@ -607,17 +609,20 @@ def test_float16_underflow_is_an_error_and_auto_falls_back_to_float32(tmp_path, 
               b_scale=1e-6, seed=2)
     dirs = write_synthetic_adapters(tmp_path / "in", dtype="float16", **kw)
     out = tmp_path / "o"
-    assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--dtype", "float16", "--jobs", "2"]) == 2
+    # the merged layout's refined factors (the split layout keeps the inputs' own values)
+    assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--dtype", "float16", "--jobs", "2",
+                 "--output", "merged"]) == 2
     _one_line_error(capsys, "client 'client_", "q_proj.lora_", "underflow float16", "above 0.01",
                     "--dtype float32")
     assert not out.exists()
     # auto (the inputs are float16): float32 instead, one note line, the --dtype float32 bytes
-    assert _run(["aggregate", *dirs, "--out", out, "--quiet"]) == 0
+    assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--output", "merged"]) == 0
     cap = capsys.readouterr()
     assert cap.err.count("\n") == 1 and cap.err.startswith("note: client '") and "writes float32" in cap.err
     assert "dtype float32 (the inputs' float16 cannot hold them)" in cap.out
     ref = tmp_path / "ref"
-    assert _run(["aggregate", *dirs, "--out", ref, "--quiet", "--dtype", "float32"]) == 0
+    assert _run(["aggregate", *dirs, "--out", ref, "--quiet", "--dtype", "float32",
+                 "--output", "merged"]) == 0
     for d in dirs:
         assert _dtypes(out / d.name) == {"F32"}
         got, want = (load_file(str(o / d.name / "adapter_model.safetensors")) for o in (out, ref))

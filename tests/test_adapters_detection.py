@@ -319,8 +319,9 @@ def test_directory_path_applies_the_same_decision(tmp_path, method, rule):
     src = write_synthetic_adapters(tmp_path / "in", n_clients=7, n_layers=2, modules=("q_proj", "v_proj"),
                                    shape=(20, 18), rank=3, contaminated=2, dtype="float32", seed=4)
     opts = ModuleOptions(method=method)
-    _, ref = aggregate_to_dir(load_adapters(src), opts, tmp_path / "out", client_rule=rule, progress=False)
-    got = aggregate_factors(load_adapters(src), opts, client_rule=rule)
+    _, ref = aggregate_to_dir(load_adapters(src), opts, tmp_path / "out", client_rule=rule, progress=False,
+                              output="split")
+    got = aggregate_factors(load_adapters(src), opts, client_rule=rule, output="split")
     for key in ("detection", "robust", "outputs"):
         assert got.summary.get(key) == ref.get(key), key
     for name in ref["outputs"]:
@@ -329,7 +330,7 @@ def test_directory_path_applies_the_same_decision(tmp_path, method, rule):
             assert np.array_equal(files[f"{m}.lora_A.weight"], A) and np.array_equal(files[f"{m}.lora_B.weight"], B)
     # the two-step directory path (aggregate, then write_outputs) writes the same files
     two = write_outputs(aggregate_adapters(load_adapters(src), opts, progress=False), tmp_path / "out2",
-                        client_rule=rule)
+                        client_rule=rule, output="split")
     for key in ("detection", "robust", "outputs"):
         assert two.get(key) == ref.get(key), key
     for name in ref["outputs"]:

@@ -31,17 +31,22 @@ def _from_files(paths):
     return clients
 
 
-@pytest.mark.parametrize("method,rule,rank_out", [("clair", "per-module", None),
-                                                   ("clair", "majority", None),
-                                                   ("clair", "any", 2),
-                                                   ("fedavg", "per-module", None),
-                                                   ("flexlora", "per-module", None)])
-def test_in_memory_equals_directory_bit_for_bit(src, tmp_path, method, rule, rank_out):
+@pytest.mark.parametrize("method,rule,rank_out,output", [("clair", "per-module", None, "merged"),
+                                                          ("clair", "majority", None, "merged"),
+                                                          ("clair", "any", 2, "merged"),
+                                                          ("clair", "pooled", None, "split"),
+                                                          ("clair", "per-module", None, "split"),
+                                                          ("fedavg", "per-module", None, "merged"),
+                                                          ("flexlora", "per-module", None, "merged")])
+def test_in_memory_equals_directory_bit_for_bit(src, tmp_path, method, rule, rank_out, output):
     opts = ModuleOptions(method=method, rank_out=rank_out)
+    weights = [1.0, 0.5, 1.0, 0.0, 1.0] if rule == "pooled" else None
     _, ref = aggregate_to_dir(load_adapters(src), opts, tmp_path / "out", client_rule=rule,
-                              progress=False)
-    got = aggregate_factors(_from_files(src), opts, client_rule=rule)
-    for key in ("method", "clients", "outputs", "client_benign", "rank_out_relative_error"):
+                              progress=False, output=output, shared_weights=weights)
+    got = aggregate_factors(_from_files(src), opts, client_rule=rule, output=output,
+                            shared_weights=weights)
+    for key in ("method", "clients", "outputs", "client_benign", "rank_out_relative_error",
+                "layout", "refinement_weights"):
         assert got.summary.get(key) == ref.get(key), key
     for m, a in ref["modules"].items():
         b = got.summary["modules"][m]

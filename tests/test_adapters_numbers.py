@@ -201,7 +201,8 @@ def test_streamed_outputs_follow_the_client_rule(partial, tmp_path, rule):
     projector on the full ΔW and refine_closed_form; excluded clients keep their own ΔW."""
     ad, opts, agg = partial
     out = tmp_path / rule
-    agg2, summary = aggregate_to_dir(ad, opts, out, client_rule=rule, progress=False)
+    agg2, summary = aggregate_to_dir(ad, opts, out, client_rule=rule, progress=False,
+                                     output="merged")
     decided = client_decision(agg.results, rule)
     for r in agg.results:
         f = ad.factors(r.name)
@@ -216,7 +217,7 @@ def test_streamed_outputs_follow_the_client_rule(partial, tmp_path, rule):
             assert np.linalg.norm(got - want) <= 2e-6 * np.linalg.norm(want), (rule, r.name, k)
     # the non-streamed path writes the same files
     out2 = tmp_path / (rule + "-2")
-    write_outputs(agg, out2, client_rule=rule)
+    write_outputs(agg, out2, client_rule=rule, output="merged")
     for name in ad.names:
         for m in ad.modules:
             np.testing.assert_allclose(_read_delta(out2 / name, m), _read_delta(out / name, m),

@@ -140,7 +140,8 @@ def test_clair_outputs_load_in_peft_as_the_refinement(clients, tmp_path):
     out = tmp_path / "clair"
     # the paper's per-module sets (8): each module's refinement is clair.fit's
     assert main(["adapters", "aggregate", *map(str, dirs), "--method", "clair", "--out",
-                 str(out), "--quiet", "--tol", "1e-10", "--client-rule", "per-module"]) == 0
+                 str(out), "--quiet", "--tol", "1e-10", "--client-rule", "per-module",
+                 "--output", "merged"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     K = len(dirs)
     models = [_deltas(peft.PeftModel.from_pretrained(_base(), str(out / f"client{k}")))

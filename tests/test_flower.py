@@ -104,7 +104,8 @@ def test_strategy_equals_aggregate_factors_and_the_cli(src, tmp_path):
     assert rec.participants == tuple(NODES)
     assert _timeless(rec.summary) == _timeless(ref.summary)
     # the directory CLI on the same adapters: every client's refined adapter bit for bit
-    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "merged")]) == 0
+    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "merged"),
+                 "--output", "merged"]) == 0
     cli = json.loads((tmp_path / "merged" / "summary.json").read_text())
     assert [m["benign"] for m in cli["modules"].values()] == [m["benign"] for m in rec.summary["modules"].values()]
     for k, node in enumerate(NODES):

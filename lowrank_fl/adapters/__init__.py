@@ -10,6 +10,8 @@ detect      the pooled client-level rule (our extension of (8)): robust scores o
 decision    summary.json's "detection" block and the CLI's closing sentence
 robust      krum / multikrum / median / trimmed-mean / geomed on the whole updates (reduced coords)
 stream      safetensors files written tensor by tensor; staged output directories
+split       the split layout: the shared part of (9) once, each client's own part, weights a_k
+peft_load   load a client's output (either layout) in PEFT (needs the peft extra)
 run         every module on joblib or dask; outputs written while solving, summary.json
 memory      the same aggregation on in-memory factors (client → module → (A, B, scaling)), no files
 cli         ``lowrank-fl adapters inspect|aggregate``

@@ -210,23 +210,30 @@ class ModuleResult:
     def n_outputs(self) -> int:
         return len(self.ranks) if self.method == "clair" else 1
 
-    def outputs(self, k: int, benign=None, rank_out: int | None = None):
+    def outputs(self, k: int, benign=None, rank_out: int | None = None, weight: float = 1.0):
         """Factors ``(B (out, rho), A (rho, in), relative truncation error)`` of output ``k``.
 
         ``benign``: the client set to refine with (CLAIR; default the module's own set (8)).
         ``rank_out``: truncate by SVD to this rank (the relative Frobenius error is returned).
+        ``weight``: ``a_k`` in [0, 1], how much of the refinement a collaborative client takes:
+        ``ΔW̃_k = ΔW_k (I - a_k (I - P_Â)) + a_k ΔW̄_Ĉ (I - P_Â)``, i.e.
+        ``U (M_k - a_k (M_k - M̄) (I - P′)) V^T``; 1 is (9), 0 the client's own adapter.
         """
         st = self.state
         if st.get("released"):
             raise RuntimeError(f"module {self.name!r}: its outputs were written and released "
                                "(aggregate_to_dir); aggregate again to build them")
+        if st.get("split_only"):
+            raise RuntimeError(f"module {self.name!r}: only the split layout's state was kept "
+                               "(lowrank_fl.adapters.split.keep_split_state)")
         if self.method != "clair":
             return _truncate(st["B"], st["A"], rank_out, st.get("core"))
+        a = check_in_interval(weight, "weight", 0.0, 1.0)
         b = np.asarray(self.benign if benign is None else benign, bool)
         key = tuple(b.tolist())
         U, V, Y, X, Z = st["U"], st["V"], st["Y"], st["X"], st["Z"]
         Mk = Y[k] @ X[k]                                # M_k = U^T ΔW_k V (q′, p′)
-        if not b[k]:                                    # excluded: keeps its own update
+        if not b[k] or a == 0:                          # excluded: keeps its own update
             if rank_out is None and k in st["own"]:
                 return st["own"][k][0], st["own"][k][1], 0.0
             return _factorize(U, Mk, V, rank_out)       # U M_k V^T = ΔW_k (exact reduction)
@@ -239,7 +246,14 @@ class ModuleResult:
         Mbar = mcache[key]
         if rank_out is not None:
             Mt = Mk @ (Z @ Z.T) + Mbar - Mbar @ (Z @ Z.T)
+            if a != 1:
+                Mt = (1 - a) * Mk + a * Mt
             return _factorize(U, Mt, V, rank_out)
+        if a != 1:       # B = [U, a U (M_k - M̄) Z], A = [(M_k - a (M_k - M̄)) V^T; (V Z)^T]
+            Dk = Mk - Mbar
+            Bk = np.hstack([U, U @ (a * (Dk @ Z)).astype(U.dtype)])
+            Ak = np.vstack([((Mk - a * Dk) @ V.T).astype(V.dtype), st["VZt"]])
+            return Bk, Ak, 0.0
         cache = st.setdefault("mean_cache", {})
         if key not in cache:                            # shared by every benign client
             cache.clear()
@@ -311,6 +325,7 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
                for k in range(K) if not res.benign[k]}
         res.state.update(U=U32, V=V32, Y=red.Y, X=red.X, own=own)
         res.state["VZt"] = (V32 @ res.state["Z"].astype(dt)).T.copy()
+        res.state["XZ"] = np.matmul(red.X, res.state["Z"])      # A_k V Z, for the split layout
     elif m == "fedavg":
         Mbar = lora.mean_product(red.X, red.Y)                 # (q′, p′), reduced exact mean
         B, A, _ = _factorize(U32, Mbar, V32, None)

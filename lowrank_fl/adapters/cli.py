@@ -5,7 +5,7 @@
     lowrank-fl adapters inspect DIR [DIR ...] [--names A,B,..] [--summary OUT/summary.json]
         [--figure FILE.png [--overwrite]]
     lowrank-fl adapters aggregate DIR [DIR ...] --method clair --out OUT [--names A,B,..]
-        [--rank-out R] [--rank R] [--lam-L X --lam-S Y]
+        [--output split|merged] [--rank-out R] [--rank R] [--lam-L X --lam-S Y]
         [--client-rule per-module|majority|any|pooled] [--energy E]
         [--byzantine F] (--method krum|multikrum|median|trimmed-mean|geomed: robust baselines)
         [--dtype auto|float32|float16|bfloat16] [--jobs N] [--scheduler ADDR]
@@ -33,6 +33,7 @@ from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, METHODS, ModuleOptions
 from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, StorageDtypeError, adapter_fingerprint,
                  check_distinct_dirs, input_dtype, load_adapters, stored_dtypes)
 from .reduce import reduce_module
+from .split import LAYOUTS
 
 _NAMES_HELP = ("comma-separated client names, one per DIR, in order (they name the output "
                "directories); default: the directory names, with parent directories added where "
@@ -73,10 +74,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="output directory: new or empty, or a previous lowrank-fl output with "
                           "--overwrite; never an input or a folder holding one")
     agg.add_argument("--names", default=None, help=_NAMES_HELP)
+    agg.add_argument("--output", default=None, choices=LAYOUTS,
+                     help="CLAIR's output layout: 'split' (default) writes OUT/shared/ (the "
+                          "collaborative part of (9), once) and each client's own part "
+                          "OUT/<client>/ (rank r_k), about twice the inputs' size at any K; "
+                          "'merged' one adapter per client holding (9) (rank up to r + sum of "
+                          "ranks: about K times the inputs; the default with --rank-out)")
     agg.add_argument("--rank-out", dest="rank_out", type=int, default=None,
-                     help="truncate every output adapter to this rank by SVD (error reported); "
-                          "CLAIR's outputs have rank up to r + min(sum of ranks, dims), so with K "
-                          "clients the files are about K times an input adapter without it")
+                     help="truncate every merged output adapter to this rank by SVD (error "
+                          "reported; implies --output merged)")
     agg.add_argument("--rank", type=int, default=None,
                      help="rank of P_A (CLAIR) / of FlexLoRA's SVD, at most min(out, in) of every "
                           "module; default the LoRA rank")
@@ -177,6 +183,12 @@ def run_aggregate(args) -> int:
     if args.client_rule is not None and args.method != "clair":
         print(f"warning: --client-rule {args.client_rule} is ignored: it decides CLAIR's refinement, "
               f"and --method {args.method} has none", file=sys.stderr)
+    if args.output is not None and args.method != "clair":
+        print(f"warning: --output {args.output} is ignored: it is the layout of CLAIR's per-client "
+              f"outputs, and --method {args.method} writes one adapter", file=sys.stderr)
+    if args.output == "split" and args.rank_out is not None and args.method == "clair":
+        raise ValueError("--rank-out truncates merged outputs: use --output merged with it (the "
+                         "split layout is exact at about twice the inputs' size)")
     args.client_rule = args.client_rule or DEFAULT_CLIENT_RULE
     adapters = _load(args)
     dtype = input_dtype(adapters) if args.dtype == "auto" else args.dtype
@@ -185,7 +197,8 @@ def run_aggregate(args) -> int:
         try:
             agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
                                             dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
-                                            scheduler=args.scheduler, progress=not args.quiet)
+                                            scheduler=args.scheduler, progress=not args.quiet,
+                                            output=args.output if args.method == "clair" else None)
         except StorageDtypeError as exc:
             if args.dtype != "auto" or dtype == "float32":
                 raise
@@ -194,7 +207,8 @@ def run_aggregate(args) -> int:
             fallback, dtype = dtype, "float32"
             agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
                                             dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
-                                            scheduler=args.scheduler, progress=not args.quiet)
+                                            scheduler=args.scheduler, progress=not args.quiet,
+                                            output=args.output if args.method == "clair" else None)
     except OSError as exc:
         if exc.filename is None or not _at_out(Path(exc.filename), out):
             raise
@@ -238,8 +252,11 @@ def run_aggregate(args) -> int:
            else f"the inputs hold {', '.join(tags)}")
     print(f"  output: {_size(n_out)} in {len(summary['outputs'])} adapter(s), "
           f"{n_out / n_in:.1f}x the inputs' {_size(n_in)}; dtype {dtype} ({why})"
-          + ("" if args.rank_out is not None or args.method != "clair" else
-             "; --rank-out R makes them smaller"))
+          + ("" if args.rank_out is not None or summary.get("layout") != "merged" else
+             "; the default --output split is exact at about twice the inputs")
+          + ("" if summary.get("layout") != "split" else
+             "; split layout: shared/ once and each client's own part (load both: "
+             "lowrank_fl.adapters.peft_load.load_split)"))
     if "robust" in summary:
         rb = summary["robust"]
         sel = "" if rb["selected"] is None else f"; selected {', '.join(rb['selected'])}"

@@ -29,7 +29,9 @@ import numpy as np
 from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, client_decision, refit_without
 from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_peft_type, check_plain_lora,
                  config_scaling)
-from .run import Aggregation, aggregate_adapters
+from .run import Aggregation, aggregate_adapters, resolve_layout
+from .split import SHARED, client_part, fold_weights, shared_part
+from .split import shared_weights as split_weights
 
 __all__ = ["MemoryClient", "FactorAggregation", "aggregate_factors", "adapter_set",
            "factors_from_state_dict"]
@@ -161,7 +163,8 @@ class FactorAggregation:
     outputs : dict
         ``{output: {module: (A (rho, in), B (out, rho), scaling)}}``, scaling 1.0 (folded into
         B). CLAIR: one output per client (its refined adapter (9), or its own when outside the
-        collaborative set); the other methods: ``"aggregated"``.
+        collaborative set; in the split layout its own part, and ``"shared"``); the other
+        methods: ``"aggregated"``.
     summary : dict
         The content of ``summary.json`` (method, clients, per-module sets, λ, certificates).
     aggregation : Aggregation
@@ -175,29 +178,56 @@ class FactorAggregation:
 
 def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions(), *,
                       client_rule: str = DEFAULT_CLIENT_RULE, jobs: int = 1, scheduler: str | None = None,
-                      progress: bool = False) -> FactorAggregation:
+                      progress: bool = False, output: str = "merged",
+                      shared_weights=None) -> FactorAggregation:
     """Aggregate in-memory clients ``{name: {module: (A, B, scaling)}}`` (or an
     :class:`AdapterSet`) module by module with ``options.method``.
 
-    ``client_rule``, ``jobs``, ``scheduler``: as in :func:`lowrank_fl.adapters.aggregate_to_dir`.
-    The outputs are those the directory path writes (same dtype: ``options.output_dtype``).
+    ``client_rule``, ``jobs``, ``scheduler``, ``shared_weights``: as in
+    :func:`lowrank_fl.adapters.aggregate_to_dir`. ``output``: CLAIR's layout, "merged" (default
+    here: one refined adapter per client) or "split" (each client's own part, and the shared
+    part under ``"shared"``; :mod:`lowrank_fl.adapters.split`). The outputs are those the
+    directory path writes (same dtype: ``options.output_dtype``).
     """
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
+    layout = resolve_layout(output, options)
     adapters = clients if isinstance(clients, AdapterSet) else adapter_set(clients)
-    agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress)
     clair = options.method == "clair"
+    split = clair and layout == "split"
+    if split and SHARED in adapters.names:
+        raise AdapterError(f"a client is named {SHARED!r}, the shared part's name in the split "
+                           "layout; rename it or use output='merged'")
+    weights = split_weights(shared_weights, adapters.names, adapters.modules) if clair else None
+    agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress)
     decided = client_decision(agg.results, client_rule) if clair and client_rule != "per-module" else None
     refit_without(agg.results, decided, options)
     names = adapters.names if clair else ["aggregated"]
-    outputs: dict = {n: {} for n in names}
+    outputs: dict = {n: {} for n in names + ([SHARED] if split else [])}
+    applied: dict = {n: {} for n in names}
     errors: dict = {}
+    dt = np.dtype(options.output_dtype)
     for r in agg.results:
+        b = np.asarray(r.benign if decided is None else decided, bool) if clair else None
+        f = adapters.factors(r.name) if split else None
         for k, name in enumerate(names):
-            B, A, err = r.outputs(k, benign=decided, rank_out=options.rank_out)
+            a = float(weights[r.name][k]) if clair else 1.0
+            if clair:
+                applied[name][r.name] = a if b[k] else 0.0
+            if split:
+                B, A = client_part(r, f, k, b, applied[name][r.name], dt)
+                outputs[name][r.name] = (A, B, 1.0)
+                continue
+            B, A, err = r.outputs(k, benign=decided, rank_out=options.rank_out, weight=a)
             outputs[name][r.name] = (A, B, 1.0)
             if options.rank_out is not None:
                 errors.setdefault(name, {})[r.name] = err
+        if split:
+            B, A = shared_part(r, f, b, dt)
+            outputs[SHARED][r.name] = (A, B, 1.0)
     summary = agg.summary(client_rule, errors if options.rank_out is not None else None)
-    summary["outputs"] = names
+    summary["outputs"] = list(outputs)
+    if clair:
+        summary["layout"] = layout
+        summary["refinement_weights"] = {n: fold_weights(applied[n]) for n in names}
     return FactorAggregation(outputs=outputs, summary=summary, aggregation=agg)

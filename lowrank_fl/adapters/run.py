@@ -8,7 +8,8 @@ depend on the backend (sequential, joblib processes, dask workers): identical re
 :func:`aggregate_to_dir` (what the CLI runs) writes each module's outputs into every output
 adapter as soon as the module is solved (:mod:`.stream`), so writing overlaps the other modules'
 solves and a module's output state is released once written; with ``client_rule`` "majority" or
-"any" the outputs depend on every module's set (8), so they are written after the last solve.
+"any" (or "pooled") the outputs depend on every module's set (8), so they are written after the
+last solve; the split layout keeps only a few hundred kB per module until then.
 """
 from __future__ import annotations
 
@@ -28,9 +29,12 @@ from .aggregate import (CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, Module
 from .decision import detection_summary
 from .io import AdapterSet, input_fingerprints
 from .robust import ROBUST_METHODS
+from .io import AdapterError
+from .split import (DEFAULT_LAYOUT, LAYOUTS, SHARED, client_part, fold_weights, keep_split_state,
+                    shared_part, shared_weights, write_manifest)
 from .stream import AdapterStreamWriter
 
-__all__ = ["Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs",
+__all__ = ["Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs", "resolve_layout",
            "available_cores", "worker_count"]
 
 
@@ -75,11 +79,15 @@ class Aggregation:
         return out
 
 
-def _task(adapters: AdapterSet, module: str, options: ModuleOptions) -> ModuleResult:
+def _task(adapters: AdapterSet, module: str, options: ModuleOptions,
+          state: str = "all") -> ModuleResult:
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
-        return aggregate_module(adapters.factors(module), options)
+        res = aggregate_module(adapters.factors(module), options)
+    if state == "split" and res.method == "clair":
+        keep_split_state(res)                 # a few hundred kB instead of the bases
+    return res
 
 
 def available_cores() -> int:
@@ -104,13 +112,13 @@ def worker_count(jobs: int | None, n_tasks: int, cores: int | None = None) -> in
     return max(1, min(want, n_tasks, cores))
 
 
-def _named_task(adapters, module, options):
-    return module, _task(adapters, module, options)
+def _named_task(adapters, module, options, state="all"):
+    return module, _task(adapters, module, options, state)
 
 
 def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: int = 1,
                        scheduler: str | None = None, progress: bool = True,
-                       on_result=None) -> Aggregation:
+                       on_result=None, state: str = "all") -> Aggregation:
     """Aggregate every module of ``adapters``.
 
     Parameters
@@ -125,7 +133,13 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
     on_result : callable, optional
         Called in this process with each :class:`ModuleResult` as it arrives (in completion
         order), e.g. to write it while the other modules solve.
+    state : {"all", "split"}
+        What each CLAIR result keeps for its outputs: everything (:meth:`ModuleResult.outputs`,
+        the merged layout) or only the split layout's small state
+        (:func:`lowrank_fl.adapters.split.keep_split_state`, dropped in the worker).
     """
+    if state not in ("all", "split"):
+        raise ValueError(f"state must be 'all' or 'split', got {state!r}")
     from tqdm.auto import tqdm
 
     check_rank(options, adapters.shapes)              # before any module is read
@@ -146,12 +160,12 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
         from distributed import Client, as_completed
 
         with Client(scheduler) as client:
-            futs = {client.submit(_task, adapters, m, options, pure=False): m for m in mods}
+            futs = {client.submit(_task, adapters, m, options, state, pure=False): m for m in mods}
             for fut in as_completed(futs):
                 arrived(futs[fut], fut.result())
     elif workers == 1:
         for m in mods:
-            arrived(m, _task(adapters, m, options))
+            arrived(m, _task(adapters, m, options, state))
     else:
         from joblib import Parallel, delayed, parallel_config
 
@@ -163,7 +177,7 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
             warnings.filterwarnings("ignore", message=r".*tasks which were still being processed",
                                     category=UserWarning)
             gen = Parallel(n_jobs=workers, return_as="generator_unordered")(
-                delayed(_named_task)(adapters, m, options) for m in mods)
+                delayed(_named_task)(adapters, m, options, state) for m in mods)
             try:
                 for m, r in gen:
                     arrived(m, r)
@@ -187,31 +201,83 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
                        workers=1 if scheduler is not None else workers, robust=robust)
 
 
-class _OutputWriters:
-    """One :class:`AdapterStreamWriter` per output adapter (CLAIR: per client; else one)."""
+def resolve_layout(output: str | None, options: ModuleOptions) -> str:
+    """The output layout (:data:`lowrank_fl.adapters.split.LAYOUTS`): ``output``, or by default
+    "split", except with ``options.rank_out`` (a truncation of merged outputs): "merged"."""
+    if output is None:
+        return "merged" if options.rank_out is not None else DEFAULT_LAYOUT
+    if output not in LAYOUTS:
+        raise ValueError(f"output must be one of {list(LAYOUTS)}, got {output!r}")
+    if output == "split" and options.rank_out is not None and options.method == "clair":
+        raise ValueError("rank_out truncates merged outputs; the split layout is exact at the "
+                         "inputs' size (use output='merged' with rank_out)")
+    return output
 
-    def __init__(self, adapters: AdapterSet, options: ModuleOptions, root: Path, dtype: str):
+
+class _OutputWriters:
+    """One :class:`AdapterStreamWriter` per output adapter (CLAIR: per client, and the shared
+    adapter in the split layout; else one)."""
+
+    def __init__(self, adapters: AdapterSet, options: ModuleOptions, root: Path, dtype: str,
+                 layout: str = "merged", weights=None):
         self.clair = options.method == "clair"
+        self.split = self.clair and layout == "split"
+        self.layout = layout if self.clair else None
+        self.adapters = adapters
         self.names = adapters.names if self.clair else ["aggregated"]
+        if self.split and SHARED in self.names:
+            raise AdapterError(f"a client is named {SHARED!r}, the shared adapter's directory in "
+                               "the split layout; rename it (--names) or use the merged layout")
+        self.weights = shared_weights(weights, adapters.names, adapters.modules) if self.clair else None
+        self.applied: dict = {n: {} for n in self.names}
+        self.part_dtype = np.dtype(options.output_dtype)
         self.rank_out = options.rank_out
         self.errors: dict = {}
+        self.root = root
         self.writers = [AdapterStreamWriter(root / name, adapters.clients[k if self.clair else 0].config,
                                             adapters.modules, dtype=dtype,
                                             label=f"client {name!r}" if self.clair else "aggregated output")
                         for k, name in enumerate(self.names)]
+        if self.split:
+            self.writers.append(AdapterStreamWriter(root / SHARED, adapters.clients[0].config,
+                                                    adapters.modules, dtype=dtype,
+                                                    label="the shared adapter"))
+
+    @property
+    def outputs(self) -> list:
+        return self.names + ([SHARED] if self.split else [])
 
     def write(self, r: ModuleResult, benign=None, release: bool = False) -> None:
-        for k, (name, w) in enumerate(zip(self.names, self.writers)):
-            B, A, err = r.outputs(k, benign=benign, rank_out=self.rank_out)
-            w.add(r.name, B, A)
-            if self.rank_out is not None:
-                self.errors.setdefault(name, {})[r.name] = err
+        if self.split:
+            self._write_split(r, benign)
+        else:
+            for k, (name, w) in enumerate(zip(self.names, self.writers)):
+                a = 1.0 if not self.clair else float(self.weights[r.name][k])
+                B, A, err = r.outputs(k, benign=benign, rank_out=self.rank_out, weight=a)
+                w.add(r.name, B, A)
+                if self.clair:
+                    self.applied[name][r.name] = a if _in_set(r, benign, k) else 0.0
+                if self.rank_out is not None:
+                    self.errors.setdefault(name, {})[r.name] = err
         if release:
             r.release()
+
+    def _write_split(self, r: ModuleResult, benign) -> None:
+        f = self.adapters.factors(r.name)             # read again: the state keeps no bases
+        b = np.asarray(r.benign if benign is None else benign, bool)
+        w = self.weights[r.name]
+        for k, name in enumerate(self.names):
+            a = float(w[k]) if b[k] else 0.0
+            self.writers[k].add(r.name, *client_part(r, f, k, b, a, self.part_dtype))
+            self.applied[name][r.name] = a
+        self.writers[-1].add(r.name, *shared_part(r, f, b, self.part_dtype))
 
     def close(self) -> None:
         for w in self.writers:
             w.close()
+        if self.split:
+            for name in self.names:
+                write_manifest(self.root / name, name, self.applied[name])
 
     def __enter__(self):
         return self
@@ -223,12 +289,21 @@ class _OutputWriters:
         return False
 
 
+def _in_set(r: ModuleResult, benign, k: int) -> bool:
+    return bool((r.benign if benign is None else benign)[k])
+
+
 def _finish(agg: Aggregation, writers: _OutputWriters, staged: OutputDir, client_rule: str,
             dtype: str) -> dict:
     writers.close()
     summary = agg.summary(client_rule, writers.errors if writers.rank_out is not None else None)
-    summary["outputs"] = writers.names
+    summary["outputs"] = writers.outputs
     summary["dtype"] = dtype
+    if writers.clair:
+        summary["layout"] = writers.layout
+        # a_k per client actually applied (0 where outside a module's set), one number when the
+        # same in every module; in the split layout the weight of OUT/shared in the client's sum
+        summary["refinement_weights"] = {n: fold_weights(writers.applied[n]) for n in writers.names}
     fingerprints = input_fingerprints(agg.adapters)
     if fingerprints is not None:              # inspect --summary checks it is these inputs' run
         summary["input_sha256"] = fingerprints
@@ -245,7 +320,8 @@ def _output_dir(out, overwrite: bool, adapters: AdapterSet) -> OutputDir:
 def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
                      client_rule: str = DEFAULT_CLIENT_RULE, dtype: str = "float32",
                      overwrite: bool = False, jobs: int = 1, scheduler: str | None = None,
-                     progress: bool = True) -> tuple[Aggregation, dict]:
+                     progress: bool = True, output: str | None = None,
+                     shared_weights=None) -> tuple[Aggregation, dict]:
     """:func:`aggregate_adapters` and :func:`write_outputs` in one pass, writing while solving.
 
     Same outputs, summary and arguments as the two calls; ``out`` is written through
@@ -256,12 +332,14 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
     """
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
+    layout = resolve_layout(output, options)
     stream = options.method not in ROBUST_METHODS and (options.method != "clair"
                                                          or client_rule == "per-module")
     with _output_dir(out, overwrite, adapters) as staged, \
-            _OutputWriters(adapters, options, staged.dir, dtype) as writers:
+            _OutputWriters(adapters, options, staged.dir, dtype, layout, shared_weights) as writers:
         agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress,
-                                 on_result=(lambda r: writers.write(r, release=True)) if stream else None)
+                                 on_result=(lambda r: writers.write(r, release=True)) if stream else None,
+                                 state="split" if writers.split else "all")
         if not stream:
             decided = client_decision(agg.results, client_rule) if options.method == "clair" else None
             refit_without(agg.results, decided, options)
@@ -271,19 +349,26 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
 
 
 def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RULE,
-                  dtype: str = "float32", overwrite: bool = False) -> dict:
+                  dtype: str = "float32", overwrite: bool = False, output: str | None = None,
+                  shared_weights=None) -> dict:
     """Write ``OUT/<client>/`` (CLAIR) or ``OUT/aggregated/`` and ``OUT/summary.json``.
 
-    Returns the summary dict. With ``options.rank_out`` every output is truncated by SVD and
-    the relative Frobenius error of each (output, module) is in the summary. ``out`` is written
-    as in :func:`aggregate_to_dir`.
+    Returns the summary dict. CLAIR's ``output`` layout (:data:`lowrank_fl.adapters.split.LAYOUTS`,
+    :func:`resolve_layout`): "split" (default) writes ``OUT/shared/`` once and each client's own
+    part (:mod:`lowrank_fl.adapters.split`), "merged" one adapter per client holding (9).
+    ``shared_weights``: the weights ``a_k`` in [0, 1] of the refinement (default 1: (9); forms in
+    :func:`lowrank_fl.adapters.split.shared_weights`). With ``options.rank_out`` (merged only)
+    every output is truncated by SVD and the relative Frobenius error of each (output, module) is
+    in the summary. ``out`` is written as in :func:`aggregate_to_dir`.
     """
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
+    layout = resolve_layout(output, agg.options)
     decided = client_decision(agg.results, client_rule) if agg.options.method == "clair" else None
     refit_without(agg.results, decided, agg.options)
     with _output_dir(out, overwrite, agg.adapters) as staged, \
-            _OutputWriters(agg.adapters, agg.options, staged.dir, dtype) as writers:
+            _OutputWriters(agg.adapters, agg.options, staged.dir, dtype, layout,
+                           shared_weights) as writers:
         for r in agg.results:
             writers.write(r, benign=decided)
         return _finish(agg, writers, staged, client_rule, dtype)

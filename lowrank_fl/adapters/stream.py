@@ -109,11 +109,20 @@ def _check_product_change(module: str, B: np.ndarray, A: np.ndarray, dtype: str)
         Bs, As = stored_values(B, dtype), stored_values(A, dtype)
         if not (np.all(np.isfinite(Bs)) and np.all(np.isfinite(As))):
             return                                   # overflow: storage_array names the tensor
+        # first a bound from the (ρ x ρ) Grams (a quarter of the exact check's work):
+        # ||Bs As - B A|| <= ||dB|| ||A||_2 + ||B||_2 ||dA|| + ||dB|| ||dA||; the exact error
+        # only when the bound exceeds the limit (the same decision either way)
+        GB, GA = B.T @ B, A @ A.T
+        ref2 = float(np.sum(GB * GA))
+        if ref2 <= 0:
+            return
+        dB, dA = float(np.linalg.norm(Bs - B)), float(np.linalg.norm(As - A))
+        nA2 = math.sqrt(max(float(np.linalg.eigvalsh(GA)[-1]), 0.0))
+        nB2 = math.sqrt(max(float(np.linalg.eigvalsh(GB)[-1]), 0.0))
+        if (dB * nA2 + nB2 * dA + dB * dA) <= STORAGE_REL_ERROR * math.sqrt(ref2):
+            return
         Bc, Ac = np.hstack([Bs, B]), np.vstack([As, -A])
         err2 = float(np.sum((Bc.T @ Bc) * (Ac @ Ac.T)))
-        ref2 = float(np.sum((B.T @ B) * (A @ A.T)))
-    if ref2 <= 0:
-        return
     rel = math.sqrt(max(err2, 0.0) / ref2)
     if rel > STORAGE_REL_ERROR:
         worse = max((("lora_A", A, As), ("lora_B", B, Bs)), key=lambda t: _rel_change(t[1], t[2]))
