@@ -6,7 +6,11 @@ io          read PEFT adapter directories (safetensors numpy API, lazily), check
 reduce      the exact joint-subspace reduction of program (7), (8), (9) (proof in its docstring)
 tuning      automatic scale-equivariant λ_L, λ_S (§7 scalings, rank-band rule)
 aggregate   clair / fedavg / fedavg-factors / ffa / flexlora / robust baselines on one module
+updates     the clients' raw updates through their Gram matrices (norms, directions, row-space shares)
 detect      the pooled client-level rule (our extension of (8)): robust scores over all modules
+detect_updates  the update rule (default): direction, row-space share and size of each update
+noharm      how far a collaborating client moves toward the others (agreement weights)
+plan        the refinement decided after every module: target, weights, refit, its summary
 decision    summary.json's "detection" block and the CLI's closing sentence
 robust      krum / multikrum / median / trimmed-mean / geomed on the whole updates (reduced coords)
 stream      safetensors files written tensor by tensor; staged output directories
@@ -23,9 +27,10 @@ from .tuning import Lambdas, auto_lambdas
 from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, METHODS, ModuleOptions, ModuleResult, aggregate_module
 from .run import Aggregation, aggregate_adapters, aggregate_to_dir, write_outputs
 from .memory import FactorAggregation, aggregate_factors, factors_from_state_dict
+from .noharm import DEFAULT_REFINE, REFINE
 
 __all__ = ["AdapterError", "AdapterSet", "ModuleFactors", "load_adapters", "save_adapter",
            "ReducedModule", "reduce_module", "pair_blocks", "Lambdas", "auto_lambdas",
            "METHODS", "CLIENT_RULES", "DEFAULT_CLIENT_RULE", "ModuleOptions", "ModuleResult", "aggregate_module",
            "Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs",
-           "FactorAggregation", "aggregate_factors", "factors_from_state_dict"]
+           "FactorAggregation", "aggregate_factors", "factors_from_state_dict", "REFINE", "DEFAULT_REFINE"]

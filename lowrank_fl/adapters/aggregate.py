@@ -439,13 +439,14 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
                      warnings=[str(c.message) for c in caught])
 
 
-def refit_without(results, decided, options: ModuleOptions) -> None:
+def refit_without(results, decided, options: ModuleOptions, factors=None) -> None:
     """Re-solve (7) of every CLAIR module on the contrasts of the clients ``decided`` keeps
     (bool (K,); None: nothing to do) and give the module that ``P_Â`` for refinement (9), so that a
     flagged client does not steer what the others receive: the output is then that of a run
     without the flagged clients (same reduced coordinates, which contain theirs). Each module's
     detection evidence (sets (8), block norms, Gram) stays that of all clients; ``refit`` records
-    the second solve (status, gap, iterations, λ)."""
+    the second solve (status, gap, iterations, λ). ``factors``: ``module -> ModuleFactors``, to
+    reduce a module again whose state keeps no coordinates (the split layout's)."""
     if decided is None:
         return
     keep = np.asarray(decided, bool)
@@ -455,17 +456,26 @@ def refit_without(results, decided, options: ModuleOptions) -> None:
         st = res.state
         if res.method != "clair" or st.get("released"):
             continue
-        sub = ReducedModule(U=st["U"], V=st["V"], Y=st["Y"][keep], X=st["X"][keep],
-                            discarded=res.discarded)
+        if "Y" in st:
+            red = ReducedModule(U=st["U"], V=st["V"], Y=st["Y"], X=st["X"], discarded=res.discarded)
+        elif factors is not None:
+            red = reduce_module(factors(res.name), energy=options.energy)
+        else:
+            raise ValueError(f"module {res.name!r}: its state keeps no coordinates; pass factors= "
+                             "to re-read it")
+        sub = ReducedModule(U=red.U, V=red.V, Y=red.Y[keep], X=red.X[keep], discarded=res.discarded)
         # what _clair reads of the module's factors: the name, the client count and ranks
         stub = SimpleNamespace(name=res.name, A=[None] * int(keep.sum()),
                                ranks=[r for r, k in zip(res.ranks, keep) if k])
         tmp = ModuleResult(name=res.name, method="clair", shape=res.shape, ranks=stub.ranks,
                            reduced_dims=res.reduced_dims, discarded=res.discarded)
         _clair(stub, sub, options, tmp)
-        st["Z"] = tmp.state["Z"]
-        res.gram_outside = update_gram(st["Y"], st["X"] - (st["X"] @ st["Z"]) @ st["Z"].T)
-        st["VZt"] = (st["V"] @ st["Z"].astype(st["V"].dtype)).T.copy()
+        Z = tmp.state["Z"]
+        dt = np.dtype(options.output_dtype)
+        st["Z"] = Z
+        st["VZt"] = (np.asarray(red.V, dt) @ Z.astype(dt)).T.copy()
+        st["XZ"] = np.matmul(red.X, Z)
+        res.gram_outside = update_gram(red.Y, red.X - (red.X @ Z) @ Z.T)
         st.pop("mean_cache", None)
         st.pop("mbar_cache", None)
         res.refit = {"excluded": [k for k in range(len(keep)) if not keep[k]], "status": tmp.status,

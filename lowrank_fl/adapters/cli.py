@@ -6,7 +6,8 @@
         [--figure FILE.png [--overwrite]]
     lowrank-fl adapters aggregate DIR [DIR ...] --method clair --out OUT [--names A,B,..]
         [--output split|merged] [--rank-out R] [--rank R] [--lam-L X --lam-S Y]
-        [--client-rule per-module|majority|any|pooled] [--energy E]
+        [--client-rule per-module|majority|any|pooled|updates] [--refine agreement|paper|own]
+        [--energy E]
         [--byzantine F] (--method krum|multikrum|median|trimmed-mean|geomed: robust baselines)
         [--dtype auto|float32|float16|bfloat16] [--jobs N] [--scheduler ADDR]
         [--overwrite] [--quiet]
@@ -34,6 +35,7 @@ from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, StorageDtypeError, ada
                  check_distinct_dirs, input_dtype, load_adapters, stored_dtypes)
 from .reduce import reduce_module
 from .split import LAYOUTS
+from .noharm import DEFAULT_REFINE, REFINE
 
 _NAMES_HELP = ("comma-separated client names, one per DIR, in order (they name the output "
                "directories); default: the directory names, with parent directories added where "
@@ -93,6 +95,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
     agg.add_argument("--client-rule", dest="client_rule", default=None,
                      choices=CLIENT_RULES, help=_RULE_HELP + f" (default {DEFAULT_CLIENT_RULE}; --method clair only)")
+    agg.add_argument("--refine", default=None, choices=REFINE,
+                     help="how collaborating clients are refined (--method clair): 'agreement' "
+                          "(default: each moves toward the collaborative mean by its agreement with "
+                          "the others; never far where nobody agrees), 'paper' ((9) exactly), 'own' "
+                          "(everyone keeps its adapter)")
     agg.add_argument("--byzantine", type=int, default=None,
                      help="f, the Byzantine clients krum/multikrum/trimmed-mean tolerate "
                           "(default floor((K-3)/2))")
@@ -189,7 +196,11 @@ def run_aggregate(args) -> int:
     if args.output == "split" and args.rank_out is not None and args.method == "clair":
         raise ValueError("--rank-out truncates merged outputs: use --output merged with it (the "
                          "split layout is exact at about twice the inputs' size)")
+    if args.refine is not None and args.method != "clair":
+        print(f"warning: --refine {args.refine} is ignored: it is CLAIR's refinement, and --method "
+              f"{args.method} has none", file=sys.stderr)
     args.client_rule = args.client_rule or DEFAULT_CLIENT_RULE
+    args.refine = args.refine or DEFAULT_REFINE
     adapters = _load(args)
     dtype = input_dtype(adapters) if args.dtype == "auto" else args.dtype
     fallback = None
@@ -198,7 +209,8 @@ def run_aggregate(args) -> int:
             agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
                                             dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
                                             scheduler=args.scheduler, progress=not args.quiet,
-                                            output=args.output if args.method == "clair" else None)
+                                            output=args.output if args.method == "clair" else None,
+                                            refine=args.refine)
         except StorageDtypeError as exc:
             if args.dtype != "auto" or dtype == "float32":
                 raise
@@ -208,7 +220,8 @@ def run_aggregate(args) -> int:
             agg, summary = aggregate_to_dir(adapters, options, out, client_rule=args.client_rule,
                                             dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
                                             scheduler=args.scheduler, progress=not args.quiet,
-                                            output=args.output if args.method == "clair" else None)
+                                            output=args.output if args.method == "clair" else None,
+                                            refine=args.refine)
     except OSError as exc:
         if exc.filename is None or not _at_out(Path(exc.filename), out):
             raise
@@ -265,6 +278,10 @@ def run_aggregate(args) -> int:
         from .decision import detection_sentence
 
         print(detection_sentence(summary["detection"]))
+    if "refinement" in summary:
+        from .decision import refinement_sentence
+
+        print(refinement_sentence(summary["refinement"]))
     return 0
 
 

@@ -28,7 +28,7 @@ from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence
 from .detect_updates import update_evidence
 
-__all__ = ["detection_summary", "detection_sentence"]
+__all__ = ["detection_summary", "detection_sentence", "refinement_sentence"]
 
 
 def _min_gap_ratio() -> float:
@@ -214,3 +214,23 @@ def detection_sentence(det: dict) -> str:
             "any": "in every module (excluded by at least one module's set (8))"}[rule]
     return (f"flagged {', '.join(det['flagged'])} {what}: {ev} ({n_sep} module(s) separated; "
             f"{pooled}).")
+
+
+def refinement_sentence(ref: dict) -> str:
+    """One sentence on what the collaborating clients received (``summary.json["refinement"]``):
+    how far each output is from the client's own adapter and why."""
+    clients = ref["clients"]
+    moved = {n: c for n, c in clients.items() if c["weight"] > 0}
+    if ref["mode"] == "own":
+        return "refinement: refine='own', every client keeps its own adapter."
+    if not moved:
+        agree = [c["agreement"] for c in clients.values() if c["agreement"] is not None]
+        top = f" (largest agreement {max(agree):.3f})" if agree else ""
+        return ("refinement: every client keeps its own adapter: no collaborating client's update "
+                f"agrees with the others' mean{top}, so averaging could only replace what it learned.")
+    parts = ", ".join(f"{n} {c['relative_change']:.1%}" for n, c in moved.items())
+    kept = [n for n, c in clients.items() if c["weight"] == 0]
+    target = ref["target"]
+    tail = f"; {', '.join(kept)} keep their own adapters" if kept else ""
+    return (f"refinement ({ref['mode']}, toward {target}): relative change of each output from the "
+            f"client's own adapter: {parts}{tail} (summary.json: refinement).")

@@ -26,7 +26,8 @@ from typing import Mapping
 
 import numpy as np
 
-from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, client_decision, refit_without
+from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, client_decision
+from .plan import DEFAULT_REFINE, apply_refinement, check_refine, refinement_summary
 from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_peft_type, check_plain_lora,
                  config_scaling)
 from .run import Aggregation, aggregate_adapters, resolve_layout
@@ -179,11 +180,11 @@ class FactorAggregation:
 def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions(), *,
                       client_rule: str = DEFAULT_CLIENT_RULE, jobs: int = 1, scheduler: str | None = None,
                       progress: bool = False, output: str = "merged",
-                      shared_weights=None) -> FactorAggregation:
+                      shared_weights=None, refine: str = DEFAULT_REFINE) -> FactorAggregation:
     """Aggregate in-memory clients ``{name: {module: (A, B, scaling)}}`` (or an
     :class:`AdapterSet`) module by module with ``options.method``.
 
-    ``client_rule``, ``jobs``, ``scheduler``, ``shared_weights``: as in
+    ``client_rule``, ``jobs``, ``scheduler``, ``shared_weights``, ``refine``: as in
     :func:`lowrank_fl.adapters.aggregate_to_dir`. ``output``: CLAIR's layout, "merged" (default
     here: one refined adapter per client) or "split" (each client's own part, and the shared
     part under ``"shared"``; :mod:`lowrank_fl.adapters.split`). The outputs are those the
@@ -198,10 +199,15 @@ def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions()
     if split and SHARED in adapters.names:
         raise AdapterError(f"a client is named {SHARED!r}, the shared part's name in the split "
                            "layout; rename it or use output='merged'")
-    weights = split_weights(shared_weights, adapters.names, adapters.modules) if clair else None
+    check_refine(refine)
     agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress)
     decided = client_decision(agg.results, client_rule) if clair and client_rule != "per-module" else None
-    refit_without(agg.results, decided, options)
+    weights = refinement = None
+    if clair:
+        planned = apply_refinement(agg.results, decided, options, refine, factors=adapters.factors)
+        weights = split_weights(planned if shared_weights is None else shared_weights, adapters.names,
+                                adapters.modules)
+        refinement = refinement_summary(agg.results, decided, adapters.names, refine, weights)
     names = adapters.names if clair else ["aggregated"]
     outputs: dict = {n: {} for n in names + ([SHARED] if split else [])}
     applied: dict = {n: {} for n in names}
@@ -230,4 +236,5 @@ def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions()
     if clair:
         summary["layout"] = layout
         summary["refinement_weights"] = {n: fold_weights(applied[n]) for n in names}
+        summary["refinement"] = refinement
     return FactorAggregation(outputs=outputs, summary=summary, aggregation=agg)

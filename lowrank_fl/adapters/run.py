@@ -25,7 +25,8 @@ import numpy as np
 from ..outdir import OutputDir
 from ..parent_watch import exit_with_parent
 from .aggregate import (CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, ModuleResult, aggregate_module, apply_robust,
-                        check_rank, client_decision, refit_without)
+                        check_rank, client_decision)
+from .plan import DEFAULT_REFINE, apply_refinement, check_refine, refinement_summary
 from .decision import detection_summary
 from .io import AdapterSet, input_fingerprints
 from .robust import ROBUST_METHODS
@@ -293,10 +294,26 @@ def _in_set(r: ModuleResult, benign, k: int) -> bool:
     return bool((r.benign if benign is None else benign)[k])
 
 
+def _plan(agg: Aggregation, decided, refine: str, shared_weights, writers) -> dict | None:
+    """The refinement (:mod:`.plan`) of a CLAIR aggregation: prepares the modules' states, hands
+    the writers their weights (unless ``shared_weights`` were given) and returns the summary's
+    ``refinement`` section."""
+    if agg.options.method != "clair":
+        return None
+    weights = apply_refinement(agg.results, decided, agg.options, refine, factors=agg.adapters.factors)
+    if shared_weights is None:
+        writers.weights = weights
+    else:
+        weights = writers.weights
+    return refinement_summary(agg.results, decided, agg.adapters.names, refine, weights)
+
+
 def _finish(agg: Aggregation, writers: _OutputWriters, staged: OutputDir, client_rule: str,
-            dtype: str) -> dict:
+            dtype: str, refinement: dict | None = None) -> dict:
     writers.close()
     summary = agg.summary(client_rule, writers.errors if writers.rank_out is not None else None)
+    if refinement is not None:
+        summary["refinement"] = refinement
     summary["outputs"] = writers.outputs
     summary["dtype"] = dtype
     if writers.clair:
@@ -321,7 +338,7 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
                      client_rule: str = DEFAULT_CLIENT_RULE, dtype: str = "float32",
                      overwrite: bool = False, jobs: int = 1, scheduler: str | None = None,
                      progress: bool = True, output: str | None = None,
-                     shared_weights=None) -> tuple[Aggregation, dict]:
+                     shared_weights=None, refine: str = DEFAULT_REFINE) -> tuple[Aggregation, dict]:
     """:func:`aggregate_adapters` and :func:`write_outputs` in one pass, writing while solving.
 
     Same outputs, summary and arguments as the two calls; ``out`` is written through
@@ -333,42 +350,52 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     layout = resolve_layout(output, options)
+    check_refine(refine)
+    # the agreement weights need every module's Gram, and a client-level rule every module's evidence
     stream = options.method not in ROBUST_METHODS and (options.method != "clair"
-                                                         or client_rule == "per-module")
+                                                         or (client_rule == "per-module"
+                                                             and refine != "agreement"))
+    if stream and options.method == "clair" and shared_weights is None and refine == "own":
+        shared_weights = 0.0
     with _output_dir(out, overwrite, adapters) as staged, \
             _OutputWriters(adapters, options, staged.dir, dtype, layout, shared_weights) as writers:
         agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress,
                                  on_result=(lambda r: writers.write(r, release=True)) if stream else None,
                                  state="split" if writers.split else "all")
+        refinement = None
         if not stream:
             decided = client_decision(agg.results, client_rule) if options.method == "clair" else None
-            refit_without(agg.results, decided, options)
+            refinement = _plan(agg, decided, refine, shared_weights, writers)
             for r in agg.results:
                 writers.write(r, benign=decided, release=True)
-        return agg, _finish(agg, writers, staged, client_rule, dtype)
+        return agg, _finish(agg, writers, staged, client_rule, dtype, refinement)
 
 
 def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RULE,
                   dtype: str = "float32", overwrite: bool = False, output: str | None = None,
-                  shared_weights=None) -> dict:
+                  shared_weights=None, refine: str = DEFAULT_REFINE) -> dict:
     """Write ``OUT/<client>/`` (CLAIR) or ``OUT/aggregated/`` and ``OUT/summary.json``.
 
     Returns the summary dict. CLAIR's ``output`` layout (:data:`lowrank_fl.adapters.split.LAYOUTS`,
     :func:`resolve_layout`): "split" (default) writes ``OUT/shared/`` once and each client's own
     part (:mod:`lowrank_fl.adapters.split`), "merged" one adapter per client holding (9).
-    ``shared_weights``: the weights ``a_k`` in [0, 1] of the refinement (default 1: (9); forms in
-    :func:`lowrank_fl.adapters.split.shared_weights`). With ``options.rank_out`` (merged only)
+    ``refine``: how collaborating clients are refined (:mod:`lowrank_fl.adapters.plan`):
+    "agreement" (default: toward the collaborative mean by each client's agreement with the
+    others), "paper" ((9) exactly, ``P_Â`` re-estimated without flagged clients), "own".
+    ``shared_weights``: explicit weights ``a_k`` in [0, 1] instead of ``refine``'s (forms in
+    :func:`lowrank_fl.adapters.split.shared_weights`; 1 is the full move to the target). With ``options.rank_out`` (merged only)
     every output is truncated by SVD and the relative Frobenius error of each (output, module) is
     in the summary. ``out`` is written as in :func:`aggregate_to_dir`.
     """
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     layout = resolve_layout(output, agg.options)
+    check_refine(refine)
     decided = client_decision(agg.results, client_rule) if agg.options.method == "clair" else None
-    refit_without(agg.results, decided, agg.options)
     with _output_dir(out, overwrite, agg.adapters) as staged, \
             _OutputWriters(agg.adapters, agg.options, staged.dir, dtype, layout,
                            shared_weights) as writers:
+        refinement = _plan(agg, decided, refine, shared_weights, writers)
         for r in agg.results:
             writers.write(r, benign=decided)
-        return _finish(agg, writers, staged, client_rule, dtype)
+        return _finish(agg, writers, staged, client_rule, dtype, refinement)

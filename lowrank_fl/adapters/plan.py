@@ -1,0 +1,104 @@
+"""What each client receives, decided once every module is solved: the collaborative set, the
+refinement target and each client's weight ``a_k`` (:mod:`.noharm`), with the evidence.
+
+``refine="agreement"`` (default): target the collaborative mean (``P_Â = 0`` in (9)'s formula),
+weights from each client's agreement with the others; ``"paper"``: (9) exactly, ``a_k = 1``, with
+``P_Â`` re-estimated without the flagged clients (:func:`lowrank_fl.adapters.aggregate.refit_without`)
+so that they do not steer it; ``"own"``: every client keeps its adapter.
+``summary.json["refinement"]`` reports per client its weight, its agreement, how far its output
+is from its own adapter (relative Frobenius change over the whole adapter) and how far the full
+move would take it, and why.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .aggregate import refit_without
+from .noharm import DEFAULT_REFINE, REFINE, agreement, refine_weights, relative_changes
+
+__all__ = ["REFINE", "DEFAULT_REFINE", "check_refine", "apply_refinement", "refinement_summary"]
+
+
+def check_refine(refine: str) -> str:
+    if refine not in REFINE:
+        raise ValueError(f"refine must be one of {list(REFINE)}, got {refine!r}")
+    return refine
+
+
+def _set(results, decided) -> np.ndarray:
+    """The client-level collaborative set: ``decided``, or (per-module rule) the clients every
+    module keeps."""
+    if decided is not None:
+        return np.asarray(decided, bool)
+    return np.array([r.benign for r in results], bool).all(axis=0)
+
+
+def _target_mean(res) -> None:
+    """Make the module's refinement target the collaborative mean: (9)'s formula with ``P_Â = 0``
+    (an empty ``Z``); ``Z_solve`` keeps the solve's own for the record."""
+    st = res.state
+    if "Z" not in st or st.get("target") == "mean":
+        return
+    st["Z_solve"] = st["Z"]
+    st["Z"] = st["Z"][:, :0]
+    if "XZ" in st:
+        st["XZ"] = st["XZ"][..., :0]
+    if "VZt" in st:
+        st["VZt"] = st["VZt"][:0]
+    st.pop("mean_cache", None)
+    st.pop("mbar_cache", None)
+    st["target"] = "mean"
+
+
+def apply_refinement(results, decided, options, refine: str = DEFAULT_REFINE, factors=None) -> dict:
+    """Prepare every CLAIR module's state for ``refine`` and return the weights
+    ``{module: (K,) a_k}`` the writers apply (0 outside a module's set is applied by them).
+    ``factors``: a callable ``module -> ModuleFactors`` to re-read a module whose state keeps no
+    coordinates (the split layout), needed by ``"paper"`` with flagged clients."""
+    check_refine(refine)
+    clair = [r for r in results if r.method == "clair"]
+    if not clair:
+        return {}
+    b = _set(clair, decided)
+    grams = np.array([r.gram for r in clair], float)
+    a = refine_weights(grams, b, refine)
+    if refine == "paper":
+        refit_without(clair, decided, options, factors=factors)
+    elif refine == "agreement":
+        for r in clair:
+            _target_mean(r)
+    return {r.name: a.copy() for r in clair}
+
+
+def refinement_summary(results, decided, names, refine: str, weights: dict) -> dict:
+    """``summary.json["refinement"]``: the mode and, per client, ``weight`` (a_k), ``agreement``
+    (cos with the others' mean; None outside the set), ``relative_change`` (applied) and
+    ``full_change`` (with ``a_k = 1``) over the whole adapter, and ``why``."""
+    clair = [r for r in results if r.method == "clair"]
+    b = _set(clair, decided)
+    grams = np.array([r.gram for r in clair], float)
+    cos = agreement(grams, b)
+    a = np.mean([weights[r.name] for r in clair], axis=0) if clair else np.zeros(len(names))
+    if refine == "paper":
+        go = np.array([r.gram_outside for r in clair], float)
+    else:
+        go = grams
+    applied, full = relative_changes(grams, go, b, a)
+    per = {}
+    for k, n in enumerate(names):
+        if not b[k]:
+            why = "outside the collaborative set: keeps its own adapter"
+        elif refine == "own":
+            why = "refine='own': keeps its own adapter"
+        elif refine == "paper":
+            why = "refine='paper': (9) exactly"
+        elif a[k] == 0:
+            why = (f"its update does not agree with the others' mean (cosine {cos[k]:.3f}): keeps its "
+                   "own adapter")
+        else:
+            why = (f"moved {a[k]:.3f} of the way to the collaborative mean: its agreement (cosine) with "
+                   "the others' mean")
+        per[n] = {"weight": float(a[k]), "agreement": None if np.isnan(cos[k]) else float(cos[k]),
+                  "relative_change": float(applied[k]), "full_change": float(full[k]), "why": why}
+    return {"mode": refine, "target": {"agreement": "collaborative mean", "paper": "(9)",
+                                       "own": "own adapter"}[refine], "clients": per}
