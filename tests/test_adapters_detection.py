@@ -13,7 +13,7 @@ from safetensors.numpy import load_file
 
 from lowrank_fl.adapters import (ModuleOptions, aggregate_adapters, aggregate_factors, aggregate_to_dir,
                                  load_adapters, write_outputs)
-from lowrank_fl.adapters.decision import detection_sentence
+from lowrank_fl.adapters.decision import detection_sentence, refinement_sentence
 from lowrank_fl.adapters.detect import (POOLED_MIN_RATIO, pooled_flags, pooled_ratios, pooled_scores,
                                         pooled_threshold, robust_z)
 from lowrank_fl.adapters.robust import default_f, geometric_median, krum_scores, robust_combine
@@ -341,14 +341,16 @@ def test_directory_path_applies_the_same_decision(tmp_path, method, rule):
         assert ref["detection"]["flagged"] == [p.name for p in src[-2:]]
 
 
-def test_cli_ends_with_the_detection_sentence_and_runs_robust_methods(tmp_path, capsys):
+def test_cli_ends_with_the_detection_and_refinement_sentences_and_runs_robust_methods(tmp_path, capsys):
     src = write_synthetic_adapters(tmp_path / "in", n_clients=6, n_layers=1, modules=("q_proj",),
                                    shape=(16, 14), rank=2, contaminated=0, dtype="float32", seed=1)
     assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "o1"),
                  "--client-rule", "pooled", "--quiet"]) == 0
-    last = capsys.readouterr().out.strip().splitlines()[-1]
-    det = json.loads((tmp_path / "o1" / "summary.json").read_text())["detection"]
+    *_, last, closing = capsys.readouterr().out.strip().splitlines()
+    summary1 = json.loads((tmp_path / "o1" / "summary.json").read_text())
+    det = summary1["detection"]
     assert last == detection_sentence(det)
+    assert closing == refinement_sentence(summary1["refinement"])
     assert last.startswith("no contaminated client detected (" if not det["flagged"] else
                            f"flagged {', '.join(det['flagged'])} by the pooled rule")
     # one module, K = 6: far from the normal model of the cutoff; a benign client of this seed

@@ -29,14 +29,18 @@ def _weighted_refinement(W, P, benign, a):
 
 
 def _reference(dirs, summary, weights):
-    """{module: (K, out, in)} from full matrices, P_Â from clair.fit with the module's λ."""
+    """{module: (K, out, in)} from full matrices, P_Â from clair.fit with the module's λ (on the
+    clients kept by the client-level rule where the module was re-solved without the flagged)."""
     ad = load_adapters(dirs)
     out = {}
     for m in ad.modules:
         f = ad.factors(m)
         W = np.stack([f.delta(k) for k in range(len(dirs))])
         s = summary["modules"][m]
-        fit = clair.fit(W, rank=s["rank"], lam_L=s["lam_L"], lam_S=s["lam_S"], tol=1e-11,
+        # flagged clients do not steer P_Â: (7) re-solved on the others' contrasts (refit)
+        keep = [k for k in range(len(dirs)) if not s["refit"] or k not in s["refit"]["excluded"]]
+        lam = s["refit"] or s
+        fit = clair.fit(W[keep], rank=s["rank"], lam_L=lam["lam_L"], lam_S=lam["lam_S"], tol=1e-11,
                         max_iter=100000)
         benign = np.array(s["benign_applied"], bool)
         out[m] = _weighted_refinement(W, fit.projector, benign, weights[m])
@@ -76,7 +80,8 @@ def test_split_parts_sum_to_the_weighted_refinement(src, tmp_path, weights, rule
                    for i, m in enumerate(ad.modules)}
     opts = ModuleOptions(output_dtype="float64", tol=1e-11, contrasts="dense")
     agg, summary = aggregate_to_dir(ad, opts, tmp_path / "out", client_rule=rule,
-                                    dtype="float64", progress=False, shared_weights=weights)
+                                    dtype="float64", progress=False, shared_weights=weights,
+                                    refine="paper")
     out = tmp_path / "out"
     assert summary["layout"] == "split" and summary["outputs"] == ad.names + [SHARED]
     a = shared_weights(weights, ad.names, ad.modules)
@@ -124,7 +129,7 @@ def test_merged_with_unit_weights_is_unchanged(src, tmp_path):
     """weight=1 is exactly the former (9) path: byte-identical files with and without weights."""
     ad = load_adapters(src)
     opts = ModuleOptions(tol=1e-8)
-    aggregate_to_dir(ad, opts, tmp_path / "a", output="merged", progress=False)
+    aggregate_to_dir(ad, opts, tmp_path / "a", output="merged", progress=False, refine="paper")
     aggregate_to_dir(ad, opts, tmp_path / "b", output="merged", progress=False,
                      shared_weights=[1.0] * K)
     for name in ad.names:
@@ -146,11 +151,11 @@ def test_bad_weights_are_refused_before_solving(src, tmp_path, bad, match):
 
 def test_cli_output_option_and_sizes(src, tmp_path, capsys):
     assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "s"),
-                 "--quiet"]) == 0
+                 "--quiet", "--refine", "paper"]) == 0
     text = capsys.readouterr().out
     assert "split layout" in text and (tmp_path / "s" / SHARED).is_dir()
     assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "m"),
-                 "--quiet", "--output", "merged"]) == 0
+                 "--quiet", "--output", "merged", "--refine", "paper"]) == 0
     size = {d: sum(p.stat().st_size for p in (tmp_path / d).rglob("*.safetensors"))
             for d in ("s", "m")}
     assert size["s"] < size["m"]
@@ -249,7 +254,7 @@ def test_peft_loads_a_merged_output_as_one_adapter(tmp_path):
     ad = load_adapters(dirs)
     opts = ModuleOptions(output_dtype="float64", tol=1e-11, contrasts="dense")
     _, summary = aggregate_to_dir(ad, opts, tmp_path / "out", dtype="float64", progress=False,
-                                  output="merged")
+                                  output="merged", refine="paper")
     ref = _reference(dirs, summary, shared_weights(None, ad.names, ad.modules))
     for k, name in enumerate(ad.names):
         got = _effective(load_split(base(), tmp_path / "out", name))

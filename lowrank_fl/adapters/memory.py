@@ -27,7 +27,7 @@ from typing import Mapping
 import numpy as np
 
 from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, client_decision
-from .plan import DEFAULT_REFINE, apply_refinement, check_refine, refinement_summary
+from .plan import apply_refinement, refinement_summary, resolve_refine
 from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_peft_type, check_plain_lora,
                  config_scaling)
 from .run import Aggregation, aggregate_adapters, resolve_layout
@@ -180,7 +180,7 @@ class FactorAggregation:
 def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions(), *,
                       client_rule: str = DEFAULT_CLIENT_RULE, jobs: int = 1, scheduler: str | None = None,
                       progress: bool = False, output: str = "merged",
-                      shared_weights=None, refine: str = DEFAULT_REFINE) -> FactorAggregation:
+                      shared_weights=None, refine: str | None = None) -> FactorAggregation:
     """Aggregate in-memory clients ``{name: {module: (A, B, scaling)}}`` (or an
     :class:`AdapterSet`) module by module with ``options.method``.
 
@@ -199,7 +199,7 @@ def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions()
     if split and SHARED in adapters.names:
         raise AdapterError(f"a client is named {SHARED!r}, the shared part's name in the split "
                            "layout; rename it or use output='merged'")
-    check_refine(refine)
+    refine = resolve_refine(refine, shared_weights)
     agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress)
     decided = client_decision(agg.results, client_rule) if clair and client_rule != "per-module" else None
     weights = refinement = None

@@ -16,13 +16,22 @@ import numpy as np
 from .aggregate import refit_without
 from .noharm import DEFAULT_REFINE, REFINE, agreement, refine_weights, relative_changes
 
-__all__ = ["REFINE", "DEFAULT_REFINE", "check_refine", "apply_refinement", "refinement_summary"]
+__all__ = ["REFINE", "DEFAULT_REFINE", "check_refine", "resolve_refine", "apply_refinement",
+           "refinement_summary"]
 
 
 def check_refine(refine: str) -> str:
     if refine not in REFINE:
         raise ValueError(f"refine must be one of {list(REFINE)}, got {refine!r}")
     return refine
+
+
+def resolve_refine(refine: str | None, shared_weights=None) -> str:
+    """``refine``, or by default :data:`DEFAULT_REFINE`; explicit ``shared_weights`` are the
+    weights of (9)'s move, so they imply ``"paper"`` (its target) when ``refine`` is not given."""
+    if refine is None:
+        return "paper" if shared_weights is not None else DEFAULT_REFINE
+    return check_refine(refine)
 
 
 def _set(results, decided) -> np.ndarray:

@@ -26,7 +26,7 @@ from ..outdir import OutputDir
 from ..parent_watch import exit_with_parent
 from .aggregate import (CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, ModuleResult, aggregate_module, apply_robust,
                         check_rank, client_decision)
-from .plan import DEFAULT_REFINE, apply_refinement, check_refine, refinement_summary
+from .plan import apply_refinement, refinement_summary, resolve_refine
 from .decision import detection_summary
 from .io import AdapterSet, input_fingerprints
 from .robust import ROBUST_METHODS
@@ -338,7 +338,7 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
                      client_rule: str = DEFAULT_CLIENT_RULE, dtype: str = "float32",
                      overwrite: bool = False, jobs: int = 1, scheduler: str | None = None,
                      progress: bool = True, output: str | None = None,
-                     shared_weights=None, refine: str = DEFAULT_REFINE) -> tuple[Aggregation, dict]:
+                     shared_weights=None, refine: str | None = None) -> tuple[Aggregation, dict]:
     """:func:`aggregate_adapters` and :func:`write_outputs` in one pass, writing while solving.
 
     Same outputs, summary and arguments as the two calls; ``out`` is written through
@@ -350,7 +350,7 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     layout = resolve_layout(output, options)
-    check_refine(refine)
+    refine = resolve_refine(refine, shared_weights)
     # the agreement weights need every module's Gram, and a client-level rule every module's evidence
     stream = options.method not in ROBUST_METHODS and (options.method != "clair"
                                                          or (client_rule == "per-module"
@@ -362,18 +362,20 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
         agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress,
                                  on_result=(lambda r: writers.write(r, release=True)) if stream else None,
                                  state="split" if writers.split else "all")
-        refinement = None
         if not stream:
             decided = client_decision(agg.results, client_rule) if options.method == "clair" else None
             refinement = _plan(agg, decided, refine, shared_weights, writers)
             for r in agg.results:
                 writers.write(r, benign=decided, release=True)
+        else:                   # per-module sets, weights fixed before the solves
+            refinement = None if options.method != "clair" else refinement_summary(
+                agg.results, None, adapters.names, refine, writers.weights)
         return agg, _finish(agg, writers, staged, client_rule, dtype, refinement)
 
 
 def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RULE,
                   dtype: str = "float32", overwrite: bool = False, output: str | None = None,
-                  shared_weights=None, refine: str = DEFAULT_REFINE) -> dict:
+                  shared_weights=None, refine: str | None = None) -> dict:
     """Write ``OUT/<client>/`` (CLAIR) or ``OUT/aggregated/`` and ``OUT/summary.json``.
 
     Returns the summary dict. CLAIR's ``output`` layout (:data:`lowrank_fl.adapters.split.LAYOUTS`,
@@ -390,7 +392,7 @@ def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RU
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     layout = resolve_layout(output, agg.options)
-    check_refine(refine)
+    refine = resolve_refine(refine, shared_weights)
     decided = client_decision(agg.results, client_rule) if agg.options.method == "clair" else None
     with _output_dir(out, overwrite, agg.adapters) as staged, \
             _OutputWriters(agg.adapters, agg.options, staged.dir, dtype, layout,

@@ -12,17 +12,25 @@ import numpy as np
 
 from ..adapters import ModuleOptions, aggregate_factors
 from ..adapters.aggregate import client_decision
-from ..adapters.detect import pooled_evidence, pooled_scores
-from .trained_sets import TrainedSet, base_accuracy, copying_threshold, heldout_loss
+from ..adapters.detect import pooled_evidence, pooled_scores, pooled_threshold
+from ..adapters.updates import raw_distances
+from .trained_families import benign_fedavg
+from .trained_sets import TrainedSet, base_accuracy, copying_threshold, heldout_accuracy, heldout_loss
 
-__all__ = ["RULES", "ROBUST", "LOSS_METHODS", "evaluate_set", "flags_of", "detection_table"]
+__all__ = ["RULES", "ROBUST", "LOSS_METHODS", "ACCURACY_METHODS", "evaluate_set", "flags_of",
+           "detection_table", "harm_table"]
 
-RULES = ("per-module", "majority", "any", "pooled")
+RULES = ("per-module", "majority", "any", "pooled", "updates")
 ROBUST = ("krum", "multikrum", "median", "trimmed-mean", "geomed")
 LOSS_METHODS = ("local", "clair-per-module", "clair-pooled", "fedavg", "flexlora") + ROBUST
+#: the accuracy comparison: the client's own adapter, CLAIR's default output (update rule,
+#: agreement refinement), (9) as the paper writes it (``refine="paper"``), the FedAvg of the truly
+#: benign clients (the reference "collaboration helps" is measured against), FedAvg, Krum, Multi-Krum
+ACCURACY_METHODS = ("local", "clair-default", "clair-paper", "fedavg-benign", "fedavg", "krum", "multikrum")
 
 
-def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_heldout: int = 256) -> dict:
+def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_heldout: int = 256,
+                 with_accuracy: bool = False) -> dict:
     """One set's record: ``truth``, ``flagged`` per rule, ``pooled_block`` / ``pooled_contrast``
     (pooled scores from the block norms of (8) / the raw contrast norms), ``pooled_ratio``
     (distance ratios from the block norms), ``selected`` (Krum,
@@ -43,9 +51,13 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
         flags[rule] = [n for n, b in zip(names, bad) if b]
     ev = pooled_evidence(np.array([r.block_norms for r in results]), K)
     Mc, _ = pooled_scores(np.array([r.contrast_norms for r in results]), K)
+    # the raw statistic (the issue's 30-line one): median ||ΔW_j - ΔW_k||_F per module, pooled
+    Mr, _ = pooled_scores(raw_distances(np.array([r.gram for r in results])), K)
     rec = {"truth": list(ts.contaminated), "names": names, "flagged": flags,
            "pooled_block": dict(zip(names, ev.scores.tolist())),
            "pooled_contrast": dict(zip(names, Mc.tolist())),
+           "raw_scores": dict(zip(names, Mr.tolist())),
+           "raw_threshold": pooled_threshold(K) if K >= 3 else None,
            "pooled_ratio": dict(zip(names, ev.ratios.tolist())),
            "pooled_threshold": ev.cutoff if K >= 3 else None,
            "separated_modules": sum(bool(r.separated) for r in results), "n_modules": len(results),
@@ -61,6 +73,8 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
             rec["selected"][m] = r.summary["robust"]["selected"]
         outs[m] = r.outputs["aggregated"]
     rec["seconds"] = seconds
+    if with_accuracy:
+        rec.update(_accuracy(ts, outs, cache_dir, n_heldout))
     if with_loss:
         pooled = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), client_rule="pooled")
         loss = {}
@@ -73,6 +87,45 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
     return rec
 
 
+def _accuracy(ts: TrainedSet, outs: dict, cache_dir, n: int) -> dict:
+    """Benign clients' masked accuracy on their own task (:data:`ACCURACY_METHODS`), each
+    default output's relative change from the client's own adapter and its weight."""
+    default = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"))
+    paper = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), refine="paper")
+    ref = benign_fedavg(ts.factors, ts.benign)
+    acc = {}
+    for c in ts.benign:
+        own = {"local": ts.factors[c], "clair-default": default.outputs[c], "clair-paper": paper.outputs[c],
+               "fedavg-benign": ref, "fedavg": outs["fedavg"], "krum": outs["krum"],
+               "multikrum": outs["multikrum"]}
+        acc[c] = {m: heldout_accuracy(ts, c, own[m], n=n, cache_dir=cache_dir) for m in ACCURACY_METHODS}
+    return {"accuracy": acc, "refinement": default.summary["refinement"]["clients"],
+            "default_flagged": default.summary["detection"]["flagged"]}
+
+
+def harm_table(recs, tolerance: float = 0.03) -> list[dict]:
+    """Per accuracy method over records with accuracies: the worst set's mean benign change
+    against the clients' own adapters, the share of benign clients losing more than
+    ``tolerance``, and, over the sets where the benign FedAvg beats the own adapters by more
+    than 0.05, the share of that gain kept (median over those sets)."""
+    recs = [r for r in recs if "accuracy" in r]
+    rows = []
+    for m in ACCURACY_METHODS:
+        worst, losers, n, kept = np.inf, 0, 0, []
+        for r in recs:
+            d = np.array([v[m] - v["local"] for v in r["accuracy"].values()])
+            worst = min(worst, float(d.mean()))
+            losers += int((d < -tolerance).sum())
+            n += d.size
+            gain = np.mean([v["fedavg-benign"] - v["local"] for v in r["accuracy"].values()])
+            if gain > 0.05:
+                kept.append(float(d.mean() / gain))
+        rows.append({"method": m, "worst_set_mean_change": worst, "clients_losing": losers, "clients": n,
+                     "collab_sets": len(kept), "gain_kept_median": float(np.median(kept)) if kept else float("nan"),
+                     "gain_kept_min": float(min(kept)) if kept else float("nan")})
+    return rows
+
+
 def flags_of(rec: dict, rule: str) -> list:
     """Clients ``rule`` flags in a record: a client-level rule, ``"pooled-z"`` (the pooled score
     against ``c_K`` alone, without the distance ratio: the first pooled rule), ``"pooled@3.5"``
@@ -83,12 +136,15 @@ def flags_of(rec: dict, rule: str) -> list:
         return [] if cut is None else [n for n, v in rec["pooled_block"].items() if v > cut]
     if rule == "pooled@3.5":
         return [n for n, v in rec["pooled_block"].items() if v > 3.5]
+    if rule == "raw":
+        cut = rec["raw_threshold"]
+        return [] if cut is None else [n for n, v in rec["raw_scores"].items() if v > cut]
     if rule in ("krum", "multikrum"):
         return [n for n in rec["names"] if n not in rec["selected"][rule]]
     return list(rec["flagged"][rule])
 
 
-def detection_table(recs, rules=RULES + ("pooled-z", "pooled@3.5", "krum", "multikrum")) -> list[dict]:
+def detection_table(recs, rules=RULES + ("raw", "pooled-z", "pooled@3.5", "krum", "multikrum")) -> list[dict]:
     """Per rule over records: client-level precision / recall (pooled over sets), sets with the
     exact contaminated set among those with contamination, sets with a false flag among those
     without, benign clients flagged."""

@@ -142,13 +142,14 @@ class TrainedSetSettings:
             raise ValueError(f"base must be one of {BASES}, got {self.base!r}")
         check_int(self.n_clients, "n_clients", minimum=2)
         check_int(self.n_contaminated, "n_contaminated", minimum=0, maximum=self.n_clients - 1)
+        kinds = ("fuzzy",) + copying.CONTAMINATIONS
         if isinstance(self.contamination, str) or not isinstance(self.contamination, (tuple, list)):
-            raise ValueError(f"contamination must be a non-empty tuple of {copying.CONTAMINATIONS}, "
+            raise ValueError(f"contamination must be a non-empty tuple of {kinds}, "
                              f"got {self.contamination!r}")
         object.__setattr__(self, "contamination", tuple(self.contamination))   # hashable (caches)
-        bad = [c for c in self.contamination if c not in copying.CONTAMINATIONS]
+        bad = [c for c in self.contamination if c not in kinds]
         if bad or not self.contamination:
-            raise ValueError(f"contamination must be a non-empty tuple of {copying.CONTAMINATIONS}, "
+            raise ValueError(f"contamination must be a non-empty tuple of {kinds}, "
                              f"got {self.contamination!r}")
         check_int(self.length, "length", minimum=5)
         for name, low, high in (("lora_dropout", 0.0, 1.0), ("spread", 0.0, math.inf),

@@ -1,0 +1,218 @@
+"""The update rule (direction, row-space share, size) and the do-no-harm refinement, pinned against
+independent computations on small hand-built federations (full out x in matrices, numpy)."""
+import numpy as np
+import pytest
+
+from lowrank_fl.adapters import ModuleOptions, aggregate_factors
+from lowrank_fl.adapters.aggregate import client_decision
+from lowrank_fl.adapters.detect import pooled_scores, pooled_threshold
+from lowrank_fl.adapters.detect_updates import SIZE_RATIO, rule_cutoff, size_scores, update_evidence
+from lowrank_fl.adapters.noharm import agreement, refine_weights
+from lowrank_fl.adapters.updates import (direction_distances, outside_shares, raw_distances,
+                                         update_gram, update_sq_norms)
+from lowrank_fl.clair import pairs
+
+
+def _dense(f):
+    return {m: s * B @ A for m, (A, B, s) in f.items()}
+
+
+def _federation(K=10, modules=3, q=24, p=20, r=3, bad=(), scale=None, flip=(), common=1.0,
+                noise=0.35, seed=0):
+    """Common LoRA init (every client's A = A0 + a small drift, as PEFT's shared initialization
+    trains); benign clients' B = B* + noise (one task), contaminated clients' B = B' + noise (another
+    task, in the same row space). ``scale``: {client: factor}; ``flip``: clients sending -ΔW."""
+    rng = np.random.default_rng(seed)
+    out = {f"c{k}": {} for k in range(K)}
+    for m in range(modules):
+        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
+        Bs, Bc = rng.standard_normal((q, r)), rng.standard_normal((q, r))
+        for k in range(K):
+            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
+            B = common * (Bc if k in bad else Bs) + noise * rng.standard_normal((q, r))
+            B = B * (scale or {}).get(k, 1.0) * (-1.0 if k in flip else 1.0)
+            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B, 2.0)
+    return out
+
+
+def _grams(f):
+    names = list(f)
+    mods = list(f[names[0]])
+    return np.array([[[float(np.sum(_dense(f[a])[m] * _dense(f[b])[m])) for b in names] for a in names]
+                     for m in mods])
+
+
+def test_update_gram_and_shares_match_dense_matrices():
+    rng = np.random.default_rng(3)
+    K, q, p, r = 5, 9, 7, 3
+    Y = rng.standard_normal((K, q, r))
+    X = rng.standard_normal((K, r, p))
+    M = Y @ X
+    ref = np.einsum("kij,lij->kl", M, M)
+    np.testing.assert_allclose(update_gram(Y, X), ref, rtol=1e-12)
+    np.testing.assert_allclose(update_sq_norms(Y, X), np.diag(ref), rtol=1e-12)
+    Z = np.linalg.qr(rng.standard_normal((p, 2)))[0]
+    Q = np.eye(p) - Z @ Z.T
+    share = np.linalg.norm(M @ Q, axis=(1, 2)) / np.linalg.norm(M, axis=(1, 2))
+    np.testing.assert_allclose(outside_shares(Y, X, Z), share, rtol=1e-12)
+    P = pairs(K)
+    np.testing.assert_allclose(raw_distances(ref), np.linalg.norm(M[P[:, 0]] - M[P[:, 1]], axis=(1, 2)),
+                               rtol=1e-9)
+    U = M / np.linalg.norm(M, axis=(1, 2))[:, None, None]
+    np.testing.assert_allclose(direction_distances(ref),
+                               np.linalg.norm(U[P[:, 0]] - U[P[:, 1]], axis=(1, 2)), rtol=1e-9, atol=1e-12)
+
+
+def test_direction_is_blind_to_size_and_size_ratio_is_the_scale():
+    f = _federation()
+    G = _grams(f)
+    scaled = _grams(_federation(scale={2: 3.0}))
+    np.testing.assert_allclose(direction_distances(scaled), direction_distances(G), atol=1e-12)
+    z0, r0 = size_scores(G)
+    z1, r1 = size_scores(scaled)
+    # ℓ_2 moves by log 3 exactly; the median of ℓ over 10 clients may move with it
+    ell0 = np.log(np.sqrt(np.diagonal(G, axis1=1, axis2=2))).mean(axis=0)
+    ell1 = np.log(np.sqrt(np.diagonal(scaled, axis1=1, axis2=2))).mean(axis=0)
+    np.testing.assert_allclose(ell1[2] - ell0[2], np.log(3.0), atol=1e-12)
+    np.testing.assert_allclose(r1, np.exp(ell1 - np.median(ell1)), rtol=1e-12)
+
+
+def test_a_benign_client_that_trained_harder_is_not_flagged_where_raw_distances_flag_it():
+    f = _federation(scale={3: 3.0})
+    G = _grams(f)
+    ev = update_evidence(G)
+    assert not ev.flagged.any()
+    assert ev.size_ratios[3] == pytest.approx(3.0, rel=0.15) and ev.size_ratios[3] < SIZE_RATIO
+    raw, _ = pooled_scores(raw_distances(G), 10)
+    assert raw[3] > pooled_threshold(10)            # the raw statistic flags the harder trainer
+
+
+def test_common_init_contamination_is_flagged_by_direction_and_missed_outside_the_row_space():
+    f = _federation(bad=(8, 9))
+    res = aggregate_factors(f, ModuleOptions(output_dtype="float64"))
+    det = res.summary["detection"]
+    assert det["rule"] == "updates" and det["flagged"] == ["c8", "c9"]
+    assert det["updates"]["by_direction"] == ["c8", "c9"]
+    # the contamination lies in the common row space: the paper's (8) evidence outside P_Â misses it
+    assert det["pooled_flagged"] == []
+
+
+def test_clean_federation_flags_nobody_and_cutoff_is_bonferroni():
+    f = _federation()
+    res = aggregate_factors(f, ModuleOptions(output_dtype="float64"))
+    assert res.summary["detection"]["flagged"] == []
+    assert rule_cutoff(10) == pytest.approx(pooled_threshold(10, 0.01 / 3))
+    assert rule_cutoff(10) > pooled_threshold(10)
+
+
+@pytest.mark.parametrize("factor", [10.0, 1e3, 1e6])
+def test_a_scaled_update_is_flagged_and_steers_nothing(factor):
+    clean = aggregate_factors(_federation(bad=(9,)), ModuleOptions(output_dtype="float64"), refine="paper")
+    hit = aggregate_factors(_federation(bad=(9,), scale={0: factor}), ModuleOptions(output_dtype="float64"),
+                            refine="paper")
+    det = hit.summary["detection"]
+    assert det["flagged"] == ["c0", "c9"] and "c0" in det["updates"]["by_size"]
+    # refit without the flagged clients: every benign output is a run without them
+    ref = aggregate_factors({n: v for n, v in _federation(bad=(9,)).items() if n not in ("c0",)},
+                            ModuleOptions(output_dtype="float64"), refine="paper")
+    for n in (f"c{k}" for k in range(1, 9)):
+        for m, (A, B, _) in hit.outputs[n].items():
+            A2, B2, _ = ref.outputs[n][m]
+            np.testing.assert_allclose(B @ A, B2 @ A2, rtol=1e-7, atol=1e-10)
+    assert clean.summary["detection"]["flagged"] == ["c9"]
+
+
+def test_farther_is_never_less_flagged():
+    prev = 0.0
+    flagged_once = False
+    for factor in (1.0, 2.0, 4.0, 6.0, 20.0, 1e3):
+        ev = update_evidence(_grams(_federation(scale={0: factor})))
+        assert ev.size_scores[0] >= prev - 1e-9
+        prev = ev.size_scores[0]
+        flagged_once |= bool(ev.flagged[0])
+        assert ev.flagged[0] or not flagged_once
+    assert flagged_once
+
+
+def test_sign_flip_is_flagged_where_updates_share_a_direction():
+    ev = update_evidence(_grams(_federation(flip=(0,))))
+    assert ev.flagged[0] and ev.by_direction[0] and ev.flagged.sum() == 1
+
+
+def test_sign_flip_of_an_update_sharing_only_a_row_space_is_invisible():
+    """Where the benign B's are independent (no shared direction), -ΔW_k has the distribution of
+    ΔW_k: the Gram's entries with that client only change sign, and every direction distance keeps
+    its distribution. The rule cannot and does not flag it."""
+    f = _federation(common=0.0, noise=1.0)
+    g = _federation(common=0.0, noise=1.0, flip=(0,))
+    G, H = _grams(f), _grams(g)
+    np.testing.assert_allclose(np.abs(H), np.abs(G), rtol=1e-12)
+    assert not update_evidence(H).flagged[0]
+
+
+def test_non_finite_updates_are_refused():
+    G = _grams(_federation())
+    G[0, 1, 2] = G[0, 2, 1] = np.nan
+    with pytest.raises(ValueError, match="grams must be finite"):
+        update_evidence(G)
+
+
+def test_agreement_closed_form_for_a_shared_task_with_independent_noise():
+    """u_k = t + e_k with t ⟂ e_k, e_j ⟂ e_k, ||t||² = s, ||e_k||² = 1 - s: the cosine with the mean of
+    the n - 1 others is s / sqrt(s + (1 - s) / (n - 1))."""
+    n, s = 6, 0.3
+    basis = np.eye(n + 1)
+    U = np.sqrt(s) * basis[0] + np.sqrt(1 - s) * basis[1:]
+    G = (U @ U.T)[None]
+    cos = agreement(G, np.ones(n, bool))
+    np.testing.assert_allclose(cos, s / np.sqrt(s + (1 - s) / (n - 1)), rtol=1e-12)
+    w = refine_weights(G, np.array([True] * 5 + [False]), "agreement")
+    assert w[5] == 0 and np.all(w[:5] > 0)
+    assert np.all(refine_weights(G, np.ones(n, bool), "own") == 0)
+    assert np.all(refine_weights(G, np.ones(n, bool), "paper") == 1)
+    # orthogonal updates (different tasks, or noise alone): nobody moves
+    assert np.all(refine_weights(np.eye(n)[None], np.ones(n, bool)) == 0)
+
+
+@pytest.mark.parametrize("output", ["merged", "split"])
+def test_agreement_output_is_the_shrinkage_toward_the_collaborative_mean(output):
+    f = _federation(bad=(9,))
+    res = aggregate_factors(f, ModuleOptions(output_dtype="float64"), output=output)
+    b = ~np.isin(np.arange(10), [9])
+    a = refine_weights(_grams(f), b, "agreement")
+    ref = res.summary["refinement"]["clients"]
+    dense = {n: _dense(v) for n, v in f.items()}
+    for k in range(10):
+        n = f"c{k}"
+        assert ref[n]["weight"] == pytest.approx(a[k], abs=1e-12)
+        change = []
+        for m in dense[n]:
+            mean = np.mean([dense[f"c{j}"][m] for j in range(9)], axis=0)
+            want = (1 - a[k]) * dense[n][m] + a[k] * mean if b[k] else dense[n][m]
+            A, B, s = res.outputs[n][m]
+            got = s * B @ A
+            if output == "split" and b[k]:
+                As, Bs, ss = res.outputs["shared"][m]
+                got = got + a[k] * ss * Bs @ As
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+            change.append(np.sum((want - dense[n][m]) ** 2))
+        own = np.sqrt(sum(np.sum(d ** 2) for d in dense[n].values()))
+        assert ref[n]["relative_change"] == pytest.approx(np.sqrt(sum(change)) / own, rel=1e-8, abs=1e-12)
+
+
+def test_refine_own_returns_every_adapter_and_bad_refine_is_named():
+    f = _federation(bad=(9,))
+    res = aggregate_factors(f, ModuleOptions(output_dtype="float64"), refine="own")
+    for n, mods in f.items():
+        for m, (A, B, s) in mods.items():
+            A2, B2, s2 = res.outputs[n][m]
+            np.testing.assert_allclose(s2 * B2 @ A2, s * B @ A, rtol=1e-10, atol=1e-14)
+    with pytest.raises(ValueError, match="refine must be one of"):
+        aggregate_factors(f, refine="mean")
+
+
+def test_client_decision_updates_rule_matches_the_evidence():
+    f = _federation(bad=(9,), scale={0: 100.0})
+    res = aggregate_factors(f, ModuleOptions(output_dtype="float64"), client_rule="per-module")
+    decided = client_decision(res.aggregation.results, "updates")
+    assert list(np.flatnonzero(~decided)) == [0, 9]
