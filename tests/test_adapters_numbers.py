@@ -198,10 +198,11 @@ def _read_delta(d: Path, module: str) -> np.ndarray:
 @pytest.mark.parametrize("rule", ["majority", "any", "per-module"])
 def test_streamed_outputs_follow_the_client_rule(partial, tmp_path, rule):
     """Every output equals the refinement (9) with the rule's set, computed by clair.fit's
-    projector on the full ΔW and refine_closed_form; excluded clients keep their own ΔW."""
+    projector on the full ΔW (of the kept clients where a client-level rule flagged someone) and
+    refine_closed_form; excluded clients keep their own ΔW."""
     ad, opts, agg = partial
     out = tmp_path / rule
-    agg2, summary = aggregate_to_dir(ad, opts, out, client_rule=rule, progress=False,
+    agg2, summary = aggregate_to_dir(ad, opts, out, client_rule=rule, progress=False, refine="paper",
                                      output="merged")
     decided = client_decision(agg.results, rule)
     for r in agg.results:
@@ -210,6 +211,10 @@ def test_streamed_outputs_follow_the_client_rule(partial, tmp_path, rule):
         fit = clair.fit(W, rank=r.rank, lam_L=r.lam_L, lam_S=r.lam_S, tol=1e-10)
         assert list(fit.benign) == r.benign
         b = np.asarray(r.benign if decided is None else decided)
+        refit = summary["modules"][r.name]["refit"]
+        if refit is not None:      # the client-level rule flagged someone: (7) again without them
+            assert refit["excluded"] == list(np.flatnonzero(~b))
+            fit = clair.fit(W[b], rank=r.rank, lam_L=refit["lam_L"], lam_S=refit["lam_S"], tol=1e-10)
         refined = clair.refine_closed_form(W, fit.projector, b)
         for k, name in enumerate(ad.names):
             got = _read_delta(out / name, r.name)
@@ -217,7 +222,7 @@ def test_streamed_outputs_follow_the_client_rule(partial, tmp_path, rule):
             assert np.linalg.norm(got - want) <= 2e-6 * np.linalg.norm(want), (rule, r.name, k)
     # the non-streamed path writes the same files
     out2 = tmp_path / (rule + "-2")
-    write_outputs(agg, out2, client_rule=rule, output="merged")
+    write_outputs(agg, out2, client_rule=rule, output="merged", refine="paper")
     for name in ad.names:
         for m in ad.modules:
             np.testing.assert_allclose(_read_delta(out2 / name, m), _read_delta(out / name, m),

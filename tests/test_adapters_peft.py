@@ -68,7 +68,8 @@ def clients(tmp_path_factory):
 def test_peft_round_trip_clair(clients, tmp_path):
     out = tmp_path / "out"
     rc = main(["adapters", "aggregate", *map(str, clients), "--method", "clair", "--out",
-               str(out), "--quiet", "--tol", "1e-10", "--output", "merged"])
+               str(out), "--quiet", "--tol", "1e-10", "--output", "merged", "--refine", "paper",
+               "--client-rule", "per-module"])
     assert rc == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["clients"] == [f"client{k}" for k in range(K)]
@@ -267,7 +268,8 @@ def test_output_config_describes_what_was_written(tmp_path):
         out = tmp_path / method
         # merged: each client's adapter is (9) itself (the split layout: test_adapters_split.py)
         assert main(["adapters", "aggregate", *map(str, dirs), "--method", method, "--out",
-                     str(out), "--quiet", "--tol", "1e-10", "--output", "merged"]) == 0
+                     str(out), "--quiet", "--tol", "1e-10", "--output", "merged", "--refine", "paper",
+               "--client-rule", "per-module"]) == 0
         s = json.loads((out / "summary.json").read_text())
         for name in s["outputs"]:
             cfg = json.loads((out / name / "adapter_config.json").read_text())

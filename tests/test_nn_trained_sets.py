@@ -148,7 +148,7 @@ def test_evaluate_set_records_every_method(built):
 
     s, cache, ts = built
     rec = evaluate_set(ts, cache_dir=cache, n_heldout=16)
-    assert rec["truth"] == ts.contaminated and set(rec["flagged"]) == {"per-module", "majority", "any", "pooled"}
+    assert rec["truth"] == ts.contaminated and set(rec["flagged"]) == {"per-module", "majority", "any", "pooled", "updates"}
     assert set(rec["heldout_loss"]) == set(ts.benign)
     for n, row in rec["heldout_loss"].items():
         assert set(row) == set(LOSS_METHODS)
@@ -223,11 +223,11 @@ def test_default_rule_flags_exactly_the_contaminated_client_and_nobody_without(c
     from lowrank_fl.adapters import DEFAULT_CLIENT_RULE, ModuleOptions, aggregate_factors
 
     _, sets = copying_sets
-    assert DEFAULT_CLIENT_RULE == "pooled"
+    assert DEFAULT_CLIENT_RULE == "updates"
     for bad, ts in sets.items():
         res = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"))
         det = res.summary["detection"]
-        assert det["rule"] == "pooled"
+        assert det["rule"] == "updates"
         assert det["flagged"] == ts.contaminated == (["client05"] if bad else [])
         if bad:                              # the flagged client keeps its own update, every module
             for m, (A, B, sc) in res.outputs["client05"].items():

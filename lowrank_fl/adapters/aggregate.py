@@ -65,6 +65,8 @@ CLIENT_RULES = ("per-module", "majority", "any", "pooled", "updates")
 #: :mod:`lowrank_fl.nn.trained_families` need (common LoRA init, few noisy examples, uneven
 #: training: README, "Detection on trained adapters")
 DEFAULT_CLIENT_RULE = "updates"
+#: the default of :attr:`ModuleOptions.clip`
+CLIP = detect_updates.SIZE_RATIO
 _SV_RTOL = 1e-12
 
 
@@ -89,11 +91,14 @@ class ModuleOptions:
     #: ``f``, the Byzantine clients tolerated by krum / multikrum / trimmed-mean (default
     #: :func:`lowrank_fl.adapters.robust.default_f`)
     byzantine: int | None = None
-    #: CLAIR: the solve of (7) sees each update clipped to this many times the module's median
-    #: update norm (the update rule's size floor :data:`SIZE_RATIO`), so that a client sending a
-    #: scaled update cannot dominate ``P_Â`` or the solver's conditioning; None: (7) on the raw
-    #: contrasts, as the paper writes it. Detection and refinement always use the raw updates.
-    clip: float | None = detect_updates.SIZE_RATIO
+    #: CLAIR: the solve of (7) (and the sets (8)) see each update clipped to this many times the
+    #: module's median update norm, the update rule's size floor (:data:`SIZE_RATIO`): a client
+    #: sending a scaled update would otherwise own ``P_Â`` (the row-space evidence of every other
+    #: client is measured against it) and the solver's conditioning (one solve took 155 s instead
+    #: of 1 s with an update scaled by 1e6). Every federation whose updates are within that factor
+    #: of the median gets the paper's (7) unchanged; None: never clip. Detection's size and
+    #: direction evidence and the refinement always use the raw updates.
+    clip: float | None = CLIP
 
     def __post_init__(self):
         if self.method not in METHODS:

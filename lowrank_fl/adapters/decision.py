@@ -159,9 +159,9 @@ def _updates_sentence(det: dict) -> str:
             if n in u["by_size"]:
                 why.append(f"update {u['size_ratios'][n]:.3g}x the typical size (>= {rho_s:g}x, size "
                            f"score {_vs(u['size_scores'][n], cut)} > {cut:.2f})")
-            parts.append(f"{n}: " + "; ".join(why))
-        return (f"flagged {', '.join(det['flagged'])} by the update rule over all modules ("
-                + "; ".join(parts) + "); their updates are left out of the refinement of the others.")
+            parts.append(f"{n} (" + "; ".join(why) + ")")
+        return (f"flagged {', '.join(det['flagged'])} by the update rule over all modules: "
+                + ", ".join(parts) + "; their updates are left out of what the others receive.")
     dn, dv = max(u["direction_scores"].items(), key=lambda kv: kv[1])
     on, ov = max(u["outside_scores"].items(), key=lambda kv: kv[1])
     sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])

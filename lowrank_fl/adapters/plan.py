@@ -42,13 +42,31 @@ def _set(results, decided) -> np.ndarray:
     return np.array([r.benign for r in results], bool).all(axis=0)
 
 
+_PLANNED = ("Z", "XZ", "VZt")
+
+
+def _restore(res) -> None:
+    """Undo a previous plan on this module (an aggregation written twice, with other rules or
+    modes, starts each time from the solve's own state)."""
+    st = res.state
+    saved = st.get("solve_state")
+    if saved is None:
+        st["solve_state"] = {k: st[k] for k in _PLANNED if k in st}
+        st["solve_gram_outside"] = res.gram_outside
+        return
+    st.update(saved)
+    res.gram_outside = st["solve_gram_outside"]
+    res.refit = None
+    for k in ("mean_cache", "mbar_cache", "target"):
+        st.pop(k, None)
+
+
 def _target_mean(res) -> None:
     """Make the module's refinement target the collaborative mean: (9)'s formula with ``P_Â = 0``
-    (an empty ``Z``); ``Z_solve`` keeps the solve's own for the record."""
+    (an empty ``Z``)."""
     st = res.state
     if "Z" not in st or st.get("target") == "mean":
         return
-    st["Z_solve"] = st["Z"]
     st["Z"] = st["Z"][:, :0]
     if "XZ" in st:
         st["XZ"] = st["XZ"][..., :0]
@@ -70,7 +88,11 @@ def apply_refinement(results, decided, options, refine: str = DEFAULT_REFINE, fa
         return {}
     b = _set(clair, decided)
     grams = np.array([r.gram for r in clair], float)
-    a = refine_weights(grams, b, refine)
+    # "paper": a_k = 1 everywhere; the writers apply 0 outside each module's own set
+    a = np.ones(len(b)) if refine == "paper" else refine_weights(grams, b, refine)
+    for r in clair:
+        if not r.state.get("released"):
+            _restore(r)
     if refine == "paper":
         refit_without(clair, decided, options, factors=factors)
     elif refine == "agreement":
