@@ -185,6 +185,7 @@ def test_a_benign_node_lost_mid_round(k4, rule):
     assert rec.participants == tuple(NODES)
     assert rec.failures == {} and rec.missing == (gone,) and rec.lost == (gone,)
     assert set(rec.flagged) <= {NODES[3]} and rec.undecided == (("x",) if rule == "per-module" else ())
+    assert rec.abstained == (() if rule == "per-module" else ("x",))    # the round says so either way
     assert st.lost_nodes == {gone}
     assert all(st.adapters[n][1]["adapter"] == "refined" for n in NODES[:3])
     # the global arrays: per module the mean over the applied set, never c3's update alone
@@ -227,6 +228,7 @@ def test_failed_and_missing_are_different_and_said_once(k4, caplog):
     assert text.count(f"node {broken} failed") == 1 and f"node {gone} failed" not in text
     cfg = rec.config_record()
     assert cfg["lost"] == [str(gone)] and cfg["failed"] == [str(broken)] and cfg["undecided"] == []
+    assert cfg["abstained"] == ["x"]                  # the pooled rule: x's own set gave no evidence
 
 
 def test_client_ids_are_not_averaged(k4):

@@ -170,6 +170,17 @@ def run_status(run_id: str, env: dict) -> dict:
     return runs[0]
 
 
+def save_run_log(run_id: str, env: dict, path: Path) -> None:
+    """The run's logs (the ServerApp's, with the strategy's round reports) into ``path``;
+    best effort: a failure here only says so."""
+    try:
+        proc = subprocess.run(["flwr", "log", run_id, CONNECTION, "--show"], env=env, capture_output=True,
+                              text=True, timeout=60, cwd=str(HERE))
+        path.write_text(proc.stdout + proc.stderr)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"deploy: could not save the run's log ({exc})", file=sys.stderr)
+
+
 def parse_sets(items: list[str]) -> dict:
     out = {}
     for item in items:
@@ -289,6 +300,7 @@ def main(argv=None) -> int:
             dep.check_alive()
             time.sleep(1.0)
         wall = time.monotonic() - started
+        save_run_log(run_id, cli_env, logs / "run.log")
         if status["status"] != "finished:completed":
             raise DeployError(f"run {run_id} ended {status['status']!r}: {status.get('status-details') or ''}\n"
                               f"SuperLink log:\n{_tail(logs / 'superlink.log')}")

@@ -78,6 +78,9 @@ class RoundRecord:
         Modules where the evidence could not decide (:mod:`lowrank_fl.adapters.guard`): every
         client kept its own adapter there, nobody was flagged for them (all of them when the
         client-level set was not a strict majority).
+    abstained : tuple of str
+        Under a client-level rule: modules whose own set (8) could not decide, so they gave no
+        evidence to the rule (its set applies there).
     max_relative_gap : float
         The largest relative duality gap of the solves of (7) over the modules (0 otherwise).
     seconds : dict
@@ -95,6 +98,7 @@ class RoundRecord:
     missing: tuple = ()
     lost: tuple = ()
     undecided: tuple = ()
+    abstained: tuple = ()
     max_relative_gap: float = 0.0
     seconds: dict = field(default_factory=dict)
     summary: dict | None = None
@@ -105,7 +109,7 @@ class RoundRecord:
         return ConfigRecord({"participants": ids(self.participants), "flagged": ids(self.flagged),
                              "failed": ids(self.failures), "rejected": ids(self.rejected),
                              "missing": ids(self.missing), "lost": ids(self.lost),
-                             "undecided": list(self.undecided),
+                             "undecided": list(self.undecided), "abstained": list(self.abstained),
                              "modules-benign": [int(self.modules_benign[n]) for n in self.participants]
                              if self.modules_benign else []})
 
@@ -351,15 +355,18 @@ class ClairStrategy(FedAvg):
         flagged = tuple(n for k, n in enumerate(nodes) if not all(b[k] for b in decided.values())) \
             if self.method == "clair" else ()
         undecided = tuple(m for m in benign if m not in decided)
-        if undecided:
-            msg = (f"round {server_round}: the evidence cannot decide in {len(undecided)} of {len(benign)} "
-                   f"module(s) (a set that would not be a strict majority of the {len(nodes)} clients): "
-                   "every client keeps its own adapter there")
+        det = res.summary.get("detection", {})
+        abstained = tuple(m for m in det.get("undecided_modules", []) if m not in undecided)
+        if undecided or abstained:
+            msg = (f"round {server_round}: the evidence cannot decide in {len(undecided) + len(abstained)} of "
+                   f"{len(benign)} module(s) (a set that would not be a strict majority of the {len(nodes)} "
+                   "clients): " + ("every client keeps its own adapter there" if undecided else
+                                   f"they abstain from the {self.client_rule} rule"))
             log(WARNING, "aggregate_train: %s", msg)
             warnings.warn(f"ClairStrategy: {msg}", stacklevel=2)
         mb = ({n: int(res.summary["client_benign"]["modules_benign"][str(n)]) for n in nodes}
               if self.method == "clair" else {})
-        record = RoundRecord(**base, flagged=flagged, modules_benign=mb, undecided=undecided,
+        record = RoundRecord(**base, flagged=flagged, modules_benign=mb, undecided=undecided, abstained=abstained,
                              max_relative_gap=float(max(m["relative_gap"] for m in modules)),
                              seconds={"aggregate": t_agg, "mean": t_mean, "total": time.perf_counter() - t0},
                              summary=res.summary)
@@ -445,6 +452,7 @@ class ClairStrategy(FedAvg):
         out.update({"aggregated-clients": len(record.participants), "flagged-clients": len(record.flagged),
                     "failed-clients": len(record.failures), "missing-clients": len(record.missing),
                     "lost-clients": len(record.lost), "undecided-modules": len(record.undecided),
+                    "abstained-modules": len(record.abstained),
                     "rejected-clients": len(record.rejected), "max-relative-gap": record.max_relative_gap,
                     "aggregate-seconds": float(record.seconds.get("aggregate", 0.0)),
                     "mean-seconds": float(record.seconds.get("mean", 0.0)),

@@ -54,6 +54,7 @@ def build_summary(strategy: ClairStrategy, settings: Settings, wall: float, resu
             # node ids (strings: unsigned 64-bit); a lost node never evaluated, so no partition id
             "failed_nodes": [str(n) for n in sorted(rec.failures)], "missing_nodes": [str(n) for n in rec.missing],
             "lost_nodes": [str(n) for n in rec.lost], "undecided_modules": list(rec.undecided),
+            "abstained_modules": list(rec.abstained),
             # the clients' train metrics, averaged by the strategy (e.g. the PEFT template's
             # kept-received: the fraction of clients that kept the adapter they received)
             "train_metrics": {k: v for k, v in dict(result.train_metrics_clientapp.get(r, {})).items()
