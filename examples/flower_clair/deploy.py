@@ -83,6 +83,8 @@ class Deployment:
                                 cwd=str(self.work), start_new_session=True)
         log.close()
         self.procs[name] = proc
+        # the process groups, for anyone checking afterwards that none is left
+        (self.logs / "process_groups.json").write_text(json.dumps({n: p.pid for n, p in self.procs.items()}))
         return proc
 
     def check_alive(self) -> None:
@@ -302,8 +304,8 @@ def main(argv=None) -> int:
         wall = time.monotonic() - started
         save_run_log(run_id, cli_env, logs / "run.log")
         if status["status"] != "finished:completed":
-            raise DeployError(f"run {run_id} ended {status['status']!r}: {status.get('status-details') or ''}\n"
-                              f"SuperLink log:\n{_tail(logs / 'superlink.log')}")
+            raise DeployError(f"run {run_id} ended {status['status']!r} ({status.get('status-details') or 'no details'}); "
+                              f"the run's log ({logs / 'run.log'}) ends with:\n{_tail(logs / 'run.log', 12)}")
     except KeyboardInterrupt:
         print(f"deploy: interrupted (signal {stopping['signal'] or 'SIGINT'}); stopping the deployment",
               file=sys.stderr)
