@@ -69,7 +69,7 @@ def main(argv=None) -> int:
           f"{summary['certificate']['max_relative_gap']:.2e}; simulation {wall:.1f} s; wrote {path}")
     for k, acc in sorted((summary["accuracy"] or {}).items(), key=lambda x: int(x[0])):
         print(f"  client {k}: accuracy {acc['before']:.3f} -> {acc['after']:.3f}"
-              f"{'' if acc['refined'] else ' (kept its own adapter)'}")
+              f"{'' if acc['refined'] else ' (not a refined adapter)'}")
     return 0
 
 

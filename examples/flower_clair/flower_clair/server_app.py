@@ -25,8 +25,9 @@ def main(grid: Grid, context: Context) -> None:
     # every client in every round: FedAvg's sampling counts the nodes connected before it waits
     # for min_available_nodes, so a fraction of 1.0 alone can sample 2 nodes in round 1
     K = settings.n_clients
-    options = ModuleOptions(method="clair", rank_out=settings.rank_out or None)
-    strategy = ClairStrategy(module_options=options, client_rule=settings.client_rule,
+    local = settings.server_method == "local"
+    options = ModuleOptions(method="fedavg" if local else settings.server_method, rank_out=settings.rank_out or None)
+    strategy = (LocalOnly if local else ClairStrategy)(module_options=options, client_rule=settings.client_rule,
                              min_available_nodes=K, min_train_nodes=K, min_evaluate_nodes=K)
     t0 = time.perf_counter()
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=settings.rounds,
@@ -35,6 +36,21 @@ def main(grid: Grid, context: Context) -> None:
     summary = build_summary(strategy, settings, wall, result)
     if settings.out_dir:
         write_summary(Path(settings.out_dir), summary)
+
+
+class LocalOnly(ClairStrategy):
+    """The no-collaboration baseline: every client is sent its own adapter back (the round's
+    records and certificate are those of an exact mean nobody receives)."""
+
+    def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        out = super().aggregate_train(server_round, replies)
+        for msg in replies:
+            node = msg.metadata.src_node_id
+            if node in self.rounds[server_round].participants:
+                self.adapters[node] = (msg.content[self.lora_arrays_key],
+                                       ConfigRecord(dict(msg.content[self.lora_config_key], adapter="own")))
+        return out
 
 
 def build_summary(strategy: ClairStrategy, settings: Settings, wall: float, result=None) -> dict:

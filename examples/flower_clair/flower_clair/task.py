@@ -56,6 +56,10 @@ class Settings:
     epochs: int = 1
     n_test: int = 300
     client_rule: str = "any"
+    #: the server: "clair" (ClairStrategy), an adapters method sending everyone one aggregate
+    #: ("fedavg-factors": mean(B)·mean(A), what Flower's FedAvg computes on LoRA factors with equal
+    #: num-examples; "fedavg": the exact mean ΔW), or "local" (every client gets its own back)
+    server_method: str = "clair"
     #: the server cuts its outputs to this rank by SVD (0: exact outputs; the PEFT template sets it
     #: to ``rank`` so every adapter it receives fits its LoRA)
     rank_out: int = 0
