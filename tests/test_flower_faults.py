@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lowrank_fl.adapters import ModuleOptions, aggregate_factors, factors_from_state_dict, guard
+from lowrank_fl.adapters.decision import detection_sentence
 from lowrank_fl.adapters.synthetic import write_synthetic_adapters
 
 pytest.importorskip("flwr")
@@ -93,6 +94,7 @@ def test_every_client_rule_keeps_every_benign_client_benign(k4, rule):
     mods = res.summary["modules"]
     assert mods["x"]["benign"] == [False] * 4                    # undecided: everyone keeps own
     assert det["undecided_modules"] == ["x"] and det["modules"]["x"]["flagged"] == []
+    assert "the evidence cannot decide in 1 module(s) (x)" in detection_sentence(det)
     for m, v in mods.items():                                    # no applied set is one client
         applied = np.array(v["benign_applied"])
         assert applied.sum() in (0, 3, 4), (rule, m, applied)

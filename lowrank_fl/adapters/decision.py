@@ -124,12 +124,14 @@ def detection_sentence(det: dict) -> str:
     need = _min_gap_ratio()
     n_sep = len(det["separated_modules"])
     pooled = _pooled_clause(det)
+    note = ""
     if det.get("undecided") or det.get("undecided_modules"):
         where = ("every module" if det.get("undecided") else
                  f"{len(det['undecided_modules'])} module(s) ({', '.join(det['undecided_modules'][:3])}"
                  f"{', ...' if len(det['undecided_modules']) > 3 else ''})")
-        pooled += (f"; the evidence cannot decide in {where}: a set there would not be a strict "
-                   "majority, so every client keeps its own adapter there")
+        note = (f"; the evidence cannot decide in {where}: a set there would not be a strict majority "
+                "(lowrank_fl.adapters.guard)")
+        pooled += note
     if not det["flagged"]:
         if n_sep:
             why = (f"{n_sep} module(s) separated, their own sets (8) excluding "
@@ -152,7 +154,7 @@ def detection_sentence(det: dict) -> str:
         rat = ", ".join(_vs(det["pooled_ratios"][n], det["pooled_min_ratio"]) for n in det["flagged"])
         return (f"flagged {', '.join(det['flagged'])} by the pooled rule over all modules (pooled "
                 f"score {ev} > {det['threshold']:.2f}, distance ratio {rat} >= "
-                f"{det['pooled_min_ratio']:g}; {n_sep} module(s) separated on their own).")
+                f"{det['pooled_min_ratio']:g}; {n_sep} module(s) separated on their own{note}).")
     # "<client> is outside ...", not "excluded by <client>": the sets (8) exclude the client
     ev = "; ".join(f"{n} is outside the set (8) in {det['scores'][n]:.0%} of the modules"
                    for n in det["flagged"])
