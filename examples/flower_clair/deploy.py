@@ -262,7 +262,7 @@ def main(argv=None) -> int:
         raise KeyboardInterrupt
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    status, run_id, wall, left = None, None, 0.0, []
+    status, run_id, wall, left, submitted = None, None, 0.0, [], time.time()
     try:
         link_port, *node_ports = free_ports(1 + args.nodes)
         dep.start("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(link_port),
@@ -281,7 +281,7 @@ def main(argv=None) -> int:
         run_config = work / "run_config.toml"
         run_config.write_text("".join(f"{k} = {_toml_value(v)}\n" for k, v in config.items()))
         cli_env = dict(env, FLWR_HOME=str(cli_home))
-        started = time.monotonic()
+        started, submitted = time.monotonic(), time.time()
         res = flwr(["run", str(HERE), CONNECTION, "--run-config", str(run_config)], cli_env)
         run_id = str(res["run-id"])
         print(f"deploy: run {run_id} submitted to the SuperLink on 127.0.0.1:{link_port} "
@@ -322,7 +322,7 @@ def main(argv=None) -> int:
         if left:
             print(f"deploy: process groups still alive after stopping: {left}", file=sys.stderr)
 
-    if not summary_path.exists() or summary_path.stat().st_mtime < time.time() - wall - 5:
+    if not summary_path.exists() or summary_path.stat().st_mtime < submitted - 1:
         print(f"deploy: run {run_id} completed but wrote no new {summary_path}", file=sys.stderr)
         return 1
     summary = json.loads(summary_path.read_text())
