@@ -215,6 +215,9 @@ def test_a_benign_node_lost_mid_round(k4, rule):
         assert back.content["lora_config"]["adapter"] == "global"
         assert back.content["arrays"] is st.global_adapter[0]
     assert st.lost_nodes == set()                                # reconnected: counted again
+    # a node gone silently (no reply, no SuperLink error) between rounds does not hold round 3
+    msgs = st.configure_train(3, ArrayRecord(), ConfigRecord(), _Grid(NODES[1:]))
+    assert sorted(m.metadata.dst_node_id for m in msgs) == NODES[1:]
 
 
 def test_failed_and_missing_are_different_and_said_once(k4, caplog):

@@ -49,7 +49,8 @@ def main(argv=None) -> int:
         cells = []
         for rows in table.values():
             r = rows[i]
-            cells.append(f"{r['benign_mean']:.3f} (min {r['benign_min']:.3f}; contaminated {r['contaminated_mean']:.3f})")
+            bad = "" if r["contaminated_mean"] is None else f"; contaminated {r['contaminated_mean']:.3f}"
+            cells.append(f"{r['benign_mean']:.3f} (min {r['benign_min']:.3f}{bad})")
         lines.append(f"| {i + 1} | " + " | ".join(cells) + " |")
     (out / "rounds.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -19,9 +19,10 @@ turns the federation:
   instruction it answers), are *missing* (the latter also *lost*); replies whose factors cannot
   be read are *rejected*. Each is logged once and listed in :attr:`ClairStrategy.rounds`; they
   keep the adapter they last received.
-* the next rounds wait for the configured minimums less the nodes lost and not connected again
-  (``min_available_nodes``, ``min_train_nodes``, ``min_evaluate_nodes``), so a gone node does not
-  hold the federation forever; sampling is over the nodes connected.
+* the next rounds wait for the configured minimums less the nodes that were sent a message
+  before and are not connected now, lost or gone silently (``min_available_nodes``,
+  ``min_train_nodes``, ``min_evaluate_nodes``), so a gone node does not hold the federation
+  forever; sampling is over the nodes connected.
 * a node that comes back with its node id gets its own last adapter; a new node the global
   ArrayRecord, the collaborative mean, never a flagged client's update.
 * with few clients the collaborative sets pass :mod:`lowrank_fl.adapters.guard`: a set that is
@@ -143,7 +144,7 @@ class ClairStrategy(FedAvg):
         ``train_metrics_aggr_fn``, ``evaluate_metrics_aggr_fn``). FedAvg sizes its sample from
         the nodes connected *before* it waits for ``min_available_nodes``: for every node from
         round 1 on, set ``min_train_nodes`` (and ``min_evaluate_nodes``) to the federation's size.
-        Every minimum is lowered by the nodes lost (module docstring).
+        Every minimum is lowered by the nodes gone since (module docstring).
     id_metrics : tuple of str
         Client metric keys that name a client (ids), never averaged across clients; besides
         these, every key ending in ``-id`` or ``_id``. Default ``("partition-id", "client-id",
@@ -198,6 +199,7 @@ class ClairStrategy(FedAvg):
         self._global: tuple | None = None        # (ArrayRecord, ConfigRecord) of the last mean
         self._sent: dict = {}                    # server round → {node: TRAIN message sent}
         self.lost_nodes: set = set()
+        self._seen: set = set()                  # nodes sent a message so far
         self._order: dict = {}                   # node → sort key (client-id, node id)
 
     @property
@@ -239,18 +241,20 @@ class ClairStrategy(FedAvg):
 
     @contextmanager
     def _alive_minimums(self, grid):
-        """FedAvg's minimums less the nodes lost and not connected (at least 1), while sampling:
-        a node that is gone must not make ``sample_nodes`` wait for it forever."""
+        """FedAvg's minimums less the nodes sent a message before and not connected now (lost,
+        or gone silently; at least 1), while sampling: a node that is gone must not make
+        ``sample_nodes`` wait for it forever. Before the first message the configured minimums
+        hold (the federation gathers)."""
         connected = set(grid.get_node_ids())
         self.lost_nodes -= connected              # back with the same id: counted again
+        gone = self._seen - connected
         saved = {k: getattr(self, k) for k in self._MINIMUMS}
-        if self.lost_nodes:
+        if gone:
             for k, v in saved.items():
-                setattr(self, k, max(1, v - len(self.lost_nodes)))
-            if saved["min_available_nodes"] > len(connected) and self.min_available_nodes != saved["min_available_nodes"]:
-                log(INFO, "configure: %d node(s) lost (%s): waiting for %d nodes, not %d",
-                    len(self.lost_nodes), sorted(self.lost_nodes), self.min_available_nodes,
-                    saved["min_available_nodes"])
+                setattr(self, k, max(1, v - len(gone)))
+            if saved["min_available_nodes"] > len(connected):
+                log(INFO, "configure: %d node(s) gone (%s): waiting for %d nodes, not %d",
+                    len(gone), sorted(gone), self.min_available_nodes, saved["min_available_nodes"])
         try:
             yield
         finally:
@@ -262,6 +266,7 @@ class ClairStrategy(FedAvg):
         adapter (see the contract)."""
         with self._alive_minimums(grid):
             messages = list(super().configure_train(server_round, arrays, config, grid))
+        self._seen.update(m.metadata.dst_node_id for m in messages)
         # the Message objects: the grid sets their message ids when it pushes them, and the
         # SuperLink's error replies name only the message they answer
         self._sent[server_round] = {m.metadata.dst_node_id: m for m in messages}
@@ -272,6 +277,7 @@ class ClairStrategy(FedAvg):
         (refined) adapter."""
         with self._alive_minimums(grid):
             messages = list(super().configure_evaluate(server_round, arrays, config, grid))
+        self._seen.update(m.metadata.dst_node_id for m in messages)
         return self._personal(messages, arrays)
 
     # ------------------------------------------------------------------ aggregating
