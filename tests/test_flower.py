@@ -248,7 +248,7 @@ def test_partial_participation_dropouts_and_bad_replies(src):
     before = dict(st.adapters)
     # round 2: all 6 sampled; node 22 fails, node 33 never answers, node 44's reply is unreadable
     st.configure_train(2, ArrayRecord(), ConfigRecord(), _Grid(NODES))
-    st._sent[2] = list(NODES)                     # what configure_train sent (sampling aside)
+    st._sent[2] = {n: _instruction(n) for n in NODES}   # what configure_train sent (sampling aside)
     replies = _replies(src, which=[0, 4, 5])
     replies.append(Message(Error(code=1, reason="out of memory"), reply_to=_instruction(22)))
     bad = _reply(44, *_state_and_config(src[3]))
@@ -275,9 +275,20 @@ def test_a_client_on_other_modules_is_rejected_not_fatal(src):
     replies = _replies(src)
     state, cfg = _state_and_config(src[2])
     replies[2] = _reply(NODES[2], {k: v for k, v in state.items() if "layers.0." not in k}, cfg)
-    with pytest.warns(UserWarning, match="modules or shapes differ"):
+    with pytest.warns(UserWarning, match=r"modules differ from the other clients' \(2 vs 4 modules\): lacks 2 "
+                      r"module\(s\) of the other clients' \(base_model.model.model.layers.0.self_attn.q_proj"):
         arrays, _ = ClairStrategy(module_options=F32).aggregate_train(1, replies)
     assert arrays is not None
+    # same modules, one of another shape: the message names the module and both shapes
+    state = dict(state)
+    key = "base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight"
+    state[key] = np.zeros((state[key].shape[0], 21), state[key].dtype)
+    replies[2] = _reply(NODES[2], state, cfg)
+    st = ClairStrategy(module_options=F32)
+    with pytest.warns(UserWarning, match=r"node 33 left out: module 'base_model.model.model.layers.1.self_attn"
+                      r".v_proj' is 24 x 21 \(out x in\) in this reply but 24 x 20 in the other clients'"):
+        st.aggregate_train(1, replies)
+    assert set(st.rounds[1].rejected) == {33}
 
 
 def test_fewer_than_two_readable_replies_keep_the_global(src):

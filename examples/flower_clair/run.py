@@ -1,5 +1,7 @@
 """Run the flower_clair app end to end on Flower's simulation engine (Ray, CPU) and write
-OUTDIR/summary.json. Usage: python run.py OUTDIR [--set KEY=VALUE ...] (keys of task.Settings)."""
+OUTDIR/summary.json. Usage: python run.py OUTDIR [--client copying|peft] [--set KEY=VALUE ...]
+(keys of task.Settings). ``--client peft`` runs the PEFT-native template (peft_client_app: a tiny
+Hugging Face Llama with PEFT LoRA; the server cuts its outputs to the clients' rank)."""
 from __future__ import annotations
 
 import argparse
@@ -13,6 +15,8 @@ from pathlib import Path
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("out", type=Path)
+    ap.add_argument("--client", choices=("copying", "peft"), default="copying",
+                    help="the ClientApp: the copying transformer of lowrank_fl.nn (default) or the PEFT template")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a Settings field (e.g. rounds=1); JSON values")
     args = ap.parse_args(argv)
@@ -28,18 +32,24 @@ def main(argv=None) -> int:
     out = args.out.resolve()
     overrides.setdefault("out_dir", str(out))
     overrides.setdefault("cache_dir", str(out / "backbone"))
+    if args.client == "peft":
+        overrides.setdefault("rank_out", overrides.get("rank", 3))
     os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
     os.environ["FLOWER_CLAIR_SETTINGS"] = json.dumps(overrides)   # read by the apps (and Ray's workers)
 
     from flwr.simulation import run_simulation
 
-    from flower_clair.client_app import app as client_app
+    if args.client == "peft":
+        from flower_clair.peft_client_app import app as client_app
+    else:
+        from flower_clair.client_app import app as client_app
     from flower_clair.server_app import app as server_app
     from flower_clair.task import Settings, backbone
 
     settings = Settings.load()
     t0 = time.perf_counter()
-    backbone(settings)                    # pretrained once here, cached for the clients
+    if args.client == "copying":
+        backbone(settings)                # pretrained once here, cached for the clients
     t_pre = time.perf_counter() - t0
     t0 = time.perf_counter()
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=settings.n_clients,
@@ -59,7 +69,7 @@ def main(argv=None) -> int:
           f"{summary['certificate']['max_relative_gap']:.2e}; simulation {wall:.1f} s; wrote {path}")
     for k, acc in sorted((summary["accuracy"] or {}).items(), key=lambda x: int(x[0])):
         print(f"  client {k}: accuracy {acc['before']:.3f} -> {acc['after']:.3f}"
-              f"{'' if acc['refined'] else ' (kept its own adapter)'}")
+              f"{'' if acc['refined'] else ' (not a refined adapter)'}")
     return 0
 
 

@@ -43,7 +43,7 @@ import numpy as np
 from .. import clair
 from ..algorithms import lora_aggregation as lora
 from ..validation import check_in_interval, check_int, check_positive
-from . import detect, detect_updates, robust
+from . import detect, detect_updates, guard, robust
 from .io import AdapterError, ModuleFactors
 from ..clair.factored import PairContrasts
 from .reduce import ReducedModule, pair_blocks, pair_factors, reduce_module
@@ -416,6 +416,7 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     # (when all are, the split's threshold is 0 and rounding-level norms would exclude everyone)
     tau = split.threshold if split.separated else max(split.threshold, zero)
     benign, votes = clair.collaborative_set(norms, K, tau, alpha=o.alpha)
+    benign = guard.guard_set(benign)   # not a strict majority: undecided, everyone keeps their own
     res.separated = bool(split.separated)
     res.benign = [bool(x) for x in benign]
     res.lam_L, res.lam_S, res.lam_rule = lam_L, lam_S, rule
@@ -524,21 +525,24 @@ def client_decision(results, rule: str):
     :func:`lowrank_fl.adapters.detect.pooled_threshold` of ``K`` and its distance ratio is at least
     :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`; ``"updates"`` (the default, ours,
     :mod:`.detect_updates`): a client is excluded everywhere iff its update stands out in
-    direction or in size over all modules.
+    direction, row-space share or size over all modules. Every set passes
+    :func:`lowrank_fl.adapters.guard.guard_set`: one that is not a strict majority is the
+    undecided set (all False, everyone keeps their own); undecided modules abstain.
     """
     if rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {rule!r}")
-    flags = np.array([r.benign for r in results], bool)         # (modules, K)
+    flags = guard.abstain([r.benign for r in results])          # (modules, K); undecided abstain
     if rule == "per-module":
         return None
     if rule == "majority":
-        return flags.mean(axis=0) >= 0.5
+        return guard.guard_set(flags.mean(axis=0) >= 0.5)
     if rule == "pooled":
-        return ~detect.pooled_flags(np.array([r.block_norms for r in results], float), flags.shape[1])
+        return guard.guard_set(~detect.pooled_flags(np.array([r.block_norms for r in results], float),
+                                                     flags.shape[1]))
     if rule == "updates":
-        return ~detect_updates.update_flags(np.array([r.gram for r in results], float),
-                                            np.array([r.outside for r in results], float))
-    return flags.all(axis=0)
+        return guard.guard_set(~detect_updates.update_flags(np.array([r.gram for r in results], float),
+                                                            np.array([r.outside for r in results], float)))
+    return guard.guard_set(flags.all(axis=0))
 
 
 def apply_robust(results, options: ModuleOptions) -> robust.RobustResult:

@@ -10,7 +10,9 @@ the fraction of modules whose set (8) excludes the client, flagged above 0.5 / 0
 ``"per-module"``: the same fraction, no client-level threshold); ``pooled_scores``,
 ``pooled_threshold``, ``pooled_ratios``, ``pooled_min_ratio``, ``pooled_flagged`` (whom the pooled
 rule flags, whichever rule was applied) and ``pooled_tie`` (the scores tie, so they are bounded)
-(always, as evidence);
+(always, as evidence); ``undecided`` — the client-level set was not a strict majority, so nobody
+is flagged and every client keeps its own adapter, and ``undecided_modules`` — modules whose own
+set (8) was not (:mod:`.guard`);
 ``separated_modules`` — modules whose largest-gap split was admissible;
 ``modules`` — per module the clients its own (8) excludes, whether it separated, and the gap ratio
 (``"inf"`` with no spread below the gap, None with no gap);
@@ -24,6 +26,7 @@ import warnings
 
 import numpy as np
 
+from . import guard
 from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence
 from .detect_updates import update_evidence
@@ -50,7 +53,7 @@ def detection_summary(results, names, rule: str) -> dict:
     exact floats the decision compared (not rounded), so the JSON agrees with ``flagged``. Warns
     where the pooled scores tie (:func:`lowrank_fl.adapters.detect.scores_tie`)."""
     K = len(names)
-    flags = np.array([r.benign for r in results], bool)                 # (modules, K) per-module
+    flags = guard.abstain([r.benign for r in results])                  # (modules, K); undecided abstain
     excluded_frac = 1.0 - flags.mean(axis=0)
     ev = pooled_evidence(np.array([r.block_norms for r in results], float), K)
     grams = [getattr(r, "gram", None) for r in results]
@@ -59,8 +62,8 @@ def detection_summary(results, names, rule: str) -> dict:
     if rule == "updates" and uv is None:
         raise ValueError("client_rule 'updates' needs every module's Gram of the updates (CLAIR results "
                          "of aggregate_module)")
-    decided = ~ev.flagged if rule == "pooled" else (~uv.flagged if rule == "updates"
-                                                   else client_decision(results, rule))
+    decided = (guard.guard_set(~ev.flagged) if rule == "pooled" else
+               guard.guard_set(~uv.flagged) if rule == "updates" else client_decision(results, rule))
     pooled_cutoff = ev.cutoff if K >= 3 else None
     tie = K >= 3 and ev.tie
     if tie and rule == "pooled":
@@ -80,9 +83,14 @@ def detection_summary(results, names, rule: str) -> dict:
     else:
         flagged, scores = ~decided, excluded_frac
         threshold = 0.5 if rule == "majority" else 0.0
+    undecided = decided is not None and guard.is_undecided(decided)     # nobody flagged, all keep own
+    if undecided:
+        flagged = np.zeros(K, bool)
     return {
         "rule": rule,
         "flagged": [n for n, f in zip(names, flagged) if f],
+        "undecided": bool(undecided),
+        "undecided_modules": [r.name for r in results if guard.is_undecided(np.asarray(r.benign, bool))],
         "scores": dict(zip(names, np.asarray(scores, float).tolist())),
         "threshold": threshold,
         "pooled_scores": dict(zip(names, ev.scores.tolist())),
@@ -106,7 +114,7 @@ def detection_summary(results, names, rule: str) -> dict:
             "by_size": [n for n, f in zip(names, uv.by_size) if f],
         },
         "separated_modules": [r.name for r in results if r.separated],
-        "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b],
+        "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
                              "separated": bool(r.separated),
                              "gap_ratio": _gap_value(r.gap_ratio)}
                     for r in results},
@@ -183,6 +191,14 @@ def detection_sentence(det: dict) -> str:
     need = _min_gap_ratio()
     n_sep = len(det["separated_modules"])
     pooled = _pooled_clause(det)
+    note = ""
+    if det.get("undecided") or det.get("undecided_modules"):
+        where = ("every module" if det.get("undecided") else
+                 f"{len(det['undecided_modules'])} module(s) ({', '.join(det['undecided_modules'][:3])}"
+                 f"{', ...' if len(det['undecided_modules']) > 3 else ''})")
+        note = (f"; the evidence cannot decide in {where}: a set there would not be a strict majority "
+                "(lowrank_fl.adapters.guard)")
+        pooled += note
     if not det["flagged"]:
         if n_sep:
             why = (f"{n_sep} module(s) separated, their own sets (8) excluding "
@@ -205,7 +221,7 @@ def detection_sentence(det: dict) -> str:
         rat = ", ".join(_vs(det["pooled_ratios"][n], det["pooled_min_ratio"]) for n in det["flagged"])
         return (f"flagged {', '.join(det['flagged'])} by the pooled rule over all modules (pooled "
                 f"score {ev} > {det['threshold']:.2f}, distance ratio {rat} >= "
-                f"{det['pooled_min_ratio']:g}; {n_sep} module(s) separated on their own).")
+                f"{det['pooled_min_ratio']:g}; {n_sep} module(s) separated on their own{note}).")
     # "<client> is outside ...", not "excluded by <client>": the sets (8) exclude the client
     ev = "; ".join(f"{n} is outside the set (8) in {det['scores'][n]:.0%} of the modules"
                    for n in det["flagged"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import guard
 from .aggregate import refit_without
 from .noharm import DEFAULT_REFINE, REFINE, agreement, refine_weights, relative_changes
 
@@ -39,7 +40,7 @@ def _set(results, decided) -> np.ndarray:
     module keeps."""
     if decided is not None:
         return np.asarray(decided, bool)
-    return np.array([r.benign for r in results], bool).all(axis=0)
+    return guard.abstain([r.benign for r in results]).all(axis=0)     # undecided modules abstain
 
 
 _PLANNED = ("Z", "XZ", "VZt")

@@ -4,6 +4,8 @@ Modules
 -------
 contract   the message contract: LoRA factors as an ArrayRecord keyed like PEFT's state dict,
            r / lora_alpha / use_rslora / patterns in a ConfigRecord, both directions
+peft_io    a PEFT client's side: received factors into a ``PeftModel`` (``load_adapter``), its
+           trained LoRA into a reply (``adapter_record``); torch and peft imported when called
 strategy   ``ClairStrategy``: a ``flwr.serverapp.strategy.Strategy`` (FedAvg's sampling) that runs
            :func:`lowrank_fl.adapters.aggregate_factors` on the replies and sends every client its
            own refined adapter
@@ -21,8 +23,9 @@ if _find_spec("flwr") is None:  # pragma: no cover - depends on the installation
 
 from .contract import (ADAPTER_KINDS, LORA_ARRAYS, LORA_CONFIG, config_from_record,  # noqa: E402
                        config_record, factors_from_content, factors_record, factors_to_state_dict)
+from .peft_io import adapter_factors, adapter_record, load_adapter, lora_layers  # noqa: E402
 from .strategy import ClairStrategy, RoundRecord  # noqa: E402
 
 __all__ = ["ClairStrategy", "RoundRecord", "LORA_ARRAYS", "LORA_CONFIG", "ADAPTER_KINDS",
            "config_record", "config_from_record", "factors_from_content", "factors_record",
-           "factors_to_state_dict"]
+           "factors_to_state_dict", "load_adapter", "adapter_record", "adapter_factors", "lora_layers"]

@@ -10,27 +10,45 @@ set: exact, and like CLAIR itself computed in the reduced coordinates of the joi
 row spaces, so no out × in matrix is ever formed (for a refined client ``k`` of the set,
 ``mean_k ΔW̃_k = ΔW̄_Ĉ``, eq. (9) averaged).
 
-Sampling is FedAvg's (``fraction_train``, ``min_train_nodes``, ...); clients that reply with an
-error, do not reply, or send factors that cannot be read are left out of the round (logged,
-warned, and listed in :attr:`ClairStrategy.rounds`), keep the adapter they last received, and
-the others are aggregated when at least two remain. Clients may use different ranks.
+Sampling is FedAvg's (``fraction_train``, ``min_train_nodes``, ...). A lost node never stops or
+turns the federation:
+
+* a round aggregates the replies it has (at least two). Clients whose ClientApp replied with an
+  error are *failed*; nodes that never replied, or that the SuperLink reports unavailable (its
+  error reply comes from the SuperLink, not the node, and is mapped back to the node through the
+  instruction it answers), are *missing* (the latter also *lost*); replies whose factors cannot
+  be read are *rejected*. Each is logged once and listed in :attr:`ClairStrategy.rounds`; they
+  keep the adapter they last received.
+* the next rounds wait for the configured minimums less the nodes that were sent a message
+  before and are not connected now, lost or gone silently (``min_available_nodes``,
+  ``min_train_nodes``, ``min_evaluate_nodes``), so a gone node does not hold the federation
+  forever; sampling is over the nodes connected.
+* a node that comes back with its node id gets its own last adapter; a new node the global
+  ArrayRecord, the collaborative mean, never a flagged client's update.
+* with few clients the collaborative sets pass :mod:`lowrank_fl.adapters.guard`: a set that is
+  not a strict majority decides nothing, everyone keeps their own adapter there, and the round
+  lists those modules as ``undecided``.
+
+Clients may use different ranks.
 """
 from __future__ import annotations
 
 import time
 import warnings
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 from typing import Iterable
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
 from threadpoolctl import threadpool_limits
 
-from ..adapters import CLIENT_RULES, DEFAULT_CLIENT_RULE, AdapterError, ModuleOptions, aggregate_factors
+from ..adapters import CLIENT_RULES, DEFAULT_CLIENT_RULE, AdapterError, ModuleOptions, aggregate_factors, guard
 from .contract import LORA_ARRAYS, LORA_CONFIG, factors_from_content, factors_record
 
 __all__ = ["ClairStrategy", "RoundRecord"]
@@ -53,7 +71,17 @@ class RoundRecord:
         ``{node id: reason}``: error replies; replies whose factors could not be read or do not
         match the others' modules.
     missing : tuple of int
-        Nodes sent a TRAIN message that did not reply.
+        Nodes sent a TRAIN message that did not reply themselves: no reply at all, or an error
+        the SuperLink sent in their place (node unavailable, reply expired). Not in ``failures``.
+    lost : tuple of int
+        The missing nodes the SuperLink reported unavailable (gone: no heartbeat).
+    undecided : tuple of str
+        Modules where the evidence could not decide (:mod:`lowrank_fl.adapters.guard`): every
+        client kept its own adapter there, nobody was flagged for them (all of them when the
+        client-level set was not a strict majority).
+    abstained : tuple of str
+        Under a client-level rule: modules whose own set (8) could not decide, so they gave no
+        evidence to the rule (its set applies there).
     max_relative_gap : float
         The largest relative duality gap of the solves of (7) over the modules (0 otherwise).
     seconds : dict
@@ -69,6 +97,9 @@ class RoundRecord:
     failures: dict = field(default_factory=dict)
     rejected: dict = field(default_factory=dict)
     missing: tuple = ()
+    lost: tuple = ()
+    undecided: tuple = ()
+    abstained: tuple = ()
     max_relative_gap: float = 0.0
     seconds: dict = field(default_factory=dict)
     summary: dict | None = None
@@ -78,7 +109,8 @@ class RoundRecord:
         ids = lambda nodes: [str(n) for n in nodes]          # noqa: E731
         return ConfigRecord({"participants": ids(self.participants), "flagged": ids(self.flagged),
                              "failed": ids(self.failures), "rejected": ids(self.rejected),
-                             "missing": ids(self.missing),
+                             "missing": ids(self.missing), "lost": ids(self.lost),
+                             "undecided": list(self.undecided), "abstained": list(self.abstained),
                              "modules-benign": [int(self.modules_benign[n]) for n in self.participants]
                              if self.modules_benign else []})
 
@@ -97,7 +129,9 @@ class ClairStrategy(FedAvg):
         Per-module options (rank of ``P_Â``, λ, ``rank_out``, output dtype, ...).
     client_rule : str
         CLAIR's client-level decision (:data:`lowrank_fl.adapters.CLIENT_RULES`):
-        ``"per-module"`` (each module its own set (8)), ``"majority"``, ``"any"``.
+        ``"pooled"`` (the default: one client-level set from every module's block norms,
+        :mod:`lowrank_fl.adapters.detect`), ``"per-module"`` (each module its own set (8)),
+        ``"majority"`` (benign in at least half of the modules), ``"any"`` (benign in all).
     jobs, scheduler
         Passed to :func:`~lowrank_fl.adapters.aggregate_factors` (joblib processes over
         modules; a dask scheduler address).
@@ -110,6 +144,11 @@ class ClairStrategy(FedAvg):
         ``train_metrics_aggr_fn``, ``evaluate_metrics_aggr_fn``). FedAvg sizes its sample from
         the nodes connected *before* it waits for ``min_available_nodes``: for every node from
         round 1 on, set ``min_train_nodes`` (and ``min_evaluate_nodes``) to the federation's size.
+        Every minimum is lowered by the nodes gone since (module docstring).
+    id_metrics : tuple of str
+        Client metric keys that name a client (ids), never averaged across clients; besides
+        these, every key ending in ``-id`` or ``_id``. Default ``("partition-id", "client-id",
+        "node-id")``.
 
     Attributes
     ----------
@@ -119,11 +158,14 @@ class ClairStrategy(FedAvg):
         ``{server round: {node id: dict of the node's evaluation metrics}}``.
     adapters : dict
         ``{node id: (ArrayRecord, ConfigRecord)}``: what each node is sent next.
+    lost_nodes : set
+        Nodes the SuperLink reported unavailable and not seen connected since.
     """
 
     def __init__(self, method: str | None = None, *, module_options: ModuleOptions | None = None,
                  client_rule: str = DEFAULT_CLIENT_RULE, jobs: int = 1, scheduler: str | None = None,
-                 lora_arrays_key: str = LORA_ARRAYS, lora_config_key: str = LORA_CONFIG, **fedavg) -> None:
+                 lora_arrays_key: str = LORA_ARRAYS, lora_config_key: str = LORA_CONFIG,
+                 id_metrics: tuple = ("partition-id", "client-id", "node-id"), **fedavg) -> None:
         super().__init__(**fedavg)
         if module_options is None:
             module_options = ModuleOptions() if method is None else ModuleOptions(method=method)
@@ -142,6 +184,9 @@ class ClairStrategy(FedAvg):
                 raise ValueError(f"{name} must be a non-empty string, got {key!r}")
         if lora_config_key == self.configrecord_key:
             raise ValueError(f"lora_config_key and configrecord_key are both {lora_config_key!r}")
+        if isinstance(id_metrics, str) or not all(isinstance(k, str) for k in id_metrics):
+            raise ValueError(f"id_metrics must be a tuple of metric names, got {id_metrics!r}")
+        self.id_metrics = tuple(id_metrics)
         self.module_options = module_options
         self.client_rule = client_rule
         self.jobs = jobs
@@ -152,7 +197,9 @@ class ClairStrategy(FedAvg):
         self.evaluations: dict = {}
         self.adapters: dict = {}
         self._global: tuple | None = None        # (ArrayRecord, ConfigRecord) of the last mean
-        self._sent: dict = {}                    # server round → node ids sent a TRAIN message
+        self._sent: dict = {}                    # server round → {node: TRAIN message sent}
+        self.lost_nodes: set = set()
+        self._seen: set = set()                  # nodes sent a message so far
         self._order: dict = {}                   # node → sort key (client-id, node id)
 
     @property
@@ -190,15 +237,47 @@ class ClairStrategy(FedAvg):
             out.append(msg)
         return out
 
+    _MINIMUMS = ("min_available_nodes", "min_train_nodes", "min_evaluate_nodes")
+
+    @contextmanager
+    def _alive_minimums(self, grid):
+        """FedAvg's minimums less the nodes sent a message before and not connected now (lost,
+        or gone silently; at least 1), while sampling: a node that is gone must not make
+        ``sample_nodes`` wait for it forever. Before the first message the configured minimums
+        hold (the federation gathers)."""
+        connected = set(grid.get_node_ids())
+        self.lost_nodes -= connected              # back with the same id: counted again
+        gone = self._seen - connected
+        saved = {k: getattr(self, k) for k in self._MINIMUMS}
+        if gone:
+            for k, v in saved.items():
+                setattr(self, k, max(1, v - len(gone)))
+            if saved["min_available_nodes"] > len(connected):
+                log(INFO, "configure: %d node(s) gone (%s): waiting for %d nodes, not %d",
+                    len(gone), sorted(gone), self.min_available_nodes, saved["min_available_nodes"])
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                setattr(self, k, v)
+
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid):
-        """FedAvg's sampling; each sampled node gets its own adapter (see the contract)."""
-        messages = list(super().configure_train(server_round, arrays, config, grid))
-        self._sent[server_round] = [m.metadata.dst_node_id for m in messages]
+        """FedAvg's sampling (minimums less the lost nodes); each sampled node gets its own
+        adapter (see the contract)."""
+        with self._alive_minimums(grid):
+            messages = list(super().configure_train(server_round, arrays, config, grid))
+        self._seen.update(m.metadata.dst_node_id for m in messages)
+        # the Message objects: the grid sets their message ids when it pushes them, and the
+        # SuperLink's error replies name only the message they answer
+        self._sent[server_round] = {m.metadata.dst_node_id: m for m in messages}
         return self._personal(messages, arrays)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid):
-        """FedAvg's sampling; each sampled node evaluates its own (refined) adapter."""
-        messages = list(super().configure_evaluate(server_round, arrays, config, grid))
+        """FedAvg's sampling (minimums less the lost nodes); each sampled node evaluates its own
+        (refined) adapter."""
+        with self._alive_minimums(grid):
+            messages = list(super().configure_evaluate(server_round, arrays, config, grid))
+        self._seen.update(m.metadata.dst_node_id for m in messages)
         return self._personal(messages, arrays)
 
     # ------------------------------------------------------------------ aggregating
@@ -222,8 +301,7 @@ class ClairStrategy(FedAvg):
             common, _ = Counter(layouts.values()).most_common(1)[0]
             for n, lay in layouts.items():
                 if lay != common:
-                    rejected[n] = ("modules or shapes differ from the other clients' "
-                                   f"({len(lay)} vs {len(common)} modules)")
+                    rejected[n] = _layout_difference(lay, common)
                     del clients[n], accepted[n]
         for node, reason in sorted(rejected.items()):
             log(WARNING, "aggregate_train: reply of node %s left out: %s", node, reason)
@@ -244,17 +322,11 @@ class ClairStrategy(FedAvg):
         t0 = time.perf_counter()
         replies = list(replies)
         valid = [m for m in replies if not m.has_error()]
-        failures = {m.metadata.src_node_id: str(m.error.reason) for m in replies if m.has_error()}
-        for node, reason in failures.items():
-            log(INFO, "aggregate_train: error reply from node %s: %s", node, reason)
-        answered = {m.metadata.src_node_id for m in replies}
-        missing = tuple(sorted(n for n in self._sent.pop(server_round, []) if n not in answered))
-        if missing:
-            log(WARNING, "aggregate_train: no reply from %d node(s): %s", len(missing), list(missing))
+        failures, missing, lost = self._absent(server_round, replies)
         clients, rejected, accepted = self._read(valid)
         nodes = sorted(clients, key=self._order.__getitem__)       # CLAIR's client order
         base = dict(server_round=server_round, participants=tuple(nodes), failures=failures,
-                    rejected=rejected, missing=missing)
+                    rejected=rejected, missing=missing, lost=lost)
         if len(nodes) < 2:
             msg = (f"round {server_round}: {len(nodes)} readable repl{'y' if len(nodes) == 1 else 'ies'}; "
                    "aggregation needs at least 2, the global arrays are unchanged")
@@ -285,11 +357,22 @@ class ClairStrategy(FedAvg):
         else:                                     # one aggregate for everyone
             self.adapters.clear()
         modules = res.summary["modules"].values()
-        flagged = tuple(n for k, n in enumerate(nodes) if not all(b[k] for b in benign.values())) \
+        decided = guard.decided_modules(benign)  # undecided modules flag nobody
+        flagged = tuple(n for k, n in enumerate(nodes) if not all(b[k] for b in decided.values())) \
             if self.method == "clair" else ()
+        undecided = tuple(m for m in benign if m not in decided)
+        det = res.summary.get("detection", {})
+        abstained = tuple(m for m in det.get("undecided_modules", []) if m not in undecided)
+        if undecided or abstained:
+            msg = (f"round {server_round}: the evidence cannot decide in {len(undecided) + len(abstained)} of "
+                   f"{len(benign)} module(s) (a set that would not be a strict majority of the {len(nodes)} "
+                   "clients): " + ("every client keeps its own adapter there" if undecided else
+                                   f"they abstain from the {self.client_rule} rule"))
+            log(WARNING, "aggregate_train: %s", msg)
+            warnings.warn(f"ClairStrategy: {msg}", stacklevel=2)
         mb = ({n: int(res.summary["client_benign"]["modules_benign"][str(n)]) for n in nodes}
               if self.method == "clair" else {})
-        record = RoundRecord(**base, flagged=flagged, modules_benign=mb,
+        record = RoundRecord(**base, flagged=flagged, modules_benign=mb, undecided=undecided, abstained=abstained,
                              max_relative_gap=float(max(m["relative_gap"] for m in modules)),
                              seconds={"aggregate": t_agg, "mean": t_mean, "total": time.perf_counter() - t0},
                              summary=res.summary)
@@ -297,6 +380,39 @@ class ClairStrategy(FedAvg):
         if flagged:
             log(INFO, "aggregate_train: CLAIR flagged node(s) %s", list(flagged))
         return self._global[0], self._metrics(record, accepted)
+
+    def _absent(self, server_round: int, replies: list) -> tuple[dict, tuple, tuple]:
+        """``failures`` ``{node: reason}`` (the ClientApp's error replies), ``missing`` (sent a TRAIN
+        message, no reply of its own) and ``lost`` (missing, reported unavailable by the
+        SuperLink); logged once. Updates :attr:`lost_nodes`."""
+        sent = self._sent.pop(server_round, {})
+        by_message = {m.metadata.message_id: n for n, m in sent.items() if m.metadata.message_id}
+        failures, superlink, unmapped = {}, {}, []
+        for m in replies:
+            if not m.has_error():
+                continue
+            src = m.metadata.src_node_id
+            if src != SUPERLINK_NODE_ID or src in sent:        # the node's own error reply
+                failures[src] = str(m.error.reason)
+            elif m.metadata.reply_to_message_id in by_message:  # the SuperLink's, for that node
+                superlink[by_message[m.metadata.reply_to_message_id]] = m.error
+            else:
+                unmapped.append(str(m.error.reason))
+        answered = {m.metadata.src_node_id for m in replies if m.metadata.src_node_id not in superlink}
+        missing = tuple(sorted(n for n in sent if n not in answered or n in superlink))
+        lost = tuple(sorted(n for n, e in superlink.items() if e.code == ErrorCode.NODE_UNAVAILABLE))
+        self.lost_nodes |= set(lost)
+        for node, reason in sorted(failures.items()):
+            log(WARNING, "aggregate_train: round %s: node %s failed: %s", server_round, node, reason)
+        if missing:
+            why = {n: ("unavailable (lost)" if n in lost else str(superlink[n].reason)) if n in superlink
+                   else "no reply" for n in missing}
+            log(WARNING, "aggregate_train: round %s: %d node(s) missing: %s", server_round, len(missing),
+                ", ".join(f"{n} ({w})" for n, w in why.items()))
+        for reason in unmapped:
+            log(WARNING, "aggregate_train: round %s: a SuperLink error for no node sent this round: %s",
+                server_round, reason)
+        return failures, missing, lost
 
     def _benign_sets(self, res, K: int) -> dict:
         """``{module: bool (K,)}``: the set each module's mean and refinement used (all True for
@@ -318,7 +434,7 @@ class ClairStrategy(FedAvg):
         mean = {}
         for key, mods in groups.items():
             members = [c for c, keep in zip(names, key) if keep]
-            if not members:                       # (8) never empties a set; guard the mean
+            if not members:                       # undecided (adapters.guard): nobody excluded
                 members = names
             if len(members) == 1:                 # the mean of one update is that update
                 mean.update({m: (named[members[0]][m][0], named[members[0]][m][1] * named[members[0]][m][2], 1.0)
@@ -338,9 +454,11 @@ class ClairStrategy(FedAvg):
         contents = [m.content for m in accepted]
         if contents and all(len(c.metric_records) == 1 and self.weighted_by_key in
                             next(iter(c.metric_records.values())) for c in contents):
-            out = self.train_metrics_aggr_fn(contents, self.weighted_by_key)
+            out = self._without_ids(self.train_metrics_aggr_fn(contents, self.weighted_by_key))
         out.update({"aggregated-clients": len(record.participants), "flagged-clients": len(record.flagged),
                     "failed-clients": len(record.failures), "missing-clients": len(record.missing),
+                    "lost-clients": len(record.lost), "undecided-modules": len(record.undecided),
+                    "abstained-modules": len(record.abstained),
                     "rejected-clients": len(record.rejected), "max-relative-gap": record.max_relative_gap,
                     "aggregate-seconds": float(record.seconds.get("aggregate", 0.0)),
                     "mean-seconds": float(record.seconds.get("mean", 0.0)),
@@ -364,4 +482,37 @@ class ClairStrategy(FedAvg):
                 node_metrics.update(dict(rec))
             per_node[m.metadata.src_node_id] = node_metrics
         self.evaluations[server_round] = per_node
-        return super().aggregate_evaluate(server_round, replies)
+        agg = super().aggregate_evaluate(server_round, replies)
+        return agg if agg is None else self._without_ids(agg)
+
+    def _is_id(self, key: str) -> bool:
+        return key in self.id_metrics or key.endswith(("-id", "_id"))
+
+    def _without_ids(self, metrics):
+        """The averaged client metrics without those that name a client (an average of ids
+        means nothing)."""
+        if metrics is None:
+            return None
+        for key in [k for k in metrics if self._is_id(k)]:
+            del metrics[key]
+        return metrics
+
+
+def _layout_difference(lay: tuple, common: tuple) -> str:
+    """Why a reply's modules or shapes differ from the most common ones: the first module that
+    differs, with both shapes (out x in), or the modules one side lacks."""
+    mine = {m: (o, i) for m, i, o in lay}
+    ref = {m: (o, i) for m, i, o in common}
+    extra, lacks = sorted(set(mine) - set(ref)), sorted(set(ref) - set(mine))
+    for m in sorted(set(mine) & set(ref)):
+        if mine[m] != ref[m]:
+            return (f"module {m!r} is {mine[m][0]} x {mine[m][1]} (out x in) in this reply but "
+                    f"{ref[m][0]} x {ref[m][1]} in the other clients'")
+    parts = []
+    if lacks:
+        parts.append(f"lacks {len(lacks)} module(s) of the other clients' ({', '.join(lacks[:3])}"
+                     f"{', ...' if len(lacks) > 3 else ''})")
+    if extra:
+        parts.append(f"has {len(extra)} module(s) the others lack ({', '.join(extra[:3])}"
+                     f"{', ...' if len(extra) > 3 else ''})")
+    return f"modules differ from the other clients' ({len(mine)} vs {len(ref)} modules): " + "; ".join(parts)

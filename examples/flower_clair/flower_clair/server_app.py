@@ -25,18 +25,35 @@ def main(grid: Grid, context: Context) -> None:
     # every client in every round: FedAvg's sampling counts the nodes connected before it waits
     # for min_available_nodes, so a fraction of 1.0 alone can sample 2 nodes in round 1
     K = settings.n_clients
-    strategy = ClairStrategy(module_options=ModuleOptions(method="clair"), client_rule=settings.client_rule,
+    local = settings.server_method == "local"
+    options = ModuleOptions(method="fedavg" if local else settings.server_method, rank_out=settings.rank_out or None)
+    strategy = (LocalOnly if local else ClairStrategy)(module_options=options, client_rule=settings.client_rule,
                              min_available_nodes=K, min_train_nodes=K, min_evaluate_nodes=K)
     t0 = time.perf_counter()
-    strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=settings.rounds,
+    result = strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=settings.rounds,
                    train_config=ConfigRecord(), evaluate_config=ConfigRecord())
     wall = time.perf_counter() - t0
-    summary = build_summary(strategy, settings, wall)
+    summary = build_summary(strategy, settings, wall, result)
     if settings.out_dir:
         write_summary(Path(settings.out_dir), summary)
 
 
-def build_summary(strategy: ClairStrategy, settings: Settings, wall: float) -> dict:
+class LocalOnly(ClairStrategy):
+    """The no-collaboration baseline: every client is sent its own adapter back (the round's
+    records and certificate are those of an exact mean nobody receives)."""
+
+    def aggregate_train(self, server_round, replies):
+        replies = list(replies)
+        out = super().aggregate_train(server_round, replies)
+        for msg in replies:
+            node = msg.metadata.src_node_id
+            if node in self.rounds[server_round].participants:
+                self.adapters[node] = (msg.content[self.lora_arrays_key],
+                                       ConfigRecord(dict(msg.content[self.lora_config_key], adapter="own")))
+        return out
+
+
+def build_summary(strategy: ClairStrategy, settings: Settings, wall: float, result=None) -> dict:
     """Per round: flagged partitions (the truth is the clients' partition ids), accuracies, gap."""
     rounds = []
     for r, rec in sorted(strategy.rounds.items()):
@@ -50,6 +67,14 @@ def build_summary(strategy: ClairStrategy, settings: Settings, wall: float) -> d
             "max_relative_gap": rec.max_relative_gap,
             "server_seconds": rec.seconds,
             "failures": len(rec.failures), "missing": len(rec.missing), "rejected": len(rec.rejected),
+            # node ids (strings: unsigned 64-bit); a lost node never evaluated, so no partition id
+            "failed_nodes": [str(n) for n in sorted(rec.failures)], "missing_nodes": [str(n) for n in rec.missing],
+            "lost_nodes": [str(n) for n in rec.lost], "undecided_modules": list(rec.undecided),
+            "abstained_modules": list(rec.abstained),
+            # the clients' train metrics, averaged by the strategy (e.g. the PEFT template's
+            # kept-received: the fraction of clients that kept the adapter they received)
+            "train_metrics": {k: v for k, v in dict(result.train_metrics_clientapp.get(r, {})).items()
+                              if "/" not in k} if result is not None else {},
             "accuracy": {str(part[n]): {"before": m["accuracy-before"], "after": m["accuracy-after"],
                                         "refined": bool(m["refined"])} for n, m in sorted(ev.items(), key=lambda x: part[x[0]])},
         })
@@ -60,7 +85,8 @@ def build_summary(strategy: ClairStrategy, settings: Settings, wall: float) -> d
             "flagged_exactly_contaminated": last.get("flagged") == truth,
             "certificate": {"max_relative_gap": max((x["max_relative_gap"] for x in rounds), default=None),
                             "tol": ModuleOptions().tol},
-            "accuracy": last.get("accuracy"), "rounds": rounds, "strategy_seconds": wall}
+            "accuracy": last.get("accuracy"), "rounds": rounds, "strategy_seconds": wall,
+            "lost_nodes": sorted({n for x in rounds for n in x["lost_nodes"]})}
 
 
 def write_summary(out: Path, summary: dict) -> None:

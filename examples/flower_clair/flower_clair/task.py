@@ -56,6 +56,17 @@ class Settings:
     epochs: int = 1
     n_test: int = 300
     client_rule: str = "any"
+    #: the server: "clair" (ClairStrategy), an adapters method sending everyone one aggregate
+    #: ("fedavg-factors": mean(B)·mean(A), what Flower's FedAvg computes on LoRA factors with equal
+    #: num-examples; "fedavg": the exact mean ΔW), or "local" (every client gets its own back)
+    server_method: str = "clair"
+    #: the server cuts its outputs to this rank by SVD (0: exact outputs; the PEFT template sets it
+    #: to ``rank`` so every adapter it receives fits its LoRA)
+    rank_out: int = 0
+    #: PEFT template: validation sequences, and whether a client keeps the better of the adapter it
+    #: received and its own (by validation loss)
+    n_val: int = 100
+    keep_better: bool = True
     seed: int = 0
     cache_dir: str = ""
     out_dir: str = ""
