@@ -7,11 +7,13 @@ from verify.claim import PAPERS, REGISTRY, VERDICTS, Context
 from verify.claims.adapters import _trained as AD
 
 IDS = ("adapters.trained.detection", "adapters.trained.heldout_loss")
+POISON = "adapters.poisoned.scaled_or_flipped"
 
 
 def test_registry():
     assert "adapters" in PAPERS
-    assert {k for k in REGISTRY if k.startswith("adapters.")} == set(IDS)
+    assert {k for k in REGISTRY if k.startswith("adapters.")} == set(IDS) | {POISON}
+    assert REGISTRY[POISON].requires == () or "torch" not in REGISTRY[POISON].requires
     assert all(REGISTRY[c].paper == "adapters" and "torch" in REGISTRY[c].requires for c in IDS)
     assert all("Extension finding (ours)" in REGISTRY[c].statement for c in IDS)
 
@@ -34,15 +36,43 @@ def _row(rule, precision, recall, clean_ff, clean=4, dirty=12):
             "clean_sets": clean, "contaminated_sets": dirty}
 
 
-@pytest.mark.parametrize("pooled,expected", [
-    (_row("pooled", 0.95, 0.5, 0), True),
-    (_row("pooled", 0.90, 0.38, 1), False),      # the measured outcome: one false flag
-    (_row("pooled", 0.80, 0.5, 0), False),       # precision below 0.9
-    (_row("pooled", 1.0, 0.08, 0), False),       # no better than per-module
-    (_row("pooled", float("nan"), 0.0, 0), False),
-    (_row("pooled", 1.0, 0.5, 0, clean=0), None)])
-def test_detection_criterion_can_fail(pooled, expected):
-    assert AD.detection_verdict([pooled, _row("per-module", 1.0, 0.08, 0)]) is expected
+@pytest.mark.parametrize("judged,expected", [
+    (_row("updates", 0.95, 0.5, 0), True),
+    (_row("updates", 0.90, 0.38, 1), False),      # one false flag
+    (_row("updates", 0.80, 0.5, 0), False),       # precision below 0.9
+    (_row("updates", 1.0, 0.08, 0), False),       # no better than per-module
+    (_row("updates", float("nan"), 0.0, 0), False),
+    (_row("updates", 1.0, 0.5, 0, clean=0), None)])
+def test_detection_criterion_can_fail(judged, expected):
+    assert AD.detection_verdict([judged, _row("per-module", 1.0, 0.08, 0)]) is expected
+
+
+def test_poisoning_criterion_can_fail():
+    """The verdict of adapters.poisoned.*: a missed attacker, a flagged benign client or a benign
+    output moved more than +0.05 beyond the clean run each make it fail."""
+    from verify.claims.adapters import _poisoned as P
+
+    moves = {f"c{k}": 0.1 for k in range(10)}
+    good = {"flagged": ["c0", "c9"], "moves": moves}
+    rows = {"none": {r: {"flagged": ["c9"], "moves": moves} for r in ("agreement", "paper")},
+            **{a: {r: dict(good) for r in ("agreement", "paper")} for a in P.ATTACKS}}
+    assert P._verdict(rows) is True
+    bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
+    bad["x1e6"]["paper"] = {"flagged": ["c9"], "moves": moves}
+    assert P._verdict(bad) is False
+    bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
+    bad["flip"]["agreement"] = {"flagged": ["c0", "c3", "c9"], "moves": moves}
+    assert P._verdict(bad) is False
+    bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
+    bad["x10"]["agreement"] = {"flagged": ["c0", "c9"], "moves": {**moves, "c4": 0.16}}
+    assert P._verdict(bad) is False
+
+
+def test_poisoning_claim_holds_at_smoke_scale():
+    ev = REGISTRY[POISON].run(Context(scale="smoke"))
+    assert ev.verdict == "holds", ev.summary
+    # every solve of (7) the evidence rests on reached its tolerance, the refits included
+    assert ev.solves["count"] >= 5 * 2 * 4 and ev.solves["not_converged"] == 0
 
 
 def test_baseline_check_names_the_base_that_does_not_copy():

@@ -130,11 +130,12 @@ IDS = (
     "fedavg_ft.ext.empirical_floor",
     "adapters.trained.detection",
     "adapters.trained.heldout_loss",
+    "adapters.poisoned.scaled_or_flipped",
 )
 
 
 def test_the_registry_lists_the_same_ids_in_the_same_order():
-    assert len(IDS) == len(set(IDS)) == 115
+    assert len(IDS) == len(set(IDS)) == 116
     status = verify.claims.load_all()
     assert status == {"loaded": list(PAPERS), "missing": []}
     assert [c.id for c in select_claims(REGISTRY)] == list(IDS)

@@ -119,12 +119,12 @@ def _bases_note(recs: list[dict]) -> str:
         f"{b} {a:.1f}% ({t:.1f}%)" for b, a, t in bases) + ". "
 
 
-def detection_verdict(rows: list[dict]) -> bool | None:
-    """Holds iff the pooled rule never flags a client of a federation without contamination, its
-    precision is at least :data:`MIN_PRECISION`, and its recall exceeds the per-module sets';
-    inconclusive without sets of both kinds."""
+def detection_verdict(rows: list[dict], rule: str = "updates") -> bool | None:
+    """Holds iff ``rule`` (the default, the update rule) never flags a client of a federation
+    without contamination, its precision is at least :data:`MIN_PRECISION`, and its recall
+    exceeds the per-module sets'; inconclusive without sets of both kinds."""
     by = {r["rule"]: r for r in rows}
-    p, m = by["pooled"], by["per-module"]
+    p, m = by[rule], by["per-module"]
     if p["clean_sets"] == 0 or p["contaminated_sets"] == 0:
         return None
     precision = p["precision"] if np.isfinite(p["precision"]) else 0.0
@@ -172,10 +172,11 @@ def _scores_figure(recs):
     return fig
 
 
-@claim(MAIN, paper=PAPER, reference="extension of (8) (lowrank_fl.adapters.detect)",
-       statement="Extension finding (ours): on PEFT-trained adapter sets the pooled client-level rule keeps "
-                 "every client of a federation without contamination, flags contaminated clients with "
-                 f"precision >= {MIN_PRECISION} and finds more of them than CLAIR's per-module sets (8).",
+@claim(MAIN, paper=PAPER, reference="extension of (8) (lowrank_fl.adapters.detect_updates)",
+       statement="Extension finding (ours): on PEFT-trained adapter sets the default client-level rule (the "
+                 "update rule) keeps every client of a federation without contamination, flags contaminated "
+                 f"clients with precision >= {MIN_PRECISION} and finds more of them than CLAIR's per-module "
+                 "sets (8).",
        kind="comparison", requires=REQUIRES)
 def _detection(ctx) -> Evidence:
     from lowrank_fl.nn.trained_eval import detection_table
@@ -185,23 +186,27 @@ def _detection(ctx) -> Evidence:
     failed = baseline_failure(recs)
     ok = None if failed else detection_verdict(rows)
     by = {r["rule"]: r for r in rows}
-    p, m = by["pooled"], by["per-module"]
+    p, m = by["updates"], by["per-module"]
     families = sorted({r["settings"]["base"] for r in recs})
-    by_base = {b: detection_table([r for r in recs if r["settings"]["base"] == b], rules=("pooled", "per-module"))
+    by_base = {b: detection_table([r for r in recs if r["settings"]["base"] == b],
+                                  rules=("updates", "pooled", "raw", "per-module"))
                for b in families}
     return Evidence(
         verdict=verdict_from(ok),
-        summary=(f"{failed}pooled: precision {p['precision']:.2f}, recall {p['recall']:.2f}, false flag in "
-                 f"{p['clean_sets_false_flag']}/{p['clean_sets']} clean sets; per-module (8): recall "
-                 f"{m['recall']:.2f}, false flag in {m['clean_sets_false_flag']}/{m['clean_sets']}; pooled by family: "
+        summary=(f"{failed}update rule: precision {p['precision']:.2f}, recall {p['recall']:.2f}, false flag in "
+                 f"{p['clean_sets_false_flag']}/{p['clean_sets']} clean sets; pooled: precision "
+                 f"{by['pooled']['precision']:.2f}, recall {by['pooled']['recall']:.2f}; per-module (8): recall "
+                 f"{m['recall']:.2f}, false flag in {m['clean_sets_false_flag']}/{m['clean_sets']}; update rule by family: "
                  + ", ".join(f"{b} precision {t[0]['precision']:.2f} recall {t[0]['recall']:.2f} false flags "
                              f"{t[0]['clean_sets_false_flag']}/{t[0]['clean_sets']}" for b, t in by_base.items())),
         measured={"rows": rows, "sets": len(recs), "by_base": by_base},
-        predicted={"pooled_clean_false_flags": 0, "pooled_precision": f">= {MIN_PRECISION}",
-                   "pooled_recall": "> per-module recall"},
+        predicted={"updates_clean_false_flags": 0, "updates_precision": f">= {MIN_PRECISION}",
+                   "updates_recall": "> per-module recall"},
         table=rows, figure=ctx.save_figure(_scores_figure(recs)),
-        notes="Client-level counts pooled over sets and families (measured.by_base: the pooled and "
-              "per-module rules per family). Krum / Multi-Krum count the clients they do not "
+        notes="The judged rule is the default since the realistic-federation issue: the update rule "
+              "(direction, row-space share and size of each client's update; the pooled rule judged here "
+              "before). 'raw' is the raw-distance statistic (median ||ΔW_j - ΔW_k||, pooled) shown beside it. "
+              "Client-level counts pooled over sets and families (measured.by_base: per family). Krum / Multi-Krum count the clients they do not "
               "select as flagged; 'pooled-z' is the pooled score against c_K without the distance ratio "
               "(the rule of the first full report, before the ratio floor was designed on its sets); "
               "'pooled@3.5' is that score against Iglewicz & Hoaglin's per-observation cutoff. The sets "
