@@ -1,11 +1,22 @@
-"""Client-level detection and held-out loss on PEFT-trained adapter sets (lowrank_fl.nn.trained_sets).
+"""Client-level detection, held-out loss and accuracy on PEFT-trained adapter sets
+(lowrank_fl.nn.trained_sets, lowrank_fl.nn.trained_families).
 
 Usage::
 
     python benchmarks/bench_trained_detection.py --seeds 0 1 --out design.json
     python benchmarks/bench_trained_detection.py --seeds 2 3 --out report.json --loss
     python benchmarks/bench_trained_detection.py --seeds 2 3 --bases sec8 --out sec8.json
+    python benchmarks/bench_trained_detection.py --families llama-federated gpt2-collab --seeds 100 101 \
+        --out families.json          # realistic families: detection, accuracy, harm, per family
     python benchmarks/bench_trained_detection.py --table report.json
+
+With ``--families`` each seed draws one set per family (lowrank_fl.nn.trained_families: common LoRA
+init, few noisy examples, uneven training, ranks 4-16, rsLoRA, K up to 20, near-miss and reversed
+contamination, clean federations, and federations where collaboration helps) and every set
+records the benign clients' accuracy of their own adapter, CLAIR's default output, (9), the
+FedAvg of the benign clients, FedAvg, Krum and Multi-Krum; the tables then split by family (the
+update rule's size floor and the agreement weight were designed on the llama families, seeds
+below 100: report the gpt2 and sec8 families, and seeds >= 100, as held out).
 
 Seeds 0-1 of the llama and gpt2 families designed the pooled score and its cutoff c_K
 (lowrank_fl.adapters.detect); the first full report's 48 sets (the verifier's seed stream
@@ -28,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lowrank_fl.nn.trained_eval import detection_table, evaluate_set
+from lowrank_fl.nn.trained_eval import detection_table, evaluate_set, harm_table
+from lowrank_fl.nn.trained_families import FAMILIES, family_settings
 from lowrank_fl.nn.trained_sets import BASES, TrainedSetSettings, trained_set
 
 
@@ -49,13 +61,29 @@ def table(recs) -> str:
         if "pooled_threshold" not in r:
             cut = pooled_threshold(len(r["names"]))
             r["flagged"]["pooled"] = [n for n, v in r["pooled_block"].items() if v > cut]
-    lines = ["| rule | precision | recall | sets exactly right | clean sets with a false flag | benign clients flagged |",
-             "|---|---|---|---|---|---|"]
-    for row in detection_table(recs):
-        lines.append(f"| {row['rule']} | {row['precision']:.2f} | {row['recall']:.2f} | "
-                     f"{row['exact_sets']}/{row['contaminated_sets']} | "
-                     f"{row['clean_sets_false_flag']}/{row['clean_sets']} | "
-                     f"{row['benign_flagged']}/{row['benign_clients']} |")
+    lines = ["| family | rule | precision | recall | sets exactly right | clean sets with a false flag | "
+             "benign clients flagged |", "|---|---|---|---|---|---|---|"]
+    groups = {"all": recs}
+    for r in recs:
+        groups.setdefault(r["settings"].get("family", r["settings"]["base"]), []).append(r)
+    for fam, sub in groups.items():
+        rules = None if fam == "all" else ("updates", "raw", "pooled", "per-module")
+        for row in detection_table(sub) if rules is None else detection_table(sub, rules=rules):
+            if "raw_scores" not in sub[0] and row["rule"] == "raw":
+                continue
+            lines.append(f"| {fam} | {row['rule']} | {row['precision']:.2f} | {row['recall']:.2f} | "
+                         f"{row['exact_sets']}/{row['contaminated_sets']} | "
+                         f"{row['clean_sets_false_flag']}/{row['clean_sets']} | "
+                         f"{row['benign_flagged']}/{row['benign_clients']} |")
+    if any("accuracy" in r for r in recs):
+        lines += ["", "| family | method | worst set: mean benign accuracy change vs own | benign clients "
+                  "losing > 0.03 | sets where the benign FedAvg gains > 0.05 | share of that gain kept "
+                  "(median, min) |", "|---|---|---|---|---|---|"]
+        for fam, sub in groups.items():
+            for row in harm_table(sub):
+                lines.append(f"| {fam} | {row['method']} | {row['worst_set_mean_change']:+.3f} | "
+                             f"{row['clients_losing']}/{row['clients']} | {row['collab_sets']} | "
+                             f"{row['gain_kept_median']:.2f}, {row['gain_kept_min']:.2f} |")
     if all("heldout_loss" in r for r in recs):
         methods = list(next(iter(recs[0]["heldout_loss"].values())))
         from scipy.stats import t as student
@@ -83,6 +111,9 @@ def main():
                     default=Path(os.environ.get("LOWRANK_FL_CACHE", tempfile.gettempdir())) / "trained_sets")
     ap.add_argument("--bases", nargs="+", default=["llama", "gpt2"], choices=list(BASES),
                     help="families of sets (default: the two the rule was designed on)")
+    ap.add_argument("--families", nargs="+", default=None, choices=list(FAMILIES),
+                    help="draw one set per family and seed (lowrank_fl.nn.trained_families) instead of "
+                         "--bases' four scenarios; records accuracies")
     ap.add_argument("--loss", action="store_true", help="also the benign clients' held-out loss per method")
     ap.add_argument("--heldout", type=int, default=256, help="held-out sequences per benign client")
     a = ap.parse_args()
@@ -96,12 +127,16 @@ def main():
         ap.error("--seeds and --out are required (or --table FILE)")
     recs = []
     for seed in a.seeds:
-        for s in scenarios(seed, a.bases):
+        todo = ([(f, family_settings(f, seed)) for f in a.families] if a.families
+                else [(s.base, s) for s in scenarios(seed, a.bases)])
+        for fam, s in todo:
             t0 = time.perf_counter()
             ts = trained_set(s, cache_dir=a.cache)
-            rec = {"settings": {"base": s.base, "seed": s.seed, "n_contaminated": s.n_contaminated,
-                                "heterogeneous": s.heterogeneous}, "build_s": time.perf_counter() - t0,
-                   **evaluate_set(ts, cache_dir=a.cache, with_loss=a.loss, n_heldout=a.heldout)}
+            rec = {"settings": {"family": fam, "base": s.base, "seed": s.seed, "n_clients": s.n_clients,
+                                "n_contaminated": s.n_contaminated, "heterogeneous": s.heterogeneous},
+                   "build_s": time.perf_counter() - t0,
+                   **evaluate_set(ts, cache_dir=a.cache, with_loss=a.loss, n_heldout=a.heldout,
+                                  with_accuracy=a.families is not None)}
             recs.append(rec)
             print(json.dumps({k: rec[k] for k in ("settings", "truth", "flagged", "build_s")}), flush=True)
             a.out.write_text(json.dumps(recs, indent=1))
