@@ -135,7 +135,7 @@ def test_strategy_equals_aggregate_factors_and_the_cli(src, tmp_path):
 
 
 def test_global_arrays_are_the_collaborative_mean(src):
-    st = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"))
+    st = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"), refine="paper")
     arrays, _ = st.aggregate_train(1, _replies(src))
     rec = st.rounds[1]
     deltas = {n: _delta(f) for n, f in _clients(src).items()}
@@ -342,6 +342,8 @@ def test_bad_arguments_are_named():
     assert ClairStrategy("krum").method == "krum"          # the adapters' robust baselines too
     with pytest.raises(ValueError, match="client_rule must be one of"):
         ClairStrategy(client_rule="vote")
+    with pytest.raises(ValueError, match="refine"):
+        ClairStrategy(refine="mean")
     with pytest.raises(ValueError, match="jobs must be"):
         ClairStrategy(jobs=0)
     with pytest.raises(TypeError, match="module_options must be"):

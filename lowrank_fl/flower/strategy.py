@@ -48,7 +48,8 @@ from flwr.serverapp.strategy import FedAvg
 from flwr.supercore import log
 from threadpoolctl import threadpool_limits
 
-from ..adapters import CLIENT_RULES, DEFAULT_CLIENT_RULE, AdapterError, ModuleOptions, aggregate_factors, guard
+from ..adapters import (CLIENT_RULES, DEFAULT_CLIENT_RULE, DEFAULT_REFINE, REFINE, AdapterError,
+                        ModuleOptions, aggregate_factors, guard)
 from .contract import LORA_ARRAYS, LORA_CONFIG, factors_from_content, factors_record
 
 __all__ = ["ClairStrategy", "RoundRecord"]
@@ -129,9 +130,14 @@ class ClairStrategy(FedAvg):
         Per-module options (rank of ``P_Â``, λ, ``rank_out``, output dtype, ...).
     client_rule : str
         CLAIR's client-level decision (:data:`lowrank_fl.adapters.CLIENT_RULES`):
-        ``"pooled"`` (the default: one client-level set from every module's block norms,
+        ``"pooled"`` (one client-level set from every module's block norms,
         :mod:`lowrank_fl.adapters.detect`), ``"per-module"`` (each module its own set (8)),
-        ``"majority"`` (benign in at least half of the modules), ``"any"`` (benign in all).
+        ``"majority"`` (benign in at least half of the modules), ``"any"`` (benign in all), and
+        ``"updates"`` (the default: the update rule, :mod:`lowrank_fl.adapters.detect_updates`).
+    refine : str
+        What a collaborating client is sent (:data:`lowrank_fl.adapters.REFINE`): ``"agreement"``
+        (the default: toward the collaborative mean by its agreement with the others,
+        :mod:`lowrank_fl.adapters.noharm`), ``"paper"`` ((9) exactly), ``"own"``.
     jobs, scheduler
         Passed to :func:`~lowrank_fl.adapters.aggregate_factors` (joblib processes over
         modules; a dask scheduler address).
@@ -163,8 +169,8 @@ class ClairStrategy(FedAvg):
     """
 
     def __init__(self, method: str | None = None, *, module_options: ModuleOptions | None = None,
-                 client_rule: str = DEFAULT_CLIENT_RULE, jobs: int = 1, scheduler: str | None = None,
-                 lora_arrays_key: str = LORA_ARRAYS, lora_config_key: str = LORA_CONFIG,
+                 client_rule: str = DEFAULT_CLIENT_RULE, refine: str = DEFAULT_REFINE, jobs: int = 1,
+                 scheduler: str | None = None, lora_arrays_key: str = LORA_ARRAYS, lora_config_key: str = LORA_CONFIG,
                  id_metrics: tuple = ("partition-id", "client-id", "node-id"), **fedavg) -> None:
         super().__init__(**fedavg)
         if module_options is None:
@@ -177,6 +183,8 @@ class ClairStrategy(FedAvg):
                              "give one of them")
         if client_rule not in CLIENT_RULES:
             raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
+        if refine not in REFINE:
+            raise ValueError(f"refine must be one of {list(REFINE)}, got {refine!r}")
         if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
             raise ValueError(f"jobs must be an int >= 1 or -1 (all cores), got {jobs!r}")
         for name, key in (("lora_arrays_key", lora_arrays_key), ("lora_config_key", lora_config_key)):
@@ -189,6 +197,7 @@ class ClairStrategy(FedAvg):
         self.id_metrics = tuple(id_metrics)
         self.module_options = module_options
         self.client_rule = client_rule
+        self.refine = refine
         self.jobs = jobs
         self.scheduler = scheduler
         self.lora_arrays_key = lora_arrays_key
@@ -342,7 +351,8 @@ class ClairStrategy(FedAvg):
         with threadpool_limits(limits=1):
             t1 = time.perf_counter()
             res = aggregate_factors(named, self.module_options, client_rule=self.client_rule,
-                                    jobs=self.jobs, scheduler=self.scheduler)
+                                    jobs=self.jobs, scheduler=self.scheduler,
+                                    refine=self.refine if self.method == "clair" else None)
             t_agg = time.perf_counter() - t1
             t1 = time.perf_counter()
             benign = self._benign_sets(res, len(nodes))
