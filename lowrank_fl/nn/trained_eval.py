@@ -41,7 +41,8 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
     names = ts.names
     K = len(names)
     t0 = time.perf_counter()
-    res = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), client_rule="per-module")
+    res = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), client_rule="per-module",
+                          refine="paper")
     seconds = {"clair": time.perf_counter() - t0}
     results = res.aggregation.results
     flags = {}
@@ -76,7 +77,8 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
     if with_accuracy:
         rec.update(_accuracy(ts, outs, cache_dir, n_heldout))
     if with_loss:
-        pooled = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), client_rule="pooled")
+        pooled = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), client_rule="pooled",
+                                   refine="paper")
         loss = {}
         for n in ts.benign:
             own = {"local": ts.factors[n], "clair-per-module": res.outputs[n],
