@@ -101,7 +101,8 @@ def detection_summary(results, names, rule: str) -> dict:
         "pooled_tie": bool(tie),
         "updates": None if uv is None else {
             "direction_scores": dict(zip(names, uv.direction_scores.tolist())),
-            "direction_ratios": dict(zip(names, uv.direction_ratios.tolist())),
+            "direction_shares": {n: (None if np.isnan(v) else float(v))
+                                 for n, v in zip(names, uv.direction_shares)},
             "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
             "outside_ratios": dict(zip(names, uv.outside_ratios.tolist())),
             "size_scores": dict(zip(names, uv.size_scores.tolist())),
@@ -159,8 +160,8 @@ def _updates_sentence(det: dict) -> str:
         for n in det["flagged"]:
             why = []
             if n in u["by_direction"]:
-                why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, distance "
-                           f"ratio {_vs(u['direction_ratios'][n], rho)} >= {rho:g}")
+                why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, agreement "
+                           f"{_vs(u['direction_shares'][n], 1 / rho)} of the typical client's <= 1/{rho:g}")
             if n in u["by_outside"]:
                 why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                            f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
@@ -174,14 +175,19 @@ def _updates_sentence(det: dict) -> str:
     on, ov = max(u["outside_scores"].items(), key=lambda kv: kv[1])
     sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
     return ("no client stands out (update rule: largest direction score "
-            f"{_vs(dv, cut)} ({dn}, distance ratio {u['direction_ratios'][dn]:.2f}), largest row-space "
+            f"{_vs(dv, cut)} ({dn}, {_share(u['direction_shares'][dn])}), largest row-space "
             f"score {_vs(ov, cut)} ({on}, ratio {u['outside_ratios'][on]:.2f}), against the cutoff "
             f"{cut:.2f}; largest update {sv:.2f}x the typical size ({sn}), a size flag needs {rho_s:g}x). "
             "Detection limit: a client is found only if its update's direction, or its share outside the "
             "shared row space, differs from the others' more than the benign clients' differ among "
-            f"themselves (a score above {cut:.2f} and at least {rho:g}x the typical client's value), or "
-            f"its update is {rho_s:g}x the typical size; a contaminated client closer than that is not "
-            "ruled out.")
+            f"themselves (a score above {cut:.2f}, and an agreement at most 1/{rho:g} of the typical "
+            f"client's, or a share {rho:g}x the typical), or its update is {rho_s:g}x the typical size; "
+            "a contaminated client closer than that is not ruled out.")
+
+
+def _share(v) -> str:
+    return ("no shared direction in the federation" if v is None
+            else f"agreement {v:.2f} of the typical client's")
 
 
 def detection_sentence(det: dict) -> str:

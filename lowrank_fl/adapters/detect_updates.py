@@ -13,27 +13,38 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   ``d_m(j, k) = ||ΔW_mj/||ΔW_mj|| - ΔW_mk/||ΔW_mk|| ||_F = sqrt(2 - 2 cos)``, blind to how far a
   client moved. It enters the pooled statistic of :mod:`.detect` unchanged (median over the
   other clients, robust z across clients per module, averaged over modules, modified z-score
-  against the null cutoff ``c_K`` of :func:`lowrank_fl.adapters.detect.pooled_threshold`), with
-  the same materiality condition: the client's median distance to the others is at least
-  ``ρ = 1.2`` times the typical client's (geometric mean over modules). A sign-flipped update
-  is as far in direction as an update can be.
-* **size** — ``ℓ_k = mean_m log ||ΔW_mk||_F``; flagged where its modified z-score exceeds
-  ``c_K`` *and* the update is at least ``ρ_size`` = :data:`SIZE_RATIO` = 10 times the typical
-  client's (``exp(ℓ_k - median ℓ)``). Why 10: under Adam every step moves each coordinate by
+  against the cutoff), with a materiality condition on agreement rather than distance: the
+  client's agreement with the others (its median cosine with them, mean over modules) is at most
+  ``1/ρ`` (``ρ = 1.2``) of the typical client's. Why not the distance ratio of the pooled rule:
+  distances between unit vectors concentrate near ``sqrt(2)`` when updates share little, so a
+  client sharing *nothing* with a federation whose clients share 20 % of their direction is only
+  1.12 times as far as a typical one; and where they share 90 %, a benign client that trained
+  harder and shares 85 % is 1.22 times as far. Agreement measures what matters, the part of the
+  federation's direction a client carries: 0 against 0.2 is material, 0.85 against 0.9 is not. A
+  sign-flipped update has negative agreement. Where the typical agreement is not positive, there
+  is no shared direction to deviate from and direction flags nobody.
+* **row-space share** — per module the share of each update outside the module's shared row
+  space ``P_Â`` (``||ΔW_k (I - P_Â)|| / ||ΔW_k||``: CLAIR's model (3)-(4) per client, scale-free),
+  pooled the same way, with the distance-ratio floor ``ρ`` on it.
+* **size** — ``ℓ_k = mean_m log ||ΔW_mk||_F``; flagged where its modified z-score exceeds the
+  cutoff *and* the update is at least ``ρ_size`` = :data:`SIZE_RATIO` = 5 times the typical
+  client's (``exp(ℓ_k - median ℓ)``). Why 5: under Adam every step moves each coordinate by
   about the learning rate, so an honest client that trains ``f`` times longer or with an ``f``
-  times larger learning rate moves at most about ``f`` times as far, and far less once its loss
-  flattens; ``ρ_size = 10`` admits an order of magnitude of honest unevenness (``f`` up to 10),
-  and no more. A scaled update (× 10, × 1e3, × 1e6) is flagged; a benign client with three
-  times the steps or the learning rate (update norms 1.5-2.5× the median on the benchmark's
-  federations) is not.
+  times larger learning rate moves at most about ``f`` times as far, and less once its loss
+  flattens (1.8-2.0× the median for ``f = 3`` on the benchmark's federations); 5 admits ``f`` up
+  to 5 and flags an update scaled by 10 even where the attacker's own update was half the typical
+  size. A scaled update (× 10, × 1e3, × 1e6) is flagged; an honest client with three times the
+  steps or the learning rate is not. It is a stated policy, not a derived level.
 
-A client is flagged if either holds. Both statistics are monotone in how far out a client is:
-scaling one client's update up raises its size score and ratio and leaves every direction
-unchanged, so a client farther out is never less flagged. Non-finite updates are refused
-(:func:`lowrank_fl.adapters.updates.check_gram`).
+A client is flagged if any of the three holds. The statistics are monotone in how far out a
+client is: scaling one client's update up raises its size score and ratio and leaves every
+direction unchanged, so a client farther out is never less flagged. Non-finite updates, and
+norms overflowing float64, are refused (:func:`lowrank_fl.adapters.updates.check_gram`).
 
-The null cutoff ``c_K`` is the pooled rule's (1 % familywise level for ``K`` exchangeable
-normal scores, at least 3.5); like it, the rule flags at most half of the clients minus one.
+The cutoff of each statistic is the pooled rule's ``c_K`` at level 1 %/3
+(:func:`rule_cutoff`: Bonferroni over the three, 1 % familywise for ``K`` exchangeable normal
+scores, at least 3.5); like the pooled rule, each flags at most half of the clients minus one,
+and the small-federation guard (:mod:`.guard`) keeps every decision a strict majority.
 """
 from __future__ import annotations
 
@@ -44,26 +55,28 @@ import numpy as np
 
 from ..validation import as_float_array, check_int
 from .detect import POOLED_ALPHA, POOLED_MIN_RATIO, pooled_ratios, pooled_scores, pooled_threshold, robust_z
-from .updates import check_gram, direction_distances, update_norms
+from .updates import check_gram, direction_distances, unit_gram, update_norms
 
-__all__ = ["SIZE_RATIO", "UpdateEvidence", "update_evidence", "update_flags", "size_scores", "rule_cutoff"]
+__all__ = ["SIZE_RATIO", "UpdateEvidence", "update_evidence", "update_flags", "size_scores", "rule_cutoff",
+           "agreement_shares"]
 
 #: an update at least this many times the typical client's norm (geometric mean over modules)
-#: is materially out (module docstring: an order of magnitude of honest unevenness)
+#: is materially out (module docstring: honest unevenness up to 5x, a tenfold update caught)
 SIZE_RATIO = 5.0
 
 
 class UpdateEvidence(NamedTuple):
     """What the update rule computes, once. Arrays are (K,).
 
-    ``direction_scores`` / ``direction_ratios``: the pooled statistic and distance ratio on the
-    direction distances; ``outside_scores`` / ``outside_ratios``: the same on the shares outside
+    ``direction_scores``: the pooled statistic on the direction distances; ``direction_shares``:
+    each client's agreement (median cosine with the others, mean over modules) over the typical
+    client's (1 typical, NaN where the typical agreement is not positive); ``outside_scores`` / ``outside_ratios``: the same on the shares outside
     the shared row space (None where not given); ``size_scores``: modified z of ``ℓ_k``;
     ``size_ratios``: ``exp(ℓ_k - median ℓ)``; ``cutoff`` c (``inf`` below 3 clients);
     ``min_ratio`` ρ; ``size_ratio`` ρ_size; ``by_direction``, ``by_outside``, ``by_size``,
     ``flagged`` bool."""
     direction_scores: np.ndarray
-    direction_ratios: np.ndarray
+    direction_shares: np.ndarray
     outside_scores: np.ndarray | None
     outside_ratios: np.ndarray | None
     size_scores: np.ndarray
@@ -107,6 +120,21 @@ def size_scores(grams) -> tuple[np.ndarray, np.ndarray]:
     return _log_ratios(update_norms(_grams(grams)))
 
 
+def agreement_shares(grams) -> np.ndarray:
+    """``m_k / median_k m_k`` (K,) with ``m_k`` the mean over modules of client ``k``'s median
+    cosine with the other clients' updates: how much of the typical client's agreement with the
+    federation a client has (1 typical, 0 none, negative: it points away). NaN everywhere when
+    the typical agreement is not positive (no shared direction to deviate from)."""
+    C = unit_gram(_grams(grams))                          # (modules, K, K) cosines
+    K = C.shape[-1]
+    off = np.where(np.eye(K, dtype=bool), np.nan, C)
+    m = np.nanmedian(off, axis=-1).mean(axis=0)           # (K,)
+    typical = float(np.median(m))
+    if not typical > 0:
+        return np.full(K, np.nan)
+    return m / typical
+
+
 def _positive(v, name):
     if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v) or v < 0:
         raise ValueError(f"{name} must be a finite real number >= 0, got {v!r}")
@@ -138,9 +166,10 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
         raise ValueError(f"cutoff must be a real number (or None: the rule's cutoff), got {cutoff!r}")
     d = direction_distances(G)                            # (modules, G)
     Md, _ = pooled_scores(d, K)
-    Rd = pooled_ratios(d, K)
+    Rd = agreement_shares(G)
     Ms, Rs = size_scores(G)
-    by_dir = (Md > cutoff) & (Rd >= min_ratio)
+    # materially out: it agrees with the others at most 1/ρ as much as the typical client does
+    by_dir = (Md > cutoff) & (np.nan_to_num(Rd, nan=np.inf) <= (1.0 / min_ratio if min_ratio > 0 else np.inf))
     by_size = (Ms > cutoff) & (Rs >= size_ratio)
     Mo = Ro = None
     by_out = np.zeros(K, bool)
