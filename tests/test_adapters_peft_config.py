@@ -138,10 +138,10 @@ def test_fedavg_output_loads_in_peft_as_the_mean(clients, tmp_path):
 def test_clair_outputs_load_in_peft_as_the_refinement(clients, tmp_path):
     dirs, refs = clients
     out = tmp_path / "clair"
-    # the paper's per-module sets (8): each module's refinement is clair.fit's
+    # the paper's per-module sets (8), (7) on the raw contrasts and (9): clair.fit's refinement
     assert main(["adapters", "aggregate", *map(str, dirs), "--method", "clair", "--out",
                  str(out), "--quiet", "--tol", "1e-10", "--client-rule", "per-module",
-                 "--output", "merged"]) == 0
+                 "--output", "merged", "--refine", "paper", "--clip", "none"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     K = len(dirs)
     models = [_deltas(peft.PeftModel.from_pretrained(_base(), str(out / f"client{k}")))

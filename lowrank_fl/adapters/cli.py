@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, METHODS, ModuleOptions
+from .aggregate import CLIENT_RULES, CLIP, DEFAULT_CLIENT_RULE, METHODS, ModuleOptions
 from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, StorageDtypeError, adapter_fingerprint,
                  check_distinct_dirs, input_dtype, load_adapters, stored_dtypes)
 from .reduce import reduce_module
@@ -100,6 +100,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                           "(default: each moves toward the collaborative mean by its agreement with "
                           "the others; never far where nobody agrees), 'paper' ((9) exactly), 'own' "
                           "(everyone keeps its adapter)")
+    agg.add_argument("--clip", default=None,
+                     help="CLAIR: the solve of (7) sees each update clipped at this many times the "
+                          "module's median update norm (default 5, the update rule's size floor); "
+                          "'none': the paper's (7) on the raw contrasts")
     agg.add_argument("--byzantine", type=int, default=None,
                      help="f, the Byzantine clients krum/multikrum/trimmed-mean tolerate "
                           "(default floor((K-3)/2))")
@@ -186,7 +190,7 @@ def run_aggregate(args) -> int:
     options = ModuleOptions(method=args.method, rank=args.rank, lam_L=args.lam_L,
                             lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,
                             rank_out=args.rank_out, tol=args.tol,
-                            byzantine=getattr(args, "byzantine", None))
+                            byzantine=getattr(args, "byzantine", None), clip=_clip(args.clip))
     if args.client_rule is not None and args.method != "clair":
         print(f"warning: --client-rule {args.client_rule} is ignored: it decides CLAIR's refinement, "
               f"and --method {args.method} has none", file=sys.stderr)
@@ -283,6 +287,18 @@ def run_aggregate(args) -> int:
 
         print(refinement_sentence(summary["refinement"]))
     return 0
+
+
+def _clip(text):
+    """``--clip``: None (not given: the default), ``"none"`` (never clip) or a number."""
+    if text is None:
+        return CLIP
+    if str(text).strip().lower() == "none":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"--clip must be a number >= 1 or 'none', got {text!r}") from None
 
 
 def run_inspect(args) -> int:
