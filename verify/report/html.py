@@ -14,8 +14,8 @@ from typing import Mapping, Sequence
 
 from ..claim import PAPERS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, anchor, verdict_legend, by_paper, is_error, kv_rows,
-                      check_lines, count_columns, non_holds, omitted_sorted, remarks, svg_twin, table_columns, totals,
-                      totals_by_paper)
+                      check_lines, count_columns, non_holds, omitted_sorted, remarks, stop_sentence, svg_twin,
+                      table_columns, totals, totals_by_paper)
 from .provenance import git_text
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt_number, html_value
@@ -265,6 +265,7 @@ def render_html(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
                f"counted as verified): {escape(', '.join(remarks(results)))}."
                if remarks(results) else "") + "</p>",
             f'<div id="counts">{_counts(results, omitted)}</div>',
+            *([f'<p id="stops">{escape(stop_sentence(results))}</p>'] if stop_sentence(results) else []),
             "<h3>Verdicts</h3>", _legend(verdict_legend(results), True),
             "<h3>Kinds of claim</h3>", _legend(KIND_LEGEND, False)]
     if attention:

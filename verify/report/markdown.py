@@ -7,7 +7,8 @@ from typing import Mapping, Sequence
 
 from ..claim import PAPERS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, anchor, verdict_legend, by_paper, is_error, kv_rows,
-                      check_lines, count_columns, non_holds, omitted_sorted, remarks, table_columns, totals, totals_by_paper)
+                      check_lines, count_columns, non_holds, omitted_sorted, remarks, stop_sentence,
+                      table_columns, totals, totals_by_paper)
 from .provenance import git_text
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt, fmt_number, is_records
@@ -153,6 +154,9 @@ def render_markdown(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
     all_t = {**t, "omitted": len(omitted)}
     rows.append(["**all**", *[f"**{all_t[k]}**" for k in cols]])
     lines += _table(["paper", *cols], rows) + [""]
+    cut = stop_sentence(results)
+    if cut:
+        lines += [cut, ""]
     lines += ["Verdicts:", ""] + [f"- **{k}**: {v}" for k, v in verdict_legend(results).items()] + [""]
     lines += ["Kinds of claim:", ""] + [f"- *{k}*: {v}" for k, v in KIND_LEGEND.items()] + [""]
     attention = non_holds(results)
