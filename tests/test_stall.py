@@ -16,15 +16,16 @@ from lowrank_fl.exact import nuclear
 from lowrank_fl.exact.nuclear import solve_nuclear_prox
 from lowrank_fl.problems.multitask import multitask_linear
 from lowrank_fl.results import STATUSES, ConvergenceWarning, StalledWarning
-from lowrank_fl.stall import (DEFAULT_WINDOWS, FACTOR, MARGIN, START, StallRule,
+from lowrank_fl.stall import (DEFAULT_WINDOWS, DESCENT, FACTOR, MARGIN, START, StallRule,
                               check_stall_window)
 
 
 # ----------------------------------------------------------------------------- the rule itself
-def _first_stop(rule, gaps, every=5):
-    """Feed ``gaps(k)`` at k = every, 2 every, ...; the iteration the rule fires at (or None)."""
+def _first_stop(rule, gaps, every=5, objective=lambda k: 1.0):
+    """Feed ``gaps(k)`` and ``objective(k)`` (default: stationary) at k = every, 2 every, ...;
+    the iteration the rule fires at (or None)."""
     for k in range(every, 100_001, every):
-        if rule.check(k, gaps(k)):
+        if rule.check(k, gaps(k), objective(k)):
             return k
     return None
 
@@ -44,6 +45,19 @@ def test_rate_boundary(window):
     assert _first_stop(StallRule(window, 1e-12), lambda k: k ** -(1.1 * a_crit)) is None
     assert _first_stop(StallRule(DEFAULT_WINDOWS["fista"], 1e-12), lambda k: k ** -2.0) is None
     assert _first_stop(StallRule(DEFAULT_WINDOWS["proxgrad"], 1e-12), lambda k: 1.0 / k) is None
+
+
+def test_a_descending_objective_is_slow_not_stalled():
+    """A flat gap with an objective still falling by more than DESCENT of the gap over the window
+    (an ill-conditioned healthy solve) runs on; once the objective stops falling, it stalls."""
+    gap = 1e-3
+    falling = lambda k: 1.0 - 2 * DESCENT * gap * np.log(k)           # noqa: E731
+    assert _first_stop(StallRule(4.0, 1e-8), lambda k: gap, objective=falling) is None
+    settles = lambda k: falling(min(k, 1000))                          # noqa: E731
+    stop = _first_stop(StallRule(4.0, 1e-8), lambda k: gap, objective=settles)
+    assert 1000 < stop <= 4 * 1000                  # after it settled, within one window
+    rising = lambda k: 1.0 + 1e-3 * k                                  # noqa: E731
+    assert _first_stop(StallRule(4.0, 1e-8), lambda k: gap, objective=rising) == 4 * START
 
 
 def test_no_stall_near_tol_off_or_without_tol():
@@ -158,7 +172,12 @@ def test_nuclear_prox_with_a_wrong_threshold_stalls(monkeypatch):
     monkeypatch.setattr(nuclear, "svt", lambda M, tau: original(M, 0.3 * tau))
     with pytest.warns(StalledWarning, match="solve_nuclear_prox stalled"):
         res = solve_nuclear_prox(p.X, p.y, 0.1, tol=1e-10)
-    assert res.status == "stalled" and res.iterations == 4 * START
+    # the wrong iteration creeps towards its fixed point: it stops once the objective settles
+    assert res.status == "stalled" and 4 * START <= res.iterations < 1000
+    with pytest.warns(ConvergenceWarning, match="max_iter"):
+        ran_on = solve_nuclear_prox(p.X, p.y, 0.1, tol=1e-10, max_iter=4 * res.iterations,
+                                    stall_window=None)
+    assert ran_on.relative_gap > res.relative_gap / FACTOR
 
 
 # ----------------------------------------------------------------------------- healthy solves

@@ -569,8 +569,8 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
                 objs.append(cert[0])
                 gaps.append(cert[0] - cert[1])
                 gap_its.append(it)
-                status = "optimal" if cert[0] - cert[1] <= tol * scale else \
-                    "stalled" if stall.check(it, (cert[0] - cert[1]) / scale) else status
+                status = "optimal" if cert[0] - cert[1] <= tol * scale else "stalled" \
+                    if stall.check(it, (cert[0] - cert[1]) / scale, cert[0] / scale) else status
                 if status != "max_iter":
                     break
     if status == "diverged":

@@ -429,7 +429,7 @@ def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, s
             if _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its):
                 status = "optimal"
                 break
-            if stall.check(it, gaps[-1] / scale):       # lowrank_fl.stall
+            if stall.check(it, gaps[-1] / scale, F / scale):       # lowrank_fl.stall
                 status = "stalled"
                 break
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None
@@ -592,7 +592,7 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
             if _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its, r2):
                 status = "optimal"
                 break
-            if stall.check(it, gaps[-1] / scale):       # lowrank_fl.stall
+            if stall.check(it, gaps[-1] / scale, F / scale):       # lowrank_fl.stall
                 status = "stalled"
                 break
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None

@@ -276,7 +276,7 @@ def solve_nuclear_prox(X, y, mu: float, *, tol: float = 1e-8, max_iter: int = 50
         if gaps[-1] <= tol * scale:
             status = "optimal"
             break
-        if stall.check(it, gaps[-1] / scale):
+        if stall.check(it, gaps[-1] / scale, objs[-1] / scale):
             status = "stalled"
             break
     if status == "max_iter":
