@@ -217,3 +217,40 @@ def test_healthy_solves_keep_their_iteration_counts(seed):
     on = solve_nuclear_prox(p.X, p.y, 0.1, tol=1e-11)
     off = solve_nuclear_prox(p.X, p.y, 0.1, tol=1e-11, stall_window=None)
     assert on.status == "optimal" and on.iterations == off.iterations
+
+
+# ----------------------------------------------------------------------------- the verifier's side
+def test_report_names_claims_stopped_on_a_stall_and_at_a_budget():
+    """A captured StalledWarning becomes a 'stalled (warning)' record; the report (Markdown, HTML,
+    results.json) names the claims cut short by a stall and by a time budget, apart."""
+    from verify.claim import Claim, Evidence
+    from verify.convergence import STALLED_STATUS, WARNED_STATUS, capture_convergence
+    from verify.report._common import stop_sentence, stops
+    from verify.report.html import render_html
+    from verify.report.markdown import render_markdown
+    from verify.report.results_json import build_results
+
+    sink = []
+    with capture_convergence(sink):
+        warnings.warn("x stalled at iteration 100", StalledWarning)
+        warnings.warn("y stopped at max_iter", ConvergenceWarning)
+    assert sorted(r["status"] for r in sink) == sorted([STALLED_STATUS, WARNED_STATUS])
+    mk = lambda i: Claim(id=f"clair.{i}", paper="clair", reference="r", statement="s",  # noqa: E731
+                         kind="bound", experiment=None)
+    solves = lambda st: {"count": 2, "not_converged": 1, "by_status": {"optimal": 1, st: 1},  # noqa: E731
+                         "max_relative_gap": 0.1, "failures": []}
+    results = [(mk("a"), Evidence(verdict="inconclusive", summary="s", solves=solves("stalled"))),
+               (mk("b"), Evidence(verdict="inconclusive", summary="s", solves=solves(STALLED_STATUS))),
+               (mk("c"), Evidence(verdict="inconclusive", summary="s", solves=solves("max_iter"))),
+               (mk("d"), Evidence(verdict="exceeded time budget", summary="s",
+                                  budget={"limit_s": 9, "source": "--time-budget", "exceeded": True})),
+               (mk("e"), Evidence(verdict="holds", summary="s"))]
+    assert stops(results) == {"stalled": ["clair.a", "clair.b"], "time_budget": ["clair.d"]}
+    sentence = stop_sentence(results)
+    assert "2 on a stalled solve" in sentence and "clair.a, clair.b" in sentence
+    assert "1 at their time budget: clair.d" in sentence and "clair.c" not in sentence
+    assert sentence in render_markdown(results, scale="quick")
+    assert 'id="stops"' in render_html(results, scale="quick")
+    assert build_results(results, scale="quick")["stops"] == stops(results)
+    assert stop_sentence(results[2:3] + results[4:]) == ""
+    assert 'id="stops"' not in render_html(results[4:], scale="quick")

@@ -26,7 +26,8 @@ backbone that does not copy says nothing about CLAIR).
 LoRA "scale 16" (S5) is read as PEFT's ``lora_alpha = 16`` (scaling 16/3 at r = 3;
 :data:`ALPHA_READING`): under it an outside reading of S5 and Song et al.'s code found the paper's τ = 0.5 exact in 21/21
 homogeneous replicates, under the other reading (scaling 16, ``lora_alpha = 48``) in 0/47 (a
-quick-scale run here: 2/2 against 0/2), and ``clair.sec8.detection`` reports both. The clients' loss positions follow the backbone's recipe.
+quick-scale run here: 2/2 against 0/2), and ``clair.sec8.detection`` reports both (at quick scale the
+other reading on one replicate, to keep the quick run short). The clients' loss positions follow the backbone's recipe.
 
 Claims the paper states with a number are judged on its size: "holds" only when the paper's number
 lies within :data:`TOLERANCE` points of ours (the 5-point band of Table 3's cells), "fails" when our
@@ -298,7 +299,11 @@ def _detection(ctx, *, contamination: str = "reverse") -> Evidence:
     from lowrank_fl.nn.sec8 import PAPER_TUNING
 
     readings = (ALPHA_READING, *(r for r in ALPHA_READINGS if r != ALPHA_READING))
-    by_reading = {r: detection_counts(runs(ctx, contamination=contamination, alpha_reading=r)) for r in readings}
+    # the other reading is reported, not judged: one replicate at quick scale (paired with the first)
+    other_reps = ctx.pick(smoke=None, quick=1, full=None)
+    by_reading = {r: detection_counts(runs(ctx, contamination=contamination, alpha_reading=r,
+                                           reps=None if r == ALPHA_READING else other_reps))
+                  for r in readings}
     counts = by_reading[ALPHA_READING]
     ok = detection_verdict(counts)
     table = []
@@ -434,7 +439,7 @@ def _negative_transfer(ctx, *, contamination: str = "reverse") -> Evidence:
                  "mismatched copying task the contaminated client learns (the paper does not say which).",
        kind="comparison", requires=REQUIRES)
 def _contamination(ctx, *, kinds=None) -> Evidence:
-    kinds = kinds or ctx.pick(smoke=("reverse", "upper"), quick=("reverse", "shift", "upper"),
+    kinds = kinds or ctx.pick(smoke=("reverse", "upper"), quick=("reverse", "upper"),
                               full=("reverse", "shift", "upper", "clean"))
     reps = ctx.pick(smoke=1, quick=1, full=6)
     rows, outcomes = [], []
