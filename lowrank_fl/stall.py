@@ -29,8 +29,8 @@ Constants: ``FACTOR = 2``, ``DESCENT = 1e-4``, ``START = 25`` iterations (the fi
 may plateau while the rank and the support are found), ``MARGIN = 2`` (a plateau within twice
 ``tol``, e.g. at the certificate's rounding floor, runs to ``max_iter`` as before). Default
 windows (:data:`DEFAULT_WINDOWS`): 4 for FISTA (a healthy solve gains ~16 over the window where
-the rule asks for 2) and 8 for proximal gradient (~8 where the rule asks for 2). A stalled solve is not
-converged, exactly like one at ``max_iter``: it warns (:class:`~lowrank_fl.results.StalledWarning`,
+the rule asks for 2) and 8 for proximal gradient (~8 where the rule asks for 2). A stalled solve
+is not converged, exactly like one at ``max_iter``: it warns (:class:`~lowrank_fl.results.StalledWarning`,
 a :class:`~lowrank_fl.results.ConvergenceWarning`) and its ``message`` states the gap reached,
 the iteration and the window. ``stall_window=None`` turns the rule off; a run of a fixed number
 of iterations (``tol=None``) never stalls.
@@ -46,9 +46,9 @@ from .results import StalledWarning
 __all__ = ["StallRule", "FACTOR", "DESCENT", "START", "MARGIN", "DEFAULT_WINDOWS",
            "check_stall_window"]
 
-#: the best gap must fall by this factor over every window
+#: a solve goes on while, over each window, its best gap falls by this factor ...
 FACTOR = 2.0
-#: ... and the objective must fall by more than this fraction of the gap over the window
+#: ... or its objective falls by more than this fraction of the best gap
 DESCENT = 1e-4
 #: the rule applies once the window's start ``k / c`` is at least this iteration
 START = 25
