@@ -198,8 +198,8 @@ def stop_sentence(results: Iterable[tuple[Claim, Evidence]]) -> str:
     parts = []
     if st["stalled"]:
         parts.append(f"{len(st['stalled'])} on a stalled solve (the solver's certificate stopped "
-                     "improving far above its tolerance, lowrank_fl.stall; such a verdict is "
-                     "withheld): " + ", ".join(st["stalled"]))
+                     "improving far above its tolerance, lowrank_fl.stall; a holds resting on one "
+                     "becomes inconclusive): " + ", ".join(st["stalled"]))
     if st["time_budget"]:
         parts.append(f"{len(st['time_budget'])} at their time budget: "
                      + ", ".join(st["time_budget"]))
