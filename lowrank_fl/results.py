@@ -13,6 +13,9 @@ Status vocabulary (strings, so results serialize to JSON as they are):
                          a ``ConvergenceWarning`` is issued (CVXPY's ``optimal_inaccurate`` is
                          re-decided by the certificate: ``"optimal"`` when it meets the tolerance)
 ``"max_iter"``           the iteration cap was hit before the tolerance (a warning is issued)
+``"stalled"``            the certified gap stopped falling far above the tolerance (the stall rule
+                         of :mod:`lowrank_fl.stall`; a :class:`StalledWarning` is issued): not
+                         converged, exactly like ``"max_iter"``
 ``"completed"``          a fixed number of iterations/rounds was run as requested (no tolerance)
 ``"diverged"``           a non-finite value or a blow-up stopped the run; see ``diverged_at``
 """
@@ -24,9 +27,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-__all__ = ["SolverError", "ConvergenceWarning", "SolverResult", "Trace", "STATUSES"]
+__all__ = ["SolverError", "ConvergenceWarning", "StalledWarning", "SolverResult", "Trace",
+           "STATUSES"]
 
-STATUSES = ("optimal", "inaccurate", "max_iter", "completed", "diverged")
+STATUSES = ("optimal", "inaccurate", "max_iter", "stalled", "completed", "diverged")
 
 
 def _readonly(value):
@@ -65,6 +69,12 @@ class SolverError(RuntimeError):
 
 class ConvergenceWarning(UserWarning):
     """An iterative method stopped at its iteration cap before reaching its tolerance."""
+
+
+class StalledWarning(ConvergenceWarning):
+    """An iterative method stopped because its certified duality gap stalled far above its
+    tolerance (status ``"stalled"``, :mod:`lowrank_fl.stall`); a :class:`ConvergenceWarning`, so
+    every filter and handler of those treats it as one."""
 
 
 @dataclass(frozen=True, kw_only=True)

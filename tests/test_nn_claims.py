@@ -342,6 +342,27 @@ def test_smoke_runs_are_reproducible(ctx):
             np.testing.assert_array_equal(ra["benign"], rb["benign"])
 
 
+def test_runs_are_computed_once_per_sweep_without_a_cache(ctx):
+    """The §8 claims share their runs (issue 33): without a disk cache, the second claim that reads
+    them gets the first one's results, seeds and solve records, and runs no task."""
+    fresh = Context(scale="smoke", sweep=Sweep(backend="sequential"))      # no cache
+    first = fresh.for_claim("clair.sec8.table3")
+    a = S8.runs(first)
+    executed = fresh.sweep.executed
+    second = fresh.for_claim("clair.sec8.detection")
+    b = S8.runs(second)
+    assert executed > 0 and fresh.sweep.executed == executed
+    assert sorted(second.seeds_used) == sorted(first.seeds_used) and second.solves == first.solves
+    for reg in S8.REGIMES:
+        for ra, rb in zip(a[reg], b[reg]):
+            np.testing.assert_array_equal(ra["accuracy"]["clair"], rb["accuracy"]["clair"])
+    b[S8.REGIMES[0]][0]["benign"][...] = False                            # a copy: the memo is intact
+    assert S8.runs(second)[S8.REGIMES[0]][0]["benign"].any()
+    other = Context(scale="smoke", sweep=Sweep(backend="sequential"))     # another run recomputes
+    S8.runs(other.for_claim("clair.sec8.table3"))
+    assert other.sweep.executed == executed
+
+
 def test_baseline_gate_turns_a_broken_backbone_into_inconclusive(monkeypatch):
     from verify.claim import Evidence
 

@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 
 from .claim import BUDGET_VERDICT, OMITTED, PAPERS, REGISTRY, REQUIRES_VERDICT, SCALES, Context
+from .convergence import STALLED_STATUSES
 from .sweep import BACKENDS, SetupError, Sweep
 
 log = logging.getLogger("verify")
@@ -361,6 +362,10 @@ def cmd_verify(args) -> int:
     if stopped:
         log.info("verify: stopped at their time budget: %s (exit status %d)", ", ".join(stopped),
                  EXIT_EXPERIMENT)
+    stalled = [c.id for c, e in results if any(
+        (e.solves or {}).get("by_status", {}).get(s, 0) for s in STALLED_STATUSES)]
+    if stalled:
+        log.info("verify: a solve stalled (lowrank_fl.stall) in: %s", ", ".join(stalled))
     if errors:
         log.info("verify: experiments raised in %s (exit status %d)", ", ".join(errors), EXIT_EXPERIMENT)
     if errors or stopped:

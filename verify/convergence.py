@@ -20,26 +20,32 @@ import warnings
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
 
-from lowrank_fl.results import ConvergenceWarning
+from lowrank_fl.results import ConvergenceWarning, StalledWarning
 
-__all__ = ["SOLVES_KEY", "WARNED_STATUS", "capture_convergence", "attach_records",
-           "expected_non_convergence"]
+__all__ = ["SOLVES_KEY", "WARNED_STATUS", "STALLED_STATUS", "STALLED_STATUSES",
+           "capture_convergence", "attach_records", "expected_non_convergence"]
 
 #: reserved key of a task's return dict under which it reports its solve records
 SOLVES_KEY = "__solves__"
 #: status of a record made from a captured ConvergenceWarning
 WARNED_STATUS = "not converged (warning)"
+#: status of a record made from a captured StalledWarning (the solver's stall rule stopped it)
+STALLED_STATUS = "stalled (warning)"
+#: statuses of solve records that a stall stopped (a recorded result's, a captured warning's)
+STALLED_STATUSES = ("stalled", STALLED_STATUS)
 #: reserved key holding a task's non-dict result when records travel with it
 VALUE_KEY = "__value__"
 
 
 def warning_records(caught) -> list[dict]:
-    """One solve record per distinct ConvergenceWarning message (with its ``count``)."""
+    """One solve record per distinct ConvergenceWarning message (with its ``count``); a
+    :class:`~lowrank_fl.results.StalledWarning` gives the status :data:`STALLED_STATUS`."""
     out: dict[str, dict] = {}
     for w in caught:
         text = str(w.message).strip().splitlines()[0][:200] if str(w.message).strip() else "?"
         what = f"{w.category.__name__} ({w.filename.rsplit('/', 1)[-1]}:{w.lineno}): {text}"
-        rec = out.setdefault(what, {"what": what, "status": WARNED_STATUS, "relative_gap": None,
+        status = STALLED_STATUS if issubclass(w.category, StalledWarning) else WARNED_STATUS
+        rec = out.setdefault(what, {"what": what, "status": status, "relative_gap": None,
                                     "tol": None, "ok": False, "count": 0})
         rec["count"] += 1
     return list(out.values())

@@ -14,7 +14,7 @@ previous lowrank-fl output and ``--overwrite`` be given; both files appear toget
 (nothing is half-written when the fit fails or is interrupted; see :mod:`lowrank_fl.outdir`).
 
 Exit status: 0 when the solve of (7) is ``optimal`` (or ``completed``); 3 when it stopped
-unconverged (``max_iter`` or ``inaccurate``: outputs are still written, from the inexact
+unconverged (``max_iter``, ``stalled`` or ``inaccurate``: outputs are still written, from the inexact
 solution); 2 on bad input or a failed solve (``diverged``, CVXPY error).
 """
 from __future__ import annotations
@@ -64,7 +64,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = sub.add_parser("fit", help="detect the collaborative set and refine local estimates",
                        description=__doc__.split("\n\n")[0],
                        epilog=f"exit status: 0 converged; {EXIT_UNCONVERGED} solver stopped "
-                              "unconverged (max_iter / inaccurate; outputs still "
+                              "unconverged (max_iter / stalled / inaccurate; outputs still "
                               "written); 2 bad input or failed solve")
     p.add_argument("W_hat", type=Path, help=".npz file holding an array W_hat of shape (K, q, p)")
     p.add_argument("--rank", type=int, required=True, help="shared rank r, 1 <= r < min(p, q)")

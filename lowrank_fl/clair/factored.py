@@ -53,6 +53,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 
 from ..results import ConvergenceWarning, SolverResult
+from ..stall import StallRule, check_stall_window
 from ..validation import as_float_array, check_choice, check_int, check_positive
 from .contrasts import pairs
 from .program7 import LowRankMixin, dual_scale_from_summaries, top_eigenvalue
@@ -476,7 +477,8 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, v0=None):
 
 def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | None = None,
                              tol: float = 1e-8, max_iter: int = 10000, init=None,
-                             check_every: int = 5, svt: str = "auto") -> FactoredResult:
+                             check_every: int = 5, svt: str = "auto",
+                             stall_window: float | None = 4.0) -> FactoredResult:
     """Solve program (7) on pair-factored contrasts with equal pair weights (module docstring).
 
     Parameters
@@ -485,11 +487,11 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     lam_L, lam_S : float, > 0
     weight : float, optional
         The common pair weight ``w`` (default ``1/K`` as in §7).
-    tol : float
-        Relative duality gap ``gap / F(0, 0)`` at which to stop (as
-        :func:`~lowrank_fl.clair.solve_penalized`).
-    max_iter : int
-        Iteration cap (status ``"max_iter"`` and a ``ConvergenceWarning`` when hit).
+    tol, max_iter : float, int
+        Relative duality gap ``gap / F(0, 0)`` at which to stop (as ``solve_penalized``) and
+        iteration cap (status ``"max_iter"`` and a ``ConvergenceWarning`` when hit).
+    stall_window : float > 1 or None
+        The stall rule of :mod:`lowrank_fl.stall` (FISTA's window 4; None: off).
     init : FactoredResult, optional
         Warm start from its ``S`` (a solve on the same ``D``).
     check_every : int
@@ -502,7 +504,6 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
         asked for) or below ``1e-6 σ_1``; ``"auto"``: partial when ``p >= 384`` (measured in
         ``benchmarks/bench_k_scaling.py``). Either way the certificate (the gap reported)
         is computed from the structured Gram of the residual.
-
     Returns
     -------
     FactoredResult
@@ -517,6 +518,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     check_every = check_int(check_every, "check_every", minimum=1)
     check_choice(svt, "svt", SVT_MODES)
+    stall = StallRule(check_stall_window(stall_window), tol)
     if svt == "auto":
         svt = "partial" if D.p >= _PARTIAL_AUTO_P else "full"
     G = D.n_pairs
@@ -560,16 +562,16 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
                 mom, y = mom_n, _combine(1.0 + beta, Sn, -beta, S)
             S = Sn
             if it % check_every == 0 or it == max_iter:
-                cert = _certify(D, S, w, lam_L, lam_S, tau, svt, hint,
-                                _start_vector(V_last, D.p))
+                cert = _certify(D, S, w, lam_L, lam_S, tau, svt, hint, _start_vector(V_last, D.p))
                 if cert is None or not np.isfinite(cert[0]):
                     status = "diverged"
                     break
                 objs.append(cert[0])
                 gaps.append(cert[0] - cert[1])
                 gap_its.append(it)
-                if cert[0] - cert[1] <= tol * scale:
-                    status = "optimal"
+                status = "optimal" if cert[0] - cert[1] <= tol * scale else "stalled" \
+                    if stall.check(it, (cert[0] - cert[1]) / scale, cert[0] / scale) else status
+                if status != "max_iter":
                     break
     if status == "diverged":
         raise FloatingPointError(f"solve_penalized_factored: non-finite values at iteration {it}")
@@ -583,6 +585,8 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
         message = (f"solve_penalized_factored stopped at max_iter={max_iter} with relative "
                    f"duality gap {gap / scale:.3e} > tol={tol:.1e}")
         warnings.warn(message, ConvergenceWarning, stacklevel=2)
+    elif status == "stalled":
+        message = stall.warn("solve_penalized_factored", it, gap / scale)
     else:
         message = (f"factored FISTA reached relative duality gap {gap / scale:.2e} <= "
                    f"tol={tol:.1e} after {it} iterations")

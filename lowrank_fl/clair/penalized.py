@@ -8,7 +8,8 @@ Solvers (:func:`solve_penalized`):
 * ``"proxgrad"`` — Algorithm 1 exactly as printed: ``L^0 = S^0 = 0``, gradients (19),
   update (21) ``L <- SVT(L + t P_w R; t lam_L)``, ``S <- BST(S + t P_w R; t lam_S)`` with the
   constant step ``t = 1/(2 max_g w_g)`` (the inverse Lipschitz constant of the loss on the
-  product space). ``tol=None`` runs exactly ``max_iter`` steps (the paper's fixed M).
+  product space). ``tol=None`` runs exactly ``max_iter`` steps (the paper's fixed M); else a
+  stalled certificate stops it (``"stalled"``, :mod:`lowrank_fl.stall`), like FISTA.
 * ``"fista"`` — the same prox steps with Nesterov/FISTA momentum and O'Donoghue–Candès adaptive
   restart (function restart: a step that raises the objective is redone from the last iterate
   without momentum, so the objective never increases; gradient restart resets momentum when it
@@ -33,6 +34,7 @@ import scipy.linalg
 
 from ..validation import check_choice, check_int, check_positive
 from ..results import ConvergenceWarning
+from ..stall import DEFAULT_WINDOWS, StallRule, check_stall_window
 from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, certify,
                        check_problem, check_same_shape, dual_point, dual_scale_from_residual,
                        dual_value, duality_gap, frobenius_inner, kkt_residuals, op_norm,
@@ -202,7 +204,7 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
                     step_size: float | None = None, init=None,
                     solver_options: Mapping | None = None, check_every: int = 5,
                     svd: str = "auto", nuclear: str = "schur", on_inaccurate: str = "warn",
-                    verbose: bool = False, step=DEFAULT) -> PenalizedResult:
+                    verbose: bool = False, step=DEFAULT, stall_window=DEFAULT) -> PenalizedResult:
     """Solve the penalized CLAIR program (7).
 
     Parameters
@@ -256,9 +258,14 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
         CVXPY solver output (``method="cvxpy"`` only).
     step : float
         Deprecated alias of ``step_size``.
+    stall_window : float > 1 or None
+        Stop with status ``"stalled"`` (``StalledWarning``) when the best certified relative gap,
+        above ``2 tol``, fell less than 2x from iteration ``k / stall_window`` to ``k`` (from
+        ``k / stall_window >= 25`` on; :mod:`lowrank_fl.stall`); default 4 for FISTA (rate 1/k^2:
+        ~16 over the window), 8 for ``"proxgrad"`` (1/k: ~8); None: off.
 
     Options of the other family (``max_iter``, ``step_size``, ``init``, ``check_every``,
-    ``svd`` for the iterative methods; ``solver``, ``nuclear``, ``on_inaccurate``,
+    ``stall_window``, ``svd`` for the iterative methods; ``solver``, ``nuclear``, ``on_inaccurate``,
     ``solver_options``, ``verbose`` for CVXPY) must keep their defaults: a ``ValueError`` names
     any that would be ignored.
 
@@ -286,7 +293,7 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
     _check_applicable(method, max_iter=max_iter, solver=solver, step_size=step_size, init=init,
                       check_every=check_every, svd=svd, nuclear=nuclear,
                       on_inaccurate=on_inaccurate, solver_options=solver_options,
-                      verbose=verbose)
+                      verbose=verbose, stall_window=stall_window)
     if method == "cvxpy":
         if tol is None:
             raise ValueError("tol=None (a fixed number of iterations) needs an iterative method; "
@@ -302,6 +309,8 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     check_every = check_int(check_every, "check_every", minimum=1)
     check_choice(svd, "svd", _SVD_MODES)
+    stall = StallRule(DEFAULT_WINDOWS[method] if stall_window is DEFAULT
+                      else check_stall_window(stall_window), tol)
     t = 1.0 / (2.0 * float(w.max())) if step_size is None \
         else check_positive(step_size, "step_size")
     if init is not None and not (isinstance(init, (tuple, list)) and len(init) == 2):
@@ -320,7 +329,7 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
     scale = zero_objective(D, q, w)
     loop = _fista if method == "fista" else _proxgrad
     with np.errstate(over="ignore", invalid="ignore"):  # blow-ups are caught as "diverged"
-        out = loop(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale)
+        out = loop(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale, stall)
     L, S, sv, Vt, it, status, hist, div_at = out
     sv, Vt = _complete_right_basis(sv, Vt)              # the partial SVT keeps only s > tau
     cert = certify(D, q, L, S, lam_L, lam_S, w, singular_values=sv)
@@ -328,6 +337,8 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
         message = (f"solve_penalized(method={method!r}) stopped at max_iter={max_iter} with "
                    f"relative duality gap {cert.relative_gap:.3e} > tol={tol:.1e}")
         warnings.warn(message, ConvergenceWarning, stacklevel=2)
+    elif status == "stalled":
+        message = stall.warn(f"solve_penalized(method={method!r})", it, cert.relative_gap)
     elif status == "diverged":
         message = (f"solve_penalized(method={method!r}) diverged at iteration {div_at} "
                    f"(non-finite objective; step_size t={t:.3g})")
@@ -347,7 +358,7 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
 
 # options that only one family of methods reads, with their defaults
 _ITERATIVE_ONLY = {"max_iter": 10000, "step_size": None, "init": None, "check_every": 5,
-                   "svd": "auto"}
+                   "svd": "auto", "stall_window": DEFAULT}
 _CVXPY_ONLY = {"solver": None, "nuclear": "schur", "on_inaccurate": "warn",
                "solver_options": None, "verbose": False}
 
@@ -391,7 +402,7 @@ def _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its, r2=No
     return tol is not None and F - dual <= tol * scale
 
 
-def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale):
+def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale, stall):
     """Algorithm 1, eqs. (19)–(21), with constant step t."""
     twr = t * np.repeat(w, q)[:, None]
     R = D - L - S
@@ -414,10 +425,13 @@ def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, s
             return (L, S, sv, Vt, it - 1, "diverged", _history(objs, gaps, gap_its), it)
         L, S, R, sv, Vt = Ln, Sn, Rn, sv_n, Vt_n
         objs.append(F)
-        if (it % check_every == 0 or it == max_iter) and _converged(
-                D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its):
-            status = "optimal"
-            break
+        if it % check_every == 0 or it == max_iter:
+            if _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its):
+                status = "optimal"
+                break
+            if stall.check(it, gaps[-1] / scale, F / scale):       # lowrank_fl.stall
+                status = "stalled"
+                break
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None
 
 
@@ -430,7 +444,7 @@ def _spans(n, q, p):
     return [(a, min(a + step, n)) for a in range(0, n, step)]
 
 
-def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale):
+def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale, stall):
     """FISTA on the product space with O'Donoghue–Candès function and gradient restarts.
 
     Written for memory traffic and footprint (the (Gq, p) arrays dominate):
@@ -574,8 +588,11 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
                 mL, mS = L, S
             L, S, R, sv, Vt, F, r2 = Ln, Sn, Rn, sv_n, Vt_n, Fn, rn2
         objs.append(F)
-        if (it % check_every == 0 or it == max_iter) and _converged(
-                D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its, r2):
-            status = "optimal"
-            break
+        if it % check_every == 0 or it == max_iter:
+            if _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its, r2):
+                status = "optimal"
+                break
+            if stall.check(it, gaps[-1] / scale, F / scale):       # lowrank_fl.stall
+                status = "stalled"
+                break
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None

@@ -115,7 +115,7 @@ class ClairFit:
         ``"fixed"`` or the data-adaptive rule's name.
     status : str
         Status of the solve of (7) (``solution.status``): ``"optimal"``, ``"completed"``
-        (``tol=None``), ``"max_iter"`` or ``"inaccurate"`` (both with a
+        (``tol=None``), ``"max_iter"``, ``"stalled"`` or ``"inaccurate"`` (each with a
         :class:`~lowrank_fl.results.ConvergenceWarning`); a ``"diverged"`` solve raises instead.
     separated : bool
         False when the ``τ`` rule found no admissible separation of the block norms (then
@@ -257,7 +257,7 @@ def fit(W_hat, lam_L: float, lam_S: float, *, rank: int, alpha: float = 0.5,
         step_size: float | None = None, init=None, check_every: int = 5, svd: str = "auto",
         nuclear: str = "schur", on_inaccurate: str = "warn", verbose: bool = False,
         rank_mode: str = "top", rank_threshold: float = 1e-6,
-        refinement: str = "eq9") -> ClairFit:
+        refinement: str = "eq9", stall_window=DEFAULT) -> ClairFit:
     """Run CLAIR (Algorithm 1 and §3.1) on local estimates.
 
     Steps: contrasts ``D̂`` (5)–(6); solve (7) with
@@ -301,9 +301,9 @@ def fit(W_hat, lam_L: float, lam_S: float, *, rank: int, alpha: float = 0.5,
         CVXPY backend (``method="cvxpy"`` only).
     solver_options : mapping, optional
         Keyword arguments for ``cvxpy.Problem.solve`` (``method="cvxpy"`` only).
-    tol, max_iter, step_size, init, check_every, svd, nuclear, on_inaccurate, verbose
+    tol, max_iter, step_size, init, check_every, svd, nuclear, on_inaccurate, verbose, stall_window
         As in :func:`~lowrank_fl.clair.penalized.solve_penalized` (``init`` in the data's
-        units).
+        units; ``stall_window``: the stall rule of :mod:`lowrank_fl.stall`).
     rank_mode : {"top", "numerical"}
         ``"top"``: ``P_Â`` spans the top-``rank`` right singular vectors (Thm 2). A warning is
         issued if ``L̂`` has numerical rank below ``rank`` (the subspace is then partly
@@ -345,12 +345,13 @@ def fit(W_hat, lam_L: float, lam_S: float, *, rank: int, alpha: float = 0.5,
     Dn = D / c if c != 1.0 else D
     options = dict(solver=solver, solver_options=solver_options, tol=tol, max_iter=max_iter,
                    step_size=step_size, init=_scaled_init(init, c), check_every=check_every,
-                   svd=svd, nuclear=nuclear, on_inaccurate=on_inaccurate, verbose=verbose)
+                   svd=svd, nuclear=nuclear, on_inaccurate=on_inaccurate, verbose=verbose,
+                   stall_window=stall_window)
     sol, held = _solve(Dn, q, lam_L / c, lam_S / c, w, method, options)
     if sol.status == "diverged":
         raise SolverError(f"the solve of (7) diverged at iteration {sol.diverged_at} "
                           f"(method={method!r}); CLAIR has no subspace to use", status="diverged")
-    for msg in held:  # max_iter / inaccurate: the fit goes on, on a less exact P_Â
+    for msg in held:  # max_iter / stalled / inaccurate: the fit goes on, on a less exact P_Â
         warnings.warn(f"CLAIR fit: {msg}; the collaborative set and refinement use this "
                       "inexact solution", ConvergenceWarning, stacklevel=2)
     s, Vt = sol.singular_values, sol.Vt
@@ -407,7 +408,7 @@ def lambda_path(W_hat, lam_L, ratios, *, rank: int, weights=None, method: str = 
                 max_iter: int = 10000, step_size: float | None = None, check_every: int = 5,
                 svd: str = "auto", nuclear: str = "schur", on_inaccurate: str = "warn",
                 verbose: bool = False, rank_threshold: float = 1e-6, truth_projector=None,
-                warm_start: bool = False) -> LambdaPath:
+                warm_start: bool = False, stall_window=DEFAULT) -> LambdaPath:
     """Scan ``λ_S/λ_L`` (and ``λ_L``) and report where rank(L̂) = r.
 
     The paper's λ constants are unreported and recovery holds only in a band of ``λ_S/λ_L``
@@ -426,7 +427,7 @@ def lambda_path(W_hat, lam_L, ratios, *, rank: int, weights=None, method: str = 
     rank : int
         Target ``r``.
     weights, method, solver, solver_options, tol, max_iter, step_size, check_every, svd, \
-nuclear, on_inaccurate, verbose
+nuclear, on_inaccurate, verbose, stall_window
         As in :func:`fit`.
     rank_threshold : float
         Relative to ``||D̂||_op``.
@@ -461,7 +462,7 @@ nuclear, on_inaccurate, verbose
     D_op = float(np.linalg.norm(Dn, 2))
     options = dict(solver=solver, solver_options=solver_options, tol=tol, max_iter=max_iter,
                    step_size=step_size, check_every=check_every, svd=svd, nuclear=nuclear,
-                   on_inaccurate=on_inaccurate, verbose=verbose)
+                   on_inaccurate=on_inaccurate, verbose=verbose, stall_window=stall_window)
     shape = (lam_L.size, ratios.size)
     nrank = np.zeros(shape, dtype=int)
     iters = np.zeros(shape, dtype=int)

@@ -48,6 +48,7 @@ from ..conic import check_solver, data_scale, decide, solve_scaled
 from ..validation import as_float_array, check_int, check_positive
 from ..linalg import svt
 from ..results import ConvergenceWarning, SolverResult
+from ..stall import StallRule, check_stall_window
 
 __all__ = ["NuclearResult", "nuclear_statistics", "nuclear_objective", "nuclear_duality_gap",
            "solve_nuclear_cvxpy", "solve_nuclear_prox"]
@@ -206,7 +207,7 @@ def solve_nuclear_cvxpy(X, y, mu: float, *, solver: str = "CLARABEL", tol: float
 
 
 def solve_nuclear_prox(X, y, mu: float, *, tol: float = 1e-8, max_iter: int = 5000,
-                       init=None, Theta0=None) -> NuclearResult:
+                       init=None, Theta0=None, stall_window: float | None = 4.0) -> NuclearResult:
     """Accelerated proximal gradient (FISTA) with SVT and gradient-based adaptive restart.
 
     Step ``1/L`` with ``L = max_i lambda_max(S_i)`` (the smooth part is block diagonal over
@@ -214,7 +215,8 @@ def solve_nuclear_prox(X, y, mu: float, *, tol: float = 1e-8, max_iter: int = 50
     ``P(0) = sum_i ||y_i||^2 / (2 m_i)`` (status ``"optimal"``): a relative gap, invariant under
     rescaling ``(y, mu)``, recorded as the result's ``gap_scale`` (so ``relative_gap`` is the
     quantity compared with ``tol``). Otherwise ``"max_iter"`` with a
-    :class:`~lowrank_fl.results.ConvergenceWarning`.
+    :class:`~lowrank_fl.results.ConvergenceWarning`, or ``"stalled"`` (a ``StalledWarning``) when
+    the stall rule of :mod:`lowrank_fl.stall` fires.
 
     Parameters
     ----------
@@ -224,6 +226,8 @@ def solve_nuclear_prox(X, y, mu: float, *, tol: float = 1e-8, max_iter: int = 50
         Starting ``Theta`` (default zeros).
     Theta0 : array (n, d), optional
         Deprecated alias of ``init``.
+    stall_window : float > 1 or None
+        The stall rule's window (FISTA's default 4; None: off).
 
     Returns
     -------
@@ -241,6 +245,7 @@ def solve_nuclear_prox(X, y, mu: float, *, tol: float = 1e-8, max_iter: int = 50
     mu = check_positive(mu, "mu")
     tol = check_positive(tol, "tol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
+    stall = StallRule(check_stall_window(stall_window), tol)
     S, b, c = nuclear_statistics(X, y)
     n, d = b.shape
     Theta = np.zeros((n, d)) if init is None else as_float_array(init, init_name, shape=(n, d)).copy()
@@ -271,10 +276,15 @@ def solve_nuclear_prox(X, y, mu: float, *, tol: float = 1e-8, max_iter: int = 50
         if gaps[-1] <= tol * scale:
             status = "optimal"
             break
+        if stall.check(it, gaps[-1] / scale, objs[-1] / scale):
+            status = "stalled"
+            break
     if status == "max_iter":
         message = (f"solve_nuclear_prox stopped at max_iter={max_iter} with relative gap "
                    f"{gaps[-1] / scale:.2e} > tol={tol:g}.")
         warnings.warn(message, ConvergenceWarning, stacklevel=2)
+    elif status == "stalled":
+        message = stall.warn("solve_nuclear_prox", it, gaps[-1] / scale) + "."
     else:
         message = (f"FISTA reached relative duality gap {gaps[-1] / scale:.2e} <= tol={tol:g} "
                    f"after {it} iterations.")

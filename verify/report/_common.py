@@ -5,13 +5,14 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..claim import PAPERS, VERDICTS, Claim, Evidence, Omitted, jsonable
+from ..convergence import STALLED_STATUSES
 from ..runner import ERROR_PREFIX
 from .values import columns as table_columns
 from .values import fmt
 
 __all__ = ["fmt", "count_columns", "by_paper", "totals", "totals_by_paper", "is_error", "table_columns", "kv_rows",
            "omitted_sorted", "non_holds", "remarks", "check_lines", "anchor", "svg_twin", "VERDICT_LEGEND", "KIND_LEGEND",
-           "verdict_legend", "column_legend", "remarks_sentence"]
+           "verdict_legend", "column_legend", "remarks_sentence", "stops", "stop_sentence"]
 
 
 def count_columns(results: Sequence[tuple[Claim, Evidence]]) -> list[str]:
@@ -208,6 +209,36 @@ def check_lines(evidence: Evidence) -> list[str]:
         out.append(f"Criterion changed after a run — original: {r['original']} ({r['original_outcome']}); "
                    f"relaxed: {r['relaxed']} ({r['relaxed_outcome']}); why: {r['reason'].rstrip('.')}.")
     return out
+
+
+def stops(results: Iterable[tuple[Claim, Evidence]]) -> dict:
+    """How claims were cut short: ``{"stalled": ids, "time_budget": ids}``. ``stalled``: claims
+    with a solve that the solver's stall rule stopped (``lowrank_fl.stall``: its certificate
+    stopped improving far above its tolerance; status "stalled" or a captured StalledWarning);
+    ``time_budget``: claims stopped at their time budget (:mod:`verify.budgets`, the backstop)."""
+    stalled, budget = [], []
+    for c, e in results:
+        by_status = (e.solves or {}).get("by_status", {})
+        if any(by_status.get(s, 0) for s in STALLED_STATUSES):
+            stalled.append(c.id)
+        if e.budget.get("exceeded"):
+            budget.append(c.id)
+    return {"stalled": stalled, "time_budget": budget}
+
+
+def stop_sentence(results: Iterable[tuple[Claim, Evidence]]) -> str:
+    """One sentence naming the claims stopped on a stalled solve and at a time budget ("" when
+    none was)."""
+    st = stops(results)
+    parts = []
+    if st["stalled"]:
+        parts.append(f"{len(st['stalled'])} on a stalled solve (the solver's certificate stopped "
+                     "improving far above its tolerance, lowrank_fl.stall; a holds resting on one "
+                     "becomes inconclusive): " + ", ".join(st["stalled"]))
+    if st["time_budget"]:
+        parts.append(f"{len(st['time_budget'])} at their time budget: "
+                     + ", ".join(st["time_budget"]))
+    return ("Claims cut short: " + "; ".join(parts) + ".") if parts else ""
 
 
 def remarks(results: Sequence[tuple[Claim, Evidence]]) -> list[str]:

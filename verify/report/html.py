@@ -14,9 +14,8 @@ from typing import Mapping, Sequence
 
 from ..claim import PAPERS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, anchor, verdict_legend, by_paper, is_error, kv_rows,
-                      check_lines, column_legend, count_columns, non_holds, omitted_sorted, remarks_sentence, svg_twin,
-                      table_columns, totals,
-                      totals_by_paper)
+                      check_lines, column_legend, count_columns, non_holds, omitted_sorted, remarks_sentence,
+                      stop_sentence, svg_twin, table_columns, totals, totals_by_paper)
 from .provenance import git_text
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt_number, html_value
@@ -264,6 +263,7 @@ def render_html(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
             "(smoke: seconds, quick: minutes, full: the published report); verdicts can differ "
             "between scales." + escape(remarks_sentence(results)) + "</p>",
             f'<div id="counts">{_counts(results, omitted)}</div>',
+            *([f'<p id="stops">{escape(stop_sentence(results))}</p>'] if stop_sentence(results) else []),
             "<h3>Columns</h3>", _legend(column_legend(results), False),
             "<h3>Verdicts</h3>", _legend(verdict_legend(results), True),
             "<h3>Kinds of claim</h3>", _legend(KIND_LEGEND, False)]

@@ -7,8 +7,8 @@ from typing import Mapping, Sequence
 
 from ..claim import PAPERS, Claim, Evidence, Omitted
 from ._common import (KIND_LEGEND, MISSING, anchor, verdict_legend, by_paper, is_error, kv_rows,
-                      check_lines, column_legend, count_columns, non_holds, omitted_sorted, remarks_sentence, table_columns,
-                      totals, totals_by_paper)
+                      check_lines, column_legend, count_columns, non_holds, omitted_sorted, remarks_sentence,
+                      stop_sentence, table_columns, totals, totals_by_paper)
 from .provenance import git_text
 from .references import REFERENCES, SHORT_NAMES, bibtex, citation
 from .values import fmt, fmt_number, is_records
@@ -152,6 +152,9 @@ def render_markdown(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
     all_t = {**t, "omitted": len(omitted)}
     rows.append(["**all**", *[f"**{all_t[k]}**" for k in cols]])
     lines += _table(["paper", *cols], rows) + [""]
+    cut = stop_sentence(results)
+    if cut:
+        lines += [cut, ""]
     lines += ["Columns:", ""] + [f"- *{k}*: {v}" for k, v in column_legend(results).items()] + [""]
     lines += ["Verdicts:", ""] + [f"- **{k}**: {v}" for k, v in verdict_legend(results).items()] + [""]
     lines += ["Kinds of claim:", ""] + [f"- *{k}*: {v}" for k, v in KIND_LEGEND.items()] + [""]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..claim import Claim, Evidence, Omitted, jsonable
-from ._common import is_error, omitted_sorted, totals, totals_by_paper
+from ._common import is_error, omitted_sorted, stops, totals, totals_by_paper
 from .references import REFERENCES
 
 __all__ = ["build_results", "SCHEMA_PATH", "SCHEMA_VERSION", "load_schema"]
@@ -31,7 +31,9 @@ def build_results(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
 
     Top level: ``schema_version``, ``scale``, ``versions`` (python, numpy, scipy, cvxpy, clarabel,
     scs, joblib, lowrank_fl, platform), ``provenance`` (git commit, command, dependencies, machine),
-    ``totals`` (count per verdict, ``errors``, ``claims``), ``totals_by_paper``, ``claims`` (one
+    ``totals`` (count per verdict, ``errors``, ``claims``), ``totals_by_paper``, ``stops`` (ids
+    of the claims cut short: ``stalled`` on a stalled solve, ``time_budget`` at their budget),
+    ``claims`` (one
     object per claim: id, paper, reference, kind, erratum, statement, verdict, error, summary,
     measured, predicted, table, figure, notes, seeds, seconds, nonfinite), ``omitted`` (id,
     paper, reference, statement, reason), ``references`` (BibTeX fields per paper), and the other
@@ -46,7 +48,8 @@ def build_results(results: Sequence[tuple[Claim, Evidence]], *, scale: str,
         entry.update(e.to_dict())
         claims.append(entry)
     doc = {"schema_version": SCHEMA_VERSION, "scale": scale, "versions": meta.pop("versions", {}),
-           "totals": totals(results), "totals_by_paper": totals_by_paper(results, omitted)}
+           "totals": totals(results), "totals_by_paper": totals_by_paper(results, omitted),
+           "stops": stops(results)}
     doc.update(meta)
     doc["claims"] = claims
     doc["omitted"] = [{"id": o.id, "paper": o.paper, "reference": o.reference,
