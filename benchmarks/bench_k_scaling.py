@@ -12,7 +12,10 @@ contention-free number), peak traced memory (tracemalloc) and the child's max RS
 iterations of the final solve and of all solves (λ path included), the certified relative
 duality gap, λ and the collaborative set (8). Growth exponents are least-squares slopes of
 log CPU time against log K. A last part times one 4096 × 4096 module with 10 clients, r = 16
-(the 7B-shaped CLI's module) both ways in one process (best of 3).
+(the 7B-shaped CLI's module) both ways in one process (best of 3). ``--k100``: one 4096 × 4096
+module with K = 100 clients, r = 16 (10 contaminated), the factored solver with its default SVT
+(the warm-started block route, :mod:`lowrank_fl.clair.subspace`) beside the Lanczos route it
+falls back to, in one process: CPU seconds, iterations, certified gap, the collaborative set.
 
 Data: benign clients ``A_k = A_0 + 0.05 E_k`` (relative), unrelated ``A`` for the last
 ``max(1, K // 10)`` clients, ``B_k`` Gaussian (0.02), scaling 2. Writes
@@ -26,6 +29,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import contextlib
 import json
 import platform
 import resource
@@ -126,6 +130,39 @@ def module_7b(repeats: int = 3) -> dict:
     return out
 
 
+def module_k100(K: int = 100, n: int = 4096, r: int = 16) -> dict:
+    """One n² module, K clients, rank r: the default SVT (block) and the Lanczos route."""
+    from unittest import mock
+
+    from threadpoolctl import threadpool_limits
+
+    from lowrank_fl.adapters import ModuleOptions, aggregate_module
+    from lowrank_fl.clair import factored
+
+    f = make_module(K, n, r)
+    out = {"K": K, "n": n, "r": r}
+    with threadpool_limits(1):
+        for route in ("lanczos", "block"):
+            # the Lanczos route: the block route declines every time (what it falls back to)
+            patch = (mock.patch.object(factored, "_svt_block", lambda *a: None)
+                     if route == "lanczos" else contextlib.nullcontext())
+            with patch:
+                c0, t0 = time.process_time(), time.perf_counter()
+                res = aggregate_module(f, ModuleOptions(output_dtype="float64"))
+                cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+            out[route] = {"cpu_seconds": cpu, "wall_seconds": wall,
+                          "iterations_final": res.iterations, "relative_gap": res.relative_gap,
+                          "status": res.status, "lam_L": res.lam_L, "lam_S": res.lam_S,
+                          "reduced_dims": list(res.reduced_dims),
+                          "excluded": [k for k, b in enumerate(res.benign) if not b],
+                          "load_avg": os.getloadavg()}
+            print(f"K={K} {n}² r={r} {route:8s} {cpu:7.1f} CPU-s  its {res.iterations}  "
+                  f"gap {res.relative_gap:.2e}  excluded {out[route]['excluded']}", flush=True)
+    out["ratio_lanczos_over_block"] = out["lanczos"]["cpu_seconds"] / out["block"]["cpu_seconds"]
+    out["same_collaborative_set"] = out["lanczos"]["excluded"] == out["block"]["excluded"]
+    return out
+
+
 def _slope(rows):
     if len(rows) < 2:
         return None
@@ -141,6 +178,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=2048)
     ap.add_argument("--r", type=int, default=8)
     ap.add_argument("--no-7b", action="store_true")
+    ap.add_argument("--k100", action="store_true",
+                    help="only the K = 100, 4096², r = 16 module (block vs Lanczos SVT)")
     ap.add_argument("--extra", type=Path, nargs="*", default=[],
                     help="JSON rows of earlier single runs (--one K CONTRASTS) to include, "
                          "marked separate_run (e.g. the dense solver at K = 80, ~4 CPU-minutes)")
@@ -150,6 +189,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one(int(args.one[0]), args.one[1], args.n, args.r)))
+        return 0
+    if args.k100:
+        res = {"module_k100": module_k100()}
+        old = json.loads(args.out.read_text()) if args.out.exists() else {}
+        old.update(res)
+        args.out.write_text(json.dumps(old, indent=1, default=str))
         return 0
     rows = []
     for K in args.K:

@@ -279,3 +279,42 @@ def test_factored_matches_cvxpy_on_a_small_module():
 
     np.testing.assert_array_equal(benign(new), benign(ref))
     assert benign(new).tolist() == [True] * 4 + [False]
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_block_svt_equals_gram_route(warm):
+    # three values stand far above the rest (a strong rank-3 term): subspace iteration, cold or
+    # warm-started from perturbed singular vectors of the last step, gives the Gram route's SVT
+    from lowrank_fl.clair.factored import _Affine, _dense, _svt, _svt_block
+    D = _pc(K=8, h=4, r=6, p=64, seed=7)
+    P = _affine_point(D, 8)
+    B = _Affine(P.a, 30.0 * P.U, P.V)
+    Vt = np.linalg.svd(_dense(D, B), full_matrices=False)[2]
+    s = np.linalg.svd(_dense(D, B), compute_uv=False)
+    tau = 1.5 * s[3]
+    assert s[2] > tau and s[3] ** 2 <= 0.5 * tau ** 2            # the setting the route needs
+    V_prev = Vt[:3].T + 1e-3 * np.random.default_rng(1).standard_normal((D.p, 3)) if warm else None
+    full, block = _svt(D, B, tau), _svt_block(D, B, tau, V_prev)
+    assert block is not None
+    assert block[2].size == full[2].size == 3
+    np.testing.assert_allclose(block[2], s[:3] - tau, rtol=1e-10)
+    Lb = np.matmul(block[0], block[1].T).reshape(D.shape)
+    Lf = np.matmul(full[0], full[1].T).reshape(D.shape)
+    np.testing.assert_allclose(Lb, Lf, atol=1e-9 * s[0])
+    # τ between two close values: the block cannot tell the rest below τ^2 apart, it declines
+    # (the solver then takes the Lanczos route)
+    close = 0.5 * (s[5] + s[6])
+    assert s[6] ** 2 > 0.5 * close ** 2
+    assert _svt_block(D, B, close, None) is None
+
+
+def test_block_svt_solves_to_the_same_optimum():
+    D = _pc(K=8, h=4, r=6, p=64, seed=7)
+    lam_S = 0.4 * D.op_norm / 8
+    F0 = 0.5 / 8 * float(D.block_sq_norms.sum())
+    for lam_L in (0.02 * D.op_norm / 8, 0.3 * D.op_norm / 8):
+        runs = {m: solve_penalized_factored(D, lam_L, lam_S, tol=1e-10, svt=m)
+                for m in ("full", "block")}
+        assert runs["full"].status == runs["block"].status == "optimal"
+        assert abs(runs["full"].objective - runs["block"].objective) <= 1e-10 * F0
+        assert runs["full"].rank() == runs["block"].rank()
