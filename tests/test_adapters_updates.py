@@ -216,3 +216,17 @@ def test_client_decision_updates_rule_matches_the_evidence():
     res = aggregate_factors(f, ModuleOptions(output_dtype="float64"), client_rule="per-module")
     decided = client_decision(res.aggregation.results, "updates")
     assert list(np.flatnonzero(~decided)) == [0, 9]
+
+
+def test_refinement_sentence_names_the_changes_and_counts_the_rest():
+    from lowrank_fl.adapters.decision import refinement_sentence
+
+    clients = {f"c{k}": {"weight": 0.5 if k < 14 else 0.0, "relative_change": 0.01 * k, "agreement": 0.5}
+               for k in range(20)}
+    s = refinement_sentence({"mode": "agreement", "target": "collaborative mean", "clients": clients})
+    assert "c9 9.0%" in s and "c10 " not in s and "(14 clients, 0.0% to 13.0%)" in s
+    assert "(6) keep their own adapters" in s
+    none = {f"c{k}": {"weight": 0.0, "relative_change": 0.0, "agreement": -0.1} for k in range(3)}
+    assert refinement_sentence({"mode": "agreement", "target": "collaborative mean",
+                                "clients": none}).startswith("refinement: every client keeps its own adapter")
+    assert "refine='own'" in refinement_sentence({"mode": "own", "target": "own adapter", "clients": none})

@@ -238,6 +238,10 @@ def detection_sentence(det: dict) -> str:
             f"{pooled}).")
 
 
+#: clients named in the refinement sentence (the rest are counted; summary.json has them all)
+_LISTED = 10
+
+
 def refinement_sentence(ref: dict) -> str:
     """One sentence on what the collaborating clients received (``summary.json["refinement"]``):
     how far each output is from the client's own adapter and why."""
@@ -250,9 +254,14 @@ def refinement_sentence(ref: dict) -> str:
         top = f" (largest agreement {max(agree):.3f})" if agree else ""
         return ("refinement: every client keeps its own adapter: no collaborating client's update "
                 f"agrees with the others' mean{top}, so averaging could only replace what it learned.")
-    parts = ", ".join(f"{n} {c['relative_change']:.1%}" for n, c in moved.items())
+    listed = list(moved.items())[:_LISTED]
+    parts = ", ".join(f"{n} {c['relative_change']:.1%}" for n, c in listed)
+    if len(moved) > _LISTED:
+        changes = [c["relative_change"] for c in moved.values()]
+        parts += f", ... ({len(moved)} clients, {min(changes):.1%} to {max(changes):.1%})"
     kept = [n for n, c in clients.items() if c["weight"] == 0]
     target = ref["target"]
-    tail = f"; {', '.join(kept)} keep their own adapters" if kept else ""
+    tail = (f"; {', '.join(kept[:_LISTED])}{', ...' if len(kept) > _LISTED else ''} "
+            f"({len(kept)}) keep their own adapters" if kept else "")
     return (f"refinement ({ref['mode']}, toward {target}): relative change of each output from the "
             f"client's own adapter: {parts}{tail} (summary.json: refinement).")
