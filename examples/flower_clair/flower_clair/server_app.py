@@ -28,6 +28,7 @@ def main(grid: Grid, context: Context) -> None:
     local = settings.server_method == "local"
     options = ModuleOptions(method="fedavg" if local else settings.server_method, rank_out=settings.rank_out or None)
     strategy = (LocalOnly if local else ClairStrategy)(module_options=options, client_rule=settings.client_rule,
+                             refine=settings.refine,
                              min_available_nodes=K, min_train_nodes=K, min_evaluate_nodes=K)
     t0 = time.perf_counter()
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=settings.rounds,
