@@ -221,12 +221,14 @@ def test_client_decision_updates_rule_matches_the_evidence():
 def test_refinement_sentence_names_the_changes_and_counts_the_rest():
     from lowrank_fl.adapters.decision import refinement_sentence
 
-    clients = {f"c{k}": {"weight": 0.5 if k < 14 else 0.0, "relative_change": 0.01 * k, "agreement": 0.5}
+    clients = {f"c{k}": {"weight": 0.5 if k < 14 else 0.0, "relative_change": 0.01 * k, "agreement": 0.5,
+                         "why": "outside the collaborative set" if k >= 18 else "agrees"}
                for k in range(20)}
     s = refinement_sentence({"mode": "agreement", "target": "collaborative mean", "clients": clients})
     assert "c9 9.0%" in s and "c10 " not in s and "(14 clients, 0.0% to 13.0%)" in s
-    assert "(6) keep their own adapters" in s
-    none = {f"c{k}": {"weight": 0.0, "relative_change": 0.0, "agreement": -0.1} for k in range(3)}
+    assert "c14, c15, c16, c17 (4) keep their own adapters (their updates do not agree" in s
+    assert "c18, c19 (2) keep their own adapters (outside the collaborative set)" in s
+    none = {f"c{k}": {"weight": 0.0, "relative_change": 0.0, "agreement": -0.1, "why": "x"} for k in range(3)}
     assert refinement_sentence({"mode": "agreement", "target": "collaborative mean",
                                 "clients": none}).startswith("refinement: every client keeps its own adapter")
     assert "refine='own'" in refinement_sentence({"mode": "own", "target": "own adapter", "clients": none})

@@ -122,8 +122,8 @@ class ModuleOptions:
         check_int(self.max_iter, "max_iter", minimum=1)
         if self.clip is not None and not (isinstance(self.clip, (int, float)) and not isinstance(self.clip, bool)
                                           and np.isfinite(self.clip) and self.clip >= 1):
-            raise ValueError(f"clip must be a finite number >= 1 (times the median norm) or None, got "
-                             f"{self.clip!r}")
+            raise ValueError(f"clip (--clip) must be a finite number >= 1 (times the median update norm) or "
+                             f"None ('none' on the command line), got {self.clip!r}")
 
 
 def check_rank(options: ModuleOptions, shapes: dict) -> None:
@@ -409,7 +409,12 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     # the two layouts round differently, so worker and in-process results would differ in the
     # last bit
     Z = np.ascontiguousarray(sol.Vt[:rank].T)                   # (p′, rank), P′ = Z Z^T
-    norms, zero = _detection_norms(D, h, Z)
+    # detection (8) and the pooled rule read the raw contrasts: a clipped update keeps its size
+    Dd, hd = D, h
+    if res.clipped:
+        Dd, hd = pair_blocks(red) if o.contrasts == "dense" else (pair_factors(red), None)
+        hd = Dd.q if hd is None else hd
+    norms, zero = _detection_norms(Dd, hd, Z)
     split = clair.largest_gap_split(norms, min_below=clair.majority_pairs(K, o.alpha),
                                     zero_level=zero)
     # without a split every pair is collaborative: τ covers the norms counted as exact zeros too
@@ -434,7 +439,7 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     res.tau = float(tau)
     res.votes = votes.tolist()
     res.block_norms = norms.tolist()
-    res.contrast_norms = _contrast_norms(D, h).tolist()
+    res.contrast_norms = _contrast_norms(Dd, hd).tolist()
     res.outside = outside_shares(red.Y, red.X, Z).tolist()
     res.gram_outside = update_gram(red.Y, red.X - (red.X @ Z) @ Z.T)
     res.gap_ratio = float(split.gap_ratio)

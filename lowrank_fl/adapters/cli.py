@@ -97,9 +97,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      choices=CLIENT_RULES, help=_RULE_HELP + f" (default {DEFAULT_CLIENT_RULE}; --method clair only)")
     agg.add_argument("--refine", default=None, choices=REFINE,
                      help="how collaborating clients are refined (--method clair): 'agreement' "
-                          "(default: each moves toward the collaborative mean by its agreement with "
-                          "the others; never far where nobody agrees), 'paper' ((9) exactly), 'own' "
-                          "(everyone keeps its adapter)")
+                          "(default: each moves the fraction a_k = its agreement with the others of the "
+                          "way to the collaborative mean; a_k = 0 where nobody agrees), 'paper' ((9) "
+                          "exactly), 'own' (everyone keeps its adapter)")
     agg.add_argument("--clip", default=None,
                      help="CLAIR: the solve of (7) sees each update clipped at this many times the "
                           "module's median update norm (default 5, the update rule's size floor); "
@@ -200,6 +200,9 @@ def run_aggregate(args) -> int:
     if args.output == "split" and args.rank_out is not None and args.method == "clair":
         raise ValueError("--rank-out truncates merged outputs: use --output merged with it (the "
                          "split layout is exact at about twice the inputs' size)")
+    if args.clip is not None and args.method != "clair":
+        print(f"warning: --clip {args.clip} is ignored: it clips the updates CLAIR's program (7) sees, "
+              f"and --method {args.method} solves none", file=sys.stderr)
     if args.refine is not None and args.method != "clair":
         print(f"warning: --refine {args.refine} is ignored: it is CLAIR's refinement, and --method "
               f"{args.method} has none", file=sys.stderr)
@@ -238,9 +241,11 @@ def run_aggregate(args) -> int:
     if args.method == "clair":
         cb = summary["client_benign"]
         if not args.quiet:
+            print(f"  per-module evidence, the sets (8) of each module (the {args.client_rule} rule "
+                  "decides; its sentence is below):")
             for name in adapters.names:
                 print(f"  {name}: benign in {cb['modules_benign'][name]}/{cb['n_modules']} "
-                      f"modules (majority: {cb['majority'][name]}, any: {cb['any'][name]})")
+                      f"modules' sets (8) (rule majority: {cb['majority'][name]}, rule any: {cb['any'][name]})")
         bad = [m for m, s in mods.items() if s["status"] not in ("optimal", "completed")]
         if bad:
             print(f"  warning: {len(bad)} module(s) stopped before the tolerance: {bad[:3]}",
@@ -296,9 +301,13 @@ def _clip(text):
     if str(text).strip().lower() == "none":
         return None
     try:
-        return float(text)
+        v = float(text)
     except ValueError:
-        raise ValueError(f"--clip must be a number >= 1 or 'none', got {text!r}") from None
+        v = None
+    if v is None or not (np.isfinite(v) and v >= 1):
+        raise ValueError(f"--clip must be a number >= 1 (times the median update norm) or 'none', "
+                         f"got {text!r}")
+    return v
 
 
 def run_inspect(args) -> int:

@@ -101,8 +101,8 @@ def detection_summary(results, names, rule: str) -> dict:
         "pooled_tie": bool(tie),
         "updates": None if uv is None else {
             "direction_scores": dict(zip(names, uv.direction_scores.tolist())),
-            "direction_shares": {n: (None if np.isnan(v) else float(v))
-                                 for n, v in zip(names, uv.direction_shares)},
+            "agreement_ratios": {n: (None if np.isnan(v) else float(v))
+                                 for n, v in zip(names, uv.agreement_ratios)},
             "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
             "outside_ratios": dict(zip(names, uv.outside_ratios.tolist())),
             "size_scores": dict(zip(names, uv.size_scores.tolist())),
@@ -161,7 +161,7 @@ def _updates_sentence(det: dict) -> str:
             why = []
             if n in u["by_direction"]:
                 why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, agreement "
-                           f"{_vs(u['direction_shares'][n], 1 / rho)} of the typical client's <= 1/{rho:g}")
+                           f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}")
             if n in u["by_outside"]:
                 why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                            f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
@@ -175,7 +175,7 @@ def _updates_sentence(det: dict) -> str:
     on, ov = max(u["outside_scores"].items(), key=lambda kv: kv[1])
     sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
     return ("no client stands out (update rule: largest direction score "
-            f"{_vs(dv, cut)} ({dn}, {_share(u['direction_shares'][dn])}), largest row-space "
+            f"{_vs(dv, cut)} ({dn}, {_share(u['agreement_ratios'][dn])}), largest row-space "
             f"score {_vs(ov, cut)} ({on}, ratio {u['outside_ratios'][on]:.2f}), against the cutoff "
             f"{cut:.2f}; largest update {sv:.2f}x the typical size ({sn}), a size flag needs {rho_s:g}x). "
             "Detection limit: a client is found only if its update's direction, or its share outside the "
@@ -259,9 +259,15 @@ def refinement_sentence(ref: dict) -> str:
     if len(moved) > _LISTED:
         changes = [c["relative_change"] for c in moved.values()]
         parts += f", ... ({len(moved)} clients, {min(changes):.1%} to {max(changes):.1%})"
-    kept = [n for n, c in clients.items() if c["weight"] == 0]
+    out = [n for n, c in clients.items() if c["weight"] == 0 and c["why"].startswith("outside")]
+    alone = [n for n, c in clients.items() if c["weight"] == 0 and n not in out]
     target = ref["target"]
-    tail = (f"; {', '.join(kept[:_LISTED])}{', ...' if len(kept) > _LISTED else ''} "
-            f"({len(kept)}) keep their own adapters" if kept else "")
+
+    def group(names, why):
+        return (f"; {', '.join(names[:_LISTED])}{', ...' if len(names) > _LISTED else ''} "
+                f"({len(names)}) keep their own adapters ({why})" if names else "")
+
+    tail = (group(alone, "their updates do not agree with the others' mean")
+            + group(out, "outside the collaborative set"))
     return (f"refinement ({ref['mode']}, toward {target}): relative change of each output from the "
             f"client's own adapter: {parts}{tail} (summary.json: refinement).")

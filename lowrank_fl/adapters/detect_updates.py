@@ -68,7 +68,7 @@ SIZE_RATIO = 5.0
 class UpdateEvidence(NamedTuple):
     """What the update rule computes, once. Arrays are (K,).
 
-    ``direction_scores``: the pooled statistic on the direction distances; ``direction_shares``:
+    ``direction_scores``: the pooled statistic on the direction distances; ``agreement_ratios``:
     each client's agreement (median cosine with the others, mean over modules) over the typical
     client's (1 typical, NaN where the typical agreement is not positive); ``outside_scores`` / ``outside_ratios``: the same on the shares outside
     the shared row space (None where not given); ``size_scores``: modified z of ``ℓ_k``;
@@ -76,7 +76,7 @@ class UpdateEvidence(NamedTuple):
     ``min_ratio`` ρ; ``size_ratio`` ρ_size; ``by_direction``, ``by_outside``, ``by_size``,
     ``flagged`` bool."""
     direction_scores: np.ndarray
-    direction_shares: np.ndarray
+    agreement_ratios: np.ndarray
     outside_scores: np.ndarray | None
     outside_ratios: np.ndarray | None
     size_scores: np.ndarray

@@ -110,7 +110,10 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
     b = _set(clair, decided)
     grams = np.array([r.gram for r in clair], float)
     cos = agreement(grams, b)
-    a = np.mean([weights[r.name] for r in clair], axis=0) if clair else np.zeros(len(names))
+    # the weights the writers apply: 0 outside each module's own set (per-module) or the client set
+    sets = [np.asarray(r.benign if decided is None else decided, bool) for r in clair]
+    a = (np.mean([np.where(b_m, weights[r.name], 0.0) for r, b_m in zip(clair, sets)], axis=0)
+         if clair else np.zeros(len(names)))
     if refine == "paper":
         go = np.array([r.gram_outside for r in clair], float)
     else:
@@ -118,8 +121,11 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
     applied, full = relative_changes(grams, go, b, a)
     per = {}
     for k, n in enumerate(names):
-        if not b[k]:
+        if not b[k] and a[k] == 0:
             why = "outside the collaborative set: keeps its own adapter"
+        elif not b[k]:
+            why = (f"refined in the modules whose own set (8) keeps it (mean weight {a[k]:.3g}), its own "
+                   "adapter elsewhere")
         elif refine == "own":
             why = "refine='own': keeps its own adapter"
         elif refine == "paper":
@@ -128,9 +134,10 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
             why = (f"its update does not agree with the others' mean (cosine {cos[k]:.3f}): keeps its "
                    "own adapter")
         else:
-            why = (f"moved {a[k]:.3f} of the way to the collaborative mean: its agreement (cosine) with "
+            why = (f"moved {a[k]:.3g} of the way to the collaborative mean: its agreement (cosine) with "
                    "the others' mean")
         per[n] = {"weight": float(a[k]), "agreement": None if np.isnan(cos[k]) else float(cos[k]),
                   "relative_change": float(applied[k]), "full_change": float(full[k]), "why": why}
-    return {"mode": refine, "target": {"agreement": "collaborative mean", "paper": "(9)",
+    return {"mode": refine, "target": {"agreement": "the collaborative mean",
+                                       "paper": "(9): own part in P_Â, the collaborative mean outside",
                                        "own": "own adapter"}[refine], "clients": per}

@@ -55,6 +55,7 @@ class Aggregation:
         names = self.adapters.names
         out = {"method": self.options.method, "clients": names,
                "client_rule": client_rule if self.options.method == "clair" else None,
+               "clip": self.options.clip if self.options.method == "clair" else None,
                "seconds": self.seconds, "workers": self.workers,
                "modules": {r.name: r.summary() for r in self.results}}
         if self.options.method == "clair":
