@@ -191,21 +191,19 @@ def run_aggregate(args) -> int:
                             lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,
                             rank_out=args.rank_out, tol=args.tol,
                             byzantine=getattr(args, "byzantine", None), clip=_clip(args.clip))
-    if args.client_rule is not None and args.method != "clair":
-        print(f"warning: --client-rule {args.client_rule} is ignored: it decides CLAIR's refinement, "
-              f"and --method {args.method} has none", file=sys.stderr)
-    if args.output is not None and args.method != "clair":
-        print(f"warning: --output {args.output} is ignored: it is the layout of CLAIR's per-client "
-              f"outputs, and --method {args.method} writes one adapter", file=sys.stderr)
     if args.output == "split" and args.rank_out is not None and args.method == "clair":
         raise ValueError("--rank-out truncates merged outputs: use --output merged with it (the "
                          "split layout is exact at about twice the inputs' size)")
-    if args.clip is not None and args.method != "clair":
-        print(f"warning: --clip {args.clip} is ignored: it clips the updates CLAIR's program (7) sees, "
-              f"and --method {args.method} solves none", file=sys.stderr)
-    if args.refine is not None and args.method != "clair":
-        print(f"warning: --refine {args.refine} is ignored: it is CLAIR's refinement, and --method "
-              f"{args.method} has none", file=sys.stderr)
+    if args.method != "clair":          # CLAIR-only options given with another method
+        for flag, value, what in (
+                ("--client-rule", args.client_rule, "it decides CLAIR's refinement, and --method {m} has none"),
+                ("--output", args.output, "it is the layout of CLAIR's per-client outputs, and --method {m} "
+                                          "writes one adapter"),
+                ("--clip", args.clip, "it clips the updates CLAIR's program (7) sees, and --method {m} "
+                                      "solves none"),
+                ("--refine", args.refine, "it is CLAIR's refinement, and --method {m} has none")):
+            if value is not None:
+                print(f"warning: {flag} {value} is ignored: {what.format(m=args.method)}", file=sys.stderr)
     args.client_rule = args.client_rule or DEFAULT_CLIENT_RULE
     args.refine = args.refine or DEFAULT_REFINE
     adapters = _load(args)
