@@ -1,6 +1,6 @@
 """CLAIR on LoRA adapters at LLM scale (issue 8 §4).
 
-    python benchmarks/bench_adapters.py [--quick] [--part 1 2 3] [--jobs 2] [--workdir DIR]
+    python benchmarks/bench_adapters.py [--quick] [--part 1 2 3 4 5 6] [--jobs 2] [--workdir DIR]
 
 Part 1 — the whole CLI on a 7B-shaped synthetic set: 10 clients × 32 layers × {q,k,v,o}_proj,
 4096 × 4096, r = 16, fp16 on disk, one contaminated client (written by
@@ -18,7 +18,19 @@ and the speed ratio (goal >= 100x).
 Part 3 — K = 50, r = 8 (Σ r_k = 400) on one 4096 × 4096 module: time and memory of one module,
 split into reading, reduction, λ tuning and the final solve.
 
-Writes ``results/bench_adapters.json`` next to this script.
+Part 4 — K = 100 clients, two 2048 × 2048 modules (``q_proj``, ``v_proj`` of one layer), r = 16,
+10 contaminated, the CLI's defaults (split outputs): wall, CPU, peak RSS, output size over input
+size, the clients flagged. Goal (issue 30): < 60 s on 2 cores, at most 3x the inputs.
+
+Part 5 — the 7B-shaped federation of 100 clients (128 modules of 4096², r = 16, 10 contaminated),
+the CLI's defaults. Goal: under 20 minutes and 4 GB on 2 cores. ``--workdir`` keeps the
+generated inputs (3.4 GB of fp16) between runs.
+
+Part 6 — part 1's set through ``--scheduler`` on a local dask cluster of 1, 2 and 4 single-thread
+workers (``dask scheduler`` and ``dask worker`` started by the script).
+
+Parts 1 and 4-6 run the CLI with its defaults (outputs in the inputs' dtype, fp16). Writes
+``results/bench_adapters.json`` next to this script.
 """
 from __future__ import annotations
 
@@ -64,22 +76,31 @@ def _tree_sample(proc, cpu: dict) -> int:
     return total
 
 
-def part1(workdir: Path, quick: bool, jobs: int) -> dict:
-    from lowrank_fl.adapters.synthetic import write_synthetic_adapters
+def _synthetic(workdir: Path, K: int, layers: int, shape, contaminated: int, modules=None) -> tuple:
+    """``write_synthetic_adapters`` into ``workdir`` (kept between runs); (data dir, seconds)."""
+    from lowrank_fl.adapters.synthetic import LLAMA_ATTENTION, write_synthetic_adapters
 
-    layers = 4 if quick else 32
-    data = workdir / f"adapters_{layers}"
+    modules = LLAMA_ATTENTION if modules is None else modules
+    data = workdir / f"adapters_K{K}_L{layers}_{len(modules)}x{shape[0]}"
     t0 = time.perf_counter()
-    if not (data / "client_09" / "adapter_config.json").exists():
-        write_synthetic_adapters(data, n_clients=10, n_layers=layers, shape=(4096, 4096),
-                                 rank=16, contaminated=1, dtype="float16", seed=0)
-    gen = time.perf_counter() - t0
+    if not (data / f"client_{K - 1:02d}" / "adapter_config.json").exists():
+        shutil.rmtree(data, ignore_errors=True)
+        write_synthetic_adapters(data, n_clients=K, n_layers=layers, modules=modules, shape=shape,
+                                 rank=16, contaminated=contaminated, dtype="float16", seed=0)
+    return data, time.perf_counter() - t0
+
+
+def part1(workdir: Path, quick: bool, jobs: int, extra=(), K: int = 10, layers=None,
+          shape=(4096, 4096), contaminated: int = 1, modules=None, scheduler=None) -> dict:
+    """The CLI on a synthetic set (default: part 1's 7B-shaped K = 10; parts 4-6 reuse it)."""
+    layers = (4 if quick else 32) if layers is None else layers
+    data, gen = _synthetic(workdir, K, layers, shape, contaminated, modules)
     out = workdir / "out"
     shutil.rmtree(out, ignore_errors=True)
     dirs = sorted(str(p) for p in data.iterdir())
     cmd = [sys.executable, "-m", "lowrank_fl.cli", "adapters", "aggregate", *dirs, "--method",
-           "clair", "--out", str(out), "--jobs", str(jobs), "--quiet",
-           "--dtype", "float32"]    # the published figures write float32 (default: the inputs' fp16)
+           "clair", "--out", str(out), "--quiet", *extra]
+    cmd += ["--jobs", str(jobs)] if scheduler is None else ["--scheduler", scheduler]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -111,9 +132,52 @@ def part1(workdir: Path, quick: bool, jobs: int) -> dict:
            "statuses": sorted({m["status"] for m in mods.values()}),
            "lam_rules": sorted({m["lam_rule"] for m in mods.values()}),
            "reduced_dims": sorted({tuple(m["reduced_dims"]) for m in mods.values()}),
-           "output_gb": out_bytes / 2**30, "stdout": stdout.strip().splitlines()[:3]}
+           "output_gb": out_bytes / 2**30, "stdout": stdout.strip().splitlines()[:3],
+           "input_gb": sum(f.stat().st_size for f in data.rglob("*") if f.is_file()) / 2**30,
+           "flagged_clients": sorted(c for c, n in flagged.items() if n)}
+    res["output_over_input"] = res["output_gb"] / res["input_gb"]
     shutil.rmtree(out, ignore_errors=True)
     return res
+
+
+def part4(workdir: Path, quick: bool, jobs: int) -> dict:
+    """K = 100 clients, two 2048 × 2048 modules, r = 16, 10 contaminated, the CLI's defaults
+    (issue 30's check: < 60 s on 2 cores, outputs at most 3x the inputs, exactly the 10 flagged)."""
+    K = 20 if quick else 100
+    return part1(workdir, quick, jobs, K=K, layers=1, shape=(2048, 2048), contaminated=K // 10,
+                 modules=("q_proj", "v_proj"))
+
+
+def part5(workdir: Path, quick: bool, jobs: int) -> dict:
+    """The 7B-shaped federation of 100 clients: 128 modules of 4096², r = 16, 10 contaminated,
+    the CLI's defaults (goal: under 20 minutes and 4 GB on 2 cores)."""
+    K = 20 if quick else 100
+    return part1(workdir, quick, jobs, K=K, layers=2 if quick else 32, contaminated=K // 10)
+
+
+def part6(workdir: Path, quick: bool, jobs: int) -> dict:
+    """Part 1's set across a local dask cluster (``dask scheduler`` + ``dask worker`` processes,
+    one thread each) of 1, 2 and 4 workers: the CLI's ``--scheduler``."""
+    out = {}
+    for n in (1, 2, 4):
+        port = 8786 + n
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
+        sched = subprocess.Popen(dask + ["--port", str(port), "--no-dashboard"], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wk = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker",
+                               f"tcp://127.0.0.1:{port}", "--nworkers", str(n), "--nthreads", "1",
+                               "--no-dashboard", "--memory-limit", "0"], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(8)
+            out[n] = part1(workdir, quick, jobs, scheduler=f"tcp://127.0.0.1:{port}")
+            print(f"dask workers {n}: {out[n]['cli_seconds']:.1f} s", flush=True)
+        finally:
+            for proc in (wk, sched):
+                proc.terminate()
+                proc.wait(timeout=60)
+    return out
 
 
 def part2(quick: bool) -> dict:
@@ -218,6 +282,10 @@ def main(argv=None) -> int:
     if 3 in args.part:
         res["k50_r8"] = part3(args.quick)
         print("part 3:", json.dumps(res["k50_r8"], indent=1))
+    for part, key, fn in ((4, "cli_k100_2048", part4), (5, "cli_7b_k100", part5), (6, "dask_workers", part6)):
+        if part in args.part:
+            res[key] = fn(workdir, args.quick, args.jobs)
+            print(f"part {part}:", json.dumps(res[key], indent=1, default=str), flush=True)
     res["max_rss_gb_this_process"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     if not args.quick:
         path = Path(__file__).parent / "results" / "bench_adapters.json"

@@ -152,8 +152,8 @@ def test_factored_solver_with_a_wrong_threshold_stalls(monkeypatch):
         finally:
             monkeypatch.setattr(factored, "_svt_step", broken)
 
-    def broken(D, B, tau, *args):
-        return step(D, B, 0.5 * tau, *args)
+    def broken(D, B, tau, *args, **kwargs):
+        return step(D, B, 0.5 * tau, *args, **kwargs)
 
     monkeypatch.setattr(factored, "_svt_step", broken)
     monkeypatch.setattr(factored, "_certify", honest_certify)

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import scipy.linalg
 
 from ..clair import pairs
 from ..clair.factored import PairContrasts
@@ -112,7 +113,8 @@ def _basis(F, rtol):
     ``F^T F = X diag(λ) X^T``, gives ``U_1 = F X_ρ λ_ρ^{-1/2}`` for the ``ρ`` eigenvalues above
     ``(rtol_g λ_max)`` with ``rtol_g = max(rtol^2, 1e-13)`` (a Gram resolves singular values down
     to about ``sqrt(eps) σ_1``; directions below carry a relative energy under 1e-13, and what is
-    dropped is reported by :func:`reduce_module`); the second re-orthonormalizes ``U_1``
+    dropped is reported by :func:`reduce_module`); the second re-orthonormalizes ``U_1`` by the
+    Cholesky factor of ``U_1^T U_1``
     (orthogonality to rounding). Cost two (n × m) Grams and two (n × m) × (m × ρ) products,
     about five times cheaper than a Householder QR at n = 4096, m = 160. Falls back to
     Householder QR + SVD when ``n <= m``.
@@ -128,8 +130,10 @@ def _basis(F, rtol):
     keep = lam > max(rtol * rtol, 1e-13) * top if top > 0 else np.zeros(lam.size, bool)
     rho = max(int(np.count_nonzero(keep)), 1)
     U = F @ (X[:, :rho] / np.sqrt(np.maximum(lam[:rho], np.finfo(float).tiny)))
-    lam2, X2 = np.linalg.eigh(U.T @ U)                 # second pass: U^T U = I + O(eps κ^2)
-    U = U @ (X2 / np.sqrt(lam2))
+    # second pass: U^T U = I + O(eps κ^2) is well conditioned, so its Cholesky factor C
+    # re-orthonormalizes U C^{-T} (CholeskyQR2's second step; 10x cheaper than an eigh at 1600)
+    C = np.linalg.cholesky(U.T @ U)
+    U = scipy.linalg.solve_triangular(C, U.T, lower=True, check_finite=False).T
     return U, U.T @ F
 
 

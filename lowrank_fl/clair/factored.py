@@ -47,20 +47,18 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from functools import cached_property
 from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
-import scipy.sparse
 import scipy.sparse.linalg
 
 from ..results import ConvergenceWarning, SolverResult
 from ..stall import StallRule, check_stall_window
-from ..validation import as_float_array, check_choice, check_int, check_positive
-from .contrasts import pairs
+from ..validation import check_choice, check_int, check_positive
 from .program7 import LowRankMixin, dual_scale_from_summaries, top_eigenvalue
-from .subspace import eigenpairs_above, lanczos_above, start_vector
+from .pair_contrasts import PairContrasts
+from .subspace import eigenpairs_above, lanczos_above, start_vector, top_eigenvalue_bound
 
 __all__ = ["PairContrasts", "FactoredResult", "solve_penalized_factored", "SVT_MODES"]
 
@@ -70,148 +68,22 @@ _PARTIAL_AUTO_P = 384
 
 # the Gram route resolves singular values above ~sqrt(eps) sigma_1; keep a 100x margin
 _GRAM_SAFE_RATIO = 1e-6
+# the block SVT's residual tolerance inside the loop (the certificate's SVT keeps 1e-12): an
+# inexact step only perturbs the iterate, the certificate decides
+_LOOP_RTOL = 1e-9
 # below this p a full eigendecomposition is as cheap as the value-range one
 _PARTIAL_MIN_P = 48
 
 
-@dataclass(frozen=True, eq=False)
-class PairContrasts:
-    """Stacked contrasts of eq. (6) in pair-factored form: block ``g = (j, k)`` (pairs in
-    eq. (6) order) is ``D_g = T_g [X_j; X_k]``.
-
-    Attributes
-    ----------
-    T : ndarray, shape (G, h, 2 r)
-        Per-pair left factors (``G = K(K-1)/2``).
-    X : ndarray, shape (K, r, p)
-        Per-client coordinates.
-    """
-
-    T: np.ndarray
-    X: np.ndarray
-
-    def __post_init__(self):
-        T = as_float_array(self.T, "T", ndim=3)
-        X = as_float_array(self.X, "X", ndim=3)
-        K, r, _ = X.shape
-        G = K * (K - 1) // 2
-        if K < 2 or T.shape[0] != G or T.shape[2] != 2 * r:
-            raise ValueError(f"T must have shape (K(K-1)/2, h, 2r) = ({G}, h, {2 * r}) for X of "
-                             f"shape {X.shape} (K, r, p), got {T.shape}")
-        object.__setattr__(self, "T", T)
-        object.__setattr__(self, "X", X)
-
-    # sizes
-    @property
-    def n_clients(self) -> int:
-        return self.X.shape[0]
-
-    @property
-    def n_pairs(self) -> int:
-        return self.T.shape[0]
-
-    @property
-    def q(self) -> int:
-        """Block height ``h``."""
-        return self.T.shape[1]
-
-    @property
-    def p(self) -> int:
-        return self.X.shape[2]
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """Shape (G h, p) of the stacked ``D``."""
-        return self.n_pairs * self.q, self.p
-
-    # cached structure
-    @cached_property
-    def pairs(self) -> np.ndarray:
-        return pairs(self.n_clients)
-
-    @cached_property
-    def _selectors(self):
-        """Sparse (K, G) 0/1 matrices summing a per-pair quantity over first / second members."""
-        K, G = self.n_clients, self.n_pairs
-        P = self.pairs
-        cols = np.arange(G)
-        return tuple(scipy.sparse.csr_matrix((np.ones(G), (P[:, i], cols)), shape=(K, G))
-                     for i in (0, 1))
-
-    @cached_property
-    def _TtT(self) -> np.ndarray:
-        return np.matmul(self.T.transpose(0, 2, 1), self.T)             # (G, 2r, 2r)
-
-    @cached_property
-    def block_sq_norms(self) -> np.ndarray:
-        """``||D_g||_F^2`` (G,), as ``tr(T_g^T T_g Z_g Z_g^T)`` with ``Z_g = [X_j; X_k]``."""
-        K, r, p = self.X.shape
-        Xs = self.X.reshape(K * r, p)
-        XX = (Xs @ Xs.T).reshape(K, r, K, r).transpose(0, 2, 1, 3)     # (K, K, r, r)
-        j, k = self.pairs[:, 0], self.pairs[:, 1]
-        ZG = np.concatenate([np.concatenate([XX[j, j], XX[j, k]], axis=2),
-                             np.concatenate([XX[k, j], XX[k, k]], axis=2)], axis=1)
-        return np.maximum(np.einsum("gab,gab->g", self._TtT, ZG), 0.0)
-
-    @cached_property
-    def op_norm(self) -> float:
-        """``||D||_op`` (from the structured Gram)."""
-        return float(np.sqrt(top_eigenvalue(self.weighted_gram(np.ones(self.n_pairs)))))
-
-    # products
-    def apply(self, W) -> np.ndarray:
-        """``D_g W`` for every block: (G, h, m) for a (p, m) ``W``."""
-        XW = np.matmul(self.X, W)                                        # (K, r, m)
-        j, k = self.pairs[:, 0], self.pairs[:, 1]
-        return np.matmul(self.T, np.concatenate([XW[j], XW[k]], axis=1))
-
-    def apply_t(self, U) -> np.ndarray:
-        """``D^T U = sum_g D_g^T U_g`` (p, m) for a (G, h, m) ``U``."""
-        K, r, p = self.X.shape
-        G, m = self.n_pairs, U.shape[2]
-        Y = np.matmul(self.T.transpose(0, 2, 1), U)                     # (G, 2r, m)
-        E0, E1 = self._selectors
-        Cl = E0 @ np.ascontiguousarray(Y[:, :r]).reshape(G, r * m) \
-            + E1 @ np.ascontiguousarray(Y[:, r:]).reshape(G, r * m)     # (K, r m)
-        return self.X.reshape(K * r, p).T @ np.asarray(Cl).reshape(K * r, m)
-
-    def client_gram(self, a2) -> np.ndarray:
-        """``H = sum_g a2_g E_g^T T_g^T T_g E_g`` (K r, K r), ``E_g`` selecting ``[X_j; X_k]``
-        from the stacked clients: ``D^T diag(a2) D = X^T H X`` (``X`` (K r, p) stacked)."""
-        K, r, p = self.X.shape
-        G = self.n_pairs
-        C = self._TtT * np.asarray(a2, float)[:, None, None]
-        j, k = self.pairs[:, 0], self.pairs[:, 1]
-        Hb = np.zeros((K, K, r, r))
-        Hb[j, k] = C[:, :r, r:]
-        Hb[k, j] = C[:, r:, :r]
-        E0, E1 = self._selectors
-        diag = E0 @ np.ascontiguousarray(C[:, :r, :r]).reshape(G, r * r) \
-            + E1 @ np.ascontiguousarray(C[:, r:, r:]).reshape(G, r * r)
-        ar = np.arange(K)
-        Hb[ar, ar] = np.asarray(diag).reshape(K, r, r)
-        return Hb.transpose(0, 2, 1, 3).reshape(K * r, K * r)
-
-    def weighted_gram(self, a2) -> np.ndarray:
-        """``D^T diag(a2) D = sum_g a2_g D_g^T D_g`` (p, p) for block weights ``a2`` (G,)."""
-        K, r, p = self.X.shape
-        Xs = self.X.reshape(K * r, p)
-        out = Xs.T @ (self.client_gram(a2) @ Xs)
-        return 0.5 * (out + out.T)
-
-    def dense(self) -> np.ndarray:
-        """The stacked (G h, p) ``D`` (tests and small problems only)."""
-        j, k = self.pairs[:, 0], self.pairs[:, 1]
-        return np.matmul(self.T, np.concatenate([self.X[j], self.X[k]], axis=1)).reshape(
-            self.shape)
-
-
 class _Affine(NamedTuple):
-    """``diag(a) D + U V^T`` blockwise: ``a_g D_g + U_g V^T``; a (G,), U (G, h, m), V (p, m)."""
+    """``diag(a) D + U V^T`` blockwise: ``a_g D_g + U_g V^T``; a (G,), U (G, h, m), V (p, m).
+    ``parts``: the bases whose concatenation is ``V`` (a combination's), so that ``D V`` is
+    assembled from products :meth:`PairContrasts.apply` remembers."""
 
     a: np.ndarray
     U: np.ndarray
     V: np.ndarray
+    parts: tuple | None = None
 
 
 def _zero(D: PairContrasts) -> _Affine:
@@ -221,7 +93,18 @@ def _zero(D: PairContrasts) -> _Affine:
 def _combine(c1, X: _Affine, c2, Y: _Affine) -> _Affine:
     """``c1 X + c2 Y``."""
     return _Affine(c1 * X.a + c2 * Y.a, np.concatenate([c1 * X.U, c2 * Y.U], axis=2),
-                   np.concatenate([X.V, Y.V], axis=1))
+                   np.concatenate([X.V, Y.V], axis=1), _parts(X) + _parts(Y))
+
+
+def _parts(X: _Affine) -> tuple:
+    return X.parts if X.parts is not None else (X.V,)
+
+
+def _DV(D, X: _Affine) -> np.ndarray:
+    """``D_g V`` (G, h, m) for ``X``'s ``V``, part by part."""
+    parts = [D.apply(P) for P in _parts(X) if P.shape[1]]
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2) if parts else \
+        np.zeros((D.n_pairs, D.q, 0))
 
 
 def _apply(D, X: _Affine, W) -> np.ndarray:
@@ -236,8 +119,11 @@ def _sq_norms(D, X: _Affine) -> np.ndarray:
     absolute error ~eps ||D_g||^2)."""
     out = X.a * X.a * D.block_sq_norms
     if X.U.shape[2]:
-        out = out + 2.0 * X.a * np.einsum("ghm,ghm->g", D.apply(X.V), X.U)
-        out = out + np.einsum("ghm,ghm->g", np.matmul(X.U, X.V.T @ X.V), X.U)
+        out = out + 2.0 * X.a * np.einsum("ghm,ghm->g", _DV(D, X), X.U)
+        VtV = X.V.T @ X.V
+        UV = X.U if np.allclose(VtV, np.eye(VtV.shape[0]), rtol=0, atol=1e-13) \
+            else np.matmul(X.U, VtV)                                  # orthonormal V: U_g
+        out = out + np.einsum("ghm,ghm->g", UV, X.U)
     return np.maximum(out, 0.0)
 
 
@@ -245,11 +131,12 @@ def _inner(D, X: _Affine, Y: _Affine) -> float:
     """``<X, Y>`` (Frobenius, all blocks)."""
     out = float(X.a * Y.a @ D.block_sq_norms)
     if Y.U.shape[2]:
-        out += float(np.einsum("g,ghm,ghm->", X.a, D.apply(Y.V), Y.U))
+        out += float(np.einsum("g,ghm,ghm->", X.a, _DV(D, Y), Y.U))
     if X.U.shape[2]:
-        out += float(np.einsum("g,ghm,ghm->", Y.a, D.apply(X.V), X.U))
-        if Y.U.shape[2]:
-            out += float(np.einsum("ghm,ghm->", np.matmul(X.U, X.V.T @ Y.V), Y.U))
+        out += float(np.einsum("g,ghm,ghm->", Y.a, _DV(D, X), X.U))
+        if Y.U.shape[2]:       # sum_g <X_U_g X_V^T, Y_U_g Y_V^T> as one product of the stacks
+            UU = X.U.reshape(-1, X.U.shape[2]).T @ Y.U.reshape(-1, Y.U.shape[2])
+            out += float(np.sum(UU * (X.V.T @ Y.V)))
     return out
 
 
@@ -415,19 +302,19 @@ def _singular_parts(UL, V):
     return np.matmul(UL, Q), V @ Q, np.sqrt(np.maximum(ev, 0.0))
 
 
-def _svt_block(D, B, tau, V_prev):
+def _svt_block(D, B, tau, V_prev, rtol=1e-12):
     """``SVT(B; τ)`` by subspace iteration warm-started from ``V_prev``
     (:func:`lowrank_fl.clair.subspace.eigenpairs_above`); None when not established."""
-    found = eigenpairs_above(_gram_operator(D, B).matmat, D.p, tau * tau, V_prev,
+    found = eigenpairs_above(_gram_operator(D, B).matmat, D.p, tau * tau, V_prev, rtol=rtol,
                              max_block=D.p // 4)
     return None if found is None else _svt_parts(D, B, tau, *found)
 
 
-def _svt_step(D, B, tau, svt, hint, V_last):
+def _svt_step(D, B, tau, svt, hint, V_last, rtol=1e-12):
     """One SVT of ``B``: the block route (warm-started from ``V_last``) or the partial
     (Lanczos) route when asked and possible, else the Gram route."""
     if svt == "block":
-        parts = _svt_block(D, B, tau, V_last)
+        parts = _svt_block(D, B, tau, V_last, rtol)
         if parts is not None:
             return parts
     if svt in ("partial", "block"):
@@ -435,6 +322,18 @@ def _svt_step(D, B, tau, svt, hint, V_last):
         if parts is not None:
             return parts
     return _svt(D, B, tau)
+
+
+def _top_gram_eigenvalue(D, X: _Affine, V) -> float:
+    """The largest eigenvalue of ``X^T X``: from the p × p structured Gram (LAPACK) below
+    ``p = 384``, else a Lanczos upper bound on the structured operator
+    (:func:`~lowrank_fl.clair.subspace.top_eigenvalue_bound`, started from ``V``; at K = 100,
+    r = 16 about 10x cheaper than forming the 1600 × 1600 Gram), the Gram if ARPACK fails."""
+    if D.p >= _PARTIAL_AUTO_P:
+        top = top_eigenvalue_bound(_gram_operator(D, X), D.p, start_vector(V, D.p))
+        if top is not None:
+            return top
+    return top_eigenvalue(_gram(D, X))
 
 
 def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=None):
@@ -452,7 +351,7 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     UL, V, snew = parts
     Fw = snew / (snew + tau)                                            # W = V diag(Fw) V^T
     L_parts = _singular_parts(UL, V)
-    DN = PairContrasts(T=D.T, X=D.X - np.matmul(np.matmul(D.X, V) * Fw, V.T))
+    DN = D.projected(V, Fw)
     R = _Affine(B.a, B.U, B.V - (V * Fw) @ (V.T @ B.V))                # R = B N on D N
     rn2 = _sq_norms(DN, R)
     G = D.n_pairs
@@ -462,7 +361,7 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     if R.U.shape[2]:
         lin += float(np.einsum("ghm,ghm->", D.apply(R.V), R.U))
     lin *= w
-    gram_top = w * w * top_eigenvalue(_gram(DN, R))
+    gram_top = w * w * _top_gram_eigenvalue(DN, R, V)
     c, dual = dual_scale_from_summaries(w * w * rn2, lin, gram_top, np.full(G, w), lam_L,
                                         lam_S)
     UL, V, sig = L_parts
@@ -538,7 +437,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     with np.errstate(over="ignore", invalid="ignore"):
         for it in range(1, max_iter + 1):
             parts = _svt_step(D, _Affine(1.0 - y.a, -y.U, y.V), tau, svt, hint,
-                              V_last)                                   # L_y = SVT(D - y)
+                              V_last, _LOOP_RTOL)                                   # L_y = SVT(D - y)
             if parts is None:
                 status = "diverged"
                 break

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse.linalg
 
-__all__ = ["eigenpairs_above", "lanczos_above", "start_vector"]
+__all__ = ["eigenpairs_above", "lanczos_above", "start_vector", "top_eigenvalue_bound"]
 
 
 def start_vector(V, p: int) -> np.ndarray:
@@ -24,6 +24,21 @@ def start_vector(V, p: int) -> np.ndarray:
     if V is not None and V.shape[1]:
         v = v + V.sum(axis=1) / np.sqrt(V.shape[1])
     return v
+
+
+def top_eigenvalue_bound(op, p: int, v0, *, tol: float = 1e-10):
+    """An upper bound on the largest eigenvalue of the symmetric PSD operator ``op`` (p, p):
+    ARPACK's largest Ritz value ``θ`` (``eigsh``, one pair, ``tol``) plus the residual norm
+    ``||A y - θ y||`` of its unit Ritz vector ``y`` (an eigenvalue of ``A`` lies within it of
+    ``θ``; Lanczos from a start vector not orthogonal to the top eigenvector converges to the
+    largest first). None when ARPACK fails (the caller then forms the Gram)."""
+    try:
+        ev, V = scipy.sparse.linalg.eigsh(op, k=1, which="LA", v0=v0, tol=tol)
+    except scipy.sparse.linalg.ArpackError:
+        return None
+    y = V[:, 0]
+    res = float(np.linalg.norm(op.matvec(y) - ev[0] * y))
+    return max(float(ev[0]) + res, 0.0)
 
 
 def lanczos_above(op, p: int, threshold: float, k_hint: int, v0):
@@ -57,16 +72,22 @@ def eigenpairs_above(matmat, p: int, threshold: float, start=None, *, extra: int
     ``extra`` fixed (seeded) columns. Accepted after at least ``min_steps`` power steps when
     every Ritz pair above ``threshold`` has a residual ``<= rtol θ_1`` and the block's largest
     Ritz value below it is at most ``margin · threshold`` (a value above the threshold missing
-    from the start block would have grown out of the extra columns by then). None when the block
-    would exceed ``max_block`` columns, or after ``max_steps`` without acceptance.
+    from the start block would have grown out of the extra columns by then). When every Ritz
+    value of the block lies above the threshold, the block doubles (fresh fixed columns) and
+    the steps count anew. None when the block would exceed ``max_block`` columns, when a
+    converged Ritz value lies between ``margin · threshold`` and the threshold (the margin can
+    never be shown), or after ``max_steps`` without acceptance.
     """
     m = 0 if start is None else start.shape[1]
     b = max(m + extra, 2 * extra)
     if max_block is not None and b > max_block:
         return None
-    cols = np.random.default_rng(0).standard_normal((p, b - m))        # fixed: deterministic
+    rng = np.random.default_rng(0)                                      # fixed: deterministic
+    cols = rng.standard_normal((p, b - m))
     Q = np.linalg.qr(cols if m == 0 else np.hstack([start, cols]))[0]
-    for step in range(max_steps):
+    step = 0
+    while step < max_steps:
+        step += 1
         Z = matmat(Q)
         th, W = np.linalg.eigh(0.5 * (Q.T @ Z + Z.T @ Q))
         th, W = th[::-1], W[:, ::-1]
@@ -74,9 +95,16 @@ def eigenpairs_above(matmat, p: int, threshold: float, start=None, *, extra: int
             return None
         X, AX = Q @ W, Z @ W
         k = int(np.count_nonzero(th > threshold))
-        res = np.linalg.norm(AX[:, :k] - X[:, :k] * th[:k], axis=0)
-        if (step + 1 >= min_steps and k < b and th[k] <= margin * threshold
-                and np.all(res <= rtol * th[0])):
+        if k == b:             # every Ritz value above: double the block (fresh columns), anew
+            if max_block is not None and 2 * b > max_block:
+                return None
+            Q = np.linalg.qr(np.hstack([AX, rng.standard_normal((p, b))]))[0]
+            b, step = 2 * b, 0
+            continue
+        res = np.linalg.norm(AX[:, :k + 1] - X[:, :k + 1] * th[:k + 1], axis=0)
+        if step >= min_steps and th[k] > margin * threshold and res[k] <= 1e-8 * th[0]:
+            return None        # a converged value just below the threshold: no margin to prove
+        if step >= min_steps and th[k] <= margin * threshold and np.all(res[:k] <= rtol * th[0]):
             return th[:k], X[:, :k]
         Q = np.linalg.qr(AX)[0]                                          # one power step
     return None

@@ -1,0 +1,186 @@
+"""Program (7)'s stacked contrasts in pair-factored form, ``D_g = T_g [X_j; X_k]`` (eq. (6) order
+of the pairs): products, block norms and Grams from the structure, never the (G h × p) ``D``
+(:mod:`lowrank_fl.clair.factored` solves (7) on them; :func:`lowrank_fl.adapters.reduce.pair_factors`
+builds them from LoRA adapters)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse
+
+from ..validation import as_float_array
+from .contrasts import pairs
+from .program7 import top_eigenvalue
+
+__all__ = ["PairContrasts"]
+
+# what PairContrasts.apply remembers (bytes)
+_MEMO_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True, eq=False)
+class PairContrasts:
+    """Stacked contrasts of eq. (6) in pair-factored form: block ``g = (j, k)`` (pairs in
+    eq. (6) order) is ``D_g = T_g [X_j; X_k]``.
+
+    Attributes
+    ----------
+    T : ndarray, shape (G, h, 2 r)
+        Per-pair left factors (``G = K(K-1)/2``).
+    X : ndarray, shape (K, r, p)
+        Per-client coordinates.
+    """
+
+    T: np.ndarray
+    X: np.ndarray
+
+    def __post_init__(self):
+        T = as_float_array(self.T, "T", ndim=3)
+        X = as_float_array(self.X, "X", ndim=3)
+        K, r, _ = X.shape
+        G = K * (K - 1) // 2
+        if K < 2 or T.shape[0] != G or T.shape[2] != 2 * r:
+            raise ValueError(f"T must have shape (K(K-1)/2, h, 2r) = ({G}, h, {2 * r}) for X of "
+                             f"shape {X.shape} (K, r, p), got {T.shape}")
+        object.__setattr__(self, "T", T)
+        object.__setattr__(self, "X", X)
+
+    # sizes
+    @property
+    def n_clients(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def n_pairs(self) -> int:
+        return self.T.shape[0]
+
+    @property
+    def q(self) -> int:
+        """Block height ``h``."""
+        return self.T.shape[1]
+
+    @property
+    def p(self) -> int:
+        return self.X.shape[2]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """Shape (G h, p) of the stacked ``D``."""
+        return self.n_pairs * self.q, self.p
+
+    # cached structure
+    @cached_property
+    def pairs(self) -> np.ndarray:
+        return pairs(self.n_clients)
+
+    @cached_property
+    def _selectors(self):
+        """Sparse (K, G) 0/1 matrices summing a per-pair quantity over first / second members."""
+        K, G = self.n_clients, self.n_pairs
+        P = self.pairs
+        cols = np.arange(G)
+        return tuple(scipy.sparse.csr_matrix((np.ones(G), (P[:, i], cols)), shape=(K, G))
+                     for i in (0, 1))
+
+    @cached_property
+    def _TtT(self) -> np.ndarray:
+        return np.matmul(self.T.transpose(0, 2, 1), self.T)             # (G, 2r, 2r)
+
+    @cached_property
+    def client_products(self) -> np.ndarray:
+        """``X X^T`` (K r, K r) of the stacked client coordinates."""
+        K, r, p = self.X.shape
+        Xs = self.X.reshape(K * r, p)
+        return Xs @ Xs.T
+
+    @cached_property
+    def block_sq_norms(self) -> np.ndarray:
+        """``||D_g||_F^2`` (G,), as ``tr(T_g^T T_g Z_g Z_g^T)`` with ``Z_g = [X_j; X_k]``."""
+        K, r, p = self.X.shape
+        XX = self.client_products.reshape(K, r, K, r).transpose(0, 2, 1, 3)     # (K, K, r, r)
+        j, k = self.pairs[:, 0], self.pairs[:, 1]
+        ZG = np.concatenate([np.concatenate([XX[j, j], XX[j, k]], axis=2),
+                             np.concatenate([XX[k, j], XX[k, k]], axis=2)], axis=1)
+        return np.maximum(np.einsum("gab,gab->g", self._TtT, ZG), 0.0)
+
+    @cached_property
+    def op_norm(self) -> float:
+        """``||D||_op`` (from the structured Gram)."""
+        return float(np.sqrt(top_eigenvalue(self.weighted_gram(np.ones(self.n_pairs)))))
+
+    def projected(self, V, F) -> "PairContrasts":
+        """The contrasts ``D N``, ``N = I - V diag(F) V^T`` for an orthonormal (p, k) ``V``: the
+        clients' coordinates ``X_k N``; their products ``X N² X^T = X X^T - (X V) diag(2F - F²)
+        (X V)^T`` are updated in ``O((K r)^2 k)`` rather than recomputed (``O((K r)^2 p)``)."""
+        V, F = np.asarray(V, float), np.asarray(F, float)
+        XV = np.matmul(self.X, V)                                       # (K, r, k)
+        out = PairContrasts(T=self.T, X=self.X - np.matmul(XV * F, V.T))
+        XVs = XV.reshape(self.X.shape[0] * self.X.shape[1], V.shape[1])
+        out.__dict__["client_products"] = self.client_products - (XVs * (2.0 * F - F * F)) @ XVs.T
+        return out
+
+    # products
+    def apply(self, W) -> np.ndarray:
+        """``D_g W`` for every block: (G, h, m) for a (p, m) ``W``, read-only.
+
+        Solvers multiply by the same basis several times per iteration: the last few products
+        are remembered (about 256 MB at most), keyed by ``W``'s identity, shape and two sums (a
+        ``W`` changed in place is recomputed), and returned read-only (never changed under a
+        later caller)."""
+        W = np.asarray(W)
+        key = (id(W), W.shape, float(W.sum()), float(np.vdot(W, W)))
+        memo = self.__dict__.setdefault("_apply_memo", {})
+        hit = memo.get(key)
+        if hit is not None and hit[0] is W:
+            return hit[1]
+        XW = np.matmul(self.X, W)                                        # (K, r, m)
+        j, k = self.pairs[:, 0], self.pairs[:, 1]
+        out = np.matmul(self.T, np.concatenate([XW[j], XW[k]], axis=1))
+        out.flags.writeable = False
+        while memo and sum(v[1].nbytes for v in memo.values()) + out.nbytes > _MEMO_BYTES:
+            memo.pop(next(iter(memo)))
+        if out.nbytes <= _MEMO_BYTES:
+            memo[key] = (W, out)
+        return out
+
+    def apply_t(self, U) -> np.ndarray:
+        """``D^T U = sum_g D_g^T U_g`` (p, m) for a (G, h, m) ``U``."""
+        K, r, p = self.X.shape
+        G, m = self.n_pairs, U.shape[2]
+        Y = np.matmul(self.T.transpose(0, 2, 1), U)                     # (G, 2r, m)
+        E0, E1 = self._selectors
+        Cl = E0 @ np.ascontiguousarray(Y[:, :r]).reshape(G, r * m) \
+            + E1 @ np.ascontiguousarray(Y[:, r:]).reshape(G, r * m)     # (K, r m)
+        return self.X.reshape(K * r, p).T @ np.asarray(Cl).reshape(K * r, m)
+
+    def client_gram(self, a2) -> np.ndarray:
+        """``H = sum_g a2_g E_g^T T_g^T T_g E_g`` (K r, K r), ``E_g`` selecting ``[X_j; X_k]``
+        from the stacked clients: ``D^T diag(a2) D = X^T H X`` (``X`` (K r, p) stacked)."""
+        K, r, p = self.X.shape
+        G = self.n_pairs
+        C = self._TtT * np.asarray(a2, float)[:, None, None]
+        j, k = self.pairs[:, 0], self.pairs[:, 1]
+        Hb = np.zeros((K, K, r, r))
+        Hb[j, k] = C[:, :r, r:]
+        Hb[k, j] = C[:, r:, :r]
+        E0, E1 = self._selectors
+        diag = E0 @ np.ascontiguousarray(C[:, :r, :r]).reshape(G, r * r) \
+            + E1 @ np.ascontiguousarray(C[:, r:, r:]).reshape(G, r * r)
+        ar = np.arange(K)
+        Hb[ar, ar] = np.asarray(diag).reshape(K, r, r)
+        return Hb.transpose(0, 2, 1, 3).reshape(K * r, K * r)
+
+    def weighted_gram(self, a2) -> np.ndarray:
+        """``D^T diag(a2) D = sum_g a2_g D_g^T D_g`` (p, p) for block weights ``a2`` (G,)."""
+        K, r, p = self.X.shape
+        Xs = self.X.reshape(K * r, p)
+        out = Xs.T @ (self.client_gram(a2) @ Xs)
+        return 0.5 * (out + out.T)
+
+    def dense(self) -> np.ndarray:
+        """The stacked (G h, p) ``D`` (tests and small problems only)."""
+        j, k = self.pairs[:, 0], self.pairs[:, 1]
+        return np.matmul(self.T, np.concatenate([self.X[j], self.X[k]], axis=1)).reshape(
+            self.shape)
