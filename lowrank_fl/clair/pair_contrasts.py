@@ -119,6 +119,8 @@ class PairContrasts:
         out = PairContrasts(T=self.T, X=self.X - np.matmul(XV * F, V.T))
         XVs = XV.reshape(self.X.shape[0] * self.X.shape[1], V.shape[1])
         out.__dict__["client_products"] = self.client_products - (XVs * (2.0 * F - F * F)) @ XVs.T
+        for name in ("pairs", "_selectors", "_TtT"):        # what depends on T and K only
+            out.__dict__[name] = getattr(self, name)
         return out
 
     # products

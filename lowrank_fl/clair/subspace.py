@@ -63,7 +63,7 @@ def lanczos_above(op, p: int, threshold: float, k_hint: int, v0):
 
 def eigenpairs_above(matmat, p: int, threshold: float, start=None, *, extra: int = 8,
                      max_block: int | None = None, min_steps: int = 3, max_steps: int = 12,
-                     rtol: float = 1e-12, margin: float = 0.5):
+                     rtol: float = 1e-12, margin: float = 0.5, report: dict | None = None):
     """``(values (k,), vectors (p, k))``, decreasing, of the eigenpairs of ``A`` above
     ``threshold``, with ``matmat(X) = A X`` for a symmetric PSD (p, p) ``A``; None when not
     established.
@@ -76,7 +76,8 @@ def eigenpairs_above(matmat, p: int, threshold: float, start=None, *, extra: int
     value of the block lies above the threshold, the block doubles (fresh fixed columns) and
     the steps count anew. None when the block would exceed ``max_block`` columns, when a
     converged Ritz value lies between ``margin · threshold`` and the threshold (the margin can
-    never be shown), or after ``max_steps`` without acceptance.
+    never be shown), or after ``max_steps`` without acceptance; ``report["above"]`` (when a dict
+    is given) is then the last count of Ritz values above the threshold.
     """
     m = 0 if start is None else start.shape[1]
     b = max(m + extra, 2 * extra)
@@ -95,6 +96,8 @@ def eigenpairs_above(matmat, p: int, threshold: float, start=None, *, extra: int
             return None
         X, AX = Q @ W, Z @ W
         k = int(np.count_nonzero(th > threshold))
+        if report is not None:
+            report["above"] = k
         if k == b:             # every Ritz value above: double the block (fresh columns), anew
             if max_block is not None and 2 * b > max_block:
                 return None
