@@ -97,7 +97,7 @@ class _Grid:
 
 # ---------------------------------------------------------------- against the library's paths
 def test_strategy_equals_aggregate_factors_and_the_cli(src, tmp_path):
-    st = ClairStrategy(module_options=F32)
+    st = ClairStrategy(output="merged", module_options=F32)
     arrays, metrics = st.aggregate_train(1, _replies(src))
     ref = aggregate_factors(_clients(src), F32)
     rec = st.rounds[1]
@@ -135,7 +135,7 @@ def test_strategy_equals_aggregate_factors_and_the_cli(src, tmp_path):
 
 
 def test_global_arrays_are_the_collaborative_mean(src):
-    st = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"), refine="paper")
+    st = ClairStrategy(output="merged", module_options=ModuleOptions(output_dtype="float64"), refine="paper")
     arrays, _ = st.aggregate_train(1, _replies(src))
     rec = st.rounds[1]
     deltas = {n: _delta(f) for n, f in _clients(src).items()}
@@ -156,7 +156,7 @@ def test_global_arrays_are_the_collaborative_mean(src):
 @pytest.mark.parametrize("method", ["fedavg", "krum", "median"])
 def test_other_methods_send_everyone_the_aggregate(src, method):
     opts = ModuleOptions(method=method, output_dtype="float64")
-    st = ClairStrategy(method, module_options=opts)
+    st = ClairStrategy(method, output="merged", module_options=opts)
     arrays, metrics = st.aggregate_train(1, _replies(src))
     ref = aggregate_factors(_clients(src), opts).outputs["aggregated"]
     glob = _received(arrays, st.global_adapter[1])
@@ -172,7 +172,7 @@ def test_client_rules_and_rank_out(src, rule):
     """Every client rule: the strategy sends each client what aggregate_factors gives it under
     the same rule, and flags the clients the rule's detection flags."""
     opts = ModuleOptions(rank_out=2, output_dtype="float64")
-    st = ClairStrategy(module_options=opts, client_rule=rule)
+    st = ClairStrategy(output="merged", module_options=opts, client_rule=rule)
     st.aggregate_train(1, _replies(src))
     ref = aggregate_factors(_clients(src), opts, client_rule=rule)
     assert [str(n) for n in st.rounds[1].flagged] == ref.summary["detection"]["flagged"]
@@ -190,7 +190,7 @@ def test_client_ids_order_the_clients(src):
     replies = _replies(src)
     for k, msg in enumerate(replies):
         msg.content["lora_config"]["client-id"] = f"c{len(NODES) - k}"    # reverse of the node order
-    st = ClairStrategy(module_options=F32)
+    st = ClairStrategy(output="merged", module_options=F32)
     st.aggregate_train(1, replies)
     assert st.rounds[1].participants == tuple(reversed(NODES))
     rev = dict(reversed(list(_clients(src).items())))
@@ -201,7 +201,7 @@ def test_client_ids_order_the_clients(src):
 def test_jobs_are_passed_through(src):
     """Two joblib processes over the modules: the same sets and outputs as one process (to
     float32 rounding: a worker's BLAS may round differently from the main process')."""
-    one, two = ClairStrategy(module_options=F32), ClairStrategy(module_options=F32, jobs=2)
+    one, two = ClairStrategy(output="merged", module_options=F32), ClairStrategy(output="merged", module_options=F32, jobs=2)
     one.aggregate_train(1, _replies(src))
     two.aggregate_train(1, _replies(src))
     assert [m["benign"] for m in one.rounds[1].summary["modules"].values()] == \
@@ -217,7 +217,7 @@ def test_jobs_are_passed_through(src):
 
 # ---------------------------------------------------------------- the federation's realities
 def test_configure_sends_each_node_its_own_adapter(src):
-    st = ClairStrategy(module_options=F32)
+    st = ClairStrategy(output="merged", module_options=F32)
     initial = ArrayRecord()
     first = st.configure_train(1, initial, ConfigRecord({"lr": 0.1}), _Grid(NODES))
     assert sorted(m.metadata.dst_node_id for m in first) == NODES
@@ -241,7 +241,7 @@ def test_configure_sends_each_node_its_own_adapter(src):
 
 
 def test_partial_participation_dropouts_and_bad_replies(src):
-    st = ClairStrategy(module_options=F32, fraction_train=0.5, min_train_nodes=2)
+    st = ClairStrategy(output="merged", module_options=F32, fraction_train=0.5, min_train_nodes=2)
     msgs = st.configure_train(1, ArrayRecord(), ConfigRecord(), _Grid(NODES))
     assert len(msgs) == 3                         # int(6 * 0.5) sampled
     st.aggregate_train(1, _replies(src))          # everyone replied anyway: all aggregated
@@ -277,14 +277,14 @@ def test_a_client_on_other_modules_is_rejected_not_fatal(src):
     replies[2] = _reply(NODES[2], {k: v for k, v in state.items() if "layers.0." not in k}, cfg)
     with pytest.warns(UserWarning, match=r"modules differ from the other clients' \(2 vs 4 modules\): lacks 2 "
                       r"module\(s\) of the other clients' \(base_model.model.model.layers.0.self_attn.q_proj"):
-        arrays, _ = ClairStrategy(module_options=F32).aggregate_train(1, replies)
+        arrays, _ = ClairStrategy(output="merged", module_options=F32).aggregate_train(1, replies)
     assert arrays is not None
     # same modules, one of another shape: the message names the module and both shapes
     state = dict(state)
     key = "base_model.model.model.layers.1.self_attn.v_proj.lora_A.weight"
     state[key] = np.zeros((state[key].shape[0], 21), state[key].dtype)
     replies[2] = _reply(NODES[2], state, cfg)
-    st = ClairStrategy(module_options=F32)
+    st = ClairStrategy(output="merged", module_options=F32)
     with pytest.warns(UserWarning, match=r"node 33 left out: module 'base_model.model.model.layers.1.self_attn"
                       r".v_proj' is 24 x 21 \(out x in\) in this reply but 24 x 20 in the other clients'"):
         st.aggregate_train(1, replies)
@@ -292,7 +292,7 @@ def test_a_client_on_other_modules_is_rejected_not_fatal(src):
 
 
 def test_fewer_than_two_readable_replies_keep_the_global(src):
-    st = ClairStrategy(module_options=F32)
+    st = ClairStrategy(output="merged", module_options=F32)
     with pytest.warns(UserWarning, match="needs at least 2"):
         arrays, metrics = st.aggregate_train(1, _replies(src, which=[0]))
     assert arrays is None and metrics["aggregated-clients"] == 1 and st.adapters == {}
@@ -301,7 +301,7 @@ def test_fewer_than_two_readable_replies_keep_the_global(src):
 def test_refined_adapters_round_trip_with_rank_patterns(src):
     """Round 2 replies are the refined adapters (per-module ranks, rank_pattern/alpha_pattern):
     the contract carries the patterns and the aggregation reads the same ΔW."""
-    st = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"))
+    st = ClairStrategy(output="merged", module_options=ModuleOptions(output_dtype="float64"))
     st.aggregate_train(1, _replies(src))
     replies = []
     for n in NODES:
@@ -409,7 +409,7 @@ def test_a_client_whose_adapter_is_not_plain_lora_is_rejected(src, change, reaso
     assert config_from_record(rec)[next(iter(change))] == next(iter(change.values()))
     replies = _replies(src)
     replies[1] = _reply(NODES[1], state, dict(cfg, **change))
-    st = ClairStrategy(module_options=F32)
+    st = ClairStrategy(output="merged", module_options=F32)
     with pytest.warns(UserWarning, match=f"node {NODES[1]} left out: .*{reason}"):
         st.aggregate_train(1, replies)
     assert set(st.rounds[1].rejected) == {NODES[1]}
@@ -423,3 +423,73 @@ def test_config_record_of_a_peft_lora_config_carries_the_checked_fields():
     with pytest.raises(Exception, match="DoRA"):
         factors_from_state_dict({"m.lora_A.weight": np.ones((4, 6)), "m.lora_B.weight": np.ones((5, 4))},
                                 config_from_record(rec))
+
+
+# ---------------------------------------------------------------- the split layout (the default)
+def _received_by(st, node):
+    """What ``node`` reads from the strategy's next message (its own part plus, in the split
+    layout, the round's shared part)."""
+    records = {"arrays": st.adapters[node][0], "lora_config": st.adapters[node][1]}
+    if node in st.shared_parts:
+        records["shared"], records["shared_config"] = st.shared_parts[node]
+    return factors_from_content(RecordDict(records), arrays_key="arrays")
+
+
+@pytest.mark.parametrize("refine", ["agreement", "paper"])
+def test_split_messages_sum_to_the_merged_adapters(src, refine):
+    # the same round in both layouts: each client's own part + weight × shared part is its merged
+    # refined adapter (float64, to rounding); one shared record per round; rank r_k per own part
+    opts = ModuleOptions(output_dtype="float64")
+    split, merged = (ClairStrategy(module_options=opts, refine=refine, output=o) for o in (None, "merged"))
+    assert split.output == "split" and merged.output == "merged"
+    for st in (split, merged):
+        st.aggregate_train(1, _replies(src))
+    assert split.rounds[1].flagged == merged.rounds[1].flagged == (NODES[5],)
+    shared = {id(p) for p in split.shared_parts.values()}
+    assert len(shared) == 1 and set(split.shared_parts) <= set(NODES[:5])
+    if refine == "paper":                           # (9): every collaborating client weight 1
+        assert set(split.shared_parts) == set(NODES[:5])
+    for k, n in enumerate(NODES):
+        got, want = _delta(_received_by(split, n)), _delta(_received(*merged.adapters[n]))
+        for m in want:
+            np.testing.assert_allclose(got[m], want[m], rtol=0, atol=1e-12 * np.abs(want[m]).max())
+        if n not in split.shared_parts:              # weight 0 or flagged: its own adapter, as is
+            assert "shared-weight" not in split.adapters[n][1]
+        ranks = json.loads(split.adapters[n][1]["rank_pattern"]) if "rank_pattern" in split.adapters[n][1] \
+            else {m: split.adapters[n][1]["r"] for m in want}
+        assert {int(v) for v in ranks.values()} <= {2, 3}   # the clients' own ranks, never Σ r_k
+
+
+def test_split_configure_sends_the_shared_part_and_reads_back(src):
+    st = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"), refine="paper")
+    arrays, _ = st.aggregate_train(1, _replies(src))
+    msgs = st.configure_train(2, arrays, ConfigRecord({}), _Grid(NODES))
+    assert {m.metadata.dst_node_id for m in msgs} == set(NODES)
+    for msg in msgs:
+        node = msg.metadata.dst_node_id
+        has = "shared" in msg.content.array_records
+        assert has == (node in st.shared_parts) == (node != NODES[5])
+        if has:
+            assert msg.content.config_records["shared_config"]["adapter"] == "shared"
+            assert msg.content.config_records["lora_config"]["shared-weight"] == 1.0
+        got = factors_from_content(msg.content, arrays_key="arrays")
+        want = _received_by(st, node)
+        for m in want:
+            np.testing.assert_array_equal(want[m][0], got[m][0])
+
+
+def test_split_messages_errors_name_what_is_missing(src):
+    st = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"), refine="paper")
+    st.aggregate_train(1, _replies(src))
+    arrays, cfg = st.adapters[NODES[0]]
+    with pytest.raises(Exception, match="no ArrayRecord 'shared'"):
+        factors_from_content(RecordDict({"arrays": arrays, "lora_config": cfg}), arrays_key="arrays")
+    bad = ConfigRecord(dict(cfg))
+    bad["shared-weight"] = "[1, 2]"
+    with pytest.raises(Exception, match="shared-weight"):
+        factors_from_content(RecordDict({"arrays": arrays, "lora_config": bad}), arrays_key="arrays")
+    with pytest.raises(ValueError, match="rank_out"):
+        ClairStrategy(module_options=ModuleOptions(rank_out=2), output="split")
+    assert ClairStrategy(module_options=ModuleOptions(rank_out=2)).output == "merged"
+    with pytest.raises(ValueError, match="output must be"):
+        ClairStrategy(output="both")

@@ -21,11 +21,13 @@ if _find_spec("flwr") is None:  # pragma: no cover - depends on the installation
     raise ImportError("lowrank_fl.flower needs flwr: install the optional extra with "
                       "`pip install \".[flower]\"` in a checkout of lowrank_fl.")
 
-from .contract import (ADAPTER_KINDS, LORA_ARRAYS, LORA_CONFIG, config_from_record,  # noqa: E402
-                       config_record, factors_from_content, factors_record, factors_to_state_dict)
+from .contract import (ADAPTER_KINDS, LORA_ARRAYS, LORA_CONFIG, SHARED_ARRAYS,  # noqa: E402
+                       SHARED_CONFIG, SHARED_WEIGHT, config_from_record, config_record,
+                       factors_from_content, factors_record, factors_to_state_dict)
 from .peft_io import adapter_factors, adapter_record, load_adapter, lora_layers  # noqa: E402
 from .strategy import ClairStrategy, RoundRecord  # noqa: E402
 
-__all__ = ["ClairStrategy", "RoundRecord", "LORA_ARRAYS", "LORA_CONFIG", "ADAPTER_KINDS",
+__all__ = ["ClairStrategy", "RoundRecord", "LORA_ARRAYS", "LORA_CONFIG", "SHARED_ARRAYS",
+           "SHARED_CONFIG", "SHARED_WEIGHT", "ADAPTER_KINDS",
            "config_record", "config_from_record", "factors_from_content", "factors_record",
            "factors_to_state_dict", "load_adapter", "adapter_record", "adapter_factors", "lora_layers"]

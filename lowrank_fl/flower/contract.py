@@ -33,6 +33,14 @@ Server → client (TRAIN and EVALUATE messages):
     ``"own"`` or ``"global"``.
 ``"config"`` : ConfigRecord
     The run's config with ``server-round``, as FedAvg sends it.
+
+With ``ClairStrategy(output="split")`` (the default for CLAIR) a refined client's ``"arrays"``
+hold only its own part (rank ``r_k``: :func:`lowrank_fl.adapters.split.client_part`) and its
+``"lora_config"`` a ``shared-weight`` (a number, or a JSON object ``{module: weight}``); the
+round's shared part ``ΔW̄_Ĉ (I - P_Â)`` comes beside it as the ArrayRecord ``"shared"`` with its
+ConfigRecord ``"shared_config"`` (computed once per round, the same for every client). The
+client's update is ``own + shared-weight × shared`` per module: :func:`factors_from_content`
+returns that sum as one stacked factorization, so a ClientApp reads either layout the same way.
 """
 from __future__ import annotations
 
@@ -46,14 +54,19 @@ from ..adapters import AdapterError, factors_from_state_dict
 from ..adapters.io import VARIANT_FIELDS
 from ..adapters.save import peft_config
 
-__all__ = ["LORA_ARRAYS", "LORA_CONFIG", "ADAPTER_KINDS", "config_record", "config_from_record",
-           "factors_from_content", "factors_record", "factors_to_state_dict"]
+__all__ = ["LORA_ARRAYS", "LORA_CONFIG", "SHARED_ARRAYS", "SHARED_CONFIG", "SHARED_WEIGHT",
+           "ADAPTER_KINDS", "config_record", "config_from_record", "factors_from_content",
+           "factors_record", "factors_to_state_dict", "shared_weight_value"]
 
 LORA_ARRAYS = "lora"
 LORA_CONFIG = "lora_config"
+#: the split layout's shared part (ArrayRecord, ConfigRecord) and each client's weight of it
+SHARED_ARRAYS = "shared"
+SHARED_CONFIG = "shared_config"
+SHARED_WEIGHT = "shared-weight"
 #: what the server sends a client: its refined adapter, its own (outside the collaborative set),
-#: or the global ArrayRecord
-ADAPTER_KINDS = ("refined", "own", "global")
+#: or the global ArrayRecord; "shared": the split layout's shared part
+ADAPTER_KINDS = ("refined", "own", "global", "shared")
 _PATTERNS = ("rank_pattern", "alpha_pattern")
 # carried so the server can refuse what the CLI refuses (check_plain_lora, check_peft_type)
 _CHECKED = ("peft_type", "init_lora_weights") + VARIANT_FIELDS
@@ -118,10 +131,59 @@ def config_from_record(record: Mapping) -> dict:
     return cfg
 
 
+def shared_weight_value(weight):
+    """The ConfigRecord value of a client's shared weight (a number, or ``{module: weight}``)."""
+    if isinstance(weight, dict):
+        return json.dumps({str(m): float(w) for m, w in weight.items()}, sort_keys=True)
+    return float(weight)
+
+
+def _shared_weights(value, modules) -> dict:
+    """``{module: weight}`` from a ConfigRecord's ``shared-weight``."""
+    if isinstance(value, str):
+        try:
+            doc = json.loads(value)
+        except ValueError as exc:
+            raise AdapterError(f"{SHARED_WEIGHT!r} must be a number or a JSON object string, got "
+                               f"{value!r} ({exc})") from None
+        if not isinstance(doc, dict):
+            raise AdapterError(f"{SHARED_WEIGHT!r} must be a number or a JSON object, got {doc!r}")
+        return {m: float(doc.get(m, 0.0)) for m in modules}
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AdapterError(f"{SHARED_WEIGHT!r} must be a number or a JSON object string, got {value!r}")
+    return {m: float(value) for m in modules}
+
+
 def factors_from_content(content: RecordDict, *, arrays_key: str = LORA_ARRAYS,
-                         config_key: str = LORA_CONFIG) -> dict:
-    """``{module: (A (r, in), B (out, r), scaling)}`` (float64) of a reply's content, by the
-    contract above. Raises :class:`~lowrank_fl.adapters.AdapterError` naming what is missing."""
+                         config_key: str = LORA_CONFIG, shared_key: str = SHARED_ARRAYS,
+                         shared_config_key: str = SHARED_CONFIG) -> dict:
+    """``{module: (A (r, in), B (out, r), scaling)}`` (float64) of a message's content, by the
+    contract above; a split-layout message (a ``shared-weight`` in the config) gives the sum of
+    the client's part and its weight times ``shared_key``'s factors, stacked (``A = [A_own;
+    A_shared]``, ``B = [s B_own, w s' B_shared]``, scaling 1). Raises
+    :class:`~lowrank_fl.adapters.AdapterError` naming what is missing."""
+    own = _factors(content, arrays_key, config_key)
+    weight = content.config_records[config_key].get(SHARED_WEIGHT)
+    if weight is None:
+        return own
+    weights = _shared_weights(weight, own)
+    if not any(weights.values()):
+        return own
+    shared = _factors(content, shared_key, shared_config_key)
+    out = {}
+    for m, (A, B, s) in own.items():
+        w = weights[m]
+        if w == 0:
+            out[m] = (A, B, s)
+            continue
+        if m not in shared:
+            raise AdapterError(f"module {m!r} has shared weight {w} but no factors in {shared_key!r}")
+        As, Bs, ss = shared[m]
+        out[m] = (np.vstack([A, As]), np.hstack([s * B, (w * ss) * Bs]), 1.0)
+    return out
+
+
+def _factors(content: RecordDict, arrays_key: str, config_key: str) -> dict:
     if arrays_key not in content.array_records:
         raise AdapterError(f"no ArrayRecord {arrays_key!r} with the LoRA factors (ArrayRecords: "
                            f"{sorted(content.array_records)})")

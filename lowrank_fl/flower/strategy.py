@@ -50,7 +50,9 @@ from threadpoolctl import threadpool_limits
 
 from ..adapters import (CLIENT_RULES, DEFAULT_CLIENT_RULE, DEFAULT_REFINE, REFINE, AdapterError,
                         ModuleOptions, aggregate_factors, guard)
-from .contract import LORA_ARRAYS, LORA_CONFIG, factors_from_content, factors_record
+from ..adapters.split import SHARED
+from .contract import (LORA_ARRAYS, LORA_CONFIG, SHARED_ARRAYS, SHARED_CONFIG, SHARED_WEIGHT,
+                       factors_from_content, factors_record, shared_weight_value)
 
 __all__ = ["ClairStrategy", "RoundRecord"]
 
@@ -138,6 +140,14 @@ class ClairStrategy(FedAvg):
         What a collaborating client is sent (:data:`lowrank_fl.adapters.REFINE`): ``"agreement"``
         (the default: toward the collaborative mean by its agreement with the others,
         :mod:`lowrank_fl.adapters.noharm`), ``"paper"`` ((9) exactly), ``"own"``.
+    output : {"split", "merged"}, optional
+        CLAIR's layout (:mod:`lowrank_fl.adapters.split`); default "split", "merged" with
+        ``module_options.rank_out`` (which truncates merged outputs). ``"split"``: the round's
+        shared part ``ΔW̄_Ĉ (I - P_Â)`` is computed once and sent beside each refined client's own
+        part (rank ``r_k``) and weight (the contract's ``"shared"`` records; the server keeps
+        O(K) factors, not K adapters of rank up to ``Σ r_k``); ``"merged"``: each client's
+        refined adapter as one factorization. The client reads both the same way
+        (:func:`~lowrank_fl.flower.factors_from_content` returns the sum).
     jobs, scheduler
         Passed to :func:`~lowrank_fl.adapters.aggregate_factors` (joblib processes over
         modules; a dask scheduler address).
@@ -163,7 +173,11 @@ class ClairStrategy(FedAvg):
     evaluations : dict
         ``{server round: {node id: dict of the node's evaluation metrics}}``.
     adapters : dict
-        ``{node id: (ArrayRecord, ConfigRecord)}``: what each node is sent next.
+        ``{node id: (ArrayRecord, ConfigRecord)}``: what each node is sent next (split layout:
+        its own part, the ConfigRecord holding its ``shared-weight``).
+    shared_parts : dict
+        ``{node id: (ArrayRecord, ConfigRecord)}``: the shared part sent beside ``adapters``
+        (split layout; one object per round, referenced by its refined nodes).
     lost_nodes : set
         Nodes the SuperLink reported unavailable and not seen connected since.
     """
@@ -171,7 +185,8 @@ class ClairStrategy(FedAvg):
     def __init__(self, method: str | None = None, *, module_options: ModuleOptions | None = None,
                  client_rule: str = DEFAULT_CLIENT_RULE, refine: str = DEFAULT_REFINE, jobs: int = 1,
                  scheduler: str | None = None, lora_arrays_key: str = LORA_ARRAYS, lora_config_key: str = LORA_CONFIG,
-                 id_metrics: tuple = ("partition-id", "client-id", "node-id"), **fedavg) -> None:
+                 id_metrics: tuple = ("partition-id", "client-id", "node-id"), output: str | None = None,
+                 **fedavg) -> None:
         super().__init__(**fedavg)
         if module_options is None:
             module_options = ModuleOptions() if method is None else ModuleOptions(method=method)
@@ -185,6 +200,12 @@ class ClairStrategy(FedAvg):
             raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
         if refine not in REFINE:
             raise ValueError(f"refine must be one of {list(REFINE)}, got {refine!r}")
+        if output not in (None, "split", "merged"):
+            raise ValueError(f"output must be 'split' or 'merged', got {output!r}")
+        if output == "split" and module_options.rank_out is not None:
+            raise ValueError("output='split' is exact at the inputs' ranks; rank_out truncates merged "
+                             "outputs: use output='merged' with it")
+        output = output or ("merged" if module_options.rank_out is not None else "split")
         if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
             raise ValueError(f"jobs must be an int >= 1 or -1 (all cores), got {jobs!r}")
         for name, key in (("lora_arrays_key", lora_arrays_key), ("lora_config_key", lora_config_key)):
@@ -198,6 +219,7 @@ class ClairStrategy(FedAvg):
         self.module_options = module_options
         self.client_rule = client_rule
         self.refine = refine
+        self.output = output
         self.jobs = jobs
         self.scheduler = scheduler
         self.lora_arrays_key = lora_arrays_key
@@ -205,6 +227,7 @@ class ClairStrategy(FedAvg):
         self.rounds: dict = {}
         self.evaluations: dict = {}
         self.adapters: dict = {}
+        self.shared_parts: dict = {}             # node → (ArrayRecord, ConfigRecord) of its shared part
         self._global: tuple | None = None        # (ArrayRecord, ConfigRecord) of the last mean
         self._sent: dict = {}                    # server round → {node: TRAIN message sent}
         self.lost_nodes: set = set()
@@ -240,9 +263,11 @@ class ClairStrategy(FedAvg):
             else:                                 # the initial arrays, passed through
                 adapter, cfg = arrays, ConfigRecord({"adapter": "global"})
             # FedAvg's messages share one RecordDict: each gets its own (same metadata)
-            msg.content = RecordDict({self.arrayrecord_key: adapter,
-                                      self.configrecord_key: shared[self.configrecord_key],
-                                      self.lora_config_key: cfg})
+            records = {self.arrayrecord_key: adapter, self.configrecord_key: shared[self.configrecord_key],
+                       self.lora_config_key: cfg}
+            if node in self.adapters and node in self.shared_parts:    # split: the round's shared part
+                records[SHARED_ARRAYS], records[SHARED_CONFIG] = self.shared_parts[node]
+            msg.content = RecordDict(records)
             out.append(msg)
         return out
 
@@ -350,8 +375,9 @@ class ClairStrategy(FedAvg):
         # coordinate matrices) then round the same way in every run, whatever the machine's load
         with threadpool_limits(limits=1):
             t1 = time.perf_counter()
+            split = self.method == "clair" and self.output == "split"
             res = aggregate_factors(named, self.module_options, client_rule=self.client_rule,
-                                    jobs=self.jobs, scheduler=self.scheduler,
+                                    jobs=self.jobs, scheduler=self.scheduler, output="split" if split else "merged",
                                     refine=self.refine if self.method == "clair" else None)
             t_agg = time.perf_counter() - t1
             t1 = time.perf_counter()
@@ -361,11 +387,20 @@ class ClairStrategy(FedAvg):
             t_mean = time.perf_counter() - t1
         self._global = factors_record(mean, adapter="global")
         if self.method == "clair":
+            # split: the shared part once for the round, each client its own part and weight
+            shared = factors_record(res.outputs[SHARED], adapter="shared") if split else None
             for k, n in enumerate(nodes):
                 refined = any(b[k] for b in benign.values())     # in the set (8) of some module
-                self.adapters[n] = factors_record(res.outputs[str(n)], adapter="refined" if refined else "own")
+                arrays, cfg = factors_record(res.outputs[str(n)], adapter="refined" if refined else "own")
+                weight = res.summary["refinement_weights"][str(n)] if split else 0.0
+                self.shared_parts.pop(n, None)
+                if split and (any(weight.values()) if isinstance(weight, dict) else weight):
+                    cfg[SHARED_WEIGHT] = shared_weight_value(weight)
+                    self.shared_parts[n] = shared
+                self.adapters[n] = (arrays, cfg)
         else:                                     # one aggregate for everyone
             self.adapters.clear()
+            self.shared_parts.clear()
         modules = res.summary["modules"].values()
         decided = guard.decided_modules(benign)  # undecided modules flag nobody
         flagged = tuple(n for k, n in enumerate(nodes) if not all(b[k] for b in decided.values())) \
