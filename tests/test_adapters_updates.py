@@ -174,6 +174,30 @@ def test_agreement_closed_form_for_a_shared_task_with_independent_noise():
     assert np.all(refine_weights(np.eye(n)[None], np.ones(n, bool)) == 0)
 
 
+def test_agreement_move_is_at_most_the_weight_times_the_own_update():
+    """A collaborative mean far larger than a client's update (one member 40x the others, as
+    rsLoRA clients at 3x the learning rate diverge): the cosine weight is capped so that
+    ||ΔW̃_k - ΔW_k|| = a_k ||ΔW_k|| exactly; where the mean is near, the weight is the cosine."""
+    n, s = 6, 0.3
+    basis = np.eye(n + 1)
+    U = np.sqrt(s) * basis[0] + np.sqrt(1 - s) * basis[1:]
+    U[5] *= 40.0
+    G = (U @ U.T)[None]
+    b = np.ones(n, bool)
+    cos = agreement(G, b)
+    w = refine_weights(G, b, "agreement")
+    mean = U.mean(axis=0)
+    for k in range(n):
+        move = np.linalg.norm(mean - U[k])
+        if move > np.linalg.norm(U[k]):                       # capped: relative change = cosine
+            assert w[k] * move == pytest.approx(cos[k] * np.linalg.norm(U[k]), rel=1e-12)
+            assert w[k] < cos[k]
+        else:
+            assert w[k] == pytest.approx(cos[k], rel=1e-12)
+    assert w[5] == pytest.approx(cos[5], rel=1e-12)           # the large client: mean is near it
+    assert np.all(w[:5] < cos[:5])                             # the others: the cap binds
+
+
 @pytest.mark.parametrize("output", ["merged", "split"])
 def test_agreement_output_is_the_shrinkage_toward_the_collaborative_mean(output):
     f = _federation(bad=(9,))
