@@ -22,12 +22,12 @@ benchmark lacked:
   letters (``letters="disjoint"``) and its own segment length, from a large noisy data set (fresh
   sequences every step, 10 % label noise): its adapter beats the base on its own task, and the
   benign FedAvg dilutes what each learned (the updates of clients on different letters are
-  nearly orthogonal, cosine about 0.03). Seeds 0-2 and 100-102, benign clients' mean held-out
-  accuracy, Llama: own 0.61-0.72, base 0.49-0.55, benign FedAvg 0.49-0.56 (0.09-0.22 below own, mean per set);
-  GPT-2: own 0.51-0.57, base 0.43-0.49, benign FedAvg 0.42-0.50 (0.07-0.10 below own); 1-2
-  minutes a set on one core. ``K`` = 10,
-  1-3 contaminated (``"reverse"`` / ``"shift"``), ranks 4 / 8 / 16 with ``lora_alpha = 2r``,
-  uneven training (×3 steps or learning rate), 150 steps at 3e-3. No rsLoRA: at rank 16 it scales
+  nearly orthogonal, cosine about 0.03). Seeds 0-2 and 100-102, the benign clients' mean
+  held-out accuracy per set, Llama: own 0.61-0.72, base 0.49-0.55, benign FedAvg 0.49-0.56
+  (0.09-0.22 below own); GPT-2: own 0.51-0.57, base 0.43-0.49, benign FedAvg 0.42-0.50
+  (0.07-0.10 below own); 1-2 minutes a set on one core. ``K`` = 10, 1-3 contaminated
+  (``"reverse"`` / ``"shift"``), ranks 4 / 8 / 16 with ``lora_alpha = 2r``, uneven training
+  (×3 steps or learning rate), 150 steps at 3e-3. No rsLoRA: at rank 16 it scales
   the update ×4 over ``alpha / r`` and a client with 3× the learning rate diverged (update norm
   186 against 10-20, own accuracy 0.15).
 
