@@ -50,6 +50,7 @@ REALISTIC = ("llama-federated", "gpt2-federated", "llama-collab", "gpt2-collab")
 #: families where the benign clients' own adapters beat their FedAvg (the no-harm check)
 PERSONAL = ("llama-personal", "gpt2-personal")
 FAMILIES = REALISTIC + PERSONAL + ("llama", "gpt2", "sec8")
+_PERSONAL_CONTAMINATION = (("reverse",), ("shift",), ("reverse", "shift"))
 
 
 def _pick(rng, options):
@@ -75,8 +76,9 @@ def family_settings(family: str, seed: int) -> TrainedSetSettings:
                                   steps=30, lr=3e-3, rank=_pick(rng, (4, 8)), seed=int(seed))
     if family.endswith("-personal"):
         rank = _pick(rng, (4, 8, 16))
-        return TrainedSetSettings(base=base, n_clients=10, n_contaminated=_pick(rng, (1, 2, 3)),
-                                  contamination=_pick(rng, (("reverse",), ("shift",), ("reverse", "shift"))),
+        bad = _pick(rng, (1, 2, 3))
+        return TrainedSetSettings(base=base, n_clients=10, n_contaminated=bad,
+                                  contamination=_pick(rng, _PERSONAL_CONTAMINATION),
                                   benign_task="rotate", heterogeneous=True, letters="disjoint",
                                   n_examples=0, label_noise=0.1, uneven=3.0, steps=150, lr=3e-3,
                                   rank=rank, lora_alpha=float(2 * rank), seed=int(seed))
