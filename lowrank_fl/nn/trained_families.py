@@ -14,7 +14,22 @@ benchmark lacked:
   disjoint input letters per client;
 * ``"llama-collab"``, ``"gpt2-collab"``: federations where collaboration pays: every benign
   client holds 8 noisy examples of one shared task (where the FedAvg of the benign clients beats
-  their own adapters), 0-20 % contaminated.
+  their own adapters), 0-20 % contaminated;
+* ``"llama-personal"``, ``"gpt2-personal"``: federations where averaging *hurts*, built to check
+  that a no-harm rule leaves the benign clients their own adapters where collaboration does not
+  pay. Every benign client learns ``"rotate"`` (copy one position early: the base's copying gets
+  it wrong at the segment's wrap-around, and more often on a small alphabet) on its own 8 input
+  letters (``letters="disjoint"``) and its own segment length, from a large noisy data set (fresh
+  sequences every step, 10 % label noise): its adapter beats the base on its own task, and the
+  benign FedAvg dilutes what each learned (the updates of clients on different letters are
+  nearly orthogonal, cosine about 0.03). Seeds 0-2 and 100-102, the benign clients' mean
+  held-out accuracy per set, Llama: own 0.61-0.72, base 0.49-0.55, benign FedAvg 0.49-0.56
+  (0.09-0.22 below own); GPT-2: own 0.51-0.57, base 0.43-0.49, benign FedAvg 0.42-0.50
+  (0.07-0.10 below own); 1-2 minutes a set on one core. ``K`` = 10, 1-3 contaminated
+  (``"reverse"`` / ``"shift"``), ranks 4 / 8 / 16 with ``lora_alpha = 2r``, uneven training
+  (×3 steps or learning rate), 150 steps at 3e-3. No rsLoRA: at rank 16 it scales
+  the update ×4 over ``alpha / r`` and a client with 3× the learning rate diverged (update norm
+  186 against 10-20, own accuracy 0.15).
 
 and ``"llama"``, ``"gpt2"``, ``"sec8"`` are the first benchmark's families (fresh data every step,
 even training: :func:`lowrank_fl.nn.trained_sets.TrainedSetSettings.for_base` with drawn ``K``,
@@ -29,10 +44,13 @@ import numpy as np
 from ..validation import as_generator
 from .trained_sets import TrainedSetSettings
 
-__all__ = ["FAMILIES", "REALISTIC", "family_settings", "benign_fedavg"]
+__all__ = ["FAMILIES", "REALISTIC", "PERSONAL", "family_settings", "benign_fedavg"]
 
 REALISTIC = ("llama-federated", "gpt2-federated", "llama-collab", "gpt2-collab")
-FAMILIES = REALISTIC + ("llama", "gpt2", "sec8")
+#: families where the benign clients' own adapters beat their FedAvg (the no-harm check)
+PERSONAL = ("llama-personal", "gpt2-personal")
+FAMILIES = REALISTIC + PERSONAL + ("llama", "gpt2", "sec8")
+_PERSONAL_CONTAMINATION = (("reverse",), ("shift",), ("reverse", "shift"))
 
 
 def _pick(rng, options):
@@ -56,6 +74,14 @@ def family_settings(family: str, seed: int) -> TrainedSetSettings:
                                   contamination=(_pick(rng, ("reverse", "rotate")),),
                                   heterogeneous=False, n_examples=8, label_noise=0.1,
                                   steps=30, lr=3e-3, rank=_pick(rng, (4, 8)), seed=int(seed))
+    if family.endswith("-personal"):
+        rank = _pick(rng, (4, 8, 16))
+        bad = _pick(rng, (1, 2, 3))
+        return TrainedSetSettings(base=base, n_clients=10, n_contaminated=bad,
+                                  contamination=_pick(rng, _PERSONAL_CONTAMINATION),
+                                  benign_task="rotate", heterogeneous=True, letters="disjoint",
+                                  n_examples=0, label_noise=0.1, uneven=3.0, steps=150, lr=3e-3,
+                                  rank=rank, lora_alpha=float(2 * rank), seed=int(seed))
     K = _pick(rng, (10, 10, 20))
     clean = rng.random() < 0.25
     frac = _pick(rng, (0.1, 0.2, 0.3, 0.4))
