@@ -160,14 +160,15 @@ def part6(workdir: Path, quick: bool, jobs: int) -> dict:
     one thread each) of 1, 2 and 4 workers: the CLI's ``--scheduler``."""
     out = {}
     for n in (1, 2, 4):
-        port = 8786 + n
+        port = 8800 + n
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
-        sched = subprocess.Popen(dask + ["--port", str(port), "--no-dashboard"], env=env,
+        sched = subprocess.Popen(dask + ["--host", "127.0.0.1", "--port", str(port),
+                                         "--dashboard-address", ":0"], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wk = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker",
                                f"tcp://127.0.0.1:{port}", "--nworkers", str(n), "--nthreads", "1",
-                               "--no-dashboard", "--memory-limit", "0"], env=env,
+                               "--host", "127.0.0.1", "--no-dashboard", "--memory-limit", "0"], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             time.sleep(8)
