@@ -482,7 +482,7 @@ def test_split_messages_errors_name_what_is_missing(src):
     st = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"), refine="paper")
     st.aggregate_train(1, _replies(src))
     arrays, cfg = st.adapters[NODES[0]]
-    with pytest.raises(Exception, match="no ArrayRecord 'shared'"):
+    with pytest.raises(Exception, match="split layout .* no ArrayRecord 'shared'"):
         factors_from_content(RecordDict({"arrays": arrays, "lora_config": cfg}), arrays_key="arrays")
     bad = ConfigRecord(dict(cfg))
     bad["shared-weight"] = "[1, 2]"
@@ -493,3 +493,45 @@ def test_split_messages_errors_name_what_is_missing(src):
     assert ClairStrategy(module_options=ModuleOptions(rank_out=2)).output == "merged"
     with pytest.raises(ValueError, match="output must be"):
         ClairStrategy(output="both")
+
+
+def test_split_read_is_never_of_higher_rank_than_merged(src):
+    # the stacked own + shared parts are compacted to the update's rank: at most the merged
+    # adapter's rank per module, and the same ΔW (a PEFT client sized for the merged adapter
+    # accepts the split one too)
+    opts = ModuleOptions(output_dtype="float64")
+    split, merged = (ClairStrategy(module_options=opts, refine="paper", output=o) for o in ("split", "merged"))
+    for st in (split, merged):
+        st.aggregate_train(1, _replies(src))
+    for n in NODES:
+        got, want = _received_by(split, n), _received(*merged.adapters[n])
+        for m in want:
+            assert got[m][0].shape[0] <= want[m][0].shape[0]
+            np.testing.assert_allclose(_delta(got)[m], _delta(want)[m], rtol=0,
+                                       atol=1e-12 * np.abs(_delta(want)[m]).max())
+
+
+def test_kinds_and_refusals_of_the_split_layout(src):
+    # a collaborating client with weight 0 everywhere gets its own adapter, labelled "own"; split
+    # is CLAIR's; a per-module shared-weight must name exactly the adapter's modules
+    st = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"))
+    st.aggregate_train(1, _replies(src))
+    weights = st.rounds[1].summary["refinement_weights"]
+    for n in NODES:
+        w = weights[str(n)]
+        zero = not (any(w.values()) if isinstance(w, dict) else w)
+        assert (st.adapters[n][1]["adapter"] == "own") == (zero or n == NODES[5])
+        assert (n in st.shared_parts) == (not zero and n != NODES[5])
+    own = ClairStrategy(module_options=ModuleOptions(output_dtype="float64"), refine="own")
+    own.aggregate_train(1, _replies(src))                  # every weight 0: nobody refined
+    assert own.shared_parts == {} and {own.adapters[n][1]["adapter"] for n in NODES} == {"own"}
+    with pytest.raises(ValueError, match="CLAIR's layout"):
+        ClairStrategy("fedavg", output="split")
+    assert ClairStrategy("fedavg").output == "merged"
+    node = next(iter(st.shared_parts))
+    cfg = ConfigRecord(dict(st.adapters[node][1]))
+    cfg["shared-weight"] = json.dumps({"nonexistent": 1.0})
+    content = RecordDict({"arrays": st.adapters[node][0], "lora_config": cfg,
+                          "shared": st.shared_parts[node][0], "shared_config": st.shared_parts[node][1]})
+    with pytest.raises(Exception, match="must name exactly the adapter's modules"):
+        factors_from_content(content, arrays_key="arrays")

@@ -139,7 +139,8 @@ def shared_weight_value(weight):
 
 
 def _shared_weights(value, modules) -> dict:
-    """``{module: weight}`` from a ConfigRecord's ``shared-weight``."""
+    """``{module: weight}`` from a ConfigRecord's ``shared-weight`` (an object must name exactly
+    the message's modules)."""
     if isinstance(value, str):
         try:
             doc = json.loads(value)
@@ -148,7 +149,11 @@ def _shared_weights(value, modules) -> dict:
                                f"{value!r} ({exc})") from None
         if not isinstance(doc, dict):
             raise AdapterError(f"{SHARED_WEIGHT!r} must be a number or a JSON object, got {doc!r}")
-        return {m: float(doc.get(m, 0.0)) for m in modules}
+        unknown, missing = sorted(set(doc) - set(modules)), sorted(set(modules) - set(doc))
+        if unknown or missing:
+            raise AdapterError(f"{SHARED_WEIGHT!r} must name exactly the adapter's modules: unknown "
+                               f"{unknown[:3]}, missing {missing[:3]}")
+        return {m: float(doc[m]) for m in modules}
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise AdapterError(f"{SHARED_WEIGHT!r} must be a number or a JSON object string, got {value!r}")
     return {m: float(value) for m in modules}
@@ -159,8 +164,9 @@ def factors_from_content(content: RecordDict, *, arrays_key: str = LORA_ARRAYS,
                          shared_config_key: str = SHARED_CONFIG) -> dict:
     """``{module: (A (r, in), B (out, r), scaling)}`` (float64) of a message's content, by the
     contract above; a split-layout message (a ``shared-weight`` in the config) gives the sum of
-    the client's part and its weight times ``shared_key``'s factors, stacked (``A = [A_own;
-    A_shared]``, ``B = [s B_own, w s' B_shared]``, scaling 1). Raises
+    the client's part and its weight times ``shared_key``'s factors (``[A_own; A_shared]``,
+    ``[s B_own, w s' B_shared]`` compacted to the sum's numerical rank by a QR-SVD of the
+    stacked factors, balanced, scaling 1). Raises
     :class:`~lowrank_fl.adapters.AdapterError` naming what is missing."""
     own = _factors(content, arrays_key, config_key)
     weight = content.config_records[config_key].get(SHARED_WEIGHT)
@@ -169,6 +175,10 @@ def factors_from_content(content: RecordDict, *, arrays_key: str = LORA_ARRAYS,
     weights = _shared_weights(weight, own)
     if not any(weights.values()):
         return own
+    if shared_key not in content.array_records:
+        raise AdapterError(f"the message is in the split layout ({SHARED_WEIGHT!r} in {config_key!r}) but has "
+                           f"no ArrayRecord {shared_key!r} with the shared part (ArrayRecords: "
+                           f"{sorted(content.array_records)})")
     shared = _factors(content, shared_key, shared_config_key)
     out = {}
     for m, (A, B, s) in own.items():
@@ -179,8 +189,20 @@ def factors_from_content(content: RecordDict, *, arrays_key: str = LORA_ARRAYS,
         if m not in shared:
             raise AdapterError(f"module {m!r} has shared weight {w} but no factors in {shared_key!r}")
         As, Bs, ss = shared[m]
-        out[m] = (np.vstack([A, As]), np.hstack([s * B, (w * ss) * Bs]), 1.0)
+        out[m] = _compact(np.vstack([A, As]), np.hstack([s * B, (w * ss) * Bs]))
     return out
+
+
+def _compact(A, B, rtol: float = 1e-12):
+    """``(A', B', 1)`` with ``B' A' = B A`` at the product's numerical rank (singular values above
+    ``rtol σ_1``): QR of both factors and an SVD of the small core, so the sum of the two parts is
+    never of a higher rank than the update itself (nor than the merged layout's adapter)."""
+    Qb, Rb = np.linalg.qr(B)
+    Qa, Ra = np.linalg.qr(A.T)
+    U, sv, Vt = np.linalg.svd(Rb @ Ra.T)
+    k = max(int(np.count_nonzero(sv > rtol * sv[0])) if sv.size and sv[0] > 0 else 0, 1)
+    root = np.sqrt(sv[:k])
+    return (root[:, None] * Vt[:k]) @ Qa.T, (Qb @ U[:, :k]) * root, 1.0
 
 
 def _factors(content: RecordDict, arrays_key: str, config_key: str) -> dict:

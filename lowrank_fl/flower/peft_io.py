@@ -95,7 +95,8 @@ def load_adapter(model, factors: Mapping, *, adapter_name: str = "default") -> d
         if rho > r:
             raise AdapterError(f"module {m!r}: received rank {rho} exceeds adapter {adapter_name!r}'s rank "
                                f"{r}; load it under a new adapter_name (created with the received ranks) "
-                               "or have the server cut its outputs (ModuleOptions(rank_out=...))")
+                               "or have the server cut its outputs (ModuleOptions(rank_out=...), which sends "
+                               "the merged layout)")
         s_model = float(layer.scaling[adapter_name])
         A_new = a_w.detach().to(torch.float64).cpu().numpy().copy()     # spare rows: as they are
         A_new[:rho] = A

@@ -205,7 +205,11 @@ class ClairStrategy(FedAvg):
         if output == "split" and module_options.rank_out is not None:
             raise ValueError("output='split' is exact at the inputs' ranks; rank_out truncates merged "
                              "outputs: use output='merged' with it")
-        output = output or ("merged" if module_options.rank_out is not None else "split")
+        if output == "split" and module_options.method != "clair":
+            raise ValueError(f"output='split' is CLAIR's layout; method {module_options.method!r} sends "
+                             "every client one aggregate (leave output unset)")
+        output = output or ("merged" if module_options.rank_out is not None or module_options.method != "clair"
+                            else "split")
         if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
             raise ValueError(f"jobs must be an int >= 1 or -1 (all cores), got {jobs!r}")
         for name, key in (("lora_arrays_key", lora_arrays_key), ("lora_config_key", lora_config_key)):
@@ -390,9 +394,11 @@ class ClairStrategy(FedAvg):
             # split: the shared part once for the round, each client its own part and weight
             shared = factors_record(res.outputs[SHARED], adapter="shared") if split else None
             for k, n in enumerate(nodes):
-                refined = any(b[k] for b in benign.values())     # in the set (8) of some module
+                weight = res.summary["refinement_weights"][str(n)]
+                # refined: in the set (8) of some module with a weight above 0 there (else its own)
+                refined = any(b[k] for b in benign.values()) and bool(
+                    any(weight.values()) if isinstance(weight, dict) else weight)
                 arrays, cfg = factors_record(res.outputs[str(n)], adapter="refined" if refined else "own")
-                weight = res.summary["refinement_weights"][str(n)] if split else 0.0
                 self.shared_parts.pop(n, None)
                 if split and (any(weight.values()) if isinstance(weight, dict) else weight):
                     cfg[SHARED_WEIGHT] = shared_weight_value(weight)
