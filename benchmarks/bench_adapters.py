@@ -77,29 +77,36 @@ def _tree_sample(proc, cpu: dict) -> int:
 
 
 def _synthetic(workdir: Path, K: int, layers: int, shape, contaminated: int, modules=None) -> tuple:
-    """``write_synthetic_adapters`` into ``workdir`` (kept between runs); (data dir, seconds)."""
+    """``write_synthetic_adapters`` into ``workdir`` (kept between runs); (data dir, seconds).
+    The set is written through :class:`lowrank_fl.outdir.OutputDir` (staged, marked): an existing
+    directory of that name is reused or replaced only when this script wrote it, never a user's."""
     from lowrank_fl.adapters.synthetic import LLAMA_ATTENTION, write_synthetic_adapters
+    from lowrank_fl.outdir import OutputDir, is_output_dir
 
     modules = LLAMA_ATTENTION if modules is None else modules
     data = workdir / f"adapters_K{K}_L{layers}_{len(modules)}x{shape[0]}"
     t0 = time.perf_counter()
-    if not (data / f"client_{K - 1:02d}" / "adapter_config.json").exists():
-        shutil.rmtree(data, ignore_errors=True)
-        write_synthetic_adapters(data, n_clients=K, n_layers=layers, modules=modules, shape=shape,
-                                 rank=16, contaminated=contaminated, dtype="float16", seed=0)
+    if not (is_output_dir(data) and (data / f"client_{K - 1:02d}" / "adapter_config.json").exists()):
+        with OutputDir(data, command="bench_adapters synthetic set", overwrite=True,
+                       option="--workdir") as o:
+            write_synthetic_adapters(o.dir, n_clients=K, n_layers=layers, modules=modules, shape=shape,
+                                     rank=16, contaminated=contaminated, dtype="float16", seed=0)
+            o.commit()
     return data, time.perf_counter() - t0
 
 
 def part1(workdir: Path, quick: bool, jobs: int, extra=(), K: int = 10, layers=None,
           shape=(4096, 4096), contaminated: int = 1, modules=None, scheduler=None) -> dict:
     """The CLI on a synthetic set (default: part 1's 7B-shaped K = 10; parts 4-6 reuse it)."""
+    from lowrank_fl.outdir import is_output_dir
+
     layers = (4 if quick else 32) if layers is None else layers
     data, gen = _synthetic(workdir, K, layers, shape, contaminated, modules)
     out = workdir / "out"
-    shutil.rmtree(out, ignore_errors=True)
-    dirs = sorted(str(p) for p in data.iterdir())
+    dirs = sorted(str(p) for p in data.iterdir() if p.is_dir())
+    # --overwrite: the CLI replaces "out" only when it wrote it (its marker), never a user's folder
     cmd = [sys.executable, "-m", "lowrank_fl.cli", "adapters", "aggregate", *dirs, "--method",
-           "clair", "--out", str(out), "--quiet", *extra]
+           "clair", "--out", str(out), "--overwrite", "--quiet", *extra]
     cmd += ["--jobs", str(jobs)] if scheduler is None else ["--scheduler", scheduler]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t0 = time.perf_counter()
@@ -132,11 +139,12 @@ def part1(workdir: Path, quick: bool, jobs: int, extra=(), K: int = 10, layers=N
            "statuses": sorted({m["status"] for m in mods.values()}),
            "lam_rules": sorted({m["lam_rule"] for m in mods.values()}),
            "reduced_dims": sorted({tuple(m["reduced_dims"]) for m in mods.values()}),
-           "output_gb": out_bytes / 2**30, "stdout": stdout.strip().splitlines()[:3],
+           "output_gb": out_bytes / 2**30, "stdout": [line.replace(str(out), "OUT") for line in stdout.strip().splitlines()[:3]],
            "input_gb": sum(f.stat().st_size for f in data.rglob("*") if f.is_file()) / 2**30,
            "flagged_clients": sorted(c for c, n in flagged.items() if n)}
     res["output_over_input"] = res["output_gb"] / res["input_gb"]
-    shutil.rmtree(out, ignore_errors=True)
+    if is_output_dir(out):                         # what the CLI wrote (its marker), nothing else
+        shutil.rmtree(out)
     return res
 
 
