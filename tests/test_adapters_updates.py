@@ -256,3 +256,99 @@ def test_refinement_sentence_names_the_changes_and_counts_the_rest():
     assert refinement_sentence({"mode": "agreement", "target": "collaborative mean",
                                 "clients": none}).startswith("refinement: every client keeps its own adapter")
     assert "refine='own'" in refinement_sentence({"mode": "own", "target": "own adapter", "clients": none})
+
+
+def _variant_federation(K=10, modules=6, q=24, p=20, r=3, variant=(), bad=(), bad_scale=1.0, mix=0.5,
+                        noise=0.35, seed=0):
+    """Common init; benign B = B* + noise; ``variant`` clients learn a variant of the task that keeps
+    ``mix`` of its direction (B = sqrt(1 - mix²) B_v + mix B*, same size); ``bad`` clients another
+    task, ``bad_scale`` times larger (they moved farther, as a client learning a new task does)."""
+    rng = np.random.default_rng(seed)
+    out = {f"c{k}": {} for k in range(K)}
+    for m in range(modules):
+        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
+        Bs, Bv, Bc = (rng.standard_normal((q, r)) for _ in range(3))
+        for k in range(K):
+            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
+            s = bad_scale if k in bad else 1.0
+            B = np.sqrt(1 - mix ** 2) * Bv + mix * Bs if k in variant else s * Bc if k in bad else Bs
+            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B + s * noise * rng.standard_normal((q, r)), 2.0)
+    return out
+
+
+def test_agreement_bounds_are_students_lower_bound_over_modules():
+    from scipy import stats
+
+    from lowrank_fl.adapters.detect_updates import agreement_bounds
+
+    f = _variant_federation(variant=(4, 5))
+    names = list(f)
+    mods = list(f[names[0]])
+    per = []
+    for m in mods:                                   # cosines from the dense updates, not the Gram
+        U = np.array([(_dense(f[n])[m] / np.linalg.norm(_dense(f[n])[m])).ravel() for n in names])
+        C = U @ U.T
+        per.append([np.median(np.delete(C[k], k)) for k in range(len(names))])
+    per = np.array(per)
+    want = per.mean(0) - stats.t.ppf(0.95, len(mods) - 1) * per.std(0, ddof=1) / np.sqrt(len(mods))
+    np.testing.assert_allclose(agreement_bounds(_grams(f)), want, rtol=1e-9, atol=1e-12)
+    # one module: no replicate, the bound is the agreement itself
+    G1 = _grams(f)[:1]
+    np.testing.assert_allclose(agreement_bounds(G1), per[0], rtol=1e-9, atol=1e-12)
+    with pytest.raises(ValueError, match="confidence"):
+        agreement_bounds(G1, confidence=1.0)
+
+
+def test_joint_cutoff_is_the_quantile_of_the_smaller_of_two_scores():
+    from lowrank_fl.adapters.detect import robust_z
+    from lowrank_fl.adapters.detect_updates import joint_cutoff
+
+    rng = np.random.default_rng(123)                 # an independent draw of the same null
+    z = robust_z(rng.standard_normal((2, 40_000, 4)), axis=-1)
+    q = np.quantile(np.minimum(z[0], z[1]).max(-1), 1 - 0.01 / 3)
+    # K = 4: the quantile itself is below the 3.5 floor for every K >= 4 (the floor binds)
+    assert q < 3.5 and joint_cutoff(4) == 3.5 and joint_cutoff(10) == 3.5
+    assert joint_cutoff(2) == np.inf
+    z3 = robust_z(rng.standard_normal((2, 400_000, 3)), axis=-1)
+    q3 = np.quantile(np.minimum(z3[0], z3[1]).max(-1), 1 - 0.01 / 3)
+    assert q3 > 3.5 and joint_cutoff(3) == pytest.approx(q3, rel=0.04)   # Monte Carlo error of both
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_benign_variant_pair_keeps_the_shared_direction_and_is_not_flagged(seed):
+    ev = update_evidence(_grams(_variant_federation(variant=(4, 5), seed=seed)))
+    # what flagged it before: a direction score far above the cutoff, agreement below 1/ρ
+    assert np.all(ev.direction_scores[[4, 5]] > ev.cutoff)
+    assert np.all(ev.agreement_ratios[[4, 5]] <= 1 / 1.2)
+    # but it carries part of the shared direction (lower bound > 0), at the typical size
+    assert np.all(ev.agreement_bounds[[4, 5]] > 0)
+    assert not ev.flagged.any()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_contaminated_clients_that_moved_farther_elsewhere_are_flagged(seed):
+    ev = update_evidence(_grams(_variant_federation(bad=(7, 8, 9), bad_scale=3.0, seed=seed)))
+    assert list(np.flatnonzero(ev.flagged)) == [7, 8, 9]
+    assert np.all(ev.by_joint[[7, 8, 9]])            # both scores above c′ = 3.5, 3x the size
+    assert np.all(ev.size_ratios[[7, 8, 9]] < SIZE_RATIO)   # size alone would not flag them
+    assert ev.joint_cutoff == 3.5
+    # scaling them down to the typical size removes the joint evidence, never adds a flag
+    ev1 = update_evidence(_grams(_variant_federation(bad=(7, 8, 9), bad_scale=1.0, seed=seed)))
+    assert not ev1.by_joint.any() and set(np.flatnonzero(ev1.flagged)) <= {7, 8, 9}
+
+
+def test_the_summary_and_sentence_name_the_joint_evidence():
+    from lowrank_fl.adapters.decision import detection_sentence
+
+    res = aggregate_factors(_variant_federation(bad=(7, 8, 9), bad_scale=3.0, seed=1),
+                            ModuleOptions(output_dtype="float64"))
+    det = res.summary["detection"]
+    u = det["updates"]
+    assert det["flagged"] == ["c7", "c8", "c9"] and u["by_joint"] == ["c7", "c8", "c9"]
+    assert u["by_direction"] == [] and all(u["agreement_bounds"][n] > 0 for n in ("c7", "c8", "c9"))
+    assert u["joint_cutoff"] == 3.5
+    text = detection_sentence(det)
+    assert text.count("farther and elsewhere") == 3 and "both > 3.50" in text
+    clean = aggregate_factors(_variant_federation(variant=(4, 5)), ModuleOptions(output_dtype="float64"))
+    text = detection_sentence(clean.summary["detection"])
+    assert "no client stands out" in text and "carries none of the shared direction" in text and "3.50" in text

@@ -52,3 +52,20 @@ def test_benign_fedavg_is_the_mean_of_the_benign_updates():
     np.testing.assert_allclose(s * B @ A, want, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="benign"):
         benign_fedavg(factors, [])
+
+
+@pytest.mark.parametrize("family", ["llama-uneven", "gpt2-uneven"])
+def test_uneven_family_is_the_first_tasks_with_uneven_training(family):
+    draws = [family_settings(family, seed) for seed in range(16)]
+    assert draws == [family_settings(family, seed) for seed in range(16)]
+    base = family.split("-")[0]
+    seen = set()
+    for seed, s in enumerate(draws):
+        ref = TrainedSetSettings.for_base(base, n_clients=s.n_clients, n_contaminated=s.n_contaminated,
+                                          heterogeneous=s.heterogeneous, uneven=3.0, seed=seed)
+        assert s == ref and s.n_clients in (8, 10) and 0 <= s.n_contaminated <= 3
+        factors = {(t.steps_factor, t.lr_factor) for t in client_tasks(s).values()}
+        assert factors <= {(1.0, 1.0), (3.0, 1.0), (1.0, 3.0)} and len(factors) >= 2   # uneven
+        seen |= factors
+    assert len(seen) == 3                                          # ×3 steps and ×3 lr both occur
+    assert len({s.n_contaminated for s in draws}) >= 3 and {s.n_clients for s in draws} == {8, 10}

@@ -17,8 +17,9 @@ set (8) was not (:mod:`.guard`);
 ``modules`` — per module the clients its own (8) excludes, whether it separated, and the gap ratio
 (``"inf"`` with no spread below the gap, None with no gap);
 ``updates`` — the update rule's evidence (:mod:`.detect_updates`), always: per client the
-direction score and distance ratio, the size score and norm ratio, the cutoff, both floors,
-whom it flags and on which evidence (``by_direction``, ``by_size``).
+direction score and agreement ratio, the lower confidence bound of its agreement, the size score
+and norm ratio, the cutoffs (single and joint), both floors, whom it flags and on which evidence
+(``by_direction``, ``by_outside``, ``by_size``, ``by_joint``: direction and size together).
 """
 from __future__ import annotations
 
@@ -105,14 +106,17 @@ def detection_summary(results, names, rule: str) -> dict:
                                  for n, v in zip(names, uv.agreement_ratios)},
             "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
             "outside_ratios": dict(zip(names, uv.outside_ratios.tolist())),
+            "agreement_bounds": dict(zip(names, uv.agreement_bounds.tolist())),
             "size_scores": dict(zip(names, uv.size_scores.tolist())),
             "size_ratios": dict(zip(names, uv.size_ratios.tolist())),
             "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
+            "joint_cutoff": uv.joint_cutoff if np.isfinite(uv.joint_cutoff) else None,
             "min_ratio": uv.min_ratio, "size_ratio": uv.size_ratio,
             "flagged": [n for n, f in zip(names, uv.flagged) if f],
             "by_direction": [n for n, f in zip(names, uv.by_direction) if f],
             "by_outside": [n for n, f in zip(names, uv.by_outside) if f],
             "by_size": [n for n, f in zip(names, uv.by_size) if f],
+            "by_joint": [n for n, f in zip(names, uv.by_joint) if f],
         },
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
@@ -161,7 +165,14 @@ def _updates_sentence(det: dict) -> str:
             why = []
             if n in u["by_direction"]:
                 why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, agreement "
-                           f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}")
+                           f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}, "
+                           f"none of the shared direction (lower 95 % bound {u['agreement_bounds'][n]:.3f} <= 0)")
+            if n in u["by_joint"]:
+                cj = u["joint_cutoff"]
+                why.append(f"farther and elsewhere: direction score {_vs(u['direction_scores'][n], cj)} and size "
+                           f"score {_vs(u['size_scores'][n], cj)} both > {cj:.2f}, agreement "
+                           f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical <= 1/{rho:g}, update "
+                           f"{_vs(u['size_ratios'][n], rho)}x the typical size >= {rho:g}x")
             if n in u["by_outside"]:
                 why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                            f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
@@ -181,8 +192,15 @@ def _updates_sentence(det: dict) -> str:
             "Detection limit: a client is found only if its update's direction, or its share outside the "
             "shared row space, differs from the others' more than the benign clients' differ among "
             f"themselves (a score above {cut:.2f}, and an agreement at most 1/{rho:g} of the typical "
-            f"client's, or a share {rho:g}x the typical), or its update is {rho_s:g}x the typical size; "
-            "a contaminated client closer than that is not ruled out.")
+            "client's that carries none of the shared direction, or a share "
+            f"{rho:g}x the typical), or it is both as different and larger (both scores above "
+            f"{_joint(u)}, at least {rho:g}x the typical size), or its update is {rho_s:g}x the typical "
+            "size; a contaminated client closer than that is not ruled out.")
+
+
+def _joint(u) -> str:
+    cj = u.get("joint_cutoff")
+    return "the joint cutoff" if cj is None else f"{cj:.2f}"
 
 
 def _share(v) -> str:

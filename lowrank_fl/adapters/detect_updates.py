@@ -13,16 +13,31 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   ``d_m(j, k) = ||ΔW_mj/||ΔW_mj|| - ΔW_mk/||ΔW_mk|| ||_F = sqrt(2 - 2 cos)``, blind to how far a
   client moved. It enters the pooled statistic of :mod:`.detect` unchanged (median over the
   other clients, robust z across clients per module, averaged over modules, modified z-score
-  against the cutoff), with a materiality condition on agreement rather than distance: the
-  client's agreement with the others (its median cosine with them, mean over modules) is at most
-  ``1/ρ`` (``ρ = 1.2``) of the typical client's. Why not the distance ratio of the pooled rule:
+  against the cutoff). A direction flag alone needs two conditions of materiality, on the
+  client's *agreement* ``m_k`` (its median cosine with the others per module, mean over modules):
+  it is at most ``1/ρ`` (``ρ = 1.2``) of the typical client's, **and** it is not significantly
+  positive — the one-sided 95 % lower confidence bound ``m_k - t_{0.95, M-1} s_k / sqrt(M)``
+  (``s_k`` the standard deviation of the per-module agreements over the ``M`` modules, Student's
+  t; with one module the bound is ``m_k`` itself) is at most 0: the update *carries none* of the
+  federation's shared direction (an unrelated task, a reversed one, a sign flip). Why: a benign
+  variant of the task that two clients happen to share (a shorter copy segment in the
+  verifier's held-out sets) is as far from the rest in direction as a contaminated client
+  (scores 11.7 and 13.1 against c_10 = 7.62) but keeps part of the shared direction (agreement
+  0.40-0.47 of the typical, bound above 0), while every contaminated client of those sets that
+  is flagged by direction alone carries none. Why not the distance ratio of the pooled rule:
   distances between unit vectors concentrate near ``sqrt(2)`` when updates share little, so a
   client sharing *nothing* with a federation whose clients share 20 % of their direction is only
-  1.12 times as far as a typical one; and where they share 90 %, a benign client that trained
-  harder and shares 85 % is 1.22 times as far. Agreement measures what matters, the part of the
-  federation's direction a client carries: 0 against 0.2 is material, 0.85 against 0.9 is not. A
-  sign-flipped update has negative agreement. Where the typical agreement is not positive, there
-  is no shared direction to deviate from and direction flags nobody.
+  1.12 times as far as a typical one. Where the typical agreement is not positive, there is no
+  shared direction to deviate from and direction flags nobody.
+* **direction and size together** — a client that moved *farther* in a *different* direction:
+  both its direction score and its size score exceed the joint cutoff ``c'_K`` (the
+  ``1 - α/3`` quantile of ``max_k min(z_k, z'_k)`` for two independent sets of ``K`` i.i.d.
+  normal scores, at least 3.5 — :func:`joint_cutoff`), its agreement is at most ``1/ρ`` of the
+  typical and its update at least ``ρ`` times the typical size. Either piece of evidence alone
+  may be benign (a harder trainer is larger but agrees; a variant differs but is not larger);
+  both at once is what a client learning another task does (2.4-4.4 times the typical size in
+  the first benchmark's families), and two moderate scores are as unlikely under the null as
+  one extreme one.
 * **row-space share** — per module the share of each update outside the module's shared row
   space ``P_Â`` (``||ΔW_k (I - P_Â)|| / ||ΔW_k||``: CLAIR's model (3)-(4) per client, scale-free),
   pooled the same way, with the distance-ratio floor ``ρ`` on it.
@@ -36,33 +51,40 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   size. A scaled update (× 10, × 1e3, × 1e6) is flagged; an honest client with three times the
   steps or the learning rate is not. It is a stated policy, not a derived level.
 
-A client is flagged if any of the three holds. The statistics are monotone in how far out a
+A client is flagged if any of the four holds. The statistics are monotone in how far out a
 client is: scaling one client's update up raises its size score and ratio and leaves every
-direction unchanged, so a client farther out is never less flagged. Non-finite updates, and
+direction (and agreement) unchanged, so a client farther out is never less flagged. Non-finite updates, and
 norms overflowing float64, are refused (:func:`lowrank_fl.adapters.updates.check_gram`).
 
-The cutoff of each statistic is the pooled rule's ``c_K`` at level 1 %/3
-(:func:`rule_cutoff`: Bonferroni over the three, 1 % familywise for ``K`` exchangeable normal
-scores, at least 3.5); like the pooled rule, each flags at most half of the clients minus one,
+The cutoff of each single statistic is the pooled rule's ``c_K`` at level 1 %/3
+(:func:`rule_cutoff`: Bonferroni over direction, row space and size, 1 % familywise for ``K``
+exchangeable normal scores, at least 3.5); the joint event's cutoff is at level 1 %/3 as well,
+but its floor 3.5 binds for ``K >= 6``, where it adds at most 0.14 % under the null (Monte
+Carlo: 0.14 % at ``K = 6``, 0.07 % at 10, 0.02 % at 20); like the pooled rule, each flags at most half of the clients minus one,
 and the small-federation guard (:mod:`.guard`) keeps every decision a strict majority.
 """
 from __future__ import annotations
 
+import functools
 import numbers
 from typing import NamedTuple
 
 import numpy as np
 
 from ..validation import as_float_array, check_int
-from .detect import POOLED_ALPHA, POOLED_MIN_RATIO, pooled_ratios, pooled_scores, pooled_threshold, robust_z
+from .detect import (POOLED_ALPHA, POOLED_CUTOFF, POOLED_MIN_RATIO, pooled_ratios, pooled_scores,
+                     pooled_threshold, robust_z)
 from .updates import check_gram, direction_distances, unit_gram, update_norms
 
-__all__ = ["SIZE_RATIO", "UpdateEvidence", "update_evidence", "update_flags", "size_scores", "rule_cutoff",
-           "agreement_shares"]
+__all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "UpdateEvidence", "update_evidence", "update_flags",
+           "size_scores", "rule_cutoff", "joint_cutoff", "agreement_shares", "agreement_bounds"]
 
 #: an update at least this many times the typical client's norm (geometric mean over modules)
 #: is materially out (module docstring: honest unevenness up to 5x, a tenfold update caught)
 SIZE_RATIO = 5.0
+#: one-sided confidence of the lower bound on a client's agreement (module docstring)
+AGREEMENT_CONFIDENCE = 0.95
+_JOINT_DRAWS = 4_000_000       # normal values per cutoff: 200 000 draws of K at K <= 20
 
 
 class UpdateEvidence(NamedTuple):
@@ -74,7 +96,9 @@ class UpdateEvidence(NamedTuple):
     the shared row space (None where not given); ``size_scores``: modified z of ``ℓ_k``;
     ``size_ratios``: ``exp(ℓ_k - median ℓ)``; ``cutoff`` c (``inf`` below 3 clients);
     ``min_ratio`` ρ; ``size_ratio`` ρ_size; ``by_direction``, ``by_outside``, ``by_size``,
-    ``flagged`` bool."""
+    ``flagged`` bool; ``agreement_bounds``: the one-sided 95 % lower confidence bound of each
+    client's agreement (:func:`agreement_bounds`); ``joint_cutoff`` c′ (:func:`joint_cutoff`);
+    ``by_joint`` bool (direction and size together)."""
     direction_scores: np.ndarray
     agreement_ratios: np.ndarray
     outside_scores: np.ndarray | None
@@ -88,6 +112,9 @@ class UpdateEvidence(NamedTuple):
     by_outside: np.ndarray
     by_size: np.ndarray
     flagged: np.ndarray
+    agreement_bounds: np.ndarray
+    joint_cutoff: float
+    by_joint: np.ndarray
 
 
 def _grams(grams) -> np.ndarray:
@@ -125,14 +152,37 @@ def agreement_shares(grams) -> np.ndarray:
     cosine with the other clients' updates: how much of the typical client's agreement with the
     federation a client has (1 typical, 0 none, negative: it points away). NaN everywhere when
     the typical agreement is not positive (no shared direction to deviate from)."""
-    C = unit_gram(_grams(grams))                          # (modules, K, K) cosines
-    K = C.shape[-1]
-    off = np.where(np.eye(K, dtype=bool), np.nan, C)
-    m = np.nanmedian(off, axis=-1).mean(axis=0)           # (K,)
+    m = _module_agreements(_grams(grams)).mean(axis=0)   # (K,)
+    K = m.shape[0]
     typical = float(np.median(m))
     if not typical > 0:
         return np.full(K, np.nan)
     return m / typical
+
+
+def _module_agreements(G) -> np.ndarray:
+    """(modules, K): each client's median cosine with the other clients' updates, per module."""
+    C = unit_gram(G)
+    K = C.shape[-1]
+    return np.nanmedian(np.where(np.eye(K, dtype=bool), np.nan, C), axis=-1)
+
+
+def agreement_bounds(grams, confidence: float = AGREEMENT_CONFIDENCE) -> np.ndarray:
+    """(K,): the one-sided lower confidence bound of each client's agreement ``m_k`` (its median
+    cosine with the others, mean over the ``M`` modules): ``m_k - t_{confidence, M-1} s_k /
+    sqrt(M)`` with ``s_k`` the standard deviation of the per-module agreements (Student's t, the
+    modules taken as replicates); ``m_k`` itself for one module. A bound at most 0: the update
+    carries none of the federation's shared direction, as far as the modules can tell."""
+    from scipy import stats
+
+    if not 0.5 <= confidence < 1:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence!r}")
+    per = _module_agreements(_grams(grams))                            # (M, K)
+    M = per.shape[0]
+    m = per.mean(axis=0)
+    if M < 2:
+        return m
+    return m - stats.t.ppf(confidence, M - 1) * per.std(axis=0, ddof=1) / np.sqrt(M)
 
 
 def _positive(v, name):
@@ -147,6 +197,20 @@ def rule_cutoff(K: int) -> float:
     return pooled_threshold(K, POOLED_ALPHA / 3) if K >= 3 else np.inf
 
 
+@functools.lru_cache(maxsize=64)
+def joint_cutoff(K: int) -> float:
+    """``c′_K``: the ``1 - α/3`` quantile (``α`` = 1 %) of ``max_k min(z_k, z′_k)`` for two
+    independent sets of ``K`` i.i.d. normal values' modified z-scores (Monte Carlo, seed 0), at
+    least 3.5 (the floor binds from ``K = 4``); ``inf`` below 3 clients."""
+    K = check_int(K, "K", minimum=2)
+    if K < 3:
+        return np.inf
+    rng = np.random.default_rng(0)
+    z = robust_z(rng.standard_normal((2, min(200_000, _JOINT_DRAWS // K), K)), axis=-1)
+    q = float(np.quantile(np.minimum(z[0], z[1]).max(axis=-1), 1.0 - POOLED_ALPHA / 3))
+    return max(q, POOLED_CUTOFF)
+
+
 def update_evidence(grams, outside=None, cutoff: float | None = None,
                     min_ratio: float = POOLED_MIN_RATIO, size_ratio: float = SIZE_RATIO) -> UpdateEvidence:
     """The update rule (module docstring) on per-module Gram matrices ``grams`` (modules, K, K)
@@ -154,8 +218,9 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     each update's share outside the module's shared row space ``outside`` (modules, K)
     (:func:`lowrank_fl.adapters.updates.outside_shares`).
 
-    ``cutoff``: the modified z-score a flag needs (default :func:`rule_cutoff`; ``inf`` flags
-    nobody); ``min_ratio`` ρ and ``size_ratio`` ρ_size: the materiality floors (0 turns one off)."""
+    ``cutoff``: the modified z-score a single statistic's flag needs (default :func:`rule_cutoff`;
+    ``inf`` flags nobody, the joint flag included; the joint flag keeps :func:`joint_cutoff`);
+    ``min_ratio`` ρ and ``size_ratio`` ρ_size: the materiality floors (0 turns one off)."""
     G = _grams(grams)
     K = check_int(G.shape[-1], "K", minimum=2)
     min_ratio = _positive(min_ratio, "min_ratio")
@@ -169,8 +234,12 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     Rd = agreement_shares(G)
     Ms, Rs = size_scores(G)
     # materially out: it agrees with the others at most 1/ρ as much as the typical client does
-    by_dir = (Md > cutoff) & (np.nan_to_num(Rd, nan=np.inf) <= (1.0 / min_ratio if min_ratio > 0 else np.inf))
+    less = np.nan_to_num(Rd, nan=np.inf) <= (1.0 / min_ratio if min_ratio > 0 else np.inf)
+    lower = agreement_bounds(G)
+    by_dir = (Md > cutoff) & less & (lower <= 0)          # ... and carries none of the shared direction
     by_size = (Ms > cutoff) & (Rs >= size_ratio)
+    cj = joint_cutoff(K) if np.isfinite(cutoff) else np.inf
+    by_joint = (np.minimum(Md, Ms) > cj) & less & (Rs >= min_ratio)
     Mo = Ro = None
     by_out = np.zeros(K, bool)
     if outside is not None:
@@ -183,7 +252,7 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
         _, Ro = _log_ratios(o)
         by_out = (Mo > cutoff) & (Ro >= min_ratio)
     return UpdateEvidence(Md, Rd, Mo, Ro, Ms, Rs, float(cutoff), min_ratio, size_ratio, by_dir, by_out,
-                          by_size, by_dir | by_out | by_size)
+                          by_size, by_dir | by_out | by_size | by_joint, lower, float(cj), by_joint)
 
 
 def update_flags(grams, outside=None, **kwargs) -> np.ndarray:

@@ -31,6 +31,11 @@ benchmark lacked:
   the update ×4 over ``alpha / r`` and a client with 3× the learning rate diverged (update norm
   186 against 10-20, own accuracy 0.15).
 
+* ``"llama-uneven"``, ``"gpt2-uneven"``: the first benchmark's tasks (fresh data every step, so
+  the benign clients share a direction) with uneven training (a third ×3 steps, a third ×3
+  learning rate), ``K`` = 8 or 10, 0-3 contaminated: a family far from the update rule's design
+  (added after it, to report it on), where the honest clients' sizes are bimodal;
+
 and ``"llama"``, ``"gpt2"``, ``"sec8"`` are the first benchmark's families (fresh data every step,
 even training: :func:`lowrank_fl.nn.trained_sets.TrainedSetSettings.for_base` with drawn ``K``,
 contamination and heterogeneity).
@@ -44,12 +49,14 @@ import numpy as np
 from ..validation import as_generator
 from .trained_sets import TrainedSetSettings
 
-__all__ = ["FAMILIES", "REALISTIC", "PERSONAL", "family_settings", "benign_fedavg"]
+__all__ = ["FAMILIES", "REALISTIC", "PERSONAL", "UNEVEN", "family_settings", "benign_fedavg"]
 
 REALISTIC = ("llama-federated", "gpt2-federated", "llama-collab", "gpt2-collab")
 #: families where the benign clients' own adapters beat their FedAvg (the no-harm check)
 PERSONAL = ("llama-personal", "gpt2-personal")
-FAMILIES = REALISTIC + PERSONAL + ("llama", "gpt2", "sec8")
+#: the first families' tasks with uneven training (reported on, never used to choose a rule)
+UNEVEN = ("llama-uneven", "gpt2-uneven")
+FAMILIES = REALISTIC + PERSONAL + UNEVEN + ("llama", "gpt2", "sec8")
 _PERSONAL_CONTAMINATION = (("reverse",), ("shift",), ("reverse", "shift"))
 
 
@@ -68,6 +75,11 @@ def family_settings(family: str, seed: int) -> TrainedSetSettings:
         K = _pick(rng, (6, 8, 10))
         return TrainedSetSettings.for_base(base, n_clients=K, n_contaminated=_pick(rng, (0, 1, 2, 3)),
                                            heterogeneous=bool(_pick(rng, (True, False))), seed=int(seed))
+    if family.endswith("-uneven"):
+        K = _pick(rng, (8, 10))
+        return TrainedSetSettings.for_base(base, n_clients=K, n_contaminated=_pick(rng, (0, 1, 2, 3)),
+                                           heterogeneous=bool(_pick(rng, (True, False))), uneven=3.0,
+                                           seed=int(seed))
     if family.endswith("-collab"):
         K = _pick(rng, (8, 10))
         return TrainedSetSettings(base=base, n_clients=K, n_contaminated=_pick(rng, (0, 1, 2)),
