@@ -352,3 +352,66 @@ def test_the_summary_and_sentence_name_the_joint_evidence():
     clean = aggregate_factors(_variant_federation(variant=(4, 5)), ModuleOptions(output_dtype="float64"))
     text = detection_sentence(clean.summary["detection"])
     assert "no client stands out" in text and "carries none of the shared direction" in text and "3.50" in text
+
+
+def _opposed_federation(K=10, modules=6, q=24, p=20, r=3, bad=(7, 8, 9), away=0.5, bad_scale=3.0, seed=0):
+    """Common init; one task; uneven training (clients 3-6 move 3x as far); ``bad`` clients learn
+    another task that undoes part of the shared one (B = B_c - away B*), at the size of the
+    clients that trained harder."""
+    rng = np.random.default_rng(seed)
+    out = {f"c{k}": {} for k in range(K)}
+    for m in range(modules):
+        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
+        Bs, Bc = rng.standard_normal((q, r)), rng.standard_normal((q, r))
+        for k in range(K):
+            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
+            B = (Bc - away * Bs) if k in bad else Bs
+            B = (B + 0.8 * rng.standard_normal((q, r))) * (3.0 if 3 <= k <= 6 else bad_scale if k in bad else 1.0)
+            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B, 2.0)
+    return out
+
+
+def test_shortfall_bounds_are_students_upper_bound_with_bonferroni():
+    from scipy import stats
+
+    from lowrank_fl.adapters.detect_updates import shortfall_bounds
+
+    f = _opposed_federation()
+    names = list(f)
+    K = len(names)
+    per = []
+    for m in f[names[0]]:                            # cosines from the dense updates
+        U = np.array([(_dense(f[n])[m] / np.linalg.norm(_dense(f[n])[m])).ravel() for n in names])
+        C = U @ U.T
+        per.append([np.median(np.delete(C[k], k)) for k in range(K)])
+    diff = np.array(per) - np.median(per, axis=1, keepdims=True)
+    M = diff.shape[0]
+    want = diff.mean(0) + stats.t.ppf(1 - 0.05 / K, M - 1) * diff.std(0, ddof=1) / np.sqrt(M)
+    np.testing.assert_allclose(shortfall_bounds(_grams(f)), want, rtol=1e-9, atol=1e-12)
+    assert np.all(np.isinf(shortfall_bounds(_grams(f)[:1])))        # one module: nothing significant
+    with pytest.raises(ValueError, match="alpha"):
+        shortfall_bounds(_grams(f), alpha=0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_clients_pointing_away_from_the_shared_direction_are_flagged_as_opposed(seed):
+    ev = update_evidence(_grams(_opposed_federation(seed=seed)))
+    assert list(np.flatnonzero(ev.by_opposed)) == [7, 8, 9]
+    assert np.all(ev.agreement_ratios[[7, 8, 9]] <= 0) and np.all(ev.shortfall_bounds[[7, 8, 9]] < 0)
+    assert list(np.flatnonzero(ev.flagged)) == [7, 8, 9]     # the harder trainers 3-6 are not
+    # the same clients at the typical size are still opposed: the flag is blind to size
+    ev1 = update_evidence(_grams(_opposed_federation(seed=seed, bad_scale=1.0)))
+    np.testing.assert_allclose(ev1.shortfall_bounds, ev.shortfall_bounds, rtol=1e-9, atol=1e-12)
+    assert list(np.flatnonzero(ev1.by_opposed)) == [7, 8, 9]
+
+
+def test_no_shared_direction_means_nobody_is_opposed():
+    # updates dominated by each client's own noise: the typical agreement is about 0, and a benign
+    # client whose agreement falls below 0 by chance is not significantly short of it
+    chance = 0
+    for seed in range(8):
+        f = _variant_federation(noise=20.0, seed=seed)
+        ev = update_evidence(_grams(f))
+        assert not ev.by_opposed.any() and not ev.flagged.any()
+        chance += int(np.sum(ev.agreement_ratios <= 0))      # below 0 by chance, not significant
+    assert chance >= 3

@@ -19,7 +19,8 @@ set (8) was not (:mod:`.guard`);
 ``updates`` — the update rule's evidence (:mod:`.detect_updates`), always: per client the
 direction score and agreement ratio, the lower confidence bound of its agreement, the size score
 and norm ratio, the cutoffs (single and joint), both floors, whom it flags and on which evidence
-(``by_direction``, ``by_outside``, ``by_size``, ``by_joint``: direction and size together).
+(``by_direction``, ``by_outside``, ``by_size``, ``by_joint``: direction and size together,
+``by_opposed``: significantly pointing away from a shared direction, with ``shortfall_bounds``).
 """
 from __future__ import annotations
 
@@ -107,6 +108,7 @@ def detection_summary(results, names, rule: str) -> dict:
             "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
             "outside_ratios": dict(zip(names, uv.outside_ratios.tolist())),
             "agreement_bounds": dict(zip(names, uv.agreement_bounds.tolist())),
+            "shortfall_bounds": dict(zip(names, uv.shortfall_bounds.tolist())),
             "size_scores": dict(zip(names, uv.size_scores.tolist())),
             "size_ratios": dict(zip(names, uv.size_ratios.tolist())),
             "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
@@ -117,6 +119,7 @@ def detection_summary(results, names, rule: str) -> dict:
             "by_outside": [n for n, f in zip(names, uv.by_outside) if f],
             "by_size": [n for n, f in zip(names, uv.by_size) if f],
             "by_joint": [n for n, f in zip(names, uv.by_joint) if f],
+            "by_opposed": [n for n, f in zip(names, uv.by_opposed) if f],
         },
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
@@ -173,6 +176,10 @@ def _updates_sentence(det: dict) -> str:
                            f"score {_vs(u['size_scores'][n], cj)} both > {cj:.2f}, agreement "
                            f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical <= 1/{rho:g}, update "
                            f"{_vs(u['size_ratios'][n], rho)}x the typical size >= {rho:g}x")
+            if n in u["by_opposed"]:
+                why.append(f"opposed to the shared direction: agreement {u['agreement_ratios'][n]:.2f} of the "
+                           f"typical client's <= 0, its shortfall significant (upper bound "
+                           f"{u['shortfall_bounds'][n]:.3g} < 0 at 5 % over the clients)")
             if n in u["by_outside"]:
                 why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                            f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
@@ -194,8 +201,9 @@ def _updates_sentence(det: dict) -> str:
             f"themselves (a score above {cut:.2f}, and an agreement at most 1/{rho:g} of the typical "
             "client's that carries none of the shared direction, or a share "
             f"{rho:g}x the typical), or it is both as different and larger (both scores above "
-            f"{_joint(u)}, at least {rho:g}x the typical size), or its update is {rho_s:g}x the typical "
-            "size; a contaminated client closer than that is not ruled out.")
+            f"{_joint(u)}, at least {rho:g}x the typical size), or it significantly points away from a "
+            f"direction the others share, or its update is {rho_s:g}x the typical size; a contaminated "
+            "client closer than that is not ruled out.")
 
 
 def _joint(u) -> str:
