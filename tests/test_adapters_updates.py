@@ -420,3 +420,19 @@ def test_no_shared_direction_means_nobody_is_opposed():
         assert not ev.by_opposed.any() and not ev.flagged.any()
         chance += int(np.sum(ev.agreement_ratios <= 0))      # below 0 by chance, not significant
     assert chance >= 3
+
+
+def test_row_space_share_flags_only_a_client_mostly_outside_the_shared_row_space():
+    G = _grams(_federation())
+    rng = np.random.default_rng(5)
+    base = 0.30 + 0.01 * rng.standard_normal((3, 10))          # (modules, K) shares
+    harder = base.copy()
+    harder[:, [0, 1]] = 0.43                                   # more of its own noise outside
+    ev = update_evidence(G, harder)
+    assert np.all(ev.outside_scores[[0, 1]] > ev.cutoff) and np.all(ev.outside_ratios[[0, 1]] >= 1.2)
+    assert not ev.by_outside.any() and not ev.flagged.any()    # but most of it is inside
+    for share, flagged in ((0.70, False), (0.72, True), (0.93, True)):   # the 1/sqrt(2) boundary
+        other = base.copy()
+        other[:, 9] = share
+        ev = update_evidence(G, other)
+        assert bool(ev.by_outside[9]) is flagged and list(np.flatnonzero(ev.by_outside)) == ([9] if flagged else [])
