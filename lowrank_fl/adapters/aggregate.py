@@ -65,9 +65,8 @@ CLIENT_RULES = ("per-module", "majority", "any", "pooled", "updates")
 #: :mod:`lowrank_fl.nn.trained_families` need (common LoRA init, few noisy examples, uneven
 #: training: README, "Detection on trained adapters")
 DEFAULT_CLIENT_RULE = "updates"
-#: the default of :attr:`ModuleOptions.clip`: 5 times the median norm (above any honest
-#: unevenness the update rule admits, :data:`lowrank_fl.adapters.detect_updates.SIZE_RATIO`)
-CLIP = 5.0
+#: the default of :attr:`ModuleOptions.clip`: the update rule's size floor
+CLIP = detect_updates.SIZE_RATIO
 _SV_RTOL = 1e-12
 
 
@@ -93,7 +92,7 @@ class ModuleOptions:
     #: :func:`lowrank_fl.adapters.robust.default_f`)
     byzantine: int | None = None
     #: CLAIR: the solve of (7) (and the sets (8)) see each update clipped to this many times the
-    #: module's median update norm (:data:`CLIP`, above the update rule's size floor): a client
+    #: module's median update norm, the update rule's size floor (:data:`SIZE_RATIO`): a client
     #: sending a scaled update would otherwise own ``P_Â`` (the row-space evidence of every other
     #: client is measured against it) and the solver's conditioning (one solve took 155 s instead
     #: of 1 s with an update scaled by 1e6). Every federation whose updates are within that factor

@@ -184,9 +184,8 @@ def _updates_sentence(det: dict) -> str:
                 why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                            f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
             if n in u["by_size"]:
-                cj = u["joint_cutoff"]
                 why.append(f"update {u['size_ratios'][n]:.3g}x the typical size (>= {rho_s:g}x, size "
-                           f"score {_vs(u['size_scores'][n], cj)} > {cj:.2f})")
+                           f"score {_vs(u['size_scores'][n], cut)} > {cut:.2f})")
             parts.append(f"{n} (" + "; ".join(why) + ")")
         return (f"flagged {', '.join(det['flagged'])} by the update rule over all modules: "
                 + ", ".join(parts) + "; their updates are left out of what the others receive.")
