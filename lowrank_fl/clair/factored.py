@@ -144,11 +144,14 @@ def _inner(D, X: _Affine, Y: _Affine) -> float:
 
 
 def _gram(D, X: _Affine) -> np.ndarray:
-    """``X^T X`` (p, p) from the structure."""
-    C = D.weighted_gram(X.a * X.a)
+    """``X^T X`` (p, p) from the structure (``D``'s own Gram, shared with
+    :attr:`PairContrasts.op_norm`, when ``X = D``: a cold start's first SVT)."""
     m = X.U.shape[2]
+    if not m and np.all(X.a == 1.0):
+        return D.gram.copy()
+    C = D.weighted_gram(X.a * X.a)
     if m:
-        cross = D.apply_t(X.U * X.a[:, None, None]) @ X.V.T
+        cross = D.apply_t(X.U, X.a) @ X.V.T
         Uf = X.U.reshape(-1, m)
         C += cross + cross.T + X.V @ (Uf.T @ Uf) @ X.V.T
     return C
@@ -192,19 +195,26 @@ def _svt(D, B: _Affine, tau):
     return _apply(D, B, V) * f, V, snew
 
 
-def _gram_operator(D, B: _Affine):
-    """``x -> B^T B x`` (p, m) as ``X^T (H (X x)) + P V^T x + V P^T x + V (U^T U) V^T x``
-    with ``H`` = :meth:`PairContrasts.client_gram` (K r × K r) and ``P = D^T diag(a) U``
-    (p × m) formed once: each product is a few dense BLAS calls of ``O((K r)^2 + K r p)``,
-    never the p × p Gram."""
-    K, r, p = D.X.shape
-    Xs = D.X.reshape(K * r, p)
+def _operator_pieces(D, B: _Affine):
+    """``(H, P, U^T U)`` of :func:`_gram_operator`: ``H`` = :meth:`PairContrasts.client_gram`
+    (K r × K r), ``P = D^T diag(a) U`` (p × m), ``U^T U`` (m × m; ``P``, ``U^T U`` None when
+    ``m = 0``)."""
     H = D.client_gram(B.a * B.a)
     m = B.U.shape[2]
-    if m:
-        P = D.apply_t(B.U * B.a[:, None, None])
-        Uf = B.U.reshape(D.n_pairs * D.q, m)
-        UtU = Uf.T @ Uf
+    if not m:
+        return H, None, None
+    Uf = B.U.reshape(D.n_pairs * D.q, m)
+    return H, D.apply_t(B.U, B.a), Uf.T @ Uf
+
+
+def _gram_operator(D, B: _Affine, pieces=None):
+    """``x -> B^T B x`` (p, m) as ``X^T (H (X x)) + P V^T x + V P^T x + V (U^T U) V^T x``
+    with the :func:`_operator_pieces` (given, or formed once): each product is a few dense BLAS
+    calls of ``O((K r)^2 + K r p)``, never the p × p Gram."""
+    K, r, p = D.X.shape
+    Xs = D.X.reshape(K * r, p)
+    H, P, UtU = _operator_pieces(D, B) if pieces is None else pieces
+    m = B.U.shape[2]
 
     def mm(x):
         x = x.reshape(p, -1)
@@ -217,12 +227,12 @@ def _gram_operator(D, B: _Affine):
     return scipy.sparse.linalg.LinearOperator((p, p), matvec=mm, matmat=mm, dtype=float)
 
 
-def _svt_partial(D, B: _Affine, tau, k_hint, v0):
+def _svt_partial(D, B: _Affine, tau, k_hint, v0, pieces=None):
     """``SVT(B; τ)`` from the eigenpairs of ``B^T B`` above ``τ^2`` found by Lanczos on the
     structured operator (:func:`lowrank_fl.clair.subspace.lanczos_above`): ``O(G h r + K r p)``
     per product instead of the ``O((K r)^2 p + p^3)`` Gram route; None (use the Gram route)
     when the threshold lies below more than ``p / 4`` values or ARPACK fails."""
-    found = lanczos_above(_gram_operator(D, B), D.p, tau * tau, k_hint, v0)
+    found = lanczos_above(_gram_operator(D, B, pieces), D.p, tau * tau, k_hint, v0)
     return None if found is None else _svt_parts(D, B, tau, *found)
 
 
@@ -305,40 +315,43 @@ def _singular_parts(UL, V):
     return np.matmul(UL, Q), V @ Q, np.sqrt(np.maximum(ev, 0.0))
 
 
-def _svt_block(D, B, tau, V_prev, rtol=1e-12, report=None):
+def _svt_block(D, B, tau, V_prev, rtol=1e-12, report=None, pieces=None):
     """``SVT(B; τ)`` by subspace iteration warm-started from ``V_prev``
     (:func:`lowrank_fl.clair.subspace.eigenpairs_above`); None when not established (then
     ``report["above"]``: how many values it last saw above ``τ``)."""
-    found = eigenpairs_above(_gram_operator(D, B).matmat, D.p, tau * tau, V_prev, rtol=rtol,
+    found = eigenpairs_above(_gram_operator(D, B, pieces).matmat, D.p, tau * tau, V_prev, rtol=rtol,
                              max_block=D.p // 4, report=report)
     return None if found is None else _svt_parts(D, B, tau, *found)
 
 
-def _svt_step(D, B, tau, svt, hint, V_last, rtol=1e-12):
+def _svt_step(D, B, tau, svt, hint, V_last, rtol=1e-12, pieces=None):
     """One SVT of ``B``: the block route (warm-started from ``V_last``) or the partial
-    (Lanczos) route when asked and possible, else the Gram route."""
+    (Lanczos) route when asked and possible, else the Gram route. ``pieces``: ``B``'s
+    :func:`_operator_pieces` when the caller has them."""
+    if svt in ("partial", "block") and pieces is None:
+        pieces = _operator_pieces(D, B)
     if svt == "block":
         seen = {}
-        parts = _svt_block(D, B, tau, V_last, rtol, seen)
+        parts = _svt_block(D, B, tau, V_last, rtol, seen, pieces)
         if parts is not None:
             return parts
         if seen.get("above", 0) > _LANCZOS_MAX_ABOVE:
             return _svt(D, B, tau)        # many values near τ: Lanczos would restart often
         hint = max(hint, seen.get("above", 0))
     if svt in ("partial", "block"):
-        parts = _svt_partial(D, B, tau, hint, start_vector(V_last, D.p))
+        parts = _svt_partial(D, B, tau, hint, start_vector(V_last, D.p), pieces)
         if parts is not None:
             return parts
     return _svt(D, B, tau)
 
 
-def _top_gram_eigenvalue(D, X: _Affine, V) -> float:
+def _top_gram_eigenvalue(D, X: _Affine, V, pieces=None) -> float:
     """The largest eigenvalue of ``X^T X``: from the p × p structured Gram (LAPACK) below
     ``p = 384``, else a Lanczos upper bound on the structured operator
     (:func:`~lowrank_fl.clair.subspace.top_eigenvalue_bound`, started from ``V``; at K = 100,
     r = 16 about 10x cheaper than forming the 1600 × 1600 Gram), the Gram if ARPACK fails."""
     if D.p >= _PARTIAL_AUTO_P:
-        top = top_eigenvalue_bound(_gram_operator(D, X), D.p, start_vector(V, D.p))
+        top = top_eigenvalue_bound(_gram_operator(D, X, pieces), D.p, start_vector(V, D.p))
         if top is not None:
             return top
     return top_eigenvalue(_gram(D, X))
@@ -353,7 +366,8 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     ``R`` itself, as on a formed residual (expanding ``B - L`` would leave errors of
     ``eps ||B||^2`` in ``||R||_op^2 ~ τ^2``)."""
     B = _Affine(1.0 - S.a, -S.U, S.V)
-    parts = _svt_step(D, B, tau, svt, hint, V_last)
+    pieces = _operator_pieces(D, B) if svt in ("partial", "block") else None
+    parts = _svt_step(D, B, tau, svt, hint, V_last, pieces=pieces)
     if parts is None:
         return None
     UL, V, snew = parts
@@ -361,6 +375,11 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     L_parts = _singular_parts(UL, V)
     DN = D.projected(V, Fw)
     R = _Affine(B.a, B.U, B.V - (V * Fw) @ (V.T @ B.V))                # R = B N on D N
+    if pieces is not None:
+        # R's operator on D N from B's: the same H (it depends on T and a only), U^T U, and
+        # (D N)^T diag(a) U = N P
+        H, P, UtU = pieces
+        pieces = (H, None if P is None else P - (V * Fw) @ (V.T @ P), UtU)
     rn2 = _sq_norms(DN, R)
     G = D.n_pairs
     # <R, D> = sum_g a_g <D_g N, D_g> + <U_g, D_g N^T V_B>
@@ -369,7 +388,7 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     if R.U.shape[2]:
         lin += float(np.einsum("ghm,ghm->", D.apply(R.V), R.U))
     lin *= w
-    gram_top = w * w * _top_gram_eigenvalue(DN, R, V)
+    gram_top = w * w * _top_gram_eigenvalue(DN, R, V, pieces)
     c, dual = dual_scale_from_summaries(w * w * rn2, lin, gram_top, np.full(G, w), lam_L,
                                         lam_S)
     UL, V, sig = L_parts
@@ -444,12 +463,19 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     # instead of one between (3k)- and (2k)-column combinations)
     S_prev, cy, g_SS, g_PS = None, (1.0, 0.0), None, None
     hint, V_last = S.V.shape[1], S.V
+    # a warm start at the same τ: the first L_y = SVT(D - S_init; τ) is init's L (its
+    # certificate's SVT of that very matrix, to 1e-12): the λ path and the final solve share λ_L
+    first = None
+    if init is not None and init.lam_L == lam_L and float(init.weights[0]) == w:
+        k0 = init.L_left.shape[2]
+        first = (init.L_left, init.Vt[:k0].T, init.singular_values[:k0])
     objs, gaps, gap_its = [], [], []
     status, cert, it = "max_iter", None, 0
     with np.errstate(over="ignore", invalid="ignore"):
         for it in range(1, max_iter + 1):
-            parts = _svt_step(D, _Affine(1.0 - y.a, -y.U, y.V), tau, svt, hint,
-                              V_last, _LOOP_RTOL)                                   # L_y = SVT(D - y)
+            parts = first if it == 1 and first is not None else _svt_step(
+                D, _Affine(1.0 - y.a, -y.U, y.V), tau, svt, hint, V_last,
+                _LOOP_RTOL)                                                         # L_y = SVT(D - y)
             if parts is None:
                 status = "diverged"
                 break

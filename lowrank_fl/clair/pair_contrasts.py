@@ -76,17 +76,39 @@ class PairContrasts:
         return pairs(self.n_clients)
 
     @cached_property
-    def _selectors(self):
-        """Sparse (K, G) 0/1 matrices summing a per-pair quantity over first / second members."""
+    def _selector(self):
+        """Sparse (K, 2G) 0/1 matrix summing per-pair rows over the pairs' members: column
+        ``2g`` is pair ``g``'s first member, ``2g + 1`` its second (the row order of a (G, 2, ...)
+        array reshaped to (2G, ...), so a pair-level product is summed without copying halves)."""
         K, G = self.n_clients, self.n_pairs
-        P = self.pairs
-        cols = np.arange(G)
-        return tuple(scipy.sparse.csr_matrix((np.ones(G), (P[:, i], cols)), shape=(K, G))
-                     for i in (0, 1))
+        return scipy.sparse.csr_matrix((np.ones(2 * G), (self.pairs.reshape(-1), np.arange(2 * G))),
+                                       shape=(K, 2 * G))
+
+    def _weighted_selector(self, w):
+        """:attr:`_selector` with pair ``g``'s two columns weighted by ``w_g`` (a (G,) weight
+        folded into the sum instead of a pass over the pair-level array)."""
+        E = self._selector
+        return scipy.sparse.csr_matrix((np.repeat(np.asarray(w, float), 2)[E.indices], E.indices,
+                                        E.indptr), shape=E.shape)
 
     @cached_property
     def _TtT(self) -> np.ndarray:
         return np.matmul(self.T.transpose(0, 2, 1), self.T)             # (G, 2r, 2r)
+
+    @cached_property
+    def _Tt(self) -> np.ndarray:
+        """``T_g^T`` (G, 2r, h), contiguous (a batched product with it is ~1.4x faster than
+        with the transposed view)."""
+        return np.ascontiguousarray(self.T.transpose(0, 2, 1))
+
+    @cached_property
+    def _gram_blocks(self):
+        """``T_g^T T_g``'s blocks, contiguous: the off-diagonal (G, r, r) and the two diagonal
+        ones as (2G, r r) in :attr:`_selector`'s row order."""
+        r = self.X.shape[1]
+        C = self._TtT
+        diag = np.stack([C[:, :r, :r], C[:, r:, r:]], axis=1).reshape(2 * self.n_pairs, r * r)
+        return np.ascontiguousarray(C[:, :r, r:]), diag
 
     @cached_property
     def client_products(self) -> np.ndarray:
@@ -106,9 +128,17 @@ class PairContrasts:
         return np.maximum(np.einsum("gab,gab->g", self._TtT, ZG), 0.0)
 
     @cached_property
+    def gram(self) -> np.ndarray:
+        """``D^T D`` (p, p) from the structure, read-only (kept: a cold start's first SVT and
+        :attr:`op_norm` both need it)."""
+        out = self.weighted_gram(np.ones(self.n_pairs))
+        out.flags.writeable = False
+        return out
+
+    @cached_property
     def op_norm(self) -> float:
         """``||D||_op`` (from the structured Gram)."""
-        return float(np.sqrt(top_eigenvalue(self.weighted_gram(np.ones(self.n_pairs)))))
+        return float(np.sqrt(top_eigenvalue(self.gram)))
 
     def projected(self, V, F) -> "PairContrasts":
         """The contrasts ``D N``, ``N = I - V diag(F) V^T`` for an orthonormal (p, k) ``V``: the
@@ -119,7 +149,7 @@ class PairContrasts:
         out = PairContrasts(T=self.T, X=self.X - np.matmul(XV * F, V.T))
         XVs = XV.reshape(self.X.shape[0] * self.X.shape[1], V.shape[1])
         out.__dict__["client_products"] = self.client_products - (XVs * (2.0 * F - F * F)) @ XVs.T
-        for name in ("pairs", "_selectors", "_TtT"):        # what depends on T and K only
+        for name in ("pairs", "_selector", "_TtT", "_Tt", "_gram_blocks"):  # T and K only
             out.__dict__[name] = getattr(self, name)
         return out
 
@@ -147,32 +177,30 @@ class PairContrasts:
             memo[key] = (W, out)
         return out
 
-    def apply_t(self, U) -> np.ndarray:
-        """``D^T U = sum_g D_g^T U_g`` (p, m) for a (G, h, m) ``U``."""
+    def apply_t(self, U, weights=None) -> np.ndarray:
+        """``D^T diag(w) U = sum_g w_g D_g^T U_g`` (p, m) for a (G, h, m) ``U`` (``w`` (G,),
+        default ones; folded into the per-client sums)."""
         K, r, p = self.X.shape
         G, m = self.n_pairs, U.shape[2]
-        Y = np.matmul(self.T.transpose(0, 2, 1), U)                     # (G, 2r, m)
-        E0, E1 = self._selectors
-        Cl = E0 @ np.ascontiguousarray(Y[:, :r]).reshape(G, r * m) \
-            + E1 @ np.ascontiguousarray(Y[:, r:]).reshape(G, r * m)     # (K, r m)
-        return self.X.reshape(K * r, p).T @ np.asarray(Cl).reshape(K * r, m)
+        Y = np.matmul(self._Tt, U).reshape(2 * G, r * m)                # T_g^T U_g halves
+        E = self._selector if weights is None else self._weighted_selector(weights)
+        return self.X.reshape(K * r, p).T @ np.asarray(E @ Y).reshape(K * r, m)
 
     def client_gram(self, a2) -> np.ndarray:
         """``H = sum_g a2_g E_g^T T_g^T T_g E_g`` (K r, K r), ``E_g`` selecting ``[X_j; X_k]``
-        from the stacked clients: ``D^T diag(a2) D = X^T H X`` (``X`` (K r, p) stacked)."""
+        from the stacked clients: ``D^T diag(a2) D = X^T H X`` (``X`` (K r, p) stacked). Exactly
+        symmetric (the (k, j) block is the transposed (j, k) block)."""
         K, r, p = self.X.shape
-        G = self.n_pairs
-        C = self._TtT * np.asarray(a2, float)[:, None, None]
+        a2 = np.asarray(a2, float)
+        off, diag = self._gram_blocks
         j, k = self.pairs[:, 0], self.pairs[:, 1]
-        Hb = np.zeros((K, K, r, r))
-        Hb[j, k] = C[:, :r, r:]
-        Hb[k, j] = C[:, r:, :r]
-        E0, E1 = self._selectors
-        diag = E0 @ np.ascontiguousarray(C[:, :r, :r]).reshape(G, r * r) \
-            + E1 @ np.ascontiguousarray(C[:, r:, r:]).reshape(G, r * r)
+        H = np.empty((K, r, K, r))                 # every block is written (all pairs, diagonal)
+        C = off * a2[:, None, None]
+        H[j, :, k, :] = C
+        H[k, :, j, :] = C.transpose(0, 2, 1)
         ar = np.arange(K)
-        Hb[ar, ar] = np.asarray(diag).reshape(K, r, r)
-        return Hb.transpose(0, 2, 1, 3).reshape(K * r, K * r)
+        H[ar, :, ar, :] = np.asarray(self._weighted_selector(a2) @ diag).reshape(K, r, r)
+        return H.reshape(K * r, K * r)
 
     def weighted_gram(self, a2) -> np.ndarray:
         """``D^T diag(a2) D = sum_g a2_g D_g^T D_g`` (p, p) for block weights ``a2`` (G,)."""
