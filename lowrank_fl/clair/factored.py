@@ -211,14 +211,13 @@ def _gram_operator(D, B: _Affine, pieces=None):
     """``x -> B^T B x`` (p, m) as ``X^T (H (X x)) + P V^T x + V P^T x + V (U^T U) V^T x``
     with the :func:`_operator_pieces` (given, or formed once): each product is a few dense BLAS
     calls of ``O((K r)^2 + K r p)``, never the p × p Gram."""
-    K, r, p = D.X.shape
-    Xs = D.X.reshape(K * r, p)
+    p = D.p
     H, P, UtU = _operator_pieces(D, B) if pieces is None else pieces
     m = B.U.shape[2]
 
     def mm(x):
         x = x.reshape(p, -1)
-        out = Xs.T @ (H @ (Xs @ x))
+        out = D.xt_product(H @ D.x_product(x))
         if m:
             Vx = B.V.T @ x
             out += P @ Vx + B.V @ (P.T @ x + UtU @ Vx)

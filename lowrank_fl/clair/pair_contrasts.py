@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import scipy.linalg.blas
 import scipy.sparse
 
 from ..validation import as_float_array
@@ -113,9 +114,32 @@ class PairContrasts:
     @cached_property
     def client_products(self) -> np.ndarray:
         """``X X^T`` (K r, K r) of the stacked client coordinates."""
-        K, r, p = self.X.shape
-        Xs = self.X.reshape(K * r, p)
+        Xs = self.X.reshape(-1, self.p)
         return Xs @ Xs.T
+
+    @cached_property
+    def _lower(self):
+        """The stacked (K r, p) ``X`` in Fortran order when it is square and lower triangular
+        (the reduction's CholeskyQR2 coordinates), else None: its products then take half the
+        flops (BLAS ``trmm``, ~1.6x faster at K r = p = 1600)."""
+        Xs = self.X.reshape(-1, self.p)
+        if Xs.shape[0] != Xs.shape[1] or Xs.shape[0] < 64 or np.triu(Xs, 1).any():
+            return None
+        return np.asfortranarray(Xs)
+
+    def x_product(self, W) -> np.ndarray:
+        """``X W`` (K r, m) of the stacked client coordinates and a (p, m) ``W``."""
+        L = self._lower
+        if L is None or not W.shape[1]:
+            return self.X.reshape(-1, self.p) @ W
+        return scipy.linalg.blas.dtrmm(1.0, L, W, lower=1)
+
+    def xt_product(self, Y) -> np.ndarray:
+        """``X^T Y`` (p, m) of the stacked client coordinates and a (K r, m) ``Y``."""
+        L = self._lower
+        if L is None or not Y.shape[1]:
+            return self.X.reshape(-1, self.p).T @ Y
+        return scipy.linalg.blas.dtrmm(1.0, L, Y, lower=1, trans_a=1)
 
     @cached_property
     def block_sq_norms(self) -> np.ndarray:
@@ -149,6 +173,7 @@ class PairContrasts:
         out = PairContrasts(T=self.T, X=self.X - np.matmul(XV * F, V.T))
         XVs = XV.reshape(self.X.shape[0] * self.X.shape[1], V.shape[1])
         out.__dict__["client_products"] = self.client_products - (XVs * (2.0 * F - F * F)) @ XVs.T
+        out.__dict__["_lower"] = None                                   # X N is full
         for name in ("pairs", "_selector", "_TtT", "_Tt", "_gram_blocks"):  # T and K only
             out.__dict__[name] = getattr(self, name)
         return out
@@ -167,7 +192,7 @@ class PairContrasts:
         hit = memo.get(key)
         if hit is not None and hit[0] is W:
             return hit[1]
-        XW = np.matmul(self.X, W)                                        # (K, r, m)
+        XW = self.x_product(W).reshape(self.X.shape[:2] + (W.shape[1],))   # (K, r, m)
         j, k = self.pairs[:, 0], self.pairs[:, 1]
         out = np.matmul(self.T, np.concatenate([XW[j], XW[k]], axis=1))
         out.flags.writeable = False
@@ -184,7 +209,7 @@ class PairContrasts:
         G, m = self.n_pairs, U.shape[2]
         Y = np.matmul(self._Tt, U).reshape(2 * G, r * m)                # T_g^T U_g halves
         E = self._selector if weights is None else self._weighted_selector(weights)
-        return self.X.reshape(K * r, p).T @ np.asarray(E @ Y).reshape(K * r, m)
+        return self.xt_product(np.asarray(E @ Y).reshape(K * r, m))
 
     def client_gram(self, a2) -> np.ndarray:
         """``H = sum_g a2_g E_g^T T_g^T T_g E_g`` (K r, K r), ``E_g`` selecting ``[X_j; X_k]``
