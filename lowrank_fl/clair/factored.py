@@ -94,9 +94,13 @@ def _zero(D: PairContrasts) -> _Affine:
 
 
 def _combine(c1, X: _Affine, c2, Y: _Affine) -> _Affine:
-    """``c1 X + c2 Y``."""
-    return _Affine(c1 * X.a + c2 * Y.a, np.concatenate([c1 * X.U, c2 * Y.U], axis=2),
-                   np.concatenate([X.V, Y.V], axis=1), _parts(X) + _parts(Y))
+    """``c1 X + c2 Y`` (the scaled left factors written straight into the combination's)."""
+    m1, m2 = X.U.shape[2], Y.U.shape[2]
+    U = np.empty(X.U.shape[:2] + (m1 + m2,))
+    np.multiply(X.U, c1, out=U[:, :, :m1])
+    np.multiply(Y.U, c2, out=U[:, :, m1:])
+    return _Affine(c1 * X.a + c2 * Y.a, U, np.concatenate([X.V, Y.V], axis=1),
+                   _parts(X) + _parts(Y))
 
 
 def _parts(X: _Affine) -> tuple:
@@ -117,12 +121,14 @@ def _apply(D, X: _Affine, W) -> np.ndarray:
     return out
 
 
-def _sq_norms(D, X: _Affine) -> np.ndarray:
+def _sq_norms(D, X: _Affine, minus: bool = False) -> np.ndarray:
     """``||X_g||_F^2`` (G,), clipped at 0 (the expansion cancels when a block nearly vanishes:
-    absolute error ~eps ||D_g||^2)."""
+    absolute error ~eps ||D_g||^2). ``minus``: of ``a_g D_g - U_g V^T`` instead (no negated
+    copy of ``U``)."""
     out = X.a * X.a * D.block_sq_norms
     if X.U.shape[2]:
-        out = out + 2.0 * X.a * np.einsum("ghm,ghm->g", _DV(D, X), X.U)
+        cross = 2.0 * X.a * np.einsum("ghm,ghm->g", _DV(D, X), X.U)
+        out = out - cross if minus else out + cross
         VtV = X.V.T @ X.V
         UV = X.U if np.allclose(VtV, np.eye(VtV.shape[0]), rtol=0, atol=1e-13) \
             else np.matmul(X.U, VtV)                                  # orthonormal V: U_g
@@ -364,7 +370,7 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     coordinates ``X_k N``) so that its block norms and Gram carry rounding errors relative to
     ``R`` itself, as on a formed residual (expanding ``B - L`` would leave errors of
     ``eps ||B||^2`` in ``||R||_op^2 ~ τ^2``)."""
-    B = _Affine(1.0 - S.a, -S.U, S.V)
+    B = _Affine(1.0 - S.a, S.U, -S.V)               # D - S (the sign on V: no copy of S.U)
     pieces = _operator_pieces(D, B) if svt in ("partial", "block") else None
     parts = _svt_step(D, B, tau, svt, hint, V_last, pieces=pieces)
     if parts is None:
@@ -473,17 +479,17 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     with np.errstate(over="ignore", invalid="ignore"):
         for it in range(1, max_iter + 1):
             parts = first if it == 1 and first is not None else _svt_step(
-                D, _Affine(1.0 - y.a, -y.U, y.V), tau, svt, hint, V_last,
+                D, _Affine(1.0 - y.a, y.U, -y.V), tau, svt, hint, V_last,
                 _LOOP_RTOL)                                                         # L_y = SVT(D - y)
             if parts is None:
                 status = "diverged"
                 break
             UL, V, _ = parts
             hint, V_last = V.shape[1], V
-            n = np.sqrt(_sq_norms(D, _Affine(np.ones(G), -UL, V)))  # ||D_g - L_g||
+            n = np.sqrt(_sq_norms(D, _Affine(np.ones(G), UL, V), minus=True))  # ||D_g - L_g||
             with np.errstate(divide="ignore"):
                 f = np.where(n > theta, 1.0 - theta / n, 0.0)
-            Sn = _Affine(f, -UL * f[:, None, None], V)                 # BST(D - L_y; θ)
+            Sn = _Affine(f, UL * (-f)[:, None, None], V)               # BST(D - L_y; θ)
             mom_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * mom * mom))
             beta = (mom - 1.0) / mom_n
             # gradient restart: <y - S⁺, S⁺ - S> > 0 means the momentum points uphill

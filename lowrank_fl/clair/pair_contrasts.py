@@ -143,13 +143,18 @@ class PairContrasts:
 
     @cached_property
     def block_sq_norms(self) -> np.ndarray:
-        """``||D_g||_F^2`` (G,), as ``tr(T_g^T T_g Z_g Z_g^T)`` with ``Z_g = [X_j; X_k]``."""
+        """``||D_g||_F^2`` (G,), as ``tr(T_g^T T_g Z_g Z_g^T)`` with ``Z_g = [X_j; X_k]``: the
+        two diagonal blocks' products plus twice the off-diagonal one's (both factors are
+        symmetric), from :attr:`_gram_blocks` and the clients' (K r × K r) products."""
         K, r, p = self.X.shape
-        XX = self.client_products.reshape(K, r, K, r).transpose(0, 2, 1, 3)     # (K, K, r, r)
-        j, k = self.pairs[:, 0], self.pairs[:, 1]
-        ZG = np.concatenate([np.concatenate([XX[j, j], XX[j, k]], axis=2),
-                             np.concatenate([XX[k, j], XX[k, k]], axis=2)], axis=1)
-        return np.maximum(np.einsum("gab,gab->g", self._TtT, ZG), 0.0)
+        G = self.n_pairs
+        XX = self.client_products.reshape(K, r, K, r)
+        ar = np.arange(K)
+        off, diag = self._gram_blocks
+        XXd = XX[ar, :, ar, :].reshape(K, r * r)[self.pairs.reshape(-1)]           # (2G, r r)
+        d = np.einsum("gi,gi->g", diag.reshape(G, 2 * r * r), XXd.reshape(G, 2 * r * r))
+        o = np.einsum("gab,gab->g", off, XX[self.pairs[:, 0], :, self.pairs[:, 1], :])
+        return np.maximum(d + 2.0 * o, 0.0)
 
     @cached_property
     def gram(self) -> np.ndarray:
