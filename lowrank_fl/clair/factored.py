@@ -136,13 +136,19 @@ def _sq_norms(D, X: _Affine, minus: bool = False) -> np.ndarray:
     return np.maximum(out, 0.0)
 
 
-def _inner(D, X: _Affine, Y: _Affine) -> float:
-    """``<X, Y>`` (Frobenius, all blocks)."""
+def _uq(D, X: _Affine) -> np.ndarray:
+    """``<U_g, D_g V>`` (G,): what :func:`_inner` needs of ``X``'s pair-level factor."""
+    return np.einsum("ghm,ghm->g", _DV(D, X), X.U)
+
+
+def _inner(D, X: _Affine, Y: _Affine, qX=None, qY=None) -> float:
+    """``<X, Y>`` (Frobenius, all blocks); ``qX``, ``qY``: their :func:`_uq` when known (each
+    FISTA iterate enters three inner products)."""
     out = float(X.a * Y.a @ D.block_sq_norms)
     if Y.U.shape[2]:
-        out += float(np.einsum("g,ghm,ghm->", X.a, _DV(D, Y), Y.U))
+        out += float(X.a @ (_uq(D, Y) if qY is None else qY))
     if X.U.shape[2]:
-        out += float(np.einsum("g,ghm,ghm->", Y.a, _DV(D, X), X.U))
+        out += float(Y.a @ (_uq(D, X) if qX is None else qX))
         if Y.U.shape[2]:       # sum_g <X_U_g X_V^T, Y_U_g Y_V^T> as one product of the stacks
             UU = X.U.reshape(-1, X.U.shape[2]).T @ Y.U.reshape(-1, Y.U.shape[2])
             out += float(np.sum(UU * (X.V.T @ Y.V)))
@@ -467,6 +473,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     # (<S, S> and <S_prev, S> carried from the last iteration: two narrow products per step
     # instead of one between (3k)- and (2k)-column combinations)
     S_prev, cy, g_SS, g_PS = None, (1.0, 0.0), None, None
+    q_S = q_P = None                                    # their _uq, carried like the products
     hint, V_last = S.V.shape[1], S.V
     # a warm start at the same τ: the first L_y = SVT(D - S_init; τ) is init's L (its
     # certificate's SVT of that very matrix, to 1e-12): the λ path and the final solve share λ_L
@@ -493,10 +500,11 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
             mom_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * mom * mom))
             beta = (mom - 1.0) / mom_n
             # gradient restart: <y - S⁺, S⁺ - S> > 0 means the momentum points uphill
-            g_SN, g_NN = _inner(D, S, Sn), _inner(D, Sn, Sn)
+            q_N = _uq(D, Sn) if Sn.U.shape[2] else None
+            g_SN, g_NN = _inner(D, S, Sn, q_S, q_N), _inner(D, Sn, Sn, q_N, q_N)
             restart = False
             if cy[1]:
-                g_PN = _inner(D, S_prev, Sn)
+                g_PN = _inner(D, S_prev, Sn, q_P, q_N)
                 restart = (cy[0] * g_SN + cy[1] * g_PN) - (cy[0] * g_SS + cy[1] * g_PS) \
                     - g_NN + g_SN > 0
             if restart or beta <= 0:
@@ -504,6 +512,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
             else:
                 mom, y, cy = mom_n, _combine(1.0 + beta, Sn, -beta, S), (1.0 + beta, -beta)
             S_prev, S, g_PS, g_SS = S, Sn, g_SN, g_NN
+            q_P, q_S = q_S, q_N
             if it % check_every == 0 or it == max_iter:
                 cert = _certify(D, S, w, lam_L, lam_S, tau, svt, hint, V_last)
                 if cert is None or not np.isfinite(cert[0]):
