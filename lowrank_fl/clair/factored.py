@@ -81,12 +81,15 @@ _PARTIAL_MIN_P = 48
 class _Affine(NamedTuple):
     """``diag(a) D + U V^T`` blockwise: ``a_g D_g + U_g V^T``; a (G,), U (G, h, m), V (p, m).
     ``parts``: the bases whose concatenation is ``V`` (a combination's), so that ``D V`` is
-    assembled from products :meth:`PairContrasts.apply` remembers."""
+    assembled from products :meth:`PairContrasts.apply` remembers; ``uparts``: likewise
+    ``(c_i, U_i)`` with ``U = [c_1 U_1, c_2 U_2, ...]`` (``D^T diag(w) U`` from the
+    ``T_g^T U_i`` that :meth:`PairContrasts.apply_t` remembers)."""
 
     a: np.ndarray
     U: np.ndarray
     V: np.ndarray
     parts: tuple | None = None
+    uparts: tuple | None = None
 
 
 def _zero(D: PairContrasts) -> _Affine:
@@ -100,7 +103,12 @@ def _combine(c1, X: _Affine, c2, Y: _Affine) -> _Affine:
     np.multiply(X.U, c1, out=U[:, :, :m1])
     np.multiply(Y.U, c2, out=U[:, :, m1:])
     return _Affine(c1 * X.a + c2 * Y.a, U, np.concatenate([X.V, Y.V], axis=1),
-                   _parts(X) + _parts(Y))
+                   _parts(X) + _parts(Y), tuple((c1 * c, u) for c, u in _uparts(X))
+                   + tuple((c2 * c, u) for c, u in _uparts(Y)))
+
+
+def _uparts(X: _Affine) -> tuple:
+    return X.uparts if X.uparts is not None else ((1.0, X.U),)
 
 
 def _parts(X: _Affine) -> tuple:
@@ -216,7 +224,12 @@ def _operator_pieces(D, B: _Affine):
     if not m:
         return H, None, None
     Uf = B.U.reshape(D.n_pairs * D.q, m)
-    return H, D.apply_t(B.U, B.a), Uf.T @ Uf
+    if B.uparts is None:
+        P = D.apply_t(B.U, B.a)
+    else:               # the iterates' pair-level products, remembered across the two SVTs
+        P = np.concatenate([c * D.apply_t(u, B.a, remember=True) for c, u in B.uparts
+                            if u.shape[2]], axis=1)
+    return H, P, Uf.T @ Uf
 
 
 def _gram_operator(D, B: _Affine, pieces=None):
@@ -376,7 +389,7 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     coordinates ``X_k N``) so that its block norms and Gram carry rounding errors relative to
     ``R`` itself, as on a formed residual (expanding ``B - L`` would leave errors of
     ``eps ||B||^2`` in ``||R||_op^2 ~ τ^2``)."""
-    B = _Affine(1.0 - S.a, S.U, -S.V)               # D - S (the sign on V: no copy of S.U)
+    B = _Affine(1.0 - S.a, S.U, -S.V, None, _uparts(S))   # D - S (the sign on V: no copy of U)
     pieces = _operator_pieces(D, B) if svt in ("partial", "block") else None
     parts = _svt_step(D, B, tau, svt, hint, V_last, pieces=pieces)
     if parts is None:
@@ -486,7 +499,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     with np.errstate(over="ignore", invalid="ignore"):
         for it in range(1, max_iter + 1):
             parts = first if it == 1 and first is not None else _svt_step(
-                D, _Affine(1.0 - y.a, y.U, -y.V), tau, svt, hint, V_last,
+                D, _Affine(1.0 - y.a, y.U, -y.V, None, _uparts(y)), tau, svt, hint, V_last,
                 _LOOP_RTOL)                                                         # L_y = SVT(D - y)
             if parts is None:
                 status = "diverged"

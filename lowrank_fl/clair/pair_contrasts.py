@@ -19,6 +19,8 @@ __all__ = ["PairContrasts"]
 
 # what PairContrasts.apply remembers (bytes)
 _MEMO_BYTES = 256 * 2**20
+# what PairContrasts.apply_t remembers of its pair-level products (bytes)
+_MEMO_T_BYTES = 128 * 2**20
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,12 +209,25 @@ class PairContrasts:
             memo[key] = (W, out)
         return out
 
-    def apply_t(self, U, weights=None) -> np.ndarray:
+    def apply_t(self, U, weights=None, remember: bool = False) -> np.ndarray:
         """``D^T diag(w) U = sum_g w_g D_g^T U_g`` (p, m) for a (G, h, m) ``U`` (``w`` (G,),
-        default ones; folded into the per-client sums)."""
+        default ones; folded into the per-client sums).
+
+        ``remember``: keep the pair-level product ``T_g^T U_g`` of this ``U`` (the last few,
+        about 128 MB at most, keyed by identity; ``U`` must not change in place): a solver's
+        iterate enters the operators of two SVTs with different weights."""
         K, r, p = self.X.shape
         G, m = self.n_pairs, U.shape[2]
-        Y = np.matmul(self._Tt, U).reshape(2 * G, r * m)                # T_g^T U_g halves
+        memo = self.__dict__.setdefault("_apply_t_memo", {}) if remember else None
+        hit = None if memo is None else memo.get(id(U))
+        if hit is not None and hit[0] is U:
+            Y = hit[1]
+        else:
+            Y = np.matmul(self._Tt, U).reshape(2 * G, r * m)            # T_g^T U_g halves
+            if memo is not None and Y.nbytes <= _MEMO_T_BYTES:
+                while memo and sum(v[1].nbytes for v in memo.values()) + Y.nbytes > _MEMO_T_BYTES:
+                    memo.pop(next(iter(memo)))
+                memo[id(U)] = (U, Y)
         E = self._selector if weights is None else self._weighted_selector(weights)
         return self.xt_product(np.asarray(E @ Y).reshape(K * r, m))
 
