@@ -83,32 +83,55 @@ class _Affine(NamedTuple):
     ``parts``: the bases whose concatenation is ``V`` (a combination's), so that ``D V`` is
     assembled from products :meth:`PairContrasts.apply` remembers; ``uparts``: likewise
     ``(c_i, U_i)`` with ``U = [c_1 U_1, c_2 U_2, ...]`` (``D^T diag(w) U`` from the
-    ``T_g^T U_i`` that :meth:`PairContrasts.apply_t` remembers)."""
+    ``T_g^T U_i`` that :meth:`PairContrasts.apply_t` remembers); a combination leaves ``U``
+    None (never written out: :func:`_left` when a fallback needs it). ``UtU``: ``U^T U``
+    (m × m) when known."""
 
     a: np.ndarray
-    U: np.ndarray
+    U: np.ndarray | None
     V: np.ndarray
     parts: tuple | None = None
     uparts: tuple | None = None
+    UtU: np.ndarray | None = None
 
 
 def _zero(D: PairContrasts) -> _Affine:
     return _Affine(np.zeros(D.n_pairs), np.zeros((D.n_pairs, D.q, 0)), np.zeros((D.p, 0)))
 
 
-def _combine(c1, X: _Affine, c2, Y: _Affine) -> _Affine:
-    """``c1 X + c2 Y`` (the scaled left factors written straight into the combination's)."""
-    m1, m2 = X.U.shape[2], Y.U.shape[2]
-    U = np.empty(X.U.shape[:2] + (m1 + m2,))
-    np.multiply(X.U, c1, out=U[:, :, :m1])
-    np.multiply(Y.U, c2, out=U[:, :, m1:])
-    return _Affine(c1 * X.a + c2 * Y.a, U, np.concatenate([X.V, Y.V], axis=1),
+def _combine(c1, X: _Affine, c2, Y: _Affine, YtX=None) -> _Affine:
+    """``c1 X + c2 Y``, its left factor kept as parts (no (G, h, m) array written); ``YtX``:
+    ``Y.U^T X.U`` when known (then ``U^T U`` is assembled from the parts' Grams)."""
+    UtU = None
+    if YtX is not None and X.UtU is not None and Y.UtU is not None:
+        UtU = np.block([[c1 * c1 * X.UtU, c1 * c2 * YtX.T], [c1 * c2 * YtX, c2 * c2 * Y.UtU]])
+    return _Affine(c1 * X.a + c2 * Y.a, None, np.concatenate([X.V, Y.V], axis=1),
                    _parts(X) + _parts(Y), tuple((c1 * c, u) for c, u in _uparts(X))
-                   + tuple((c2 * c, u) for c, u in _uparts(Y)))
+                   + tuple((c2 * c, u) for c, u in _uparts(Y)), UtU)
 
 
 def _uparts(X: _Affine) -> tuple:
     return X.uparts if X.uparts is not None else ((1.0, X.U),)
+
+
+def _width(X: _Affine) -> int:
+    """Columns of ``X``'s low-rank term."""
+    return X.U.shape[2] if X.U is not None else sum(u.shape[2] for _, u in X.uparts)
+
+
+def _left(X: _Affine) -> np.ndarray:
+    """``X``'s (G, h, m) left factor (written out from the parts of a combination)."""
+    if X.U is not None:
+        return X.U
+    return np.concatenate([c * u for c, u in X.uparts], axis=2)
+
+
+def _utu(X: _Affine) -> np.ndarray:
+    if X.UtU is not None:
+        return X.UtU
+    U = _left(X)
+    Uf = U.reshape(U.shape[0] * U.shape[1], U.shape[2])
+    return Uf.T @ Uf
 
 
 def _parts(X: _Affine) -> tuple:
@@ -123,8 +146,15 @@ def _DV(D, X: _Affine) -> np.ndarray:
 
 
 def _apply(D, X: _Affine, W) -> np.ndarray:
+    """``X_g W`` (G, h, m) for a (p, m) ``W`` (a combination part by part)."""
     out = D.apply(W) * X.a[:, None, None]
-    if X.U.shape[2]:
+    if X.U is None:
+        VtW, i = X.V.T @ W, 0
+        for c, u in X.uparts:
+            if u.shape[2]:
+                out += np.matmul(u, c * VtW[i:i + u.shape[2]])
+            i += u.shape[2]
+    elif X.U.shape[2]:
         out += np.matmul(X.U, X.V.T @ W)
     return out
 
@@ -149,16 +179,17 @@ def _uq(D, X: _Affine) -> np.ndarray:
     return np.einsum("ghm,ghm->g", _DV(D, X), X.U)
 
 
-def _inner(D, X: _Affine, Y: _Affine, qX=None, qY=None) -> float:
+def _inner(D, X: _Affine, Y: _Affine, qX=None, qY=None, UU=None) -> float:
     """``<X, Y>`` (Frobenius, all blocks); ``qX``, ``qY``: their :func:`_uq` when known (each
-    FISTA iterate enters three inner products)."""
+    FISTA iterate enters three inner products), ``UU``: ``X.U^T Y.U`` when known."""
     out = float(X.a * Y.a @ D.block_sq_norms)
     if Y.U.shape[2]:
         out += float(X.a @ (_uq(D, Y) if qY is None else qY))
     if X.U.shape[2]:
         out += float(Y.a @ (_uq(D, X) if qX is None else qX))
         if Y.U.shape[2]:       # sum_g <X_U_g X_V^T, Y_U_g Y_V^T> as one product of the stacks
-            UU = X.U.reshape(-1, X.U.shape[2]).T @ Y.U.reshape(-1, Y.U.shape[2])
+            if UU is None:
+                UU = X.U.reshape(-1, X.U.shape[2]).T @ Y.U.reshape(-1, Y.U.shape[2])
             out += float(np.sum(UU * (X.V.T @ Y.V)))
     return out
 
@@ -166,21 +197,20 @@ def _inner(D, X: _Affine, Y: _Affine, qX=None, qY=None) -> float:
 def _gram(D, X: _Affine) -> np.ndarray:
     """``X^T X`` (p, p) from the structure (``D``'s own Gram, shared with
     :attr:`PairContrasts.op_norm`, when ``X = D``: a cold start's first SVT)."""
-    m = X.U.shape[2]
+    m = _width(X)
     if not m and np.all(X.a == 1.0):
         return D.gram.copy()
     C = D.weighted_gram(X.a * X.a)
     if m:
-        cross = D.apply_t(X.U, X.a) @ X.V.T
-        Uf = X.U.reshape(-1, m)
-        C += cross + cross.T + X.V @ (Uf.T @ Uf) @ X.V.T
+        cross = D.apply_t(_left(X), X.a) @ X.V.T
+        C += cross + cross.T + X.V @ _utu(X) @ X.V.T
     return C
 
 
 def _dense(D, X: _Affine) -> np.ndarray:
     out = D.dense().reshape(D.n_pairs, D.q, D.p) * X.a[:, None, None]
-    if X.U.shape[2]:
-        out += np.matmul(X.U, X.V.T)
+    if _width(X):
+        out += np.matmul(_left(X), X.V.T)
     return out.reshape(D.shape)
 
 
@@ -220,16 +250,14 @@ def _operator_pieces(D, B: _Affine):
     (K r × K r), ``P = D^T diag(a) U`` (p × m), ``U^T U`` (m × m; ``P``, ``U^T U`` None when
     ``m = 0``)."""
     H = D.client_gram(B.a * B.a)
-    m = B.U.shape[2]
-    if not m:
+    if not _width(B):
         return H, None, None
-    Uf = B.U.reshape(D.n_pairs * D.q, m)
     if B.uparts is None:
         P = D.apply_t(B.U, B.a)
     else:               # the iterates' pair-level products, remembered across the two SVTs
         P = np.concatenate([c * D.apply_t(u, B.a, remember=True) for c, u in B.uparts
                             if u.shape[2]], axis=1)
-    return H, P, Uf.T @ Uf
+    return H, P, _utu(B)
 
 
 def _gram_operator(D, B: _Affine, pieces=None):
@@ -238,7 +266,7 @@ def _gram_operator(D, B: _Affine, pieces=None):
     calls of ``O((K r)^2 + K r p)``, never the p × p Gram."""
     p = D.p
     H, P, UtU = _operator_pieces(D, B) if pieces is None else pieces
-    m = B.U.shape[2]
+    m = _width(B)
 
     def mm(x):
         x = x.reshape(p, -1)
@@ -389,7 +417,7 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     coordinates ``X_k N``) so that its block norms and Gram carry rounding errors relative to
     ``R`` itself, as on a formed residual (expanding ``B - L`` would leave errors of
     ``eps ||B||^2`` in ``||R||_op^2 ~ τ^2``)."""
-    B = _Affine(1.0 - S.a, S.U, -S.V, None, _uparts(S))   # D - S (the sign on V: no copy of U)
+    B = _Affine(1.0 - S.a, S.U, -S.V, None, _uparts(S), S.UtU)   # D - S (sign on V: no copy)
     pieces = _operator_pieces(D, B) if svt in ("partial", "block") else None
     parts = _svt_step(D, B, tau, svt, hint, V_last, pieces=pieces)
     if parts is None:
@@ -499,7 +527,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     with np.errstate(over="ignore", invalid="ignore"):
         for it in range(1, max_iter + 1):
             parts = first if it == 1 and first is not None else _svt_step(
-                D, _Affine(1.0 - y.a, y.U, -y.V, None, _uparts(y)), tau, svt, hint, V_last,
+                D, _Affine(1.0 - y.a, y.U, -y.V, None, _uparts(y), y.UtU), tau, svt, hint, V_last,
                 _LOOP_RTOL)                                                         # L_y = SVT(D - y)
             if parts is None:
                 status = "diverged"
@@ -514,7 +542,11 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
             beta = (mom - 1.0) / mom_n
             # gradient restart: <y - S⁺, S⁺ - S> > 0 means the momentum points uphill
             q_N = _uq(D, Sn) if Sn.U.shape[2] else None
-            g_SN, g_NN = _inner(D, S, Sn, q_S, q_N), _inner(D, Sn, Sn, q_N, q_N)
+            Uf = Sn.U.reshape(G * D.q, Sn.U.shape[2])
+            Sn = Sn._replace(UtU=Uf.T @ Uf)
+            UU_SN = S.U.reshape(G * D.q, S.U.shape[2]).T @ Uf            # S.U^T Sn.U
+            g_SN = _inner(D, S, Sn, q_S, q_N, UU_SN)
+            g_NN = _inner(D, Sn, Sn, q_N, q_N, Sn.UtU)
             restart = False
             if cy[1]:
                 g_PN = _inner(D, S_prev, Sn, q_P, q_N)
@@ -523,7 +555,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
             if restart or beta <= 0:
                 mom, y, cy = (1.0 if restart else mom_n), Sn, (1.0, 0.0)
             else:
-                mom, y, cy = mom_n, _combine(1.0 + beta, Sn, -beta, S), (1.0 + beta, -beta)
+                mom, y, cy = mom_n, _combine(1.0 + beta, Sn, -beta, S, UU_SN), (1.0 + beta, -beta)
             S_prev, S, g_PS, g_SS = S, Sn, g_SN, g_NN
             q_P, q_S = q_S, q_N
             if it % check_every == 0 or it == max_iter:
