@@ -131,6 +131,10 @@ class PairContrasts:
 
     def x_product(self, W) -> np.ndarray:
         """``X W`` (K r, m) of the stacked client coordinates and a (p, m) ``W``."""
+        proj = self.__dict__.get("_projection")
+        if proj is not None and W.shape[1]:
+            base, V, F, XV = proj
+            return base.x_product(W) - XV @ (F[:, None] * (V.T @ W))
         L = self._lower
         if L is None or not W.shape[1]:
             return self.X.reshape(-1, self.p) @ W
@@ -138,6 +142,10 @@ class PairContrasts:
 
     def xt_product(self, Y) -> np.ndarray:
         """``X^T Y`` (p, m) of the stacked client coordinates and a (K r, m) ``Y``."""
+        proj = self.__dict__.get("_projection")
+        if proj is not None and Y.shape[1]:
+            base, V, F, XV = proj
+            return base.xt_product(Y) - V @ (F[:, None] * (XV.T @ Y))
         L = self._lower
         if L is None or not Y.shape[1]:
             return self.X.reshape(-1, self.p).T @ Y
@@ -174,13 +182,15 @@ class PairContrasts:
     def projected(self, V, F) -> "PairContrasts":
         """The contrasts ``D N``, ``N = I - V diag(F) V^T`` for an orthonormal (p, k) ``V``: the
         clients' coordinates ``X_k N``; their products ``X N² X^T = X X^T - (X V) diag(2F - F²)
-        (X V)^T`` are updated in ``O((K r)^2 k)`` rather than recomputed (``O((K r)^2 p)``)."""
+        (X V)^T`` are updated in ``O((K r)^2 k)`` rather than recomputed (``O((K r)^2 p)``), and
+        their products with a (p, m) ``W`` are ``X W - (X V) diag(F) V^T W`` (``X``'s triangular
+        products when it has them)."""
         V, F = np.asarray(V, float), np.asarray(F, float)
-        XV = np.matmul(self.X, V)                                       # (K, r, k)
-        out = PairContrasts(T=self.T, X=self.X - np.matmul(XV * F, V.T))
-        XVs = XV.reshape(self.X.shape[0] * self.X.shape[1], V.shape[1])
+        XVs = self.x_product(V)                                         # (K r, k)
+        out = PairContrasts(T=self.T, X=self.X - (XVs * F @ V.T).reshape(self.X.shape))
         out.__dict__["client_products"] = self.client_products - (XVs * (2.0 * F - F * F)) @ XVs.T
         out.__dict__["_lower"] = None                                   # X N is full
+        out.__dict__["_projection"] = (self, V, F, XVs)
         for name in ("pairs", "_selector", "_TtT", "_Tt", "_gram_blocks"):  # T and K only
             out.__dict__[name] = getattr(self, name)
         return out
