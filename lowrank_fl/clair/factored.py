@@ -145,33 +145,46 @@ def _DV(D, X: _Affine) -> np.ndarray:
         np.zeros((D.n_pairs, D.q, 0))
 
 
-def _apply(D, X: _Affine, W) -> np.ndarray:
-    """``X_g W`` (G, h, m) for a (p, m) ``W`` (a combination part by part)."""
-    out = D.apply(W) * X.a[:, None, None]
+def _apply(D, X: _Affine, W, scale=None) -> np.ndarray:
+    """``X_g W diag(scale)`` (G, h, m) for a (p, m) ``W`` (a combination part by part; the
+    column scale folded into the small factors, no extra pass)."""
+    sc = np.ones(W.shape[1]) if scale is None else np.asarray(scale, float)
+    out = D.apply(W) * (X.a[:, None, None] * sc)
     if X.U is None:
-        VtW, i = X.V.T @ W, 0
+        VtW, i = (X.V.T @ W) * sc, 0
         for c, u in X.uparts:
             if u.shape[2]:
                 out += np.matmul(u, c * VtW[i:i + u.shape[2]])
             i += u.shape[2]
     elif X.U.shape[2]:
-        out += np.matmul(X.U, X.V.T @ W)
+        out += np.matmul(X.U, (X.V.T @ W) * sc)
     return out
 
 
-def _sq_norms(D, X: _Affine, minus: bool = False) -> np.ndarray:
+def _sq_norms(D, X: _Affine) -> np.ndarray:
     """``||X_g||_F^2`` (G,), clipped at 0 (the expansion cancels when a block nearly vanishes:
-    absolute error ~eps ||D_g||^2). ``minus``: of ``a_g D_g - U_g V^T`` instead (no negated
-    copy of ``U``)."""
+    absolute error ~eps ||D_g||^2)."""
     out = X.a * X.a * D.block_sq_norms
     if X.U.shape[2]:
-        cross = 2.0 * X.a * np.einsum("ghm,ghm->g", _DV(D, X), X.U)
-        out = out - cross if minus else out + cross
+        out = out + 2.0 * X.a * np.einsum("ghm,ghm->g", _DV(D, X), X.U)
         VtV = X.V.T @ X.V
         UV = X.U if np.allclose(VtV, np.eye(VtV.shape[0]), rtol=0, atol=1e-13) \
             else np.matmul(X.U, VtV)                                  # orthonormal V: U_g
         out = out + np.einsum("ghm,ghm->g", UV, X.U)
     return np.maximum(out, 0.0)
+
+
+def _residual_sq_norms(D, UL, V):
+    """``||D_g - UL_g V^T||_F^2`` (G,), clipped at 0, and ``<D_g V, UL_g>`` (G,) (what the
+    restart test needs of the BST step ``-f UL``)."""
+    e = np.einsum("ghk,ghk->g", D.apply(V), UL) if UL.shape[2] else np.zeros(D.n_pairs)
+    out = D.block_sq_norms - 2.0 * e
+    if UL.shape[2]:
+        VtV = V.T @ V
+        UV = UL if np.allclose(VtV, np.eye(VtV.shape[0]), rtol=0, atol=1e-13) \
+            else np.matmul(UL, VtV)                                   # orthonormal V: UL_g
+        out = out + np.einsum("ghk,ghk->g", UV, UL)
+    return np.maximum(out, 0.0), e
 
 
 def _uq(D, X: _Affine) -> np.ndarray:
@@ -242,7 +255,7 @@ def _svt(D, B: _Affine, tau):
     snew = s - tau
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(s > 0, snew / s, 0.0)
-    return _apply(D, B, V) * f, V, snew
+    return _apply(D, B, V, f), V, snew
 
 
 def _operator_pieces(D, B: _Affine):
@@ -294,7 +307,7 @@ def _svt_parts(D, B, tau, ev, V):
     s = np.sqrt(ev)
     if s.size and tau <= _GRAM_SAFE_RATIO * s[0]:
         return None
-    return _apply(D, B, V) * ((s - tau) / s), V, s - tau
+    return _apply(D, B, V, (s - tau) / s), V, s - tau
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -534,14 +547,15 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
                 break
             UL, V, _ = parts
             hint, V_last = V.shape[1], V
-            n = np.sqrt(_sq_norms(D, _Affine(np.ones(G), UL, V), minus=True))  # ||D_g - L_g||
+            n2, e = _residual_sq_norms(D, UL, V)
+            n = np.sqrt(n2)                                                # ||D_g - L_g||
             with np.errstate(divide="ignore"):
                 f = np.where(n > theta, 1.0 - theta / n, 0.0)
             Sn = _Affine(f, UL * (-f)[:, None, None], V)               # BST(D - L_y; θ)
             mom_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * mom * mom))
             beta = (mom - 1.0) / mom_n
             # gradient restart: <y - S⁺, S⁺ - S> > 0 means the momentum points uphill
-            q_N = _uq(D, Sn) if Sn.U.shape[2] else None
+            q_N = -f * e                                                   # _uq(D, Sn)
             Uf = Sn.U.reshape(G * D.q, Sn.U.shape[2])
             Sn = Sn._replace(UtU=Uf.T @ Uf)
             UU_SN = S.U.reshape(G * D.q, S.U.shape[2]).T @ Uf            # S.U^T Sn.U
