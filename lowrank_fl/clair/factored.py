@@ -230,6 +230,7 @@ def _dense(D, X: _Affine) -> np.ndarray:
 def _svt(D, B: _Affine, tau):
     """Exact ``SVT(B; τ) = U_L V^T``: returns ``U_L`` (G, h, k), ``V`` (p, k) orthonormal and the
     new singular values ``s - τ`` (k,) (only ``s > τ``); None on overflow."""
+    is_D = not _width(B) and np.all(B.a == 1.0)
     C = _gram(D, B)
     if not np.all(np.isfinite(C)):
         return None
@@ -239,6 +240,8 @@ def _svt(D, B: _Affine, tau):
                                   check_finite=False)
         ev, V = ev[::-1], V[:, ::-1]
         top = float(ev[0]) if ev.size else top_eigenvalue(C)
+        if is_D:                    # the same eigenproblem as op_norm's: one tridiagonalization
+            D.__dict__.setdefault("op_norm", float(np.sqrt(max(top, 0.0))))
     else:
         ev, V = np.linalg.eigh(C)
         ev, V = ev[::-1], V[:, ::-1]
@@ -393,6 +396,11 @@ def _svt_step(D, B, tau, svt, hint, V_last, rtol=1e-12, pieces=None):
     """One SVT of ``B``: the block route (warm-started from ``V_last``) or the partial
     (Lanczos) route when asked and possible, else the Gram route. ``pieces``: ``B``'s
     :func:`_operator_pieces` when the caller has them."""
+    if (V_last is None or not V_last.shape[1]) and not _width(B) and np.all(B.a == 1.0):
+        # B = D (a cold start): every value of D above τ is kept, many at the λ path's λ_L
+        # (K = 100, r = 16: 84, where the block route grows to 128 columns and fails, 0.7 s),
+        # and D's Gram is op_norm's anyway
+        return _svt(D, B, tau)
     if svt in ("partial", "block") and pieces is None:
         pieces = _operator_pieces(D, B)
     if svt == "block":
