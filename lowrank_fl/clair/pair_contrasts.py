@@ -191,7 +191,11 @@ class PairContrasts:
         products when it has them)."""
         V, F = np.asarray(V, float), np.asarray(F, float)
         XVs = self.x_product(V)                                         # (K r, k)
-        out = PairContrasts(T=self.T, X=self.X - (XVs * F @ V.T).reshape(self.X.shape))
+        XN = (XVs * F) @ V.T
+        np.subtract(self.X.reshape(XN.shape), XN, out=XN)
+        out = object.__new__(PairContrasts)         # T and X = self's checked ones, projected
+        object.__setattr__(out, "T", self.T)
+        object.__setattr__(out, "X", XN.reshape(self.X.shape))
         out.__dict__["client_products"] = self.client_products - (XVs * (2.0 * F - F * F)) @ XVs.T
         out.__dict__["_lower"] = None                                   # X N is full
         out.__dict__["_projection"] = (self, V, F, XVs)
