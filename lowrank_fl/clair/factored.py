@@ -47,7 +47,6 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
@@ -58,6 +57,11 @@ from ..stall import StallRule, check_stall_window
 from ..validation import check_choice, check_int, check_positive
 from .program7 import LowRankMixin, dual_scale_from_summaries, top_eigenvalue
 from .pair_contrasts import PairContrasts
+from .affine_blocks import (AffineBlocks as _Affine, apply_blocks as _apply,
+                            combine as _combine, dense as _dense, gram as _gram,
+                            inner as _inner, left_gram as _left_gram, left_parts as _uparts,
+                            residual_sq_norms as _residual_sq_norms, sq_norms as _sq_norms,
+                            width as _width, zero_blocks as _zero)
 from .subspace import eigenpairs_above, lanczos_above, start_vector, top_eigenvalue_bound
 
 __all__ = ["PairContrasts", "FactoredResult", "solve_penalized_factored", "SVT_MODES"]
@@ -76,155 +80,6 @@ _LOOP_RTOL = 1e-9
 _LANCZOS_MAX_ABOVE = 32
 # below this p a full eigendecomposition is as cheap as the value-range one
 _PARTIAL_MIN_P = 48
-
-
-class _Affine(NamedTuple):
-    """``diag(a) D + U V^T`` blockwise: ``a_g D_g + U_g V^T``; a (G,), U (G, h, m), V (p, m).
-    ``parts``: the bases whose concatenation is ``V`` (a combination's), so that ``D V`` is
-    assembled from products :meth:`PairContrasts.apply` remembers; ``uparts``: likewise
-    ``(c_i, U_i)`` with ``U = [c_1 U_1, c_2 U_2, ...]`` (``D^T diag(w) U`` from the
-    ``T_g^T U_i`` that :meth:`PairContrasts.apply_t` remembers); a combination leaves ``U``
-    None (never written out: :func:`_left` when a fallback needs it). ``UtU``: ``U^T U``
-    (m × m) when known."""
-
-    a: np.ndarray
-    U: np.ndarray | None
-    V: np.ndarray
-    parts: tuple | None = None
-    uparts: tuple | None = None
-    UtU: np.ndarray | None = None
-
-
-def _zero(D: PairContrasts) -> _Affine:
-    return _Affine(np.zeros(D.n_pairs), np.zeros((D.n_pairs, D.q, 0)), np.zeros((D.p, 0)))
-
-
-def _combine(c1, X: _Affine, c2, Y: _Affine, YtX=None) -> _Affine:
-    """``c1 X + c2 Y``, its left factor kept as parts (no (G, h, m) array written); ``YtX``:
-    ``Y.U^T X.U`` when known (then ``U^T U`` is assembled from the parts' Grams)."""
-    UtU = None
-    if YtX is not None and X.UtU is not None and Y.UtU is not None:
-        UtU = np.block([[c1 * c1 * X.UtU, c1 * c2 * YtX.T], [c1 * c2 * YtX, c2 * c2 * Y.UtU]])
-    return _Affine(c1 * X.a + c2 * Y.a, None, np.concatenate([X.V, Y.V], axis=1),
-                   _parts(X) + _parts(Y), tuple((c1 * c, u) for c, u in _uparts(X))
-                   + tuple((c2 * c, u) for c, u in _uparts(Y)), UtU)
-
-
-def _uparts(X: _Affine) -> tuple:
-    return X.uparts if X.uparts is not None else ((1.0, X.U),)
-
-
-def _width(X: _Affine) -> int:
-    """Columns of ``X``'s low-rank term."""
-    return X.U.shape[2] if X.U is not None else sum(u.shape[2] for _, u in X.uparts)
-
-
-def _left(X: _Affine) -> np.ndarray:
-    """``X``'s (G, h, m) left factor (written out from the parts of a combination)."""
-    if X.U is not None:
-        return X.U
-    return np.concatenate([c * u for c, u in X.uparts], axis=2)
-
-
-def _utu(X: _Affine) -> np.ndarray:
-    if X.UtU is not None:
-        return X.UtU
-    U = _left(X)
-    Uf = U.reshape(U.shape[0] * U.shape[1], U.shape[2])
-    return Uf.T @ Uf
-
-
-def _parts(X: _Affine) -> tuple:
-    return X.parts if X.parts is not None else (X.V,)
-
-
-def _DV(D, X: _Affine) -> np.ndarray:
-    """``D_g V`` (G, h, m) for ``X``'s ``V``, part by part."""
-    parts = [D.apply(P) for P in _parts(X) if P.shape[1]]
-    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2) if parts else \
-        np.zeros((D.n_pairs, D.q, 0))
-
-
-def _apply(D, X: _Affine, W, scale=None) -> np.ndarray:
-    """``X_g W diag(scale)`` (G, h, m) for a (p, m) ``W`` (a combination part by part; the
-    column scale folded into the small factors, no extra pass)."""
-    sc = np.ones(W.shape[1]) if scale is None else np.asarray(scale, float)
-    out = D.apply(W) * (X.a[:, None, None] * sc)
-    if X.U is None:
-        VtW, i = (X.V.T @ W) * sc, 0
-        for c, u in X.uparts:
-            if u.shape[2]:
-                out += np.matmul(u, c * VtW[i:i + u.shape[2]])
-            i += u.shape[2]
-    elif X.U.shape[2]:
-        out += np.matmul(X.U, (X.V.T @ W) * sc)
-    return out
-
-
-def _sq_norms(D, X: _Affine) -> np.ndarray:
-    """``||X_g||_F^2`` (G,), clipped at 0 (the expansion cancels when a block nearly vanishes:
-    absolute error ~eps ||D_g||^2)."""
-    out = X.a * X.a * D.block_sq_norms
-    if X.U.shape[2]:
-        out = out + 2.0 * X.a * np.einsum("ghm,ghm->g", _DV(D, X), X.U)
-        VtV = X.V.T @ X.V
-        UV = X.U if np.allclose(VtV, np.eye(VtV.shape[0]), rtol=0, atol=1e-13) \
-            else np.matmul(X.U, VtV)                                  # orthonormal V: U_g
-        out = out + np.einsum("ghm,ghm->g", UV, X.U)
-    return np.maximum(out, 0.0)
-
-
-def _residual_sq_norms(D, UL, V):
-    """``||D_g - UL_g V^T||_F^2`` (G,), clipped at 0, and ``<D_g V, UL_g>`` (G,) (what the
-    restart test needs of the BST step ``-f UL``)."""
-    e = np.einsum("ghk,ghk->g", D.apply(V), UL) if UL.shape[2] else np.zeros(D.n_pairs)
-    out = D.block_sq_norms - 2.0 * e
-    if UL.shape[2]:
-        VtV = V.T @ V
-        UV = UL if np.allclose(VtV, np.eye(VtV.shape[0]), rtol=0, atol=1e-13) \
-            else np.matmul(UL, VtV)                                   # orthonormal V: UL_g
-        out = out + np.einsum("ghk,ghk->g", UV, UL)
-    return np.maximum(out, 0.0), e
-
-
-def _uq(D, X: _Affine) -> np.ndarray:
-    """``<U_g, D_g V>`` (G,): what :func:`_inner` needs of ``X``'s pair-level factor."""
-    return np.einsum("ghm,ghm->g", _DV(D, X), X.U)
-
-
-def _inner(D, X: _Affine, Y: _Affine, qX=None, qY=None, UU=None) -> float:
-    """``<X, Y>`` (Frobenius, all blocks); ``qX``, ``qY``: their :func:`_uq` when known (each
-    FISTA iterate enters three inner products), ``UU``: ``X.U^T Y.U`` when known."""
-    out = float(X.a * Y.a @ D.block_sq_norms)
-    if Y.U.shape[2]:
-        out += float(X.a @ (_uq(D, Y) if qY is None else qY))
-    if X.U.shape[2]:
-        out += float(Y.a @ (_uq(D, X) if qX is None else qX))
-        if Y.U.shape[2]:       # sum_g <X_U_g X_V^T, Y_U_g Y_V^T> as one product of the stacks
-            if UU is None:
-                UU = X.U.reshape(-1, X.U.shape[2]).T @ Y.U.reshape(-1, Y.U.shape[2])
-            out += float(np.sum(UU * (X.V.T @ Y.V)))
-    return out
-
-
-def _gram(D, X: _Affine) -> np.ndarray:
-    """``X^T X`` (p, p) from the structure (``D``'s own Gram, shared with
-    :attr:`PairContrasts.op_norm`, when ``X = D``: a cold start's first SVT)."""
-    m = _width(X)
-    if not m and np.all(X.a == 1.0):
-        return D.gram.copy()
-    C = D.weighted_gram(X.a * X.a)
-    if m:
-        cross = D.apply_t(_left(X), X.a) @ X.V.T
-        C += cross + cross.T + X.V @ _utu(X) @ X.V.T
-    return C
-
-
-def _dense(D, X: _Affine) -> np.ndarray:
-    out = D.dense().reshape(D.n_pairs, D.q, D.p) * X.a[:, None, None]
-    if _width(X):
-        out += np.matmul(_left(X), X.V.T)
-    return out.reshape(D.shape)
 
 
 def _svt(D, B: _Affine, tau):
@@ -273,7 +128,7 @@ def _operator_pieces(D, B: _Affine):
     else:               # the iterates' pair-level products, remembered across the two SVTs
         P = np.concatenate([c * D.apply_t(u, B.a, remember=True) for c, u in B.uparts
                             if u.shape[2]], axis=1)
-    return H, P, _utu(B)
+    return H, P, _left_gram(B)
 
 
 def _gram_operator(D, B: _Affine, pieces=None):
@@ -535,7 +390,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     # (<S, S> and <S_prev, S> carried from the last iteration: two narrow products per step
     # instead of one between (3k)- and (2k)-column combinations)
     S_prev, cy, g_SS, g_PS = None, (1.0, 0.0), None, None
-    q_S = q_P = None                                    # their _uq, carried like the products
+    q_S = q_P = None                       # their cross_terms, carried like the products
     hint, V_last = S.V.shape[1], S.V
     # a warm start at the same τ: the first L_y = SVT(D - S_init; τ) is init's L (its
     # certificate's SVT of that very matrix, to 1e-12): the λ path and the final solve share λ_L
@@ -563,7 +418,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
             mom_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * mom * mom))
             beta = (mom - 1.0) / mom_n
             # gradient restart: <y - S⁺, S⁺ - S> > 0 means the momentum points uphill
-            q_N = -f * e                                                   # _uq(D, Sn)
+            q_N = -f * e                                                   # cross_terms(Sn)
             Uf = Sn.U.reshape(G * D.q, Sn.U.shape[2])
             Sn = Sn._replace(UtU=Uf.T @ Uf)
             UU_SN = S.U.reshape(G * D.q, S.U.shape[2]).T @ Uf            # S.U^T Sn.U
