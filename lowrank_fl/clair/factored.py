@@ -15,7 +15,9 @@ gradient ``-w (B - SVT(B; τ))``, ``B = D - S``, ``w``-Lipschitz. FISTA on ``S``
 ``S⁺ = BST(y + B_y - SVT(B_y); θ) = BST(D - L_y; θ)``, ``θ = lam_S / w``,
 ``L_y = SVT(D - y; τ)``. Every iterate is therefore ``S_g = f_g (D_g - L_g)`` with a low-rank
 ``L = U V^T``: all objects are *affine* ``diag(a) D + U V^T`` (``a`` (G,), ``U`` (G, h, m),
-``V`` (p, m)), stored in ``O(G h m + p m)``.
+``V`` (p, m)), stored in ``O(G h m + p m)`` (:mod:`~lowrank_fl.clair.affine_blocks`; the
+extrapolated point keeps its factors as parts). A warm start at the same ``τ`` (the λ path and
+its final solve share ``λ_L``) takes its first ``L_y`` from the init's certified ``L``.
 
 **SVT** (``svt=``). Only the singular values of ``B = diag(a) D + U V^T`` above ``τ`` are
 needed (the solution's rank is ~r). ``"full"``: the Gram route of
@@ -29,7 +31,9 @@ below ``τ^2``; it declines (Gram route) when more than ``p/4`` would be needed 
 many singular values). ``"block"`` (what ``"auto"`` takes from ``p >= 384``): subspace iteration
 on the same operator warm-started from the previous iteration's vectors
 (:mod:`~lowrank_fl.clair.subspace`), falling back to Lanczos (K = 100, r = 16, 4096²: 1.6x
-faster per module, the same iterates to the certificate's digits). Either route is trusted when
+faster per module, the same iterates to the certificate's digits); a cold start's ``SVT(D; τ)``
+(many values above ``τ``) takes the Gram route, whose eigenproblem also gives ``||D||_op``.
+Either route is trusted when
 ``τ > 1e-6 σ_1``; below, that step forms ``B`` and uses LAPACK. An inexact SVT inside the loop cannot make the answer wrong: the
 certificate decides.
 
@@ -343,7 +347,8 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     stall_window : float > 1 or None
         The stall rule of :mod:`lowrank_fl.stall` (FISTA's window 4; None: off).
     init : FactoredResult, optional
-        Warm start from its ``S`` (a solve on the same ``D``).
+        Warm start from its ``S`` (a solve on the same ``D``); at the init's ``λ_L`` and weight
+        its certified ``L = SVT(D - S; τ)`` is the first iteration's ``L_y``.
     check_every : int
         Certificate period (each check costs two structured Grams and an eigenproblem).
     svt : {"auto", "full", "partial"}
