@@ -17,7 +17,7 @@ import numpy as np
 
 from .pair_contrasts import PairContrasts
 
-__all__ = ["AffineBlocks", "zero_blocks", "combine", "left_parts", "width", "left_factor",
+__all__ = ["AffineBlocks", "zero_blocks", "combine", "left_parts", "width", "left_factor", "times",
            "left_gram", "apply_blocks", "sq_norms", "residual_sq_norms", "cross_terms", "inner",
            "gram", "dense"]
 
@@ -81,6 +81,13 @@ def left_gram(X: AffineBlocks) -> np.ndarray:
     return Uf.T @ Uf
 
 
+def times(U, M) -> np.ndarray:
+    """``U_g M`` (G, h, n) for a (G, h, m) ``U`` and an (m, n) ``M``: one GEMM on the stacked
+    blocks (numpy's broadcast matmul loops over the pairs: 2x slower at K = 100)."""
+    G, h, m = U.shape
+    return (np.ascontiguousarray(U).reshape(G * h, m) @ M).reshape(G, h, M.shape[1])
+
+
 def _parts(X: AffineBlocks) -> tuple:
     return X.parts if X.parts is not None else (X.V,)
 
@@ -101,10 +108,10 @@ def apply_blocks(D, X: AffineBlocks, W, scale=None) -> np.ndarray:
         VtW, i = (X.V.T @ W) * sc, 0
         for c, u in X.uparts:
             if u.shape[2]:
-                out += np.matmul(u, c * VtW[i:i + u.shape[2]])
+                out += times(u, c * VtW[i:i + u.shape[2]])
             i += u.shape[2]
     elif X.U.shape[2]:
-        out += np.matmul(X.U, (X.V.T @ W) * sc)
+        out += times(X.U, (X.V.T @ W) * sc)
     return out
 
 
@@ -116,7 +123,7 @@ def sq_norms(D, X: AffineBlocks) -> np.ndarray:
         out = out + 2.0 * X.a * np.einsum("ghm,ghm->g", _DV(D, X), X.U)
         VtV = X.V.T @ X.V
         UV = X.U if np.allclose(VtV, np.eye(VtV.shape[0]), rtol=0, atol=1e-13) \
-            else np.matmul(X.U, VtV)                                  # orthonormal V: U_g
+            else times(X.U, VtV)                                      # orthonormal V: U_g
         out = out + np.einsum("ghm,ghm->g", UV, X.U)
     return np.maximum(out, 0.0)
 
@@ -129,7 +136,7 @@ def residual_sq_norms(D, UL, V):
     if UL.shape[2]:
         VtV = V.T @ V
         UV = UL if np.allclose(VtV, np.eye(VtV.shape[0]), rtol=0, atol=1e-13) \
-            else np.matmul(UL, VtV)                                   # orthonormal V: UL_g
+            else times(UL, VtV)                                       # orthonormal V: UL_g
         out = out + np.einsum("ghk,ghk->g", UV, UL)
     return np.maximum(out, 0.0), e
 

@@ -65,7 +65,7 @@ from .affine_blocks import (AffineBlocks as _Affine, apply_blocks as _apply,
                             combine as _combine, dense as _dense, gram as _gram,
                             inner as _inner, left_gram as _left_gram, left_parts as _uparts,
                             residual_sq_norms as _residual_sq_norms, sq_norms as _sq_norms,
-                            width as _width, zero_blocks as _zero)
+                            times as _times, width as _width, zero_blocks as _zero)
 from .subspace import eigenpairs_above, lanczos_above, start_vector, top_eigenvalue_bound
 
 __all__ = ["PairContrasts", "FactoredResult", "solve_penalized_factored", "SVT_MODES"]
@@ -239,7 +239,7 @@ def _singular_parts(UL, V):
     Uf = UL.reshape(-1, k)
     ev, Q = np.linalg.eigh(Uf.T @ Uf)
     ev, Q = ev[::-1], Q[:, ::-1]
-    return np.matmul(UL, Q), V @ Q, np.sqrt(np.maximum(ev, 0.0))
+    return _times(UL, Q), V @ Q, np.sqrt(np.maximum(ev, 0.0))
 
 
 def _svt_block(D, B, tau, V_prev, rtol=1e-12, report=None, pieces=None):

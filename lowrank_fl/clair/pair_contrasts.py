@@ -219,7 +219,11 @@ class PairContrasts:
             return hit[1]
         XW = self.x_product(W).reshape(self.X.shape[:2] + (W.shape[1],))   # (K, r, m)
         j, k = self.pairs[:, 0], self.pairs[:, 1]
-        out = np.matmul(self.T, np.concatenate([XW[j], XW[k]], axis=1))
+        r = XW.shape[1]
+        Z = np.empty((self.n_pairs, 2 * r, XW.shape[2]))      # [X_j W; X_k W], no concatenation
+        Z[:, :r] = XW[j]
+        Z[:, r:] = XW[k]
+        out = np.matmul(self.T, Z)
         out.flags.writeable = False
         while memo and sum(v[1].nbytes for v in memo.values()) + out.nbytes > _MEMO_BYTES:
             memo.pop(next(iter(memo)))
