@@ -147,8 +147,8 @@ def cross_terms(D, X: AffineBlocks) -> np.ndarray:
 
 
 def inner(D, X: AffineBlocks, Y: AffineBlocks, qX=None, qY=None, UU=None) -> float:
-    """``<X, Y>`` (Frobenius, all blocks); ``qX``, ``qY``: their :func:`cross_terms` when known (each
-    FISTA iterate enters three inner products), ``UU``: ``X.U^T Y.U`` when known."""
+    """``<X, Y>`` (Frobenius, all blocks); ``qX``, ``qY``: their :func:`cross_terms` when known
+    (each FISTA iterate enters three inner products), ``UU``: ``X.U^T Y.U`` when known."""
     out = float(X.a * Y.a @ D.block_sq_norms)
     if Y.U.shape[2]:
         out += float(X.a @ (cross_terms(D, Y) if qY is None else qY))

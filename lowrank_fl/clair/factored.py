@@ -409,7 +409,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
         for it in range(1, max_iter + 1):
             parts = first if it == 1 and first is not None else _svt_step(
                 D, _Affine(1.0 - y.a, y.U, -y.V, None, _uparts(y), y.UtU), tau, svt, hint, V_last,
-                _LOOP_RTOL)                                                         # L_y = SVT(D - y)
+                _LOOP_RTOL)                                             # L_y = SVT(D - y)
             if parts is None:
                 status = "diverged"
                 break
