@@ -289,8 +289,10 @@ def _top_gram_eigenvalue(D, X: _Affine, V, pieces=None) -> float:
     return top_eigenvalue(_gram(D, X))
 
 
-def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=None):
-    """(7) at ``(SVT(D - S; τ), S)``: ``(objective, dual, c, L parts)``.
+def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=None,
+             S_norms=None):
+    """(7) at ``(SVT(D - S; τ), S)``: ``(objective, dual, c, L parts)``; ``S_norms``: the
+    block norms ``||S_g||_F`` when known (the BST step's ``f_g ||D_g - L_g||``).
 
     With ``B = D - S`` and ``L = B W``, ``W = V diag(1 - τ/s) V^T``, the residual is
     ``R = B N``, ``N = I - W``: it is evaluated on the projected contrasts ``D N`` (clients'
@@ -325,7 +327,7 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
                                         lam_S)
     UL, V, sig = L_parts
     objective = 0.5 * w * float(rn2.sum()) + lam_L * float(sig.sum()) \
-        + lam_S * float(np.sqrt(_sq_norms(D, S)).sum())
+        + lam_S * float((np.sqrt(_sq_norms(D, S)) if S_norms is None else S_norms).sum())
     return objective, dual, c, (UL, V, sig)
 
 
@@ -441,7 +443,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
             S_prev, S, g_PS, g_SS = S, Sn, g_SN, g_NN
             q_P, q_S = q_S, q_N
             if it % check_every == 0 or it == max_iter:
-                cert = _certify(D, S, w, lam_L, lam_S, tau, svt, hint, V_last)
+                cert = _certify(D, S, w, lam_L, lam_S, tau, svt, hint, V_last, f * n)
                 if cert is None or not np.isfinite(cert[0]):
                     status = "diverged"
                     break
