@@ -33,9 +33,8 @@ on the same operator warm-started from the previous iteration's vectors
 (:mod:`~lowrank_fl.clair.subspace`), falling back to Lanczos (K = 100, r = 16, 4096²: 1.6x
 faster per module, the same iterates to the certificate's digits); a cold start's ``SVT(D; τ)``
 (many values above ``τ``) takes the Gram route, whose eigenproblem also gives ``||D||_op``.
-Either route is trusted when
-``τ > 1e-6 σ_1``; below, that step forms ``B`` and uses LAPACK. An inexact SVT inside the loop cannot make the answer wrong: the
-certificate decides.
+Either route is trusted when ``τ > 1e-6 σ_1``; below, that step forms ``B`` and uses LAPACK.
+An inexact SVT inside the loop cannot make the answer wrong: the certificate decides.
 
 **Certificate.** At ``S`` (every ``check_every`` iterations and at the end) ``L = B W``,
 ``W = V diag(1 - τ/s) V^T`` from the SVT of ``B = D - S``, its nuclear norm exact from the
@@ -246,8 +245,8 @@ def _svt_block(D, B, tau, V_prev, rtol=1e-12, report=None, pieces=None):
     """``SVT(B; τ)`` by subspace iteration warm-started from ``V_prev``
     (:func:`lowrank_fl.clair.subspace.eigenpairs_above`); None when not established (then
     ``report["above"]``: how many values it last saw above ``τ``)."""
-    found = eigenpairs_above(_gram_operator(D, B, pieces).matmat, D.p, tau * tau, V_prev, rtol=rtol,
-                             max_block=D.p // 4, report=report)
+    found = eigenpairs_above(_gram_operator(D, B, pieces).matmat, D.p, tau * tau, V_prev,
+                             rtol=rtol, max_block=D.p // 4, report=report)
     return None if found is None else _svt_parts(D, B, tau, *found)
 
 

@@ -84,8 +84,8 @@ class PairContrasts:
         ``2g`` is pair ``g``'s first member, ``2g + 1`` its second (the row order of a (G, 2, ...)
         array reshaped to (2G, ...), so a pair-level product is summed without copying halves)."""
         K, G = self.n_clients, self.n_pairs
-        return scipy.sparse.csr_matrix((np.ones(2 * G), (self.pairs.reshape(-1), np.arange(2 * G))),
-                                       shape=(K, 2 * G))
+        return scipy.sparse.csr_matrix(
+            (np.ones(2 * G), (self.pairs.reshape(-1), np.arange(2 * G))), shape=(K, 2 * G))
 
     def _weighted_selector(self, w):
         """:attr:`_selector` with pair ``g``'s two columns weighted by ``w_g`` (a (G,) weight
