@@ -15,7 +15,9 @@ gradient ``-w (B - SVT(B; τ))``, ``B = D - S``, ``w``-Lipschitz. FISTA on ``S``
 ``S⁺ = BST(y + B_y - SVT(B_y); θ) = BST(D - L_y; θ)``, ``θ = lam_S / w``,
 ``L_y = SVT(D - y; τ)``. Every iterate is therefore ``S_g = f_g (D_g - L_g)`` with a low-rank
 ``L = U V^T``: all objects are *affine* ``diag(a) D + U V^T`` (``a`` (G,), ``U`` (G, h, m),
-``V`` (p, m)), stored in ``O(G h m + p m)``.
+``V`` (p, m)), stored in ``O(G h m + p m)`` (:mod:`~lowrank_fl.clair.affine_blocks`; the
+extrapolated point keeps its factors as parts). A warm start at the same ``τ`` (the λ path and
+its final solve share ``λ_L``) takes its first ``L_y`` from the init's certified ``L``.
 
 **SVT** (``svt=``). Only the singular values of ``B = diag(a) D + U V^T`` above ``τ`` are
 needed (the solution's rank is ~r). ``"full"``: the Gram route of
@@ -29,9 +31,10 @@ below ``τ^2``; it declines (Gram route) when more than ``p/4`` would be needed 
 many singular values). ``"block"`` (what ``"auto"`` takes from ``p >= 384``): subspace iteration
 on the same operator warm-started from the previous iteration's vectors
 (:mod:`~lowrank_fl.clair.subspace`), falling back to Lanczos (K = 100, r = 16, 4096²: 1.6x
-faster per module, the same iterates to the certificate's digits). Either route is trusted when
-``τ > 1e-6 σ_1``; below, that step forms ``B`` and uses LAPACK. An inexact SVT inside the loop cannot make the answer wrong: the
-certificate decides.
+faster per module, the same iterates to the certificate's digits); a cold start's ``SVT(D; τ)``
+(many values above ``τ``) takes the Gram route, whose eigenproblem also gives ``||D||_op``.
+Either route is trusted when ``τ > 1e-6 σ_1``; below, that step forms ``B`` and uses LAPACK.
+An inexact SVT inside the loop cannot make the answer wrong: the certificate decides.
 
 **Certificate.** At ``S`` (every ``check_every`` iterations and at the end) ``L = B W``,
 ``W = V diag(1 - τ/s) V^T`` from the SVT of ``B = D - S``, its nuclear norm exact from the
@@ -47,7 +50,6 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 import scipy.linalg
@@ -58,6 +60,11 @@ from ..stall import StallRule, check_stall_window
 from ..validation import check_choice, check_int, check_positive
 from .program7 import LowRankMixin, dual_scale_from_summaries, top_eigenvalue
 from .pair_contrasts import PairContrasts
+from .affine_blocks import (AffineBlocks as _Affine, apply_blocks as _apply,
+                            combine as _combine, dense as _dense, gram as _gram,
+                            inner as _inner, left_gram as _left_gram, left_parts as _uparts,
+                            residual_sq_norms as _residual_sq_norms, sq_norms as _sq_norms,
+                            times as _times, width as _width, zero_blocks as _zero)
 from .subspace import eigenpairs_above, lanczos_above, start_vector, top_eigenvalue_bound
 
 __all__ = ["PairContrasts", "FactoredResult", "solve_penalized_factored", "SVT_MODES"]
@@ -78,92 +85,10 @@ _LANCZOS_MAX_ABOVE = 32
 _PARTIAL_MIN_P = 48
 
 
-class _Affine(NamedTuple):
-    """``diag(a) D + U V^T`` blockwise: ``a_g D_g + U_g V^T``; a (G,), U (G, h, m), V (p, m).
-    ``parts``: the bases whose concatenation is ``V`` (a combination's), so that ``D V`` is
-    assembled from products :meth:`PairContrasts.apply` remembers."""
-
-    a: np.ndarray
-    U: np.ndarray
-    V: np.ndarray
-    parts: tuple | None = None
-
-
-def _zero(D: PairContrasts) -> _Affine:
-    return _Affine(np.zeros(D.n_pairs), np.zeros((D.n_pairs, D.q, 0)), np.zeros((D.p, 0)))
-
-
-def _combine(c1, X: _Affine, c2, Y: _Affine) -> _Affine:
-    """``c1 X + c2 Y``."""
-    return _Affine(c1 * X.a + c2 * Y.a, np.concatenate([c1 * X.U, c2 * Y.U], axis=2),
-                   np.concatenate([X.V, Y.V], axis=1), _parts(X) + _parts(Y))
-
-
-def _parts(X: _Affine) -> tuple:
-    return X.parts if X.parts is not None else (X.V,)
-
-
-def _DV(D, X: _Affine) -> np.ndarray:
-    """``D_g V`` (G, h, m) for ``X``'s ``V``, part by part."""
-    parts = [D.apply(P) for P in _parts(X) if P.shape[1]]
-    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2) if parts else \
-        np.zeros((D.n_pairs, D.q, 0))
-
-
-def _apply(D, X: _Affine, W) -> np.ndarray:
-    out = D.apply(W) * X.a[:, None, None]
-    if X.U.shape[2]:
-        out += np.matmul(X.U, X.V.T @ W)
-    return out
-
-
-def _sq_norms(D, X: _Affine) -> np.ndarray:
-    """``||X_g||_F^2`` (G,), clipped at 0 (the expansion cancels when a block nearly vanishes:
-    absolute error ~eps ||D_g||^2)."""
-    out = X.a * X.a * D.block_sq_norms
-    if X.U.shape[2]:
-        out = out + 2.0 * X.a * np.einsum("ghm,ghm->g", _DV(D, X), X.U)
-        VtV = X.V.T @ X.V
-        UV = X.U if np.allclose(VtV, np.eye(VtV.shape[0]), rtol=0, atol=1e-13) \
-            else np.matmul(X.U, VtV)                                  # orthonormal V: U_g
-        out = out + np.einsum("ghm,ghm->g", UV, X.U)
-    return np.maximum(out, 0.0)
-
-
-def _inner(D, X: _Affine, Y: _Affine) -> float:
-    """``<X, Y>`` (Frobenius, all blocks)."""
-    out = float(X.a * Y.a @ D.block_sq_norms)
-    if Y.U.shape[2]:
-        out += float(np.einsum("g,ghm,ghm->", X.a, _DV(D, Y), Y.U))
-    if X.U.shape[2]:
-        out += float(np.einsum("g,ghm,ghm->", Y.a, _DV(D, X), X.U))
-        if Y.U.shape[2]:       # sum_g <X_U_g X_V^T, Y_U_g Y_V^T> as one product of the stacks
-            UU = X.U.reshape(-1, X.U.shape[2]).T @ Y.U.reshape(-1, Y.U.shape[2])
-            out += float(np.sum(UU * (X.V.T @ Y.V)))
-    return out
-
-
-def _gram(D, X: _Affine) -> np.ndarray:
-    """``X^T X`` (p, p) from the structure."""
-    C = D.weighted_gram(X.a * X.a)
-    m = X.U.shape[2]
-    if m:
-        cross = D.apply_t(X.U * X.a[:, None, None]) @ X.V.T
-        Uf = X.U.reshape(-1, m)
-        C += cross + cross.T + X.V @ (Uf.T @ Uf) @ X.V.T
-    return C
-
-
-def _dense(D, X: _Affine) -> np.ndarray:
-    out = D.dense().reshape(D.n_pairs, D.q, D.p) * X.a[:, None, None]
-    if X.U.shape[2]:
-        out += np.matmul(X.U, X.V.T)
-    return out.reshape(D.shape)
-
-
 def _svt(D, B: _Affine, tau):
     """Exact ``SVT(B; τ) = U_L V^T``: returns ``U_L`` (G, h, k), ``V`` (p, k) orthonormal and the
     new singular values ``s - τ`` (k,) (only ``s > τ``); None on overflow."""
+    is_D = not _width(B) and np.all(B.a == 1.0)
     C = _gram(D, B)
     if not np.all(np.isfinite(C)):
         return None
@@ -173,6 +98,8 @@ def _svt(D, B: _Affine, tau):
                                   check_finite=False)
         ev, V = ev[::-1], V[:, ::-1]
         top = float(ev[0]) if ev.size else top_eigenvalue(C)
+        if is_D:                    # the same eigenproblem as op_norm's: one tridiagonalization
+            D.__dict__.setdefault("op_norm", float(np.sqrt(max(top, 0.0))))
     else:
         ev, V = np.linalg.eigh(C)
         ev, V = ev[::-1], V[:, ::-1]
@@ -189,26 +116,35 @@ def _svt(D, B: _Affine, tau):
     snew = s - tau
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(s > 0, snew / s, 0.0)
-    return _apply(D, B, V) * f, V, snew
+    return _apply(D, B, V, f), V, snew
 
 
-def _gram_operator(D, B: _Affine):
-    """``x -> B^T B x`` (p, m) as ``X^T (H (X x)) + P V^T x + V P^T x + V (U^T U) V^T x``
-    with ``H`` = :meth:`PairContrasts.client_gram` (K r × K r) and ``P = D^T diag(a) U``
-    (p × m) formed once: each product is a few dense BLAS calls of ``O((K r)^2 + K r p)``,
-    never the p × p Gram."""
-    K, r, p = D.X.shape
-    Xs = D.X.reshape(K * r, p)
+def _operator_pieces(D, B: _Affine):
+    """``(H, P, U^T U)`` of :func:`_gram_operator`: ``H`` = :meth:`PairContrasts.client_gram`
+    (K r × K r), ``P = D^T diag(a) U`` (p × m), ``U^T U`` (m × m; ``P``, ``U^T U`` None when
+    ``m = 0``)."""
     H = D.client_gram(B.a * B.a)
-    m = B.U.shape[2]
-    if m:
-        P = D.apply_t(B.U * B.a[:, None, None])
-        Uf = B.U.reshape(D.n_pairs * D.q, m)
-        UtU = Uf.T @ Uf
+    if not _width(B):
+        return H, None, None
+    if B.uparts is None:
+        P = D.apply_t(B.U, B.a)
+    else:               # the iterates' pair-level products, remembered across the two SVTs
+        P = np.concatenate([c * D.apply_t(u, B.a, remember=True) for c, u in B.uparts
+                            if u.shape[2]], axis=1)
+    return H, P, _left_gram(B)
+
+
+def _gram_operator(D, B: _Affine, pieces=None):
+    """``x -> B^T B x`` (p, m) as ``X^T (H (X x)) + P V^T x + V P^T x + V (U^T U) V^T x``
+    with the :func:`_operator_pieces` (given, or formed once): each product is a few dense BLAS
+    calls of ``O((K r)^2 + K r p)``, never the p × p Gram."""
+    p = D.p
+    H, P, UtU = _operator_pieces(D, B) if pieces is None else pieces
+    m = _width(B)
 
     def mm(x):
         x = x.reshape(p, -1)
-        out = Xs.T @ (H @ (Xs @ x))
+        out = D.xt_product(H @ D.x_product(x))
         if m:
             Vx = B.V.T @ x
             out += P @ Vx + B.V @ (P.T @ x + UtU @ Vx)
@@ -217,12 +153,12 @@ def _gram_operator(D, B: _Affine):
     return scipy.sparse.linalg.LinearOperator((p, p), matvec=mm, matmat=mm, dtype=float)
 
 
-def _svt_partial(D, B: _Affine, tau, k_hint, v0):
+def _svt_partial(D, B: _Affine, tau, k_hint, v0, pieces=None):
     """``SVT(B; τ)`` from the eigenpairs of ``B^T B`` above ``τ^2`` found by Lanczos on the
     structured operator (:func:`lowrank_fl.clair.subspace.lanczos_above`): ``O(G h r + K r p)``
     per product instead of the ``O((K r)^2 p + p^3)`` Gram route; None (use the Gram route)
     when the threshold lies below more than ``p / 4`` values or ARPACK fails."""
-    found = lanczos_above(_gram_operator(D, B), D.p, tau * tau, k_hint, v0)
+    found = lanczos_above(_gram_operator(D, B, pieces), D.p, tau * tau, k_hint, v0)
     return None if found is None else _svt_parts(D, B, tau, *found)
 
 
@@ -232,7 +168,7 @@ def _svt_parts(D, B, tau, ev, V):
     s = np.sqrt(ev)
     if s.size and tau <= _GRAM_SAFE_RATIO * s[0]:
         return None
-    return _apply(D, B, V) * ((s - tau) / s), V, s - tau
+    return _apply(D, B, V, (s - tau) / s), V, s - tau
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -302,58 +238,69 @@ def _singular_parts(UL, V):
     Uf = UL.reshape(-1, k)
     ev, Q = np.linalg.eigh(Uf.T @ Uf)
     ev, Q = ev[::-1], Q[:, ::-1]
-    return np.matmul(UL, Q), V @ Q, np.sqrt(np.maximum(ev, 0.0))
+    return _times(UL, Q), V @ Q, np.sqrt(np.maximum(ev, 0.0))
 
 
-def _svt_block(D, B, tau, V_prev, rtol=1e-12, report=None):
+def _svt_block(D, B, tau, V_prev, rtol=1e-12, report=None, pieces=None):
     """``SVT(B; τ)`` by subspace iteration warm-started from ``V_prev``
     (:func:`lowrank_fl.clair.subspace.eigenpairs_above`); None when not established (then
     ``report["above"]``: how many values it last saw above ``τ``)."""
-    found = eigenpairs_above(_gram_operator(D, B).matmat, D.p, tau * tau, V_prev, rtol=rtol,
-                             max_block=D.p // 4, report=report)
+    found = eigenpairs_above(_gram_operator(D, B, pieces).matmat, D.p, tau * tau, V_prev,
+                             rtol=rtol, max_block=D.p // 4, report=report)
     return None if found is None else _svt_parts(D, B, tau, *found)
 
 
-def _svt_step(D, B, tau, svt, hint, V_last, rtol=1e-12):
+def _svt_step(D, B, tau, svt, hint, V_last, rtol=1e-12, pieces=None):
     """One SVT of ``B``: the block route (warm-started from ``V_last``) or the partial
-    (Lanczos) route when asked and possible, else the Gram route."""
+    (Lanczos) route when asked and possible, else the Gram route. ``pieces``: ``B``'s
+    :func:`_operator_pieces` when the caller has them."""
+    if (V_last is None or not V_last.shape[1]) and not _width(B) and np.all(B.a == 1.0):
+        # B = D (a cold start): every value of D above τ is kept, many at the λ path's λ_L
+        # (K = 100, r = 16: 84, where the block route grows to 128 columns and fails, 0.7 s),
+        # and D's Gram is op_norm's anyway
+        return _svt(D, B, tau)
+    if svt in ("partial", "block") and pieces is None:
+        pieces = _operator_pieces(D, B)
     if svt == "block":
         seen = {}
-        parts = _svt_block(D, B, tau, V_last, rtol, seen)
+        parts = _svt_block(D, B, tau, V_last, rtol, seen, pieces)
         if parts is not None:
             return parts
         if seen.get("above", 0) > _LANCZOS_MAX_ABOVE:
             return _svt(D, B, tau)        # many values near τ: Lanczos would restart often
         hint = max(hint, seen.get("above", 0))
     if svt in ("partial", "block"):
-        parts = _svt_partial(D, B, tau, hint, start_vector(V_last, D.p))
+        parts = _svt_partial(D, B, tau, hint, start_vector(V_last, D.p), pieces)
         if parts is not None:
             return parts
     return _svt(D, B, tau)
 
 
-def _top_gram_eigenvalue(D, X: _Affine, V) -> float:
+def _top_gram_eigenvalue(D, X: _Affine, V, pieces=None) -> float:
     """The largest eigenvalue of ``X^T X``: from the p × p structured Gram (LAPACK) below
     ``p = 384``, else a Lanczos upper bound on the structured operator
     (:func:`~lowrank_fl.clair.subspace.top_eigenvalue_bound`, started from ``V``; at K = 100,
     r = 16 about 10x cheaper than forming the 1600 × 1600 Gram), the Gram if ARPACK fails."""
     if D.p >= _PARTIAL_AUTO_P:
-        top = top_eigenvalue_bound(_gram_operator(D, X), D.p, start_vector(V, D.p))
+        top = top_eigenvalue_bound(_gram_operator(D, X, pieces), D.p, start_vector(V, D.p))
         if top is not None:
             return top
     return top_eigenvalue(_gram(D, X))
 
 
-def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=None):
-    """(7) at ``(SVT(D - S; τ), S)``: ``(objective, dual, c, L parts)``.
+def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=None,
+             S_norms=None):
+    """(7) at ``(SVT(D - S; τ), S)``: ``(objective, dual, c, L parts)``; ``S_norms``: the
+    block norms ``||S_g||_F`` when known (the BST step's ``f_g ||D_g - L_g||``).
 
     With ``B = D - S`` and ``L = B W``, ``W = V diag(1 - τ/s) V^T``, the residual is
     ``R = B N``, ``N = I - W``: it is evaluated on the projected contrasts ``D N`` (clients'
     coordinates ``X_k N``) so that its block norms and Gram carry rounding errors relative to
     ``R`` itself, as on a formed residual (expanding ``B - L`` would leave errors of
     ``eps ||B||^2`` in ``||R||_op^2 ~ τ^2``)."""
-    B = _Affine(1.0 - S.a, -S.U, S.V)
-    parts = _svt_step(D, B, tau, svt, hint, V_last)
+    B = _Affine(1.0 - S.a, S.U, -S.V, None, _uparts(S), S.UtU)   # D - S (sign on V: no copy)
+    pieces = _operator_pieces(D, B) if svt in ("partial", "block") else None
+    parts = _svt_step(D, B, tau, svt, hint, V_last, pieces=pieces)
     if parts is None:
         return None
     UL, V, snew = parts
@@ -361,6 +308,11 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     L_parts = _singular_parts(UL, V)
     DN = D.projected(V, Fw)
     R = _Affine(B.a, B.U, B.V - (V * Fw) @ (V.T @ B.V))                # R = B N on D N
+    if pieces is not None:
+        # R's operator on D N from B's: the same H (it depends on T and a only), U^T U, and
+        # (D N)^T diag(a) U = N P
+        H, P, UtU = pieces
+        pieces = (H, None if P is None else P - (V * Fw) @ (V.T @ P), UtU)
     rn2 = _sq_norms(DN, R)
     G = D.n_pairs
     # <R, D> = sum_g a_g <D_g N, D_g> + <U_g, D_g N^T V_B>
@@ -369,12 +321,12 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     if R.U.shape[2]:
         lin += float(np.einsum("ghm,ghm->", D.apply(R.V), R.U))
     lin *= w
-    gram_top = w * w * _top_gram_eigenvalue(DN, R, V)
+    gram_top = w * w * _top_gram_eigenvalue(DN, R, V, pieces)
     c, dual = dual_scale_from_summaries(w * w * rn2, lin, gram_top, np.full(G, w), lam_L,
                                         lam_S)
     UL, V, sig = L_parts
     objective = 0.5 * w * float(rn2.sum()) + lam_L * float(sig.sum()) \
-        + lam_S * float(np.sqrt(_sq_norms(D, S)).sum())
+        + lam_S * float((np.sqrt(_sq_norms(D, S)) if S_norms is None else S_norms).sum())
     return objective, dual, c, (UL, V, sig)
 
 
@@ -396,7 +348,8 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     stall_window : float > 1 or None
         The stall rule of :mod:`lowrank_fl.stall` (FISTA's window 4; None: off).
     init : FactoredResult, optional
-        Warm start from its ``S`` (a solve on the same ``D``).
+        Warm start from its ``S`` (a solve on the same ``D``); at the init's ``λ_L`` and weight
+        its certified ``L = SVT(D - S; τ)`` is the first iteration's ``L_y``.
     check_every : int
         Certificate period (each check costs two structured Grams and an eigenproblem).
     svt : {"auto", "full", "partial"}
@@ -443,38 +396,53 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     # (<S, S> and <S_prev, S> carried from the last iteration: two narrow products per step
     # instead of one between (3k)- and (2k)-column combinations)
     S_prev, cy, g_SS, g_PS = None, (1.0, 0.0), None, None
+    q_S = q_P = None                       # their cross_terms, carried like the products
     hint, V_last = S.V.shape[1], S.V
+    # a warm start at the same τ: the first L_y = SVT(D - S_init; τ) is init's L (its
+    # certificate's SVT of that very matrix, to 1e-12): the λ path and the final solve share λ_L
+    first = None
+    if init is not None and init.lam_L == lam_L and float(init.weights[0]) == w:
+        k0 = init.L_left.shape[2]
+        first = (init.L_left, init.Vt[:k0].T, init.singular_values[:k0])
     objs, gaps, gap_its = [], [], []
     status, cert, it = "max_iter", None, 0
     with np.errstate(over="ignore", invalid="ignore"):
         for it in range(1, max_iter + 1):
-            parts = _svt_step(D, _Affine(1.0 - y.a, -y.U, y.V), tau, svt, hint,
-                              V_last, _LOOP_RTOL)                                   # L_y = SVT(D - y)
+            parts = first if it == 1 and first is not None else _svt_step(
+                D, _Affine(1.0 - y.a, y.U, -y.V, None, _uparts(y), y.UtU), tau, svt, hint, V_last,
+                _LOOP_RTOL)                                             # L_y = SVT(D - y)
             if parts is None:
                 status = "diverged"
                 break
             UL, V, _ = parts
             hint, V_last = V.shape[1], V
-            n = np.sqrt(_sq_norms(D, _Affine(np.ones(G), -UL, V)))  # ||D_g - L_g||
+            n2, e = _residual_sq_norms(D, UL, V)
+            n = np.sqrt(n2)                                                # ||D_g - L_g||
             with np.errstate(divide="ignore"):
                 f = np.where(n > theta, 1.0 - theta / n, 0.0)
-            Sn = _Affine(f, -UL * f[:, None, None], V)                 # BST(D - L_y; θ)
+            Sn = _Affine(f, UL * (-f)[:, None, None], V)               # BST(D - L_y; θ)
             mom_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * mom * mom))
             beta = (mom - 1.0) / mom_n
             # gradient restart: <y - S⁺, S⁺ - S> > 0 means the momentum points uphill
-            g_SN, g_NN = _inner(D, S, Sn), _inner(D, Sn, Sn)
+            q_N = -f * e                                                   # cross_terms(Sn)
+            Uf = Sn.U.reshape(G * D.q, Sn.U.shape[2])
+            Sn = Sn._replace(UtU=Uf.T @ Uf)
+            UU_SN = S.U.reshape(G * D.q, S.U.shape[2]).T @ Uf            # S.U^T Sn.U
+            g_SN = _inner(D, S, Sn, q_S, q_N, UU_SN)
+            g_NN = _inner(D, Sn, Sn, q_N, q_N, Sn.UtU)
             restart = False
             if cy[1]:
-                g_PN = _inner(D, S_prev, Sn)
+                g_PN = _inner(D, S_prev, Sn, q_P, q_N)
                 restart = (cy[0] * g_SN + cy[1] * g_PN) - (cy[0] * g_SS + cy[1] * g_PS) \
                     - g_NN + g_SN > 0
             if restart or beta <= 0:
                 mom, y, cy = (1.0 if restart else mom_n), Sn, (1.0, 0.0)
             else:
-                mom, y, cy = mom_n, _combine(1.0 + beta, Sn, -beta, S), (1.0 + beta, -beta)
+                mom, y, cy = mom_n, _combine(1.0 + beta, Sn, -beta, S, UU_SN), (1.0 + beta, -beta)
             S_prev, S, g_PS, g_SS = S, Sn, g_SN, g_NN
+            q_P, q_S = q_S, q_N
             if it % check_every == 0 or it == max_iter:
-                cert = _certify(D, S, w, lam_L, lam_S, tau, svt, hint, V_last)
+                cert = _certify(D, S, w, lam_L, lam_S, tau, svt, hint, V_last, f * n)
                 if cert is None or not np.isfinite(cert[0]):
                     status = "diverged"
                     break
