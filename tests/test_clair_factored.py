@@ -204,7 +204,7 @@ def test_adapters_factored_warns_nothing_and_certifies():
 
 def _affine_point(D, seed):
     """A point B = diag(a) D + U V^T like the solver's SVT inputs."""
-    from lowrank_fl.clair.factored import _Affine
+    from lowrank_fl.clair.affine_blocks import AffineBlocks as _Affine
     rng = np.random.default_rng(seed)
     return _Affine(rng.random(D.n_pairs), 0.1 * rng.standard_normal((D.n_pairs, D.q, 3)),
                    rng.standard_normal((D.p, 3)))
@@ -212,7 +212,8 @@ def _affine_point(D, seed):
 
 @pytest.mark.parametrize("index", [0, 5])
 def test_partial_svt_equals_gram_route(index):
-    from lowrank_fl.clair.factored import _dense, _svt, _svt_partial
+    from lowrank_fl.clair.affine_blocks import dense as _dense
+    from lowrank_fl.clair.factored import _svt, _svt_partial
     D = _pc(K=8, h=4, r=6, p=64, seed=7)
     B = _affine_point(D, 8)
     s = np.linalg.svd(_dense(D, B), compute_uv=False)
@@ -232,7 +233,8 @@ def test_partial_svt_equals_gram_route(index):
 def test_partial_svt_falls_back_below_many_values():
     # τ below more than p/4 singular values: Lanczos would need most of the spectrum, the
     # partial route declines (None) and the solver takes the Gram route; the optimum is the same
-    from lowrank_fl.clair.factored import _dense, _svt_partial
+    from lowrank_fl.clair.affine_blocks import dense as _dense
+    from lowrank_fl.clair.factored import _svt_partial
     D = _pc(K=8, h=4, r=6, p=64, seed=7)
     B = _affine_point(D, 8)
     s = np.linalg.svd(_dense(D, B), compute_uv=False)
@@ -285,7 +287,8 @@ def test_factored_matches_cvxpy_on_a_small_module():
 def test_block_svt_equals_gram_route(warm):
     # three values stand far above the rest (a strong rank-3 term): subspace iteration, cold or
     # warm-started from perturbed singular vectors of the last step, gives the Gram route's SVT
-    from lowrank_fl.clair.factored import _Affine, _dense, _svt, _svt_block
+    from lowrank_fl.clair.affine_blocks import AffineBlocks as _Affine, dense as _dense
+    from lowrank_fl.clair.factored import _svt, _svt_block
     D = _pc(K=8, h=4, r=6, p=64, seed=7)
     P = _affine_point(D, 8)
     B = _Affine(P.a, 30.0 * P.U, P.V)

@@ -197,8 +197,9 @@ def test_lazy_combination_and_reused_pieces_equal_the_formed_ones():
     # the extrapolated point c1 Sn + c2 S kept as parts (U never written, U^T U from the parts'
     # Grams), and the certificate's residual operator from the SVT's pieces (N P), against the
     # formed matrices
-    from lowrank_fl.clair.factored import (_Affine, _apply, _combine, _dense, _gram_operator,
-                                           _operator_pieces)
+    from lowrank_fl.clair.affine_blocks import (AffineBlocks as _Affine, apply_blocks as _apply,
+                                                combine as _combine, dense as _dense)
+    from lowrank_fl.clair.factored import _gram_operator, _operator_pieces
     D = _lower_pc()
     rng = np.random.default_rng(15)
     G, h, p = D.n_pairs, D.q, D.p

@@ -60,11 +60,7 @@ from ..stall import StallRule, check_stall_window
 from ..validation import check_choice, check_int, check_positive
 from .program7 import LowRankMixin, dual_scale_from_summaries, top_eigenvalue
 from .pair_contrasts import PairContrasts
-from .affine_blocks import (AffineBlocks as _Affine, apply_blocks as _apply,
-                            combine as _combine, dense as _dense, gram as _gram,
-                            inner as _inner, left_gram as _left_gram, left_parts as _uparts,
-                            residual_sq_norms as _residual_sq_norms, sq_norms as _sq_norms,
-                            times as _times, width as _width, zero_blocks as _zero)
+from . import affine_blocks as blocks
 from .subspace import eigenpairs_above, lanczos_above, start_vector, top_eigenvalue_bound
 
 __all__ = ["PairContrasts", "FactoredResult", "solve_penalized_factored", "SVT_MODES"]
@@ -85,11 +81,11 @@ _LANCZOS_MAX_ABOVE = 32
 _PARTIAL_MIN_P = 48
 
 
-def _svt(D, B: _Affine, tau):
+def _svt(D, B: blocks.AffineBlocks, tau):
     """Exact ``SVT(B; τ) = U_L V^T``: returns ``U_L`` (G, h, k), ``V`` (p, k) orthonormal and the
     new singular values ``s - τ`` (k,) (only ``s > τ``); None on overflow."""
-    is_D = not _width(B) and np.all(B.a == 1.0)
-    C = _gram(D, B)
+    is_D = not blocks.width(B) and np.all(B.a == 1.0)
+    C = blocks.gram(D, B)
     if not np.all(np.isfinite(C)):
         return None
     p = C.shape[0]
@@ -108,7 +104,7 @@ def _svt(D, B: _Affine, tau):
         ev, V = ev[keep], V[:, keep]
     if tau <= _GRAM_SAFE_RATIO * np.sqrt(max(top, 0.0)):
         # the Gram cannot resolve values this far below sigma_1: LAPACK on the formed B
-        Uf, s, Vt = np.linalg.svd(_dense(D, B), full_matrices=False)
+        Uf, s, Vt = np.linalg.svd(blocks.dense(D, B), full_matrices=False)
         k = int(np.count_nonzero(s > tau))
         snew = s[:k] - tau
         return (Uf[:, :k] * snew).reshape(D.n_pairs, D.q, k), Vt[:k].T, snew
@@ -116,31 +112,31 @@ def _svt(D, B: _Affine, tau):
     snew = s - tau
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(s > 0, snew / s, 0.0)
-    return _apply(D, B, V, f), V, snew
+    return blocks.apply_blocks(D, B, V, f), V, snew
 
 
-def _operator_pieces(D, B: _Affine):
+def _operator_pieces(D, B: blocks.AffineBlocks):
     """``(H, P, U^T U)`` of :func:`_gram_operator`: ``H`` = :meth:`PairContrasts.client_gram`
     (K r × K r), ``P = D^T diag(a) U`` (p × m), ``U^T U`` (m × m; ``P``, ``U^T U`` None when
     ``m = 0``)."""
     H = D.client_gram(B.a * B.a)
-    if not _width(B):
+    if not blocks.width(B):
         return H, None, None
     if B.uparts is None:
         P = D.apply_t(B.U, B.a)
     else:               # the iterates' pair-level products, remembered across the two SVTs
         P = np.concatenate([c * D.apply_t(u, B.a, remember=True) for c, u in B.uparts
                             if u.shape[2]], axis=1)
-    return H, P, _left_gram(B)
+    return H, P, blocks.left_gram(B)
 
 
-def _gram_operator(D, B: _Affine, pieces=None):
+def _gram_operator(D, B: blocks.AffineBlocks, pieces=None):
     """``x -> B^T B x`` (p, m) as ``X^T (H (X x)) + P V^T x + V P^T x + V (U^T U) V^T x``
     with the :func:`_operator_pieces` (given, or formed once): each product is a few dense BLAS
     calls of ``O((K r)^2 + K r p)``, never the p × p Gram."""
     p = D.p
     H, P, UtU = _operator_pieces(D, B) if pieces is None else pieces
-    m = _width(B)
+    m = blocks.width(B)
 
     def mm(x):
         x = x.reshape(p, -1)
@@ -153,7 +149,7 @@ def _gram_operator(D, B: _Affine, pieces=None):
     return scipy.sparse.linalg.LinearOperator((p, p), matvec=mm, matmat=mm, dtype=float)
 
 
-def _svt_partial(D, B: _Affine, tau, k_hint, v0, pieces=None):
+def _svt_partial(D, B: blocks.AffineBlocks, tau, k_hint, v0, pieces=None):
     """``SVT(B; τ)`` from the eigenpairs of ``B^T B`` above ``τ^2`` found by Lanczos on the
     structured operator (:func:`lowrank_fl.clair.subspace.lanczos_above`): ``O(G h r + K r p)``
     per product instead of the ``O((K r)^2 p + p^3)`` Gram route; None (use the Gram route)
@@ -168,7 +164,7 @@ def _svt_parts(D, B, tau, ev, V):
     s = np.sqrt(ev)
     if s.size and tau <= _GRAM_SAFE_RATIO * s[0]:
         return None
-    return _apply(D, B, V, (s - tau) / s), V, s - tau
+    return blocks.apply_blocks(D, B, V, (s - tau) / s), V, s - tau
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,8 +209,8 @@ class FactoredResult(LowRankMixin, SolverResult):
     data_norm: float | None = None
 
     @property
-    def _S(self) -> _Affine:
-        return _Affine(np.asarray(self.S_scale), np.asarray(self.S_left),
+    def _S(self) -> blocks.AffineBlocks:
+        return blocks.AffineBlocks(np.asarray(self.S_scale), np.asarray(self.S_left),
                        np.asarray(self.S_right))
 
     def dense_L(self) -> np.ndarray:
@@ -225,7 +221,7 @@ class FactoredResult(LowRankMixin, SolverResult):
 
     def dense_S(self, D: PairContrasts) -> np.ndarray:
         """``S`` as a (G h, p) array."""
-        return _dense(D, self._S)
+        return blocks.dense(D, self._S)
 
 
 def _singular_parts(UL, V):
@@ -238,7 +234,7 @@ def _singular_parts(UL, V):
     Uf = UL.reshape(-1, k)
     ev, Q = np.linalg.eigh(Uf.T @ Uf)
     ev, Q = ev[::-1], Q[:, ::-1]
-    return _times(UL, Q), V @ Q, np.sqrt(np.maximum(ev, 0.0))
+    return blocks.times(UL, Q), V @ Q, np.sqrt(np.maximum(ev, 0.0))
 
 
 def _svt_block(D, B, tau, V_prev, rtol=1e-12, report=None, pieces=None):
@@ -254,7 +250,7 @@ def _svt_step(D, B, tau, svt, hint, V_last, rtol=1e-12, pieces=None):
     """One SVT of ``B``: the block route (warm-started from ``V_last``) or the partial
     (Lanczos) route when asked and possible, else the Gram route. ``pieces``: ``B``'s
     :func:`_operator_pieces` when the caller has them."""
-    if (V_last is None or not V_last.shape[1]) and not _width(B) and np.all(B.a == 1.0):
+    if (V_last is None or not V_last.shape[1]) and not blocks.width(B) and np.all(B.a == 1.0):
         # B = D (a cold start): every value of D above τ is kept, many at the λ path's λ_L
         # (K = 100, r = 16: 84, where the block route grows to 128 columns and fails, 0.7 s),
         # and D's Gram is op_norm's anyway
@@ -276,7 +272,7 @@ def _svt_step(D, B, tau, svt, hint, V_last, rtol=1e-12, pieces=None):
     return _svt(D, B, tau)
 
 
-def _top_gram_eigenvalue(D, X: _Affine, V, pieces=None) -> float:
+def _top_gram_eigenvalue(D, X: blocks.AffineBlocks, V, pieces=None) -> float:
     """The largest eigenvalue of ``X^T X``: from the p × p structured Gram (LAPACK) below
     ``p = 384``, else a Lanczos upper bound on the structured operator
     (:func:`~lowrank_fl.clair.subspace.top_eigenvalue_bound`, started from ``V``; at K = 100,
@@ -285,10 +281,10 @@ def _top_gram_eigenvalue(D, X: _Affine, V, pieces=None) -> float:
         top = top_eigenvalue_bound(_gram_operator(D, X, pieces), D.p, start_vector(V, D.p))
         if top is not None:
             return top
-    return top_eigenvalue(_gram(D, X))
+    return top_eigenvalue(blocks.gram(D, X))
 
 
-def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=None,
+def _certify(D, S: blocks.AffineBlocks, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=None,
              S_norms=None):
     """(7) at ``(SVT(D - S; τ), S)``: ``(objective, dual, c, L parts)``; ``S_norms``: the
     block norms ``||S_g||_F`` when known (the BST step's ``f_g ||D_g - L_g||``).
@@ -298,7 +294,7 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     coordinates ``X_k N``) so that its block norms and Gram carry rounding errors relative to
     ``R`` itself, as on a formed residual (expanding ``B - L`` would leave errors of
     ``eps ||B||^2`` in ``||R||_op^2 ~ τ^2``)."""
-    B = _Affine(1.0 - S.a, S.U, -S.V, None, _uparts(S), S.UtU)   # D - S (sign on V: no copy)
+    B = blocks.AffineBlocks(1.0 - S.a, S.U, -S.V, None, blocks.left_parts(S), S.UtU)   # D - S (sign on V: no copy)
     pieces = _operator_pieces(D, B) if svt in ("partial", "block") else None
     parts = _svt_step(D, B, tau, svt, hint, V_last, pieces=pieces)
     if parts is None:
@@ -307,13 +303,13 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
     Fw = snew / (snew + tau)                                            # W = V diag(Fw) V^T
     L_parts = _singular_parts(UL, V)
     DN = D.projected(V, Fw)
-    R = _Affine(B.a, B.U, B.V - (V * Fw) @ (V.T @ B.V))                # R = B N on D N
+    R = blocks.AffineBlocks(B.a, B.U, B.V - (V * Fw) @ (V.T @ B.V))                # R = B N on D N
     if pieces is not None:
         # R's operator on D N from B's: the same H (it depends on T and a only), U^T U, and
         # (D N)^T diag(a) U = N P
         H, P, UtU = pieces
         pieces = (H, None if P is None else P - (V * Fw) @ (V.T @ P), UtU)
-    rn2 = _sq_norms(DN, R)
+    rn2 = blocks.sq_norms(DN, R)
     G = D.n_pairs
     # <R, D> = sum_g a_g <D_g N, D_g> + <U_g, D_g N^T V_B>
     DV = D.apply(V)
@@ -326,7 +322,7 @@ def _certify(D, S: _Affine, w, lam_L, lam_S, tau, svt="full", hint=0, V_last=Non
                                         lam_S)
     UL, V, sig = L_parts
     objective = 0.5 * w * float(rn2.sum()) + lam_L * float(sig.sum()) \
-        + lam_S * float((np.sqrt(_sq_norms(D, S)) if S_norms is None else S_norms).sum())
+        + lam_S * float((np.sqrt(blocks.sq_norms(D, S)) if S_norms is None else S_norms).sum())
     return objective, dual, c, (UL, V, sig)
 
 
@@ -380,7 +376,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
         svt = "block" if D.p >= _PARTIAL_AUTO_P else "full"
     G = D.n_pairs
     if init is None:
-        S = _zero(D)
+        S = blocks.zero_blocks(D)
     elif isinstance(init, FactoredResult):
         S = init._S
         if S.a.shape != (G,) or S.U.shape[:2] != (G, D.q) or S.V.shape[0] != D.p:
@@ -409,18 +405,18 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     with np.errstate(over="ignore", invalid="ignore"):
         for it in range(1, max_iter + 1):
             parts = first if it == 1 and first is not None else _svt_step(
-                D, _Affine(1.0 - y.a, y.U, -y.V, None, _uparts(y), y.UtU), tau, svt, hint, V_last,
+                D, blocks.AffineBlocks(1.0 - y.a, y.U, -y.V, None, blocks.left_parts(y), y.UtU), tau, svt, hint, V_last,
                 _LOOP_RTOL)                                             # L_y = SVT(D - y)
             if parts is None:
                 status = "diverged"
                 break
             UL, V, _ = parts
             hint, V_last = V.shape[1], V
-            n2, e = _residual_sq_norms(D, UL, V)
+            n2, e = blocks.residual_sq_norms(D, UL, V)
             n = np.sqrt(n2)                                                # ||D_g - L_g||
             with np.errstate(divide="ignore"):
                 f = np.where(n > theta, 1.0 - theta / n, 0.0)
-            Sn = _Affine(f, UL * (-f)[:, None, None], V)               # BST(D - L_y; θ)
+            Sn = blocks.AffineBlocks(f, UL * (-f)[:, None, None], V)               # BST(D - L_y; θ)
             mom_n = 0.5 * (1.0 + np.sqrt(1.0 + 4.0 * mom * mom))
             beta = (mom - 1.0) / mom_n
             # gradient restart: <y - S⁺, S⁺ - S> > 0 means the momentum points uphill
@@ -428,17 +424,17 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
             Uf = Sn.U.reshape(G * D.q, Sn.U.shape[2])
             Sn = Sn._replace(UtU=Uf.T @ Uf)
             UU_SN = S.U.reshape(G * D.q, S.U.shape[2]).T @ Uf            # S.U^T Sn.U
-            g_SN = _inner(D, S, Sn, q_S, q_N, UU_SN)
-            g_NN = _inner(D, Sn, Sn, q_N, q_N, Sn.UtU)
+            g_SN = blocks.inner(D, S, Sn, q_S, q_N, UU_SN)
+            g_NN = blocks.inner(D, Sn, Sn, q_N, q_N, Sn.UtU)
             restart = False
             if cy[1]:
-                g_PN = _inner(D, S_prev, Sn, q_P, q_N)
+                g_PN = blocks.inner(D, S_prev, Sn, q_P, q_N)
                 restart = (cy[0] * g_SN + cy[1] * g_PN) - (cy[0] * g_SS + cy[1] * g_PS) \
                     - g_NN + g_SN > 0
             if restart or beta <= 0:
                 mom, y, cy = (1.0 if restart else mom_n), Sn, (1.0, 0.0)
             else:
-                mom, y, cy = mom_n, _combine(1.0 + beta, Sn, -beta, S, UU_SN), (1.0 + beta, -beta)
+                mom, y, cy = mom_n, blocks.combine(1.0 + beta, Sn, -beta, S, UU_SN), (1.0 + beta, -beta)
             S_prev, S, g_PS, g_SS = S, Sn, g_SN, g_NN
             q_P, q_S = q_S, q_N
             if it % check_every == 0 or it == max_iter:
