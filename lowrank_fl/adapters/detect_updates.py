@@ -92,14 +92,16 @@ import numbers
 from typing import NamedTuple
 
 import numpy as np
+from scipy import stats
 
 from ..validation import as_float_array, check_int
-from .detect import (POOLED_ALPHA, POOLED_CUTOFF, POOLED_MIN_RATIO, pooled_ratios, pooled_scores,
+from .detect import (POOLED_ALPHA, POOLED_CUTOFF, POOLED_MIN_RATIO, pooled_scores,
                      pooled_threshold, robust_z)
 from .updates import check_gram, direction_distances, unit_gram, update_norms
 
-__all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "shortfall_bounds", "UpdateEvidence", "update_evidence", "update_flags",
-           "size_scores", "rule_cutoff", "joint_cutoff", "agreement_shares", "agreement_bounds"]
+__all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "UpdateEvidence", "update_evidence",
+           "update_flags", "size_scores", "rule_cutoff", "joint_cutoff", "agreement_shares",
+           "agreement_bounds", "shortfall_bounds"]
 
 #: an update at least this many times the typical client's norm (geometric mean over modules)
 #: is materially out (module docstring: honest unevenness up to 5x, a tenfold update caught)
@@ -116,8 +118,9 @@ class UpdateEvidence(NamedTuple):
 
     ``direction_scores``: the pooled statistic on the direction distances; ``agreement_ratios``:
     each client's agreement (median cosine with the others, mean over modules) over the typical
-    client's (1 typical, NaN where the typical agreement is not positive); ``outside_scores`` / ``outside_ratios``: the same on the shares outside
-    the shared row space (None where not given); ``size_scores``: modified z of ``ℓ_k``;
+    client's (1 typical, NaN where the typical agreement is not positive); ``outside_scores`` /
+    ``outside_ratios``: the same on the shares outside the shared row space (None where not
+    given); ``size_scores``: modified z of ``ℓ_k``;
     ``size_ratios``: ``exp(ℓ_k - median ℓ)``; ``cutoff`` c (``inf`` below 3 clients);
     ``min_ratio`` ρ; ``size_ratio`` ρ_size; ``by_direction``, ``by_outside``, ``by_size``,
     ``flagged`` bool; ``agreement_bounds``: the one-sided 95 % lower confidence bound of each
@@ -174,24 +177,45 @@ def size_scores(grams) -> tuple[np.ndarray, np.ndarray]:
     return _log_ratios(update_norms(_grams(grams)))
 
 
-def agreement_shares(grams) -> np.ndarray:
-    """``m_k / median_k m_k`` (K,) with ``m_k`` the mean over modules of client ``k``'s median
-    cosine with the other clients' updates: how much of the typical client's agreement with the
-    federation a client has (1 typical, 0 none, negative: it points away). NaN everywhere when
-    the typical agreement is not positive (no shared direction to deviate from)."""
-    m = _module_agreements(_grams(grams)).mean(axis=0)   # (K,)
-    K = m.shape[0]
-    typical = float(np.median(m))
-    if not typical > 0:
-        return np.full(K, np.nan)
-    return m / typical
-
-
 def _module_agreements(G) -> np.ndarray:
     """(modules, K): each client's median cosine with the other clients' updates, per module."""
     C = unit_gram(G)
     K = C.shape[-1]
     return np.nanmedian(np.where(np.eye(K, dtype=bool), np.nan, C), axis=-1)
+
+
+def _shares(per) -> np.ndarray:
+    m = per.mean(axis=0)
+    typical = float(np.median(m))
+    return m / typical if typical > 0 else np.full(m.shape[0], np.nan)
+
+
+def _lower_bounds(per, confidence: float) -> np.ndarray:
+    if not 0.5 <= confidence < 1:
+        raise ValueError(f"confidence must be in [0.5, 1), got {confidence!r}")
+    M = per.shape[0]
+    m = per.mean(axis=0)
+    if M < 2:
+        return m
+    return m - stats.t.ppf(confidence, M - 1) * per.std(axis=0, ddof=1) / np.sqrt(M)
+
+
+def _shortfall_bounds(per, alpha: float) -> np.ndarray:
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    M, K = per.shape
+    if M < 2:
+        return np.full(K, np.inf)
+    diff = per - np.median(per, axis=1, keepdims=True)
+    return diff.mean(axis=0) + stats.t.ppf(1 - alpha / K, M - 1) * diff.std(axis=0, ddof=1) / np.sqrt(M)
+
+
+def agreement_shares(grams) -> np.ndarray:
+    """``m_k / median_k m_k`` (K,) with ``m_k`` the mean over modules of client ``k``'s median
+    cosine with the other clients' updates: how much of the typical client's agreement with the
+    federation a client has (1 typical, 0 none, negative: it points away). NaN everywhere when
+    the typical agreement is not positive (no shared direction to deviate from)."""
+    return _shares(_module_agreements(_grams(grams)))
 
 
 def agreement_bounds(grams, confidence: float = AGREEMENT_CONFIDENCE) -> np.ndarray:
@@ -200,16 +224,7 @@ def agreement_bounds(grams, confidence: float = AGREEMENT_CONFIDENCE) -> np.ndar
     sqrt(M)`` with ``s_k`` the standard deviation of the per-module agreements (Student's t, the
     modules taken as replicates); ``m_k`` itself for one module. A bound at most 0: the update
     carries none of the federation's shared direction, as far as the modules can tell."""
-    from scipy import stats
-
-    if not 0.5 <= confidence < 1:
-        raise ValueError(f"confidence must be in [0.5, 1), got {confidence!r}")
-    per = _module_agreements(_grams(grams))                            # (M, K)
-    M = per.shape[0]
-    m = per.mean(axis=0)
-    if M < 2:
-        return m
-    return m - stats.t.ppf(confidence, M - 1) * per.std(axis=0, ddof=1) / np.sqrt(M)
+    return _lower_bounds(_module_agreements(_grams(grams)), confidence)
 
 
 def shortfall_bounds(grams, alpha: float = OPPOSED_ALPHA) -> np.ndarray:
@@ -219,16 +234,7 @@ def shortfall_bounds(grams, alpha: float = OPPOSED_ALPHA) -> np.ndarray:
     ``t_{1 - alpha/K, M-1} s / sqrt(M)`` (Student's t, the modules as replicates). Below 0: the
     client agrees with the federation significantly less than the typical client. ``inf`` with
     one module (no replicate: nothing is significant)."""
-    from scipy import stats
-
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
-    per = _module_agreements(_grams(grams))                            # (M, K)
-    M, K = per.shape
-    if M < 2:
-        return np.full(K, np.inf)
-    diff = per - np.median(per, axis=1, keepdims=True)
-    return diff.mean(axis=0) + stats.t.ppf(1 - alpha / K, M - 1) * diff.std(axis=0, ddof=1) / np.sqrt(M)
+    return _shortfall_bounds(_module_agreements(_grams(grams)), alpha)
 
 
 def _positive(v, name):
@@ -277,17 +283,19 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
         raise ValueError(f"cutoff must be a real number (or None: the rule's cutoff), got {cutoff!r}")
     d = direction_distances(G)                            # (modules, G)
     Md, _ = pooled_scores(d, K)
-    Rd = agreement_shares(G)
+    per = _module_agreements(G)                           # (modules, K), once for the three below
+    Rd = _shares(per)
+    rd = np.nan_to_num(Rd, nan=np.inf)                    # no shared direction: nobody is "less"
+    lower = _lower_bounds(per, AGREEMENT_CONFIDENCE)
+    upper = _shortfall_bounds(per, OPPOSED_ALPHA)
     Ms, Rs = size_scores(G)
     # materially out: it agrees with the others at most 1/ρ as much as the typical client does
-    less = np.nan_to_num(Rd, nan=np.inf) <= (1.0 / min_ratio if min_ratio > 0 else np.inf)
-    lower = agreement_bounds(G)
+    less = rd <= (1.0 / min_ratio if min_ratio > 0 else np.inf)
     by_dir = (Md > cutoff) & less & (lower <= 0)          # ... and carries none of the shared direction
     by_size = (Ms > cutoff) & (Rs >= size_ratio)
     cj = joint_cutoff(K) if np.isfinite(cutoff) else np.inf
     by_joint = (np.minimum(Md, Ms) > cj) & less & (Rs >= min_ratio)
-    upper = shortfall_bounds(G)
-    by_opposed = (np.nan_to_num(Rd, nan=np.inf) <= 0) & (upper < 0) if np.isfinite(cutoff) else np.zeros(K, bool)
+    by_opposed = (rd <= 0) & (upper < 0) & np.isfinite(cutoff)
     Mo = Ro = None
     by_out = np.zeros(K, bool)
     if outside is not None:

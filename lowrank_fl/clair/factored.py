@@ -211,7 +211,7 @@ class FactoredResult(LowRankMixin, SolverResult):
     @property
     def _S(self) -> blocks.AffineBlocks:
         return blocks.AffineBlocks(np.asarray(self.S_scale), np.asarray(self.S_left),
-                       np.asarray(self.S_right))
+                                   np.asarray(self.S_right))
 
     def dense_L(self) -> np.ndarray:
         """``L`` as a (G h, p) array."""
