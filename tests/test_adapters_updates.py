@@ -106,7 +106,7 @@ def test_clean_federation_flags_nobody_and_cutoff_is_bonferroni():
     f = _federation()
     res = aggregate_factors(f, ModuleOptions(output_dtype="float64"))
     assert res.summary["detection"]["flagged"] == []
-    assert rule_cutoff(10) == pytest.approx(pooled_threshold(10, 0.01 / 3))
+    assert rule_cutoff(10) == pytest.approx(pooled_threshold(10, 0.01 / 4))
     assert rule_cutoff(10) > pooled_threshold(10)
 
 
@@ -310,12 +310,12 @@ def test_joint_cutoff_is_the_quantile_of_the_smaller_of_two_scores():
 
     rng = np.random.default_rng(123)                 # an independent draw of the same null
     z = robust_z(rng.standard_normal((2, 40_000, 4)), axis=-1)
-    q = np.quantile(np.minimum(z[0], z[1]).max(-1), 1 - 0.01 / 3)
+    q = np.quantile(np.minimum(z[0], z[1]).max(-1), 1 - 0.01 / 4)
     # K = 4: the quantile itself is below the 3.5 floor for every K >= 4 (the floor binds)
     assert q < 3.5 and joint_cutoff(4) == 3.5 and joint_cutoff(10) == 3.5
     assert joint_cutoff(2) == np.inf
     z3 = robust_z(rng.standard_normal((2, 400_000, 3)), axis=-1)
-    q3 = np.quantile(np.minimum(z3[0], z3[1]).max(-1), 1 - 0.01 / 3)
+    q3 = np.quantile(np.minimum(z3[0], z3[1]).max(-1), 1 - 0.01 / 4)
     assert q3 > 3.5 and joint_cutoff(3) == pytest.approx(q3, rel=0.04)   # Monte Carlo error of both
 
 
@@ -436,3 +436,214 @@ def test_row_space_share_flags_only_a_client_mostly_outside_the_shared_row_space
         other[:, 9] = share
         ev = update_evidence(G, other)
         assert bool(ev.by_outside[9]) is flagged and list(np.flatnonzero(ev.by_outside)) == ([9] if flagged else [])
+
+
+def _weak_shared_federation(K=10, modules=24, q=24, p=20, r=3, against=(9,), shared=0.15, seed=0):
+    """Common init; every client's B = ±shared B* + noise: a shared direction of about shared² of
+    each update (typical agreement ≈ shared²), client(s) ``against`` carrying -B*."""
+    rng = np.random.default_rng(seed)
+    out = {f"c{k}": {} for k in range(K)}
+    for m in range(modules):
+        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
+        Bs = rng.standard_normal((q, r))
+        for k in range(K):
+            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
+            B = (-shared if k in against else shared) * Bs + rng.standard_normal((q, r))
+            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B, 2.0)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_opposed_needs_a_material_shared_direction(seed, monkeypatch):
+    import lowrank_fl.adapters.detect_updates as du
+
+    G = _grams(_weak_shared_federation(seed=seed))
+    per = []
+    names = [f"c{k}" for k in range(10)]
+    f = _weak_shared_federation(seed=seed)
+    for m in f["c0"]:                                 # the typical agreement from dense cosines
+        U = np.array([(_dense(f[n])[m] / np.linalg.norm(_dense(f[n])[m])).ravel() for n in names])
+        C = U @ U.T
+        per.append([np.median(np.delete(C[k], k)) for k in range(10)])
+    typical = float(np.median(np.mean(per, axis=0)))
+    assert 0 < typical < du.SHARED_FLOOR == 0.1
+    ev = update_evidence(G)
+    assert ev.typical_agreement == pytest.approx(typical, rel=1e-9)
+    # significantly short of a shared direction of ~2 % of each update: not material, not flagged
+    assert ev.shortfall_bounds[9] < 0 and ev.agreement_ratios[9] <= 0 and not ev.by_opposed.any()
+    monkeypatch.setattr(du, "SHARED_FLOOR", 0.0)      # the floor is what decides
+    assert list(np.flatnonzero(update_evidence(G).by_opposed)) == [9]
+    monkeypatch.undo()
+    # a material shared direction (typical agreement ≈ 0.25): the same client is opposed
+    ev = update_evidence(_grams(_weak_shared_federation(shared=0.6, seed=seed)))
+    assert list(np.flatnonzero(ev.by_opposed)) == [9]
+
+
+def _profile_federation(K=10, modules=8, q=16, p=12, r=2, harder=(), other=(), seed=0):
+    """Common init, one task whose update is spread over the modules by a fixed profile w (each
+    client's module norms vary by about 10 %); ``harder`` clients move 3x as far in every module;
+    ``other`` clients learn another task spread by the reversed profile, at the typical total size."""
+    rng = np.random.default_rng(seed)
+    w = np.geomspace(1.0, 8.0, modules)
+    out = {f"c{k}": {} for k in range(K)}
+    for m in range(modules):
+        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
+        Bs, Bc = rng.standard_normal((q, r)), rng.standard_normal((q, r))
+        for k in range(K):
+            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
+            B = (Bc if k in other else Bs) + 0.3 * rng.standard_normal((q, r))
+            scale = (w[::-1] if k in other else w)[m] * np.exp(0.1 * rng.standard_normal())
+            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B * scale * (3.0 if k in harder else 1.0), 2.0)
+    return out
+
+
+def _profile_by_hand(f):
+    """d_k and its modified z from the dense updates' Frobenius norms, loops and the textbook formula."""
+    names = list(f)
+    mods = list(f[names[0]])
+    L = np.array([[np.log(np.linalg.norm(_dense(f[n])[m])) for m in mods] for n in names])   # (K, M)
+    P = L - L.mean(axis=1, keepdims=True)
+    med = np.median(P, axis=0)
+    d = np.array([np.sqrt(np.mean((P[k] - med) ** 2)) for k in range(len(names))])
+    from scipy import stats
+    return d, (d - np.median(d)) / stats.median_abs_deviation(d, scale="normal")
+
+
+def test_profile_scores_match_a_computation_by_hand_and_are_blind_to_each_clients_size():
+    from lowrank_fl.adapters.detect_updates import profile_scores
+
+    f = _profile_federation(harder=(3,), other=(9,))
+    d, z = _profile_by_hand(f)
+    pz, ratio = profile_scores(_grams(f))
+    np.testing.assert_allclose(pz, z, rtol=2e-5)       # robust_z's 1.4826 is 1/Φ⁻¹(3/4) to 5 digits
+    np.testing.assert_allclose(ratio, d / np.median(d), rtol=1e-9)
+    # scaling a client's whole update (training harder) leaves every profile score unchanged
+    g = _profile_federation(other=(9,))
+    np.testing.assert_allclose(profile_scores(_grams(g))[0], pz, rtol=1e-9, atol=1e-12)
+    # one module: no profile
+    z1, r1 = profile_scores(_grams(f)[:1])
+    assert np.all(z1 == 0) and np.all(r1 == 1)
+
+
+def test_profile_flags_another_task_spread_elsewhere_not_a_harder_trainer():
+    from lowrank_fl.adapters.detect_updates import profile_cutoff
+
+    for seed in range(3):
+        ev = update_evidence(_grams(_profile_federation(harder=(3, 4), other=(9,), seed=seed)))
+        assert ev.profile_cutoff == pytest.approx(profile_cutoff(10, 8))
+        assert list(np.flatnonzero(ev.by_profile)) == [9] and list(np.flatnonzero(ev.flagged)) == [9]
+        assert ev.size_ratios[9] < 1.2 and not ev.by_size[9] and not ev.by_joint[9]   # not larger
+        assert np.all(ev.size_ratios[[3, 4]] > 2.5) and not ev.flagged[[3, 4]].any()
+    # a clean federation with uneven training: nobody
+    ev = update_evidence(_grams(_profile_federation(harder=(3, 4), seed=7)))
+    assert not ev.flagged.any()
+
+
+def test_profile_cutoff_is_the_null_quantile_of_the_largest_profile_score():
+    from lowrank_fl.adapters.detect import robust_z
+    from lowrank_fl.adapters.detect_updates import profile_cutoff
+
+    rng = np.random.default_rng(321)                 # an independent draw of the same null
+    for K, M in ((10, 4), (20, 8)):
+        L = rng.standard_normal((40_000, K, M))
+        P = L - L.mean(axis=2, keepdims=True)
+        d = np.sqrt(np.mean((P - np.median(P, axis=1, keepdims=True)) ** 2, axis=2))
+        q = np.quantile(robust_z(d, axis=-1).max(axis=-1), 1 - 0.01 / 4)
+        assert q > 3.5 and profile_cutoff(K, M) == pytest.approx(q, rel=0.08)   # Monte Carlo error
+    # the normal c_K is too low for a few modules: the reason for the profile's own cutoff
+    assert profile_cutoff(10, 2) > 1.5 * rule_cutoff(10)
+    assert profile_cutoff(10, 500) == profile_cutoff(10, 64)                     # the modules cap
+    assert profile_cutoff(10, 1) == np.inf and profile_cutoff(2, 8) == np.inf
+
+
+def _farther_federation(K=10, modules=8, q=24, p=20, r=3, shared=1.0, bad=(9,), bad_shared=0.3, bad_scale=2.5,
+                        harder=(3, 4), harder_scale=1.8, seed=0):
+    """Common init; every client's B = shared B* + noise; ``harder`` clients move ``harder_scale``
+    as far (all of it, the shared part included); ``bad`` clients keep ``bad_shared`` of B*, learn
+    another task B_c and move ``bad_scale`` as far as the typical client."""
+    rng = np.random.default_rng(seed)
+    out = {f"c{k}": {} for k in range(K)}
+    for m in range(modules):
+        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
+        Bs, Bc = rng.standard_normal((q, r)), rng.standard_normal((q, r))
+        for k in range(K):
+            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
+            noise = rng.standard_normal((q, r))
+            if k in bad:
+                B = bad_scale * (bad_shared * shared * Bs + Bc + noise) / np.sqrt(1 + bad_shared ** 2 * shared ** 2 + 1)
+            else:
+                B = (harder_scale if k in harder else 1.0) * (shared * Bs + noise) / np.sqrt(1 + shared ** 2)
+            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B, 2.0)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_farther_and_agreeing_less_is_flagged_only_with_a_material_shared_direction(seed):
+    from lowrank_fl.adapters.detect_updates import FARTHER_RATIO, SHARED_FLOOR
+
+    ev = update_evidence(_grams(_farther_federation(seed=seed)))
+    assert ev.typical_agreement >= SHARED_FLOOR and FARTHER_RATIO == 2.0
+    assert ev.size_ratios[9] >= 2.0 and ev.agreement_ratios[9] <= 1 / 1.2
+    assert list(np.flatnonzero(ev.by_farther)) == [9]
+    assert list(np.flatnonzero(ev.flagged)) == [9]                 # the harder trainers 3, 4 are not
+    assert np.all(ev.size_ratios[[3, 4]] > 1.5) and np.all(ev.agreement_ratios[[3, 4]] > 1 / 1.2)
+    # the same client below twice the typical size: not farther
+    ev = update_evidence(_grams(_farther_federation(bad_scale=1.7, seed=seed)))
+    assert ev.size_ratios[9] < 2.0 and not ev.by_farther.any()
+    # farther out (scaled up) is never less flagged: the agreement is blind to size
+    ev4 = update_evidence(_grams(_farther_federation(bad_scale=4.0, seed=seed)))
+    assert ev4.by_farther[9] or ev4.by_size[9]
+    # no material shared direction (each update 99 % its own): the flag is off
+    ev = update_evidence(_grams(_farther_federation(shared=0.1, seed=seed)))
+    assert ev.typical_agreement < SHARED_FLOOR and not ev.by_farther.any()
+
+
+def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
+    from lowrank_fl.adapters.decision import detection_sentence
+    from lowrank_fl.adapters.detect_updates import profile_cutoff
+
+    opts = ModuleOptions(output_dtype="float64")
+    det = aggregate_factors(_profile_federation(harder=(3, 4), other=(9,)), opts).summary["detection"]
+    u = det["updates"]
+    assert det["flagged"] == ["c9"] and u["by_profile"] == ["c9"] and u["by_farther"] == []
+    assert u["profile_cutoff"] == pytest.approx(profile_cutoff(10, 8))
+    assert u["profile_scores"]["c9"] > u["profile_cutoff"] and u["profile_ratios"]["c9"] >= 1.2
+    text = detection_sentence(det)
+    assert "spread over the modules unlike the others" in text and f"> {u['profile_cutoff']:.2f}" in text
+    det = aggregate_factors(_farther_federation(), opts).summary["detection"]
+    u = det["updates"]
+    assert u["by_farther"] == ["c9"] and u["farther_ratio"] == 2.0 and u["shared_floor"] == 0.1
+    assert "farther, not along the shared direction" in detection_sentence(det)
+    # nobody flagged: the limit names the profile cutoff and whether the farther flag is on
+    clean = aggregate_factors(_farther_federation(shared=0.1, bad=()), opts).summary["detection"]
+    text = detection_sentence(clean)
+    assert clean["flagged"] == [] and "off: no material shared direction" in text
+    assert f"a profile score above {clean['updates']['profile_cutoff']:.2f}" in text
+
+
+def test_profile_flag_needs_a_material_departure_in_a_homogeneous_federation():
+    from lowrank_fl.adapters.detect_updates import profile_distances
+
+    # identical module profiles up to 1 % noise; client 8 has one module 50 % larger (d ≈ 0.13):
+    # far out in z (the typical distance is tiny), yet its norms depart by less than a factor 1.2
+    f = _profile_federation(seed=4)
+    rng = np.random.default_rng(0)
+    for k in range(10):
+        for i, m in enumerate(sorted(f[f"c{k}"])):
+            A, B, s = f[f"c{k}"][m]
+            target = np.geomspace(1.0, 8.0, 8)[i] * np.exp(0.01 * rng.standard_normal())
+            target *= 1.5 if (k == 8 and i == 7) else 1.0
+            f[f"c{k}"][m] = (A, B * target / np.linalg.norm(s * B @ A), s)
+    G = _grams(f)
+    ev = update_evidence(G)
+    d = profile_distances(G)
+    L = np.log(np.sqrt(np.diagonal(G, axis1=1, axis2=2))).T        # (K, M) from the Gram's diagonal
+    P = L - L.mean(axis=1, keepdims=True)
+    np.testing.assert_allclose(d, np.sqrt(np.mean((P - np.median(P, axis=0)) ** 2, axis=1)), rtol=1e-9)
+    assert ev.profile_scores[8] > ev.profile_cutoff and ev.profile_ratios[8] >= 1.2
+    assert 0.12 < d[8] < np.log(1.2) and not ev.flagged.any()
+    # the same client 2.5x larger there departs by more than a factor 1.2: flagged
+    A, B, s = f["c8"]["layer7.q_proj"]
+    f["c8"]["layer7.q_proj"] = (A, B * 2.5 / 1.5, s)
+    ev = update_evidence(_grams(f))
+    assert list(np.flatnonzero(ev.by_profile)) == [8] and profile_distances(_grams(f))[8] >= np.log(1.2)

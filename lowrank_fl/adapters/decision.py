@@ -20,7 +20,11 @@ set (8) was not (:mod:`.guard`);
 direction score and agreement ratio, the lower confidence bound of its agreement, the size score
 and norm ratio, the cutoffs (single and joint), both floors, whom it flags and on which evidence
 (``by_direction``, ``by_outside``, ``by_size``, ``by_joint``: direction and size together,
-``by_opposed``: significantly pointing away from a shared direction, with ``shortfall_bounds``).
+``by_opposed``: significantly pointing away from a material shared direction, with
+``shortfall_bounds`` and ``shared_floor``; ``by_profile``: its update spread over the modules
+unlike the others', with ``profile_scores``, ``profile_ratios`` and ``profile_cutoff``;
+``by_farther``: at least ``farther_ratio`` times the typical size and agreeing less, where the
+``typical_agreement`` reaches ``shared_floor``).
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ import numpy as np
 from . import guard
 from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence
-from .detect_updates import update_evidence
+from .detect_updates import FARTHER_RATIO, SHARED_FLOOR, update_evidence
 
 __all__ = ["detection_summary", "detection_sentence", "refinement_sentence"]
 
@@ -111,6 +115,14 @@ def detection_summary(results, names, rule: str) -> dict:
             "shortfall_bounds": dict(zip(names, uv.shortfall_bounds.tolist())),
             "size_scores": dict(zip(names, uv.size_scores.tolist())),
             "size_ratios": dict(zip(names, uv.size_ratios.tolist())),
+            "profile_scores": dict(zip(names, uv.profile_scores.tolist())),
+            "profile_ratios": {n: (None if not np.isfinite(v) else float(v))
+                               for n, v in zip(names, uv.profile_ratios)},
+            "profile_cutoff": uv.profile_cutoff if np.isfinite(uv.profile_cutoff) else None,
+            "profile_distances": dict(zip(names, uv.profile_distances.tolist())),
+            "shared_floor": SHARED_FLOOR,
+            "typical_agreement": uv.typical_agreement,
+            "farther_ratio": FARTHER_RATIO,
             "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
             "joint_cutoff": uv.joint_cutoff if np.isfinite(uv.joint_cutoff) else None,
             "min_ratio": uv.min_ratio, "size_ratio": uv.size_ratio,
@@ -120,6 +132,8 @@ def detection_summary(results, names, rule: str) -> dict:
             "by_size": [n for n, f in zip(names, uv.by_size) if f],
             "by_joint": [n for n, f in zip(names, uv.by_joint) if f],
             "by_opposed": [n for n, f in zip(names, uv.by_opposed) if f],
+            "by_profile": [n for n, f in zip(names, uv.by_profile) if f],
+            "by_farther": [n for n, f in zip(names, uv.by_farther) if f],
         },
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
@@ -180,6 +194,17 @@ def _updates_sentence(det: dict) -> str:
                 why.append(f"opposed to the shared direction: agreement {u['agreement_ratios'][n]:.2f} of the "
                            f"typical client's <= 0, its shortfall significant (upper bound "
                            f"{u['shortfall_bounds'][n]:.3g} < 0 at 5 % over the clients)")
+            if n in u.get("by_farther", ()):
+                why.append(f"farther, not along the shared direction: update {_vs(u['size_ratios'][n], u['farther_ratio'])}x "
+                           f"the typical size >= {u['farther_ratio']:g}x, agreement "
+                           f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}, "
+                           f"the typical agreement {u['typical_agreement']:.3f} >= {u['shared_floor']:g}")
+            if n in u.get("by_profile", ()):
+                cp = u["profile_cutoff"]
+                why.append(f"spread over the modules unlike the others: profile score "
+                           f"{_vs(u['profile_scores'][n], cp)} > {cp:.2f}, distance "
+                           f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, module norms "
+                           f"off the typical profile by a factor {np.exp(u['profile_distances'][n]):.2f} >= {rho:g}")
             if n in u["by_outside"]:
                 why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                            f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
@@ -202,8 +227,28 @@ def _updates_sentence(det: dict) -> str:
             "client's that carries none of the shared direction, or a share "
             f"{rho:g}x the typical), or it is both as different and larger (both scores above "
             f"{_joint(u)}, at least {rho:g}x the typical size), or it significantly points away from a "
-            f"direction the others share, or its update is {rho_s:g}x the typical size; a contaminated "
+            f"direction the others share, or it moved {u['farther_ratio']:g}x as far as the typical client "
+            f"while agreeing less ({_shared(u)}), or its update is {rho_s:g}x the typical size, or it "
+            f"spreads its update over the modules unlike the others ({_profile(u)}); a contaminated "
             "client closer than that is not ruled out.")
+
+
+def _shared(u) -> str:
+    t, floor = u["typical_agreement"], u["shared_floor"]
+    state = "on" if t >= floor else "off: no material shared direction"
+    return f"typical agreement {t:.3f} against the floor {floor:g}, {state}"
+
+
+def _ratio(v) -> str:
+    return "inf" if v is None else f"{v:.2f}"
+
+
+def _profile(u) -> str:
+    cp = u.get("profile_cutoff")
+    if cp is None:
+        return "not measurable with one module"
+    pn, pv = max(u["profile_scores"].items(), key=lambda kv: kv[1])
+    return f"a profile score above {cp:.2f}; largest {_vs(pv, cp)} ({pn})"
 
 
 def _joint(u) -> str:

@@ -69,19 +69,63 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   every module. A benign client keeps a positive agreement wherever the others share a
   direction; where nobody shares one (updates dominated by their own noise) the typical
   agreement is about 0 and a benign client's can fall below 0 by chance, which the
-  significance of the shortfall guards against.
+  significance of the shortfall guards against. And the shared direction must be material:
+  the typical agreement at least :data:`SHARED_FLOOR` = 0.1 (a shared part of at least 10 % of
+  a typical update, the median cosine being about that fraction). Why: in a homogeneous
+  federation of clients fitting 8 noisy examples each, the shared direction was 1 % of each
+  update (typical agreement 0.011, yet significant over the modules), and a benign client whose
+  agreement fell to -0.009 in nearly every module was flagged; the reversed and unrelated
+  clients this flag was built for stand against a typical agreement of 0.10-0.66 (two of them
+  against 0.017-0.019 in the `*-personal` families, one of which only this flag found). Chosen
+  after that federation was seen; a stated policy, not a derived level.
+* **farther elsewhere** — where the federation shares a material direction (typical agreement
+  at least :data:`SHARED_FLOOR`), a client whose update is at least :data:`FARTHER_RATIO` = 2
+  times the typical size and whose agreement is at most ``1/ρ`` of the typical client's: it
+  moved twice as far, and not along what the others share. No score: with uneven training and
+  30-40 % of the clients contaminated the robust scores lose their scale (above), while a
+  contaminated client learning another task stands at 2-5 times the typical size. Why 2 and the
+  floor: a benign client that trained 3× harder moved 1.5-2.0 times as far in the federations
+  that share a direction (at most 1.67 times there among those whose agreement fell below
+  ``1/ρ``: fitting more of their own noise lowers their cosines), and 2.7-3.3 times only in a
+  federation without a material shared direction (rsLoRA at rank 16), where this flag is off.
+  Chosen on the trained families' design batches (seeds 500-703), a stated policy; it is the
+  one evidence that can flag a benign client that trained harder *and* drifted, so the report
+  counts its flags apart.
 
-A client is flagged if any of the five holds. The statistics are monotone in how far out a
+* **module profile** — how a client's update is spread over the modules, blind to its size:
+  ``p_mk = log ||ΔW_mk||_F - mean_m log ||ΔW_mk||_F`` (scaling a client's whole update leaves
+  ``p_k`` unchanged) and ``d_k = sqrt(mean_m (p_mk - median_j p_mj)^2)``, the root-mean-square
+  distance of the client's profile from the typical one; flagged where the modified z-score of
+  ``d_k`` exceeds the profile cutoff ``c″_{K,M}`` (:func:`profile_cutoff`) and ``d_k`` is material:
+  at least ``ρ`` times the typical client's, and at least ``log ρ`` (its module norms depart from
+  the typical profile by a factor ``ρ`` = 1.2, root-mean-square over the modules). Why the second
+  floor: in a homogeneous federation the typical distance is tiny and a benign client whose
+  module norms differ by 14 % (``d = 0.134``) scored 9.9 against 9.65, 2.85 times the typical
+  distance (held-out batch, seeds 800-803; the floor was added then and reported on seeds
+  900-903), while every contaminated client flagged by the profile had ``d >= 0.235``. Why: a
+  benign client that trained harder moved farther in
+  every module alike (same profile, a larger size), while a client learning another task moves
+  other modules than the task the others learn (on the trained families the profile of every
+  contaminated client it flagged was 3-20 times as far from the typical one as the typical
+  client's, found where its update was not larger or its direction not distinct enough). Why its
+  own cutoff: ``d_k`` is a root-mean-square over ``M - 1`` free log ratios, skewed for a few
+  modules, so the modified z-score's normal calibration would flag up to 4 % of null federations
+  (``M = 2``) instead of 0.25 %; ``c″_{K,M}`` is the null quantile of the largest score with
+  i.i.d. normal log norms (Monte Carlo, ``M`` capped at 64, conservative above: the tail thins
+  as ``M`` grows).
+
+A client is flagged if any of the seven holds. The statistics are monotone in how far out a
 client is: scaling one client's update up raises its size score and ratio and leaves every
 direction (and agreement) unchanged, so a client farther out is never less flagged.
 Non-finite updates, and norms overflowing float64, are refused (:func:`lowrank_fl.adapters.updates.check_gram`).
 
 Cutoffs. Direction, row space and size are compared with the pooled rule's ``c_K`` at level
-1 %/3 (:func:`rule_cutoff`: Bonferroni over the three, 1 % familywise for ``K`` exchangeable
-normal scores, at least 3.5). The joint evidence is compared with ``c′_K`` (:func:`joint_cutoff`:
-the joint event's null quantile at 1 %/3; its floor 3.5 binds from ``K = 4``, where the joint
-event adds at most 0.14 % under the null — Monte Carlo: 0.14 % at ``K = 6``, 0.07 % at 10,
-0.02 % at 20). The opposed flag has its own 5 % familywise level. Like the pooled rule, each
+1 %/4 (:func:`rule_cutoff`: Bonferroni over the four single statistics, the module profile
+included, 1 % familywise for ``K`` exchangeable normal scores, at least 3.5); the profile with
+``c″_{K,M}`` at the same 1 %/4. The joint evidence is compared with ``c′_K`` (:func:`joint_cutoff`:
+the joint event's null quantile at 1 %/4; its floor 3.5 binds from ``K = 4``, where the joint
+event adds at most 0.14 % under the null — Monte Carlo at 1 %/3: 0.14 % at ``K = 6``, 0.07 % at
+10, 0.02 % at 20). The opposed flag has its own 5 % familywise level. Like the pooled rule, each
 flags at most half of the clients minus one, and the small-federation guard (:mod:`.guard`)
 keeps every decision a strict majority.
 """
@@ -99,9 +143,9 @@ from .detect import (POOLED_ALPHA, POOLED_CUTOFF, POOLED_MIN_RATIO, pooled_score
                      pooled_threshold, robust_z)
 from .updates import check_gram, direction_distances, unit_gram, update_norms
 
-__all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "UpdateEvidence", "update_evidence",
-           "update_flags", "size_scores", "rule_cutoff", "joint_cutoff", "agreement_shares",
-           "agreement_bounds", "shortfall_bounds"]
+__all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "SHARED_FLOOR", "FARTHER_RATIO", "N_SINGLE", "UpdateEvidence",
+           "update_evidence", "update_flags", "size_scores", "profile_scores", "profile_distances", "rule_cutoff", "joint_cutoff",
+           "profile_cutoff", "agreement_shares", "agreement_bounds", "shortfall_bounds"]
 
 #: an update at least this many times the typical client's norm (geometric mean over modules)
 #: is materially out (module docstring: honest unevenness up to 5x, a tenfold update caught)
@@ -110,7 +154,16 @@ SIZE_RATIO = 5.0
 AGREEMENT_CONFIDENCE = 0.95
 #: familywise level (over the clients) of the shortfall test of the "opposed" flag
 OPPOSED_ALPHA = 0.05
+#: the typical agreement below which the federation shares no material direction (opposed, farther)
+SHARED_FLOOR = 0.1
+#: a client at least this many times the typical size, agreeing less, is "farther elsewhere"
+FARTHER_RATIO = 2.0
+#: number of single statistics sharing the 1 % familywise level (direction, row space, size, profile)
+N_SINGLE = 4
 _JOINT_DRAWS = 4_000_000       # normal values per cutoff: 200 000 draws of K at K <= 20
+_PROFILE_DRAWS = 20_000        # null federations per profile cutoff (the pooled rule's count)
+_PROFILE_MAX_MODULES = 64      # the profile cutoff's modules cap (conservative above)
+_PROFILE_CHUNK = 4_000_000     # normal values per Monte Carlo chunk (memory bound)
 
 
 class UpdateEvidence(NamedTuple):
@@ -126,7 +179,11 @@ class UpdateEvidence(NamedTuple):
     ``flagged`` bool; ``agreement_bounds``: the one-sided 95 % lower confidence bound of each
     client's agreement (:func:`agreement_bounds`); ``joint_cutoff`` c′ (:func:`joint_cutoff`);
     ``by_joint`` bool (direction and size together); ``shortfall_bounds``
-    (:func:`shortfall_bounds`) and ``by_opposed`` bool (opposed to a shared direction)."""
+    (:func:`shortfall_bounds`) and ``by_opposed`` bool (opposed to a shared direction);
+    ``profile_scores`` / ``profile_ratios`` (:func:`profile_scores`), ``profile_cutoff`` c″
+    (:func:`profile_cutoff`, ``inf`` with one module) and ``by_profile`` bool; ``typical_agreement``
+    (the median client's agreement) and ``by_farther`` bool (twice as far, agreeing less);
+    ``profile_distances`` ``d_k`` (:func:`profile_distances`)."""
     direction_scores: np.ndarray
     agreement_ratios: np.ndarray
     outside_scores: np.ndarray | None
@@ -145,6 +202,13 @@ class UpdateEvidence(NamedTuple):
     by_joint: np.ndarray
     shortfall_bounds: np.ndarray
     by_opposed: np.ndarray
+    profile_scores: np.ndarray
+    profile_ratios: np.ndarray
+    profile_cutoff: float
+    by_profile: np.ndarray
+    typical_agreement: float
+    by_farther: np.ndarray
+    profile_distances: np.ndarray
 
 
 def _grams(grams) -> np.ndarray:
@@ -156,18 +220,54 @@ def _grams(grams) -> np.ndarray:
     return G
 
 
-def _log_ratios(v) -> tuple[np.ndarray, np.ndarray]:
-    """Modified z of ``mean_m log v_mk`` and ``exp(. - median)`` for positive-or-zero values
-    (modules, K); all-zero modules are left out, zeros elsewhere count at 1e-12 of the module's
-    largest value."""
+def _log_values(v) -> np.ndarray:
+    """``log(v_mk / max_j v_mj)`` (live modules, K) for positive-or-zero values (modules, K): all-zero
+    modules are left out, zeros elsewhere count at 1e-12 of the module's largest value."""
     top = v.max(axis=1, keepdims=True)
     live = top[:, 0] > 0
-    if not live.any():
+    return np.log(np.maximum(v[live], 1e-12 * top[live]) / top[live])
+
+
+def _log_ratios(v) -> tuple[np.ndarray, np.ndarray]:
+    """Modified z of ``mean_m log v_mk`` and ``exp(. - median)`` (:func:`_log_values`)."""
+    logs = _log_values(v)
+    if logs.shape[0] == 0:
         K = v.shape[1]
         return np.zeros(K), np.ones(K)
-    v, top = v[live], top[live]
-    ell = np.log(np.maximum(v, 1e-12 * top) / top).mean(axis=0)   # scale-free per module
+    ell = logs.mean(axis=0)                                       # scale-free per module
     return robust_z(ell), np.exp(ell - np.median(ell))
+
+
+def _profile_distances(logs) -> np.ndarray:
+    """``d_k`` (..., K) from log values (..., modules, K): the rms distance of each client's centred
+    log profile from the median profile."""
+    p = logs - logs.mean(axis=-2, keepdims=True)
+    return np.sqrt(np.mean((p - np.median(p, axis=-1, keepdims=True)) ** 2, axis=-2))
+
+
+def profile_distances(grams) -> np.ndarray:
+    """``d_k`` (K,): the root-mean-square distance of client ``k``'s module profile (centred log norms,
+    :func:`profile_scores`) from the median profile, in natural-log units (0 with one live module)."""
+    logs = _log_values(update_norms(_grams(grams)))
+    if logs.shape[0] < 2:
+        return np.zeros(logs.shape[1])
+    return _profile_distances(logs)
+
+
+def profile_scores(grams) -> tuple[np.ndarray, np.ndarray]:
+    """``(z, ratio)`` (K,): the modified z-score of ``d_k``, the root-mean-square distance of client
+    ``k``'s module profile ``p_mk = log ||ΔW_mk||_F - mean_m log ||ΔW_mk||_F`` from the median
+    profile, and ``d_k / median_j d_j`` (1 where every ``d`` is 0). Blind to each client's overall
+    size. With one live module (all-zero modules left out, zeros elsewhere at 1e-12 of the
+    module's largest norm) every profile is empty: ``z = 0``, ``ratio = 1``."""
+    logs = _log_values(update_norms(_grams(grams)))
+    K = logs.shape[1]
+    if logs.shape[0] < 2:
+        return np.zeros(K), np.ones(K)
+    d = _profile_distances(logs)
+    med = float(np.median(d))
+    ratio = d / med if med > 0 else np.where(d > 0, np.inf, 1.0)
+    return robust_z(d), ratio
 
 
 def size_scores(grams) -> tuple[np.ndarray, np.ndarray]:
@@ -244,14 +344,38 @@ def _positive(v, name):
 
 
 def rule_cutoff(K: int) -> float:
-    """The cutoff of each of the three statistics: ``c_K`` at level ``POOLED_ALPHA / 3``
-    (Bonferroni over direction, row space and size: 1 % familywise under the null)."""
-    return pooled_threshold(K, POOLED_ALPHA / 3) if K >= 3 else np.inf
+    """The cutoff of the direction, row-space and size statistics: ``c_K`` at level
+    ``POOLED_ALPHA / 4`` (Bonferroni over these three and the module profile: 1 % familywise under
+    the null)."""
+    return pooled_threshold(K, POOLED_ALPHA / N_SINGLE) if K >= 3 else np.inf
+
+
+@functools.lru_cache(maxsize=128)
+def _profile_quantile(K: int, M: int) -> float:
+    rng = np.random.default_rng(0)
+    per_chunk = max(1, _PROFILE_CHUNK // (K * M))
+    tops = []
+    for start in range(0, _PROFILE_DRAWS, per_chunk):
+        n = min(per_chunk, _PROFILE_DRAWS - start)
+        tops.append(robust_z(_profile_distances(rng.standard_normal((n, M, K))), axis=-1).max(axis=-1))
+    return float(np.quantile(np.concatenate(tops), 1.0 - POOLED_ALPHA / N_SINGLE))
+
+
+def profile_cutoff(K: int, M: int) -> float:
+    """``c″_{K,M}``: the ``1 - α/4`` quantile (``α`` = 1 %) of the largest modified z-score of
+    :func:`profile_scores`' ``d_k`` over ``K`` clients whose log norms over ``M`` modules are i.i.d.
+    normal (Monte Carlo, 20 000 federations, seed 0; ``M`` above 64 uses 64, conservative: the
+    statistic's tail thins as ``M`` grows), at least 3.5; ``inf`` below 3 clients or 2 modules."""
+    K = check_int(K, "K", minimum=2)
+    M = check_int(M, "M", minimum=1)
+    if K < 3 or M < 2:
+        return np.inf
+    return max(_profile_quantile(K, min(M, _PROFILE_MAX_MODULES)), POOLED_CUTOFF)
 
 
 @functools.lru_cache(maxsize=64)
 def joint_cutoff(K: int) -> float:
-    """``c′_K``: the ``1 - α/3`` quantile (``α`` = 1 %) of ``max_k min(z_k, z′_k)`` for two
+    """``c′_K``: the ``1 - α/4`` quantile (``α`` = 1 %) of ``max_k min(z_k, z′_k)`` for two
     independent sets of ``K`` i.i.d. normal values' modified z-scores (Monte Carlo, seed 0), at
     least 3.5 (the floor binds from ``K = 4``); ``inf`` below 3 clients."""
     K = check_int(K, "K", minimum=2)
@@ -259,7 +383,7 @@ def joint_cutoff(K: int) -> float:
         return np.inf
     rng = np.random.default_rng(0)
     z = robust_z(rng.standard_normal((2, min(200_000, _JOINT_DRAWS // K), K)), axis=-1)
-    q = float(np.quantile(np.minimum(z[0], z[1]).max(axis=-1), 1.0 - POOLED_ALPHA / 3))
+    q = float(np.quantile(np.minimum(z[0], z[1]).max(axis=-1), 1.0 - POOLED_ALPHA / N_SINGLE))
     return max(q, POOLED_CUTOFF)
 
 
@@ -295,7 +419,14 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     by_size = (Ms > cutoff) & (Rs >= size_ratio)
     cj = joint_cutoff(K) if np.isfinite(cutoff) else np.inf
     by_joint = (np.minimum(Md, Ms) > cj) & less & (Rs >= min_ratio)
-    by_opposed = (rd <= 0) & (upper < 0) & np.isfinite(cutoff)
+    typical = float(np.median(per.mean(axis=0)))
+    shared = np.isfinite(cutoff) and typical >= SHARED_FLOOR
+    by_opposed = (rd <= 0) & (upper < 0) & shared
+    by_farther = (Rs >= FARTHER_RATIO) & less & shared
+    Mp, Rp = profile_scores(G)
+    cp = profile_cutoff(K, int((update_norms(G).max(axis=1) > 0).sum()) or 1) if np.isfinite(cutoff) else np.inf
+    Dp = profile_distances(G)
+    by_profile = (Mp > cp) & (Rp >= min_ratio) & (Dp >= np.log(max(min_ratio, 1.0)))   # a factor ρ, rms
     Mo = Ro = None
     by_out = np.zeros(K, bool)
     if outside is not None:
@@ -309,8 +440,9 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
         mostly_outside = np.sqrt(np.mean(o ** 2, axis=0)) > np.sqrt(0.5)
         by_out = (Mo > cutoff) & (Ro >= min_ratio) & mostly_outside
     return UpdateEvidence(Md, Rd, Mo, Ro, Ms, Rs, float(cutoff), min_ratio, size_ratio, by_dir, by_out,
-                          by_size, by_dir | by_out | by_size | by_joint | by_opposed, lower, float(cj), by_joint,
-                          upper, by_opposed)
+                          by_size, by_dir | by_out | by_size | by_joint | by_opposed | by_profile | by_farther,
+                          lower, float(cj), by_joint, upper, by_opposed, Mp, Rp, float(cp), by_profile, typical,
+                          by_farther, Dp)
 
 
 def update_flags(grams, outside=None, **kwargs) -> np.ndarray:
