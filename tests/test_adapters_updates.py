@@ -2,6 +2,8 @@
 independent computations on small hand-built federations (full out x in matrices, numpy)."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lowrank_fl.adapters import ModuleOptions, aggregate_factors
 from lowrank_fl.adapters.aggregate import client_decision
@@ -647,3 +649,19 @@ def test_profile_flag_needs_a_material_departure_in_a_homogeneous_federation():
     f["c8"]["layer7.q_proj"] = (A, B * 2.5 / 1.5, s)
     ev = update_evidence(_grams(f))
     assert list(np.flatnonzero(ev.by_profile)) == [8] and profile_distances(_grams(f))[8] >= np.log(1.2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(0, 9), c=st.floats(1.0, 1e4),
+       bad=st.sampled_from([(), (9,), (8, 9), (7, 8, 9)]))
+def test_a_client_scaled_up_is_never_less_flagged(seed, k, c, bad):
+    # every statistic of the update rule is blind to a client's scale or grows with it (size,
+    # its ratio, "farther"): scaling one client's update up never removes its flag
+    G = _grams(_federation(bad=bad, seed=seed % 7, noise=0.35 + 0.1 * (seed % 5)))
+    S = G.copy()
+    S[:, k, :] *= c
+    S[:, :, k] *= c
+    before, after = update_evidence(G), update_evidence(S)
+    assert after.flagged[k] or not before.flagged[k]
+    np.testing.assert_allclose(after.profile_scores, before.profile_scores, atol=1e-9)
+    np.testing.assert_allclose(after.direction_scores, before.direction_scores, atol=1e-9)
