@@ -55,10 +55,10 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   flattens (1.5-2.0× the median for ``f = 3`` on most of the benchmark's federations, but 2.7-3.3×
   for the 3×-learning-rate clients of a held-out K = 20 federation with rsLoRA); 5 admits ``f``
   up to 5 and flags an update scaled by 10 even where the attacker's own update was half the
-  typical size. A floor of 3 was tried in this round (it found 4 more contaminated clients on a
+  typical size. A floor of 3 was tried in the previous round (it found 4 more contaminated clients on a
   design batch) and flagged that benign 3.3× client on the final held-out batch: it is not used.
   It is a stated policy, not a derived level.
-* **opposed** — where the federation shares a direction (typical agreement positive), a client
+* **opposed** — where the federation shares a material direction (below), a client
   whose agreement is at most 0 (it carries none of it, or points away) and whose shortfall from
   the typical agreement is significant: the one-sided upper bound of its per-module shortfall at
   level ``1 - 0.05/K`` (Student's t over the modules, Bonferroni over the clients:
@@ -91,32 +91,31 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   Chosen on the trained families' design batches (seeds 500-703), a stated policy; it is the
   one evidence that can flag a benign client that trained harder *and* drifted, so the report
   counts its flags apart.
-
 * **module profile** — how a client's update is spread over the modules, blind to its size:
   ``p_mk = log ||ΔW_mk||_F - mean_m log ||ΔW_mk||_F`` (scaling a client's whole update leaves
   ``p_k`` unchanged) and ``d_k = sqrt(mean_m (p_mk - median_j p_mj)^2)``, the root-mean-square
-  distance of the client's profile from the typical one; flagged where the modified z-score of
-  ``d_k`` exceeds the profile cutoff ``c″_{K,M}`` (:func:`profile_cutoff`) and ``d_k`` is material:
-  at least ``ρ`` times the typical client's, and at least ``log ρ`` (its module norms depart from
-  the typical profile by a factor ``ρ`` = 1.2, root-mean-square over the modules). Why the second
-  floor: in a homogeneous federation the typical distance is tiny and a benign client whose
-  module norms differ by 14 % (``d = 0.134``) scored 9.9 against 9.65, 2.85 times the typical
-  distance (held-out batch, seeds 800-803; the floor was added then and reported on seeds
-  900-903), while every contaminated client flagged by the profile had ``d >= 0.235``. Why: a
-  benign client that trained harder moved farther in
-  every module alike (same profile, a larger size), while a client learning another task moves
-  other modules than the task the others learn (on the trained families the profile of every
-  contaminated client it flagged was 3-20 times as far from the typical one as the typical
-  client's, found where its update was not larger or its direction not distinct enough). Why its
-  own cutoff: ``d_k`` is a root-mean-square over ``M - 1`` free log ratios, skewed for a few
-  modules, so the modified z-score's normal calibration would flag up to 4 % of null federations
-  (``M = 2``) instead of 0.25 %; ``c″_{K,M}`` is the null quantile of the largest score with
-  i.i.d. normal log norms (Monte Carlo, ``M`` capped at 64, conservative above: the tail thins
-  as ``M`` grows).
+  distance of the client's profile from the typical one (:func:`profile_distances`); flagged where
+  the modified z-score of ``d_k`` exceeds the profile cutoff ``c″_{K,M}`` (:func:`profile_cutoff`)
+  and ``d_k`` is material: at least ``ρ`` times the typical client's, and at least ``log ρ`` (its
+  module norms depart from the typical profile by a factor ``ρ`` = 1.2, root-mean-square over the
+  modules). Why: a benign client that trained harder moved farther in every module alike (same
+  profile, a larger size), while a client learning another task moves other modules than the
+  task the others learn (on the trained families the profile of every contaminated client it
+  flagged was 3-20 times as far from the typical one as the typical client's, found where its
+  update was not larger or its direction not distinct enough). Why its own cutoff: ``d_k`` is a
+  root-mean-square over ``M - 1`` free log ratios, skewed for a few modules, so the modified
+  z-score's normal calibration would flag up to 4 % of null federations (``M = 2``) instead of
+  0.25 %; ``c″_{K,M}`` is the null quantile of the largest score with i.i.d. normal log norms
+  (Monte Carlo, ``M`` capped at 64, conservative above: the tail thins as ``M`` grows). Why the
+  absolute floor: in a homogeneous federation the typical distance is tiny, and a benign client
+  whose module norms differed by 14 % (``d = 0.134``) scored 9.9 against 9.65, 2.85 times the
+  typical distance (held-out batch, seeds 800-803; the floor was added then, and the rule
+  reported on seeds 900-903), while every contaminated client the profile flagged on the design
+  batches had ``d >= 0.235``.
 
 A client is flagged if any of the seven holds. The statistics are monotone in how far out a
 client is: scaling one client's update up raises its size score and ratio and leaves every
-direction (and agreement) unchanged, so a client farther out is never less flagged.
+direction, agreement and module profile unchanged, so a client farther out is never less flagged.
 Non-finite updates, and norms overflowing float64, are refused (:func:`lowrank_fl.adapters.updates.check_gram`).
 
 Cutoffs. Direction, row space and size are compared with the pooled rule's ``c_K`` at level
