@@ -355,7 +355,7 @@ def test_the_summary_and_sentence_name_the_joint_evidence():
     assert u["by_direction"] == [] and all(u["agreement_bounds"][n] > 0 for n in ("c7", "c8", "c9"))
     assert u["joint_cutoff"] == 3.5
     text = detection_sentence(det)
-    assert text.count("farther and elsewhere") == 3 and "both > 3.50" in text
+    assert text.count("direction and size together") == 3 and "both > 3.50" in text
     clean = aggregate_factors(_variant_federation(variant=(4, 5)), ModuleOptions(output_dtype="float64"))
     text = detection_sentence(clean.summary["detection"])
     assert "no client stands out" in text and "carries none of the shared direction" in text and "3.50" in text
@@ -665,3 +665,25 @@ def test_a_client_scaled_up_is_never_less_flagged(seed, k, c, bad):
     assert after.flagged[k] or not before.flagged[k]
     np.testing.assert_allclose(after.profile_scores, before.profile_scores, atol=1e-9)
     np.testing.assert_allclose(after.direction_scores, before.direction_scores, atol=1e-9)
+
+
+def test_a_client_untrained_in_one_module_is_named_as_such_and_json_stays_finite():
+    import json
+
+    from lowrank_fl.adapters.decision import detection_sentence
+
+    f = _profile_federation(seed=2)
+    A, B, s = f["c3"]["layer5.q_proj"]
+    f["c3"]["layer5.q_proj"] = (A, np.zeros_like(B), s)          # left untrained in one module
+    det = aggregate_factors(f, ModuleOptions(output_dtype="float64")).summary["detection"]
+    u = det["updates"]
+    assert u["zero_modules"] == {n: (1 if n == "c3" else 0) for n in f}
+    assert u["by_profile"] == ["c3"]                             # spread unlike the others: flagged
+    text = detection_sentence(det)
+    assert "all zeros in 1 module(s)" in text and "by a factor" not in text.split("c3 (")[1]
+    # one module: the shortfall bound is not defined (inf), written as null, and the JSON is strict
+    one = {n: {"layer0.q_proj": f[n]["layer0.q_proj"]} for n in f}
+    det = aggregate_factors(one, ModuleOptions(output_dtype="float64")).summary["detection"]
+    assert set(det["updates"]["shortfall_bounds"].values()) == {None}
+    json.dumps(det["updates"], allow_nan=False)
+    assert "not measurable with one module" in detection_sentence(det)

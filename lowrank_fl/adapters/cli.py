@@ -44,10 +44,14 @@ _RULE_HELP = ("which clients are refined with the collaborative average: 'per-mo
               "module's own set (8), the paper's rule; 'majority' keeps a client in every module iff it is "
               "benign in at least half of them; 'any' excludes a client from every module as soon "
               "as one module flags it (strictest: one flagged module makes the client keep its "
-              "own adapter everywhere); 'pooled' (default; our extension, needs >= 3 clients) "
-              "excludes a client from every module iff its score pooled over all modules' block "
-              "norms exceeds a cutoff calibrated on a null of exchangeable clients and it is at least "
-              "1.2 times as far from the others as a typical client (its distance ratio)")
+              "own adapter everywhere); 'pooled' (ours, the default before 'updates'; needs >= 3 "
+              "clients) excludes a client from every module iff its score pooled over all modules' "
+              "block norms exceeds a cutoff calibrated on a null of exchangeable clients and it is at "
+              "least 1.2 times as far from the others as a typical client (its distance ratio); "
+              "'updates' (ours, needs >= 3 clients) reads the clients' raw updates: how differently "
+              "(direction, agreement with a shared direction, module profile, share outside the "
+              "shared row space) and how far (size) each moved, each against a null cutoff with a "
+              "materiality floor (README, 'Client-level detection')")
 
 __all__ = ["add_parser", "run_inspect", "run_aggregate"]
 
@@ -259,6 +263,12 @@ def run_aggregate(args) -> int:
         print(f"  warning: {', '.join(zero)}: lora_B (or lora_A) is all zeros in every module, "
               "PEFT's initial state: an untrained adapter, aggregated as a zero update",
               file=sys.stderr)
+    some = {n: sum(k in s["zero_updates"] for s in mods.values()) for k, n in enumerate(adapters.names)
+            if n not in zero and any(k in s["zero_updates"] for s in mods.values())}
+    if some:
+        print("  warning: " + ", ".join(f"{n} ({z} of {len(mods)})" for n, z in some.items())
+              + ": the update is all zeros in some modules (left untrained there?); the update rule's "
+              "module profile sees such a client as spread unlike the others", file=sys.stderr)
     if args.rank_out is not None:
         worst = max(e for d in summary["rank_out_relative_error"].values() for e in d.values())
         print(f"  --rank-out {args.rank_out}: largest relative Frobenius error {worst:.3e}")

@@ -112,7 +112,8 @@ def detection_summary(results, names, rule: str) -> dict:
             "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
             "outside_ratios": dict(zip(names, uv.outside_ratios.tolist())),
             "agreement_bounds": dict(zip(names, uv.agreement_bounds.tolist())),
-            "shortfall_bounds": dict(zip(names, uv.shortfall_bounds.tolist())),
+            "shortfall_bounds": {n: (float(v) if np.isfinite(v) else None)
+                                 for n, v in zip(names, uv.shortfall_bounds)},
             "size_scores": dict(zip(names, uv.size_scores.tolist())),
             "size_ratios": dict(zip(names, uv.size_ratios.tolist())),
             "profile_scores": dict(zip(names, uv.profile_scores.tolist())),
@@ -120,6 +121,7 @@ def detection_summary(results, names, rule: str) -> dict:
                                for n, v in zip(names, uv.profile_ratios)},
             "profile_cutoff": uv.profile_cutoff if np.isfinite(uv.profile_cutoff) else None,
             "profile_distances": dict(zip(names, uv.profile_distances.tolist())),
+            "zero_modules": _zero_modules(grams, names),
             "shared_floor": SHARED_FLOOR,
             "typical_agreement": uv.typical_agreement,
             "farther_ratio": FARTHER_RATIO,
@@ -186,25 +188,30 @@ def _updates_sentence(det: dict) -> str:
                            f"none of the shared direction (lower 95 % bound {u['agreement_bounds'][n]:.3f} <= 0)")
             if n in u["by_joint"]:
                 cj = u["joint_cutoff"]
-                why.append(f"farther and elsewhere: direction score {_vs(u['direction_scores'][n], cj)} and size "
+                why.append(f"direction and size together: direction score {_vs(u['direction_scores'][n], cj)} and size "
                            f"score {_vs(u['size_scores'][n], cj)} both > {cj:.2f}, agreement "
                            f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical <= 1/{rho:g}, update "
                            f"{_vs(u['size_ratios'][n], rho)}x the typical size >= {rho:g}x")
             if n in u["by_opposed"]:
                 why.append(f"opposed to the shared direction: agreement {u['agreement_ratios'][n]:.2f} of the "
                            f"typical client's <= 0, its shortfall significant (upper bound "
-                           f"{u['shortfall_bounds'][n]:.3g} < 0 at 5 % over the clients)")
+                           f"{u['shortfall_bounds'][n]:.3g} < 0 at 5 % over the clients, the typical agreement "
+                           f"{u['typical_agreement']:.3f} >= {u['shared_floor']:g})")
             if n in u.get("by_farther", ()):
-                why.append(f"farther, not along the shared direction: update {_vs(u['size_ratios'][n], u['farther_ratio'])}x "
+                why.append("farther, not along the shared direction: update "
+                           f"{_vs(u['size_ratios'][n], u['farther_ratio'])}x "
                            f"the typical size >= {u['farther_ratio']:g}x, agreement "
                            f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}, "
                            f"the typical agreement {u['typical_agreement']:.3f} >= {u['shared_floor']:g}")
             if n in u.get("by_profile", ()):
                 cp = u["profile_cutoff"]
+                zeros = u.get("zero_modules", {}).get(n, 0)
+                off = (f"its update all zeros in {zeros} module(s) (untrained there?)" if zeros else
+                       f"module norms off the typical profile by a factor "
+                       f"{np.exp(u['profile_distances'][n]):.2f} >= {rho:g}")
                 why.append(f"spread over the modules unlike the others: profile score "
                            f"{_vs(u['profile_scores'][n], cp)} > {cp:.2f}, distance "
-                           f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, module norms "
-                           f"off the typical profile by a factor {np.exp(u['profile_distances'][n]):.2f} >= {rho:g}")
+                           f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}")
             if n in u["by_outside"]:
                 why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                            f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
@@ -220,17 +227,27 @@ def _updates_sentence(det: dict) -> str:
     return ("no client stands out (update rule: largest direction score "
             f"{_vs(dv, cut)} ({dn}, {_share(u['agreement_ratios'][dn])}), largest row-space "
             f"score {_vs(ov, cut)} ({on}, ratio {u['outside_ratios'][on]:.2f}), against the cutoff "
-            f"{cut:.2f}; largest update {sv:.2f}x the typical size ({sn}), a size flag needs {rho_s:g}x). "
+            f"{cut:.2f}; largest update {sv:.2f}x the typical size ({sn}), a size flag needs {rho_s:g}x and "
+            f"a size score above {cut:.2f}). "
             "Detection limit: a client is found only if its update's direction, or its share outside the "
             "shared row space, differs from the others' more than the benign clients' differ among "
             f"themselves (a score above {cut:.2f}, and an agreement at most 1/{rho:g} of the typical "
             "client's that carries none of the shared direction, or a share "
             f"{rho:g}x the typical), or it is both as different and larger (both scores above "
             f"{_joint(u)}, at least {rho:g}x the typical size), or it significantly points away from a "
-            f"direction the others share, or it moved {u['farther_ratio']:g}x as far as the typical client "
-            f"while agreeing less ({_shared(u)}), or its update is {rho_s:g}x the typical size, or it "
-            f"spreads its update over the modules unlike the others ({_profile(u)}); a contaminated "
-            "client closer than that is not ruled out.")
+            f"direction the others share or moved {u['farther_ratio']:g}x as far as the typical client "
+            f"while agreeing less (both need a material shared direction: {_shared(u)}), or its update "
+            f"is {rho_s:g}x the typical size, or it spreads its update over the modules unlike the others "
+            f"({_profile(u)}); a contaminated client closer than that is not ruled out.")
+
+
+def _zero_modules(grams, names) -> dict:
+    """Per client, the modules where its update is zero while another client's is not: a norm at most
+    1e-12 of the module's largest (the Gram's rounding; where the module profile counts it as zero)."""
+    n = np.sqrt(np.maximum([np.diagonal(np.asarray(g, float)) for g in grams], 0.0))   # (modules, K)
+    top = n.max(axis=1, keepdims=True)
+    live = top[:, 0] > 0
+    return dict(zip(names, (n[live] <= 1e-12 * top[live]).sum(axis=0).astype(int).tolist()))
 
 
 def _shared(u) -> str:
@@ -248,7 +265,8 @@ def _profile(u) -> str:
     if cp is None:
         return "not measurable with one module"
     pn, pv = max(u["profile_scores"].items(), key=lambda kv: kv[1])
-    return f"a profile score above {cp:.2f}; largest {_vs(pv, cp)} ({pn})"
+    return (f"a profile score above {cp:.2f}, at least {u['min_ratio']:g}x the typical distance and module norms "
+            f"off the typical profile by a factor {u['min_ratio']:g}; largest {_vs(pv, cp)} ({pn})")
 
 
 def _joint(u) -> str:
@@ -257,7 +275,7 @@ def _joint(u) -> str:
 
 
 def _share(v) -> str:
-    return ("no shared direction in the federation" if v is None
+    return ("no shared direction in the federation, which a direction flag needs" if v is None
             else f"agreement {v:.2f} of the typical client's")
 
 
@@ -335,8 +353,9 @@ def refinement_sentence(ref: dict) -> str:
     target = ref["target"]
 
     def group(names, why):
+        keep = "keeps its own adapter" if len(names) == 1 else "keep their own adapters"
         return (f"; {', '.join(names[:_LISTED])}{', ...' if len(names) > _LISTED else ''} "
-                f"({len(names)}) keep their own adapters ({why})" if names else "")
+                f"({len(names)}) {keep} ({why})" if names else "")
 
     tail = (group(alone, "their updates do not agree with the others' mean")
             + group(out, "outside the collaborative set"))

@@ -122,8 +122,8 @@ Cutoffs. Direction, row space and size are compared with the pooled rule's ``c_K
 1 %/4 (:func:`rule_cutoff`: Bonferroni over the four single statistics, the module profile
 included, 1 % familywise for ``K`` exchangeable normal scores, at least 3.5); the profile with
 ``c″_{K,M}`` at the same 1 %/4. The joint evidence is compared with ``c′_K`` (:func:`joint_cutoff`:
-the joint event's null quantile at 1 %/4; its floor 3.5 binds from ``K = 4``, where the joint
-event adds at most 0.14 % under the null — Monte Carlo at 1 %/3: 0.14 % at ``K = 6``, 0.07 % at
+the joint event's null quantile at 1 %/4; its floor 3.5 binds at ``K = 4`` and from ``K = 6``, where
+the joint event adds at most 0.14 % under the null — Monte Carlo at 1 %/3: 0.14 % at ``K = 6``, 0.07 % at
 10, 0.02 % at 20). The opposed flag has its own 5 % familywise level. Like the pooled rule, each
 flags at most half of the clients minus one, and the small-federation guard (:mod:`.guard`)
 keeps every decision a strict majority.
@@ -142,9 +142,10 @@ from .detect import (POOLED_ALPHA, POOLED_CUTOFF, POOLED_MIN_RATIO, pooled_score
                      pooled_threshold, robust_z)
 from .updates import check_gram, direction_distances, unit_gram, update_norms
 
-__all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "SHARED_FLOOR", "FARTHER_RATIO", "N_SINGLE", "UpdateEvidence",
-           "update_evidence", "update_flags", "size_scores", "profile_scores", "profile_distances", "rule_cutoff", "joint_cutoff",
-           "profile_cutoff", "agreement_shares", "agreement_bounds", "shortfall_bounds"]
+__all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "SHARED_FLOOR", "FARTHER_RATIO", "N_SINGLE",
+           "UpdateEvidence", "update_evidence", "update_flags", "size_scores", "profile_scores",
+           "profile_distances", "rule_cutoff", "joint_cutoff", "profile_cutoff", "agreement_shares",
+           "agreement_bounds", "shortfall_bounds"]
 
 #: an update at least this many times the typical client's norm (geometric mean over modules)
 #: is materially out (module docstring: honest unevenness up to 5x, a tenfold update caught)
@@ -376,7 +377,7 @@ def profile_cutoff(K: int, M: int) -> float:
 def joint_cutoff(K: int) -> float:
     """``c′_K``: the ``1 - α/4`` quantile (``α`` = 1 %) of ``max_k min(z_k, z′_k)`` for two
     independent sets of ``K`` i.i.d. normal values' modified z-scores (Monte Carlo, seed 0), at
-    least 3.5 (the floor binds from ``K = 4``); ``inf`` below 3 clients."""
+    least 3.5 (the floor binds at ``K = 4`` and from ``K = 6``; c′_5 = 3.86); ``inf`` below 3 clients."""
     K = check_int(K, "K", minimum=2)
     if K < 3:
         return np.inf
