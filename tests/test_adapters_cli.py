@@ -659,3 +659,19 @@ def test_rank_errors_name_the_option_and_summary_lists_end_with_an_ellipsis(src,
     assert _run(["inspect", *src, "--summary", fake]) == 2
     _one_line_error(capsys, "written for 8 clients ['c0', 'c1', 'c2', 'c3', 'c4', ...], but",
                     f"{K} clients {[p.name for p in src]};")
+
+
+def test_a_client_untrained_in_some_modules_warns_and_is_named(src, tmp_path, capsys):
+    dirs = _copy(src, tmp_path)
+    _zero_B(dirs[1], ["layers.1.self_attn.v_proj"])
+    out = tmp_path / "o"
+    assert _run(["aggregate", *dirs, "--out", out]) == 0
+    captured = capsys.readouterr()
+    s = json.loads((out / "summary.json").read_text())
+    n_mod = len(s["modules"])
+    assert f"warning: {dirs[1].name} (1 of {n_mod}): the update is all zeros in some modules" in captured.err
+    zero = s["detection"]["updates"]["zero_modules"]
+    assert zero == {d.name: (1 if d == dirs[1] else 0) for d in dirs}
+    # spread unlike the others (the profile flags it), and the sentence says why in plain words
+    assert s["detection"]["updates"]["by_profile"] == [dirs[1].name]
+    assert "all zeros in 1 module(s)" in captured.out
