@@ -653,18 +653,41 @@ def test_profile_flag_needs_a_material_departure_in_a_homogeneous_federation():
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000), k=st.integers(0, 9), c=st.floats(1.0, 1e4),
-       bad=st.sampled_from([(), (9,), (8, 9), (7, 8, 9)]))
-def test_a_client_scaled_up_is_never_less_flagged(seed, k, c, bad):
+       bad=st.sampled_from([(), (9,), (8, 9), (7, 8, 9)]), zero=st.booleans())
+def test_a_client_scaled_up_is_never_less_flagged(seed, k, c, bad, zero):
     # every statistic of the update rule is blind to a client's scale or grows with it (size,
     # its ratio, "farther"): scaling one client's update up never removes its flag
     G = _grams(_federation(bad=bad, seed=seed % 7, noise=0.35 + 0.1 * (seed % 5)))
+    if zero:                                          # client k left one module untrained
+        G[0, k, :] = G[0, :, k] = 0.0
     S = G.copy()
     S[:, k, :] *= c
     S[:, :, k] *= c
     before, after = update_evidence(G), update_evidence(S)
     assert after.flagged[k] or not before.flagged[k]
-    np.testing.assert_allclose(after.profile_scores, before.profile_scores, atol=1e-9)
     np.testing.assert_allclose(after.direction_scores, before.direction_scores, atol=1e-9)
+    if zero:                                          # its zero stays at the floor: d_k only grows
+        assert after.profile_distances[k] >= before.profile_distances[k] - 1e-12
+    else:
+        np.testing.assert_allclose(after.profile_scores, before.profile_scores, atol=1e-9)
+
+
+def test_a_module_most_clients_left_untrained_is_left_out_of_the_profile():
+    from lowrank_fl.adapters.detect_updates import profile_distances
+
+    f = _profile_federation(harder=(3,), seed=5)
+    G = _grams(f)
+    Z = G.copy()
+    for k in range(5):                                # half of the ten clients untrained in module 0
+        Z[0, k, :] = Z[0, :, k] = 0.0
+    ev = update_evidence(Z)
+    # the profile reads modules 1-7 only: the same distances as without module 0 at all
+    np.testing.assert_allclose(profile_distances(Z), profile_distances(G[1:]), rtol=1e-9)
+    assert not ev.by_profile.any()
+    Z4 = G.copy()
+    for k in range(4):                                # four of ten: module 0 stays, they stand out
+        Z4[0, k, :] = Z4[0, :, k] = 0.0
+    assert list(np.flatnonzero(update_evidence(Z4).by_profile)) == [0, 1, 2, 3]
 
 
 def test_a_client_untrained_in_one_module_is_named_as_such_and_json_stays_finite():

@@ -36,6 +36,7 @@ from . import guard
 from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence
 from .detect_updates import FARTHER_RATIO, SHARED_FLOOR, update_evidence
+from .updates import update_norms
 
 __all__ = ["detection_summary", "detection_sentence", "refinement_sentence"]
 
@@ -244,7 +245,7 @@ def _updates_sentence(det: dict) -> str:
 def _zero_modules(grams, names) -> dict:
     """Per client, the modules where its update is zero while another client's is not: a norm at most
     1e-12 of the module's largest (the Gram's rounding; where the module profile counts it as zero)."""
-    n = np.sqrt(np.maximum([np.diagonal(np.asarray(g, float)) for g in grams], 0.0))   # (modules, K)
+    n = update_norms(np.array(grams, float))                                        # (modules, K)
     top = n.max(axis=1, keepdims=True)
     live = top[:, 0] > 0
     return dict(zip(names, (n[live] <= 1e-12 * top[live]).sum(axis=0).astype(int).tolist()))
@@ -265,8 +266,9 @@ def _profile(u) -> str:
     if cp is None:
         return "not measurable with one module"
     pn, pv = max(u["profile_scores"].items(), key=lambda kv: kv[1])
+    floor = max(u["min_ratio"], 1.0)
     return (f"a profile score above {cp:.2f}, at least {u['min_ratio']:g}x the typical distance and module norms "
-            f"off the typical profile by a factor {u['min_ratio']:g}; largest {_vs(pv, cp)} ({pn})")
+            f"off the typical profile by a factor {floor:g}; largest {_vs(pv, cp)} ({pn})")
 
 
 def _joint(u) -> str:
