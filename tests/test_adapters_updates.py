@@ -19,22 +19,31 @@ def _dense(f):
     return {m: s * B @ A for m, (A, B, s) in f.items()}
 
 
-def _federation(K=10, modules=3, q=24, p=20, r=3, bad=(), scale=None, flip=(), common=1.0,
-                noise=0.35, seed=0):
-    """Common LoRA init (every client's A = A0 + a small drift, as PEFT's shared initialization
-    trains); benign clients' B = B* + noise (one task), contaminated clients' B = B' + noise (another
-    task, in the same row space). ``scale``: {client: factor}; ``flip``: clients sending -ΔW."""
+def _common_init(K, modules, q, p, r, seed, client_B, n_tasks=2):
+    """A federation trained from PEFT's common LoRA init: per module ``A0`` and ``n_tasks`` task
+    matrices (q, r); every client's ``A = A0 +`` a small drift (what the shared init becomes after
+    training) and ``B = client_B(rng, k, m, tasks)`` (drawn after the client's drift)."""
     rng = np.random.default_rng(seed)
     out = {f"c{k}": {} for k in range(K)}
     for m in range(modules):
         A0 = rng.standard_normal((r, p)) / np.sqrt(p)
-        Bs, Bc = rng.standard_normal((q, r)), rng.standard_normal((q, r))
+        tasks = [rng.standard_normal((q, r)) for _ in range(n_tasks)]
         for k in range(K):
             A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
-            B = common * (Bc if k in bad else Bs) + noise * rng.standard_normal((q, r))
-            B = B * (scale or {}).get(k, 1.0) * (-1.0 if k in flip else 1.0)
-            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B, 2.0)
+            out[f"c{k}"][f"layer{m}.q_proj"] = (A, client_B(rng, k, m, tasks), 2.0)
     return out
+
+
+def _federation(K=10, modules=3, q=24, p=20, r=3, bad=(), scale=None, flip=(), common=1.0,
+                noise=0.35, seed=0):
+    """Common LoRA init; benign clients' B = B* + noise (one task), contaminated clients' B = B' +
+    noise (another task, in the same row space). ``scale``: {client: factor}; ``flip``: clients
+    sending -ΔW."""
+    def client_B(rng, k, m, tasks):
+        Bs, Bc = tasks
+        B = common * (Bc if k in bad else Bs) + noise * rng.standard_normal((q, r))
+        return B * (scale or {}).get(k, 1.0) * (-1.0 if k in flip else 1.0)
+    return _common_init(K, modules, q, p, r, seed, client_B)
 
 
 def _grams(f):
@@ -270,17 +279,12 @@ def _variant_federation(K=10, modules=6, q=24, p=20, r=3, variant=(), bad=(), ba
     """Common init; benign B = B* + noise; ``variant`` clients learn a variant of the task that keeps
     ``mix`` of its direction (B = sqrt(1 - mix²) B_v + mix B*, same size); ``bad`` clients another
     task, ``bad_scale`` times larger (they moved farther, as a client learning a new task does)."""
-    rng = np.random.default_rng(seed)
-    out = {f"c{k}": {} for k in range(K)}
-    for m in range(modules):
-        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
-        Bs, Bv, Bc = (rng.standard_normal((q, r)) for _ in range(3))
-        for k in range(K):
-            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
-            s = bad_scale if k in bad else 1.0
-            B = np.sqrt(1 - mix ** 2) * Bv + mix * Bs if k in variant else s * Bc if k in bad else Bs
-            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B + s * noise * rng.standard_normal((q, r)), 2.0)
-    return out
+    def client_B(rng, k, m, tasks):
+        Bs, Bv, Bc = tasks
+        s = bad_scale if k in bad else 1.0
+        B = np.sqrt(1 - mix ** 2) * Bv + mix * Bs if k in variant else s * Bc if k in bad else Bs
+        return B + s * noise * rng.standard_normal((q, r))
+    return _common_init(K, modules, q, p, r, seed, client_B, n_tasks=3)
 
 
 def test_agreement_bounds_are_students_lower_bound_over_modules():
@@ -365,17 +369,11 @@ def _opposed_federation(K=10, modules=6, q=24, p=20, r=3, bad=(7, 8, 9), away=0.
     """Common init; one task; uneven training (clients 3-6 move 3x as far); ``bad`` clients learn
     another task that undoes part of the shared one (B = B_c - away B*), at the size of the
     clients that trained harder."""
-    rng = np.random.default_rng(seed)
-    out = {f"c{k}": {} for k in range(K)}
-    for m in range(modules):
-        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
-        Bs, Bc = rng.standard_normal((q, r)), rng.standard_normal((q, r))
-        for k in range(K):
-            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
-            B = (Bc - away * Bs) if k in bad else Bs
-            B = (B + 0.8 * rng.standard_normal((q, r))) * (3.0 if 3 <= k <= 6 else bad_scale if k in bad else 1.0)
-            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B, 2.0)
-    return out
+    def client_B(rng, k, m, tasks):
+        Bs, Bc = tasks
+        B = (Bc - away * Bs) if k in bad else Bs
+        return (B + 0.8 * rng.standard_normal((q, r))) * (3.0 if 3 <= k <= 6 else bad_scale if k in bad else 1.0)
+    return _common_init(K, modules, q, p, r, seed, client_B)
 
 
 def test_shortfall_bounds_are_students_upper_bound_with_bonferroni():
@@ -443,16 +441,9 @@ def test_row_space_share_flags_only_a_client_mostly_outside_the_shared_row_space
 def _weak_shared_federation(K=10, modules=24, q=24, p=20, r=3, against=(9,), shared=0.15, seed=0):
     """Common init; every client's B = ±shared B* + noise: a shared direction of about shared² of
     each update (typical agreement ≈ shared²), client(s) ``against`` carrying -B*."""
-    rng = np.random.default_rng(seed)
-    out = {f"c{k}": {} for k in range(K)}
-    for m in range(modules):
-        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
-        Bs = rng.standard_normal((q, r))
-        for k in range(K):
-            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
-            B = (-shared if k in against else shared) * Bs + rng.standard_normal((q, r))
-            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B, 2.0)
-    return out
+    def client_B(rng, k, m, tasks):
+        return (-shared if k in against else shared) * tasks[0] + rng.standard_normal((q, r))
+    return _common_init(K, modules, q, p, r, seed, client_B, n_tasks=1)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -485,18 +476,14 @@ def _profile_federation(K=10, modules=8, q=16, p=12, r=2, harder=(), other=(), s
     """Common init, one task whose update is spread over the modules by a fixed profile w (each
     client's module norms vary by about 10 %); ``harder`` clients move 3x as far in every module;
     ``other`` clients learn another task spread by the reversed profile, at the typical total size."""
-    rng = np.random.default_rng(seed)
     w = np.geomspace(1.0, 8.0, modules)
-    out = {f"c{k}": {} for k in range(K)}
-    for m in range(modules):
-        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
-        Bs, Bc = rng.standard_normal((q, r)), rng.standard_normal((q, r))
-        for k in range(K):
-            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
-            B = (Bc if k in other else Bs) + 0.3 * rng.standard_normal((q, r))
-            scale = (w[::-1] if k in other else w)[m] * np.exp(0.1 * rng.standard_normal())
-            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B * scale * (3.0 if k in harder else 1.0), 2.0)
-    return out
+
+    def client_B(rng, k, m, tasks):
+        Bs, Bc = tasks
+        B = (Bc if k in other else Bs) + 0.3 * rng.standard_normal((q, r))
+        scale = (w[::-1] if k in other else w)[m] * np.exp(0.1 * rng.standard_normal())
+        return B * scale * (3.0 if k in harder else 1.0)
+    return _common_init(K, modules, q, p, r, seed, client_B)
 
 
 def _profile_by_hand(f):
@@ -563,20 +550,13 @@ def _farther_federation(K=10, modules=8, q=24, p=20, r=3, shared=1.0, bad=(9,), 
     """Common init; every client's B = shared B* + noise; ``harder`` clients move ``harder_scale``
     as far (all of it, the shared part included); ``bad`` clients keep ``bad_shared`` of B*, learn
     another task B_c and move ``bad_scale`` as far as the typical client."""
-    rng = np.random.default_rng(seed)
-    out = {f"c{k}": {} for k in range(K)}
-    for m in range(modules):
-        A0 = rng.standard_normal((r, p)) / np.sqrt(p)
-        Bs, Bc = rng.standard_normal((q, r)), rng.standard_normal((q, r))
-        for k in range(K):
-            A = A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p)
-            noise = rng.standard_normal((q, r))
-            if k in bad:
-                B = bad_scale * (bad_shared * shared * Bs + Bc + noise) / np.sqrt(1 + bad_shared ** 2 * shared ** 2 + 1)
-            else:
-                B = (harder_scale if k in harder else 1.0) * (shared * Bs + noise) / np.sqrt(1 + shared ** 2)
-            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B, 2.0)
-    return out
+    def client_B(rng, k, m, tasks):
+        Bs, Bc = tasks
+        noise = rng.standard_normal((q, r))
+        if k in bad:
+            return bad_scale * (bad_shared * shared * Bs + Bc + noise) / np.sqrt(2 + bad_shared ** 2 * shared ** 2)
+        return (harder_scale if k in harder else 1.0) * (shared * Bs + noise) / np.sqrt(1 + shared ** 2)
+    return _common_init(K, modules, q, p, r, seed, client_B)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -257,14 +257,13 @@ def run_aggregate(args) -> int:
             print(f"  warning: {len(low)} module(s) have rank(L_hat) below --rank (their P_A is "
                   f"partly arbitrary; see numerical_rank in summary.json): {low[:3]}",
                   file=sys.stderr)
-    zero = [n for k, n in enumerate(adapters.names)
-            if all(k in s["zero_updates"] for s in mods.values())]
+    n_zero = [sum(k in s["zero_updates"] for s in mods.values()) for k in range(len(adapters.names))]
+    zero = [n for n, z in zip(adapters.names, n_zero) if z == len(mods)]
     if zero:
         print(f"  warning: {', '.join(zero)}: lora_B (or lora_A) is all zeros in every module, "
               "PEFT's initial state: an untrained adapter, aggregated as a zero update",
               file=sys.stderr)
-    some = {n: sum(k in s["zero_updates"] for s in mods.values()) for k, n in enumerate(adapters.names)
-            if n not in zero and any(k in s["zero_updates"] for s in mods.values())}
+    some = {n: z for n, z in zip(adapters.names, n_zero) if 0 < z < len(mods)}
     if some:
         print("  warning: " + ", ".join(f"{n} ({z} of {len(mods)})" for n, z in some.items())
               + ": the update is all zeros in some modules (left untrained there?); the update rule's "

@@ -261,13 +261,22 @@ def _profile_distances(logs) -> np.ndarray:
     return np.sqrt(np.mean((p - np.median(p, axis=-1, keepdims=True)) ** 2, axis=-2))
 
 
+def _profile(G) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(z, ratio, d, modules read)`` of the module profile, from one pass over the norms."""
+    logs = _profile_logs(G)
+    M, K = logs.shape
+    if M < 2:
+        return np.zeros(K), np.ones(K), np.zeros(K), M
+    d = _profile_distances(logs)
+    med = float(np.median(d))
+    ratio = d / med if med > 0 else np.where(d > 0, np.inf, 1.0)
+    return robust_z(d), ratio, d, M
+
+
 def profile_distances(grams) -> np.ndarray:
     """``d_k`` (K,): the root-mean-square distance of client ``k``'s module profile (centred log norms,
     :func:`profile_scores`) from the median profile, in natural-log units (0 with one live module)."""
-    logs = _profile_logs(_grams(grams))
-    if logs.shape[0] < 2:
-        return np.zeros(logs.shape[1])
-    return _profile_distances(logs)
+    return _profile(_grams(grams))[2]
 
 
 def profile_scores(grams) -> tuple[np.ndarray, np.ndarray]:
@@ -276,14 +285,7 @@ def profile_scores(grams) -> tuple[np.ndarray, np.ndarray]:
     profile, and ``d_k / median_j d_j`` (1 where every ``d`` is 0). Blind to each client's overall
     size. With one live module (all-zero modules left out, zeros elsewhere at 1e-12 of the
     module's largest norm) every profile is empty: ``z = 0``, ``ratio = 1``."""
-    logs = _profile_logs(_grams(grams))
-    K = logs.shape[1]
-    if logs.shape[0] < 2:
-        return np.zeros(K), np.ones(K)
-    d = _profile_distances(logs)
-    med = float(np.median(d))
-    ratio = d / med if med > 0 else np.where(d > 0, np.inf, 1.0)
-    return robust_z(d), ratio
+    return _profile(_grams(grams))[:2]
 
 
 def size_scores(grams) -> tuple[np.ndarray, np.ndarray]:
@@ -440,10 +442,8 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     shared = np.isfinite(cutoff) and typical >= SHARED_FLOOR
     by_opposed = (rd <= 0) & (upper < 0) & shared
     by_farther = (Rs >= FARTHER_RATIO) & less & shared
-    Mp, Rp = profile_scores(G)
-    n_profile = max(_profile_logs(G).shape[0], 1)                 # modules the profile reads
-    cp = profile_cutoff(K, n_profile) if np.isfinite(cutoff) else np.inf
-    Dp = profile_distances(G)
+    Mp, Rp, Dp, n_profile = _profile(G)
+    cp = profile_cutoff(K, max(n_profile, 1)) if np.isfinite(cutoff) else np.inf
     by_profile = (Mp > cp) & (Rp >= min_ratio) & (Dp >= np.log(max(min_ratio, 1.0)))   # a factor ρ, rms
     Mo = Ro = None
     by_out = np.zeros(K, bool)
