@@ -106,43 +106,48 @@ def detection_summary(results, names, rule: str) -> dict:
         "pooled_min_ratio": POOLED_MIN_RATIO,
         "pooled_flagged": [n for n, f in zip(names, ev.flagged) if f],
         "pooled_tie": bool(tie),
-        "updates": None if uv is None else {
-            "direction_scores": dict(zip(names, uv.direction_scores.tolist())),
-            "agreement_ratios": {n: (None if np.isnan(v) else float(v))
-                                 for n, v in zip(names, uv.agreement_ratios)},
-            "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
-            "outside_ratios": dict(zip(names, uv.outside_ratios.tolist())),
-            "agreement_bounds": dict(zip(names, uv.agreement_bounds.tolist())),
-            "shortfall_bounds": {n: (float(v) if np.isfinite(v) else None)
-                                 for n, v in zip(names, uv.shortfall_bounds)},
-            "size_scores": dict(zip(names, uv.size_scores.tolist())),
-            "size_ratios": dict(zip(names, uv.size_ratios.tolist())),
-            "profile_scores": dict(zip(names, uv.profile_scores.tolist())),
-            "profile_ratios": {n: (None if not np.isfinite(v) else float(v))
-                               for n, v in zip(names, uv.profile_ratios)},
-            "profile_cutoff": uv.profile_cutoff if np.isfinite(uv.profile_cutoff) else None,
-            "profile_distances": dict(zip(names, uv.profile_distances.tolist())),
-            "zero_modules": _zero_modules(grams, names),
-            "shared_floor": SHARED_FLOOR,
-            "typical_agreement": uv.typical_agreement,
-            "farther_ratio": FARTHER_RATIO,
-            "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
-            "joint_cutoff": uv.joint_cutoff if np.isfinite(uv.joint_cutoff) else None,
-            "min_ratio": uv.min_ratio, "size_ratio": uv.size_ratio,
-            "flagged": [n for n, f in zip(names, uv.flagged) if f],
-            "by_direction": [n for n, f in zip(names, uv.by_direction) if f],
-            "by_outside": [n for n, f in zip(names, uv.by_outside) if f],
-            "by_size": [n for n, f in zip(names, uv.by_size) if f],
-            "by_joint": [n for n, f in zip(names, uv.by_joint) if f],
-            "by_opposed": [n for n, f in zip(names, uv.by_opposed) if f],
-            "by_profile": [n for n, f in zip(names, uv.by_profile) if f],
-            "by_farther": [n for n, f in zip(names, uv.by_farther) if f],
-        },
+        "updates": None if uv is None else _updates_block(uv, grams, names),
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
                              "separated": bool(r.separated),
                              "gap_ratio": _gap_value(r.gap_ratio)}
                     for r in results},
+    }
+
+
+def _names(names, mask) -> list:
+    return [n for n, f in zip(names, mask) if f]
+
+
+def _updates_block(uv, grams, names) -> dict:
+    """``summary["detection"]["updates"]``: the update rule's evidence per client (exact floats; None
+    where a value is undefined, so the JSON is strict)."""
+    return {
+        "direction_scores": dict(zip(names, uv.direction_scores.tolist())),
+        "agreement_ratios": {n: (None if np.isnan(v) else float(v))
+                             for n, v in zip(names, uv.agreement_ratios)},
+        "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
+        "outside_ratios": dict(zip(names, uv.outside_ratios.tolist())),
+        "agreement_bounds": dict(zip(names, uv.agreement_bounds.tolist())),
+        "shortfall_bounds": {n: (float(v) if np.isfinite(v) else None)
+                             for n, v in zip(names, uv.shortfall_bounds)},
+        "size_scores": dict(zip(names, uv.size_scores.tolist())),
+        "size_ratios": dict(zip(names, uv.size_ratios.tolist())),
+        "profile_scores": dict(zip(names, uv.profile_scores.tolist())),
+        "profile_ratios": {n: (None if not np.isfinite(v) else float(v))
+                           for n, v in zip(names, uv.profile_ratios)},
+        "profile_cutoff": uv.profile_cutoff if np.isfinite(uv.profile_cutoff) else None,
+        "profile_distances": dict(zip(names, uv.profile_distances.tolist())),
+        "zero_modules": _zero_modules(grams, names),
+        "shared_floor": SHARED_FLOOR,
+        "typical_agreement": uv.typical_agreement,
+        "farther_ratio": FARTHER_RATIO,
+        "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
+        "joint_cutoff": uv.joint_cutoff if np.isfinite(uv.joint_cutoff) else None,
+        "min_ratio": uv.min_ratio, "size_ratio": uv.size_ratio,
+        **{key: _names(names, getattr(uv, key)) for key in
+           ("flagged", "by_direction", "by_outside", "by_size", "by_joint", "by_opposed", "by_profile",
+            "by_farther")},
     }
 
 
@@ -176,52 +181,19 @@ def _pooled_clause(det: dict) -> str:
 def _updates_sentence(det: dict) -> str:
     """The update rule's sentence: whom it flagged and why, or what "nothing detected" means."""
     u = det["updates"]
-    cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
+    cut = u["cutoff"]
     if cut is None:
         return "no contaminated client can be detected with fewer than 3 clients (update rule)."
     if det["flagged"]:
-        parts = []
-        for n in det["flagged"]:
-            why = []
-            if n in u["by_direction"]:
-                why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, agreement "
-                           f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}, "
-                           f"none of the shared direction (lower 95 % bound {u['agreement_bounds'][n]:.3f} <= 0)")
-            if n in u["by_joint"]:
-                cj = u["joint_cutoff"]
-                why.append(f"direction and size together: direction score {_vs(u['direction_scores'][n], cj)} and size "
-                           f"score {_vs(u['size_scores'][n], cj)} both > {cj:.2f}, agreement "
-                           f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical <= 1/{rho:g}, update "
-                           f"{_vs(u['size_ratios'][n], rho)}x the typical size >= {rho:g}x")
-            if n in u["by_opposed"]:
-                why.append(f"opposed to the shared direction: agreement {u['agreement_ratios'][n]:.2f} of the "
-                           f"typical client's <= 0, its shortfall significant (upper bound "
-                           f"{u['shortfall_bounds'][n]:.3g} < 0 at 5 % over the clients, the typical agreement "
-                           f"{u['typical_agreement']:.3f} >= {u['shared_floor']:g})")
-            if n in u.get("by_farther", ()):
-                why.append("farther, not along the shared direction: update "
-                           f"{_vs(u['size_ratios'][n], u['farther_ratio'])}x "
-                           f"the typical size >= {u['farther_ratio']:g}x, agreement "
-                           f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}, "
-                           f"the typical agreement {u['typical_agreement']:.3f} >= {u['shared_floor']:g}")
-            if n in u.get("by_profile", ()):
-                cp = u["profile_cutoff"]
-                zeros = u.get("zero_modules", {}).get(n, 0)
-                off = (f"its update all zeros in {zeros} module(s) (untrained there?)" if zeros else
-                       f"module norms off the typical profile by a factor "
-                       f"{np.exp(u['profile_distances'][n]):.2f} >= {rho:g}")
-                why.append(f"spread over the modules unlike the others: profile score "
-                           f"{_vs(u['profile_scores'][n], cp)} > {cp:.2f}, distance "
-                           f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}")
-            if n in u["by_outside"]:
-                why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
-                           f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
-            if n in u["by_size"]:
-                why.append(f"update {u['size_ratios'][n]:.3g}x the typical size (>= {rho_s:g}x, size "
-                           f"score {_vs(u['size_scores'][n], cut)} > {cut:.2f})")
-            parts.append(f"{n} (" + "; ".join(why) + ")")
+        parts = [f"{n} (" + "; ".join(_update_reasons(u, n)) + ")" for n in det["flagged"]]
         return (f"flagged {', '.join(det['flagged'])} by the update rule over all modules: "
                 + ", ".join(parts) + "; their updates are left out of what the others receive.")
+    return _updates_limit(u)
+
+
+def _updates_limit(u: dict) -> str:
+    """What "nothing detected" means under the update rule: the largest scores and the detection limit."""
+    cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
     dn, dv = max(u["direction_scores"].items(), key=lambda kv: kv[1])
     on, ov = max(u["outside_scores"].items(), key=lambda kv: kv[1])
     sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
@@ -241,6 +213,49 @@ def _updates_sentence(det: dict) -> str:
             f"is {rho_s:g}x the typical size, or it spreads its update over the modules unlike the others "
             f"({_profile(u)}); a contaminated client closer than that is not ruled out.")
 
+
+
+def _update_reasons(u: dict, n: str) -> list:
+    """Why the update rule flagged client ``n``: one clause per piece of evidence it met."""
+    cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
+    why = []
+    if n in u["by_direction"]:
+        why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, agreement "
+                   f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}, "
+                   f"none of the shared direction (lower 95 % bound {u['agreement_bounds'][n]:.3f} <= 0)")
+    if n in u["by_joint"]:
+        cj = u["joint_cutoff"]
+        why.append(f"direction and size together: direction score {_vs(u['direction_scores'][n], cj)} and size "
+                   f"score {_vs(u['size_scores'][n], cj)} both > {cj:.2f}, agreement "
+                   f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical <= 1/{rho:g}, update "
+                   f"{_vs(u['size_ratios'][n], rho)}x the typical size >= {rho:g}x")
+    if n in u["by_opposed"]:
+        why.append(f"opposed to the shared direction: agreement {u['agreement_ratios'][n]:.2f} of the "
+                   f"typical client's <= 0, its shortfall significant (upper bound "
+                   f"{u['shortfall_bounds'][n]:.3g} < 0 at 5 % over the clients, the typical agreement "
+                   f"{u['typical_agreement']:.3f} >= {u['shared_floor']:g})")
+    if n in u.get("by_farther", ()):
+        why.append("farther, not along the shared direction: update "
+                   f"{_vs(u['size_ratios'][n], u['farther_ratio'])}x "
+                   f"the typical size >= {u['farther_ratio']:g}x, agreement "
+                   f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}, "
+                   f"the typical agreement {u['typical_agreement']:.3f} >= {u['shared_floor']:g}")
+    if n in u.get("by_profile", ()):
+        cp = u["profile_cutoff"]
+        zeros = u.get("zero_modules", {}).get(n, 0)
+        off = (f"its update all zeros in {zeros} module(s) (untrained there?)" if zeros else
+               f"module norms off the typical profile by a factor "
+               f"{np.exp(u['profile_distances'][n]):.2f} >= {rho:g}")
+        why.append(f"spread over the modules unlike the others: profile score "
+                   f"{_vs(u['profile_scores'][n], cp)} > {cp:.2f}, distance "
+                   f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}")
+    if n in u["by_outside"]:
+        why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
+                   f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
+    if n in u["by_size"]:
+        why.append(f"update {u['size_ratios'][n]:.3g}x the typical size (>= {rho_s:g}x, size "
+                   f"score {_vs(u['size_scores'][n], cut)} > {cut:.2f})")
+    return why
 
 def _zero_modules(grams, names) -> dict:
     """Per client, the modules where its update is zero while another client's is not: a norm at most
