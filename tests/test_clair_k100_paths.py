@@ -16,14 +16,20 @@ def _pc(K=6, h=4, r=3, p=40, seed=0):
                          X=rng.standard_normal((K, r, p)))
 
 
+def _projected(D, seed, n):
+    """``(V, F, D N, rng)``: a random orthonormal ``V`` (p, n), shares ``F`` in (0.1, 0.9) and the projected
+    contrasts ``D N``, ``N = I - V diag(F) V^T``, and the generator for the test's further draws."""
+    rng = np.random.default_rng(seed)
+    V = np.linalg.qr(rng.standard_normal((D.p, n)))[0]
+    F = rng.uniform(0.1, 0.9, n)
+    return V, F, D.projected(V, F), rng
+
+
 def test_projected_contrasts_equal_the_formed_ones():
     # D N with N = I - V diag(F) V^T: the low-rank update of X X^T against the products of the
     # formed coordinates, and the block norms against the dense D N
     D = _pc()
-    rng = np.random.default_rng(1)
-    V = np.linalg.qr(rng.standard_normal((D.p, 5)))[0]
-    F = rng.uniform(0.1, 0.9, 5)
-    DN = D.projected(V, F)
+    V, F, DN, _ = _projected(D, 1, 5)
     Xs = DN.X.reshape(-1, D.p)
     np.testing.assert_allclose(DN.client_products, Xs @ Xs.T, rtol=0, atol=1e-12 * np.abs(Xs @ Xs.T).max())
     dense = (D.dense() @ (np.eye(D.p) - (V * F) @ V.T)).reshape(D.n_pairs, D.q, D.p)
@@ -178,10 +184,7 @@ def test_projected_products_go_through_the_base():
     # D N's products as X W - (X V) diag(F) V^T W (the base's triangular ones) against the
     # formed X N
     D = _lower_pc()
-    rng = np.random.default_rng(14)
-    V = np.linalg.qr(rng.standard_normal((D.p, 6)))[0]
-    F = rng.uniform(0.1, 0.9, 6)
-    DN = D.projected(V, F)
+    V, F, DN, rng = _projected(D, 14, 6)
     XN = D.X.reshape(-1, D.p) @ (np.eye(D.p) - (V * F) @ V.T)
     np.testing.assert_allclose(DN.X.reshape(-1, D.p), XN, atol=1e-13 * np.abs(XN).max())
     for m in (1, 4):
