@@ -25,8 +25,9 @@ the rule; rows "pooled-z" (the score alone, the rule before the ratio) and "pool
 Per seed and family, 4 sets: heterogeneous benign tasks with 0, 1, 2 contaminated clients and
 homogeneous benign tasks with 3 (llama, gpt2: shift, clean, reverse) or 1 (sec8: reverse, as
 Table 3). Per set (lowrank_fl.nn.trained_eval):
-the clients each rule flags, Krum / Multi-Krum selections, timings and (--loss) the benign
-clients' held-out loss of every method's adapter.
+the clients each rule flags, Krum / Multi-Krum selections, the update rule re-run at each
+materiality floor ρ (MIN_RATIOS: the README's ρ table), timings and (--loss) the benign clients'
+held-out loss of every method's adapter.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lowrank_fl.nn.trained_eval import detection_table, evaluate_set, harm_table
+from lowrank_fl.nn.trained_eval import detection_table, evaluate_set, flags_of, harm_table
 from lowrank_fl.nn.trained_families import FAMILIES, family_settings
 from lowrank_fl.nn.trained_sets import BASES, TrainedSetSettings, trained_set
 
@@ -75,6 +76,17 @@ def table(recs) -> str:
                          f"{row['exact_sets']}/{row['contaminated_sets']} | "
                          f"{row['clean_sets_false_flag']}/{row['clean_sets']} | "
                          f"{row['benign_flagged']}/{row['benign_clients']} |")
+    if all("updates_by_min_ratio" in r for r in recs):
+        from lowrank_fl.nn.trained_eval import MIN_RATIOS
+
+        lines += ["", "| the update rule's floor ρ | contaminated found | benign clients flagged | sets with a "
+                  "benign flag |", "|---|---|---|---|"]
+        for rho in MIN_RATIOS:
+            rule = f"updates@{rho:g}"
+            found = sum(len(set(r["truth"]) & set(flags_of(r, rule))) for r in recs)
+            wrong = [len(set(flags_of(r, rule)) - set(r["truth"])) for r in recs]
+            lines.append(f"| {rho:g} | {found}/{sum(len(r['truth']) for r in recs)} | {sum(wrong)} | "
+                         f"{sum(w > 0 for w in wrong)} |")
     if any("accuracy" in r for r in recs):
         lines += ["", "| family | method | worst set: mean benign accuracy change vs own | benign clients "
                   "losing > 0.03 | sets where the benign FedAvg gains > 0.05 | share of that gain kept "

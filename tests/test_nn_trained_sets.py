@@ -157,6 +157,25 @@ def test_evaluate_set_records_every_method(built):
         assert row["local"] == heldout_loss(ts, n, ts.factors[n], n=16, cache_dir=cache)
     assert len(rec["selected"]["krum"]) == 1
     assert flags_of(rec, "krum") == [n for n in ts.names if n not in rec["selected"]["krum"]]
+    # the rho sweep: one entry per floor, and at the default floor the default rule's own flags
+    from lowrank_fl.adapters.detect import POOLED_MIN_RATIO
+    from lowrank_fl.nn.trained_eval import MIN_RATIOS
+    assert list(rec["updates_by_min_ratio"]) == [f"{r:g}" for r in MIN_RATIOS]
+    assert flags_of(rec, f"updates@{POOLED_MIN_RATIO:g}") == rec["flagged"]["updates"]
+
+
+def test_evaluate_set_counts_an_undecided_set_as_nobody_flagged(built, monkeypatch):
+    """A client-level set that decides nothing (not a strict majority: the guard's undecided set,
+    all False) flags nobody, as the CLI reports it, not every client."""
+    import lowrank_fl.nn.trained_eval as te
+
+    s, cache, ts = built
+    real = te.client_decision
+    monkeypatch.setattr(te, "client_decision",
+                        lambda results, rule: real(results, rule) if rule == "per-module"
+                        else np.zeros(len(ts.names), bool))
+    rec = te.evaluate_set(ts, cache_dir=cache, with_loss=False)
+    assert all(rec["flagged"][rule] == [] for rule in ("majority", "any", "pooled", "updates"))
 
 
 def test_detection_table_counts_by_hand():
@@ -185,6 +204,8 @@ def test_flags_of_comparison_rules():
     assert flags_of(rec, "pooled-z") == ["c"] and flags_of(rec, "pooled@3.5") == ["b", "c"]
     assert flags_of(rec, "pooled") == []
     assert flags_of({**rec, "pooled_threshold": None}, "pooled-z") == []
+    assert flags_of({**rec, "updates_by_min_ratio": {"1.2": ["b"], "1.5": []}}, "updates@1.5") == []
+    assert flags_of({**rec, "updates_by_min_ratio": {"1.2": ["b"], "1.5": []}}, "updates@1.2") == ["b"]
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,15 @@ import time
 
 import numpy as np
 
-from ..adapters import ModuleOptions, aggregate_factors
+from ..adapters import ModuleOptions, aggregate_factors, guard
 from ..adapters.aggregate import client_decision
 from ..adapters.detect import pooled_evidence, pooled_scores, pooled_threshold
+from ..adapters.detect_updates import update_flags
 from ..adapters.updates import raw_distances
 from .trained_families import benign_fedavg
 from .trained_sets import TrainedSet, base_accuracy, copying_threshold, heldout_accuracy, heldout_loss
 
-__all__ = ["RULES", "ROBUST", "LOSS_METHODS", "ACCURACY_METHODS", "evaluate_set", "flags_of",
+__all__ = ["RULES", "ROBUST", "LOSS_METHODS", "ACCURACY_METHODS", "MIN_RATIOS", "evaluate_set", "flags_of",
            "detection_table", "harm_table"]
 
 RULES = ("per-module", "majority", "any", "pooled", "updates")
@@ -27,13 +28,17 @@ LOSS_METHODS = ("local", "clair-per-module", "clair-pooled", "fedavg", "flexlora
 #: agreement refinement), (9) as the paper writes it (``refine="paper"``), the FedAvg of the truly
 #: benign clients (the reference "collaboration helps" is measured against), FedAvg, Krum, Multi-Krum
 ACCURACY_METHODS = ("local", "clair-default", "clair-paper", "fedavg-benign", "fedavg", "krum", "multikrum")
+#: the update rule re-run with only its materiality floor ρ changed (rules ``"updates@ρ"``;
+#: the default is :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`)
+MIN_RATIOS = (1.0, 1.1, 1.2, 1.3, 1.5, 2.0)
 
 
 def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_heldout: int = 256,
                  with_accuracy: bool = False) -> dict:
     """One set's record: ``truth``, ``flagged`` per rule, ``pooled_block`` / ``pooled_contrast``
     (pooled scores from the block norms of (8) / the raw contrast norms), ``pooled_ratio``
-    (distance ratios from the block norms), ``selected`` (Krum,
+    (distance ratios from the block norms), ``updates_by_min_ratio`` (the update rule's flags at
+    each floor ρ of :data:`MIN_RATIOS`, keyed ``f"{ρ:g}"``), ``selected`` (Krum,
     Multi-Krum), ``seconds`` per method, ``base_accuracy`` (%) of the base against its
     ``copying_threshold``, and with ``with_loss`` ``heldout_loss`` per benign client
     and method (:data:`LOSS_METHODS`; ``local`` = the client's own adapter; every method's model
@@ -48,8 +53,17 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
     flags = {}
     for rule in RULES:
         d = client_decision(results, rule)
-        bad = ~np.array([r.benign for r in results]).all(axis=0) if d is None else ~d
+        if d is None:                                           # per-module: flagged in some module
+            bad = ~np.array([r.benign for r in results]).all(axis=0)
+        else:                                                   # undecided: nobody flagged (as the CLI)
+            bad = np.zeros(K, bool) if guard.is_undecided(d) else ~d
         flags[rule] = [n for n, b in zip(names, bad) if b]
+    grams = np.array([r.gram for r in results], float)
+    outside = np.array([r.outside for r in results], float)
+    by_ratio = {}
+    for rho in MIN_RATIOS:
+        d = guard.guard_set(~update_flags(grams, outside, min_ratio=rho))
+        by_ratio[f"{rho:g}"] = [] if guard.is_undecided(d) else [n for n, b in zip(names, d) if not b]
     ev = pooled_evidence(np.array([r.block_norms for r in results]), K)
     Mc, _ = pooled_scores(np.array([r.contrast_norms for r in results]), K)
     # the raw statistic (the issue's 30-line one): median ||ΔW_j - ΔW_k||_F per module, pooled
@@ -59,6 +73,7 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
            "pooled_contrast": dict(zip(names, Mc.tolist())),
            "raw_scores": dict(zip(names, Mr.tolist())),
            "raw_threshold": pooled_threshold(K) if K >= 3 else None,
+           "updates_by_min_ratio": by_ratio,
            "pooled_ratio": dict(zip(names, ev.ratios.tolist())),
            "pooled_threshold": ev.cutoff if K >= 3 else None,
            "separated_modules": sum(bool(r.separated) for r in results), "n_modules": len(results),
@@ -132,7 +147,8 @@ def flags_of(rec: dict, rule: str) -> list:
     """Clients ``rule`` flags in a record: a client-level rule, ``"pooled-z"`` (the pooled score
     against ``c_K`` alone, without the distance ratio: the first pooled rule), ``"pooled@3.5"``
     (that score against Iglewicz & Hoaglin's per-observation cutoff), or ``"krum"`` /
-    ``"multikrum"`` (the clients not selected); the comparisons are for the benchmark."""
+    ``"multikrum"`` (the clients not selected), or ``"updates@ρ"`` (the update rule with its floor ρ
+    at one of :data:`MIN_RATIOS`); the comparisons are for the benchmark."""
     if rule == "pooled-z":
         cut = rec["pooled_threshold"]            # None: fewer than 3 clients, no pooled score
         return [] if cut is None else [n for n, v in rec["pooled_block"].items() if v > cut]
@@ -143,6 +159,8 @@ def flags_of(rec: dict, rule: str) -> list:
         return [] if cut is None else [n for n, v in rec["raw_scores"].items() if v > cut]
     if rule in ("krum", "multikrum"):
         return [n for n in rec["names"] if n not in rec["selected"][rule]]
+    if rule.startswith("updates@"):
+        return list(rec["updates_by_min_ratio"][rule[len("updates@"):]])
     return list(rec["flagged"][rule])
 
 
