@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lowrank_fl.nn.trained_eval import detection_table, evaluate_set, flags_of, harm_table
+from lowrank_fl.nn.trained_eval import MIN_RATIOS, detection_table, evaluate_set, flags_of, harm_table
 from lowrank_fl.nn.trained_families import FAMILIES, family_settings
 from lowrank_fl.nn.trained_sets import BASES, TrainedSetSettings, trained_set
 
@@ -77,8 +77,6 @@ def table(recs) -> str:
                          f"{row['clean_sets_false_flag']}/{row['clean_sets']} | "
                          f"{row['benign_flagged']}/{row['benign_clients']} |")
     if all("updates_by_min_ratio" in r for r in recs):
-        from lowrank_fl.nn.trained_eval import MIN_RATIOS
-
         lines += ["", "| the update rule's floor ρ | contaminated found | benign clients flagged | sets with a "
                   "benign flag |", "|---|---|---|---|"]
         for rho in MIN_RATIOS:

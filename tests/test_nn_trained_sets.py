@@ -162,6 +162,29 @@ def test_evaluate_set_records_every_method(built):
     from lowrank_fl.nn.trained_eval import MIN_RATIOS
     assert list(rec["updates_by_min_ratio"]) == [f"{r:g}" for r in MIN_RATIOS]
     assert flags_of(rec, f"updates@{POOLED_MIN_RATIO:g}") == rec["flagged"]["updates"]
+    with pytest.raises(ValueError, match="floors"):
+        flags_of(rec, "updates@1.7")
+
+
+def test_evaluate_set_reruns_the_update_rule_at_each_floor(built, monkeypatch):
+    """Each floor's entry is the update rule's flags at that ρ, under the small-federation guard:
+    a stand-in rule that flags the last client up to ρ = 1.2, nobody at 1.3 and 1.5, and half of
+    the clients at 2 (not a strict majority left: undecided, nobody flagged)."""
+    import lowrank_fl.nn.trained_eval as te
+
+    s, cache, ts = built
+    K = len(ts.names)
+
+    def fake(grams, outside, min_ratio):
+        assert grams.shape[-1] == K and outside.shape == grams.shape[:2]
+        if min_ratio == 2.0:
+            return np.arange(K) < (K + 1) // 2
+        return (np.arange(K) == K - 1) & (min_ratio <= 1.2)
+
+    monkeypatch.setattr(te, "update_flags", fake)
+    rec = te.evaluate_set(ts, cache_dir=cache, with_loss=False)
+    last = [ts.names[-1]]
+    assert rec["updates_by_min_ratio"] == {"1": last, "1.1": last, "1.2": last, "1.3": [], "1.5": [], "2": []}
 
 
 def test_evaluate_set_counts_an_undecided_set_as_nobody_flagged(built, monkeypatch):
@@ -169,13 +192,26 @@ def test_evaluate_set_counts_an_undecided_set_as_nobody_flagged(built, monkeypat
     all False) flags nobody, as the CLI reports it, not every client."""
     import lowrank_fl.nn.trained_eval as te
 
+    from lowrank_fl.adapters import guard
+
     s, cache, ts = built
-    real = te.client_decision
-    monkeypatch.setattr(te, "client_decision",
-                        lambda results, rule: real(results, rule) if rule == "per-module"
-                        else np.zeros(len(ts.names), bool))
+    # every client-level set undecided (the guard's answer when a set is not a strict majority)
+    monkeypatch.setattr(guard, "guard_set", lambda benign: np.zeros(len(ts.names), bool))
     rec = te.evaluate_set(ts, cache_dir=cache, with_loss=False)
     assert all(rec["flagged"][rule] == [] for rule in ("majority", "any", "pooled", "updates"))
+
+
+def test_evaluate_set_flags_whom_the_cli_flags(built):
+    """Per rule, the benchmark's flags are the CLI summary's (an undecided module abstains under
+    "per-module": it flags nobody), computed here from the same module results."""
+    from lowrank_fl.adapters import ModuleOptions, aggregate_factors
+    from lowrank_fl.nn.trained_eval import RULES, evaluate_set
+
+    s, cache, ts = built
+    rec = evaluate_set(ts, cache_dir=cache, with_loss=False)
+    for rule in RULES:
+        res = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), client_rule=rule)
+        assert rec["flagged"][rule] == res.summary["detection"]["flagged"], rule
 
 
 def test_detection_table_counts_by_hand():

@@ -95,7 +95,7 @@ def detection_summary(results, names, rule: str) -> dict:
         flagged = np.zeros(K, bool)
     return {
         "rule": rule,
-        "flagged": [n for n, f in zip(names, flagged) if f],
+        "flagged": _names(names, flagged),
         "undecided": bool(undecided),
         "undecided_modules": [r.name for r in results if guard.is_undecided(np.asarray(r.benign, bool))],
         "scores": dict(zip(names, np.asarray(scores, float).tolist())),
@@ -104,7 +104,7 @@ def detection_summary(results, names, rule: str) -> dict:
         "pooled_threshold": pooled_cutoff,
         "pooled_ratios": dict(zip(names, ev.ratios.tolist())),
         "pooled_min_ratio": POOLED_MIN_RATIO,
-        "pooled_flagged": [n for n, f in zip(names, ev.flagged) if f],
+        "pooled_flagged": _names(names, ev.flagged),
         "pooled_tie": bool(tie),
         "updates": None if uv is None else _updates_block(uv, grams, names),
         "separated_modules": [r.name for r in results if r.separated],
@@ -214,7 +214,6 @@ def _updates_limit(u: dict) -> str:
             f"({_profile(u)}); a contaminated client closer than that is not ruled out.")
 
 
-
 def _update_reasons(u: dict, n: str) -> list:
     """Why the update rule flagged client ``n``: one clause per piece of evidence it met."""
     cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
@@ -256,6 +255,7 @@ def _update_reasons(u: dict, n: str) -> list:
         why.append(f"update {u['size_ratios'][n]:.3g}x the typical size (>= {rho_s:g}x, size "
                    f"score {_vs(u['size_scores'][n], cut)} > {cut:.2f})")
     return why
+
 
 def _zero_modules(grams, names) -> dict:
     """Per client, the modules where its update is zero while another client's is not: a norm at most

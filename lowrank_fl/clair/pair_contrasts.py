@@ -138,6 +138,8 @@ class PairContrasts:
         return self._product(Y, transpose=True)
 
     def _product(self, W, transpose: bool) -> np.ndarray:
+        """``X W`` or ``X^T W``: through the base's products for projected contrasts, by BLAS
+        triangular products where ``X`` is lower triangular, else dense."""
         proj = self.__dict__.get("_projection")
         if proj is not None and W.shape[1]:
             base, V, F, XV = proj

@@ -7,11 +7,12 @@ Plain dicts and lists (picklable, cacheable by the verifier's sweep).
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 
 from ..adapters import ModuleOptions, aggregate_factors, guard
-from ..adapters.aggregate import client_decision
+from ..adapters.decision import detection_summary
 from ..adapters.detect import pooled_evidence, pooled_scores, pooled_threshold
 from ..adapters.detect_updates import update_flags
 from ..adapters.updates import raw_distances
@@ -50,14 +51,10 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
                           refine="paper")
     seconds = {"clair": time.perf_counter() - t0}
     results = res.aggregation.results
-    flags = {}
-    for rule in RULES:
-        d = client_decision(results, rule)
-        if d is None:                                           # per-module: flagged in some module
-            bad = ~np.array([r.benign for r in results]).all(axis=0)
-        else:                                                   # undecided: nobody flagged (as the CLI)
-            bad = np.zeros(K, bool) if guard.is_undecided(d) else ~d
-        flags[rule] = [n for n, b in zip(names, bad) if b]
+    with warnings.catch_warnings():                             # a pooled tie is recorded, not warned
+        warnings.simplefilter("ignore", RuntimeWarning)
+        # whom the CLI would flag (undecided modules and sets flag nobody)
+        flags = {rule: detection_summary(results, names, rule)["flagged"] for rule in RULES}
     grams = np.array([r.gram for r in results], float)
     outside = np.array([r.outside for r in results], float)
     by_ratio = {}
@@ -160,7 +157,11 @@ def flags_of(rec: dict, rule: str) -> list:
     if rule in ("krum", "multikrum"):
         return [n for n in rec["names"] if n not in rec["selected"][rule]]
     if rule.startswith("updates@"):
-        return list(rec["updates_by_min_ratio"][rule[len("updates@"):]])
+        by = rec["updates_by_min_ratio"]
+        rho = rule[len("updates@"):]
+        if rho not in by:
+            raise ValueError(f"rule {rule!r}: the record has the update rule at the floors {list(by)} only")
+        return list(by[rho])
     return list(rec["flagged"][rule])
 
 
