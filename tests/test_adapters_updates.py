@@ -9,7 +9,7 @@ from lowrank_fl.adapters import ModuleOptions, aggregate_factors
 from lowrank_fl.adapters.aggregate import client_decision
 from lowrank_fl.adapters.detect import pooled_scores, pooled_threshold
 from lowrank_fl.adapters.detect_updates import SIZE_RATIO, rule_cutoff, size_scores, update_evidence
-from lowrank_fl.adapters.noharm import agreement, refine_weights
+from lowrank_fl.adapters.noharm import SHRINK_WEIGHT, agreement, refine_weights
 from lowrank_fl.adapters.updates import (direction_distances, outside_shares, raw_distances,
                                          update_gram, update_sq_norms)
 from lowrank_fl.clair import pairs
@@ -214,12 +214,73 @@ def test_agreement_move_is_at_most_the_weight_times_the_own_update():
     assert np.all(w[:5] < cos[:5])                             # the others: the cap binds
 
 
+def test_shrink_weights_are_the_agreement_floored_at_the_shrink_weight():
+    """refine="shrink": a_k = max(0.2, cos) inside the set before the cap — orthogonal updates
+    (noise alone) all move 0.2; a shared task with cosines above 0.2 keeps the cosines; a set of
+    one client, clients outside the set and a zero update do not move; the cap still binds."""
+    n = 6
+    b = np.ones(n, bool)
+    np.testing.assert_array_equal(refine_weights(np.eye(n)[None], b, "shrink"), np.full(n, SHRINK_WEIGHT))
+    basis = np.eye(n + 1)
+    U = np.sqrt(0.5) * basis[0] + np.sqrt(0.5) * basis[1:]       # cosines 0.5 / sqrt(0.5 + 0.5 / 5) = 0.645
+    G = (U @ U.T)[None]
+    np.testing.assert_allclose(refine_weights(G, b, "shrink"), refine_weights(G, b, "agreement"), rtol=0)
+    assert np.all(refine_weights(G, b, "agreement") > SHRINK_WEIGHT)
+    one = np.zeros(n, bool)
+    one[2] = True
+    assert np.all(refine_weights(np.eye(n)[None], one, "shrink") == 0)
+    part = np.array([True] * 4 + [False] * 2)
+    np.testing.assert_array_equal(refine_weights(np.eye(n)[None], part, "shrink"), [0.2] * 4 + [0, 0])
+    Z = np.eye(n)
+    Z[3, 3] = 0.0                                                 # client 3 sent a zero update
+    w = refine_weights(Z[None], b, "shrink")
+    assert w[3] == 0 and np.all(np.delete(w, 3) == SHRINK_WEIGHT)
+    # the cap: a member 40x the others makes the mean far from the small clients
+    V = np.eye(n)
+    V[5] *= 40.0
+    Gv = (V @ V.T)[None]
+    w = refine_weights(Gv, b, "shrink")
+    mean = V.mean(axis=0)
+    for k in range(5):
+        assert w[k] * np.linalg.norm(mean - V[k]) == pytest.approx(SHRINK_WEIGHT * np.linalg.norm(V[k]), rel=1e-12)
+
+
+def test_shrink_moves_noise_only_updates_a_fifth_of_the_way_to_their_mean():
+    """Independent updates (no shared direction, cosines near 0): "agreement" leaves every client
+    its adapter, "shrink" moves each exactly SHRINK_WEIGHT of the way to the clients' mean (dense
+    reference), with the reason in the summary."""
+    rng = np.random.default_rng(31)
+    K, p, q, r = 6, 30, 24, 3
+    f = {f"c{k}": {f"m{m}": (rng.standard_normal((r, p)), rng.standard_normal((q, r)), 1.0) for m in range(2)}
+         for k in range(K)}
+    dense = {n: _dense(v) for n, v in f.items()}
+    res = aggregate_factors(f, ModuleOptions(output_dtype="float64"), refine="shrink", output="merged")
+    assert res.summary["detection"]["flagged"] == []
+    b = np.ones(K, bool)
+    a = refine_weights(_grams(f), b, "shrink")
+    assert np.all(refine_weights(_grams(f), b, "agreement") < SHRINK_WEIGHT)
+    for k in range(K):
+        n = f"c{k}"
+        c = res.summary["refinement"]["clients"][n]
+        assert c["weight"] == pytest.approx(a[k], abs=1e-12)
+        if a[k] == SHRINK_WEIGHT:                               # the floor, uncapped
+            assert "refine='shrink'" in c["why"]
+        for m in dense[n]:
+            mean = np.mean([dense[f"c{j}"][m] for j in range(K)], axis=0)
+            A, B, s = res.outputs[n][m]
+            np.testing.assert_allclose(s * B @ A, (1 - a[k]) * dense[n][m] + a[k] * mean, rtol=1e-9, atol=1e-12)
+    assert np.sum(a == SHRINK_WEIGHT) >= K // 2                # the floor binds for most of them
+
+
+@pytest.mark.parametrize("refine", ["agreement", "shrink"])
 @pytest.mark.parametrize("output", ["merged", "split"])
-def test_agreement_output_is_the_shrinkage_toward_the_collaborative_mean(output):
+def test_agreement_output_is_the_shrinkage_toward_the_collaborative_mean(output, refine):
     f = _federation(bad=(9,))
-    res = aggregate_factors(f, ModuleOptions(output_dtype="float64"), output=output)
+    res = aggregate_factors(f, ModuleOptions(output_dtype="float64"), output=output, refine=refine)
     b = ~np.isin(np.arange(10), [9])
-    a = refine_weights(_grams(f), b, "agreement")
+    a = refine_weights(_grams(f), b, refine)
+    if refine == "shrink":                   # a shared task: the cosines (0.93-0.95) are the weights
+        np.testing.assert_array_equal(a, refine_weights(_grams(f), b, "agreement"))
     ref = res.summary["refinement"]["clients"]
     dense = {n: _dense(v) for n, v in f.items()}
     for k in range(10):

@@ -2,7 +2,8 @@
 refinement target and each client's weight ``a_k`` (:mod:`.noharm`), with the evidence.
 
 ``refine="agreement"`` (default): target the collaborative mean (``P_Â = 0`` in (9)'s formula),
-weights from each client's agreement with the others; ``"paper"``: (9) exactly, ``a_k = 1``, with
+weights from each client's agreement with the others; ``"shrink"``: the same target, every
+weight at least :data:`lowrank_fl.adapters.noharm.SHRINK_WEIGHT`; ``"paper"``: (9) exactly, ``a_k = 1``, with
 ``P_Â`` re-estimated without the flagged clients (:func:`lowrank_fl.adapters.aggregate.refit_without`)
 so that they do not steer it; ``"own"``: every client keeps its adapter.
 ``summary.json["refinement"]`` reports per client its weight, its agreement, how far its output
@@ -15,7 +16,7 @@ import numpy as np
 
 from . import guard
 from .aggregate import refit_without
-from .noharm import DEFAULT_REFINE, REFINE, agreement, refine_weights, relative_changes
+from .noharm import DEFAULT_REFINE, REFINE, SHRINK_WEIGHT, agreement, refine_weights, relative_changes
 
 __all__ = ["REFINE", "DEFAULT_REFINE", "check_refine", "resolve_refine", "apply_refinement",
            "refinement_summary"]
@@ -96,7 +97,7 @@ def apply_refinement(results, decided, options, refine: str = DEFAULT_REFINE, fa
             _restore(r)
     if refine == "paper":
         refit_without(clair, decided, options, factors=factors)
-    elif refine == "agreement":
+    elif refine in ("agreement", "shrink"):
         for r in clair:
             _target_mean(r)
     return {r.name: a.copy() for r in clair}
@@ -133,11 +134,15 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
         elif a[k] == 0:
             why = (f"its update does not agree with the others' mean (cosine {cos[k]:.3f}): keeps its "
                    "own adapter")
+        elif refine == "shrink" and a[k] > np.nan_to_num(cos[k], nan=0.0):
+            why = (f"moved {a[k]:.3g} of the way to the collaborative mean: refine='shrink' moves every "
+                   f"collaborating client at least {SHRINK_WEIGHT:g} of the way (its agreement "
+                   f"{np.nan_to_num(cos[k], nan=0.0):.3f})")
         else:
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean: its agreement (cosine) with "
                    "the others' mean")
         per[n] = {"weight": float(a[k]), "agreement": None if np.isnan(cos[k]) else float(cos[k]),
                   "relative_change": float(applied[k]), "full_change": float(full[k]), "why": why}
-    return {"mode": refine, "target": {"agreement": "the collaborative mean",
+    return {"mode": refine, "target": {"agreement": "the collaborative mean", "shrink": "the collaborative mean",
                                        "paper": "(9): own part in P_Â, the collaborative mean outside",
                                        "own": "own adapter"}[refine], "clients": per}

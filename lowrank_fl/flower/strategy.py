@@ -139,7 +139,8 @@ class ClairStrategy(FedAvg):
     refine : str
         What a collaborating client is sent (:data:`lowrank_fl.adapters.REFINE`): ``"agreement"``
         (the default: toward the collaborative mean by its agreement with the others,
-        :mod:`lowrank_fl.adapters.noharm`), ``"paper"`` ((9) exactly), ``"own"``.
+        :mod:`lowrank_fl.adapters.noharm`), ``"shrink"`` (the same with every weight at least
+        :data:`lowrank_fl.adapters.noharm.SHRINK_WEIGHT`), ``"paper"`` ((9) exactly), ``"own"``.
     output : {"split", "merged"}, optional
         CLAIR's layout (:mod:`lowrank_fl.adapters.split`); default "split", "merged" with
         ``module_options.rank_out`` (which truncates merged outputs). ``"split"``: the round's
