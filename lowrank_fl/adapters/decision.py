@@ -204,8 +204,8 @@ def _updates_limit(u: dict) -> str:
             f"a size score above {cut:.2f}). "
             "Detection limit: a client is found only if its update's direction, or its share outside the "
             "shared row space, differs from the others' more than the benign clients' differ among "
-            f"themselves (a score above {cut:.2f}, and an agreement at most 1/{rho:g} of the typical "
-            "client's that carries none of the shared direction, or a share "
+            f"themselves (a score above {cut:.2f}, and an agreement with the others at most 0: none of the "
+            "shared direction; or a share "
             f"{rho:g}x the typical), or it is both as different and larger (both scores above "
             f"{_joint(u)}, at least {rho:g}x the typical size), or it significantly points away from a "
             f"direction the others share or moved {u['farther_ratio']:g}x as far as the typical client "
@@ -220,8 +220,8 @@ def _update_reasons(u: dict, n: str) -> list:
     why = []
     if n in u["by_direction"]:
         why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, agreement "
-                   f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}, "
-                   f"none of the shared direction (lower 95 % bound {u['agreement_bounds'][n]:.3f} <= 0)")
+                   f"{_vs(u['agreement_ratios'][n], 0.0)} of the typical client's <= 0: none of the shared "
+                   "direction")
     if n in u["by_joint"]:
         cj = u["joint_cutoff"]
         why.append(f"direction and size together: direction score {_vs(u['direction_scores'][n], cj)} and size "

@@ -13,18 +13,20 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   ``d_m(j, k) = ||ΔW_mj/||ΔW_mj|| - ΔW_mk/||ΔW_mk|| ||_F = sqrt(2 - 2 cos)``, blind to how far a
   client moved. It enters the pooled statistic of :mod:`.detect` unchanged (median over the
   other clients, robust z across clients per module, averaged over modules, modified z-score
-  against the cutoff). A direction flag alone needs two conditions of materiality, on the
-  client's *agreement* ``m_k`` (its median cosine with the others per module, mean over modules):
-  it is at most ``1/ρ`` (``ρ = 1.2``) of the typical client's, **and** it is not significantly
-  positive — the one-sided 95 % lower confidence bound ``m_k - t_{0.95, M-1} s_k / sqrt(M)``
-  (``s_k`` the standard deviation of the per-module agreements over the ``M`` modules, Student's
-  t; with one module the bound is ``m_k`` itself) is at most 0: the update *carries none* of the
-  federation's shared direction (an unrelated task, a reversed one, a sign flip). Why: a benign
-  variant of the task that two clients happen to share (a shorter copy segment in the
-  verifier's held-out sets) is as far from the rest in direction as a contaminated client
-  (scores 11.7 and 13.1 against c_10 = 7.62) but keeps part of the shared direction (agreement
-  0.40-0.47 of the typical, bound above 0), while every contaminated client of those sets that
-  is flagged by direction alone carries none. Why not the distance ratio of the pooled rule:
+  against the cutoff). A direction flag alone needs the client's *agreement* ``m_k`` (its
+  median cosine with the others per module, mean over modules) to be at most 0 — no more than
+  an update unrelated to the federation's shared direction has in expectation: the update
+  *carries none* of it (an unrelated task, a reversed one, a sign flip). Why: a benign variant
+  of the task that a few clients happen to share (a shorter copy segment) is as far from the
+  rest in direction as a contaminated client (scores 11.7-19.9 against c_K = 8.1-9.5) but keeps
+  part of the shared direction (agreement 0.37-0.51 of the typical client's). The condition
+  was first that the one-sided 95 % lower confidence bound of ``m_k`` over the modules
+  (:func:`agreement_bounds`, still reported) reach 0; with GPT-2's four modules that bound let
+  two such benign clients through (0.37 and 0.51 of the typical, bounds -0.24 and -0.17; seeds
+  1100-1103 of the trained families, the third report batch), and on the 446 sets seen by then
+  every contaminated client flagged by direction alone had a negative agreement (-0.54 or below;
+  those with a positive one, up to 0.22, were flagged by other evidence too). Why not the
+  distance ratio of the pooled rule:
   distances between unit vectors concentrate near ``sqrt(2)`` when updates share little, so a
   client sharing *nothing* with a federation whose clients share 20 % of their direction is only
   1.12 times as far as a typical one. Where the typical agreement is not positive, there is no
@@ -157,7 +159,7 @@ __all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "SHARED_FLOOR"
 #: an update at least this many times the typical client's norm (geometric mean over modules)
 #: is materially out (module docstring: honest unevenness up to 5x, a tenfold update caught)
 SIZE_RATIO = 5.0
-#: one-sided confidence of the lower bound on a client's agreement (module docstring)
+#: one-sided confidence of the reported lower bound on a client's agreement (:func:`agreement_bounds`)
 AGREEMENT_CONFIDENCE = 0.95
 #: familywise level (over the clients) of the shortfall test of the "opposed" flag
 OPPOSED_ALPHA = 0.05
@@ -341,8 +343,9 @@ def agreement_bounds(grams, confidence: float = AGREEMENT_CONFIDENCE) -> np.ndar
     """(K,): the one-sided lower confidence bound of each client's agreement ``m_k`` (its median
     cosine with the others, mean over the ``M`` modules): ``m_k - t_{confidence, M-1} s_k /
     sqrt(M)`` with ``s_k`` the standard deviation of the per-module agreements (Student's t, the
-    modules taken as replicates); ``m_k`` itself for one module. A bound at most 0: the update
-    carries none of the federation's shared direction, as far as the modules can tell."""
+    modules taken as replicates); ``m_k`` itself for one module. Reported beside the direction
+    flag, which needs ``m_k`` itself at most 0 (module docstring: with few modules this bound
+    reaches 0 for benign variants that keep part of the shared direction)."""
     return _lower_bounds(_module_agreements(_grams(grams)), confidence)
 
 
@@ -435,7 +438,7 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     Ms, Rs = size_scores(G)
     # materially out: it agrees with the others at most 1/ρ as much as the typical client does
     less = rd <= (1.0 / min_ratio if min_ratio > 0 else np.inf)
-    by_dir = (Md > cutoff) & less & (lower <= 0)          # ... and carries none of the shared direction
+    by_dir = (Md > cutoff) & (rd <= 0)                    # ... and carries none of the shared direction
     by_size = (Ms > cutoff) & (Rs >= size_ratio)
     cj = joint_cutoff(K) if np.isfinite(cutoff) else np.inf
     by_joint = (np.minimum(Md, Ms) > cj) & less & (Rs >= min_ratio)
