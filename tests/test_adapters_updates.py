@@ -272,6 +272,36 @@ def test_shrink_moves_noise_only_updates_a_fifth_of_the_way_to_their_mean():
     assert np.sum(a == SHRINK_WEIGHT) >= K // 2                # the floor binds for most of them
 
 
+def test_refinement_reasons_for_a_capped_client_and_a_zero_update():
+    """Noise-only updates, one client 10x smaller (the mean is 3.2x its update away: the cap
+    binds) and one zero update. shrink/agreement: the small client moves exactly its weight
+    before the cap times its own size, and says so; the zero update keeps its adapter with its
+    own reason (not "does not agree"). paper: the zero update receives the collaborative part,
+    and its relative change is None (undefined), as the sentence says."""
+    from lowrank_fl.adapters.decision import refinement_sentence
+
+    rng = np.random.default_rng(31)
+    K, p, q, r = 6, 30, 24, 3
+    f = {f"c{k}": {f"m{m}": (rng.standard_normal((r, p)),
+                             rng.standard_normal((q, r)) * (0.1 if k == 4 else 0.0 if k == 5 else 1.0), 1.0)
+                   for m in range(2)} for k in range(K)}
+    for refine in ("shrink", "agreement"):
+        res = aggregate_factors(f, ModuleOptions(output_dtype="float64"), refine=refine, output="merged")
+        c = res.summary["refinement"]["clients"]
+        base = SHRINK_WEIGHT if refine == "shrink" else c["c4"]["agreement"]
+        assert c["c4"]["weight"] < base and c["c4"]["relative_change"] == pytest.approx(base, rel=1e-9)
+        assert "is capped" in c["c4"]["why"] and c["c4"]["full_change"] > 1
+        assert c["c5"]["weight"] == 0 and c["c5"]["relative_change"] == 0 and c["c5"]["full_change"] is None
+        assert c["c5"]["why"].startswith("its update is zero")
+        assert "c5 (1) keeps its own adapter (their updates are zero)" in refinement_sentence(res.summary["refinement"])
+    res = aggregate_factors(f, ModuleOptions(output_dtype="float64"), refine="paper", output="merged")
+    c5 = res.summary["refinement"]["clients"]["c5"]
+    assert c5["weight"] == 1 and c5["relative_change"] is None and "own update is zero" in c5["why"]
+    A, B, s5 = res.outputs["c5"]["m0"]
+    assert np.linalg.norm(s5 * B @ A) > 0                      # it did receive the collaborative part
+    assert "c5 (a zero update)" in refinement_sentence(res.summary["refinement"])
+
+
 @pytest.mark.parametrize("refine", ["agreement", "shrink"])
 @pytest.mark.parametrize("output", ["merged", "split"])
 def test_agreement_output_is_the_shrinkage_toward_the_collaborative_mean(output, refine):

@@ -103,8 +103,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="how collaborating clients are refined (--method clair): 'agreement' "
                           "(default: each moves the fraction a_k = its agreement with the others of the "
                           "way to the collaborative mean; a_k = 0 where nobody agrees), 'shrink' (the "
-                          "same with a_k at least 0.2: keeps about half of the gain where the updates are "
-                          "mostly noise, dilutes a client's own task by 0.2 where they are not), 'paper' "
+                          "same with a_k at least 0.2 before the same cap: keeps about half of the gain "
+                          "where the updates are mostly noise, dilutes a client's own task by 0.2 where "
+                          "they are not), 'paper' "
                           "((9) exactly), 'own' (everyone keeps its adapter)")
     agg.add_argument("--clip", default=None,
                      help="CLAIR: the solve of (7) sees each update clipped at this many times the "

@@ -361,12 +361,14 @@ def refinement_sentence(ref: dict) -> str:
         return ("refinement: every client keeps its own adapter: no collaborating client's update "
                 f"agrees with the others' mean{top}, so averaging could only replace what it learned.")
     listed = list(moved.items())[:_LISTED]
-    parts = ", ".join(f"{n} {c['relative_change']:.1%}" for n, c in listed)
+    parts = ", ".join(f"{n} " + ("(a zero update)" if c["relative_change"] is None else f"{c['relative_change']:.1%}")
+                      for n, c in listed)
     if len(moved) > _LISTED:
-        changes = [c["relative_change"] for c in moved.values()]
+        changes = [c["relative_change"] for c in moved.values() if c["relative_change"] is not None] or [0.0]
         parts += f", ... ({len(moved)} clients, {min(changes):.1%} to {max(changes):.1%})"
     out = [n for n, c in clients.items() if c["weight"] == 0 and c["why"].startswith("outside")]
-    alone = [n for n, c in clients.items() if c["weight"] == 0 and n not in out]
+    zero = [n for n, c in clients.items() if c["weight"] == 0 and c["why"].startswith("its update is zero")]
+    alone = [n for n, c in clients.items() if c["weight"] == 0 and n not in out and n not in zero]
     target = ref["target"]
 
     def group(names, why):
@@ -375,6 +377,6 @@ def refinement_sentence(ref: dict) -> str:
                 f"({len(names)}) {keep} ({why})" if names else "")
 
     tail = (group(alone, "their updates do not agree with the others' mean")
-            + group(out, "outside the collaborative set"))
+            + group(zero, "their updates are zero") + group(out, "outside the collaborative set"))
     return (f"refinement ({ref['mode']}, toward {target}): relative change of each output from the "
             f"client's own adapter: {parts}{tail} (summary.json: refinement).")

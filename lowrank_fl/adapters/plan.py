@@ -106,7 +106,8 @@ def apply_refinement(results, decided, options, refine: str = DEFAULT_REFINE, fa
 def refinement_summary(results, decided, names, refine: str, weights: dict) -> dict:
     """``summary.json["refinement"]``: the mode and, per client, ``weight`` (a_k), ``agreement``
     (cos with the others' mean; None outside the set), ``relative_change`` (applied) and
-    ``full_change`` (with ``a_k = 1``) over the whole adapter, and ``why``."""
+    ``full_change`` (with ``a_k = 1``) over the whole adapter (None where the client's update is
+    zero and the change is not: no relative change is defined), and ``why``."""
     clair = [r for r in results if r.method == "clair"]
     b = _set(clair, decided)
     grams = np.array([r.gram for r in clair], float)
@@ -120,6 +121,11 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
     else:
         go = grams
     applied, full = relative_changes(grams, go, b, a)
+    zero = np.einsum("mkk->k", grams) <= 0 if clair else np.zeros(len(names), bool)
+    # the weight before the cap (noharm.refine_weights): the agreement, floored under "shrink"
+    base = np.clip(np.nan_to_num(cos, nan=0.0), 0.0, 1.0)
+    if refine == "shrink" and b.sum() >= 2:
+        base = np.maximum(base, SHRINK_WEIGHT)
     per = {}
     for k, n in enumerate(names):
         if not b[k] and a[k] == 0:
@@ -130,10 +136,20 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
         elif refine == "own":
             why = "refine='own': keeps its own adapter"
         elif refine == "paper":
-            why = "refine='paper': (9) exactly"
+            why = "refine='paper': (9) exactly" + (
+                "; its own update is zero, so it receives the collaborative part alone (no relative "
+                "change is defined)" if zero[k] else "")
+        elif zero[k]:
+            why = "its update is zero: nothing to move, it keeps its (zero) adapter"
         elif a[k] == 0:
             why = (f"its update does not agree with the others' mean (cosine {cos[k]:.3f}): keeps its "
                    "own adapter")
+        elif a[k] < base[k] * (1 - 1e-9):
+            why = (f"moved {a[k]:.3g} of the way to the collaborative mean, {applied[k]:.3g} of its own "
+                   f"update's size: the weight {base[k]:.3g} ("
+                   + ("the shrink floor" if refine == "shrink" and base[k] == SHRINK_WEIGHT else "its agreement")
+                   + f") is capped so that the output moves at most that fraction of its own update "
+                   f"(the mean is {full[k]:.3g}x its update away)")
         elif refine == "shrink" and a[k] > np.nan_to_num(cos[k], nan=0.0):
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean: refine='shrink' moves every "
                    f"collaborating client at least {SHRINK_WEIGHT:g} of the way (its agreement "
@@ -141,8 +157,10 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
         else:
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean: its agreement (cosine) with "
                    "the others' mean")
+        undefined = zero[k] and a[k] > 0                       # a zero update moved: no relative change
         per[n] = {"weight": float(a[k]), "agreement": None if np.isnan(cos[k]) else float(cos[k]),
-                  "relative_change": float(applied[k]), "full_change": float(full[k]), "why": why}
+                  "relative_change": None if undefined else float(applied[k]),
+                  "full_change": None if zero[k] else float(full[k]), "why": why}
     return {"mode": refine, "target": {"agreement": "the collaborative mean", "shrink": "the collaborative mean",
                                        "paper": "(9): own part in P_Â, the collaborative mean outside",
                                        "own": "own adapter"}[refine], "clients": per}
