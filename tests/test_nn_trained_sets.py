@@ -230,6 +230,27 @@ def test_detection_table_counts_by_hand():
     assert (row["benign_flagged"], row["benign_clients"]) == (2, 3 + 2 + 4 + 4)
 
 
+def test_harm_table_by_hand():
+    """Two sets of two benign clients: set 1, where the benign FedAvg gains 0.10 on average (a set
+    where averaging pays); set 2, where it loses. For "clair-shrink": changes (+0.05, +0.03) and
+    (-0.01, -0.04) -> worst set mean -0.025, one client losing more than 0.03, gain kept 0.04/0.10."""
+    from lowrank_fl.nn.trained_eval import ACCURACY_METHODS, harm_table
+
+    def rec(local, shrink, fedavg_benign):
+        return {"accuracy": {f"c{i}": {**{m: local[i] for m in ACCURACY_METHODS}, "clair-shrink": shrink[i],
+                                       "fedavg-benign": fedavg_benign[i]} for i in range(2)}}
+
+    recs = [rec([0.5, 0.6], [0.55, 0.63], [0.6, 0.7]), rec([0.7, 0.8], [0.69, 0.76], [0.6, 0.7]),
+            {"no": "accuracy"}]                                  # records without accuracies are skipped
+    rows = {r["method"]: r for r in harm_table(recs)}
+    assert list(rows) == list(ACCURACY_METHODS)
+    sh = rows["clair-shrink"]
+    assert sh["worst_set_mean_change"] == pytest.approx(-0.025) and (sh["clients_losing"], sh["clients"]) == (1, 4)
+    assert sh["collab_sets"] == 1 and sh["gain_kept_median"] == pytest.approx(0.4) == sh["gain_kept_min"]
+    assert rows["local"]["worst_set_mean_change"] == 0 and rows["local"]["gain_kept_median"] == 0
+    assert rows["fedavg-benign"]["gain_kept_median"] == pytest.approx(1.0)
+
+
 def test_flags_of_comparison_rules():
     """"pooled-z" is the score against the record's c_K alone (the first pooled rule), "pooled@3.5"
     against 3.5; with fewer than 3 clients (no cutoff) the score flags nobody."""
