@@ -62,8 +62,8 @@ import numpy as np
 
 from .updates import check_gram
 
-__all__ = ["REFINE", "DEFAULT_REFINE", "SHRINK_WEIGHT", "agreement", "refine_weights", "move_norms",
-           "relative_changes"]
+__all__ = ["REFINE", "DEFAULT_REFINE", "SHRINK_WEIGHT", "agreement", "uncapped_weights", "refine_weights",
+           "move_norms", "relative_changes"]
 
 #: how a collaborating client is refined: "agreement" (toward the collaborative mean by its
 #: agreement, module docstring), "shrink" (at least SHRINK_WEIGHT of the way), "paper" ((9)
@@ -109,21 +109,31 @@ def agreement(grams, benign) -> np.ndarray:
     return np.clip(cos, -1.0, 1.0)
 
 
-def refine_weights(grams, benign, refine: str = DEFAULT_REFINE) -> np.ndarray:
-    """``a_k`` (K,): 0 outside ``benign``; inside, per ``refine`` (module docstring)."""
+def uncapped_weights(grams, benign, refine: str = DEFAULT_REFINE) -> np.ndarray:
+    """``a_k`` (K,) before the cap of :func:`refine_weights`: 0 outside ``benign``; inside, the
+    agreement clipped to [0, 1] ("agreement"), floored at :data:`SHRINK_WEIGHT` ("shrink"), 1
+    ("paper") or 0 ("own")."""
     if refine not in REFINE:
         raise ValueError(f"refine must be one of {list(REFINE)}, got {refine!r}")
     G = _stack(grams, "grams")
     b = _members(benign, G.shape[-1])
-    if refine == "own":
-        return np.zeros(b.shape)
-    if refine == "paper":
-        return b.astype(float)
+    if refine in ("own", "paper"):
+        return b.astype(float) if refine == "paper" else np.zeros(b.shape)
     a = np.clip(np.nan_to_num(agreement(G, b), nan=0.0), 0.0, 1.0)
     if refine == "shrink" and b.sum() >= 2:                     # a set of one has no "others"
         # a zero update keeps its (zero) adapter: no move is "a_k of its own update"
         a = np.where(np.einsum("mkk->k", G) > 0, np.maximum(a, SHRINK_WEIGHT), a)
-    a = np.where(b, a, 0.0)
+    return np.where(b, a, 0.0)
+
+
+def refine_weights(grams, benign, refine: str = DEFAULT_REFINE) -> np.ndarray:
+    """``a_k`` (K,): 0 outside ``benign``; inside, per ``refine`` (module docstring):
+    :func:`uncapped_weights` with the cap."""
+    a = uncapped_weights(grams, benign, refine)
+    if refine in ("own", "paper"):
+        return a
+    G = _stack(grams, "grams")
+    b = _members(benign, G.shape[-1])
     # the move is at most a_k of the client's own update: a collaborative mean far larger than
     # the client's update (clients trained much harder, or diverged, inside the set) would move
     # it by more than its own size at any a_k > 0

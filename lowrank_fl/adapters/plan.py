@@ -16,7 +16,8 @@ import numpy as np
 
 from . import guard
 from .aggregate import refit_without
-from .noharm import DEFAULT_REFINE, REFINE, SHRINK_WEIGHT, agreement, refine_weights, relative_changes
+from .noharm import (DEFAULT_REFINE, REFINE, SHRINK_WEIGHT, agreement, refine_weights, relative_changes,
+                     uncapped_weights)
 
 __all__ = ["REFINE", "DEFAULT_REFINE", "check_refine", "resolve_refine", "apply_refinement",
            "refinement_summary"]
@@ -122,10 +123,7 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
         go = grams
     applied, full = relative_changes(grams, go, b, a)
     zero = np.einsum("mkk->k", grams) <= 0 if clair else np.zeros(len(names), bool)
-    # the weight before the cap (noharm.refine_weights): the agreement, floored under "shrink"
-    base = np.clip(np.nan_to_num(cos, nan=0.0), 0.0, 1.0)
-    if refine == "shrink" and b.sum() >= 2:
-        base = np.maximum(base, SHRINK_WEIGHT)
+    base = uncapped_weights(grams, b, refine) if clair else np.zeros(len(names))   # before the cap
     per = {}
     for k, n in enumerate(names):
         if not b[k] and a[k] == 0:
