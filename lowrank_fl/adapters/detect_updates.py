@@ -416,9 +416,9 @@ def _profile_quantile(K: int, M: int) -> float:
 def profile_cutoff(K: int, M: int) -> float:
     """``c″_{K,M}``: the ``1 - α/4`` quantile (``α`` = 1 %) of the largest profile score
     :func:`profile_scores` ``S_k`` over ``K`` clients whose log norms over ``M`` modules are i.i.d.
-    normal (Monte Carlo, 20 000 federations, seed 0; ``M`` above 64 uses 64, within its error);
-    ``inf`` below 3 clients or 2 modules. Computed once per ``(K, min(M, 64))``: 0.15 s at
-    (10, 8), 5 s at (100, 64)."""
+    normal (Monte Carlo, 20 000 federations, seed 0; ``M`` above 64 uses 64's, which is
+    conservative: the quantile falls with ``M``); ``inf`` below 3 clients or 2 modules. Computed
+    once per ``(K, min(M, 64))``: 0.2 s at (10, 8), 8 s at (100, 64)."""
     K = check_int(K, "K", minimum=2)
     M = check_int(M, "M", minimum=1)
     if K < 3 or M < 2:
