@@ -624,44 +624,36 @@ def test_profile_scores_match_a_computation_by_hand_and_are_blind_to_each_client
     assert np.all(z1 == 0) and np.all(r1 == 1)
 
 
-def test_profile_scores_with_identical_profiles_fall_back_to_the_mean_absolute_residual():
+def test_profile_scale_has_a_floor_so_a_client_off_identical_profiles_stands_out():
     from lowrank_fl.adapters.detect_updates import profile_scores
 
     # six clients, four modules: five share one profile exactly, client 5 has module 0 twice as
-    # large; most residuals are 0 (MAD 0), so the scale is sqrt(pi/2) * mean |r|
+    # large; most residuals are 0 (MAD 0), so the scale is its floor 1e-6 and client 5 stands out
     norms = np.tile([1.0, 2.0, 3.0, 4.0], (6, 1))
     norms[5, 0] = 2.0
     G = np.stack([np.diag(norms[:, m] ** 2) for m in range(4)])
     L = np.log(norms)
     R = (L - L.mean(axis=1, keepdims=True)) - np.median(L - L.mean(axis=1, keepdims=True), axis=0)
-    s = np.sqrt(np.pi / 2) * np.abs(R).mean()
     S, _ = profile_scores(G)
-    np.testing.assert_allclose(S, np.mean((R / s) ** 2, axis=1), rtol=1e-12)
-    assert np.all(np.isfinite(S)) and np.argmax(S) == 5 and np.all(S[:5] == 0)
+    np.testing.assert_allclose(S, np.mean((R / 1e-6) ** 2, axis=1), rtol=1e-12)
+    assert np.all(S[:5] == 0) and np.isfinite(S[5]) and S[5] > 1e10
+    ev = update_evidence(G)
+    assert list(np.flatnonzero(ev.by_profile)) == [5]
+    # the others tying only up to rounding (each profile off by ~1e-12): the same verdict
+    Gn = G * np.exp(1e-12 * np.random.default_rng(0).standard_normal(G.shape))
+    Gn = (Gn + np.swapaxes(Gn, 1, 2)) / 2
+    assert list(np.flatnonzero(update_evidence(Gn).by_profile)) == [5]
     # identical profiles everywhere: every score 0
     assert np.all(profile_scores(np.stack([np.diag(np.tile([1.0, 4.0, 9.0, 16.0][m], 6))
                                            for m in range(4)]))[0] == 0)
 
 
-def test_profile_flags_another_task_spread_elsewhere_not_a_harder_trainer():
-    from lowrank_fl.adapters.detect_updates import profile_cutoff
-
-    for seed in range(3):
-        ev = update_evidence(_grams(_profile_federation(harder=(3, 4), other=(9,), seed=seed)))
-        assert ev.profile_cutoff == pytest.approx(profile_cutoff(10, 8))
-        assert list(np.flatnonzero(ev.by_profile)) == [9] and list(np.flatnonzero(ev.flagged)) == [9]
-        assert ev.size_ratios[9] < 1.2 and not ev.by_size[9] and not ev.by_joint[9]   # not larger
-        assert np.all(ev.size_ratios[[3, 4]] > 2.5) and not ev.flagged[[3, 4]].any()
-    # a clean federation with uneven training: nobody
-    ev = update_evidence(_grams(_profile_federation(harder=(3, 4), seed=7)))
-    assert not ev.flagged.any()
-
-
-@pytest.mark.parametrize("seed", [2, 3, 4, 6])
+@pytest.mark.parametrize("seed", range(8))
 def test_profile_finds_three_clients_spread_elsewhere_that_the_previous_score_missed(seed):
     # no shared direction (orthogonal updates: a diagonal Gram), sizes spread 0.5 in log (uneven
     # training), module norms 10 % noisy; clients 7-9 learn another task: module 1 2.2x larger and
-    # module 5 2.2x smaller than their profile (the *-personal pattern)
+    # module 5 2.2x smaller than their profile (the *-personal pattern). Found at every seed; the
+    # previous score missed all three at seeds 2-7 (and found one or more at 0 and 1)
     from lowrank_fl.adapters.detect import robust_z
 
     r = np.random.default_rng(seed)
@@ -681,7 +673,8 @@ def test_profile_finds_three_clients_spread_elsewhere_that_the_previous_score_mi
     Q = Q - Q.mean(axis=1, keepdims=True)
     dq = np.sqrt(np.mean((Q - np.median(Q, axis=2, keepdims=True)) ** 2, axis=1))
     old_cut = np.quantile(robust_z(dq, axis=-1).max(axis=-1), 1 - 0.01 / 4)
-    assert 8.5 < old_cut < 10.5 and robust_z(d).max() < old_cut
+    assert 8.5 < old_cut < 10.5
+    assert (robust_z(d).max() < old_cut) == (seed >= 2)
 
 
 def test_profile_cutoff_is_the_null_quantile_of_the_largest_profile_score():
@@ -696,10 +689,16 @@ def test_profile_cutoff_is_the_null_quantile_of_the_largest_profile_score():
         S = np.mean((R / s[:, None, None]) ** 2, axis=2)
         q = np.quantile(S.max(axis=-1), 1 - 0.01 / 4)
         assert profile_cutoff(K, M) == pytest.approx(q, rel=0.08)                # Monte Carlo error
-    # few modules: a mean of few squares is heavy-tailed, the cutoff far above the chi-square's
-    from scipy import stats
-    assert profile_cutoff(10, 2) > stats.chi2.ppf(1 - 0.01 / 4 / 10, 1)
+    # a mean of fewer squares is heavier-tailed: the cutoff falls with the modules
+    assert profile_cutoff(10, 2) > profile_cutoff(10, 4) > profile_cutoff(10, 8) > profile_cutoff(10, 64)
     assert profile_cutoff(10, 500) == profile_cutoff(10, 64)                     # the modules cap
+    # ... which is conservative: the quantile at 128 modules (an independent draw) is lower
+    L = np.random.default_rng(7).standard_normal((8_000, 10, 128))
+    P = L - L.mean(axis=2, keepdims=True)
+    R = P - np.median(P, axis=1, keepdims=True)
+    s = 1.482602218505602 * np.median(np.abs(R).reshape(len(R), -1), axis=1)
+    q128 = np.quantile(np.mean((R / s[:, None, None]) ** 2, axis=2).max(axis=-1), 1 - 0.01 / 4)
+    assert q128 < 0.9 * profile_cutoff(10, 64)
     assert profile_cutoff(10, 1) == np.inf and profile_cutoff(2, 8) == np.inf
 
 
