@@ -648,6 +648,20 @@ def test_profile_scale_has_a_floor_so_a_client_off_identical_profiles_stands_out
                                            for m in range(4)]))[0] == 0)
 
 
+def test_profile_flags_another_task_spread_elsewhere_not_a_harder_trainer():
+    from lowrank_fl.adapters.detect_updates import profile_cutoff
+
+    for seed in range(3):
+        ev = update_evidence(_grams(_profile_federation(harder=(3, 4), other=(9,), seed=seed)))
+        assert ev.profile_cutoff == pytest.approx(profile_cutoff(10, 8))
+        assert list(np.flatnonzero(ev.by_profile)) == [9] and list(np.flatnonzero(ev.flagged)) == [9]
+        assert ev.size_ratios[9] < 1.2 and not ev.by_size[9] and not ev.by_joint[9]   # not larger
+        assert np.all(ev.size_ratios[[3, 4]] > 2.5) and not ev.flagged[[3, 4]].any()
+    # a clean federation with uneven training: nobody
+    ev = update_evidence(_grams(_profile_federation(harder=(3, 4), seed=7)))
+    assert not ev.flagged.any()
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_profile_finds_three_clients_spread_elsewhere_that_the_previous_score_missed(seed):
     # no shared direction (orthogonal updates: a diagonal Gram), sizes spread 0.5 in log (uneven
