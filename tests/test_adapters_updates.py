@@ -607,6 +607,47 @@ def _profile_by_hand(f):
     return d, np.array([np.mean((R[k] / s) ** 2) for k in range(len(names))])
 
 
+def _unit_direction_federation(shared, seed, K=10, M=8, dim=400):
+    """Per module, K unit updates: a shared direction of weight ``shared`` plus independent noise;
+    client K-1 points against the others' mean (every update of the same size)."""
+    rng = np.random.default_rng(seed)
+    Gs = []
+    for _ in range(M):
+        t = rng.standard_normal(dim)
+        U = shared * t / np.linalg.norm(t) + rng.standard_normal((K, dim)) / np.sqrt(dim)
+        others = U[:K - 1].mean(axis=0)
+        U[K - 1] = -others / np.linalg.norm(others) + rng.standard_normal(dim) / np.sqrt(dim)
+        U /= np.linalg.norm(U, axis=1, keepdims=True)
+        Gs.append(U @ U.T)
+    return np.stack(Gs)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 4, 5])
+def test_direction_flag_needs_a_direction_the_federation_significantly_shares(seed):
+    from scipy import stats
+
+    from lowrank_fl.adapters.detect_updates import SHARED_ALPHA, shared_direction_p
+
+    G = _unit_direction_federation(0.1, seed)
+    ev = update_evidence(G)
+    # the p-value by hand: per module the median over clients of each client's median cosine with
+    # the others, Student's t over the modules against 0, one-sided
+    C = G                                                    # unit updates: the Gram is the cosine
+    typ = [np.median([np.median(np.delete(C[m, k], k)) for k in range(10)]) for m in range(8)]
+    p = stats.ttest_1samp(typ, 0.0, alternative="greater").pvalue
+    assert shared_direction_p(G) == pytest.approx(p, rel=1e-9) and ev.shared_direction_p == pytest.approx(p)
+    # a positive typical agreement, not significant; client 9 far in direction and agreeing below 0:
+    # what the flag needed before, yet no direction to carry none of
+    assert 0 < ev.typical_agreement and p > SHARED_ALPHA == 0.05
+    assert ev.direction_scores[9] > ev.cutoff and ev.agreement_ratios[9] <= 0
+    assert not ev.by_direction.any() and not ev.flagged.any()
+    # a shared direction (weight 0.3: typical agreement about 0.07, p < 0.001): client 9 is flagged
+    ev = update_evidence(_unit_direction_federation(0.3, seed))
+    assert ev.shared_direction_p < 1e-3 and list(np.flatnonzero(ev.by_direction)) == [9]
+    # one module: the typical agreement's sign decides
+    assert shared_direction_p(_unit_direction_federation(0.3, seed, M=1)) == 0.0
+
+
 def test_profile_scores_match_a_computation_by_hand_and_are_blind_to_each_clients_size():
     from lowrank_fl.adapters.detect_updates import profile_scores
 
@@ -772,6 +813,11 @@ def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
     text = detection_sentence(clean)
     assert clean["flagged"] == [] and "off: no material shared direction" in text
     assert f"a profile score above {clean['updates']['profile_cutoff']:.2f}" in text
+    # ... and whether the federation shares a direction, with its p-value
+    cu = clean["updates"]
+    assert cu["shared_alpha"] == 0.05 and 0 <= cu["shared_direction_p"] <= 1
+    state = "shared" if cu["shared_direction_p"] < 0.05 else "none significantly shared"
+    assert f"the federation's direction {state}, p = {cu['shared_direction_p']:.3g} against 0.05" in text
 
 
 def test_profile_flag_needs_a_material_departure_in_a_homogeneous_federation():

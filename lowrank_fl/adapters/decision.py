@@ -19,7 +19,8 @@ set (8) was not (:mod:`.guard`);
 ``updates`` — the update rule's evidence (:mod:`.detect_updates`), always: per client the
 direction score and agreement ratio, the lower confidence bound of its agreement, the size score
 and norm ratio, the cutoffs (single and joint), both floors, whom it flags and on which evidence
-(``by_direction``, ``by_outside``, ``by_size``, ``by_joint``: direction and size together,
+(``by_direction``, where the federation shares a direction at ``shared_direction_p`` below
+``shared_alpha``; ``by_outside``, ``by_size``, ``by_joint``: direction and size together,
 ``by_opposed``: significantly pointing away from a material shared direction, with
 ``shortfall_bounds`` and ``shared_floor``; ``by_profile``: its update spread over the modules
 unlike the others', with ``profile_scores``, ``profile_ratios`` and ``profile_cutoff``;
@@ -35,7 +36,7 @@ import numpy as np
 from . import guard
 from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence
-from .detect_updates import FARTHER_RATIO, SHARED_FLOOR, update_evidence
+from .detect_updates import FARTHER_RATIO, SHARED_ALPHA, SHARED_FLOOR, update_evidence
 from .updates import update_norms
 
 __all__ = ["detection_summary", "detection_sentence", "refinement_sentence"]
@@ -141,6 +142,8 @@ def _updates_block(uv, grams, names) -> dict:
         "zero_modules": _zero_modules(grams, names),
         "shared_floor": SHARED_FLOOR,
         "typical_agreement": uv.typical_agreement,
+        "shared_direction_p": uv.shared_direction_p,
+        "shared_alpha": SHARED_ALPHA,
         "farther_ratio": FARTHER_RATIO,
         "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
         "joint_cutoff": uv.joint_cutoff if np.isfinite(uv.joint_cutoff) else None,
@@ -205,7 +208,7 @@ def _updates_limit(u: dict) -> str:
             "Detection limit: a client is found only if its update's direction, or its share outside the "
             "shared row space, differs from the others' more than the benign clients' differ among "
             f"themselves (a score above {cut:.2f}, and an agreement with the others at most 0: none of the "
-            "shared direction; or a share "
+            f"shared direction, {_shared_p(u)}; or a share "
             f"{rho:g}x the typical), or it is both as different and larger (both scores above "
             f"{_joint(u)}, at least {rho:g}x the typical size), or it significantly points away from a "
             f"direction the others share or moved {u['farther_ratio']:g}x as far as the typical client "
@@ -221,7 +224,7 @@ def _update_reasons(u: dict, n: str) -> list:
     if n in u["by_direction"]:
         why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, agreement "
                    f"{_vs(u['agreement_ratios'][n], 0.0)} of the typical client's <= 0: none of the shared "
-                   "direction")
+                   f"direction ({_shared_p(u)})")
     if n in u["by_joint"]:
         cj = u["joint_cutoff"]
         why.append(f"direction and size together: direction score {_vs(u['direction_scores'][n], cj)} and size "
@@ -270,6 +273,12 @@ def _shared(u) -> str:
     t, floor = u["typical_agreement"], u["shared_floor"]
     state = "on" if t >= floor else "off: no material shared direction"
     return f"typical agreement {t:.3f} against the floor {floor:g}, {state}"
+
+
+def _shared_p(u) -> str:
+    p, a = u["shared_direction_p"], u["shared_alpha"]
+    state = "shared" if p < a else "none significantly shared: the direction flag is off"
+    return f"the federation's direction {state}, p = {p:.3g} against {a:g}"
 
 
 def _ratio(v) -> str:

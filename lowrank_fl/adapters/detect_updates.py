@@ -29,8 +29,15 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   distance ratio of the pooled rule:
   distances between unit vectors concentrate near ``sqrt(2)`` when updates share little, so a
   client sharing *nothing* with a federation whose clients share 20 % of their direction is only
-  1.12 times as far as a typical one. Where the typical agreement is not positive, there is no
-  shared direction to deviate from and direction flags nobody.
+  1.12 times as far as a typical one. Where the federation does not significantly share a
+  direction, there is none to deviate from and direction flags nobody: the per-module typical
+  agreements (median over clients) must have a mean above 0 at the one-sided 5 % level of
+  Student's t over the modules (:func:`shared_direction_p`, :data:`SHARED_ALPHA`; with one module,
+  the typical agreement above 0). *Added after the sixth report batch* (seeds 1400-1403): in a
+  ``llama-collab`` set (8 noisy examples per client, typical agreement 0.004, p = 0.37) a benign
+  client's direction score reached 10.4 against 9.45 with an agreement below 0 by chance; the three
+  contaminated clients found by direction alone on the ten batches stood in federations sharing a
+  direction at p = 0.006-0.04. Fixed before seeds 1500-1503 were evaluated, and reported there.
 * **direction and size together** — a client that moved *farther* in a *different* direction:
   both its direction score and its size score exceed the joint cutoff ``c'_K`` (the
   ``1 - α/3`` quantile of ``max_k min(z_k, z'_k)`` for two independent sets of ``K`` i.i.d.
@@ -168,7 +175,8 @@ from .detect import (POOLED_ALPHA, POOLED_CUTOFF, POOLED_MIN_RATIO, pooled_score
                      pooled_threshold, robust_z)
 from .updates import check_gram, direction_distances, unit_gram, update_norms
 
-__all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "SHARED_FLOOR", "FARTHER_RATIO", "N_SINGLE",
+__all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "SHARED_FLOOR", "FARTHER_RATIO", "SHARED_ALPHA",
+           "N_SINGLE", "shared_direction_p",
            "UpdateEvidence", "update_evidence", "update_flags", "size_scores", "profile_scores",
            "profile_distances", "rule_cutoff", "joint_cutoff", "profile_cutoff", "agreement_shares",
            "agreement_bounds", "shortfall_bounds"]
@@ -184,6 +192,8 @@ OPPOSED_ALPHA = 0.05
 SHARED_FLOOR = 0.1
 #: a client at least this many times the typical size, agreeing less, is "farther elsewhere"
 FARTHER_RATIO = 2.0
+#: one-sided level at which the federation must share a direction for a direction flag alone
+SHARED_ALPHA = 0.05
 #: number of single statistics sharing the 1 % familywise level (direction, row space, size, profile)
 N_SINGLE = 4
 _JOINT_DRAWS = 4_000_000       # normal values per cutoff: 200 000 draws of K at K <= 20
@@ -211,7 +221,8 @@ class UpdateEvidence(NamedTuple):
     ``profile_scores`` / ``profile_ratios`` (:func:`profile_scores`), ``profile_cutoff`` c″
     (:func:`profile_cutoff`, ``inf`` with one module) and ``by_profile`` bool; ``typical_agreement``
     (the median client's agreement) and ``by_farther`` bool (twice as far, agreeing less);
-    ``profile_distances`` ``d_k`` (:func:`profile_distances`)."""
+    ``profile_distances`` ``d_k`` (:func:`profile_distances`); ``shared_direction_p`` (float,
+    :func:`shared_direction_p`: a direction flag needs it below :data:`SHARED_ALPHA`)."""
     direction_scores: np.ndarray
     agreement_ratios: np.ndarray
     outside_scores: np.ndarray | None
@@ -237,6 +248,7 @@ class UpdateEvidence(NamedTuple):
     typical_agreement: float
     by_farther: np.ndarray
     profile_distances: np.ndarray
+    shared_direction_p: float
 
 
 def _grams(grams) -> np.ndarray:
@@ -370,6 +382,28 @@ def _shortfall_bounds(per, alpha: float) -> np.ndarray:
     return diff.mean(axis=0) + stats.t.ppf(1 - alpha / K, M - 1) * diff.std(axis=0, ddof=1) / np.sqrt(M)
 
 
+def _shared_direction_p(per) -> float:
+    """One-sided p-value that the federation shares a direction: Student's t on the per-module
+    typical agreements ``median_k a_mk`` (modules as replicates) against 0; with one module 0 where
+    it is positive, 1 otherwise (no replicate to judge by)."""
+    typical = np.median(per, axis=1)
+    M = typical.shape[0]
+    if M < 2:
+        return 0.0 if typical.size and typical[0] > 0 else 1.0
+    sd = typical.std(ddof=1)
+    if sd == 0:
+        return 0.0 if typical[0] > 0 else 1.0
+    return float(stats.t.sf(typical.mean() / (sd / np.sqrt(M)), M - 1))
+
+
+def shared_direction_p(grams) -> float:
+    """The one-sided p-value (:func:`_shared_direction_p`) that the clients' updates share a
+    direction: Student's t over the modules of each module's typical agreement (the median over
+    clients of each client's median cosine with the others). A direction flag alone needs it
+    below :data:`SHARED_ALPHA`."""
+    return _shared_direction_p(_module_agreements(_grams(grams)))
+
+
 def agreement_shares(grams) -> np.ndarray:
     """``m_k / median_k m_k`` (K,) with ``m_k`` the mean over modules of client ``k``'s median
     cosine with the other clients' updates: how much of the typical client's agreement with the
@@ -478,7 +512,9 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     Ms, Rs = size_scores(G)
     # materially out: it agrees with the others at most 1/ρ as much as the typical client does
     less = rd <= (1.0 / min_ratio if min_ratio > 0 else np.inf)
-    by_dir = (Md > cutoff) & (rd <= 0)                    # ... and carries none of the shared direction
+    shared_p = _shared_direction_p(per)
+    # ... and carries none of a direction the federation significantly shares
+    by_dir = (Md > cutoff) & (rd <= 0) & (shared_p < SHARED_ALPHA)
     by_size = (Ms > cutoff) & (Rs >= size_ratio)
     cj = joint_cutoff(K) if np.isfinite(cutoff) else np.inf
     by_joint = (np.minimum(Md, Ms) > cj) & less & (Rs >= min_ratio)
@@ -504,7 +540,7 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     return UpdateEvidence(Md, Rd, Mo, Ro, Ms, Rs, float(cutoff), min_ratio, size_ratio, by_dir, by_out,
                           by_size, by_dir | by_out | by_size | by_joint | by_opposed | by_profile | by_farther,
                           lower, float(cj), by_joint, upper, by_opposed, Mp, Rp, float(cp), by_profile, typical,
-                          by_farther, Dp)
+                          by_farther, Dp, shared_p)
 
 
 def update_flags(grams, outside=None, **kwargs) -> np.ndarray:
