@@ -295,12 +295,6 @@ def _profile_residuals(logs) -> np.ndarray:
     return p - np.median(p, axis=-1, keepdims=True)
 
 
-def _profile_distances(logs) -> np.ndarray:
-    """``d_k`` (..., K) from log values (..., modules, K): the rms distance of each client's centred
-    log profile from the median profile."""
-    return np.sqrt(np.mean(_profile_residuals(logs) ** 2, axis=-2))
-
-
 def _pooled_profile_scores(r) -> np.ndarray:
     """``S_k = mean_m (r_mk / s)^2`` (..., K) with one robust scale over every (module, client)
     residual of ``r`` (..., modules, K): ``s = 1.4826 median |r_mk|`` (the residuals are deviations
@@ -390,10 +384,9 @@ def _shared_direction_p(per) -> float:
     M = typical.shape[0]
     if M < 2:
         return 0.0 if typical.size and typical[0] > 0 else 1.0
-    sd = typical.std(ddof=1)
-    if sd == 0:
+    if typical.std(ddof=1) == 0:                       # no spread: Student's t is undefined
         return 0.0 if typical[0] > 0 else 1.0
-    return float(stats.t.sf(typical.mean() / (sd / np.sqrt(M)), M - 1))
+    return float(stats.ttest_1samp(typical, 0.0, alternative="greater").pvalue)
 
 
 def shared_direction_p(grams) -> float:
