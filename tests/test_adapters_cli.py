@@ -491,7 +491,7 @@ def test_quiet_silences_per_client_lines_and_size_is_printed(src, tmp_path, caps
     # the result line, the output size, the detection and refinement sentences (kept by --quiet)
     assert len(lines) == 4 and lines[1].startswith("  output:")
     assert "client_04" in lines[2] and "flagged" in lines[2]
-    assert lines[3].startswith("refinement (agreement")
+    assert lines[3].startswith("refinement (exchangeable")
     n_in = sum((p / f).stat().st_size for p in src
                for f in ("adapter_model.safetensors", "adapter_config.json"))
     # the split layout (default): each client's part and the shared adapter

@@ -54,17 +54,20 @@ def test_poisoning_criterion_can_fail():
 
     moves = {f"c{k}": 0.1 for k in range(10)}
     good = {"flagged": ["c0", "c9"], "moves": moves}
-    rows = {"none": {r: {"flagged": ["c9"], "moves": moves} for r in ("agreement", "paper")},
-            **{a: {r: dict(good) for r in ("agreement", "paper")} for a in P.ATTACKS}}
+    from lowrank_fl.adapters import DEFAULT_REFINE
+
+    assert P.REFINES == (DEFAULT_REFINE, "paper")            # the library's default refinement and (9)
+    rows = {"none": {r: {"flagged": ["c9"], "moves": moves} for r in P.REFINES},
+            **{a: {r: dict(good) for r in P.REFINES} for a in P.ATTACKS}}
     assert P._verdict(rows) is True
     bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
     bad["x1e6"]["paper"] = {"flagged": ["c9"], "moves": moves}
     assert P._verdict(bad) is False
     bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
-    bad["flip"]["agreement"] = {"flagged": ["c0", "c3", "c9"], "moves": moves}
+    bad["flip"]["exchangeable"] = {"flagged": ["c0", "c3", "c9"], "moves": moves}
     assert P._verdict(bad) is False
     bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
-    bad["x10"]["agreement"] = {"flagged": ["c0", "c9"], "moves": {**moves, "c4": 0.16}}
+    bad["x10"]["exchangeable"] = {"flagged": ["c0", "c9"], "moves": {**moves, "c4": 0.16}}
     assert P._verdict(bad) is False
 
 

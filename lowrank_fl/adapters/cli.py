@@ -6,7 +6,8 @@
         [--figure FILE.png [--overwrite]]
     lowrank-fl adapters aggregate DIR [DIR ...] --method clair --out OUT [--names A,B,..]
         [--output split|merged] [--rank-out R] [--rank R] [--lam-L X --lam-S Y]
-        [--client-rule per-module|majority|any|pooled|updates] [--refine agreement|shrink|paper|own]
+        [--client-rule per-module|majority|any|pooled|updates]
+        [--refine exchangeable|agreement|shrink|paper|own]
         [--energy E]
         [--byzantine F] (--method krum|multikrum|median|trimmed-mean|geomed: robust baselines)
         [--dtype auto|float32|float16|bfloat16] [--jobs N] [--scheduler ADDR]
@@ -100,13 +101,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--client-rule", dest="client_rule", default=None,
                      choices=CLIENT_RULES, help=_RULE_HELP + f" (default {DEFAULT_CLIENT_RULE}; --method clair only)")
     agg.add_argument("--refine", default=None, choices=REFINE,
-                     help="how collaborating clients are refined (--method clair): 'agreement' "
-                          "(default: each moves the fraction a_k = its agreement with the others of the "
-                          "way to the collaborative mean; a_k = 0 where nobody agrees), 'shrink' (the "
-                          "same with a_k at least 0.2 before the same cap: keeps about half of the gain "
-                          "where the updates are mostly noise, dilutes a client's own task by 0.2 where "
-                          "they are not), 'paper' "
-                          "((9) exactly), 'own' (everyone keeps its adapter)")
+                     help="how collaborating clients are refined (--method clair): each moves the "
+                          "fraction a_k of the way to the collaborative mean. 'exchangeable' (default): a_k "
+                          "its agreement with the others, at least 1 - 1/sqrt(2) = 0.293 where the clients "
+                          "look exchangeable (which of them resemble each other does not repeat across "
+                          "modules: their differences look like noise); 'agreement': the agreement alone "
+                          "(a_k = 0 where nobody agrees); 'shrink': at least 0.2 whatever the evidence; "
+                          "every weight capped so the output moves at most a_k of the client's own update; "
+                          "'paper' ((9) exactly), 'own' (everyone keeps its adapter)")
     agg.add_argument("--clip", default=None,
                      help="CLAIR: the solve of (7) sees each update clipped at this many times the "
                           "module's median update norm (default 5, the update rule's size floor); "

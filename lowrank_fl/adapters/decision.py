@@ -388,4 +388,18 @@ def refinement_sentence(ref: dict) -> str:
     tail = (group(alone, "their updates do not agree with the others' mean")
             + group(zero, "their updates are zero") + group(out, "outside the collaborative set"))
     return (f"refinement ({ref['mode']}, toward {target}): relative change of each output from the "
-            f"client's own adapter: {parts}{tail} (summary.json: refinement).")
+            f"client's own adapter: {parts}{tail}{_exchange_clause(ref)} (summary.json: refinement).")
+
+
+def _exchange_clause(ref: dict) -> str:
+    """Why refine='exchangeable' moved everyone at least its floor, or by agreement alone."""
+    ex = ref.get("exchangeability")
+    if ref["mode"] != "exchangeable" or not ex:
+        return ""
+    if ex["statistic"] is None:
+        return f"; every weight is the agreement alone ({ex['reason']})"
+    if ex["exchangeable"]:
+        return (f"; which clients resemble each other does not repeat across modules (p = {ex['p_value']:.3g}): "
+                f"their differences look like noise, so each moves at least {ref['floor']:.3g} of the way")
+    return (f"; the same clients resemble each other across modules (p = {ex['p_value']:.3g} < {ex['alpha']:g}): "
+            "tasks of their own, so each moves by its agreement alone")

@@ -1,14 +1,17 @@
 """What each client receives, decided once every module is solved: the collaborative set, the
 refinement target and each client's weight ``a_k`` (:mod:`.noharm`), with the evidence.
 
-``refine="agreement"`` (default): target the collaborative mean (``P_Â = 0`` in (9)'s formula),
-weights from each client's agreement with the others; ``"shrink"``: the same target, every
-weight at least :data:`lowrank_fl.adapters.noharm.SHRINK_WEIGHT`; ``"paper"``: (9) exactly, ``a_k = 1``, with
+``refine="exchangeable"`` (default): target the collaborative mean (``P_Â = 0`` in (9)'s formula),
+weights from each client's agreement with the others, at least
+:data:`lowrank_fl.adapters.noharm.EXCHANGEABLE_WEIGHT` where the collaborating clients look exchangeable
+(:mod:`.exchangeable`); ``"agreement"``: the same target, the agreement alone; ``"shrink"``: every weight at least
+:data:`lowrank_fl.adapters.noharm.SHRINK_WEIGHT`; ``"paper"``: (9) exactly, ``a_k = 1``, with
 ``P_Â`` re-estimated without the flagged clients (:func:`lowrank_fl.adapters.aggregate.refit_without`)
 so that they do not steer it; ``"own"``: every client keeps its adapter.
-``summary.json["refinement"]`` reports per client its weight, its agreement, how far its output
-is from its own adapter (relative Frobenius change over the whole adapter) and how far the full
-move would take it, and why.
+``summary.json["refinement"]`` reports the floor applied, the set's exchangeability (under
+"exchangeable"; None otherwise) and, per client, its weight, its agreement, how far its output is
+from its own adapter (relative Frobenius change over the whole adapter) and how far the full move
+would take it, and why.
 """
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import numpy as np
 
 from . import guard
 from .aggregate import refit_without
-from .noharm import (DEFAULT_REFINE, REFINE, SHRINK_WEIGHT, agreement, refine_weights, relative_changes,
+from .exchangeable import exchangeability
+from .noharm import (DEFAULT_REFINE, REFINE, agreement, floor_weight, refine_weights, relative_changes,
                      uncapped_weights)
 
 __all__ = ["REFINE", "DEFAULT_REFINE", "check_refine", "resolve_refine", "apply_refinement",
@@ -98,7 +102,7 @@ def apply_refinement(results, decided, options, refine: str = DEFAULT_REFINE, fa
             _restore(r)
     if refine == "paper":
         refit_without(clair, decided, options, factors=factors)
-    elif refine in ("agreement", "shrink"):
+    elif refine in ("agreement", "exchangeable", "shrink"):
         for r in clair:
             _target_mean(r)
     return {r.name: a.copy() for r in clair}
@@ -124,6 +128,8 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
     applied, full = relative_changes(grams, go, b, a)
     zero = np.einsum("mkk->k", grams) <= 0 if clair else np.zeros(len(names), bool)
     base = uncapped_weights(grams, b, refine) if clair else np.zeros(len(names))   # before the cap
+    floor = floor_weight(grams, b, refine) if clair and b.sum() >= 2 else 0.0
+    floor_name = "the exchangeable floor" if refine == "exchangeable" else "the shrink floor"
     per = {}
     for k, n in enumerate(names):
         if not b[k] and a[k] == 0:
@@ -145,12 +151,17 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
         elif a[k] < base[k] * (1 - 1e-9):
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean, {applied[k]:.3g} of its own "
                    f"update's size: the weight {base[k]:.3g} ("
-                   + ("the shrink floor" if refine == "shrink" and base[k] == SHRINK_WEIGHT else "its agreement")
+                   + (floor_name if floor > 0 and base[k] == floor else "its agreement")
                    + f") is capped so that the output moves at most that fraction of its own update "
                    f"(the mean is {full[k]:.3g}x its update away)")
         elif refine == "shrink" and a[k] > np.nan_to_num(cos[k], nan=0.0):
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean: refine='shrink' moves every "
-                   f"collaborating client at least {SHRINK_WEIGHT:g} of the way (its agreement "
+                   f"collaborating client at least {floor:g} of the way (its agreement "
+                   f"{np.nan_to_num(cos[k], nan=0.0):.3f})")
+        elif refine == "exchangeable" and a[k] > np.nan_to_num(cos[k], nan=0.0):
+            why = (f"moved {a[k]:.3g} of the way to the collaborative mean: the collaborating clients look "
+                   f"exchangeable (their differences look like noise), so every one moves at least "
+                   f"{floor:.3g} of the way, half of the mean's noise reduction (its agreement "
                    f"{np.nan_to_num(cos[k], nan=0.0):.3f})")
         else:
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean: its agreement (cosine) with "
@@ -159,6 +170,9 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
         per[n] = {"weight": float(a[k]), "agreement": None if np.isnan(cos[k]) else float(cos[k]),
                   "relative_change": None if undefined else float(applied[k]),
                   "full_change": None if zero[k] else float(full[k]), "why": why}
-    return {"mode": refine, "target": {"agreement": "the collaborative mean", "shrink": "the collaborative mean",
+    ex = exchangeability(grams, b) if clair and refine == "exchangeable" else None
+    return {"mode": refine, "target": {"agreement": "the collaborative mean", "exchangeable": "the collaborative mean",
+                                       "shrink": "the collaborative mean",
                                        "paper": "(9): own part in P_Â, the collaborative mean outside",
-                                       "own": "own adapter"}[refine], "clients": per}
+                                       "own": "own adapter"}[refine],
+            "floor": float(floor), "exchangeability": None if ex is None else ex.as_dict(), "clients": per}

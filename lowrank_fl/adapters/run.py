@@ -355,7 +355,7 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
     # the agreement weights need every module's Gram, and a client-level rule every module's evidence
     stream = options.method not in ROBUST_METHODS and (options.method != "clair"
                                                          or (client_rule == "per-module"
-                                                             and refine not in ("agreement", "shrink")))
+                                                             and refine not in ("agreement", "exchangeable", "shrink")))
     if stream and options.method == "clair" and shared_weights is None and refine == "own":
         shared_weights = 0.0
     with _output_dir(out, overwrite, adapters) as staged, \
@@ -383,9 +383,12 @@ def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RU
     :func:`resolve_layout`): "split" (default) writes ``OUT/shared/`` once and each client's own
     part (:mod:`lowrank_fl.adapters.split`), "merged" one adapter per client holding (9).
     ``refine``: how collaborating clients are refined (:mod:`lowrank_fl.adapters.plan`):
-    "agreement" (default: toward the collaborative mean by each client's agreement with the
-    others), "shrink" (the same, every weight at least
-    :data:`lowrank_fl.adapters.noharm.SHRINK_WEIGHT`), "paper" ((9) exactly, ``P_Â`` re-estimated
+    "exchangeable" (default: toward the collaborative mean by each client's agreement with the
+    others, every weight at least
+    :data:`lowrank_fl.adapters.noharm.EXCHANGEABLE_WEIGHT` where the collaborating clients look
+    exchangeable, :mod:`lowrank_fl.adapters.exchangeable`), "agreement" (the agreement alone),
+    "shrink" (every weight at least :data:`lowrank_fl.adapters.noharm.SHRINK_WEIGHT`), "paper" ((9)
+    exactly, ``P_Â`` re-estimated
     without flagged clients), "own".
     ``shared_weights``: explicit weights ``a_k`` in [0, 1] instead of ``refine``'s (forms in
     :func:`lowrank_fl.adapters.split.shared_weights`; 1 is the full move to the target). With

@@ -137,10 +137,12 @@ class ClairStrategy(FedAvg):
         ``"majority"`` (benign in at least half of the modules), ``"any"`` (benign in all), and
         ``"updates"`` (the default: the update rule, :mod:`lowrank_fl.adapters.detect_updates`).
     refine : str
-        What a collaborating client is sent (:data:`lowrank_fl.adapters.REFINE`): ``"agreement"``
-        (the default: toward the collaborative mean by its agreement with the others,
-        :mod:`lowrank_fl.adapters.noharm`), ``"shrink"`` (the same with every weight at least
-        :data:`lowrank_fl.adapters.noharm.SHRINK_WEIGHT`), ``"paper"`` ((9) exactly), ``"own"``.
+        What a collaborating client is sent (:data:`lowrank_fl.adapters.REFINE`): ``"exchangeable"``
+        (the default: toward the collaborative mean by its agreement with the others, at least
+        :data:`lowrank_fl.adapters.noharm.EXCHANGEABLE_WEIGHT` where the clients look exchangeable,
+        :mod:`lowrank_fl.adapters.noharm`), ``"agreement"`` (the agreement alone), ``"shrink"``
+        (every weight at least :data:`lowrank_fl.adapters.noharm.SHRINK_WEIGHT`), ``"paper"``
+        ((9) exactly), ``"own"``.
     output : {"split", "merged"}, optional
         CLAIR's layout (:mod:`lowrank_fl.adapters.split`); default "split", "merged" with
         ``module_options.rank_out`` (which truncates merged outputs). ``"split"``: the round's

@@ -26,10 +26,11 @@ RULES = ("per-module", "majority", "any", "pooled", "updates")
 ROBUST = ("krum", "multikrum", "median", "trimmed-mean", "geomed")
 LOSS_METHODS = ("local", "clair-per-module", "clair-pooled", "fedavg", "flexlora") + ROBUST
 #: the accuracy comparison: the client's own adapter, CLAIR's default output (update rule,
-#: agreement refinement), the same with ``refine="shrink"``, (9) as the paper writes it (``refine="paper"``), the FedAvg of the truly
-#: benign clients (the reference "collaboration helps" is measured against), FedAvg, Krum, Multi-Krum
-ACCURACY_METHODS = ("local", "clair-default", "clair-shrink", "clair-paper", "fedavg-benign", "fedavg", "krum",
-                    "multikrum")
+#: exchangeable refinement), the same with ``refine="agreement"`` and ``refine="shrink"``, (9) as the
+#: paper writes it (``refine="paper"``), the FedAvg of the truly benign clients (the reference
+#: "collaboration helps" is measured against), FedAvg, Krum, Multi-Krum
+ACCURACY_METHODS = ("local", "clair-default", "clair-agreement", "clair-shrink", "clair-paper", "fedavg-benign",
+                    "fedavg", "krum", "multikrum")
 #: the update rule re-run with only its materiality floor ρ changed (rules ``"updates@ρ"``;
 #: the default is :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`)
 MIN_RATIOS = (1.0, 1.1, 1.2, 1.3, 1.5, 2.0)
@@ -108,15 +109,18 @@ def _accuracy(ts: TrainedSet, outs: dict, cache_dir, n: int) -> dict:
     default = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"))
     paper = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), refine="paper")
     shrink = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), refine="shrink")
+    agree = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), refine="agreement")
     ref = benign_fedavg(ts.factors, ts.benign)
     acc = {}
     for c in ts.benign:
         own = {"local": ts.factors[c], "clair-default": default.outputs[c], "clair-shrink": shrink.outputs[c],
+               "clair-agreement": agree.outputs[c],
                "clair-paper": paper.outputs[c],
                "fedavg-benign": ref, "fedavg": outs["fedavg"], "krum": outs["krum"],
                "multikrum": outs["multikrum"]}
         acc[c] = {m: heldout_accuracy(ts, c, own[m], n=n, cache_dir=cache_dir) for m in ACCURACY_METHODS}
     return {"accuracy": acc, "refinement": default.summary["refinement"]["clients"],
+            "exchangeability": default.summary["refinement"]["exchangeability"],
             "default_flagged": default.summary["detection"]["flagged"]}
 
 

@@ -56,8 +56,8 @@ class Settings:
     epochs: int = 1
     n_test: int = 300
     client_rule: str = "any"
-    #: what a collaborating client is sent: "paper" ((9), the example's numbers), "agreement"
-    #: (the library's default), "own"
+    #: what a collaborating client is sent: "paper" ((9), the example's numbers), "exchangeable"
+    #: (the library's default), "agreement", "shrink", "own"
     refine: str = "paper"
     #: the server: "clair" (ClairStrategy), an adapters method sending everyone one aggregate
     #: ("fedavg-factors": mean(B)·mean(A), what Flower's FedAvg computes on LoRA factors with equal

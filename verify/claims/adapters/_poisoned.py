@@ -23,6 +23,8 @@ PAPER = "adapters"
 ATTACKS = ("x10", "x1e3", "x1e6", "flip")
 #: the criterion's tolerance on the benign clients' relative change (the issue's +0.05)
 MOVE_TOL = 0.05
+#: the refinements judged: the library's default and (9)
+REFINES = ("exchangeable", "paper")
 
 
 def _federation(seed, *, K=10, modules=4, q=48, p=40, r=4, attack=None):
@@ -52,7 +54,7 @@ def _task(*, seed, attack):
     from lowrank_fl.adapters import ModuleOptions, aggregate_factors
 
     rec, solves = {}, []
-    for refine in ("agreement", "paper"):
+    for refine in REFINES:
         res = aggregate_factors(_federation(seed, attack=None if attack == "none" else attack),
                                 ModuleOptions(output_dtype="float64"), refine=refine)
         s = res.summary
@@ -71,7 +73,7 @@ def _task(*, seed, attack):
 def _verdict(rows: dict) -> bool:
     ok = True
     for attack, rec in rows.items():
-        for refine in ("agreement", "paper"):
+        for refine in REFINES:
             want = ["c9"] if attack == "none" else ["c0", "c9"]
             ok &= rec[refine]["flagged"] == want
             clean = rows["none"][refine]["moves"]
@@ -93,7 +95,7 @@ def _poisoned(ctx) -> Evidence:
     oks = [_verdict(rows) for rows in per_rep]
     table = []
     for i, g in enumerate(grid):
-        for refine in ("agreement", "paper"):
+        for refine in REFINES:
             worst = max(max(out[i][j][refine]["moves"][f"c{k}"] - per_rep[j]["none"][refine]["moves"][f"c{k}"]
                             for k in range(1, 9)) for j in range(reps))
             table.append({"attack": g["attack"], "refine": refine,
