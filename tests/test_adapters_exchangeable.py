@@ -225,3 +225,44 @@ def test_default_is_exchangeable_and_other_modes_report_their_floor():
     for refine, floor in (("agreement", 0.0), ("shrink", SHRINK_WEIGHT), ("paper", 0.0), ("own", 0.0)):
         ref = aggregate_factors(f, ModuleOptions(output_dtype="float64"), refine=refine).summary["refinement"]
         assert ref["floor"] == floor and ref["exchangeability"] is None
+
+
+def test_a_zero_update_neither_decides_nor_cancels_the_test_and_does_not_move():
+    """A client whose update is zero — exactly in its Gram, or to rounding through the factor path
+    (B multiplied by 0) — is left out of the test (the others keep the floor they get without it)
+    and keeps its (zero) adapter, reported as a zero update."""
+    from lowrank_fl.adapters.decision import refinement_sentence
+
+    rng = np.random.default_rng(10)
+    U = rng.standard_normal((4, 8, 40))
+    without = exchangeability(_grams(np.delete(U, 3, axis=1)))
+    U[:, 3] = 0.0
+    ex = exchangeability(_grams(U))
+    assert ex.clients == 7 and ex.modules == 4 and ex.statistic == pytest.approx(without.statistic, abs=1e-12)
+    a = refine_weights(_grams(U), np.ones(8, bool), "exchangeable")
+    assert a[3] == 0 and np.all(np.delete(a, 3) >= EXCHANGEABLE_WEIGHT * 0.999)
+    K, p, q, r = 8, 12, 10, 2
+    f = {f"c{k}": {f"m{m}": (rng.standard_normal((r, p)), rng.standard_normal((q, r)) * (0.0 if k == 3 else 1.0),
+                             1.0) for m in range(4)} for k in range(K)}
+    ref = aggregate_factors(f, ModuleOptions(output_dtype="float64")).summary["refinement"]
+    c3 = ref["clients"]["c3"]
+    assert c3["weight"] == 0 and c3["agreement"] is None and c3["full_change"] is None
+    assert c3["why"].startswith("its update is zero") and ref["exchangeability"]["clients"] == K - 1
+    assert "c3 (1) keeps its own adapter (their updates are zero)" in refinement_sentence(ref)
+
+
+def test_exchangeability_names_bad_grams_and_members():
+    G = _grams(_exchangeable(np.random.default_rng(11), M=2, K=6))
+    with pytest.raises(ValueError, match="grams must be"):
+        exchangeability(G[None])
+    asym = G.copy()
+    asym[0, 0, 1] += 1.0
+    with pytest.raises(ValueError, match="grams must be symmetric"):
+        exchangeability(asym)
+    with pytest.raises(ValueError, match="members"):
+        exchangeability(G, np.ones((2, 3), bool))
+    with pytest.raises(ValueError, match="members"):
+        exchangeability(G, [1, 0, 2, 1, 1, 1])
+    assert exchangeability(G, [1, 1, 1, 1, 1, 0]).clients == 5                   # 0/1 integers are fine
+    with pytest.raises(ValueError, match="refine"):
+        aggregate_factors({"a": {"m": (np.ones((1, 3)), np.ones((2, 1)), 1.0)}}, refine="Exchangeable")

@@ -193,13 +193,13 @@ def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions()
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     layout = resolve_layout(output, options)
+    refine = resolve_refine(refine, shared_weights)                # named before the clients are read
     adapters = clients if isinstance(clients, AdapterSet) else adapter_set(clients)
     clair = options.method == "clair"
     split = clair and layout == "split"
     if split and SHARED in adapters.names:
         raise AdapterError(f"a client is named {SHARED!r}, the shared part's name in the split "
                            "layout; rename it or use output='merged'")
-    refine = resolve_refine(refine, shared_weights)
     agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress)
     decided = client_decision(agg.results, client_rule) if clair and client_rule != "per-module" else None
     weights = refinement = None

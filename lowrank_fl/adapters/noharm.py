@@ -81,7 +81,7 @@ from __future__ import annotations
 import numpy as np
 
 from .exchangeable import exchangeability
-from .updates import check_gram
+from .updates import check_gram, zero_updates
 
 __all__ = ["REFINE", "DEFAULT_REFINE", "SHRINK_WEIGHT", "EXCHANGEABLE_WEIGHT", "agreement", "uncapped_weights",
            "floor_weight", "refine_weights", "move_norms", "relative_changes"]
@@ -124,13 +124,14 @@ def agreement(grams, benign) -> np.ndarray:
     b = _members(benign, K).astype(float)
     n = b.sum()
     own = np.diag(G)
+    live = ~zero_updates(_stack(grams, "grams"))                # a rounding-level update is zero
     cross = G @ b - own * b                                     # sum_{j in C, j != k} <u_k, u_j>
     tot = b @ G @ b
     rowsum = G @ b
     others_sq = tot - 2 * rowsum * b + own * b                  # ||sum_{j in C, j != k} u_j||^2
     with np.errstate(invalid="ignore", divide="ignore"):
         cos = cross / np.sqrt(np.maximum(own, 0) * np.maximum(others_sq, 0))
-    cos = np.where((b > 0) & (own > 0) & (others_sq > 0) & (n >= 2), cos, np.nan)
+    cos = np.where((b > 0) & live & (others_sq > 0) & (n >= 2), cos, np.nan)
     return np.clip(cos, -1.0, 1.0)
 
 
@@ -159,7 +160,7 @@ def uncapped_weights(grams, benign, refine: str = DEFAULT_REFINE) -> np.ndarray:
     floor = floor_weight(G, b, refine) if b.sum() >= 2 else 0.0    # a set of one has no "others"
     if floor > 0:
         # a zero update keeps its (zero) adapter: no move is "a_k of its own update"
-        a = np.where(np.einsum("mkk->k", G) > 0, np.maximum(a, floor), a)
+        a = np.where(~zero_updates(G), np.maximum(a, floor), a)
     return np.where(b, a, 0.0)
 
 
@@ -204,5 +205,6 @@ def relative_changes(grams, grams_outside, benign, weights) -> tuple[np.ndarray,
     t, u = move_norms(grams, grams_outside, benign)
     tn = np.sqrt((t ** 2).sum(axis=0))
     un = np.sqrt((u ** 2).sum(axis=0))
-    full = np.where(un > 0, tn / np.where(un > 0, un, 1.0), 0.0)
+    live = ~zero_updates(_stack(grams, "grams"))
+    full = np.where(live, tn / np.where(live, un, 1.0), 0.0)
     return np.asarray(weights, float) * full, full

@@ -20,6 +20,7 @@ import numpy as np
 from . import guard
 from .aggregate import refit_without
 from .exchangeable import exchangeability
+from .updates import zero_updates
 from .noharm import (DEFAULT_REFINE, REFINE, agreement, floor_weight, refine_weights, relative_changes,
                      uncapped_weights)
 
@@ -126,7 +127,7 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
     else:
         go = grams
     applied, full = relative_changes(grams, go, b, a)
-    zero = np.einsum("mkk->k", grams) <= 0 if clair else np.zeros(len(names), bool)
+    zero = zero_updates(grams) if clair else np.zeros(len(names), bool)
     base = uncapped_weights(grams, b, refine) if clair else np.zeros(len(names))   # before the cap
     floor = floor_weight(grams, b, refine) if clair and b.sum() >= 2 else 0.0
     floor_name = "the exchangeable floor" if refine == "exchangeable" else "the shrink floor"
@@ -161,7 +162,8 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
         elif refine == "exchangeable" and a[k] > np.nan_to_num(cos[k], nan=0.0):
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean: the collaborating clients look "
                    f"exchangeable (their differences look like noise), so every one moves at least "
-                   f"{floor:.3g} of the way, half of the mean's noise reduction (its agreement "
+                   f"{floor:.3g} of the way, which keeps half of the mean's noise reduction if they are noise "
+                   f"(its agreement "
                    f"{np.nan_to_num(cos[k], nan=0.0):.3f})")
         else:
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean: its agreement (cosine) with "

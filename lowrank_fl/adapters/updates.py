@@ -16,7 +16,11 @@ from ..clair import pairs
 from ..validation import as_float_array
 
 __all__ = ["update_gram", "update_norms", "unit_gram", "direction_distances", "raw_distances",
-           "check_gram", "outside_shares", "update_sq_norms"]
+           "check_gram", "outside_shares", "update_sq_norms", "ZERO_RELATIVE", "zero_updates"]
+
+#: an update norm at most this fraction of the module's largest is zero (the Gram's rounding: a
+#: factor multiplied by 0 leaves about 1e-16 of the others' norms through the cross products)
+ZERO_RELATIVE = 1e-12
 
 
 def update_gram(Y, X) -> np.ndarray:
@@ -46,6 +50,15 @@ def check_gram(gram, name: str = "gram") -> np.ndarray:
     if np.any(np.diagonal(G, axis1=-2, axis2=-1) < 0):
         raise ValueError(f"{name} must have a non-negative diagonal (squared norms)")
     return G
+
+
+def zero_updates(grams) -> np.ndarray:
+    """(K,) bool: clients whose update is zero in every module of per-module Grams (modules, K, K) or
+    (K, K) — a norm at most :data:`ZERO_RELATIVE` of the module's largest (all-zero modules count
+    as zero for everyone)."""
+    n = update_norms(grams)
+    n = n[None] if n.ndim == 1 else n
+    return np.all(n <= ZERO_RELATIVE * n.max(axis=-1, keepdims=True), axis=0)
 
 
 def update_norms(gram) -> np.ndarray:
