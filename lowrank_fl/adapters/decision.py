@@ -37,7 +37,7 @@ from . import guard
 from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence
 from .detect_updates import FARTHER_RATIO, SHARED_ALPHA, SHARED_FLOOR, update_evidence
-from .updates import update_norms
+from .updates import ZERO_RELATIVE, update_norms
 
 __all__ = ["detection_summary", "detection_sentence", "refinement_sentence"]
 
@@ -266,7 +266,7 @@ def _zero_modules(grams, names) -> dict:
     n = update_norms(np.array(grams, float))                                        # (modules, K)
     top = n.max(axis=1, keepdims=True)
     live = top[:, 0] > 0
-    return dict(zip(names, (n[live] <= 1e-12 * top[live]).sum(axis=0).astype(int).tolist()))
+    return dict(zip(names, (n[live] <= ZERO_RELATIVE * top[live]).sum(axis=0).astype(int).tolist()))
 
 
 def _shared(u) -> str:

@@ -173,7 +173,7 @@ from scipy import stats
 from ..validation import as_float_array, check_int
 from .detect import (POOLED_ALPHA, POOLED_CUTOFF, POOLED_MIN_RATIO, pooled_scores,
                      pooled_threshold, robust_z)
-from .updates import check_gram, direction_distances, unit_gram, update_norms
+from .updates import ZERO_RELATIVE, direction_distances, module_grams, unit_gram, update_norms
 
 __all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "SHARED_FLOOR", "FARTHER_RATIO", "SHARED_ALPHA",
            "N_SINGLE", "shared_direction_p",
@@ -252,10 +252,8 @@ class UpdateEvidence(NamedTuple):
 
 
 def _grams(grams) -> np.ndarray:
-    G = check_gram(grams, "grams")
-    if G.ndim == 2:
-        G = G[None]
-    if G.ndim != 3 or G.shape[0] == 0:
+    G = module_grams(grams)
+    if G.shape[0] == 0:
         raise ValueError(f"grams must be (modules, K, K) with at least one module, got {G.shape}")
     return G
 
@@ -266,7 +264,7 @@ def _log_values(v, live=None) -> np.ndarray:
     module's largest value."""
     top = v.max(axis=1, keepdims=True)
     live = (top[:, 0] > 0) if live is None else live & (top[:, 0] > 0)
-    return np.log(np.maximum(v[live], 1e-12 * top[live]) / top[live])
+    return np.log(np.maximum(v[live], ZERO_RELATIVE * top[live]) / top[live])
 
 
 def _profile_logs(G) -> np.ndarray:
@@ -275,7 +273,7 @@ def _profile_logs(G) -> np.ndarray:
     trained it are not "spread unlike the others")."""
     v = update_norms(G)
     top = v.max(axis=1, keepdims=True)
-    return _log_values(v, live=np.mean(v <= 1e-12 * top, axis=1) < 0.5)
+    return _log_values(v, live=np.mean(v <= ZERO_RELATIVE * top, axis=1) < 0.5)
 
 
 def _log_ratios(v) -> tuple[np.ndarray, np.ndarray]:

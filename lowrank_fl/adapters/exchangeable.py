@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..validation import check_in_interval, check_int
-from .updates import ZERO_RELATIVE, check_gram, zero_updates
+from .updates import ZERO_RELATIVE, module_grams, zero_updates
 
 __all__ = ["ALPHA", "MIN_CLIENTS", "N_PERMUTATIONS", "Exchangeability", "pair_residuals",
            "pattern_statistic", "exchangeability"]
@@ -127,10 +127,7 @@ def pair_residuals(grams, members=None) -> np.ndarray:
 
 def _check_grams(grams) -> np.ndarray:
     """Per-module Grams as (modules, K, K) (a (K, K) one is one module), symmetric."""
-    G = check_gram(grams, "grams")
-    G = G[None] if G.ndim == 2 else G
-    if G.ndim != 3:
-        raise ValueError(f"grams must be (modules, K, K) or (K, K), got shape {G.shape}")
+    G = module_grams(grams)
     scale = np.abs(G).max(initial=0.0)
     if not np.allclose(G, G.transpose(0, 2, 1), rtol=0.0, atol=1e-10 * scale):
         raise ValueError("grams must be symmetric (Gram matrices of the updates)")

@@ -81,7 +81,7 @@ from __future__ import annotations
 import numpy as np
 
 from .exchangeable import exchangeability
-from .updates import check_gram, zero_updates
+from .updates import module_grams, zero_updates
 
 __all__ = ["REFINE", "DEFAULT_REFINE", "SHRINK_WEIGHT", "EXCHANGEABLE_WEIGHT", "agreement", "uncapped_weights",
            "floor_weight", "refine_weights", "move_norms", "relative_changes"]
@@ -99,15 +99,6 @@ SHRINK_WEIGHT = 0.2
 EXCHANGEABLE_WEIGHT = 1.0 - 1.0 / np.sqrt(2.0)
 
 
-def _stack(grams, name):
-    G = check_gram(grams, name)
-    if G.ndim == 2:
-        G = G[None]
-    if G.ndim != 3:
-        raise ValueError(f"{name} must be (modules, K, K), got shape {G.shape}")
-    return G
-
-
 def _members(benign, K):
     b = np.asarray(benign, bool).reshape(-1)
     if b.shape != (K,):
@@ -119,12 +110,12 @@ def agreement(grams, benign) -> np.ndarray:
     """``cos(ΔW_k, ΔW̄_{Ĉ∖k})`` (K,) over the whole adapter (modules stacked) from per-module Grams
     (modules, K, K); NaN for clients outside ``benign`` and where either side is zero (a
     collaborative set of one client has no "others")."""
-    G = _stack(grams, "grams").sum(axis=0)                      # whole-adapter Gram (K, K)
+    G = module_grams(grams, "grams").sum(axis=0)                      # whole-adapter Gram (K, K)
     K = G.shape[0]
     b = _members(benign, K).astype(float)
     n = b.sum()
     own = np.diag(G)
-    live = ~zero_updates(_stack(grams, "grams"))                # a rounding-level update is zero
+    live = ~zero_updates(module_grams(grams, "grams"))                # a rounding-level update is zero
     cross = G @ b - own * b                                     # sum_{j in C, j != k} <u_k, u_j>
     tot = b @ G @ b
     rowsum = G @ b
@@ -152,7 +143,7 @@ def uncapped_weights(grams, benign, refine: str = DEFAULT_REFINE) -> np.ndarray:
     "exchangeable"), 1 ("paper") or 0 ("own")."""
     if refine not in REFINE:
         raise ValueError(f"refine must be one of {list(REFINE)}, got {refine!r}")
-    G = _stack(grams, "grams")
+    G = module_grams(grams, "grams")
     b = _members(benign, G.shape[-1])
     if refine in ("own", "paper"):
         return b.astype(float) if refine == "paper" else np.zeros(b.shape)
@@ -170,7 +161,7 @@ def refine_weights(grams, benign, refine: str = DEFAULT_REFINE) -> np.ndarray:
     a = uncapped_weights(grams, benign, refine)
     if refine in ("own", "paper"):
         return a
-    G = _stack(grams, "grams")
+    G = module_grams(grams, "grams")
     b = _members(benign, G.shape[-1])
     # the move is at most a_k of the client's own update: a collaborative mean far larger than
     # the client's update (clients trained much harder, or diverged, inside the set) would move
@@ -184,8 +175,8 @@ def move_norms(grams, grams_outside, benign) -> tuple[np.ndarray, np.ndarray]:
     update, per module, where ``grams_outside`` is the Gram of the updates times ``Q`` (the Gram
     itself for the move to the mean, ``Q = I``; of the parts outside ``P_Â`` for (9)); ``t_k``
     is reported for every client (what the full move would do to it)."""
-    G = _stack(grams, "grams")
-    Go = _stack(grams_outside, "grams_outside")
+    G = module_grams(grams, "grams")
+    Go = module_grams(grams_outside, "grams_outside")
     if Go.shape != G.shape:
         raise ValueError(f"grams_outside must have the shape of grams {G.shape}, got {Go.shape}")
     K = G.shape[-1]
@@ -205,6 +196,6 @@ def relative_changes(grams, grams_outside, benign, weights) -> tuple[np.ndarray,
     t, u = move_norms(grams, grams_outside, benign)
     tn = np.sqrt((t ** 2).sum(axis=0))
     un = np.sqrt((u ** 2).sum(axis=0))
-    live = ~zero_updates(_stack(grams, "grams"))
+    live = ~zero_updates(module_grams(grams, "grams"))
     full = np.where(live, tn / np.where(live, un, 1.0), 0.0)
     return np.asarray(weights, float) * full, full

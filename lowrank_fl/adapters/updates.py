@@ -16,7 +16,7 @@ from ..clair import pairs
 from ..validation import as_float_array
 
 __all__ = ["update_gram", "update_norms", "unit_gram", "direction_distances", "raw_distances",
-           "check_gram", "outside_shares", "update_sq_norms", "ZERO_RELATIVE", "zero_updates"]
+           "check_gram", "outside_shares", "update_sq_norms", "ZERO_RELATIVE", "zero_updates", "module_grams"]
 
 #: an update norm at most this fraction of the module's largest is zero (the Gram's rounding: a
 #: factor multiplied by 0 leaves about 1e-16 of the others' norms through the cross products)
@@ -49,6 +49,15 @@ def check_gram(gram, name: str = "gram") -> np.ndarray:
                          "float64)")
     if np.any(np.diagonal(G, axis1=-2, axis2=-1) < 0):
         raise ValueError(f"{name} must have a non-negative diagonal (squared norms)")
+    return G
+
+
+def module_grams(grams, name: str = "grams") -> np.ndarray:
+    """Per-module Grams as (modules, K, K) float64 (:func:`check_gram`; a (K, K) one is one module)."""
+    G = check_gram(grams, name)
+    G = G[None] if G.ndim == 2 else G
+    if G.ndim != 3:
+        raise ValueError(f"{name} must be (modules, K, K) or (K, K), got shape {G.shape}")
     return G
 
 
