@@ -1,11 +1,13 @@
 """Families of trained adapter sets (lowrank_fl.nn.trained_families): the settings drawn per seed
 (no training here) and the benign FedAvg reference."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 
-from lowrank_fl.nn.trained_families import (FAMILIES, PERSONAL, benign_fedavg,  # noqa: E402
+from lowrank_fl.nn.trained_families import (FAMILIES, LONG, LONG_STEPS, PERSONAL, benign_fedavg,  # noqa: E402
                                             family_settings)
 from lowrank_fl.nn.trained_sets import TrainedSetSettings, client_tasks  # noqa: E402
 
@@ -69,3 +71,15 @@ def test_uneven_family_is_the_first_tasks_with_uneven_training(family):
         seen |= factors
     assert len(seen) == 3                                          # ×3 steps and ×3 lr both occur
     assert len({s.n_contaminated for s in draws}) >= 3 and {s.n_clients for s in draws} == {8, 10}
+
+
+@pytest.mark.parametrize("family", ["llama-federated-long", "gpt2-federated-long"])
+def test_long_family_is_the_federated_draw_trained_longer(family):
+    short = family.removesuffix("-long")
+    for seed in range(12):
+        s, ref = family_settings(family, seed), family_settings(short, seed)
+        assert s.steps == 150 and ref.steps == 30
+        # everything but the steps is the short family's draw of the same seed
+        assert replace(s, steps=ref.steps) == ref and s.key() != ref.key()
+        assert s == family_settings(family, seed)
+    assert family in FAMILIES and family in LONG and LONG_STEPS == 150

@@ -248,11 +248,11 @@ def run_aggregate(args) -> int:
     if args.method == "clair":
         cb = summary["client_benign"]
         if not args.quiet:
-            print(f"  per-module evidence, the sets (8) of each module (the {args.client_rule} rule "
+            print(f"  per-module evidence, each module's collaborative set of (8) (the {args.client_rule} rule "
                   "decides; its sentence is below):")
             for name in adapters.names:
                 print(f"  {name}: benign in {cb['modules_benign'][name]}/{cb['n_modules']} "
-                      f"modules' sets (8) (rule majority: {cb['majority'][name]}, rule any: {cb['any'][name]})")
+                      f"modules' collaborative sets of (8) (rule majority: {cb['majority'][name]}, rule any: {cb['any'][name]})")
         bad = [m for m, s in mods.items() if s["status"] not in ("optimal", "completed")]
         if bad:
             print(f"  warning: {len(bad)} module(s) stopped before the tolerance: {bad[:3]}",

@@ -322,7 +322,7 @@ def detection_sentence(det: dict) -> str:
         pooled += note
     if not det["flagged"]:
         if n_sep:
-            why = (f"{n_sep} module(s) separated, their own sets (8) excluding "
+            why = (f"{n_sep} module(s) separated, their own collaborative sets of (8) excluding "
                    + ", ".join(sorted({n for m in det["separated_modules"] for n in det["modules"][m]["flagged"]}))
                    + f" there, but the {det['rule']} rule flags nobody")
             return f"no contaminated client detected ({why}; {pooled})."
@@ -344,11 +344,11 @@ def detection_sentence(det: dict) -> str:
                 f"score {ev} > {det['threshold']:.2f}, distance ratio {rat} >= "
                 f"{det['pooled_min_ratio']:g}; {n_sep} module(s) separated on their own{note}).")
     # "<client> is outside ...", not "excluded by <client>": the sets (8) exclude the client
-    ev = "; ".join(f"{n} is outside the set (8) in {det['scores'][n]:.0%} of the modules"
+    ev = "; ".join(f"{n} is outside the collaborative set of (8) in {det['scores'][n]:.0%} of the modules"
                    for n in det["flagged"])
-    what = {"per-module": "each in the modules whose set (8) excludes it",
-            "majority": "in every module (excluded by a majority of modules' sets (8))",
-            "any": "in every module (excluded by at least one module's set (8))"}[rule]
+    what = {"per-module": "each in the modules whose collaborative set of (8) excludes it",
+            "majority": "in every module (excluded by a majority of the modules' collaborative sets of (8))",
+            "any": "in every module (excluded by at least one module's collaborative set of (8))"}[rule]
     return (f"flagged {', '.join(det['flagged'])} {what}: {ev} ({n_sep} module(s) separated; "
             f"{pooled}).")
 
