@@ -248,9 +248,14 @@ def _update_reasons(u: dict, n: str) -> list:
         off = (f"its update all zeros in {zeros} module(s) (untrained there?)" if zeros else
                f"module norms off the typical profile by a factor "
                f"{np.exp(u['profile_distances'][n]):.2f} >= {rho:g}")
+        # a profile assumes honest training moves every module alike; a diverging client breaks it
+        # too (trained families: 3x-learning-rate clients at 9-11x the typical size), so say so
+        big = u["size_ratios"][n] >= rho_s
         why.append(f"spread over the modules unlike the others: profile score "
                    f"{_vs(u['profile_scores'][n], cp)} > {cp:.2f}, distance "
-                   f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}")
+                   f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}"
+                   + (f"; its update is {u['size_ratios'][n]:.3g}x the typical size (>= {rho_s:g}x): an honest "
+                      "client whose training diverged is spread unlike the others too" if big else ""))
     if n in u["by_outside"]:
         why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                    f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
