@@ -126,6 +126,36 @@ def test_client_rule_and_inspect_heatmap(src, tmp_path, capsys):
     assert "15x15" in text and "flagged" in text
 
 
+def test_inspect_shows_what_the_client_rule_decided_not_only_each_modules_set(src, tmp_path, capsys):
+    """The heatmap and counts show who was left out of the set the refinement used (the client
+    rule's decision, ``benign_applied``), which under a client-level rule can differ from each
+    module's own set (8) (``benign``): here every module's own set is edited to keep everyone."""
+    out = tmp_path / "o"
+    assert _run(["aggregate", *src, "--out", out, "--quiet"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    bad = src[-1].name
+    assert s["client_rule"] == "updates" and s["detection"]["flagged"] == [bad]
+    for m in s["modules"].values():
+        m["benign"] = [True] * K
+        assert m["benign_applied"] == [True] * (K - 1) + [False]
+    edited = tmp_path / "summary.json"
+    edited.write_text(json.dumps(s))
+    capsys.readouterr()
+    assert _run(["inspect", *src, "--summary", edited]) == 0
+    text = capsys.readouterr().out
+    left = {p.name: 0 for p in src} | {bad: 4}
+    assert ("left out of the collaborative set, modules per client (the updates rule, what the "
+            f"refinement used): {left}") in text
+    assert f"outside each module's own set (8), modules per client: { {p.name: 0 for p in src} }" in text
+    # a summary without benign_applied (older): each module's own set, with a warning
+    for m in s["modules"].values():
+        del m["benign_applied"]
+    edited.write_text(json.dumps(s))
+    assert _run(["inspect", *src, "--summary", edited]) == 0
+    cap = capsys.readouterr()
+    assert "records no benign_applied" in cap.err and "left out of the collaborative set" not in cap.out
+
+
 def test_bf16_and_fp16_inputs(src, tmp_path):
     torch = pytest.importorskip("torch")     # the [peft] extra (CI installs it) writes bf16
     from safetensors.torch import save_file as save_torch

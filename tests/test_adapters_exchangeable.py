@@ -266,3 +266,39 @@ def test_exchangeability_names_bad_grams_and_members():
     assert exchangeability(G, [1, 1, 1, 1, 1, 0]).clients == 5                   # 0/1 integers are fine
     with pytest.raises(ValueError, match="refine"):
         aggregate_factors({"a": {"m": (np.ones((1, 3)), np.ones((2, 1)), 1.0)}}, refine="Exchangeable")
+
+
+@pytest.mark.parametrize("refine", ["exchangeable", "shrink"])
+def test_why_credits_the_agreement_when_the_weight_is_the_agreement_up_to_rounding(refine):
+    """The module mean of the applied weights can sit an ulp above the agreement; the reason must
+    still be the agreement (and never "look exchangeable" in a structured set, where the floor is 0)."""
+    from lowrank_fl.adapters.noharm import agreement
+    from lowrank_fl.adapters.plan import refinement_summary
+
+    rng = np.random.default_rng(8)
+    K, p, q, r = 8, 30, 24, 3
+    tasks = {m: [rng.standard_normal((q, r)) for _ in range(2)] for m in range(3)}
+    A0 = {m: rng.standard_normal((r, p)) for m in range(3)}
+    g = {f"c{k}": {f"m{m}": (A0[m], 2.0 * tasks[m][k % 2] + 0.5 * rng.standard_normal((q, r)), 1.0)
+                   for m in range(3)} for k in range(K)}
+    res = aggregate_factors(g, ModuleOptions(output_dtype="float64"), refine=refine)
+    results = res.aggregation.results
+    grams = np.array([r_.gram for r_ in results])
+    cos = agreement(grams, np.ones(K, bool))
+    if refine == "shrink":
+        assert np.all(cos > 0.2)                                   # the agreement, not the floor, decides
+    else:
+        assert res.summary["refinement"]["floor"] == 0
+    bumped = {r_.name: cos * (1 + 4e-16) for r_ in results}          # one rounding step above
+    ref = refinement_summary(results, np.ones(K, bool), list(g), refine, bumped)
+    for n in g:
+        why = ref["clients"][n]["why"]
+        assert why.endswith("its agreement (cosine) with the others' mean"), why
+        assert "exchangeable" not in why and "at least" not in why
+    # where the agreement is below the floor (independent noise updates), the floor is named
+    f = {f"c{k}": {f"m{m}": (rng.standard_normal((r, p)), rng.standard_normal((q, r)), 1.0) for m in range(3)}
+         for k in range(K)}
+    noise = aggregate_factors(f, ModuleOptions(output_dtype="float64"), refine=refine).summary["refinement"]
+    assert noise["floor"] > 0.2 - 1e-12
+    assert all(f"at least {noise['floor']:.3g} of the way" in noise["clients"][n]["why"]
+               or f"at least {noise['floor']:g} of the way" in noise["clients"][n]["why"] for n in f)

@@ -239,7 +239,7 @@ def test_inspect_figure_never_replaces_a_file_unless_overwrite_nor_an_input(tmp_
     # a failed plot leaves the existing file whole and no temporary file behind
     real = acli._heatmap
 
-    def broken(flags, clients, modules, path):
+    def broken(flags, clients, modules, path, title):
         Path(path).write_bytes(b"half")
         raise OSError(28, "No space left on device")
 

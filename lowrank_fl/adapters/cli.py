@@ -350,11 +350,24 @@ def run_inspect(args) -> int:
               f"{norms.min():>10.4g}..{norms.max():<10.4g}")
     if summary is not None:
         mods = adapters.modules
-        flags = np.array([[not b for b in summary["modules"][m]["benign"]] for m in mods])
-        print("flagged (contaminated) per client:",
-              dict(zip(summary["clients"], flags.sum(axis=0).tolist())))
+        # what each module's refinement used (the client rule's decision), and each module's own set (8)
+        applied = all(isinstance(summary["modules"][m].get("benign_applied"), list) for m in mods)
+        key = "benign_applied" if applied else "benign"
+        flags = np.array([[not b for b in summary["modules"][m][key]] for m in mods])
+        own = np.array([[not b for b in summary["modules"][m]["benign"]] for m in mods])
+        rule = summary.get("client_rule") or "per-module"
+        if applied:
+            print(f"left out of the collaborative set, modules per client (the {rule} rule, what the "
+                  "refinement used):", dict(zip(summary["clients"], flags.sum(axis=0).tolist())))
+        else:
+            print(f"warning: --summary {args.summary} records no benign_applied (an older lowrank-fl "
+                  "wrote it): showing each module's own set (8)", file=sys.stderr)
+        print("outside each module's own set (8), modules per client:",
+              dict(zip(summary["clients"], own.sum(axis=0).tolist())))
         if args.figure is not None:
-            write_file(args.figure, lambda tmp: _heatmap(flags, summary["clients"], mods, tmp),
+            title = (f"CLAIR ({rule} rule): red = left out of the collaborative set" if applied else
+                     "CLAIR, each module's set (8): red = excluded from it")
+            write_file(args.figure, lambda tmp: _heatmap(flags, summary["clients"], mods, tmp, title),
                        overwrite=args.overwrite)
             print(f"heatmap: {args.figure}")
     return 0
@@ -406,7 +419,7 @@ def _check_summary(summary: dict, path, adapters) -> None:
                            "(8); the heatmap needs a CLAIR aggregate's summary")
 
 
-def _heatmap(flags, clients, modules, path):
+def _heatmap(flags, clients, modules, path, title):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -416,7 +429,7 @@ def _heatmap(flags, clients, modules, path):
     ax.imshow(flags.T, aspect="auto", cmap="Reds", vmin=0, vmax=1, interpolation="nearest")
     ax.set_yticks(range(len(clients)), clients)
     ax.set_xlabel(f"module (0..{len(modules) - 1})")
-    ax.set_title("CLAIR detection (8): red = excluded from the collaborative set")
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -133,6 +133,9 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
     floor_name = "the exchangeable floor" if refine == "exchangeable" else "the shrink floor"
     per = {}
     for k, n in enumerate(names):
+        ck = float(np.nan_to_num(cos[k], nan=0.0))
+        # the floor decided the weight: above the agreement by more than the module mean's rounding
+        floored = floor > 0 and base[k] > ck + 1e-9 * max(1.0, abs(ck))
         if not b[k] and a[k] == 0:
             why = "outside the collaborative set: keeps its own adapter"
         elif not b[k]:
@@ -152,19 +155,17 @@ def refinement_summary(results, decided, names, refine: str, weights: dict) -> d
         elif a[k] < base[k] * (1 - 1e-9):
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean, {applied[k]:.3g} of its own "
                    f"update's size: the weight {base[k]:.3g} ("
-                   + (floor_name if floor > 0 and base[k] == floor else "its agreement")
+                   + (floor_name if floored else "its agreement")
                    + f") is capped so that the output moves at most that fraction of its own update "
                    f"(the mean is {full[k]:.3g}x its update away)")
-        elif refine == "shrink" and a[k] > np.nan_to_num(cos[k], nan=0.0):
+        elif refine == "shrink" and floored:
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean: refine='shrink' moves every "
-                   f"collaborating client at least {floor:g} of the way (its agreement "
-                   f"{np.nan_to_num(cos[k], nan=0.0):.3f})")
-        elif refine == "exchangeable" and a[k] > np.nan_to_num(cos[k], nan=0.0):
+                   f"collaborating client at least {floor:g} of the way (its agreement {ck:.3f})")
+        elif refine == "exchangeable" and floored:
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean: the collaborating clients look "
                    f"exchangeable (their differences look like noise), so every one moves at least "
                    f"{floor:.3g} of the way, which keeps half of the mean's noise reduction if they are noise "
-                   f"(its agreement "
-                   f"{np.nan_to_num(cos[k], nan=0.0):.3f})")
+                   f"(its agreement {ck:.3f})")
         else:
             why = (f"moved {a[k]:.3g} of the way to the collaborative mean: its agreement (cosine) with "
                    "the others' mean")
