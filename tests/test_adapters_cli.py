@@ -439,6 +439,31 @@ def test_different_base_models_warn(src, tmp_path, capsys):
     assert [x for x in err if "different base models" in x][0].startswith("warning:")
 
 
+def test_a_client_copied_under_another_path_warns(src, tmp_path, capsys):
+    """Byte-identical adapter directories (a copy, not a link: paths differ) are named in a
+    warning; distinct clients and a one-byte difference are not."""
+    import warnings
+
+    from lowrank_fl.adapters.io import AdapterWarning, identical_dirs
+
+    dirs = _copy(src, tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AdapterWarning)             # distinct clients: no warning
+        load_adapters(dirs)
+    copy = tmp_path / "elsewhere" / "copy0"
+    shutil.copytree(dirs[0], copy)
+    names = [d.name for d in dirs] + ["copy0"]
+    assert identical_dirs([*dirs, copy], names) == [[dirs[0].name, "copy0"]]
+    with pytest.warns(AdapterWarning, match=f"byte-identical adapters.*{dirs[0].name} = copy0.*counts twice"):
+        load_adapters([*dirs, copy])
+    assert _run(["aggregate", *dirs, copy, "--out", tmp_path / "o", "--quiet"]) == 0
+    err = [x for x in capsys.readouterr().err.splitlines() if "byte-identical" in x]
+    assert len(err) == 1 and err[0].startswith("warning:") and "copy0" in err[0]
+    # the same tensors with one config value changed are not identical
+    _edit_config(copy, lora_dropout=0.05)
+    assert identical_dirs([*dirs, copy], names) == []
+
+
 def test_scheduler_without_dask_is_one_line(src, tmp_path, capsys, monkeypatch):
     import sys
 

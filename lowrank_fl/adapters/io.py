@@ -35,7 +35,7 @@ __all__ = ["AdapterError", "AdapterWarning", "StorageDtypeError", "ClientAdapter
            "load_adapters", "read_client", "pattern_value",
            "CONFIG_NAME", "WEIGHTS_NAME", "module_key", "check_plain_lora", "PLAIN_INIT",
            "VARIANT_FIELDS", "check_peft_type",
-           "default_names", "check_distinct_dirs", "input_dtype", "stored_dtypes",
+           "default_names", "check_distinct_dirs", "identical_dirs", "input_dtype", "stored_dtypes",
            "config_scaling", "assemble_adapter_set",
            "adapter_fingerprint", "input_fingerprints"]
 
@@ -471,7 +471,8 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
     AdapterWarning
         Clients whose configs name different ``base_model_name_or_path`` (an aggregate of
         updates to different base models is meaningless unless they are the same weights under
-        different names).
+        different names); clients whose directories hold byte-identical adapters
+        (:func:`identical_dirs`: one client given under two paths would count twice).
     """
     paths = [Path(p) for p in paths]
     if len(paths) < 2:
@@ -490,7 +491,29 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
                       "path): " + "; ".join(f"{b!r}: {', '.join(n)}" for b, n in bases.items())
                       + " — aggregating them is meaningful only if these are the same weights",
                       AdapterWarning, stacklevel=2)
+    twins = identical_dirs(paths, names)
+    if twins:
+        warnings.warn("byte-identical adapters (the same sha256 of config and weights): "
+                      + "; ".join(" = ".join(t) for t in twins)
+                      + " — one client given under two paths counts twice in every mean; pass each "
+                      "client once (clients that all returned the untrained init are identical too)",
+                      AdapterWarning, stacklevel=2)
     return assemble_adapter_set(clients)
+
+
+def identical_dirs(paths, names) -> list[list[str]]:
+    """Groups (of 2 or more) of client names whose adapter directories hold the same bytes
+    (:func:`adapter_fingerprint`); only directories whose two files have equal sizes are hashed."""
+    by_size: dict = {}
+    for p, n in zip(map(Path, paths), names):
+        key = tuple((p / f).stat().st_size for f in (CONFIG_NAME, WEIGHTS_NAME))
+        by_size.setdefault(key, []).append((p, n))
+    groups: dict = {}
+    for same in by_size.values():
+        if len(same) > 1:
+            for p, n in same:
+                groups.setdefault(adapter_fingerprint(p), []).append(n)
+    return [g for g in groups.values() if len(g) > 1]
 
 
 def assemble_adapter_set(clients) -> AdapterSet:
