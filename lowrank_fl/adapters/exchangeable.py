@@ -62,7 +62,8 @@ class Exchangeability:
     """The pair-pattern evidence of a collaborative set: ``statistic`` ``T`` (NaN where undecided),
     its permutation ``p_value`` (NaN where undecided), the ``modules`` and
     ``clients`` it read, the level ``alpha``, ``exchangeable`` (``p`` at least ``alpha``; False where
-    undecided) and ``reason`` in words."""
+    undecided, None in :meth:`as_dict`: a reader of the summary's boolean alone must not take an
+    undecided set for a structured one) and ``reason`` in words."""
     statistic: float
     p_value: float
     modules: int
@@ -76,7 +77,7 @@ class Exchangeability:
         return {"statistic": None if nan else float(self.statistic),
                 "p_value": None if np.isnan(self.p_value) else float(self.p_value),
                 "modules": self.modules, "clients": self.clients, "alpha": self.alpha,
-                "exchangeable": self.exchangeable, "reason": self.reason}
+                "exchangeable": None if nan else bool(self.exchangeable), "reason": self.reason}
 
 
 _FIT_ITERATIONS = 500             # least-squares sweeps of the one-factor fit (tens in practice)
