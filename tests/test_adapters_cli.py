@@ -439,6 +439,23 @@ def test_different_base_models_warn(src, tmp_path, capsys):
     assert [x for x in err if "different base models" in x][0].startswith("warning:")
 
 
+def test_an_error_during_the_solves_ends_the_progress_bar_first(src, tmp_path, capsys):
+    """Without --quiet the progress bar is on stderr: an error must be the last line there, not
+    followed by the bar's redraw (every client untrained in one module: no update to aggregate)."""
+    dirs = _copy(src, tmp_path)
+    for d in dirs:
+        w = d / "adapter_model.safetensors"
+        t = load_file(str(w))
+        first_b = sorted(k for k in t if k.endswith("lora_B.weight"))[0]
+        t[first_b] = np.zeros_like(t[first_b])
+        save_file(t, str(w))
+    capsys.readouterr()
+    assert _run(["aggregate", *dirs, "--out", tmp_path / "o"]) == 2
+    err = capsys.readouterr().err.rstrip().splitlines()
+    assert err[-1].startswith("lowrank-fl: error:"), err[-3:]
+    assert any("modules" in x for x in err[:-1])                   # the bar was there, before it
+
+
 def test_a_client_copied_under_another_path_warns(src, tmp_path, capsys):
     """Byte-identical adapter directories (a copy, not a link: paths differ) are named in a
     warning; distinct clients and a one-byte difference are not."""

@@ -158,34 +158,36 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
             on_result(r)
         bar.update()
 
-    if scheduler is not None:
-        from distributed import Client, as_completed
+    try:     # the bar ends its line before an error is printed (else it redraws after it)
+        if scheduler is not None:
+            from distributed import Client, as_completed
 
-        with Client(scheduler) as client:
-            futs = {client.submit(_task, adapters, m, options, state, pure=False): m for m in mods}
-            for fut in as_completed(futs):
-                arrived(futs[fut], fut.result())
-    elif workers == 1:
-        for m in mods:
-            arrived(m, _task(adapters, m, options, state))
-    else:
-        from joblib import Parallel, delayed, parallel_config
+            with Client(scheduler) as client:
+                futs = {client.submit(_task, adapters, m, options, state, pure=False): m for m in mods}
+                for fut in as_completed(futs):
+                    arrived(futs[fut], fut.result())
+        elif workers == 1:
+            for m in mods:
+                arrived(m, _task(adapters, m, options, state))
+        else:
+            from joblib import Parallel, delayed, parallel_config
 
-        # workers end with this process, even when it is killed (lowrank_fl.parent_watch)
-        with parallel_config(backend="loky", initializer=exit_with_parent,
-                             initargs=(os.getpid(),)), warnings.catch_warnings():
-            # an error (in a task or in on_result) cancels the other tasks on purpose: the error
-            # is the message, not joblib's warning about the cancelled tasks
-            warnings.filterwarnings("ignore", message=r".*tasks which were still being processed",
-                                    category=UserWarning)
-            gen = Parallel(n_jobs=workers, return_as="generator_unordered")(
-                delayed(_named_task)(adapters, m, options, state) for m in mods)
-            try:
-                for m, r in gen:
-                    arrived(m, r)
-            finally:
-                gen.close()
-    bar.close()
+            # workers end with this process, even when it is killed (lowrank_fl.parent_watch)
+            with parallel_config(backend="loky", initializer=exit_with_parent,
+                                 initargs=(os.getpid(),)), warnings.catch_warnings():
+                # an error (in a task or in on_result) cancels the other tasks on purpose: the error
+                # is the message, not joblib's warning about the cancelled tasks
+                warnings.filterwarnings("ignore", message=r".*tasks which were still being processed",
+                                        category=UserWarning)
+                gen = Parallel(n_jobs=workers, return_as="generator_unordered")(
+                    delayed(_named_task)(adapters, m, options, state) for m in mods)
+                try:
+                    for m, r in gen:
+                        arrived(m, r)
+                finally:
+                    gen.close()
+    finally:
+        bar.close()
     ordered = [results[m] for m in mods]
     robust = None
     if options.method in ROBUST_METHODS:      # combines the whole updates: after every module
