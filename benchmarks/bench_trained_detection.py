@@ -53,6 +53,11 @@ def scenarios(seed, bases=("llama", "gpt2")):
                                           seed=seed)
 
 
+def _num(x: float) -> str:
+    """A table cell: two decimals, or "–" where undefined (no flag, no contaminated client, no set)."""
+    return "–" if x != x else f"{x:.2f}"
+
+
 def table(recs) -> str:
     from lowrank_fl.adapters.detect import pooled_threshold
 
@@ -72,7 +77,7 @@ def table(recs) -> str:
         for row in detection_table(sub) if rules is None else detection_table(sub, rules=rules):
             if "raw_scores" not in sub[0] and row["rule"] == "raw":
                 continue
-            lines.append(f"| {fam} | {row['rule']} | {row['precision']:.2f} | {row['recall']:.2f} | "
+            lines.append(f"| {fam} | {row['rule']} | {_num(row['precision'])} | {_num(row['recall'])} | "
                          f"{row['exact_sets']}/{row['contaminated_sets']} | "
                          f"{row['clean_sets_false_flag']}/{row['clean_sets']} | "
                          f"{row['benign_flagged']}/{row['benign_clients']} |")
@@ -93,7 +98,7 @@ def table(recs) -> str:
             for row in harm_table(sub):
                 lines.append(f"| {fam} | {row['method']} | {row['worst_set_mean_change']:+.3f} | "
                              f"{row['clients_losing']}/{row['clients']} | {row['collab_sets']} | "
-                             f"{row['gain_kept_median']:.2f}, {row['gain_kept_min']:.2f} |")
+                             f"{_num(row['gain_kept_median'])}, {_num(row['gain_kept_min'])} |")
     if all("heldout_loss" in r for r in recs):
         methods = list(next(iter(recs[0]["heldout_loss"].values())))
         from scipy.stats import t as student
