@@ -252,7 +252,8 @@ def run_aggregate(args) -> int:
                   "decides; its sentence is below):")
             for name in adapters.names:
                 print(f"  {name}: benign in {cb['modules_benign'][name]}/{cb['n_modules']} "
-                      f"modules' collaborative sets of (8) (rule majority: {cb['majority'][name]}, rule any: {cb['any'][name]})")
+                      f"modules' collaborative sets of (8) (rule majority: {cb['majority'][name]}, "
+                      f"rule any: {cb['any'][name]})")
         bad = [m for m, s in mods.items() if s["status"] not in ("optimal", "completed")]
         if bad:
             print(f"  warning: {len(bad)} module(s) stopped before the tolerance: {bad[:3]}",
