@@ -293,7 +293,7 @@ def test_refinement_reasons_for_a_capped_client_and_a_zero_update():
         assert "is capped" in c["c4"]["why"] and c["c4"]["full_change"] > 1
         assert c["c5"]["weight"] == 0 and c["c5"]["relative_change"] == 0 and c["c5"]["full_change"] is None
         assert c["c5"]["why"].startswith("its update is zero")
-        assert "c5 (1) keeps its own adapter (their updates are zero)" in refinement_sentence(res.summary["refinement"])
+        assert "c5 keeps its own adapter (its update is zero)" in refinement_sentence(res.summary["refinement"])
     res = aggregate_factors(f, ModuleOptions(output_dtype="float64"), refine="paper", output="merged")
     c5 = res.summary["refinement"]["clients"]["c5"]
     assert c5["weight"] == 1 and c5["relative_change"] is None and "own update is zero" in c5["why"]
@@ -357,8 +357,8 @@ def test_refinement_sentence_names_the_changes_and_counts_the_rest():
                for k in range(20)}
     s = refinement_sentence({"mode": "agreement", "target": "collaborative mean", "clients": clients})
     assert "c9 9.0%" in s and "c10 " not in s and "(14 clients, 0.0% to 13.0%)" in s
-    assert "c14, c15, c16, c17 (4) keep their own adapters (their updates do not agree" in s
-    assert "c18, c19 (2) keep their own adapters (outside the collaborative set)" in s
+    assert "c14, c15, c16, c17 (4 clients) keep their own adapters (their updates do not agree" in s
+    assert "c18, c19 (2 clients) keep their own adapters (outside the collaborative set)" in s
     none = {f"c{k}": {"weight": 0.0, "relative_change": 0.0, "agreement": -0.1, "why": "x"} for k in range(3)}
     assert refinement_sentence({"mode": "agreement", "target": "collaborative mean",
                                 "clients": none}).startswith("refinement: every client keeps its own adapter")

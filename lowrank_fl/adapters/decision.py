@@ -385,13 +385,18 @@ def refinement_sentence(ref: dict) -> str:
     alone = [n for n, c in clients.items() if c["weight"] == 0 and n not in out and n not in zero]
     target = ref["target"]
 
-    def group(names, why):
-        keep = "keeps its own adapter" if len(names) == 1 else "keep their own adapters"
+    def group(names, one, many):
+        if not names:
+            return ""
+        if len(names) == 1:
+            return f"; {names[0]} keeps its own adapter ({one})"
         return (f"; {', '.join(names[:_LISTED])}{', ...' if len(names) > _LISTED else ''} "
-                f"({len(names)}) {keep} ({why})" if names else "")
+                f"({len(names)} clients) keep their own adapters ({many})")
 
-    tail = (group(alone, "their updates do not agree with the others' mean")
-            + group(zero, "their updates are zero") + group(out, "outside the collaborative set"))
+    tail = (group(alone, "its update does not agree with the others' mean",
+                  "their updates do not agree with the others' mean")
+            + group(zero, "its update is zero", "their updates are zero")
+            + group(out, "outside the collaborative set", "outside the collaborative set"))
     return (f"refinement ({ref['mode']}, toward {target}): relative change of each output from the "
             f"client's own adapter: {parts}{tail}{_exchange_clause(ref)} (summary.json: refinement).")
 
