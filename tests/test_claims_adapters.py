@@ -12,7 +12,8 @@ POISON = "adapters.poisoned.scaled_or_flipped"
 
 def test_registry():
     assert "adapters" in PAPERS
-    assert {k for k in REGISTRY if k.startswith("adapters.")} == set(IDS) | {POISON}
+    assert {k for k in REGISTRY if k.startswith("adapters.")} == set(IDS) | {POISON} | {
+        "adapters.realistic.detection", "adapters.realistic.no_harm"}
     assert REGISTRY[POISON].requires == () or "torch" not in REGISTRY[POISON].requires
     assert all(REGISTRY[c].paper == "adapters" and "torch" in REGISTRY[c].requires for c in IDS)
     assert all("Extension finding (ours)" in REGISTRY[c].statement for c in IDS)

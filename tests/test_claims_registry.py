@@ -130,12 +130,14 @@ IDS = (
     "fedavg_ft.ext.empirical_floor",
     "adapters.trained.detection",
     "adapters.trained.heldout_loss",
+    "adapters.realistic.detection",
+    "adapters.realistic.no_harm",
     "adapters.poisoned.scaled_or_flipped",
 )
 
 
 def test_the_registry_lists_the_same_ids_in_the_same_order():
-    assert len(IDS) == len(set(IDS)) == 116
+    assert len(IDS) == len(set(IDS)) == 118
     status = verify.claims.load_all()
     assert status == {"loaded": list(PAPERS), "missing": []}
     assert [c.id for c in select_claims(REGISTRY)] == list(IDS)
