@@ -80,7 +80,8 @@ def _row(mean, losing=0, clients=10, kept=None):
     ([_row(-0.011), _row(0.1, kept=0.6)], False),                        # one set loses too much
     ([_row(0.0, losing=1), _row(0.1, kept=0.6)], True),                  # 1 of 20 = 5 %
     ([_row(0.0, losing=2), _row(0.1, kept=0.6)], False),                 # 2 of 20 losing
-    ([_row(0.0), _row(0.1, kept=0.49)], False)])                         # less than half of the gain
+    ([_row(0.0), _row(0.1, kept=0.49)], False),                          # less than half of the gain
+    ([], None), ([_row(0.0, clients=0)], None)])                         # no benign client: cannot decide
 def test_no_harm_criterion_can_fail(rows, expected):
     assert R.harm_verdict(rows) is expected
 

@@ -138,12 +138,15 @@ def harm_rows(recs: list[dict], method: str = "clair-default") -> list[dict]:
     return rows
 
 
-def harm_verdict(rows: list[dict]) -> bool:
+def harm_verdict(rows: list[dict]) -> bool | None:
     """Holds iff every set's mean change is at least ``-SET_TOLERANCE``, at most
     :data:`MAX_LOSING` of all benign clients lose more than :data:`CLIENT_TOLERANCE`, and every set
-    where averaging pays keeps at least :data:`MIN_GAIN_KEPT` of the gain."""
+    where averaging pays keeps at least :data:`MIN_GAIN_KEPT` of the gain; inconclusive without a
+    benign client."""
     losing = sum(r["losing"] for r in rows)
     clients = sum(r["clients"] for r in rows)
+    if clients == 0:
+        return None
     return bool(all(r["mean_change"] >= -SET_TOLERANCE for r in rows) and losing <= MAX_LOSING * clients
                 and all(r["gain_kept"] is None or r["gain_kept"] >= MIN_GAIN_KEPT for r in rows))
 
