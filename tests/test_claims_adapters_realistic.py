@@ -51,6 +51,8 @@ def _counts(found, bad, wrong):
     (_counts(20, 39, 1), _counts(17, 39, 2), False),      # one benign client flagged
     (_counts(19, 39, 0), _counts(17, 39, 0), False),      # below half
     (_counts(20, 39, 0), _counts(20, 39, 0), False),      # not more than the raw statistic
+    (_counts(20, 40, 0), _counts(17, 40, 0), True),       # exactly half is enough
+    (_counts(0, 0, 1), _counts(0, 0, 0), False),          # a benign flag fails even without contamination
     (_counts(0, 0, 0), _counts(0, 0, 0), None)])          # nothing contaminated: cannot decide
 def test_detection_criterion_can_fail(default, raw, expected):
     assert R.detection_verdict(default, raw) is expected

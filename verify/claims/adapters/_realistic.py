@@ -12,8 +12,8 @@ before any set of these seeds was built:
   statistic) finds.
 * ``adapters.realistic.no_harm`` — with the default output, in every set the benign clients' mean
   masked accuracy on their own task is at least their own adapters' minus :data:`SET_TOLERANCE`,
-  at most :data:`MAX_LOSING` of the benign clients lose more than :data:`CLIENT_TOLERANCE`, and in
-  every set where the benign clients' FedAvg beats their own adapters by more than
+  at most :data:`MAX_LOSING` of all benign clients (pooled over the sets) lose more than
+  :data:`CLIENT_TOLERANCE`, and in every set where the benign clients' FedAvg beats their own adapters by more than
   :data:`GAIN_FLOOR`, the default keeps at least :data:`MIN_GAIN_KEPT` of that gain.
 
 Every constant of the rules was chosen on family seeds below 3000 (the design and report batches
@@ -21,8 +21,9 @@ of the README); the claims draw their sets from their own seed stream and move a
 :data:`FIRST_FRESH` off it, so what they report is a test. Per family rows are the
 leave-one-family-out rows: no constant of the rule is fit per family. Scales: smoke — 2 tiny sets
 (the pipeline runs; a base pretrained 5 steps does not copy, so inconclusive); quick — one set of
-each of the eight families (:data:`FAMILIES`); full — three of each, plus the long-trained
-families.
+each of the eight families (:data:`FAMILIES`); full — three of each of those eight and of the two
+long-trained families (30 sets). The gain criterion is the issue's "keeps at least half" applied
+to every set where averaging pays: stricter than the median the README's adoption rule used.
 """
 from __future__ import annotations
 
@@ -115,7 +116,10 @@ def detection_counts(recs: list[dict], rule: str) -> dict:
 
 def detection_verdict(default: dict, raw: dict) -> bool | None:
     """Holds iff the default flags no benign client, finds at least :data:`MIN_RECALL` of the
-    contaminated clients and more than the raw statistic; inconclusive without contamination."""
+    contaminated clients and more than the raw statistic; fails on any benign flag, else
+    inconclusive without contamination."""
+    if default["benign_flagged"] > 0:
+        return False
     if default["contaminated"] == 0:
         return None
     return bool(default["benign_flagged"] == 0 and default["recall"] >= MIN_RECALL
