@@ -174,6 +174,31 @@ def test_client_named_shared_is_refused_in_split_layout(src, tmp_path, capsys):
                  str(tmp_path / "o"), "--quiet", "--output", "merged"]) == 0
 
 
+@pytest.mark.parametrize("how", ["refine own", "weights 0"])
+def test_an_unused_shared_adapter_is_not_written(src, tmp_path, how):
+    # --refine own (or every weight 0): every client keeps its own adapter, nothing refers to
+    # OUT/shared, so it is not written and the manifests say so
+    ad = load_adapters(src)
+    kw = {"refine": "own"} if how == "refine own" else {"refine": "paper", "shared_weights": 0.0}
+    _, summary = aggregate_to_dir(ad, ModuleOptions(output_dtype="float64"), tmp_path / "out",
+                                  dtype="float64", progress=False, **kw)
+    out = tmp_path / "out"
+    assert not (out / SHARED).exists()
+    assert summary["outputs"] == ad.names and summary["layout"] == "split"
+    for k, name in enumerate(ad.names):
+        man = json.loads((out / name / MANIFEST).read_text())
+        assert man["shared"] is None and man["shared_weight"] == 0.0
+        own = _read(out / name)
+        for m in ad.modules:                             # its own adapter, exactly
+            assert np.array_equal(own[m], ad.factors(m).delta(k))
+    # with one weight above 0 the shared adapter is written and referred to
+    _, summary = aggregate_to_dir(ad, ModuleOptions(output_dtype="float64"), tmp_path / "one",
+                                  dtype="float64", progress=False, refine="paper",
+                                  shared_weights=[0.5] + [0.0] * (K - 1))
+    assert (tmp_path / "one" / SHARED).is_dir() and summary["outputs"] == ad.names + [SHARED]
+    assert json.loads((tmp_path / "one" / ad.names[0] / MANIFEST).read_text())["shared"] == f"../{SHARED}"
+
+
 # ------------------------------------------------------------------------------ PEFT
 def _peft_case(tmp_path):
     peft = pytest.importorskip("peft")
@@ -261,3 +286,19 @@ def test_peft_loads_a_merged_output_as_one_adapter(tmp_path):
         for m in ad.modules:
             key = m.removeprefix("base_model.model.")
             assert np.linalg.norm(got[key] - ref[m][k]) <= 1e-6 * np.linalg.norm(ref[m][k])
+
+
+def test_load_split_refuses_a_weight_without_a_shared_adapter(src, tmp_path):
+    pytest.importorskip("peft")
+    from lowrank_fl.adapters.io import AdapterError
+    from lowrank_fl.adapters.peft_load import load_split
+
+    ad = load_adapters(src)
+    aggregate_to_dir(ad, ModuleOptions(output_dtype="float64"), tmp_path / "out", dtype="float64",
+                     progress=False, refine="own")
+    man = tmp_path / "out" / ad.names[0] / MANIFEST
+    doc = json.loads(man.read_text())
+    doc["shared_weight"] = 0.5                       # edited by hand: nothing to scale
+    man.write_text(json.dumps(doc))
+    with pytest.raises(AdapterError, match="no shared adapter was written"):
+        load_split(object(), tmp_path / "out", ad.names[0])

@@ -60,6 +60,9 @@ def load_split(model, out_dir, client: str, *, combine: str = "active",
     if not isinstance(weights, dict) and float(weights) == 0:     # outside the set everywhere
         return PeftModel.from_pretrained(model, str(client_dir), adapter_name=adapter_name,
                                          is_trainable=is_trainable)
+    if doc.get("shared", "") is None:
+        raise AdapterError(f"{client_dir / MANIFEST}: shared_weight {weights!r} above 0 but no shared "
+                           "adapter was written (shared: null)")
     own_name = f"{adapter_name}_own" if combine == "cat" else adapter_name
     peft_model = PeftModel.from_pretrained(model, str(client_dir), adapter_name=own_name,
                                            is_trainable=is_trainable)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import warnings
 from dataclasses import dataclass
@@ -249,7 +250,13 @@ class _OutputWriters:
 
     @property
     def outputs(self) -> list:
-        return self.names + ([SHARED] if self.split else [])
+        return self.names + ([SHARED] if self.split and self.shared_used else [])
+
+    @property
+    def shared_used(self) -> bool:
+        """Whether some client's output includes the shared adapter (a weight above 0 in some
+        module); ``--refine own``, or nobody in a collaborative set, leaves it unused."""
+        return any(a > 0 for per in self.applied.values() for a in per.values())
 
     def write(self, r: ModuleResult, benign=None, release: bool = False) -> None:
         if self.split:
@@ -280,8 +287,11 @@ class _OutputWriters:
         for w in self.writers:
             w.close()
         if self.split:
+            used = self.shared_used
+            if not used:          # every client keeps its own adapter: nothing refers to shared/
+                shutil.rmtree(self.root / SHARED)
             for name in self.names:
-                write_manifest(self.root / name, name, self.applied[name])
+                write_manifest(self.root / name, name, self.applied[name], shared=used)
 
     def __enter__(self):
         return self

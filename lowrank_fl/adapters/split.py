@@ -147,9 +147,10 @@ def fold_weights(per_module: dict):
     return vals.pop() if len(vals) == 1 else dict(per_module)
 
 
-def write_manifest(client_dir, client: str, weights: dict) -> None:
-    """The client's :data:`MANIFEST`: the shared adapter's place and its weight per module."""
-    doc = {"layout": "split", "client": client, "shared": f"../{SHARED}",
+def write_manifest(client_dir, client: str, weights: dict, shared: bool = True) -> None:
+    """The client's :data:`MANIFEST`: the shared adapter's place (null where no client uses it,
+    ``shared=False``, and it was not written) and its weight per module."""
+    doc = {"layout": "split", "client": client, "shared": f"../{SHARED}" if shared else None,
            "shared_weight": fold_weights(weights),
            "note": "the client's update is this adapter plus shared_weight times ../shared "
                    "(lowrank_fl.adapters.peft_load.load_split)"}
