@@ -217,9 +217,15 @@ def test_separated_modules_and_infinite_gap_in_the_sentence():
     assert s.startswith("no contaminated client detected (8 module(s) separated, their own collaborative sets of (8) "
                         "excluding c2 there, but the pooled rule flags nobody;")
     assert "the pooled scores of most clients tie" in s and "two distinct block norms" not in s
-    # a gap ratio "inf" in a module that did not separate reads as a wide gap with too few pairs
+    # a gap ratio "inf" in a module that did not separate: identical pairs below a gap, too few
+    # of them for a majority set; the sentence says so instead of quoting "inf"
     det2 = {**det, "separated_modules": [], "modules": {"m": {"gap_ratio": "inf", "flagged": []}}}
-    assert "largest gap ratio inf in m, above the 6 needed" in detection_sentence(det2)
+    s2 = detection_sentence(det2)
+    assert ("in m the pairs below the widest gap have identical block norms (an unbounded gap ratio), "
+            "but fewer pairs lie below it than a majority set (8) has") in s2 and "inf" not in s2
+    # a finite gap ratio beside it is the largest finite one only if no module is unbounded
+    det3 = {**det2, "modules": {"m": {"gap_ratio": "inf", "flagged": []}, "n": {"gap_ratio": 7.5, "flagged": []}}}
+    assert "unbounded gap ratio" in detection_sentence(det3)
 
 
 def test_pooled_argument_errors_name_the_argument():

@@ -335,6 +335,9 @@ def detection_sentence(det: dict) -> str:
         best = max(gaps) if gaps else None
         if best is None:
             margin = "no module had two distinct block norms"
+        elif np.isinf(best[0]):   # the pairs below the gap coincide (one pair, or identical ones)
+            margin = (f"in {best[1]} the pairs below the widest gap have identical block norms (an "
+                      "unbounded gap ratio), but fewer pairs lie below it than a majority set (8) has")
         elif best[0] >= need:   # a gap wide enough, but too few pairs below it for a majority set (8)
             margin = (f"largest gap ratio {best[0]:.2f} in {best[1]}, above the {need:g} needed but with "
                       "fewer pairs below the gap than a majority set (8) has")
