@@ -24,9 +24,10 @@ def test_seeds_are_never_a_design_or_report_seed():
     assert len(seeds) == 30 and min(seeds) >= R.FIRST_FRESH
 
 
-def _rec(family, seed, names, truth, flagged, raw=()):
+def _rec(family, seed, names, truth, flagged, raw=(), default=None):
     return {"settings": {"family": family, "seed": seed}, "names": names, "truth": list(truth),
             "flagged": {"updates": list(flagged), "pooled": [], "per-module": []},
+            "default_flagged": list(flagged if default is None else default),
             "raw_scores": {n: (9.0 if n in raw else 0.0) for n in names}, "raw_threshold": 5.0}
 
 
@@ -39,6 +40,24 @@ def test_detection_counts_by_hand():
     assert d["recall"] == 0.5 and d["sets_with_benign_flag"] == ["a/1"]
     raw = R.detection_counts(recs, "raw")
     assert (raw["found"], raw["benign_flagged"], raw["sets_with_benign_flag"]) == (1, 1, ["b/2"])
+    # "default" reads whom the default output excluded, which the verdict is on
+    recs[1]["default_flagged"] = ["c2"]
+    d = R.detection_counts(recs, "default")
+    assert (d["found"], d["benign_flagged"], d["sets_with_benign_flag"]) == (1, 2, ["a/1", "b/2"])
+    del recs[0]["default_flagged"]
+    with pytest.raises(ValueError, match="no default output"):
+        R.detection_counts(recs, "default")
+
+
+def test_family_harm_by_hand():
+    rows = [{"family": "a", "mean_change": -0.004, "losing": 1, "clients": 8, "gain_kept": 0.7},
+            {"family": "a", "mean_change": 0.02, "losing": 0, "clients": 9, "gain_kept": 0.4},
+            {"family": "b", "mean_change": -0.001, "losing": 0, "clients": 7, "gain_kept": None}]
+    f = R.family_harm(rows)
+    assert f["a"] == {"sets": 2, "worst_change": -0.004, "losing": 1, "clients": 17, "sets_paying": 2,
+                      "least_gain_kept": 0.4}
+    assert f["b"] == {"sets": 1, "worst_change": -0.001, "losing": 0, "clients": 7, "sets_paying": 0,
+                      "least_gain_kept": None}
 
 
 def _counts(found, bad, wrong):
@@ -96,10 +115,14 @@ def test_smoke_runs_end_to_end_and_is_inconclusive():
     det = REGISTRY[IDS[0]].run(Context(scale="smoke"))
     assert det.verdict == "inconclusive" and det.summary.startswith("baseline check failed")
     assert det.measured["sets"] == 2 and set(det.measured["by_family"]) == {"llama-federated", "gpt2-collab"}
-    total = next(r for r in det.table if r["rule"] == "updates")
+    total = next(r for r in det.table if r["rule"] == "default")
+    assert det.table[0]["rule"] == "default" and det.table[1]["rule"] == "raw"
     per = [rows[0] for rows in det.measured["by_family"].values()]
     for key in ("contaminated", "found", "benign", "benign_flagged"):
         assert sum(r[key] for r in per) == total[key], key
     harm = REGISTRY[IDS[1]].run(Context(scale="smoke"))
     assert harm.verdict == "inconclusive" and len(harm.table) == 2
     assert sum(r["clients"] for r in harm.table) == total["benign"]
+    fam = harm.measured["by_family"]
+    assert set(fam) == set(det.measured["by_family"])
+    assert sum(v["clients"] for v in fam.values()) == total["benign"]

@@ -151,8 +151,9 @@ def flags_of(rec: dict, rule: str) -> list:
     """Clients ``rule`` flags in a record: a client-level rule, ``"pooled-z"`` (the pooled score
     against ``c_K`` alone, without the distance ratio: the first pooled rule), ``"pooled@3.5"``
     (that score against Iglewicz & Hoaglin's per-observation cutoff), or ``"krum"`` /
-    ``"multikrum"`` (the clients not selected), or ``"updates@ρ"`` (the update rule with its floor ρ
-    at one of :data:`MIN_RATIOS`); the comparisons are for the benchmark."""
+    ``"multikrum"`` (the clients not selected), ``"updates@ρ"`` (the update rule with its floor ρ
+    at one of :data:`MIN_RATIOS`), or ``"default"`` (the flags of the default output the record's
+    accuracies were measured on); the comparisons are for the benchmark."""
     if rule == "pooled-z":
         cut = rec["pooled_threshold"]            # None: fewer than 3 clients, no pooled score
         return [] if cut is None else [n for n, v in rec["pooled_block"].items() if v > cut]
@@ -161,6 +162,10 @@ def flags_of(rec: dict, rule: str) -> list:
     if rule == "raw":
         cut = rec["raw_threshold"]
         return [] if cut is None else [n for n, v in rec["raw_scores"].items() if v > cut]
+    if rule == "default":                        # what the command's default output applied
+        if "default_flagged" not in rec:
+            raise ValueError("rule 'default': the record has no default output (evaluate it with_accuracy)")
+        return list(rec["default_flagged"])
     if rule in ("krum", "multikrum"):
         return [n for n in rec["names"] if n not in rec["selected"][rule]]
     if rule.startswith("updates@"):

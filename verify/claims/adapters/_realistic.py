@@ -155,6 +155,20 @@ def harm_verdict(rows: list[dict]) -> bool | None:
                 and all(r["gain_kept"] is None or r["gain_kept"] >= MIN_GAIN_KEPT for r in rows))
 
 
+def family_harm(rows: list[dict]) -> dict:
+    """Per family, from :func:`harm_rows`: its sets, the worst set's mean change, the benign clients
+    losing more than :data:`CLIENT_TOLERANCE`, the sets where averaging pays and the least share
+    of the gain kept there (None where it pays nowhere)."""
+    out = {}
+    for f in sorted({r["family"] for r in rows}):
+        sub = [r for r in rows if r["family"] == f]
+        kept = [r["gain_kept"] for r in sub if r["gain_kept"] is not None]
+        out[f] = {"sets": len(sub), "worst_change": min(r["mean_change"] for r in sub),
+                  "losing": sum(r["losing"] for r in sub), "clients": sum(r["clients"] for r in sub),
+                  "sets_paying": len(kept), "least_gain_kept": min(kept) if kept else None}
+    return out
+
+
 def _by_family(recs, fn):
     fams = sorted({r["settings"]["family"] for r in recs})
     return {f: fn([r for r in recs if r["settings"]["family"] == f]) for f in fams}
@@ -169,7 +183,7 @@ def _by_family(recs, fn):
 def _detection(ctx) -> Evidence:
     recs = runs(ctx)
     failed = baseline_failure(recs)
-    rules = ("updates", "raw", "pooled", "per-module")
+    rules = ("default", "raw", "updates", "pooled", "per-module")
     rows = [detection_counts(recs, r) for r in rules]
     d, raw = rows[0], rows[1]
     ok = None if failed else detection_verdict(d, raw)
@@ -185,7 +199,8 @@ def _detection(ctx) -> Evidence:
         measured={"rows": rows, "by_family": fam, "sets": len(recs)},
         predicted={"benign_flagged": 0, "recall": f">= {MIN_RECALL}", "found": "> raw statistic's"},
         table=[{k: v for k, v in r.items() if k != "sets_with_benign_flag"} for r in rows],
-        notes="'updates' is the default client rule; 'raw' the issue's statistic (median ||ΔW_j - ΔW_k||_F per "
+        notes="'default' is whom the default output (the one no_harm measures) excluded, 'updates' the "
+              "default client rule's flags in the same record; 'raw' the issue's statistic (median ||ΔW_j - ΔW_k||_F per "
               "module, robustly standardised, averaged, against c_K); 'pooled' the rule before. Per family "
               "rows are leave-one-family-out: no constant is fit per family. The families and their seeds "
               "are lowrank_fl.nn.trained_families; seeds from this claim's stream, at least "
@@ -217,8 +232,11 @@ def _no_harm(ctx) -> Evidence:
                  + (f", least share of its gain kept {least['gain_kept']:.2f} ({least['set']}; at least "
                     f"{MIN_GAIN_KEPT} asked)" if least else "")
                  + f"; (9): worst set {min(r['mean_change'] for r in paper):+.3f}, "
-                 f"{sum(r['losing'] for r in paper)}/{clients} losing"),
-        measured={"sets": rows, "paper": paper},
+                 f"{sum(r['losing'] for r in paper)}/{clients} losing; by family (worst set, least gain kept): "
+                 + ", ".join(f"{f} {v['worst_change']:+.3f}/"
+                             + ("-" if v["least_gain_kept"] is None else f"{v['least_gain_kept']:.2f}")
+                             for f, v in family_harm(rows).items())),
+        measured={"sets": rows, "paper": paper, "by_family": family_harm(rows)},
         predicted={"worst set": f">= -{SET_TOLERANCE}", "losing": f"<= {MAX_LOSING:.0%}",
                    "gain kept": f">= {MIN_GAIN_KEPT} where the benign FedAvg gains > {GAIN_FLOOR}"},
         table=rows,
