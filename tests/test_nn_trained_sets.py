@@ -166,6 +166,25 @@ def test_evaluate_set_records_every_method(built):
         flags_of(rec, "updates@1.7")
 
 
+def test_evaluate_set_accuracies_against_the_base(built):
+    """"base" is the model with no adapter: the same accuracy as the model built without any LoRA
+    factor (another path: no LoRA module at all); contaminated clients get their adapter's and the
+    base's accuracy on their own task."""
+    from lowrank_fl.nn.trained_eval import ACCURACY_METHODS, evaluate_set
+    from lowrank_fl.nn.trained_sets import heldout_accuracy
+
+    s, cache, ts = built
+    rec = evaluate_set(ts, cache_dir=cache, with_loss=False, with_accuracy=True, n_heldout=16)
+    assert set(rec["accuracy"]) == set(ts.benign) and set(rec["contaminated_accuracy"]) == set(ts.contaminated)
+    for n in ts.benign:
+        assert set(rec["accuracy"][n]) == set(ACCURACY_METHODS)
+        assert rec["accuracy"][n]["base"] == heldout_accuracy(ts, n, {}, n=16, cache_dir=cache)
+        assert rec["accuracy"][n]["local"] == heldout_accuracy(ts, n, ts.factors[n], n=16, cache_dir=cache)
+    for n, v in rec["contaminated_accuracy"].items():
+        assert v == {"local": heldout_accuracy(ts, n, ts.factors[n], n=16, cache_dir=cache),
+                     "base": heldout_accuracy(ts, n, {}, n=16, cache_dir=cache)}
+
+
 def test_evaluate_set_reruns_the_update_rule_at_each_floor(built, monkeypatch):
     """Each floor's entry is the update rule's flags at that ρ, under the small-federation guard:
     a stand-in rule that flags the last client up to ρ = 1.2, nobody at 1.3 and 1.5, and half of
@@ -249,6 +268,32 @@ def test_harm_table_by_hand():
     assert sh["collab_sets"] == 1 and sh["gain_kept_median"] == pytest.approx(0.4) == sh["gain_kept_min"]
     assert rows["local"]["worst_set_mean_change"] == 0 and rows["local"]["gain_kept_median"] == 0
     assert rows["fedavg-benign"]["gain_kept_median"] == pytest.approx(1.0)
+
+
+def test_harm_table_skips_a_method_older_records_lack():
+    from lowrank_fl.nn.trained_eval import ACCURACY_METHODS, harm_table
+
+    old = {"accuracy": {"c0": {m: 0.5 for m in ACCURACY_METHODS if m != "base"}}}
+    assert [r["method"] for r in harm_table([old])] == [m for m in ACCURACY_METHODS if m != "base"]
+
+
+def test_learning_table_by_hand():
+    """Benign gains (own - base) -0.10, +0.05, +0.01 -> median +0.01, one learned (> 0.02);
+    contaminated gains +0.30 (found), +0.015 (below the margin, found), -0.05 (missed)."""
+    from lowrank_fl.nn.trained_eval import learning_table
+
+    def rec(benign, bad, flagged):
+        return {"names": [*benign, *bad], "truth": list(bad), "default_flagged": flagged,
+                "accuracy": {n: {"local": b + g, "base": b} for n, (b, g) in benign.items()},
+                "contaminated_accuracy": {n: {"local": b + g, "base": b} for n, (b, g) in bad.items()}}
+
+    recs = [rec({"a": (0.5, -0.10), "b": (0.25, 0.05)}, {"x": (0.25, 0.30), "y": (0.5, 0.015)}, ["x", "y"]),
+            rec({"c": (0.5, 0.01)}, {"z": (0.5, -0.05)}, ["c"]), {"no": "accuracy"}]
+    t = learning_table(recs)
+    assert (t["sets"], t["benign"], t["benign_learned"], t["contaminated"]) == (2, 3, 1, 3)
+    assert t["benign_gain_median"] == pytest.approx(0.01) and t["contaminated_gain_median"] == pytest.approx(0.015)
+    assert (t["contaminated_learned"], t["learned_found"], t["not_learned_found"]) == (1, 1, 1)
+    assert learning_table(recs, margin=0.0)["contaminated_learned"] == 2       # y's +0.015 counts now
 
 
 def test_flags_of_comparison_rules():

@@ -19,8 +19,8 @@ from ..adapters.updates import raw_distances
 from .trained_families import benign_fedavg
 from .trained_sets import TrainedSet, base_accuracy, copying_threshold, heldout_accuracy, heldout_loss
 
-__all__ = ["RULES", "ROBUST", "LOSS_METHODS", "ACCURACY_METHODS", "MIN_RATIOS", "evaluate_set", "flags_of",
-           "detection_table", "harm_table"]
+__all__ = ["RULES", "ROBUST", "LOSS_METHODS", "ACCURACY_METHODS", "MIN_RATIOS", "LEARNED_MARGIN", "evaluate_set",
+           "flags_of", "detection_table", "harm_table", "learning_table"]
 
 RULES = ("per-module", "majority", "any", "pooled", "updates")
 ROBUST = ("krum", "multikrum", "median", "trimmed-mean", "geomed")
@@ -28,9 +28,13 @@ LOSS_METHODS = ("local", "clair-per-module", "clair-pooled", "fedavg", "flexlora
 #: the accuracy comparison: the client's own adapter, CLAIR's default output (update rule,
 #: exchangeable refinement), the same with ``refine="agreement"`` and ``refine="shrink"``, (9) as the
 #: paper writes it (``refine="paper"``), the FedAvg of the truly benign clients (the reference
-#: "collaboration helps" is measured against), FedAvg, Krum, Multi-Krum
+#: "collaboration helps" is measured against), FedAvg, Krum, Multi-Krum, and the base model (a zero
+#: update: what the client had before it trained)
 ACCURACY_METHODS = ("local", "clair-default", "clair-agreement", "clair-shrink", "clair-paper", "fedavg-benign",
-                    "fedavg", "krum", "multikrum")
+                    "fedavg", "krum", "multikrum", "base")
+#: a client *learned* its task when its own adapter's held-out accuracy on it beats the base's by
+#: more than this (:func:`learning_table`)
+LEARNED_MARGIN = 0.02
 #: the update rule re-run with only its materiality floor ρ changed (rules ``"updates@ρ"``;
 #: the default is :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`)
 MIN_RATIOS = (1.0, 1.1, 1.2, 1.3, 1.5, 2.0)
@@ -103,9 +107,16 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
     return rec
 
 
+def _zero_update(factors: dict) -> dict:
+    """A client's factors with every update zero: the base model (its ``ts.local`` modules kept)."""
+    return {m: (np.zeros_like(A), np.zeros_like(B), s) for m, (A, B, s) in factors.items()}
+
+
 def _accuracy(ts: TrainedSet, outs: dict, cache_dir, n: int) -> dict:
     """Benign clients' masked accuracy on their own task (:data:`ACCURACY_METHODS`), each
-    default output's relative change from the client's own adapter and its weight."""
+    default output's relative change from the client's own adapter and its weight, and the
+    contaminated clients' accuracy on their own (contaminated) task with their adapter and with
+    the base (``contaminated_accuracy``: did they learn it?)."""
     default = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"))
     paper = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), refine="paper")
     shrink = aggregate_factors(ts.factors, ModuleOptions(output_dtype="float64"), refine="shrink")
@@ -117,9 +128,12 @@ def _accuracy(ts: TrainedSet, outs: dict, cache_dir, n: int) -> dict:
                "clair-agreement": agree.outputs[c],
                "clair-paper": paper.outputs[c],
                "fedavg-benign": ref, "fedavg": outs["fedavg"], "krum": outs["krum"],
-               "multikrum": outs["multikrum"]}
+               "multikrum": outs["multikrum"], "base": _zero_update(ts.factors[c])}
         acc[c] = {m: heldout_accuracy(ts, c, own[m], n=n, cache_dir=cache_dir) for m in ACCURACY_METHODS}
-    return {"accuracy": acc, "refinement": default.summary["refinement"]["clients"],
+    bad = {c: {"local": heldout_accuracy(ts, c, ts.factors[c], n=n, cache_dir=cache_dir),
+               "base": heldout_accuracy(ts, c, _zero_update(ts.factors[c]), n=n, cache_dir=cache_dir)}
+           for c in ts.contaminated}
+    return {"accuracy": acc, "contaminated_accuracy": bad, "refinement": default.summary["refinement"]["clients"],
             "exchangeability": default.summary["refinement"]["exchangeability"],
             "default_flagged": default.summary["detection"]["flagged"]}
 
@@ -132,6 +146,8 @@ def harm_table(recs, tolerance: float = 0.03) -> list[dict]:
     recs = [r for r in recs if "accuracy" in r]
     rows = []
     for m in ACCURACY_METHODS:
+        if not all(m in v for r in recs for v in r["accuracy"].values()):
+            continue                              # records written before the method was measured
         worst, losers, n, kept = np.inf, 0, 0, []
         for r in recs:
             d = np.array([v[m] - v["local"] for v in r["accuracy"].values()])
@@ -202,3 +218,27 @@ def detection_table(recs, rules=RULES + ("raw", "pooled-z", "pooled@3.5", "krum"
                      "clean_sets_false_flag": clean_ff, "clean_sets": n_clean,
                      "benign_flagged": fp, "benign_clients": n_benign})
     return rows
+
+
+def learning_table(recs, rule: str = "default", margin: float = LEARNED_MARGIN) -> dict:
+    """What the clients learned, over records with accuracies: the benign clients' own-task gain
+    of their adapter over the base (median, and how many beat it by more than ``margin``), the
+    contaminated clients' gain on their own task, and how many of those that learned it
+    (gain > ``margin``) and that did not ``rule`` flags (:func:`flags_of`)."""
+    recs = [r for r in recs if "contaminated_accuracy" in r]
+    gb = [v["local"] - v["base"] for r in recs for v in r["accuracy"].values()]
+    gc, found = [], []
+    for r in recs:
+        flagged = set(flags_of(r, rule))
+        for c, v in r["contaminated_accuracy"].items():
+            gc.append(v["local"] - v["base"])
+            found.append(c in flagged)
+    gb, gc, found = np.array(gb, float), np.array(gc, float), np.array(found, bool)
+    learned = gc > margin
+    return {"sets": len(recs), "benign": int(gb.size),
+            "benign_gain_median": float(np.median(gb)) if gb.size else float("nan"),
+            "benign_learned": int((gb > margin).sum()),
+            "contaminated": int(gc.size),
+            "contaminated_gain_median": float(np.median(gc)) if gc.size else float("nan"),
+            "contaminated_learned": int(learned.sum()), "learned_found": int((found & learned).sum()),
+            "not_learned_found": int((found & ~learned).sum()), "rule": rule, "margin": margin}
