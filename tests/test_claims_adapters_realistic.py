@@ -49,6 +49,18 @@ def test_detection_counts_by_hand():
         R.detection_counts(recs, "default")
 
 
+def test_learning_clause_by_hand():
+    names = ["c0", "c1", "c2"]
+    rec = _rec("a", 1, names, ["c2"], ["c2"])
+    rec["accuracy"] = {"c0": {"local": 0.5, "base": 0.6}, "c1": {"local": 0.7, "base": 0.6}}
+    rec["contaminated_accuracy"] = {"c2": {"local": 0.9, "base": 0.6}}
+    text, table = R.learning_clause([rec, _rec("b", 2, names, [], [])])     # the second: not measured
+    assert table["all"]["sets"] == 1 and table["all"]["contaminated_learned"] == 1
+    assert "learned their task" in text and ": 1/1, found 1 of them and 0 of the others" in text
+    assert "benign clients beating the base: 1/2 (by family: a 1/2)" in text
+    assert R.learning_clause([_rec("b", 2, names, [], [])]) == ("", None)
+
+
 def test_family_harm_by_hand():
     rows = [{"family": "a", "mean_change": -0.004, "losing": 1, "clients": 8, "gain_kept": 0.7},
             {"family": "a", "mean_change": 0.02, "losing": 0, "clients": 9, "gain_kept": 0.4},
@@ -90,6 +102,15 @@ def test_harm_rows_by_hand():
     assert a["mean_change"] == pytest.approx(-0.025) and a["losing"] == 1 and a["gain_kept"] is None
     assert b["fedavg_gain"] == pytest.approx(0.12) and b["gain_kept"] == pytest.approx(0.06 / 0.12)
     assert b["losing"] == 0 and b["set"] == "c/2"
+    assert a["base_change"] is None                        # records before "base" was measured
+    for r, base in zip(recs, ([0.55, 0.55], [0.56, 0.6])):
+        for v, x in zip(r["accuracy"].values(), base):
+            v["base"] = x
+    a, b = R.harm_rows(recs)
+    assert a["base_change"] == pytest.approx(-0.1) and b["base_change"] == pytest.approx(0.08)
+    # the base alone reaches 0.08 / 0.12 of the gain where averaging pays
+    assert "reaches a median 0.67 of the benign FedAvg's gain (least 0.67)" in R._base_clause([b])
+    assert R._base_clause([]) == ""
 
 
 def _row(mean, losing=0, clients=10, kept=None):
@@ -120,6 +141,8 @@ def test_smoke_runs_end_to_end_and_is_inconclusive():
     per = [rows[0] for rows in det.measured["by_family"].values()]
     for key in ("contaminated", "found", "benign", "benign_flagged"):
         assert sum(r[key] for r in per) == total[key], key
+    learned = det.measured["learning"]["all"]
+    assert (learned["contaminated"], learned["benign"]) == (total["contaminated"], total["benign"])
     harm = REGISTRY[IDS[1]].run(Context(scale="smoke"))
     assert harm.verdict == "inconclusive" and len(harm.table) == 2
     assert sum(r["clients"] for r in harm.table) == total["benign"]

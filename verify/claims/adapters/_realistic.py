@@ -135,9 +135,11 @@ def harm_rows(recs: list[dict], method: str = "clair-default") -> list[dict]:
         acc = r["accuracy"].values()
         d = np.array([v[method] - v["local"] for v in acc])
         gain = float(np.mean([v["fedavg-benign"] - v["local"] for v in acc]))
+        # the base model (no adapter) against the own adapters: records before it was measured lack it
+        base = float(np.mean([v["base"] - v["local"] for v in acc])) if all("base" in v for v in acc) else None
         rows.append({"set": f"{r['settings']['family']}/{r['settings']['seed']}", "family": r["settings"]["family"],
                      "mean_change": float(d.mean()), "losing": int((d < -CLIENT_TOLERANCE).sum()),
-                     "clients": int(d.size), "fedavg_gain": gain,
+                     "clients": int(d.size), "fedavg_gain": gain, "base_change": base,
                      "gain_kept": float(d.mean() / gain) if gain > GAIN_FLOOR else None})
     return rows
 
@@ -155,6 +157,16 @@ def harm_verdict(rows: list[dict]) -> bool | None:
                 and all(r["gain_kept"] is None or r["gain_kept"] >= MIN_GAIN_KEPT for r in rows))
 
 
+def _base_clause(kept: list[dict]) -> str:
+    """Where averaging pays: how much of the benign FedAvg's gain the base model alone reaches
+    (context, not a criterion: a gain the base reaches is fine-tuning's cost undone)."""
+    shares = [r["base_change"] / r["fedavg_gain"] for r in kept if r.get("base_change") is not None]
+    if not shares:
+        return ""
+    return (f"; in those sets the base model alone (no adapter) reaches a median {np.median(shares):.2f} of the "
+            f"benign FedAvg's gain (least {min(shares):.2f})")
+
+
 def family_harm(rows: list[dict]) -> dict:
     """Per family, from :func:`harm_rows`: its sets, the worst set's mean change, the benign clients
     losing more than :data:`CLIENT_TOLERANCE`, the sets where averaging pays and the least share
@@ -167,6 +179,25 @@ def family_harm(rows: list[dict]) -> dict:
                   "losing": sum(r["losing"] for r in sub), "clients": sum(r["clients"] for r in sub),
                   "sets_paying": len(kept), "least_gain_kept": min(kept) if kept else None}
     return out
+
+
+def learning_clause(recs: list[dict]) -> tuple[str, dict | None]:
+    """What the clients learned (:func:`lowrank_fl.nn.trained_eval.learning_table`, per family):
+    a clause for the summary and the table (``None`` for records without the measurement). Not
+    a criterion: it says which contaminated clients had learned their task at all."""
+    from lowrank_fl.nn.trained_eval import LEARNED_MARGIN, learning_table
+
+    recs = [r for r in recs if "contaminated_accuracy" in r]
+    if not recs:
+        return "", None
+    t = learning_table(recs)
+    fam = _by_family(recs, learning_table)
+    return (f"; contaminated clients whose adapter learned their task (own-task accuracy above the base's by "
+            f"more than {LEARNED_MARGIN}): {t['contaminated_learned']}/{t['contaminated']}, found "
+            f"{t['learned_found']} of them and {t['not_learned_found']} of the others; benign clients beating "
+            f"the base: {t['benign_learned']}/{t['benign']} (by family: "
+            + ", ".join(f"{f} {v['benign_learned']}/{v['benign']}" for f, v in fam.items()) + ")",
+            {"all": t, "by_family": fam})
 
 
 def _by_family(recs, fn):
@@ -188,6 +219,7 @@ def _detection(ctx) -> Evidence:
     d, raw = rows[0], rows[1]
     ok = None if failed else detection_verdict(d, raw)
     fam = _by_family(recs, lambda sub: [detection_counts(sub, r) for r in rules[:2]])
+    learn = learning_clause(recs)
     return Evidence(
         verdict=verdict_from(ok),
         summary=(f"{failed}default: {d['found']}/{d['contaminated']} contaminated found (recall "
@@ -195,8 +227,8 @@ def _detection(ctx) -> Evidence:
                  f"flagged; raw statistic: {raw['found']} found, {raw['benign_flagged']} benign flagged; by family "
                  "(default found/contaminated, benign flagged): "
                  + ", ".join(f"{f} {v[0]['found']}/{v[0]['contaminated']}, {v[0]['benign_flagged']}"
-                             for f, v in fam.items())),
-        measured={"rows": rows, "by_family": fam, "sets": len(recs)},
+                             for f, v in fam.items()) + learn[0]),
+        measured={"rows": rows, "by_family": fam, "sets": len(recs), "learning": learn[1]},
         predicted={"benign_flagged": 0, "recall": f">= {MIN_RECALL}", "found": "> raw statistic's"},
         table=[{k: v for k, v in r.items() if k != "sets_with_benign_flag"} for r in rows],
         notes="'default' is whom the default output (the one no_harm measures) excluded, 'updates' the "
@@ -231,6 +263,7 @@ def _no_harm(ctx) -> Evidence:
                  f"benign clients lose > {CLIENT_TOLERANCE}; averaging pays in {len(kept)} set(s)"
                  + (f", least share of its gain kept {least['gain_kept']:.2f} ({least['set']}; at least "
                     f"{MIN_GAIN_KEPT} asked)" if least else "")
+                 + _base_clause(kept)
                  + f"; (9): worst set {min(r['mean_change'] for r in paper):+.3f}, "
                  f"{sum(r['losing'] for r in paper)}/{clients} losing; by family (worst set, least gain kept): "
                  + ", ".join(f"{f} {v['worst_change']:+.3f}/"
