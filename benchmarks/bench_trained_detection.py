@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from lowrank_fl.nn.trained_eval import (LEARNED_MARGIN, MIN_RATIOS, detection_table, evaluate_set, flags_of, harm_table,
-                                        learning_table)
+                                        learning_table, oracle_table)
 from lowrank_fl.nn.trained_families import FAMILIES, family_settings
 from lowrank_fl.nn.trained_sets import BASES, TrainedSetSettings, trained_set
 
@@ -100,6 +100,7 @@ def table(recs) -> str:
                 lines.append(f"| {fam} | {row['method']} | {row['worst_set_mean_change']:+.3f} | "
                              f"{row['clients_losing']}/{row['clients']} | {row['collab_sets']} | "
                              f"{_num(row['gain_kept_median'])}, {_num(row['gain_kept_min'])} |")
+    oracle = []
     if any("contaminated_accuracy" in r for r in recs):
         lines += ["", f"What the clients learned (own-task held-out accuracy of the client's adapter minus the base's; "
                   f"learned: more than {LEARNED_MARGIN}; found: flagged by the default output):", "",
@@ -107,12 +108,19 @@ def table(recs) -> str:
                   "learned | found among learned | found among not learned |", "|---|---|---|---|---|---|---|"]
         for fam, sub in groups.items():
             t = learning_table(sub)
+            o = oracle_table(sub)
+            if o["contaminated"]:
+                oracle.append(f"| {fam} | {o['separable']}/{o['contaminated']} |")
             if t["sets"] == 0:
                 continue
             lines.append(f"| {fam} | {t['benign_gain_median']:+.3f} | {t['benign_learned']}/{t['benign']} | "
                          f"{_num(t['contaminated_gain_median'])} | {t['contaminated_learned']}/{t['contaminated']} | "
                          f"{t['learned_found']}/{t['contaminated_learned']} | "
                          f"{t['not_learned_found']}/{t['contaminated'] - t['contaminated_learned']} |")
+    if oracle:
+        lines += ["", "Separable by agreement even knowing who is benign (a contaminated client whose mean cosine "
+                  "with the benign clients is below every benign client's; lowrank_fl.nn.trained_eval.oracle_table):",
+                  "", "| family | contaminated below every benign client |", "|---|---|", *oracle]
     if all("heldout_loss" in r for r in recs):
         methods = list(next(iter(recs[0]["heldout_loss"].values())))
         from scipy.stats import t as student

@@ -180,6 +180,11 @@ def test_evaluate_set_accuracies_against_the_base(built):
         assert set(rec["accuracy"][n]) == set(ACCURACY_METHODS)
         assert rec["accuracy"][n]["base"] == heldout_accuracy(ts, n, {}, n=16, cache_dir=cache)
         assert rec["accuracy"][n]["local"] == heldout_accuracy(ts, n, ts.factors[n], n=16, cache_dir=cache)
+    from lowrank_fl.adapters import ModuleOptions, aggregate_factors
+    from lowrank_fl.nn.trained_eval import oracle_agreement
+    want = oracle_agreement(np.array([r.gram for r in aggregate_factors(ts.factors, ModuleOptions(
+        output_dtype="float64")).aggregation.results]), [n not in ts.contaminated for n in ts.names])
+    assert list(rec["oracle_agreement"].values()) == pytest.approx(want.tolist(), abs=1e-12)
     for n, v in rec["contaminated_accuracy"].items():
         assert v == {"local": heldout_accuracy(ts, n, ts.factors[n], n=16, cache_dir=cache),
                      "base": heldout_accuracy(ts, n, {}, n=16, cache_dir=cache)}
@@ -294,6 +299,39 @@ def test_learning_table_by_hand():
     assert t["benign_gain_median"] == pytest.approx(0.01) and t["contaminated_gain_median"] == pytest.approx(0.015)
     assert (t["contaminated_learned"], t["learned_found"], t["not_learned_found"]) == (1, 1, 1)
     assert learning_table(recs, margin=0.0)["contaminated_learned"] == 2       # y's +0.015 counts now
+
+
+def test_oracle_agreement_against_a_loop():
+    """Each client's mean cosine with the truly benign others, per module then averaged, against a
+    plain loop over clients and modules; a zero update agrees 0 with everyone."""
+    from lowrank_fl.nn.trained_eval import oracle_agreement
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((3, 6, 20))
+    X[1, 2] = 0.0                                            # client 2 untrained in module 1
+    G = X @ X.transpose(0, 2, 1)
+    benign = np.array([True, True, False, True, False, True])
+    got = oracle_agreement(G, benign)
+    for k in range(6):
+        per = []
+        for m in range(3):
+            cos = [0.0 if not X[m, k].any() or not X[m, j].any() else
+                   X[m, k] @ X[m, j] / np.linalg.norm(X[m, k]) / np.linalg.norm(X[m, j])
+                   for j in range(6) if benign[j] and j != k]
+            per.append(np.mean(cos))
+        assert got[k] == pytest.approx(np.mean(per), abs=1e-12)
+    assert np.isnan(oracle_agreement(G, [True] + [False] * 5)).all()    # one benign client: undefined
+
+
+def test_oracle_table_by_hand():
+    from lowrank_fl.nn.trained_eval import oracle_table
+
+    recs = [{"names": ["a", "b", "c", "d"], "truth": ["c", "d"],
+             "oracle_agreement": {"a": 0.05, "b": 0.02, "c": 0.01, "d": 0.03}},     # c below both
+            {"names": ["a", "b", "c"], "truth": [], "oracle_agreement": {"a": 0.1, "b": 0.1, "c": 0.1}},
+            {"names": ["a", "b"], "truth": ["b"], "oracle_agreement": {"a": None, "b": None}},   # 1 benign
+            {"names": ["a"], "truth": []}]                                              # not measured
+    assert oracle_table(recs) == {"contaminated": 2, "separable": 1}
 
 
 def test_flags_of_comparison_rules():

@@ -15,12 +15,12 @@ from ..adapters import ModuleOptions, aggregate_factors, guard
 from ..adapters.decision import detection_summary
 from ..adapters.detect import pooled_evidence, pooled_scores, pooled_threshold
 from ..adapters.detect_updates import update_flags
-from ..adapters.updates import raw_distances
+from ..adapters.updates import raw_distances, unit_gram
 from .trained_families import benign_fedavg
 from .trained_sets import TrainedSet, base_accuracy, copying_threshold, heldout_accuracy, heldout_loss
 
 __all__ = ["RULES", "ROBUST", "LOSS_METHODS", "ACCURACY_METHODS", "MIN_RATIOS", "LEARNED_MARGIN", "evaluate_set",
-           "flags_of", "detection_table", "harm_table", "learning_table"]
+           "flags_of", "detection_table", "harm_table", "learning_table", "oracle_agreement", "oracle_table"]
 
 RULES = ("per-module", "majority", "any", "pooled", "updates")
 ROBUST = ("krum", "multikrum", "median", "trimmed-mean", "geomed")
@@ -71,7 +71,10 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
     Mc, _ = pooled_scores(np.array([r.contrast_norms for r in results]), K)
     # the raw statistic (the issue's 30-line one): median ||ΔW_j - ΔW_k||_F per module, pooled
     Mr, _ = pooled_scores(raw_distances(np.array([r.gram for r in results])), K)
+    benign = np.array([n not in ts.contaminated for n in names])
     rec = {"truth": list(ts.contaminated), "names": names, "flagged": flags,
+           "oracle_agreement": {n: None if np.isnan(v) else float(v)            # strict JSON
+                                for n, v in zip(names, oracle_agreement(grams, benign))},
            "pooled_block": dict(zip(names, ev.scores.tolist())),
            "pooled_contrast": dict(zip(names, Mc.tolist())),
            "raw_scores": dict(zip(names, Mr.tolist())),
@@ -105,6 +108,37 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
                        for m in LOSS_METHODS}
         rec["heldout_loss"] = loss
     return rec
+
+
+def oracle_agreement(grams, benign) -> np.ndarray:
+    """(K,) each client's mean cosine with the *truly* benign clients other than itself, averaged
+    over modules, from the update Grams (modules, K, K): what an agreement statistic would see if it
+    knew the benign set (:func:`oracle_table`). NaN with fewer than two benign clients."""
+    C = unit_gram(grams)
+    b = np.asarray(benign, bool)
+    if b.sum() < 2:
+        return np.full(b.size, np.nan)
+    diag = np.einsum("mkk->mk", C)
+    total = C[:, :, b].sum(axis=-1) - np.where(b, diag, 0.0)        # leave the client itself out
+    return (total / (b.sum() - b)).mean(axis=0)
+
+
+def oracle_table(recs) -> dict:
+    """Over records with :func:`oracle_agreement`: the contaminated clients, and those whose
+    agreement with the benign clients is below every benign client's of their set (separable by
+    agreement even knowing who is benign: a ceiling for any agreement statistic at no benign flag)."""
+    bad = below = 0
+    for r in recs:
+        a = r.get("oracle_agreement")
+        if a is None or not r["truth"]:
+            continue
+        benign = [a[n] for n in r["names"] if n not in r["truth"]]
+        if len(benign) < 2:
+            continue
+        floor = min(benign)
+        bad += len(r["truth"])
+        below += sum(a[n] < floor for n in r["truth"])
+    return {"contaminated": bad, "separable": below}
 
 
 def _zero_update(factors: dict) -> dict:
