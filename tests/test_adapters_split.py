@@ -191,6 +191,10 @@ def test_an_unused_shared_adapter_is_not_written(src, tmp_path, how):
         own = _read(out / name)
         for m in ad.modules:                             # its own adapter, exactly
             assert np.array_equal(own[m], ad.factors(m).delta(k))
+    # the in-memory path returns what the directory path writes
+    from lowrank_fl.adapters import aggregate_factors
+    mem = aggregate_factors(ad, ModuleOptions(output_dtype="float64"), output="split", **kw)
+    assert SHARED not in mem.outputs and mem.summary["outputs"] == ad.names
     # with one weight above 0 the shared adapter is written and referred to
     _, summary = aggregate_to_dir(ad, ModuleOptions(output_dtype="float64"), tmp_path / "one",
                                   dtype="float64", progress=False, refine="paper",

@@ -231,6 +231,8 @@ def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions()
         if split:
             B, A = shared_part(r, f, b, dt)
             outputs[SHARED][r.name] = (A, B, 1.0)
+    if split and not any(a > 0 for per in applied.values() for a in per.values()):
+        del outputs[SHARED]          # nobody uses it (refine="own", every weight 0): not written on disk either
     summary = agg.summary(client_rule, errors if options.rank_out is not None else None)
     summary["outputs"] = list(outputs)
     if clair:

@@ -395,7 +395,8 @@ class ClairStrategy(FedAvg):
         self._global = factors_record(mean, adapter="global")
         if self.method == "clair":
             # split: the shared part once for the round, each client its own part and weight
-            shared = factors_record(res.outputs[SHARED], adapter="shared") if split else None
+            # (absent where no client uses it: refine="own", or every weight 0)
+            shared = factors_record(res.outputs[SHARED], adapter="shared") if SHARED in res.outputs else None
             for k, n in enumerate(nodes):
                 weight = res.summary["refinement_weights"][str(n)]
                 # refined: in the set (8) of some module with a weight above 0 there (else its own)
