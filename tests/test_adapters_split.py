@@ -159,6 +159,13 @@ def test_cli_output_option_and_sizes(src, tmp_path, capsys):
     size = {d: sum(p.stat().st_size for p in (tmp_path / d).rglob("*.safetensors"))
             for d in ("s", "m")}
     assert size["s"] < size["m"]
+    # --refine own: nothing shared is written, and the output line says so instead of shared/
+    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "o"),
+                 "--quiet", "--refine", "own"]) == 0
+    text = capsys.readouterr().out
+    assert "no client uses a shared part, so none was written" in text and "shared/ once" not in text
+    assert not (tmp_path / "o" / SHARED).exists()
+    assert "none was written" in json.loads((tmp_path / "o" / src[0].name / MANIFEST).read_text())["note"]
     # --rank-out is a truncation of merged outputs: with --output split it is refused
     assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "r"),
                  "--quiet", "--output", "split", "--rank-out", "2"]) == 2

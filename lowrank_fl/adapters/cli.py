@@ -252,8 +252,8 @@ def run_aggregate(args) -> int:
                   "decides; its sentence is below):")
             for name in adapters.names:
                 print(f"  {name}: benign in {cb['modules_benign'][name]}/{cb['n_modules']} "
-                      f"modules' collaborative sets of (8) (rule majority: {cb['majority'][name]}, "
-                      f"rule any: {cb['any'][name]})")
+                      f"modules' collaborative sets of (8) (kept by rule majority: {cb['majority'][name]}, "
+                      f"by rule any: {cb['any'][name]})")
         bad = [m for m, s in mods.items() if s["status"] not in ("optimal", "completed")]
         if bad:
             print(f"  warning: {len(bad)} module(s) stopped before the tolerance: {bad[:3]}",
@@ -288,10 +288,12 @@ def run_aggregate(args) -> int:
     print(f"  output: {_size(n_out)} in {len(summary['outputs'])} adapter(s), "
           f"{n_out / n_in:.1f}x the inputs' {_size(n_in)}; dtype {dtype} ({why})"
           + ("" if args.rank_out is not None or summary.get("layout") != "merged" else
-             "; the default --output split is exact at about twice the inputs")
+             "; the default --output split holds the same updates in at most about twice the inputs")
           + ("" if summary.get("layout") != "split" else
              "; split layout: shared/ once and each client's own part (load both: "
-             "lowrank_fl.adapters.peft_load.load_split)"))
+             "lowrank_fl.adapters.peft_load.load_split)" if "shared" in summary["outputs"] else
+             "; split layout: no client uses a shared part, so none was written (each client's "
+             "directory is its own adapter)"))
     if "robust" in summary:
         rb = summary["robust"]
         sel = "" if rb["selected"] is None else f"; selected {', '.join(rb['selected'])}"

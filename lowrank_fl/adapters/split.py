@@ -152,8 +152,9 @@ def write_manifest(client_dir, client: str, weights: dict, shared: bool = True) 
     ``shared=False``, and it was not written) and its weight per module."""
     doc = {"layout": "split", "client": client, "shared": f"../{SHARED}" if shared else None,
            "shared_weight": fold_weights(weights),
-           "note": "the client's update is this adapter plus shared_weight times ../shared "
-                   "(lowrank_fl.adapters.peft_load.load_split)"}
+           "note": ("the client's update is this adapter plus shared_weight times ../shared "
+                    "(lowrank_fl.adapters.peft_load.load_split)" if shared else
+                    "the client's update is this adapter: no client uses a shared part, none was written")}
     (Path(client_dir) / MANIFEST).write_text(json.dumps(doc, indent=1))
 
 
