@@ -59,6 +59,16 @@ def _num(x: float) -> str:
     return "–" if x != x else f"{x:.2f}"
 
 
+def _signed(x: float) -> str:
+    """A signed table cell with three decimals, or "–" where undefined."""
+    return "–" if x != x else f"{x:+.3f}"
+
+
+def _ratio(found: int, of: int) -> str:
+    """``found/of``, or "–" where there is nothing to find."""
+    return f"{found}/{of}" if of else "–"
+
+
 def table(recs) -> str:
     from lowrank_fl.adapters.detect import pooled_threshold
 
@@ -103,9 +113,11 @@ def table(recs) -> str:
     oracle = []
     if any("contaminated_accuracy" in r for r in recs):
         lines += ["", f"What the clients learned (own-task held-out accuracy of the client's adapter minus the base's; "
-                  f"learned: more than {LEARNED_MARGIN}; found: flagged by the default output):", "",
-                  "| family | benign: gain median | benign learned | contaminated: gain median | contaminated "
-                  "learned | found among learned | found among not learned |", "|---|---|---|---|---|---|---|"]
+                  f"learned: more than {LEARNED_MARGIN}; found: left out by the default output, i.e. flagged by the default client "
+                  "rule):", "",
+                  "| family | benign: own − base, median | benign learned | contaminated: own − base, median | "
+                  "contaminated learned | found among those that learned | found among the others |",
+                  "|---|---|---|---|---|---|---|"]
         for fam, sub in groups.items():
             t = learning_table(sub)
             o = oracle_table(sub)
@@ -113,10 +125,11 @@ def table(recs) -> str:
                 oracle.append(f"| {fam} | {o['separable']}/{o['contaminated']} |")
             if t["sets"] == 0:
                 continue
-            lines.append(f"| {fam} | {t['benign_gain_median']:+.3f} | {t['benign_learned']}/{t['benign']} | "
-                         f"{_num(t['contaminated_gain_median'])} | {t['contaminated_learned']}/{t['contaminated']} | "
-                         f"{t['learned_found']}/{t['contaminated_learned']} | "
-                         f"{t['not_learned_found']}/{t['contaminated'] - t['contaminated_learned']} |")
+            others = t["contaminated"] - t["contaminated_learned"]
+            lines.append(f"| {fam} | {_signed(t['benign_gain_median'])} | {t['benign_learned']}/{t['benign']} | "
+                         f"{_signed(t['contaminated_gain_median'])} | {t['contaminated_learned']}/{t['contaminated']} | "
+                         f"{_ratio(t['learned_found'], t['contaminated_learned'])} | "
+                         f"{_ratio(t['not_learned_found'], others)} |")
     if oracle:
         lines += ["", "Separable by agreement even knowing who is benign (a contaminated client whose mean cosine "
                   "with the benign clients is below every benign client's; lowrank_fl.nn.trained_eval.oracle_table):",
