@@ -113,8 +113,8 @@ def table(recs) -> str:
     oracle = []
     if any("contaminated_accuracy" in r for r in recs):
         lines += ["", f"What the clients learned (own-task held-out accuracy of the client's adapter minus the base's; "
-                  f"learned: more than {LEARNED_MARGIN}; found: left out by the default output, i.e. flagged by the default client "
-                  "rule):", "",
+                  f"learned: more than {LEARNED_MARGIN}; found: left out by the default output, i.e. flagged by "
+                  "the default client rule):", "",
                   "| family | benign: own − base, median | benign learned | contaminated: own − base, median | "
                   "contaminated learned | found among those that learned | found among the others |",
                   "|---|---|---|---|---|---|---|"]
@@ -127,7 +127,8 @@ def table(recs) -> str:
                 continue
             others = t["contaminated"] - t["contaminated_learned"]
             lines.append(f"| {fam} | {_signed(t['benign_gain_median'])} | {t['benign_learned']}/{t['benign']} | "
-                         f"{_signed(t['contaminated_gain_median'])} | {t['contaminated_learned']}/{t['contaminated']} | "
+                         f"{_signed(t['contaminated_gain_median'])} | "
+                         f"{t['contaminated_learned']}/{t['contaminated']} | "
                          f"{_ratio(t['learned_found'], t['contaminated_learned'])} | "
                          f"{_ratio(t['not_learned_found'], others)} |")
     if oracle:
