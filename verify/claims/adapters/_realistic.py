@@ -234,8 +234,8 @@ def _detection(ctx) -> Evidence:
         notes="'default' is whom the default output (the one no_harm measures) excluded, 'updates' the "
               "default client rule's flags in the same record; 'raw' the issue's statistic (median "
               "||ΔW_j - ΔW_k||_F per module, robustly standardised, averaged, against c_K); 'pooled' the "
-              "rule before. Per family rows are leave-one-family-out: no constant is fit per family. The families and their seeds "
-              "are lowrank_fl.nn.trained_families; seeds from this claim's stream, at least "
+              "rule before. Per family rows are leave-one-family-out: no constant is fit per family. The "
+              "families and their seeds are lowrank_fl.nn.trained_families; seeds from this claim's stream, at least "
               f"{FIRST_FRESH} (every design and report batch used seeds below 3000).")
 
 
