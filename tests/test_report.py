@@ -296,6 +296,21 @@ def test_a_quantity_equal_to_the_table_is_kept_when_the_other_side_has_a_value()
     assert "<code>rows</code>" not in page and page.count("<th>err</th>") == 1
 
 
+def test_the_claims_table_is_titled_after_measured_tables_in_markdown():
+    """A measured list of records is a titled table after the quantities; the claim's own table
+    that follows gets a title too, else it reads as more of the measured one."""
+    c = Claim(id="flute.dummy.t", paper="flute", reference="r", kind="bound", statement="s",
+              experiment=lambda ctx: None)
+    table = [{"k": 1, "err": 0.5}, {"k": 2, "err": 0.25}]
+    e = Evidence(verdict="holds", summary="s", table=table, measured={"paper": [{"k": 1, "err": 0.9}], "x": 1.0})
+    md = render_markdown([(c, e)], scale="smoke")
+    i, j = md.index("*paper (measured)*"), md.index("*flute.dummy.t (table)*")
+    assert i < j < md.index("| 2 | 0.25 |")
+    alone = render_markdown([(c, Evidence(verdict="holds", summary="s", table=table, measured={"x": 1.0}))],
+                            scale="smoke")
+    assert "(table)*" not in alone and "| 2 | 0.25 |" in alone
+
+
 def test_wide_tables_sit_in_a_box_that_may_use_the_window_and_scrolls():
     from verify.report.html import WIDE_COLUMNS
 

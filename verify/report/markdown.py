@@ -67,8 +67,8 @@ def _claim_section(c: Claim, e: Evidence) -> list[str]:
         out += _table(["quantity", "measured", "predicted"], rows) + [""]
     for title, recs in extra:
         out += [f"*{title}*", ""] + _records(recs) + [""]
-    if e.table:
-        out += _records(e.table) + [""]
+    if e.table:        # titled where measured tables precede it, so it does not read as theirs
+        out += ([f"*{c.id} (table)*", ""] if extra else []) + _records(e.table) + [""]
     if e.figure:
         out += [f"![Figure of {c.id}]({e.figure})", ""]
     out += [f"- {line}" for line in check_lines(e)] + ([""] if check_lines(e) else [])
