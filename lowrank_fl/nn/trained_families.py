@@ -14,12 +14,12 @@ benchmark lacked:
   disjoint input letters per client;
 * ``"llama-collab"``, ``"gpt2-collab"``: federations where collaboration pays: every benign
   client holds 8 noisy examples of one shared task (where the FedAvg of the benign clients beats
-  their own adapters), 0-20 % contaminated. Measured (seeds 1700-1703 and the verifier's fresh
-  seeds): in these and the ``*-federated`` families no client *learns* its task — every benign
-  adapter is below the base model on its own task, no contaminated one beats the base on its
-  task by more than 0.02 — and the benign FedAvg's gain over the own adapters is about what the
-  base model alone gains (a median 1.03 of it): the average undoes what fitting a few noisy
-  examples cost;
+  their own adapters), 0-20 % contaminated. Measured (seeds 1700-1703; the verifier's fresh
+  seeds alike): in these and the ``*-federated`` families every benign adapter is below the base
+  model on its own task, and the contaminated ones barely beat the base on theirs (none by more
+  than 0.02 on seeds 1700-1703, one of 13 on the verifier's seeds); the benign FedAvg's gain over
+  the own adapters is about what the base model alone gains (a median 1.03 of it): the average
+  mostly undoes what fitting a few noisy examples cost;
 * ``"llama-personal"``, ``"gpt2-personal"``: federations where averaging *hurts*, built to check
   that a no-harm rule leaves the benign clients their own adapters where collaboration does not
   pay. Every benign client learns ``"rotate"`` (copy one position early: the base's copying gets
