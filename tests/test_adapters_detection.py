@@ -223,7 +223,7 @@ def test_separated_modules_and_infinite_gap_in_the_sentence():
     s2 = detection_sentence(det2)
     assert ("in m the pairs below the widest gap have identical block norms (an unbounded gap ratio), "
             "but fewer pairs lie below it than a majority set (8) has") in s2 and "inf" not in s2
-    # a finite gap ratio beside it is the largest finite one only if no module is unbounded
+    # beside a module with a finite gap ratio above the 6 needed, the unbounded one is named
     det3 = {**det2, "modules": {"m": {"gap_ratio": "inf", "flagged": []}, "n": {"gap_ratio": 7.5, "flagged": []}}}
     assert "unbounded gap ratio" in detection_sentence(det3)
 

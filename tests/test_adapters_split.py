@@ -313,3 +313,26 @@ def test_load_split_refuses_a_weight_without_a_shared_adapter(src, tmp_path):
     man.write_text(json.dumps(doc))
     with pytest.raises(AdapterError, match="no shared adapter was written"):
         load_split(object(), tmp_path / "out", ad.names[0])
+
+
+def test_peft_loads_a_refine_own_output_as_the_clients_own_adapters(tmp_path):
+    peft, torch, base, dirs = _peft_case(tmp_path)
+    from lowrank_fl.adapters.peft_load import load_split
+
+    ad = load_adapters(dirs)
+    _, summary = aggregate_to_dir(ad, ModuleOptions(output_dtype="float64"), tmp_path / "out", dtype="float64",
+                                  progress=False, refine="own")
+    assert not (tmp_path / "out" / SHARED).exists()
+    # a per-module weight dict of zeros (as another tool might write it) reads the same
+    man = tmp_path / "out" / ad.names[1] / MANIFEST
+    doc = json.loads(man.read_text())
+    doc["shared_weight"] = {m: 0.0 for m in ad.modules}
+    man.write_text(json.dumps(doc))
+    for k, name in enumerate(ad.names):
+        model = load_split(base(), tmp_path / "out", name)
+        assert {a for _, mod in model.named_modules() for a in getattr(mod, "lora_A", {})} == {"default"}
+        got = _effective(model)
+        for m in ad.modules:
+            want = ad.factors(m).delta(k)                    # the client's own ΔW = s B A, as read
+            key = m.removeprefix("base_model.model.")
+            assert np.linalg.norm(got[key] - want) <= 1e-12 * np.linalg.norm(want), (name, m)

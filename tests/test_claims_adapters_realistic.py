@@ -57,7 +57,7 @@ def test_learning_clause_by_hand():
     text, table = R.learning_clause([rec, _rec("b", 2, names, [], [])])     # the second: not measured
     assert table["all"]["sets"] == 1 and table["all"]["contaminated_learned"] == 1
     assert "learned their task" in text and ": 1/1, found 1 of them and 0 of the others" in text
-    assert "benign clients beating the base: 1/2 (by family: a 1/2)" in text
+    assert "benign clients beating the base by more than 0.02: 1/2 (by family: a 1/2)" in text
     assert R.learning_clause([_rec("b", 2, names, [], [])]) == ("", None)
 
 
@@ -108,8 +108,11 @@ def test_harm_rows_by_hand():
             v["base"] = x
     a, b = R.harm_rows(recs)
     assert a["base_change"] == pytest.approx(-0.1) and b["base_change"] == pytest.approx(0.08)
-    # the base alone reaches 0.08 / 0.12 of the gain where averaging pays
+    # the base alone reaches 0.08 / 0.12 of the gain where averaging pays; with a second set at
+    # 0.03 / 0.10 and a third at 0.12 / 0.10 the median (0.67) and the least (0.30) differ
     assert "reaches a median 0.67 of the benign FedAvg's gain (least 0.67)" in R._base_clause([b])
+    more = [b, {"base_change": 0.03, "fedavg_gain": 0.10}, {"base_change": 0.12, "fedavg_gain": 0.10}]
+    assert "reaches a median 0.67 of the benign FedAvg's gain (least 0.30)" in R._base_clause(more)
     assert R._base_clause([]) == ""
 
 

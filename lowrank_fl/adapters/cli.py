@@ -83,7 +83,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--names", default=None, help=_NAMES_HELP)
     agg.add_argument("--output", default=None, choices=LAYOUTS,
                      help="CLAIR's output layout: 'split' (default) writes OUT/shared/ (the "
-                          "collaborative part of (9), once) and each client's own part "
+                          "collaborative part of (9), once; not written where no client uses "
+                          "it, as with --refine own) and each client's own part "
                           "OUT/<client>/ (rank r_k), about twice the inputs' size at any K; "
                           "'merged' one adapter per client holding (9) (rank up to r + sum of "
                           "ranks: about K times the inputs; the default with --rank-out)")

@@ -57,7 +57,8 @@ def load_split(model, out_dir, client: str, *, combine: str = "active",
                                          is_trainable=is_trainable)
     doc = read_manifest(client_dir)
     weights = doc["shared_weight"]
-    if not isinstance(weights, dict) and float(weights) == 0:     # outside the set everywhere
+    values = weights.values() if isinstance(weights, dict) else [weights]
+    if all(float(w) == 0 for w in values):                        # outside the set everywhere
         return PeftModel.from_pretrained(model, str(client_dir), adapter_name=adapter_name,
                                          is_trainable=is_trainable)
     if doc.get("shared", "") is None:

@@ -176,7 +176,8 @@ def harm_table(recs, tolerance: float = 0.03) -> list[dict]:
     """Per accuracy method over records with accuracies: the worst set's mean benign change
     against the clients' own adapters, the share of benign clients losing more than
     ``tolerance``, and, over the sets where the benign FedAvg beats the own adapters by more
-    than 0.05, the share of that gain kept (median over those sets)."""
+    than 0.05, the share of that gain kept (median over those sets). A method some record lacks
+    (records written before it was measured, such as ``"base"``) has no row."""
     recs = [r for r in recs if "accuracy" in r]
     rows = []
     for m in ACCURACY_METHODS:

@@ -6,10 +6,10 @@ reversed contamination, clean federations, federations where averaging helps and
 Two claims read the same runs, each the bar the realistic-federation issue set, written here
 before any set of these seeds was built:
 
-* ``adapters.realistic.detection`` — the default client rule flags no benign client in any set,
-  finds at least half of the contaminated clients (:data:`MIN_RECALL`), and more of them than the
-  raw-distance statistic (the median ``||ΔW_j - ΔW_k||_F`` per module, pooled; the issue's 30-line
-  statistic) finds.
+* ``adapters.realistic.detection`` — the default output (``adapters aggregate --method clair``'s
+  defaults) leaves out no benign client in any set, leaves out at least half of the contaminated
+  clients (:data:`MIN_RECALL`), and more of them than the raw-distance statistic (the median
+  ``||ΔW_j - ΔW_k||_F`` per module, pooled; the issue's 30-line statistic) flags.
 * ``adapters.realistic.no_harm`` — with the default output, in every set the benign clients' mean
   masked accuracy on their own task is at least their own adapters' minus :data:`SET_TOLERANCE`,
   at most :data:`MAX_LOSING` of all benign clients (pooled over the sets) lose more than
@@ -195,7 +195,7 @@ def learning_clause(recs: list[dict]) -> tuple[str, dict | None]:
     return (f"; contaminated clients whose adapter learned their task (own-task accuracy above the base's by "
             f"more than {LEARNED_MARGIN}): {t['contaminated_learned']}/{t['contaminated']}, found "
             f"{t['learned_found']} of them and {t['not_learned_found']} of the others; benign clients beating "
-            f"the base: {t['benign_learned']}/{t['benign']} (by family: "
+            f"the base by more than {LEARNED_MARGIN}: {t['benign_learned']}/{t['benign']} (by family: "
             + ", ".join(f"{f} {v['benign_learned']}/{v['benign']}" for f, v in fam.items()) + ")",
             {"all": t, "by_family": fam})
 
