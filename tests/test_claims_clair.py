@@ -318,3 +318,19 @@ def test_table1_says_why_a_family_was_not_judged():
     assert sec7._why_unjudged({"a": [True]}, {}, 8) == ""
     ev = _run("clair.sec7.table1")                                # smoke: 3 replicates resolve no 2% band
     assert "Not judged with 3 replicates per setting" in ev.summary and "local_2pct: the half-width" in ev.summary
+
+
+def test_an_uncertified_reference_leaves_the_bracket_undecided(monkeypatch):
+    """clair.compare.lower_bound_brackets: where CLARABEL cannot certify the reference p* (status
+    "optimal_inaccurate"), the instance decides nothing: inconclusive, not fails, and the summary
+    says why; with the inflated bound beside it, the certified instances still fail the claim."""
+    real = cmp._p_star
+    monkeypatch.setattr(cmp, "_p_star", lambda *a: (real(*a)[0], "optimal_inaccurate"))
+    ev = _run("clair.compare.lower_bound_brackets")
+    assert ev.verdict == "inconclusive", ev.summary
+    assert "1 undecided (the CVXPY reference p* not certified: status optimal_inaccurate)" in ev.summary
+    assert [r["passes"] for r in ev.table] == [None] and ev.table[0]["reference status"] == "optimal_inaccurate"
+    calls = iter(["optimal", "optimal_inaccurate"] * 4)
+    monkeypatch.setattr(cmp, "_p_star", lambda *a: (real(*a)[0], next(calls)))
+    ev = _run("clair.compare.lower_bound_brackets", scale="quick", compare_fn=cmp._inflated_lower_bound)
+    assert ev.verdict == "fails" and [r["passes"] for r in ev.table].count(False) == 2, ev.summary

@@ -18,8 +18,15 @@ _SLACK = 1e-8        # Clarabel's accuracy on p* (tolerances 1e-10 on data of or
 _WIDTH = 1e-7        # bracket width allowed, x F(0, 0): the best method's certified gap is <= 1e-9
 
 
+#: CLARABEL's tolerances for the reference p*, tried in turn until one is certified ("optimal"):
+#: both far below _SLACK (1e-8), so either decides the bracket; at 1e-10 CLARABEL sometimes stops
+#: "optimal_inaccurate" (one full-scale instance of the current stack)
+_REF_TOLS = (1e-10, 1e-9)
+
+
 def _p_star(D, q, lam_L, lam_S, w):
-    """Program (7) with cp.normNuc on the (Gq, p) matrix: small instances only."""
+    """Program (7) with cp.normNuc on the (Gq, p) matrix: small instances only. Returns the optimum
+    and CLARABEL's status at the first of :data:`_REF_TOLS` it certifies (else the last)."""
     import cvxpy as cp
 
     G = D.shape[0] // q
@@ -29,7 +36,10 @@ def _p_star(D, q, lam_L, lam_S, w):
         0.5 * w[g] * cp.sum_squares(R[g * q:(g + 1) * q]) + lam_S * cp.norm(S[g * q:(g + 1) * q], "fro")
         for g in range(G))
     prob = cp.Problem(cp.Minimize(obj))
-    prob.solve(solver="CLARABEL", tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    for tol in _REF_TOLS:
+        prob.solve(solver="CLARABEL", tol_gap_abs=tol, tol_gap_rel=tol, tol_feas=tol)
+        if prob.status == "optimal":
+            break
     return float(prob.value), str(prob.status)
 
 
@@ -58,6 +68,13 @@ def _inflated_lower_bound(*args, **kwargs):
     return dataclasses.replace(c, lower_bound=top + 1e-6 * c.scale)
 
 
+def _undecided(rows) -> str:
+    """The instances whose reference p* CLARABEL did not certify, as a summary clause."""
+    odd = [r["reference status"] for r in rows if r["passes"] is None]
+    return (f"; {len(odd)} undecided (the CVXPY reference p* not certified: status "
+            f"{', '.join(sorted(set(odd)))})" if odd else "")
+
+
 @claim("clair.compare.lower_bound_brackets", paper="clair",
        reference="Program (7) and its Fenchel dual (§3.1, S1.1); lowrank_fl.compare",
        statement="The comparison's certified lower bound (largest dual over FISTA, Algorithm 1 and "
@@ -78,18 +95,22 @@ def _lower_bound_brackets(ctx, *, compare_fn=compare_clair):
             below = ran and o["lower_bound"] <= o["p_star"] + _SLACK * s
             above = ran and min(o["objectives"].values()) >= o["p_star"] - _SLACK * s
             width = (min(o["objectives"].values()) - o["lower_bound"]) / s if ran else float("nan")
-            good = bool(below and above and width <= _WIDTH and o["p_star_status"] == "optimal")
-            ok = ok and good
+            # p* is the reference: a reference CLARABEL could not certify (status "optimal_inaccurate")
+            # decides nothing about the library, so that instance is undecided, not failed
+            good = (bool(below and above and width <= _WIDTH) if o["p_star_status"] == "optimal"
+                    else None)
+            ok = False if good is False or ok is False else (None if good is None else ok)
             rows.append({"K": K, "q": q, "p": p, "r": r,
                          "(p* - lower bound) / F(0,0)": (o["p_star"] - o["lower_bound"]) / s if ran else None,
                          "(min objective - p*) / F(0,0)": (min(o["objectives"].values()) - o["p_star"]) / s
                          if ran else None,
                          "bracket width / F(0,0)": width, "lower bound from": o["lower_bound_method"],
+                         "reference status": o["p_star_status"],
                          "sets agree": o["sets_agree"], "passes": good})
     worst = max((r["bracket width / F(0,0)"] for r in rows), default=float("nan"))
     return Evidence(verdict=verdict_from(ok),
-                    summary=f"{sum(r['passes'] for r in rows)}/{len(rows)} instances bracketed; "
-                            f"widest bracket {worst:.1e} F(0,0)",
+                    summary=f"{sum(r['passes'] is True for r in rows)}/{len(rows)} instances bracketed; "
+                            f"widest bracket {worst:.1e} F(0,0)" + _undecided(rows),
                     table=rows, measured={"widest bracket / F(0,0)": worst, "runs": len(runs)},
                     predicted={"lower bound": "<= p* (weak duality)", "objectives": ">= p*",
                                "bracket width / F(0,0)": f"<= {_WIDTH:.0e}"})
