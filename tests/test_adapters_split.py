@@ -160,11 +160,18 @@ def test_cli_output_option_and_sizes(src, tmp_path, capsys):
             for d in ("s", "m")}
     assert size["s"] < size["m"]
     # --refine own: nothing shared is written, and the output line says so instead of shared/
+    capsys.readouterr()
     assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "o"),
                  "--quiet", "--refine", "own"]) == 0
     text = capsys.readouterr().out
     assert "no client uses a shared part, so none was written" in text and "shared/ once" not in text
     assert not (tmp_path / "o" / SHARED).exists()
+    # a flagged client under --refine own: nobody receives anything, and the sentence says so
+    assert "flagged client_05 by the update rule" in text
+    assert "every client keeps its own adapter (--refine own), so nobody receives them." in text
+    assert "left out of what the others receive" not in text
+    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "d"), "--quiet"]) == 0
+    assert "their updates are left out of what the others receive." in capsys.readouterr().out
     assert "none was written" in json.loads((tmp_path / "o" / src[0].name / MANIFEST).read_text())["note"]
     # --rank-out is a truncation of merged outputs: with --output split it is refused
     assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "r"),

@@ -302,7 +302,7 @@ def run_aggregate(args) -> int:
     if "detection" in summary:
         from .decision import detection_sentence
 
-        print(detection_sentence(summary["detection"]))
+        print(detection_sentence(summary["detection"], refine=(summary.get("refinement") or {}).get("mode")))
     if "refinement" in summary:
         from .decision import refinement_sentence
 

@@ -181,7 +181,7 @@ def _pooled_clause(det: dict) -> str:
     return text
 
 
-def _updates_sentence(det: dict) -> str:
+def _updates_sentence(det: dict, refine: str | None = None) -> str:
     """The update rule's sentence: whom it flagged and why, or what "nothing detected" means."""
     u = det["updates"]
     cut = u["cutoff"]
@@ -189,8 +189,10 @@ def _updates_sentence(det: dict) -> str:
         return "no contaminated client can be detected with fewer than 3 clients (update rule)."
     if det["flagged"]:
         parts = [f"{n} (" + "; ".join(_update_reasons(u, n)) + ")" for n in det["flagged"]]
+        what = ("every client keeps its own adapter (--refine own), so nobody receives them"
+                if refine == "own" else "their updates are left out of what the others receive")
         return (f"flagged {', '.join(det['flagged'])} by the update rule over all modules: "
-                + ", ".join(parts) + "; their updates are left out of what the others receive.")
+                + ", ".join(parts) + f"; {what}.")
     return _updates_limit(u)
 
 
@@ -310,10 +312,11 @@ def _share(v) -> str:
             else f"agreement {v:.2f} of the typical client's")
 
 
-def detection_sentence(det: dict) -> str:
-    """One sentence: which clients were flagged and on what evidence, or that none was."""
+def detection_sentence(det: dict, *, refine: str | None = None) -> str:
+    """One sentence: which clients were flagged and on what evidence, or that none was (under
+    ``refine="own"`` nobody receives anything, and the sentence does not say otherwise)."""
     if det["rule"] == "updates":
-        return _updates_sentence(det)
+        return _updates_sentence(det, refine)
     need = _min_gap_ratio()
     n_sep = len(det["separated_modules"])
     pooled = _pooled_clause(det)
