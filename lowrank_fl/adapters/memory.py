@@ -31,7 +31,7 @@ from .plan import apply_refinement, refinement_summary, resolve_refine
 from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_peft_type, check_plain_lora,
                  config_scaling)
 from .run import Aggregation, aggregate_adapters, resolve_layout
-from .split import SHARED, client_part, fold_weights, shared_part
+from .split import SHARED, client_part, fold_weights, shared_part, shared_used
 from .split import shared_weights as split_weights
 
 __all__ = ["MemoryClient", "FactorAggregation", "aggregate_factors", "adapter_set",
@@ -231,7 +231,7 @@ def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions()
         if split:
             B, A = shared_part(r, f, b, dt)
             outputs[SHARED][r.name] = (A, B, 1.0)
-    if split and not any(a > 0 for per in applied.values() for a in per.values()):
+    if split and not shared_used(applied):
         del outputs[SHARED]          # nobody uses it (refine="own", every weight 0): not written on disk either
     summary = agg.summary(client_rule, errors if options.rank_out is not None else None)
     summary["outputs"] = list(outputs)

@@ -33,7 +33,7 @@ from .io import AdapterSet, input_fingerprints
 from .robust import ROBUST_METHODS
 from .io import AdapterError
 from .split import (DEFAULT_LAYOUT, LAYOUTS, SHARED, client_part, fold_weights, keep_split_state,
-                    shared_part, shared_weights, write_manifest)
+                    shared_part, shared_used, shared_weights, write_manifest)
 from .stream import AdapterStreamWriter
 
 __all__ = ["Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs", "resolve_layout",
@@ -250,13 +250,7 @@ class _OutputWriters:
 
     @property
     def outputs(self) -> list:
-        return self.names + ([SHARED] if self.split and self.shared_used else [])
-
-    @property
-    def shared_used(self) -> bool:
-        """Whether some client's output includes the shared adapter (a weight above 0 in some
-        module); ``--refine own``, or nobody in a collaborative set, leaves it unused."""
-        return any(a > 0 for per in self.applied.values() for a in per.values())
+        return self.names + ([SHARED] if self.split and shared_used(self.applied) else [])
 
     def write(self, r: ModuleResult, benign=None, release: bool = False) -> None:
         if self.split:
@@ -287,7 +281,7 @@ class _OutputWriters:
         for w in self.writers:
             w.close()
         if self.split:
-            used = self.shared_used
+            used = shared_used(self.applied)
             if not used:          # every client keeps its own adapter: nothing refers to shared/
                 shutil.rmtree(self.root / SHARED)
             for name in self.names:

@@ -33,7 +33,7 @@ import numpy as np
 from .io import AdapterError, ModuleFactors
 
 __all__ = ["LAYOUTS", "DEFAULT_LAYOUT", "SHARED", "MANIFEST", "shared_weights", "client_part",
-           "shared_part", "keep_split_state", "fold_weights", "write_manifest", "read_manifest"]
+           "shared_part", "shared_used", "keep_split_state", "fold_weights", "write_manifest", "read_manifest"]
 
 #: output layouts of CLAIR: "split" (``OUT/shared/`` + each client's part) or "merged" (one
 #: adapter per client holding (9), rank up to r + Σ r_k: its size grows like K²)
@@ -145,6 +145,13 @@ def fold_weights(per_module: dict):
     """One number when every module has the same weight, else ``{module: weight}``."""
     vals = set(per_module.values())
     return vals.pop() if len(vals) == 1 else dict(per_module)
+
+
+def shared_used(applied: dict) -> bool:
+    """Whether some client's output includes the shared part: a weight above 0 in some module of
+    ``applied`` (``{client: {module: a}}``, 0 outside a module's set); ``refine="own"``, or
+    nobody in a collaborative set, leaves it unused, and it is then not written."""
+    return any(a > 0 for per in applied.values() for a in per.values())
 
 
 def write_manifest(client_dir, client: str, weights: dict, shared: bool = True) -> None:

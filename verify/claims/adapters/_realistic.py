@@ -13,8 +13,9 @@ before any set of these seeds was built:
 * ``adapters.realistic.no_harm`` — with the default output, in every set the benign clients' mean
   masked accuracy on their own task is at least their own adapters' minus :data:`SET_TOLERANCE`,
   at most :data:`MAX_LOSING` of all benign clients (pooled over the sets) lose more than
-  :data:`CLIENT_TOLERANCE`, and in every set where the benign clients' FedAvg beats their own adapters by more than
-  :data:`GAIN_FLOOR`, the default keeps at least :data:`MIN_GAIN_KEPT` of that gain.
+  :data:`CLIENT_TOLERANCE`, and in every set where the benign clients' FedAvg beats their own
+  adapters by more than :data:`GAIN_FLOOR`, the default keeps at least :data:`MIN_GAIN_KEPT` of
+  that gain.
 
 Every constant of the rules was chosen on family seeds below 3000 (the design and report batches
 of the README); the claims draw their sets from their own seed stream and move any seed below
@@ -122,8 +123,7 @@ def detection_verdict(default: dict, raw: dict) -> bool | None:
         return False
     if default["contaminated"] == 0:
         return None
-    return bool(default["benign_flagged"] == 0 and default["recall"] >= MIN_RECALL
-                and default["found"] > raw["found"])
+    return bool(default["recall"] >= MIN_RECALL and default["found"] > raw["found"])
 
 
 def harm_rows(recs: list[dict], method: str = "clair-default") -> list[dict]:
@@ -235,8 +235,8 @@ def _detection(ctx) -> Evidence:
               "default client rule's flags in the same record; 'raw' the issue's statistic (median "
               "||ΔW_j - ΔW_k||_F per module, robustly standardised, averaged, against c_K); 'pooled' the "
               "rule before. Per family rows are leave-one-family-out: no constant is fit per family. The "
-              "families and their seeds are lowrank_fl.nn.trained_families; seeds from this claim's stream, at least "
-              f"{FIRST_FRESH} (every design and report batch used seeds below 3000).")
+              "families and their seeds are lowrank_fl.nn.trained_families; seeds from this claim's stream, "
+              f"at least {FIRST_FRESH} (every design and report batch used seeds below 3000).")
 
 
 @claim("adapters.realistic.no_harm", paper=PAPER,
@@ -252,6 +252,7 @@ def _no_harm(ctx) -> Evidence:
     rows = harm_rows(recs)
     ok = None if failed else harm_verdict(rows)
     paper = harm_rows(recs, "clair-paper")
+    fams = family_harm(rows)
     worst = min(rows, key=lambda r: r["mean_change"])
     kept = [r for r in rows if r["gain_kept"] is not None]
     least = min(kept, key=lambda r: r["gain_kept"]) if kept else None
@@ -268,8 +269,8 @@ def _no_harm(ctx) -> Evidence:
                  f"{sum(r['losing'] for r in paper)}/{clients} losing; by family (worst set, least gain kept): "
                  + ", ".join(f"{f} {v['worst_change']:+.3f}/"
                              + ("-" if v["least_gain_kept"] is None else f"{v['least_gain_kept']:.2f}")
-                             for f, v in family_harm(rows).items())),
-        measured={"sets": rows, "paper": paper, "by_family": family_harm(rows)},
+                             for f, v in fams.items())),
+        measured={"sets": rows, "paper": paper, "by_family": fams},
         predicted={"worst set": f">= -{SET_TOLERANCE}", "losing": f"<= {MAX_LOSING:.0%}",
                    "gain kept": f">= {MIN_GAIN_KEPT} where the benign FedAvg gains > {GAIN_FLOOR}"},
         table=rows,

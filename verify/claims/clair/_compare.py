@@ -87,7 +87,7 @@ def _lower_bound_brackets(ctx, *, compare_fn=compare_clair):
                                   for K, q, p, r in cells],
                   replicates=ctx.pick(1, 2, 3))
     runs = [o for row in out for o in row]
-    rows, ok = [], True
+    rows = []
     for (K, q, p, r), row in zip(cells, out):
         for o in row:
             s = o["scale"]
@@ -99,7 +99,6 @@ def _lower_bound_brackets(ctx, *, compare_fn=compare_clair):
             # decides nothing about the library, so that instance is undecided, not failed
             good = (bool(below and above and width <= _WIDTH) if o["p_star_status"] == "optimal"
                     else None)
-            ok = False if good is False or ok is False else (None if good is None else ok)
             rows.append({"K": K, "q": q, "p": p, "r": r,
                          "(p* - lower bound) / F(0,0)": (o["p_star"] - o["lower_bound"]) / s if ran else None,
                          "(min objective - p*) / F(0,0)": (min(o["objectives"].values()) - o["p_star"]) / s
@@ -107,6 +106,8 @@ def _lower_bound_brackets(ctx, *, compare_fn=compare_clair):
                          "bracket width / F(0,0)": width, "lower bound from": o["lower_bound_method"],
                          "reference status": o["p_star_status"],
                          "sets agree": o["sets_agree"], "passes": good})
+    passes = [r["passes"] for r in rows]
+    ok = False if False in passes else (None if None in passes else True)
     worst = max((r["bracket width / F(0,0)"] for r in rows), default=float("nan"))
     return Evidence(verdict=verdict_from(ok),
                     summary=f"{sum(r['passes'] is True for r in rows)}/{len(rows)} instances bracketed; "
