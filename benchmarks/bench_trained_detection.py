@@ -26,7 +26,7 @@ Per seed and family, 4 sets: heterogeneous benign tasks with 0, 1, 2 contaminate
 homogeneous benign tasks with 3 (llama, gpt2: shift, clean, reverse) or 1 (sec8: reverse, as
 Table 3). Per set (lowrank_fl.nn.trained_eval):
 the clients each rule flags, Krum / Multi-Krum selections, the update rule re-run at each
-materiality floor ρ (MIN_RATIOS: the README's ρ table), timings and (--loss) the benign clients'
+materiality floor ρ (MIN_RATIOS: the ρ table of docs/adapters_evidence.md), timings and (--loss) the benign clients'
 held-out loss of every method's adapter.
 """
 from __future__ import annotations

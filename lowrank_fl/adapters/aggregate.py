@@ -63,7 +63,7 @@ CLIENT_RULES = ("per-module", "majority", "any", "pooled", "updates")
 #: the default client-level decision: the update rule (:mod:`.detect_updates`: direction and size
 #: of the clients' raw updates), which the realistic federations of
 #: :mod:`lowrank_fl.nn.trained_families` need (common LoRA init, few noisy examples, uneven
-#: training: README, "Detection on trained adapters")
+#: training: README, "Client-level detection" and "The realistic federations")
 DEFAULT_CLIENT_RULE = "updates"
 #: the default of :attr:`ModuleOptions.clip`: the update rule's size floor
 CLIP = detect_updates.SIZE_RATIO

@@ -18,7 +18,7 @@ before any set of these seeds was built:
   that gain.
 
 Every constant of the rules was chosen on family seeds below 3000 (the design and report batches
-of the README); the claims draw their sets from their own seed stream and move any seed below
+of docs/adapters_evidence.md); the claims draw their sets from their own seed stream and move any seed below
 :data:`FIRST_FRESH` off it, so what they report is a test. Per family rows are the
 leave-one-family-out rows: no constant of the rule is fit per family. Scales: smoke — 2 tiny sets
 (the pipeline runs; a base pretrained 5 steps does not copy, so inconclusive); quick — one set of
