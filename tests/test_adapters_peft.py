@@ -96,7 +96,8 @@ def test_peft_round_trip_clair(clients, tmp_path):
             assert np.linalg.norm(got[m] - ref) <= 1e-5 * np.linalg.norm(ref)
 
 
-def test_save_adapter_rank_pattern_loads_in_peft(tmp_path):
+@pytest.mark.parametrize("form", ["file-config, (B, A)", "LoraConfig, (A, B, scaling)"])
+def test_save_adapter_rank_pattern_loads_in_peft(tmp_path, form):
     """Different ranks per module go through rank_pattern / alpha_pattern and load exactly."""
     from lowrank_fl.adapters.save import save_adapter
 
@@ -112,9 +113,9 @@ def test_save_adapter_rank_pattern_loads_in_peft(tmp_path):
         m = f"base_model.model.model.layers.{layer}.self_attn.{proj}"
         r = [2, 5, 7, 5][i]
         B, A = rng.standard_normal((32, r)), rng.standard_normal((r, 32))
-        factors[m] = (B, A)
+        factors[m] = (B, A) if form.endswith("(B, A)") else (A, B / 3.0, 3.0)
         want[m] = B @ A
-    save_adapter(tmp_path / "out", cfg, factors)
+    save_adapter(tmp_path / "out", cfg if form.startswith("file") else lcfg, factors)
     got = _delta_from_peft(peft.PeftModel.from_pretrained(_base(), str(tmp_path / "out")))
     for m, ref in want.items():
         assert np.linalg.norm(got[m] - ref) <= 1e-6 * np.linalg.norm(ref)

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -126,29 +127,75 @@ def _write_safetensors(path: Path, tensors: dict) -> None:
             fh.write(memoryview(np.ascontiguousarray(a)).cast("B"))
 
 
-def save_adapter(out_dir, base_config: dict, factors: dict, *, dtype="float32") -> None:
+def _as_ba(module, factors) -> tuple[np.ndarray, np.ndarray]:
+    """``(B, A)`` from a module's entry: the library's ``(A, B, scaling)`` (scaling folded into
+    ``B``) or a ``(B, A)`` pair, checked (2-D, inner dimensions equal, finite scaling)."""
+    where = f"factors[{module!r}]"
+    if not isinstance(factors, (tuple, list)) or len(factors) not in (2, 3):
+        raise ValueError(f"{where} must be (A, B, scaling) or (B, A), got {type(factors).__name__}"
+                         + (f" of length {len(factors)}" if isinstance(factors, (tuple, list)) else ""))
+    if len(factors) == 3:
+        A, B, s = factors
+        s = float(s)
+        if not np.isfinite(s):
+            raise ValueError(f"{where}: scaling must be finite, got {s}")
+        A, B = np.asarray(A), np.asarray(B)
+        if A.ndim == 2 and B.ndim == 2 and B.shape[1] == A.shape[0]:
+            B = B.astype(np.float64) * s
+    else:
+        B, A = (np.asarray(x) for x in factors)
+    if A.ndim != 2 or B.ndim != 2 or B.shape[1] != A.shape[0]:
+        raise ValueError(f"{where}: B {tuple(B.shape)} and A {tuple(A.shape)} are not the factors of an "
+                         "out x in update (B (out, r), A (r, in))")
+    if A.shape[0] > min(B.shape[0], A.shape[1]):
+        raise ValueError(f"{where}: rank {A.shape[0]} above min(out, in) = {min(B.shape[0], A.shape[1])} "
+                         "(B and A swapped? pairs are (B, A), triples (A, B, scaling))")
+    return B, A
+
+
+def save_adapter(out_dir, base_config: dict, factors: dict, *, dtype="float32",
+                 overwrite: bool = False) -> None:
     """Write a PEFT adapter directory whose ``scaling · B A`` equals the given products.
 
     Parameters
     ----------
     out_dir : path-like
-        Created (parents too) if missing.
-    base_config : dict
-        A client's ``adapter_config.json``; the output's config is :func:`peft_config` of it
+        Created (parents too) if missing. One that already holds an adapter
+        (``adapter_config.json`` or ``adapter_model.safetensors``) is refused unless ``overwrite``.
+    base_config : dict or peft.LoraConfig
+        A client's ``adapter_config.json`` (or its ``LoraConfig``); the output's config is :func:`peft_config` of it
         (every module's scaling 1, its rank the rank of the factors given).
     factors : dict
-        ``{module: (B (out, rho), A (rho, in))}`` with ``ΔW = B A`` (scaling already folded in).
+        Per module (the safetensors module names, e.g. ``base_model.model.model.layers.0.self_attn.q_proj``),
+        either the library's ``(A (r, in), B (out, r), scaling)`` — as :func:`lowrank_fl.adapters.aggregate_factors`
+        returns them; ``ΔW = scaling · B A`` — or a pair ``(B (out, r), A (r, in))`` with ``ΔW = B A``.
     dtype : {"float32", "float16", "bfloat16", "float64"}
         Storage dtype of the tensors. A value that does not fit it is an error
         (:func:`storage_array`).
+    overwrite : bool
+        Replace an adapter already in ``out_dir``.
     """
     out_dir = Path(out_dir)
-    tensors = {}
-    for m, (B, A) in factors.items():
+    if not isinstance(base_config, Mapping) and callable(getattr(base_config, "to_dict", None)):
+        base_config = base_config.to_dict()                  # a peft LoraConfig
+    if not isinstance(base_config, Mapping):
+        raise TypeError(f"base_config must be an adapter config (a mapping or a peft LoraConfig), got "
+                        f"{type(base_config).__name__}")
+    # LoraConfig.to_dict() holds target_modules as a set: JSON needs a list
+    base_config = {k: sorted(v) if isinstance(v, (set, frozenset)) else v for k, v in base_config.items()}
+    if not overwrite:
+        held = [n for n in (CONFIG_NAME, WEIGHTS_NAME) if (out_dir / n).exists()]
+        if held:
+            raise FileExistsError(f"out_dir {str(out_dir)!r} already holds an adapter ({', '.join(held)}); "
+                                  "pass overwrite=True to replace it")
+    tensors, ranks = {}, {}
+    for m, entry in factors.items():
+        B, A = _as_ba(m, entry)
         tensors[f"{m}.lora_A.weight"] = storage_array(A, dtype, f"module {m!r} (lora_A)")
         tensors[f"{m}.lora_B.weight"] = storage_array(B, dtype, f"module {m!r} (lora_B)")
+        ranks[m] = int(A.shape[0])
     out_dir.mkdir(parents=True, exist_ok=True)
-    cfg = peft_config(base_config, {m: int(A.shape[0]) for m, (B, A) in factors.items()})
+    cfg = peft_config(base_config, ranks)
     _write_safetensors(out_dir / WEIGHTS_NAME, tensors)
     tmp = out_dir / (CONFIG_NAME + ".tmp")
     tmp.write_text(json.dumps(cfg, indent=2, sort_keys=True))
