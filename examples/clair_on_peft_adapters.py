@@ -1,22 +1,25 @@
 """Make LoRA adapters with PEFT on a tiny Llama, then aggregate them with CLAIR.
 
     pip install ".[peft]"            # torch, peft, transformers
-    python examples/clair_on_peft_adapters.py [WORKDIR]
+    python examples/clair_on_peft_adapters.py [WORKDIR]      # default: a new temporary folder
 
 Five clients fine-tune LoRA (r = 4 on q_proj / v_proj) of the same tiny Llama (built from a
 config, nothing downloaded). Four start from the server's common LoRA initialisation and learn
 the same task; the fifth brings its own initialisation and a different task. Each saves its
 adapter with ``save_pretrained``; ``lowrank-fl adapters aggregate`` then writes the split
-layout (``OUT/shared/``, the collaborative part of the refinement (9), once, and each client's
-own part ``OUT/<client>/``) and a summary; the example loads client0's refined update back
-with :func:`lowrank_fl.adapters.peft_load.load_split` (both parts active in one ``PeftModel``),
-and writes the outputs again as one merged adapter per client truncated to rank 8 with
-``--rank-out`` (the truncation error printed). It checks the detection against the truth (the fifth client
-flagged in every module, the four others kept in every module) and exits with status 1 and
-the reason if it is not.
+layout (``OUT/shared/``, the collaborative part of the refinement, once — the default
+``--refine exchangeable``; ``--refine paper`` is (9) — and each client's own part
+``OUT/<client>/`` with the weight ``a_k`` of the shared part) and a summary; the example loads
+back the refined update of a client whose weight is above 0 with
+:func:`lowrank_fl.adapters.peft_load.load_split` (its own part and the shared part active in one
+``PeftModel``; a client of weight 0 loads its own adapter alone), and writes the outputs again
+as one merged adapter per client truncated to rank 8 with ``--rank-out`` (the truncation error
+printed). It checks the detection against the truth (the fifth client flagged in every module,
+the four others kept in every module) and exits with status 1 and the reason if it is not.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -63,7 +66,7 @@ def main(workdir: Path) -> None:
         train_client(k, contaminated=(k == K - 1), out=d)
     out = workdir / "clair"
     lowrank_fl(["adapters", "aggregate", *map(str, clients), "--method", "clair",
-                "--out", str(out), "--overwrite"])
+                f"--out={out}", "--overwrite"])
     summary = json.loads((out / "summary.json").read_text())
     wrong = []
     for name, m in summary["modules"].items():
@@ -71,13 +74,15 @@ def main(workdir: Path) -> None:
               f"lam_L {m['lam_L']:.3g}, lam_S {m['lam_S']:.3g}, gap {m['relative_gap']:.1e}")
         if m["benign"] != [True] * (K - 1) + [False]:
             wrong.append(name)
-    model = load_split(base_model(), out, "client0")      # its own part + the shared part
-    print("client0's refined update loads in PEFT:", type(model).__name__,
+    weights = {n: c["weight"] for n, c in summary["refinement"]["clients"].items()}
+    name = max(weights, key=weights.get)                  # the client that takes most of the shared part
+    model = load_split(base_model(), out, name)           # its own part + the shared part at weight a_k
+    print(f"{name}'s refined update (a_k = {weights[name]:.3f}) loads in PEFT:", type(model).__name__,
           "active adapters", model.base_model.active_adapters)
     # merged, each client's adapter has rank up to r + q' (q' <= sum of the clients' ranks), here
     # 4 + 20: --rank-out truncates them by SVD and prints the largest relative error it made
-    lowrank_fl(["adapters", "aggregate", *map(str, clients), "--method", "clair", "--out",
-                str(workdir / "clair_r8"), "--rank-out", "8", "--overwrite", "--quiet"])
+    lowrank_fl(["adapters", "aggregate", *map(str, clients), "--method", "clair",
+                f"--out={workdir / 'clair_r8'}", "--rank-out", "8", "--overwrite", "--quiet"])
     if wrong:
         sys.exit(f"detection is wrong in {len(wrong)}/{len(summary['modules'])} modules "
                  f"(expected client{K - 1} alone flagged): {wrong}")
@@ -86,4 +91,8 @@ def main(workdir: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp()))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("workdir", nargs="?", type=Path, default=None,
+                    help="folder for the clients' adapters and the outputs (default: a new temporary folder)")
+    args = ap.parse_args()
+    main((args.workdir or Path(tempfile.mkdtemp())).resolve())

@@ -140,6 +140,13 @@ def check_output_file(out, *, overwrite: bool = False, inputs: Iterable = (),
     return target
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_file(path, write: Callable[[Path], None], *, overwrite: bool = False,
                option: str = "--figure") -> Path:
     """``write(tmp)`` into a temporary file beside ``path`` (same suffix), then move it to
@@ -150,6 +157,8 @@ def write_file(path, write: Callable[[Path], None], *, overwrite: bool = False,
     os.close(fd)
     try:
         write(Path(tmp))
+        # mkstemp creates it 0600: give it the mode a plain open() would (0666 less the umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         if overwrite:
             os.replace(tmp, path)
         else:

@@ -425,6 +425,22 @@ def test_summary_of_another_run_or_not_json(src, tmp_path, capsys):
     bad.write_text(json.dumps(s))
     assert _run(["inspect", *src[:3], "--summary", bad]) == 2
     _one_line_error(capsys, "modules differ", "3 vs 4", dropped)
+    assert _run(["inspect", *src[:3], "--summary", tmp_path / "nope.json"]) == 2
+    _one_line_error(capsys, "--summary", "nope.json: no such file")
+
+
+def test_inspect_names_a_missing_folder_and_a_figure_format_before_any_work(src, tmp_path, capsys):
+    assert _run(["inspect", tmp_path / "nope"]) == 2
+    _one_line_error(capsys, "need at least 2 client adapter directories, got 1", "nope: no such directory")
+    out = tmp_path / "o"
+    assert _run(["aggregate", *src[:3], "--out", out, "--quiet"]) == 0
+    capsys.readouterr()
+    for fig, what in ((tmp_path / "heat.xyz", "'xyz' is not a figure format"), (tmp_path / "heat", "no suffix")):
+        assert _run(["inspect", *src[:3], "--summary", out / "summary.json", "--figure", fig]) == 2
+        err = capsys.readouterr()
+        assert err.out == ""                                      # refused before the table is printed
+        assert what in err.err and ".png" in err.err and len(err.err.strip().splitlines()) == 1
+        assert not fig.exists()
 
 
 def test_different_base_models_warn(src, tmp_path, capsys):

@@ -331,3 +331,13 @@ def test_example_detects_the_contaminated_client(tmp_path):
     assert "detection is right: client4" in proc.stdout
     summary = json.loads((tmp_path / "clair" / "summary.json").read_text())
     assert all(m["benign"] == [True] * 4 + [False] for m in summary["modules"].values())
+    # the client it loads takes part of the shared adapter: both are active in PEFT
+    weights = {n: c["weight"] for n, c in summary["refinement"]["clients"].items()}
+    best = max(weights, key=weights.get)
+    assert weights[best] > 0 and f"{best}'s refined update (a_k = {weights[best]:.3f})" in proc.stdout
+    assert "active adapters ['default', 'shared']" in proc.stdout
+    # --help prints the usage and writes nothing (it was once taken for the working folder)
+    helped = subprocess.run([sys.executable, str(root / "examples" / "clair_on_peft_adapters.py"), "--help"],
+                            env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path / "clair")
+    assert helped.returncode == 0 and "usage:" in helped.stdout and "workdir" in helped.stdout
+    assert not (tmp_path / "clair" / "--help").exists()

@@ -343,3 +343,20 @@ def test_peft_loads_a_refine_own_output_as_the_clients_own_adapters(tmp_path):
             want = ad.factors(m).delta(k)                    # the client's own ΔW = s B A, as read
             key = m.removeprefix("base_model.model.")
             assert np.linalg.norm(got[key] - want) <= 1e-12 * np.linalg.norm(want), (name, m)
+
+
+def test_load_split_refuses_a_model_that_already_holds_adapters(tmp_path):
+    peft, torch, base, dirs = _peft_case(tmp_path)
+    from lowrank_fl.adapters.peft_load import load_split
+
+    ad = load_adapters(dirs)
+    aggregate_to_dir(ad, ModuleOptions(output_dtype="float64"), tmp_path / "out", dtype="float64",
+                     progress=False, shared_weights=0.5)
+    model = base()
+    first = load_split(model, tmp_path / "out", ad.names[0])       # injects LoRA layers into `model`
+    before = _effective(first)
+    for again in (model, first):                                   # the same base, or the PeftModel
+        with pytest.raises(ValueError, match="already carries PEFT adapters.*fresh base model"):
+            load_split(again, tmp_path / "out", ad.names[0], combine="cat")
+    after = _effective(first)                                      # nothing was stacked on it
+    assert before.keys() == after.keys() and all(np.array_equal(before[m], after[m]) for m in before)

@@ -919,3 +919,34 @@ def test_a_client_untrained_in_one_module_is_named_as_such_and_json_stays_finite
     assert set(det["updates"]["shortfall_bounds"].values()) == {None}
     json.dumps(det["updates"], allow_nan=False)
     assert "not measurable with one module" in detection_sentence(det)
+
+
+def _attacked(seed, scale, K=10, M=4, q=32, p=32, r=4):
+    """Benign clients sharing a row space with independent B_k; c9 contaminated (its own row
+    space); c0's update scaled by ``scale``."""
+    rng = np.random.default_rng(seed)
+    out = {f"c{k}": {} for k in range(K)}
+    for m in range(M):
+        A0 = np.linalg.qr(rng.standard_normal((p, r)))[0].T
+        for k in range(K):
+            A = (np.linalg.qr(rng.standard_normal((p, r)))[0].T if k == K - 1
+                 else A0 + 0.05 * rng.standard_normal((r, p)) / np.sqrt(p))
+            B = 0.02 * rng.standard_normal((q, r)) * (scale if k == 0 else 1.0)
+            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B, 2.0)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_one_large_update_hides_the_contaminated_client_from_8_not_from_the_update_rule(seed):
+    """README (--clip): the raw contrasts of (8) are dominated by one ×10 update, so the per-module
+    majority over modules flags nobody (×10) or the large client alone (×1000); the update rule
+    flags both."""
+    from lowrank_fl.adapters import ModuleOptions, aggregate_factors
+
+    opts = ModuleOptions(output_dtype="float64")
+    clean = aggregate_factors(_attacked(seed, 1.0), opts, client_rule="majority").summary
+    assert clean["detection"]["flagged"] == ["c9"]                      # without the attack (8) finds c9
+    for scale, hidden in ((10.0, []), (1e3, ["c0"])):
+        f = _attacked(seed, scale)
+        assert aggregate_factors(f, opts, client_rule="majority").summary["detection"]["flagged"] == hidden
+        assert aggregate_factors(f, opts, client_rule="updates").summary["detection"]["flagged"] == ["c0", "c9"]

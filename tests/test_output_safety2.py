@@ -348,3 +348,20 @@ def test_a_forked_child_does_not_keep_the_output_lock(tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_single_output_file_gets_the_mode_open_would_give(tmp_path, umask):
+    """write_file stages through mkstemp (0600): the file it leaves has 0666 less the umask."""
+    from lowrank_fl.outdir import write_file
+
+    old = os.umask(umask)
+    try:
+        path = write_file(tmp_path / "fig.png", lambda p: p.write_bytes(b"x"))
+        with open(tmp_path / "plain.png", "wb") as fh:                  # the reference: open()
+            fh.write(b"x")
+    finally:
+        os.umask(old)
+    assert path.read_bytes() == b"x"
+    assert (path.stat().st_mode & 0o777) == (tmp_path / "plain.png").stat().st_mode & 0o777 == 0o666 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png", "plain.png"]       # no staging left

@@ -64,7 +64,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     ins = sub.add_parser("inspect", help="shapes, ranks, norms, joint-subspace dimensions")
     ins.add_argument("dirs", nargs="+", type=Path, help="client adapter directories")
-    ins.add_argument("--names", default=None, help=_NAMES_HELP)
+    ins.add_argument("--names", default=None, help=_NAMES_HELP.replace(" (they name the output directories)", ""))
     ins.add_argument("--summary", type=Path, default=None,
                      help="an aggregate's summary.json: also draw the detection heatmap")
     ins.add_argument("--figure", type=Path, default=None,
@@ -98,7 +98,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="nuclear penalty of (7) (with --lam-S; default automatic per module)")
     agg.add_argument("--lam-S", dest="lam_S", type=float, default=None,
                      help="block penalty of (7) (with --lam-L)")
-    agg.add_argument("--alpha", type=float, default=0.5, help="majority fraction of (8)")
+    agg.add_argument("--alpha", type=float, default=0.5, help="majority fraction α of (8), in [0.5, 1) (default 0.5): a client is benign in a "
+                          "module when it is close to at least a fraction α of the others")
     agg.add_argument("--client-rule", dest="client_rule", default=None,
                      choices=CLIENT_RULES, help=_RULE_HELP + f" (default {DEFAULT_CLIENT_RULE}; --method clair only)")
     agg.add_argument("--refine", default=None, choices=REFINE,
@@ -129,7 +130,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                           "1%% (underflow), is an error; with 'auto' the output is float32 then)")
     agg.add_argument("--jobs", type=int, default=None,
                      help="worker processes over modules (joblib); at most the number of modules "
-                          "and of available cores (default: the available cores, capped so)")
+                          "and of available cores (default, or -1: the available cores, capped so)")
     agg.add_argument("--scheduler", default=None, help="dask scheduler address (tcp://...)")
     agg.add_argument("--overwrite", action="store_true",
                      help="replace --out if it holds a previous lowrank-fl output (its "
@@ -337,6 +338,7 @@ def run_inspect(args) -> int:
     if args.figure is not None:       # before any work: never an input, nor an existing file
         check_output_file(args.figure, overwrite=args.overwrite,
                           inputs=[*args.dirs, args.summary])
+        _check_figure_format(args.figure)
     adapters = _load(args)
     if summary is not None:
         _check_summary(summary, args.summary, adapters)
@@ -377,7 +379,22 @@ def run_inspect(args) -> int:
     return 0
 
 
+def _check_figure_format(path: Path) -> None:
+    """``--figure``'s suffix must be a format matplotlib saves (checked before any work)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in formats:
+        raise ValueError(f"--figure {path}: {('no suffix' if not fmt else repr(fmt) + ' is not a figure format')}; "
+                         f"use one of {', '.join('.' + f for f in sorted(formats))}")
+
+
 def _read_summary(path: Path) -> dict:
+    if not Path(path).is_file():
+        raise AdapterError(f"--summary {path}: no such file (the summary.json an aggregate wrote)")
     try:
         summary = json.loads(Path(path).read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -476,7 +476,9 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
     """
     paths = [Path(p) for p in paths]
     if len(paths) < 2:
-        raise AdapterError(f"need at least 2 client adapter directories, got {len(paths)}")
+        missing = [str(p) for p in paths if not p.is_dir()]
+        raise AdapterError(f"need at least 2 client adapter directories, got {len(paths)}"
+                           + (f" ({missing[0]}: no such directory)" if missing else ""))
     if names is None:
         check_distinct_dirs(paths)
         names = default_names(paths)

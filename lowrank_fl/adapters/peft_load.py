@@ -35,8 +35,9 @@ def _lora_layers(peft_model, adapter: str):
 
 def load_split(model, out_dir, client: str, *, combine: str = "active",
                adapter_name: str = "default", is_trainable: bool = False):
-    """A ``peft.PeftModel`` on ``model`` (a base transformers model) holding client ``client``'s
-    output from ``out_dir`` (an aggregate's ``OUT``).
+    """A ``peft.PeftModel`` on ``model`` (a base transformers model, fresh: PEFT modifies it in
+    place, so a model already holding adapters is refused) holding client ``client``'s output
+    from ``out_dir`` (an aggregate's ``OUT``).
 
     Split layout: its own part loaded as ``adapter_name``; where the manifest gives the shared
     part a weight above 0 in some module, ``OUT/shared`` loaded as ``"shared"`` and scaled per
@@ -49,6 +50,11 @@ def load_split(model, out_dir, client: str, *, combine: str = "active",
         raise ValueError(f"combine must be one of {list(COMBINE)}, got {combine!r}")
     if adapter_name == SHARED:
         raise ValueError(f"adapter_name {SHARED!r} is the shared part's name; choose another")
+    if isinstance(model, PeftModel) or hasattr(model, "peft_config"):
+        # PEFT injects LoRA layers into the base model in place: loading into it again would
+        # stack this client's adapter on what is already there
+        raise ValueError("model already carries PEFT adapters (a previous load_split or "
+                         "PeftModel.from_pretrained injected them into it in place); pass a fresh base model")
     client_dir = Path(out_dir) / client
     if not client_dir.is_dir():
         raise AdapterError(f"{client_dir}: no such output directory (client {client!r})")
