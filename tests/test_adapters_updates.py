@@ -804,7 +804,7 @@ def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
     assert u["profile_scores"]["c9"] > u["profile_cutoff"] and u["profile_ratios"]["c9"] >= 1.2
     text = detection_sentence(det)
     assert "spread over the modules unlike the others" in text and f"> {u['profile_cutoff']:.2f}" in text
-    assert u["size_ratios"]["c9"] < u["size_ratio"] and "training diverged" not in text
+    assert u["size_ratios"]["c9"] < u["farther_ratio"] and "training diverged" not in text
     # the same client 8 times larger: its profile is unchanged (scale-free), and the sentence says that
     # a diverged honest client would look alike
     f = _profile_federation(harder=(3, 4), other=(9,))
@@ -814,8 +814,8 @@ def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
     assert "c9" in bu["by_profile"] and bu["profile_scores"]["c9"] == pytest.approx(u["profile_scores"]["c9"])
     assert bu["size_ratios"]["c9"] == pytest.approx(8.0 * u["size_ratios"]["c9"], rel=0.3)
     assert bu["size_ratios"]["c9"] >= bu["size_ratio"] == 5.0
-    assert (f"its update is {bu['size_ratios']['c9']:.3g}x the typical size (>= 5x): an honest client whose "
-            "training diverged is spread unlike the others too") in detection_sentence(big)
+    assert (f"its update is {bu['size_ratios']['c9']:.3g}x the typical size: an honest client whose "
+            "training diverged looks alike (check its own accuracy)") in detection_sentence(big)
     det = aggregate_factors(_farther_federation(), opts).summary["detection"]
     u = det["updates"]
     assert u["by_farther"] == ["c9"] and u["farther_ratio"] == 2.0 and u["shared_floor"] == 0.1

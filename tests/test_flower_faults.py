@@ -48,9 +48,11 @@ def test_guard_sets():
 def k4(tmp_path_factory):
     """4 clients (the last contaminated): 4 synthetic modules where (8) excludes it, and a module
     ``x`` whose set (8) is the contaminated client alone. In ``x`` the benign updates differ from
-    a shared part in three orthogonal directions and the contaminated update sits between them
-    (half of each): it is close to every benign client, who are far from each other, so it alone
-    collects a majority of votes."""
+    a shared part in three orthogonal rank-one directions X_i Y_i^T and the contaminated update
+    sits between them, the rank-one a b^T along their normalised sums with the closest norm (1/3):
+    it is nearer every benign client (‖a b^T − X_i Y_i^T‖ = √(8/9)) than they are to each other
+    (√2), so it alone collects a majority of votes. Every update is exactly rank 2 (no tie in its
+    SVD), and the votes do not change under 1e-4 perturbations of the factors."""
     src = write_synthetic_adapters(tmp_path_factory.mktemp("k4"), n_clients=4, n_layers=2,
                                    modules=("q_proj", "v_proj"), shape=(24, 20), rank=3,
                                    contaminated=1, dtype="float32", seed=3)
@@ -62,9 +64,11 @@ def k4(tmp_path_factory):
     X = np.linalg.qr(rng.standard_normal((24, 4)))[0]
     shared = 3 * np.outer(X[:, 3], Y[3])
     W = [shared + np.outer(X[:, i], Y[i]) for i in range(3)]
-    W.append(shared + 0.5 * sum(np.outer(X[:, i], Y[i]) for i in range(3)))
+    a, b = X[:, :3].sum(axis=1) / np.sqrt(3), Y[:3].sum(axis=0) / np.sqrt(3)
+    W.append(shared + np.outer(a, b) / 3)
     for k, w in enumerate(W):
         U, s, Vt = np.linalg.svd(w)
+        assert s[2] <= 1e-9 * s[0] and s[1] >= 0.1 * s[0]            # rank 2, no tie
         clients[f"c{k}"]["x"] = (Vt[:2].astype(np.float32), (U[:, :2] * s[:2]).astype(np.float32), 1.0)
     return clients
 
@@ -84,6 +88,13 @@ def test_the_k4_split_is_the_issues(k4):
     assert raw["x"].tolist() == [False, False, False, True]
     assert all(b.tolist() == [True, True, True, False] for m, b in raw.items() if m != "x")
     assert not np.all(list(raw.values()), axis=0).any()       # unguarded "any": nobody is left
+    # not a tie-break: the same set under 1e-4 perturbations of module x's factors
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        moved = {c: {**f, "x": (f["x"][0] + 1e-4 * rng.standard_normal(f["x"][0].shape).astype(np.float32),
+                                f["x"][1], f["x"][2])} for c, f in k4.items()}
+        votes = np.array(_aggregate(moved, "per-module").summary["modules"]["x"]["votes"])
+        assert (votes >= 0.5).tolist() == [False, False, False, True]
 
 
 @pytest.mark.parametrize("rule", RULES)

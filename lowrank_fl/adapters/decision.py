@@ -250,20 +250,22 @@ def _update_reasons(u: dict, n: str) -> list:
         off = (f"its update all zeros in {zeros} module(s) (untrained there?)" if zeros else
                f"module norms off the typical profile by a factor "
                f"{np.exp(u['profile_distances'][n]):.2f} >= {rho:g}")
-        # a profile assumes honest training moves every module alike; a diverging client breaks it
-        # too (trained families: 3x-learning-rate clients at 9-11x the typical size), so say so
-        big = u["size_ratios"][n] >= rho_s
         why.append(f"spread over the modules unlike the others: profile score "
                    f"{_vs(u['profile_scores'][n], cp)} > {cp:.2f}, distance "
-                   f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}"
-                   + (f"; its update is {u['size_ratios'][n]:.3g}x the typical size (>= {rho_s:g}x): an honest "
-                      "client whose training diverged is spread unlike the others too" if big else ""))
+                   f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}")
     if n in u["by_outside"]:
         why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                    f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
     if n in u["by_size"]:
         why.append(f"update {u['size_ratios'][n]:.3g}x the typical size (>= {rho_s:g}x, size "
                    f"score {_vs(u['size_scores'][n], cut)} > {cut:.2f})")
+    # an honest client whose training diverged (too large a learning rate) is far out in size, profile
+    # and direction alike (trained families: 3x-learning-rate clients at 2.4-3.5x and 9-11x the
+    # typical size, own-task accuracy far below the base's): the server cannot tell it apart, so say so
+    big = u["size_ratios"][n] >= u.get("farther_ratio", 2.0)
+    if big and any(n in u.get(k, ()) for k in ("by_joint", "by_profile", "by_farther", "by_size")):
+        why.append(f"its update is {u['size_ratios'][n]:.3g}x the typical size: an honest client whose "
+                   "training diverged looks alike (check its own accuracy)")
     return why
 
 
