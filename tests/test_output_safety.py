@@ -471,7 +471,7 @@ def test_cli_caps_jobs_and_defaults_to_the_cores(tree, tmp_path, capsys, monkeyp
     with pytest.raises(SystemExit):
         main(["adapters", "aggregate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "at most the number of modules and of available cores (default: the available cores" \
+    assert "at most the number of modules and of available cores (default, or -1: the available cores" \
         in text
 
 
