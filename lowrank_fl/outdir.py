@@ -141,7 +141,7 @@ def check_output_file(out, *, overwrite: bool = False, inputs: Iterable = (),
 
 
 def _umask() -> int:
-    """The process's umask (read by setting it and restoring it at once)."""
+    """The process's umask (read by setting it and restoring it at once: POSIX has no plain read)."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -157,8 +157,9 @@ def write_file(path, write: Callable[[Path], None], *, overwrite: bool = False,
     os.close(fd)
     try:
         write(Path(tmp))
-        # mkstemp creates it 0600: give it the mode a plain open() would (0666 less the umask)
-        os.chmod(tmp, 0o666 & ~_umask())
+        # mkstemp creates it 0600: give it the mode a plain open() would (an existing file's own
+        # mode when it is replaced, else 0666 less the umask)
+        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.is_file() else 0o666 & ~_umask())
         if overwrite:
             os.replace(tmp, path)
         else:

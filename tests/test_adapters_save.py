@@ -47,15 +47,21 @@ def test_triples_and_pairs_write_the_same_update(tmp_path):
     assert written["r"] == 2 and written["rank_pattern"] == {r"model\.layers\.0\.self_attn\.q_proj": 3}
 
 
-def test_aggregate_factors_outputs_save_as_they_are(tmp_path):
-    src, cfg = _cfg(tmp_path)
-    res = aggregate_factors(load_adapters(src), ModuleOptions(output_dtype="float64"))
-    name = next(iter(res.outputs))
-    save_adapter(tmp_path / "out", cfg, res.outputs[name], dtype="float64")
-    got = _read_delta(tmp_path / "out")
-    for m, (A, B, s) in res.outputs[name].items():
-        ref = s * np.asarray(B, float) @ np.asarray(A, float)
-        assert np.linalg.norm(got[m] - ref) <= 1e-12 * np.linalg.norm(ref)
+@pytest.mark.parametrize("output", ["merged", "split"])
+def test_aggregate_factors_outputs_save_as_they_are(tmp_path, output):
+    """Every output of a K = 6 aggregate, the split layout's shared part included (its rank, the
+    sum of the clients' ranks, exceeds min(out, in)), saves and reads back exactly."""
+    src = write_synthetic_adapters(tmp_path / "src", n_clients=6, n_layers=1, modules=("q_proj", "v_proj"),
+                                   shape=(12, 10), rank=3, contaminated=1, dtype="float32", seed=0)
+    cfg = json.loads((src[0] / "adapter_config.json").read_text())
+    res = aggregate_factors(load_adapters(src), ModuleOptions(output_dtype="float64"), output=output)
+    assert max(A.shape[0] for f in res.outputs.values() for A, _, _ in f.values()) > 10
+    for name, factors in res.outputs.items():
+        save_adapter(tmp_path / output / name, cfg, factors, dtype="float64")
+        got = _read_delta(tmp_path / output / name)
+        for m, (A, B, s) in factors.items():
+            ref = s * np.asarray(B, float) @ np.asarray(A, float)
+            assert np.linalg.norm(got[m] - ref) <= 1e-12 * np.linalg.norm(ref), (name, m)
 
 
 def test_an_existing_adapter_is_not_replaced_without_overwrite(tmp_path):
@@ -74,7 +80,8 @@ def test_an_existing_adapter_is_not_replaced_without_overwrite(tmp_path):
     ((np.ones((3, 10)), np.ones((12, 4)), 1.0), "not the factors"),
     ((np.ones((3, 10)), np.ones((12, 3)), float("nan")), "scaling must be finite"),
     ((np.ones((12, 3)), np.ones((3, 10)), 1.0), "not the factors"),       # (B, A, s): the order swapped
-    ((np.ones((3, 12)), np.ones((12, 10))), "rank 12 above min"),         # (A, B) for a square-ish pair
+    ((np.ones((3, 10)), np.ones((12, 3)), None), "scaling must be a finite number"),
+    ((np.ones((3, 10)), np.ones((12, 4))), "not the factors"),           # (A, B) given as a pair
 ])
 def test_malformed_entries_name_the_module(tmp_path, entry, match):
     _, cfg = _cfg(tmp_path)

@@ -950,3 +950,30 @@ def test_one_large_update_hides_the_contaminated_client_from_8_not_from_the_upda
         f = _attacked(seed, scale)
         assert aggregate_factors(f, opts, client_rule="majority").summary["detection"]["flagged"] == hidden
         assert aggregate_factors(f, opts, client_rule="updates").summary["detection"]["flagged"] == ["c0", "c9"]
+
+
+def _u(flag, size):
+    """A hand-built summary["detection"]["updates"] with client "c" flagged by ``flag`` alone."""
+    u = {"cutoff": 8.0, "min_ratio": 1.2, "size_ratio": 5.0, "joint_cutoff": 3.5, "farther_ratio": 2.0,
+         "typical_agreement": 0.3, "shared_floor": 0.1, "shared_direction_p": 0.01, "shared_alpha": 0.05,
+         "profile_cutoff": 7.0, "direction_scores": {"c": 9.0}, "size_scores": {"c": 9.0},
+         "agreement_ratios": {"c": -0.2}, "shortfall_bounds": {"c": -0.1}, "size_ratios": {"c": size},
+         "profile_scores": {"c": 9.0}, "profile_ratios": {"c": 1.5}, "profile_distances": {"c": 0.3},
+         "outside_scores": {"c": 1.0}, "outside_ratios": {"c": 1.0}}
+    for k in ("by_direction", "by_joint", "by_opposed", "by_farther", "by_profile", "by_outside", "by_size"):
+        u[k] = ["c"] if k == flag else []
+    return u
+
+
+@pytest.mark.parametrize("flag, size, noted", [
+    ("by_joint", 2.0, True), ("by_joint", 1.99, False), ("by_farther", 2.0, True),
+    ("by_profile", 3.0, True), ("by_size", 6.0, True), ("by_direction", 3.0, False),
+    ("by_opposed", 3.0, False)])
+def test_the_divergence_note_goes_with_size_evidence_at_twice_the_typical_size(flag, size, noted):
+    from lowrank_fl.adapters.decision import _update_reasons
+
+    why = _update_reasons(_u(flag, size), "c")
+    notes = [w for w in why if "training diverged looks alike" in w]
+    assert len(notes) == (1 if noted else 0), why
+    if noted:
+        assert notes[0].startswith(f"its update is {size:.3g}x the typical size")

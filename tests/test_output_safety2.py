@@ -365,3 +365,7 @@ def test_a_single_output_file_gets_the_mode_open_would_give(tmp_path, umask):
     assert path.read_bytes() == b"x"
     assert (path.stat().st_mode & 0o777) == (tmp_path / "plain.png").stat().st_mode & 0o777 == 0o666 & ~umask
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png", "plain.png"]       # no staging left
+    # replacing a file keeps its mode, as open("wb") on it would
+    os.chmod(path, 0o640)
+    write_file(path, lambda p: p.write_bytes(b"y"), overwrite=True)
+    assert path.read_bytes() == b"y" and (path.stat().st_mode & 0o777) == 0o640

@@ -133,7 +133,7 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   (7.9); and a client whose training diverged (three 3×-learning-rate clients of the
   ``*-federated-long`` family, 9-11 times the typical size; four of a clean ``llama-federated``
   set, 2.4-3.5 times) is spread unlike the others too: the closing sentence says so for a client
-  flagged by size-related evidence at :data:`FARTHER_RATIO` times the typical size or more (no
+  flagged by size, profile, joint or farther evidence at :data:`FARTHER_RATIO` times the typical size or more (no
   guard: it would let a contaminated client escape the profile by scaling its update up).
   Why the absolute floor: in a homogeneous federation the typical distance is tiny, and a benign
   client whose module norms differed by 14 % (``d = 0.134``) stood out (held-out batch, seeds

@@ -33,6 +33,14 @@ def _lora_layers(peft_model, adapter: str):
     return out
 
 
+def _has_adapter_layers(model) -> bool:
+    """Whether PEFT has injected adapter layers into ``model`` (what a load leaves in the base)."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    modules = getattr(model, "modules", None)
+    return callable(modules) and any(isinstance(m, BaseTunerLayer) for m in modules())
+
+
 def load_split(model, out_dir, client: str, *, combine: str = "active",
                adapter_name: str = "default", is_trainable: bool = False):
     """A ``peft.PeftModel`` on ``model`` (a base transformers model, fresh: PEFT modifies it in
@@ -50,7 +58,7 @@ def load_split(model, out_dir, client: str, *, combine: str = "active",
         raise ValueError(f"combine must be one of {list(COMBINE)}, got {combine!r}")
     if adapter_name == SHARED:
         raise ValueError(f"adapter_name {SHARED!r} is the shared part's name; choose another")
-    if isinstance(model, PeftModel) or hasattr(model, "peft_config"):
+    if isinstance(model, PeftModel) or _has_adapter_layers(model):
         # PEFT injects LoRA layers into the base model in place: loading into it again would
         # stack this client's adapter on what is already there
         raise ValueError("model already carries PEFT adapters (a previous load_split or "

@@ -136,7 +136,10 @@ def _as_ba(module, factors) -> tuple[np.ndarray, np.ndarray]:
                          + (f" of length {len(factors)}" if isinstance(factors, (tuple, list)) else ""))
     if len(factors) == 3:
         A, B, s = factors
-        s = float(s)
+        try:
+            s = float(s)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: scaling must be a finite number, got {s!r}") from None
         if not np.isfinite(s):
             raise ValueError(f"{where}: scaling must be finite, got {s}")
         A, B = np.asarray(A), np.asarray(B)
@@ -147,9 +150,6 @@ def _as_ba(module, factors) -> tuple[np.ndarray, np.ndarray]:
     if A.ndim != 2 or B.ndim != 2 or B.shape[1] != A.shape[0]:
         raise ValueError(f"{where}: B {tuple(B.shape)} and A {tuple(A.shape)} are not the factors of an "
                          "out x in update (B (out, r), A (r, in))")
-    if A.shape[0] > min(B.shape[0], A.shape[1]):
-        raise ValueError(f"{where}: rank {A.shape[0]} above min(out, in) = {min(B.shape[0], A.shape[1])} "
-                         "(B and A swapped? pairs are (B, A), triples (A, B, scaling))")
     return B, A
 
 
