@@ -977,3 +977,41 @@ def test_the_divergence_note_goes_with_size_evidence_at_twice_the_typical_size(f
     assert len(notes) == (1 if noted else 0), why
     if noted:
         assert notes[0].startswith(f"its update is {size:.3g}x the typical size")
+
+
+def _uneven(seed, sizes, K=10, M=4, q=32, p=32, r=4):
+    """Clients with independent random updates (no shared direction) of the given sizes."""
+    rng = np.random.default_rng(seed)
+    out = {f"c{k}": {} for k in range(K)}
+    for m in range(M):
+        for k in range(K):
+            A = np.linalg.qr(rng.standard_normal((p, r)))[0].T
+            B = rng.standard_normal((q, r))
+            B *= sizes[k] / np.linalg.norm(B)
+            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B, 1.0)
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_x10_update_is_flagged_where_uneven_training_spreads_the_honest_sizes(seed):
+    """Honest sizes 2x and 1x (uneven training): an update scaled by 10 from a 2x client is 20/√2 =
+    14.1x the typical size (the median of the logs sits halfway between log 1 and log 2) while its
+    modified z-score is only 0.6745 * log(20/√2) / log(√2) = 5.16, below c_10 = 8.14: the size flag
+    reads the ratio alone (>= 5x), a stated bound on honest unevenness."""
+    from lowrank_fl.adapters import ModuleOptions, aggregate_factors
+
+    honest = [2.0] * 5 + [1.0] * 5
+    opts = ModuleOptions(output_dtype="float64")
+    clean = aggregate_factors(_uneven(seed, honest), opts).summary["detection"]
+    assert clean["flagged"] == []                                      # 2x is honest unevenness
+    det = aggregate_factors(_uneven(seed, [20.0] + honest[1:]), opts).summary["detection"]
+    u = det["updates"]
+    assert det["flagged"] == ["c0"] and u["by_size"] == ["c0"]
+    assert u["size_ratios"]["c0"] == pytest.approx(20 / np.sqrt(2), rel=1e-9)
+    assert u["size_scores"]["c0"] == pytest.approx(0.6745 * np.log(20 / np.sqrt(2)) / np.log(np.sqrt(2)), rel=1e-3)
+    assert u["size_scores"]["c0"] < u["cutoff"]                        # the z-score alone would miss it
+    # farther out is never less flagged; 4.9x the typical is not enough on size alone
+    for scale in (2e3, 2e6):
+        assert "c0" in aggregate_factors(_uneven(seed, [scale] + honest[1:]), opts).summary["detection"]["flagged"]
+    below = aggregate_factors(_uneven(seed, [4.9 * np.sqrt(2)] + honest[1:]), opts).summary["detection"]
+    assert below["updates"]["by_size"] == [] and below["updates"]["size_ratios"]["c0"] == pytest.approx(4.9)

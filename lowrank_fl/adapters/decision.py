@@ -205,8 +205,7 @@ def _updates_limit(u: dict) -> str:
     return ("no client stands out (update rule: largest direction score "
             f"{_vs(dv, cut)} ({dn}, {_share(u['agreement_ratios'][dn])}), largest row-space "
             f"score {_vs(ov, cut)} ({on}, ratio {u['outside_ratios'][on]:.2f}), against the cutoff "
-            f"{cut:.2f}; largest update {sv:.2f}x the typical size ({sn}), a size flag needs {rho_s:g}x and "
-            f"a size score above {cut:.2f}). "
+            f"{cut:.2f}; largest update {sv:.2f}x the typical size ({sn}), a size flag needs {rho_s:g}x). "
             "Detection limit: a client is found only if its update's direction, or its share outside the "
             "shared row space, differs from the others' more than the benign clients' differ among "
             f"themselves (a score above {cut:.2f}, and an agreement with the others at most 0: none of the "
@@ -257,8 +256,8 @@ def _update_reasons(u: dict, n: str) -> list:
         why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                    f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
     if n in u["by_size"]:
-        why.append(f"update {u['size_ratios'][n]:.3g}x the typical size (>= {rho_s:g}x, size "
-                   f"score {_vs(u['size_scores'][n], cut)} > {cut:.2f})")
+        why.append(f"update {_vs(u['size_ratios'][n], rho_s)}x the typical size (>= {rho_s:g}x: more than honest "
+                   f"uneven training moves; size score {u['size_scores'][n]:.2f})")
     # an honest client whose training diverged (too large a learning rate) is far out in size, profile
     # and direction alike (trained families: 3x-learning-rate clients at 2.4-3.5x and 9-11x the
     # typical size, own-task accuracy far below the base's): the server cannot tell it apart, so say so

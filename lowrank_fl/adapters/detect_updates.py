@@ -56,9 +56,11 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   synthetic sets), while a benign client that trained harder fits more of its own noise and
   moves its share up only a little (0.30 to 0.41-0.43 for a 3× learning rate in a clean
   held-out federation, where the ratio and score alone flagged both such clients).
-* **size** — ``ℓ_k = mean_m log ||ΔW_mk||_F``; flagged where its modified z-score exceeds the
-  cutoff *and* the update is at least ``ρ_size`` = :data:`SIZE_RATIO` = 5 times the typical
-  client's (``exp(ℓ_k - median ℓ)``). Why 5: under Adam every step moves each coordinate by
+* **size** — ``ℓ_k = mean_m log ||ΔW_mk||_F``; flagged where the update is at least ``ρ_size`` =
+  :data:`SIZE_RATIO` = 5 times the typical client's (``exp(ℓ_k - median ℓ)``; its modified z-score
+  is reported, not required: *changed after seeds 1800-1803*, where uneven training spreads the
+  honest sizes over 1-2x, so an update scaled by 10 scored 3.2-7.3 against c_K = 5.7-8.1 and
+  escaped in 44 of 100 trials). Why 5: under Adam every step moves each coordinate by
   about the learning rate, so an honest client that trains ``f`` times longer or with an ``f``
   times larger learning rate moves at most about ``f`` times as far, and less once its loss
   flattens (1.5-2.0× the median for ``f = 3`` on most of the benchmark's federations, but 2.7-3.3×
@@ -511,7 +513,9 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     shared_p = _shared_direction_p(per)
     # ... and carries none of a direction the federation significantly shares
     by_dir = (Md > cutoff) & (rd <= 0) & (shared_p < SHARED_ALPHA)
-    by_size = (Ms > cutoff) & (Rs >= size_ratio)
+    # a stated bound on honest unevenness, not a null quantile: the spread of honest sizes under
+    # uneven training (1-2x) would hide a x10 update from a modified z-score
+    by_size = (Rs >= size_ratio) & bool(np.isfinite(cutoff))
     cj = joint_cutoff(K) if np.isfinite(cutoff) else np.inf
     by_joint = (np.minimum(Md, Ms) > cj) & less & (Rs >= min_ratio)
     typical = float(np.median(per.mean(axis=0)))
