@@ -38,9 +38,9 @@ from .reduce import reduce_module
 from .split import LAYOUTS
 from .noharm import DEFAULT_REFINE, REFINE
 
-_NAMES_HELP = ("comma-separated client names, one per DIR, in order (they name the output "
-               "directories); default: the directory names, with parent directories added where "
-               "they collide (site1/adapter, site2/adapter -> site1_adapter, site2_adapter)")
+_NAMES_HELP = ("comma-separated client names, one per DIR, in order{}; default: the directory names, "
+               "with parent directories added where they collide (site1/adapter, site2/adapter -> "
+               "site1_adapter, site2_adapter)")
 _RULE_HELP = ("which clients are refined with the collaborative average: 'per-module' uses each "
               "module's own set (8), the paper's rule; 'majority' keeps a client in every module iff it is "
               "benign in at least half of them; 'any' excludes a client from every module as soon "
@@ -64,7 +64,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     ins = sub.add_parser("inspect", help="shapes, ranks, norms, joint-subspace dimensions")
     ins.add_argument("dirs", nargs="+", type=Path, help="client adapter directories")
-    ins.add_argument("--names", default=None, help=_NAMES_HELP.replace(" (they name the output directories)", ""))
+    ins.add_argument("--names", default=None, help=_NAMES_HELP.format(""))
     ins.add_argument("--summary", type=Path, default=None,
                      help="an aggregate's summary.json: also draw the detection heatmap")
     ins.add_argument("--figure", type=Path, default=None,
@@ -80,7 +80,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--out", required=True,
                      help="output directory: new or empty, or a previous lowrank-fl output with "
                           "--overwrite; never an input or a folder holding one")
-    agg.add_argument("--names", default=None, help=_NAMES_HELP)
+    agg.add_argument("--names", default=None, help=_NAMES_HELP.format(" (they name the output directories)"))
     agg.add_argument("--output", default=None, choices=LAYOUTS,
                      help="CLAIR's output layout: 'split' (default) writes OUT/shared/ (the "
                           "collaborative part of (9), once; not written where no client uses "
@@ -98,7 +98,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="nuclear penalty of (7) (with --lam-S; default automatic per module)")
     agg.add_argument("--lam-S", dest="lam_S", type=float, default=None,
                      help="block penalty of (7) (with --lam-L)")
-    agg.add_argument("--alpha", type=float, default=0.5, help="majority fraction α of (8), in [0.5, 1) (default 0.5): a client is benign in a "
+    agg.add_argument("--alpha", type=float, default=0.5,
+                     help="majority fraction α of (8), in [0.5, 1) (default 0.5): a client is benign in a "
                           "module when it is close to at least a fraction α of the others")
     agg.add_argument("--client-rule", dest="client_rule", default=None,
                      choices=CLIENT_RULES, help=_RULE_HELP + f" (default {DEFAULT_CLIENT_RULE}; --method clair only)")

@@ -142,14 +142,14 @@ def _as_ba(module, factors) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError(f"{where}: scaling must be a finite number, got {s!r}") from None
         if not np.isfinite(s):
             raise ValueError(f"{where}: scaling must be finite, got {s}")
-        A, B = np.asarray(A), np.asarray(B)
-        if A.ndim == 2 and B.ndim == 2 and B.shape[1] == A.shape[0]:
-            B = B.astype(np.float64) * s
     else:
-        B, A = (np.asarray(x) for x in factors)
+        (B, A), s = factors, 1.0
+    A, B = np.asarray(A), np.asarray(B)
     if A.ndim != 2 or B.ndim != 2 or B.shape[1] != A.shape[0]:
         raise ValueError(f"{where}: B {tuple(B.shape)} and A {tuple(A.shape)} are not the factors of an "
                          "out x in update (B (out, r), A (r, in))")
+    if s != 1.0:
+        B = B.astype(np.float64) * s
     return B, A
 
 
