@@ -129,7 +129,7 @@ def test_client_rule_and_inspect_heatmap(src, tmp_path, capsys):
 def test_inspect_shows_what_the_client_rule_decided_not_only_each_modules_set(src, tmp_path, capsys):
     """The heatmap and counts show who was left out of the set the refinement used (the client
     rule's decision, ``benign_applied``), which under a client-level rule can differ from each
-    module's own set (8) (``benign``): here every module's own set is edited to keep everyone."""
+    module's own set of CLAIR's (8) (``benign``): here every module's own set is edited to keep everyone."""
     out = tmp_path / "o"
     assert _run(["aggregate", *src, "--out", out, "--quiet"]) == 0
     s = json.loads((out / "summary.json").read_text())
@@ -146,7 +146,7 @@ def test_inspect_shows_what_the_client_rule_decided_not_only_each_modules_set(sr
     left = {p.name: 0 for p in src} | {bad: 4}
     assert ("left out of the collaborative set, modules per client (the updates rule, what the "
             f"refinement used): {left}") in text
-    assert f"outside each module's own set (8), modules per client: { {p.name: 0 for p in src} }" in text
+    assert f"outside each module's own set of CLAIR's (8), modules per client: { {p.name: 0 for p in src} }" in text
     # a summary without benign_applied (older): each module's own set, with a warning
     for m in s["modules"].values():
         del m["benign_applied"]

@@ -214,7 +214,8 @@ def test_separated_modules_and_infinite_gap_in_the_sentence():
     assert all(v["gap_ratio"] == "inf" for v in det["modules"].values())
     json.dumps(det, allow_nan=False)                                   # strict JSON
     s = detection_sentence(det)
-    assert s.startswith("no contaminated client detected (8 module(s) separated, their own collaborative sets of (8) "
+    assert s.startswith("no contaminated client detected (8 module(s) separated, their own collaborative sets of "
+                        "CLAIR's (8) "
                         "excluding c2 there, but the pooled rule flags nobody;")
     assert "the pooled scores of most clients tie" in s and "two distinct block norms" not in s
     # a gap ratio "inf" in a module that did not separate: identical pairs below a gap, too few
@@ -463,8 +464,8 @@ def test_per_module_sentence_says_the_client_is_outside_the_set():
            "pooled_flagged": ["client_03"], "pooled_tie": False,
            "separated_modules": ["m1", "m2"], "modules": {"m1": {"gap_ratio": 4.0}, "m2": {"gap_ratio": None}}}
     s = detection_sentence(det)
-    assert ": client_03 is outside the collaborative set of (8) in 100% of the modules; client_05 is outside the " \
-           "collaborative set of (8) in 50% of the modules (2 module(s) separated;" in s
+    assert ": client_03 is outside the collaborative set of CLAIR's (8) in 100% of the modules; client_05 is " \
+           "outside the collaborative set of CLAIR's (8) in 50% of the modules (2 module(s) separated;" in s
     assert "excluded by client" not in s
 
 

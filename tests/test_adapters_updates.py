@@ -468,8 +468,14 @@ def test_the_summary_and_sentence_name_the_joint_evidence():
     text = detection_sentence(det)
     assert text.count("direction and size together") == 3 and "both > 3.50" in text
     clean = aggregate_factors(_variant_federation(variant=(4, 5)), ModuleOptions(output_dtype="float64"))
+    u = clean.summary["detection"]["updates"]
     text = detection_sentence(clean.summary["detection"])
-    assert "no client stands out" in text and "at most 0: none of the shared direction" in text and "3.50" in text
+    assert "no client stands out" in text and "both scores above 3.50 and 1.2x the typical size" in text
+    # the limit names each test's largest value now and what a flag needs (issue 29, item 4)
+    dn, dv = max(u["direction_scores"].items(), key=lambda kv: kv[1])
+    sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
+    assert f"direction {dv:.2f} ({dn}," in text and f"/ above {u['cutoff']:.2f} with an agreement at most 0" in text
+    assert f"size {sv:.2f}x the typical ({sn}) / 5x" in text and len(text) < 1000
 
 
 def _opposed_federation(K=10, modules=6, q=24, p=20, r=3, bad=(7, 8, 9), away=0.5, bad_scale=3.0, seed=0):
@@ -824,7 +830,8 @@ def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
     clean = aggregate_factors(_farther_federation(shared=0.1, bad=()), opts).summary["detection"]
     text = detection_sentence(clean)
     assert clean["flagged"] == [] and "off: no material shared direction" in text
-    assert f"a profile score above {clean['updates']['profile_cutoff']:.2f}" in text
+    pn, pv = max(clean["updates"]["profile_scores"].items(), key=lambda kv: kv[1])
+    assert f"module profile {pv:.2f} ({pn}) / above {clean['updates']['profile_cutoff']:.2f}," in text
     # ... and whether the federation shares a direction, with its p-value
     cu = clean["updates"]
     assert cu["shared_alpha"] == 0.05 and 0 <= cu["shared_direction_p"] <= 1

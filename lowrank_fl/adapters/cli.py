@@ -42,7 +42,7 @@ _NAMES_HELP = ("comma-separated client names, one per DIR, in order{}; default: 
                "with parent directories added where they collide (site1/adapter, site2/adapter -> "
                "site1_adapter, site2_adapter)")
 _RULE_HELP = ("which clients are refined with the collaborative average: 'per-module' uses each "
-              "module's own set (8), the paper's rule; 'majority' keeps a client in every module iff it is "
+              "module's own set of CLAIR's (8), the paper's rule; 'majority' keeps a client in every module iff it is "
               "benign in at least half of them; 'any' excludes a client from every module as soon "
               "as one module flags it (strictest: one flagged module makes the client keep its "
               "own adapter everywhere); 'pooled' (ours, the default before 'updates'; needs >= 3 "
@@ -83,10 +83,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--names", default=None, help=_NAMES_HELP.format(" (they name the output directories)"))
     agg.add_argument("--output", default=None, choices=LAYOUTS,
                      help="CLAIR's output layout: 'split' (default) writes OUT/shared/ (the "
-                          "collaborative part of (9), once; not written where no client uses "
+                          "collaborative part of CLAIR's (9), once; not written where no client uses "
                           "it, as with --refine own) and each client's own part "
                           "OUT/<client>/ (rank r_k), about twice the inputs' size at any K; "
-                          "'merged' one adapter per client holding (9) (rank up to r + sum of "
+                          "'merged' one adapter per client holding CLAIR's (9) (rank up to r + sum of "
                           "ranks: about K times the inputs; the default with --rank-out)")
     agg.add_argument("--rank-out", dest="rank_out", type=int, default=None,
                      help="truncate every merged output adapter to this rank by SVD (error "
@@ -95,11 +95,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="rank of P_A (CLAIR) / of FlexLoRA's SVD, at most min(out, in) of every "
                           "module; default the LoRA rank")
     agg.add_argument("--lam-L", dest="lam_L", type=float, default=None,
-                     help="nuclear penalty of (7) (with --lam-S; default automatic per module)")
+                     help="nuclear penalty of CLAIR's (7) (with --lam-S; default automatic per module)")
     agg.add_argument("--lam-S", dest="lam_S", type=float, default=None,
-                     help="block penalty of (7) (with --lam-L)")
+                     help="block penalty of CLAIR's (7) (with --lam-L)")
     agg.add_argument("--alpha", type=float, default=0.5,
-                     help="majority fraction α of (8), in [0.5, 1) (default 0.5): a client is benign in a "
+                     help="majority fraction α of CLAIR's (8), in [0.5, 1) (default 0.5): a client is benign in a "
                           "module when it is close to at least a fraction α of the others")
     agg.add_argument("--client-rule", dest="client_rule", default=None,
                      choices=CLIENT_RULES, help=_RULE_HELP + f" (default {DEFAULT_CLIENT_RULE}; --method clair only)")
@@ -113,16 +113,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                           "every weight capped so the output moves at most a_k of the client's own update; "
                           "'paper' ((9) exactly), 'own' (everyone keeps its adapter)")
     agg.add_argument("--clip", default=None,
-                     help="CLAIR: the solve of (7) sees each update clipped at this many times the "
+                     help="CLAIR: the solve of its program (7) sees each update clipped at this many times the "
                           "module's median update norm (default 5, the update rule's size floor); "
-                          "'none': the paper's (7) on the raw contrasts")
+                          "'none': CLAIR's (7) on the raw contrasts")
     agg.add_argument("--byzantine", type=int, default=None,
                      help="f, the Byzantine clients krum/multikrum/trimmed-mean tolerate "
                           "(default floor((K-3)/2))")
     agg.add_argument("--energy", type=float, default=None,
                      help="truncated reduction keeping this energy fraction (default exact)")
     agg.add_argument("--tol", type=float, default=1e-6,
-                     help="relative duality-gap tolerance of (7) (default 1e-6)")
+                     help="relative duality-gap tolerance of CLAIR's (7) (default 1e-6)")
     agg.add_argument("--dtype", default="auto",
                      choices=("auto", "float32", "float16", "bfloat16"),
                      help="storage dtype of the output tensors; 'auto' (default): the inputs' "
@@ -251,11 +251,11 @@ def run_aggregate(args) -> int:
     if args.method == "clair":
         cb = summary["client_benign"]
         if not args.quiet:
-            print(f"  per-module evidence, each module's collaborative set of (8) (the {args.client_rule} rule "
+            print(f"  per-module evidence, each module's collaborative set of CLAIR's (8) (the {args.client_rule} rule "
                   "decides; its sentence is below):")
             for name in adapters.names:
                 print(f"  {name}: benign in {cb['modules_benign'][name]}/{cb['n_modules']} "
-                      f"modules' collaborative sets of (8) (kept by rule majority: {cb['majority'][name]}, "
+                      f"modules' collaborative sets of CLAIR's (8) (kept by rule majority: {cb['majority'][name]}, "
                       f"by rule any: {cb['any'][name]})")
         bad = [m for m, s in mods.items() if s["status"] not in ("optimal", "completed")]
         if bad:
@@ -368,8 +368,8 @@ def run_inspect(args) -> int:
                   "refinement used):", dict(zip(summary["clients"], flags.sum(axis=0).tolist())))
         else:
             print(f"warning: --summary {args.summary} records no benign_applied (an older lowrank-fl "
-                  "wrote it): showing each module's own set (8)", file=sys.stderr)
-        print("outside each module's own set (8), modules per client:",
+                  "wrote it): showing each module's own set of CLAIR's (8)", file=sys.stderr)
+        print("outside each module's own set of CLAIR's (8), modules per client:",
               dict(zip(summary["clients"], own.sum(axis=0).tolist())))
         if args.figure is not None:
             title = (f"CLAIR ({rule} rule): red = left out of the collaborative set" if applied else
@@ -438,7 +438,7 @@ def _check_summary(summary: dict, path, adapters) -> None:
     if summary.get("method") != "clair" or any(
             not isinstance(summary["modules"][m].get("benign"), list) for m in adapters.modules):
         raise AdapterError(f"--summary {path}: method {summary.get('method')!r} has no detection "
-                           "(8); the heatmap needs a CLAIR aggregate's summary")
+                           "CLAIR's (8); the heatmap needs a CLAIR aggregate's summary")
 
 
 def _heatmap(flags, clients, modules, path, title):

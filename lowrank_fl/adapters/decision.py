@@ -197,25 +197,26 @@ def _updates_sentence(det: dict, refine: str | None = None) -> str:
 
 
 def _updates_limit(u: dict) -> str:
-    """What "nothing detected" means under the update rule: the largest scores and the detection limit."""
+    """What "nothing detected" means under the update rule: per test, the largest value now and what a
+    flag needs (the detection limit)."""
     cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
     dn, dv = max(u["direction_scores"].items(), key=lambda kv: kv[1])
     on, ov = max(u["outside_scores"].items(), key=lambda kv: kv[1])
     sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
-    return ("no client stands out (update rule: largest direction score "
-            f"{_vs(dv, cut)} ({dn}, {_share(u['agreement_ratios'][dn])}), largest row-space "
-            f"score {_vs(ov, cut)} ({on}, ratio {u['outside_ratios'][on]:.2f}), against the cutoff "
-            f"{cut:.2f}; largest update {sv:.2f}x the typical size ({sn}), a size flag needs {rho_s:g}x). "
-            "Detection limit: a client is found only if its update's direction, or its share outside the "
-            "shared row space, differs from the others' more than the benign clients' differ among "
-            f"themselves (a score above {cut:.2f}, and an agreement with the others at most 0: none of the "
-            f"shared direction, {_shared_p(u)}; or a share "
-            f"{rho:g}x the typical), or it is both as different and larger (both scores above "
-            f"{_joint(u)}, at least {rho:g}x the typical size), or it significantly points away from a "
-            f"direction the others share or moved {u['farther_ratio']:g}x as far as the typical client "
-            f"while agreeing less (both need a material shared direction: {_shared(u)}), or its update "
-            f"is {rho_s:g}x the typical size, or it spreads its update over the modules unlike the others "
-            f"({_profile(u)}); a contaminated client closer than that is not ruled out.")
+    tests = [
+        f"direction {_vs(dv, cut)} ({dn}, {_share(u['agreement_ratios'][dn])}) / above {cut:.2f} with an "
+        f"agreement at most 0 ({_shared_p(u)})",
+        f"share outside the shared row space {_vs(ov, cut)} ({on}, {u['outside_ratios'][on]:.2f}x the "
+        f"typical) / above {cut:.2f} and {rho:g}x",
+        f"size {sv:.2f}x the typical ({sn}) / {rho_s:g}x",
+        f"module profile {_profile(u)}",
+        f"direction and size together / both scores above {_joint(u)} and {rho:g}x the typical size",
+        f"away from the shared direction, or {u['farther_ratio']:g}x as far while agreeing less / a "
+        f"material shared direction ({_shared(u)})",
+    ]
+    return ("no client stands out under the update rule. Each test, its largest value now / what a flag "
+            "needs: " + "; ".join(tests) + ". A contaminated client that stands out less than this in "
+            "every test is not ruled out.")
 
 
 def _update_reasons(u: dict, n: str) -> list:
@@ -299,8 +300,8 @@ def _profile(u) -> str:
         return "not measurable with one module"
     pn, pv = max(u["profile_scores"].items(), key=lambda kv: kv[1])
     floor = max(u["min_ratio"], 1.0)
-    return (f"a profile score above {cp:.2f}, at least {u['min_ratio']:g}x the typical distance and module norms "
-            f"off the typical profile by a factor {floor:g}; largest {_vs(pv, cp)} ({pn})")
+    return (f"{_vs(pv, cp)} ({pn}) / above {cp:.2f}, {u['min_ratio']:g}x the typical distance and module "
+            f"norms off the typical profile by a factor {floor:g}")
 
 
 def _joint(u) -> str:
@@ -331,7 +332,7 @@ def detection_sentence(det: dict, *, refine: str | None = None) -> str:
         pooled += note
     if not det["flagged"]:
         if n_sep:
-            why = (f"{n_sep} module(s) separated, their own collaborative sets of (8) excluding "
+            why = (f"{n_sep} module(s) separated, their own collaborative sets of CLAIR's (8) excluding "
                    + ", ".join(sorted({n for m in det["separated_modules"] for n in det["modules"][m]["flagged"]}))
                    + f" there, but the {det['rule']} rule flags nobody")
             return f"no contaminated client detected ({why}; {pooled})."
@@ -356,11 +357,11 @@ def detection_sentence(det: dict, *, refine: str | None = None) -> str:
                 f"score {ev} > {det['threshold']:.2f}, distance ratio {rat} >= "
                 f"{det['pooled_min_ratio']:g}; {n_sep} module(s) separated on their own{note}).")
     # "<client> is outside ...", not "excluded by <client>": the sets (8) exclude the client
-    ev = "; ".join(f"{n} is outside the collaborative set of (8) in {det['scores'][n]:.0%} of the modules"
+    ev = "; ".join(f"{n} is outside the collaborative set of CLAIR's (8) in {det['scores'][n]:.0%} of the modules"
                    for n in det["flagged"])
-    what = {"per-module": "each in the modules whose collaborative set of (8) excludes it",
-            "majority": "in every module (excluded by a majority of the modules' collaborative sets of (8))",
-            "any": "in every module (excluded by at least one module's collaborative set of (8))"}[rule]
+    what = {"per-module": "each in the modules whose collaborative set of CLAIR's (8) excludes it",
+            "majority": "in every module (excluded by a majority of the modules' collaborative sets of CLAIR's (8))",
+            "any": "in every module (excluded by at least one module's collaborative set of CLAIR's (8))"}[rule]
     return (f"flagged {', '.join(det['flagged'])} {what}: {ev} ({n_sep} module(s) separated; "
             f"{pooled}).")
 
