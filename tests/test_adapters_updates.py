@@ -470,11 +470,15 @@ def test_the_summary_and_sentence_name_the_joint_evidence():
     clean = aggregate_factors(_variant_federation(variant=(4, 5)), ModuleOptions(output_dtype="float64"))
     u = clean.summary["detection"]["updates"]
     text = detection_sentence(clean.summary["detection"])
-    assert "no client stands out" in text and "both scores above 3.50 and 1.2x the typical size" in text
+    assert "no client stands out" in text and "/ both above 3.50, the size 1.2x the typical" in text
+    jn, jv = max(((n, min(v, u["size_scores"][n])) for n, v in u["direction_scores"].items()), key=lambda kv: kv[1])
+    assert f"direction and size together {jv:.2f} ({jn}, the smaller of its two scores)" in text
     # the limit names each test's largest value now and what a flag needs (issue 29, item 4)
     dn, dv = max(u["direction_scores"].items(), key=lambda kv: kv[1])
     sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
-    assert f"direction {dv:.2f} ({dn}," in text and f"/ above {u['cutoff']:.2f} with an agreement at most 0" in text
+    assert f"direction {dv:.2f} ({dn}, agreement {u['agreement_ratios'][dn]:.2f}x the typical client's) / above " \
+           f"{u['cutoff']:.2f} with an agreement at most 0 (the federation shares a direction, p = " in text
+    assert u["typical_agreement"] >= u["shared_floor"] and text.endswith("below all of these limits goes unflagged.")
     assert f"size {sv:.2f}x the typical ({sn}) / 5x" in text and len(text) < 1000
 
 
@@ -835,8 +839,14 @@ def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
     # ... and whether the federation shares a direction, with its p-value
     cu = clean["updates"]
     assert cu["shared_alpha"] == 0.05 and 0 <= cu["shared_direction_p"] <= 1
-    state = "shared" if cu["shared_direction_p"] < 0.05 else "none significantly shared"
-    assert f"the federation's direction {state}, p = {cu['shared_direction_p']:.3g} against 0.05" in text
+    p = cu["shared_direction_p"]
+    assert (f"(the federation shares a direction, p = {p:.3g} < 0.05)" if p < 0.05 else
+            f"off here: no significantly shared direction (p = {p:.3g} >= 0.05)") in text
+    # a typical agreement below the floor: the agreement is shown as it is, not as a ratio of a near-zero one
+    assert cu["typical_agreement"] < cu["shared_floor"]
+    dn = max(cu["direction_scores"], key=cu["direction_scores"].get)
+    raw = cu["agreement_ratios"][dn] * cu["typical_agreement"]
+    assert f"({dn}, agreement {raw:.3f}, the typical {cu['typical_agreement']:.3f})" in text
 
 
 def test_profile_flag_needs_a_material_departure_in_a_homogeneous_federation():
@@ -1022,3 +1032,28 @@ def test_a_x10_update_is_flagged_where_uneven_training_spreads_the_honest_sizes(
         assert "c0" in aggregate_factors(_uneven(seed, [scale] + honest[1:]), opts).summary["detection"]["flagged"]
     below = aggregate_factors(_uneven(seed, [4.9 * np.sqrt(2)] + honest[1:]), opts).summary["detection"]
     assert below["updates"]["by_size"] == [] and below["updates"]["size_ratios"]["c0"] == pytest.approx(4.9)
+
+
+def test_alpha_changes_the_per_module_sets_not_the_updates_or_pooled_rule():
+    """--alpha's help: α of (8) enters each module's own set, hence the per-module / majority / any
+    rules, and neither the update rule (on the Gram matrices) nor the pooled rule (block norms).
+    CLAIR's own model: benign clients share a row space, c9 has another; with α = 0.9 a set must
+    hold 9 of the other 9 clients' pairs, so no module separates."""
+    rng = np.random.default_rng(0)
+    f = {f"c{k}": {} for k in range(10)}
+    for m in range(4):
+        A0 = np.linalg.qr(rng.standard_normal((20, 3)))[0].T
+        for k in range(10):
+            A = (np.linalg.qr(rng.standard_normal((20, 3)))[0].T if k == 9
+                 else A0 + 0.05 * rng.standard_normal((3, 20)) / np.sqrt(20))
+            f[f"c{k}"][f"l{m}.q_proj"] = (A, rng.standard_normal((24, 3)), 1.0)
+    det = {(a, rule): aggregate_factors(f, ModuleOptions(output_dtype="float64", alpha=a),
+                                        client_rule=rule).summary["detection"]
+           for a in (0.5, 0.9) for rule in ("updates", "majority")}
+    assert det[0.5, "updates"]["flagged"] == det[0.9, "updates"]["flagged"] == ["c9"]
+    assert det[0.5, "updates"]["updates"] == det[0.9, "updates"]["updates"]
+    assert det[0.5, "updates"]["pooled_scores"] == det[0.9, "updates"]["pooled_scores"]
+    # ... and it does act where the help says it does
+    assert [m["flagged"] for m in det[0.5, "majority"]["modules"].values()] == [["c9"]] * 4
+    assert [m["flagged"] for m in det[0.9, "majority"]["modules"].values()] == [[]] * 4
+    assert det[0.5, "majority"]["flagged"] == ["c9"] and det[0.9, "majority"]["flagged"] == []

@@ -73,7 +73,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ins.add_argument("--overwrite", action="store_true", help="replace an existing --figure FILE")
     ins.set_defaults(handler=run_inspect)
 
-    agg = sub.add_parser("aggregate", help="aggregate client adapters into PEFT adapters")
+    agg = sub.add_parser("aggregate", help="aggregate client adapters into PEFT adapters",
+                         description="Aggregate client adapters into PEFT adapters. (7), (8) and (9) are the "
+                                     "equations of the CLAIR paper: (7) its penalized low-rank + block-sparse "
+                                     "program, (8) the collaborative (benign) set of each module, (9) the "
+                                     "refinement each client receives.")
     agg.add_argument("dirs", nargs="+", type=Path, help="client adapter directories (K >= 2)")
     agg.add_argument("--method", default="clair",
                      help=f"aggregator: {', '.join(METHODS)} (default clair)")
@@ -100,7 +104,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="block penalty of CLAIR's (7) (with --lam-L)")
     agg.add_argument("--alpha", type=float, default=0.5,
                      help="majority fraction α of CLAIR's (8), in [0.5, 1) (default 0.5): a client is benign in a "
-                          "module when it is close to at least a fraction α of the others")
+                          "module when it is close to at least a fraction α of the others (the per-module "
+                          "sets, hence the per-module, majority and any rules; not the updates (default) or "
+                          "pooled rule)")
     agg.add_argument("--client-rule", dest="client_rule", default=None,
                      choices=CLIENT_RULES, help=_RULE_HELP + f" (default {DEFAULT_CLIENT_RULE}; --method clair only)")
     agg.add_argument("--refine", default=None, choices=REFINE,

@@ -197,26 +197,45 @@ def _updates_sentence(det: dict, refine: str | None = None) -> str:
 
 
 def _updates_limit(u: dict) -> str:
-    """What "nothing detected" means under the update rule: per test, the largest value now and what a
-    flag needs (the detection limit)."""
+    """What "nothing detected" means under the update rule: per test, the largest value now (and whose)
+    and what a flag needs (the detection limit)."""
     cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
     dn, dv = max(u["direction_scores"].items(), key=lambda kv: kv[1])
     on, ov = max(u["outside_scores"].items(), key=lambda kv: kv[1])
     sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
+    jn, jv = max(((n, min(v, u["size_scores"][n])) for n, v in u["direction_scores"].items()),
+                 key=lambda kv: kv[1])
+    shared = u["shared_direction_p"] < u["shared_alpha"]
+    direction = (f"direction {_vs(dv, cut)} ({dn}, {_agreement(u, dn)}) / "
+                 + (f"above {cut:.2f} with an agreement at most 0 (the federation shares a direction, "
+                    f"p = {u['shared_direction_p']:.3g} < {u['shared_alpha']:g})" if shared else
+                    f"off here: no significantly shared direction (p = {u['shared_direction_p']:.3g} >= "
+                    f"{u['shared_alpha']:g}); when on, above {cut:.2f} with an agreement at most 0"))
     tests = [
-        f"direction {_vs(dv, cut)} ({dn}, {_share(u['agreement_ratios'][dn])}) / above {cut:.2f} with an "
-        f"agreement at most 0 ({_shared_p(u)})",
+        direction,
         f"share outside the shared row space {_vs(ov, cut)} ({on}, {u['outside_ratios'][on]:.2f}x the "
         f"typical) / above {cut:.2f} and {rho:g}x",
         f"size {sv:.2f}x the typical ({sn}) / {rho_s:g}x",
         f"module profile {_profile(u)}",
-        f"direction and size together / both scores above {_joint(u)} and {rho:g}x the typical size",
+        f"direction and size together {_vs(jv, u['joint_cutoff'] or np.inf)} ({jn}, the smaller of its two "
+        f"scores) / both above {_joint(u)}, the size {rho:g}x the typical and the agreement at most "
+        f"1/{rho:g} of the typical",
         f"away from the shared direction, or {u['farther_ratio']:g}x as far while agreeing less / a "
         f"material shared direction ({_shared(u)})",
     ]
-    return ("no client stands out under the update rule. Each test, its largest value now / what a flag "
-            "needs: " + "; ".join(tests) + ". A contaminated client that stands out less than this in "
-            "every test is not ruled out.")
+    return ("no client stands out under the updates rule. Each test, its largest value now / what a flag "
+            "needs: " + "; ".join(tests) + ". A contaminated client below all of these limits goes unflagged.")
+
+
+def _agreement(u: dict, n: str) -> str:
+    """Client ``n``'s agreement: as a ratio of the typical client's where the typical one is material
+    (a ratio of a near-zero typical agreement reads as strong opposition when it is not)."""
+    t, ratio = u["typical_agreement"], u["agreement_ratios"][n]
+    if ratio is None:
+        return "no shared direction in the federation"
+    if t >= u["shared_floor"]:
+        return f"agreement {ratio:.2f}x the typical client's"
+    return f"agreement {ratio * t:.3f}, the typical {t:.3f}"
 
 
 def _update_reasons(u: dict, n: str) -> list:
@@ -307,11 +326,6 @@ def _profile(u) -> str:
 def _joint(u) -> str:
     cj = u.get("joint_cutoff")
     return "the joint cutoff" if cj is None else f"{cj:.2f}"
-
-
-def _share(v) -> str:
-    return ("no shared direction in the federation, which a direction flag needs" if v is None
-            else f"agreement {v:.2f} of the typical client's")
 
 
 def detection_sentence(det: dict, *, refine: str | None = None) -> str:
