@@ -18,6 +18,7 @@ split       the split layout: the shared part of (9) once, each client's own par
 peft_load   load a client's output (either layout) in PEFT (needs the peft extra)
 run         every module on joblib or dask; outputs written while solving, summary.json
 memory      the same aggregation on in-memory factors (client → module → (A, B, scaling)), no files
+synthetic   synthetic PEFT adapter directories under CLAIR's model (tests, benchmarks, examples)
 cli         ``lowrank-fl adapters inspect|aggregate``
 """
 from .io import AdapterError, AdapterSet, ModuleFactors, load_adapters
@@ -28,9 +29,11 @@ from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, METHODS, ModuleOptions
 from .run import Aggregation, aggregate_adapters, aggregate_to_dir, write_outputs
 from .memory import FactorAggregation, aggregate_factors, factors_from_state_dict
 from .noharm import DEFAULT_REFINE, REFINE
+from .synthetic import write_synthetic_adapters
 
 __all__ = ["AdapterError", "AdapterSet", "ModuleFactors", "load_adapters", "save_adapter",
            "ReducedModule", "reduce_module", "pair_blocks", "Lambdas", "auto_lambdas",
            "METHODS", "CLIENT_RULES", "DEFAULT_CLIENT_RULE", "ModuleOptions", "ModuleResult", "aggregate_module",
            "Aggregation", "aggregate_adapters", "aggregate_to_dir", "write_outputs",
-           "FactorAggregation", "aggregate_factors", "factors_from_state_dict", "REFINE", "DEFAULT_REFINE"]
+           "FactorAggregation", "aggregate_factors", "factors_from_state_dict", "REFINE", "DEFAULT_REFINE",
+           "write_synthetic_adapters"]
