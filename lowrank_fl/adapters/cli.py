@@ -444,7 +444,7 @@ def _check_summary(summary: dict, path, adapters) -> None:
     if summary.get("method") != "clair" or any(
             not isinstance(summary["modules"][m].get("benign"), list) for m in adapters.modules):
         raise AdapterError(f"--summary {path}: method {summary.get('method')!r} has no detection "
-                           "CLAIR's (8); the heatmap needs a CLAIR aggregate's summary")
+                           "by CLAIR's (8); the heatmap needs a CLAIR aggregate's summary")
 
 
 def _heatmap(flags, clients, modules, path, title):
