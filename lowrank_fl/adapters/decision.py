@@ -154,6 +154,11 @@ def _updates_block(uv, grams, names) -> dict:
     }
 
 
+def _largest(values: dict) -> tuple:
+    """``(name, value)`` of the largest of ``{client: value}`` (the first such client on a tie)."""
+    return max(values.items(), key=lambda kv: kv[1])
+
+
 def _vs(value: float, ref: float) -> str:
     """``value`` with enough decimals that it reads on the same side of ``ref`` as it is."""
     for d in range(2, 17):
@@ -168,7 +173,7 @@ def _pooled_clause(det: dict) -> str:
     cut, rho = det["pooled_threshold"], det["pooled_min_ratio"]
     if cut is None:
         return "no pooled score with fewer than 3 clients"
-    name, top = max(det["pooled_scores"].items(), key=lambda kv: kv[1])
+    name, top = _largest(det["pooled_scores"])
     text = f"largest pooled score {_vs(top, cut)} ({name}) against the cutoff {cut:.2f}"
     would = det["pooled_flagged"]
     if det["rule"] != "pooled" and would:
@@ -200,11 +205,10 @@ def _updates_limit(u: dict) -> str:
     """What "nothing detected" means under the update rule: per test, the largest value now (and whose)
     and what a flag needs (the detection limit)."""
     cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
-    dn, dv = max(u["direction_scores"].items(), key=lambda kv: kv[1])
-    on, ov = max(u["outside_scores"].items(), key=lambda kv: kv[1])
-    sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
-    jn, jv = max(((n, min(v, u["size_scores"][n])) for n, v in u["direction_scores"].items()),
-                 key=lambda kv: kv[1])
+    dn, dv = _largest(u["direction_scores"])
+    on, ov = _largest(u["outside_scores"])
+    sn, sv = _largest(u["size_ratios"])
+    jn, jv = _largest({n: min(v, u["size_scores"][n]) for n, v in u["direction_scores"].items()})
     shared = u["shared_direction_p"] < u["shared_alpha"]
     direction = (f"direction {_vs(dv, cut)} ({dn}, {_agreement(u, dn)}) / "
                  + (f"above {cut:.2f} with an agreement at most 0 (the federation shares a direction, "
@@ -317,7 +321,7 @@ def _profile(u) -> str:
     cp = u.get("profile_cutoff")
     if cp is None:
         return "not measurable with one module"
-    pn, pv = max(u["profile_scores"].items(), key=lambda kv: kv[1])
+    pn, pv = _largest(u["profile_scores"])
     floor = max(u["min_ratio"], 1.0)
     return (f"{_vs(pv, cp)} ({pn}) / above {cp:.2f}, {u['min_ratio']:g}x the typical distance and module "
             f"norms off the typical profile by a factor {floor:g}")
