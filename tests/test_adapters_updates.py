@@ -824,8 +824,12 @@ def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
     assert "c9" in bu["by_profile"] and bu["profile_scores"]["c9"] == pytest.approx(u["profile_scores"]["c9"])
     assert bu["size_ratios"]["c9"] == pytest.approx(8.0 * u["size_ratios"]["c9"], rel=0.3)
     assert bu["size_ratios"]["c9"] >= bu["size_ratio"] == 5.0
-    assert (f"its update is {bu['size_ratios']['c9']:.3g}x the typical size: an honest client whose "
-            "training diverged looks alike (check its own accuracy)") in detection_sentence(big)
+    # its joint and size reasons state the ratio; the note follows them without repeating it
+    text = detection_sentence(big)
+    assert "c9" in bu["by_size"] and f"update {bu['size_ratios']['c9']:.2f}x the typical size" in text
+    assert "at that size: an honest client whose training diverged looks alike (check its own accuracy)" in text
+    # once per reason that reads it (joint, farther, size), never in the note
+    assert text.count(f"{bu['size_ratios']['c9']:.2f}x") == 3 and "its update is" not in text
     det = aggregate_factors(_farther_federation(), opts).summary["detection"]
     u = det["updates"]
     assert u["by_farther"] == ["c9"] and u["farther_ratio"] == 2.0 and u["shared_floor"] == 0.1
@@ -993,7 +997,10 @@ def test_the_divergence_note_goes_with_size_evidence_at_twice_the_typical_size(f
     notes = [w for w in why if "training diverged looks alike" in w]
     assert len(notes) == (1 if noted else 0), why
     if noted:
-        assert notes[0].startswith(f"its update is {size:.3g}x the typical size")
+        # the ratio is stated once: by the size, joint or farther reason, else by the note
+        stated = flag in ("by_joint", "by_farther", "by_size")
+        assert notes[0].startswith("at that size" if stated else f"its update is {size:.3g}x the typical size")
+        assert sum(f"{size:.3g}x" in w or f"{size:.2f}x" in w for w in why) == 1, why
 
 
 def _uneven(seed, sizes, K=10, M=4, q=32, p=32, r=4):

@@ -285,10 +285,12 @@ def _update_reasons(u: dict, n: str) -> list:
     # an honest client whose training diverged (too large a learning rate) is far out in size, profile
     # and direction alike (trained families: 3x-learning-rate clients at 2.4-3.5x and 9-11x the
     # typical size, own-task accuracy far below the base's): the server cannot tell it apart, so say so
+    # (the size, joint and farther reasons state the size ratio already: the note does not repeat it)
     big = u["size_ratios"][n] >= u.get("farther_ratio", FARTHER_RATIO)
     if big and any(n in u.get(k, ()) for k in ("by_joint", "by_profile", "by_farther", "by_size")):
-        why.append(f"its update is {u['size_ratios'][n]:.3g}x the typical size: an honest client whose "
-                   "training diverged looks alike (check its own accuracy)")
+        stated = any(n in u.get(k, ()) for k in ("by_joint", "by_farther", "by_size"))
+        at = "at that size" if stated else f"its update is {u['size_ratios'][n]:.3g}x the typical size"
+        why.append(f"{at}: an honest client whose training diverged looks alike (check its own accuracy)")
     return why
 
 
