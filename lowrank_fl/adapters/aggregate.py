@@ -45,6 +45,7 @@ from ..algorithms import lora_aggregation as lora
 from ..validation import check_in_interval, check_int, check_positive
 from . import detect, detect_updates, guard, robust
 from .io import AdapterError, ModuleFactors
+from .feature_profile import feature_norms
 from ..clair.factored import PairContrasts
 from .reduce import ReducedModule, pair_blocks, pair_factors, reduce_module
 from .tuning import auto_lambdas, solve_module
@@ -189,6 +190,9 @@ class ModuleResult:
     #: ``||ΔW_k (I - P_Â)||_F / ||ΔW_k||_F`` (0 for a zero update): the fit of CLAIR's model (3)-(4)
     #: per client, scale-free (the update rule's row-space evidence)
     outside: list | None = None
+    #: CLAIR: the norms of every client's update's rows (K, out) and columns (K, in) (the update
+    #: rule's feature-profile evidence, :mod:`.feature_profile`; not in the summary)
+    features: tuple | None = field(default=None, repr=False)
     #: CLAIR: the Gram (K, K) of the updates' parts outside the shared row space,
     #: ``<ΔW_j (I - P_Â), ΔW_k (I - P_Â)>_F`` (how far (9) moves each client, :mod:`.noharm`)
     gram_outside: np.ndarray | None = field(default=None, repr=False)
@@ -324,6 +328,7 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
     m = options.method
     if m == "clair":
         res.gram = update_gram(red.Y, red.X)
+        res.features = feature_norms(f.A, f.B, f.scaling)
         _clair(f, red, options, res)
         # the original factors of the clients this module excludes (written back unchanged)
         own = {k: ((f.scaling[k] * f.B[k]).astype(dt), f.A[k].astype(dt))

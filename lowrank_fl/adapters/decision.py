@@ -37,6 +37,7 @@ from . import guard
 from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence
 from .detect_updates import FARTHER_RATIO, SHARED_ALPHA, SHARED_FLOOR, update_evidence
+from .feature_profile import off_reason, results_features
 from .updates import ZERO_RELATIVE, update_norms
 
 __all__ = ["detection_summary", "detection_sentence", "refinement_sentence"]
@@ -66,7 +67,8 @@ def detection_summary(results, names, rule: str) -> dict:
     ev = pooled_evidence(np.array([r.block_norms for r in results], float), K)
     grams = [getattr(r, "gram", None) for r in results]
     uv = None if any(g is None for g in grams) else update_evidence(
-        np.array(grams, float), np.array([r.outside for r in results], float))
+        np.array(grams, float), np.array([r.outside for r in results], float),
+        features=results_features(results))
     if rule == "updates" and uv is None:
         raise ValueError("client_rule 'updates' needs every module's Gram of the updates (CLAIR results "
                          "of aggregate_module)")
@@ -107,7 +109,7 @@ def detection_summary(results, names, rule: str) -> dict:
         "pooled_min_ratio": POOLED_MIN_RATIO,
         "pooled_flagged": _names(names, ev.flagged),
         "pooled_tie": bool(tie),
-        "updates": None if uv is None else _updates_block(uv, grams, names),
+        "updates": None if uv is None else _updates_block(uv, grams, names, results),
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
                              "separated": bool(r.separated),
@@ -120,7 +122,7 @@ def _names(names, mask) -> list:
     return [n for n, f in zip(names, mask) if f]
 
 
-def _updates_block(uv, grams, names) -> dict:
+def _updates_block(uv, grams, names, results) -> dict:
     """``summary["detection"]["updates"]``: the update rule's evidence per client (exact floats; None
     where a value is undefined, so the JSON is strict)."""
     return {
@@ -145,6 +147,16 @@ def _updates_block(uv, grams, names) -> dict:
         "shared_direction_p": uv.shared_direction_p,
         "shared_alpha": SHARED_ALPHA,
         "farther_ratio": FARTHER_RATIO,
+        # the feature profile, reported (not a flag: lowrank_fl.adapters.feature_profile; None where the
+        # results carry no feature norms or the clients' ranks differ)
+        "feature_scores": None if uv.feature_scores is None else dict(zip(names, uv.feature_scores.tolist())),
+        "feature_ratios": None if uv.feature_ratios is None else {
+            n: (None if not np.isfinite(v) else float(v)) for n, v in zip(names, uv.feature_ratios)},
+        "feature_distances": None if uv.feature_distances is None else dict(
+            zip(names, uv.feature_distances.tolist())),
+        "column_ratios": None if uv.column_ratios is None else {
+            n: (None if not np.isfinite(v) else float(v)) for n, v in zip(names, uv.column_ratios)},
+        "feature_profile_off": off_reason(results),
         "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
         "joint_cutoff": uv.joint_cutoff if np.isfinite(uv.joint_cutoff) else None,
         "min_ratio": uv.min_ratio, "size_ratio": uv.size_ratio,

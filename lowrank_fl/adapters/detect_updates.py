@@ -151,6 +151,12 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   the median module's in a typical set, 2.5 times in the 90th percentile), and the single scale
   stays.
 
+The **feature profile** (:mod:`.feature_profile`: how a client's update is spread over the output
+features of every module, blind to its size) is computed from the factors and reported beside
+these; it is not one of the flags (``feature_flag=True`` adds it): on the three batches of trained
+sets built after a version of it was fixed it found 8 more of 123 contaminated clients and flagged 2
+benign clients that trained with a 3× learning rate, and the default must flag none.
+
 A client is flagged if any of the seven holds. The statistics are monotone in how far out a
 client is: scaling one client's update up raises its size score and ratio and leaves every
 direction, agreement and module profile unchanged (a client with an all-zero module excepted: its
@@ -180,6 +186,7 @@ from scipy import stats
 from ..validation import as_float_array, check_int
 from .detect import (POOLED_ALPHA, POOLED_CUTOFF, POOLED_MIN_RATIO, pooled_scores,
                      pooled_threshold, robust_z)
+from .feature_profile import FEATURE_RATIO, feature_cutoff, feature_scores, live_features
 from .updates import ZERO_RELATIVE, direction_distances, module_grams, unit_gram, update_norms
 
 __all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "SHARED_FLOOR", "FARTHER_RATIO", "SHARED_ALPHA",
@@ -229,7 +236,12 @@ class UpdateEvidence(NamedTuple):
     (:func:`profile_cutoff`, ``inf`` with one module) and ``by_profile`` bool; ``typical_agreement``
     (the median client's agreement) and ``by_farther`` bool (twice as far, agreeing less);
     ``profile_distances`` ``d_k`` (:func:`profile_distances`); ``shared_direction_p`` (float,
-    :func:`shared_direction_p`: a direction flag needs it below :data:`SHARED_ALPHA`)."""
+    :func:`shared_direction_p`: a direction flag needs it below :data:`SHARED_ALPHA`);
+    ``feature_scores`` / ``feature_ratios`` / ``feature_distances`` (the row side's) and
+    ``column_ratios`` (:func:`lowrank_fl.adapters.feature_profile.feature_scores`, None where no
+    feature norms were given), ``by_features`` bool (all False unless ``feature_flag=True``) and
+    ``feature_cutoff`` (the ratio a flag needed: :func:`lowrank_fl.adapters.feature_profile.feature_cutoff`
+    where someone reached 2)."""
     direction_scores: np.ndarray
     agreement_ratios: np.ndarray
     outside_scores: np.ndarray | None
@@ -256,6 +268,12 @@ class UpdateEvidence(NamedTuple):
     by_farther: np.ndarray
     profile_distances: np.ndarray
     shared_direction_p: float
+    feature_scores: np.ndarray | None = None
+    feature_ratios: np.ndarray | None = None
+    by_features: np.ndarray | None = None
+    feature_distances: np.ndarray | None = None
+    feature_cutoff: float = FEATURE_RATIO
+    column_ratios: np.ndarray | None = None
 
 
 def _grams(grams) -> np.ndarray:
@@ -483,11 +501,15 @@ def joint_cutoff(K: int) -> float:
 
 
 def update_evidence(grams, outside=None, cutoff: float | None = None,
-                    min_ratio: float = POOLED_MIN_RATIO, size_ratio: float = SIZE_RATIO) -> UpdateEvidence:
+                    min_ratio: float = POOLED_MIN_RATIO, size_ratio: float = SIZE_RATIO,
+                    features=None, feature_flag: bool = False) -> UpdateEvidence:
     """The update rule (module docstring) on per-module Gram matrices ``grams`` (modules, K, K)
     of the clients' updates (:func:`lowrank_fl.adapters.updates.update_gram`) and, optionally,
     each update's share outside the module's shared row space ``outside`` (modules, K)
-    (:func:`lowrank_fl.adapters.updates.outside_shares`).
+    (:func:`lowrank_fl.adapters.updates.outside_shares`) and the norms of its rows and columns,
+    ``features = (rows, cols)``: lists over the same modules of (K, out_m) and (K, in_m)
+    (:func:`lowrank_fl.adapters.feature_profile.feature_norms`): the feature profile, reported; it
+    flags only with ``feature_flag=True`` (not the default: :mod:`.feature_profile` says why).
 
     ``cutoff``: the modified z-score a single statistic's flag needs (default :func:`rule_cutoff`;
     ``inf`` flags nobody, the joint flag included; the joint flag keeps :func:`joint_cutoff`);
@@ -537,10 +559,25 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
         _, Ro = _log_ratios(o)
         mostly_outside = np.sqrt(np.mean(o ** 2, axis=0)) > np.sqrt(0.5)
         by_out = (Mo > cutoff) & (Ro >= min_ratio) & mostly_outside
+    Mf = Rf = Df = Rc = None
+    cf = FEATURE_RATIO
+    by_feat = np.zeros(K, bool)
+    if features is not None:
+        rows, cols = features
+        if len(rows) != G.shape[0] or len(cols) != G.shape[0]:
+            raise ValueError(f"features must list the {G.shape[0]} modules of grams on each side, got "
+                             f"{len(rows)} and {len(cols)}")
+        Mf, Rf, Df, Rc = feature_scores(rows, cols)
+        if Mf.shape != (K,):
+            raise ValueError(f"features must hold K = {K} clients per module, got {Mf.shape[0]}")
+        # the null floor is computed only where someone reaches the stated ratio (it never lowers it)
+        if feature_flag:
+            cf = feature_cutoff(K, live_features(rows)) if np.any(Rf >= FEATURE_RATIO) else FEATURE_RATIO
+            by_feat = (Rf >= cf) & bool(np.isfinite(cutoff))
+    flagged = by_dir | by_out | by_size | by_joint | by_opposed | by_profile | by_farther | by_feat
     return UpdateEvidence(Md, Rd, Mo, Ro, Ms, Rs, float(cutoff), min_ratio, size_ratio, by_dir, by_out,
-                          by_size, by_dir | by_out | by_size | by_joint | by_opposed | by_profile | by_farther,
-                          lower, float(cj), by_joint, upper, by_opposed, Mp, Rp, float(cp), by_profile, typical,
-                          by_farther, Dp, shared_p)
+                          by_size, flagged, lower, float(cj), by_joint, upper, by_opposed, Mp, Rp, float(cp),
+                          by_profile, typical, by_farther, Dp, shared_p, Mf, Rf, by_feat, Df, float(cf), Rc)
 
 
 def update_flags(grams, outside=None, **kwargs) -> np.ndarray:
