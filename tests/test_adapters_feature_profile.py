@@ -8,7 +8,7 @@ import pytest
 from lowrank_fl.adapters import ModuleOptions, aggregate_factors
 from lowrank_fl.adapters.decision import detection_sentence
 from lowrank_fl.adapters.detect_updates import update_evidence
-from lowrank_fl.adapters.feature_profile import (FEATURE_RATIO, feature_cutoff, feature_norms, feature_scores,
+from lowrank_fl.adapters.feature_profile import (FEATURE_RATIO, RATIO_FLOOR, feature_cutoff, feature_norms, feature_scores,
                                                  live_features, side_scores)
 from lowrank_fl.adapters.updates import update_gram
 
@@ -148,8 +148,16 @@ def test_without_feature_norms_the_rule_is_the_seven_tests_and_bad_feature_lists
     assert (full.flagged & ~full.by_features == bare.flagged & ~full.by_features).all()
     with pytest.raises(ValueError, match="features must list the 3 modules"):
         update_evidence(G, features=(rows[:2], cols[:2]))
-    with pytest.raises(ValueError, match="features must hold K = 8"):
+    with pytest.raises(ValueError, match=r"features must hold \(K, features\) = \(8, features\)"):
         update_evidence(G, features=([r[:6] for r in rows], [c[:6] for c in cols]))
+    with pytest.raises(ValueError, match=r"feature norms of module 1 must be \(K, features\) = \(8, "):
+        update_evidence(G, features=([rows[0], rows[1][:7], rows[2]], cols))     # K differs in one module
+    with pytest.raises(ValueError, match="negative values"):
+        update_evidence(G, features=([-rows[0], rows[1], rows[2]], cols))
+    with pytest.raises(ValueError, match="features must be a pair"):
+        update_evidence(G, features=rows)
+    with pytest.raises(TypeError, match="feature_flag must be True or False"):
+        update_evidence(G, features=(rows, cols), feature_flag="no")
     # infinite cutoff: the rule flags nobody, the feature profile included
     assert not update_evidence(G, cutoff=np.inf, features=(rows, cols), feature_flag=True).flagged.any()
 
@@ -213,3 +221,34 @@ def test_a_client_whose_lora_a_drifted_from_the_common_init_is_not_flagged(seed)
     _, _, _, ev = _evidence(f, feature_flag=True)
     assert ev.column_ratios[3] == ev.column_ratios.max() > 4.0
     assert ev.feature_ratios[3] < FEATURE_RATIO and not ev.by_features.any() and not ev.flagged.any()
+
+
+def test_among_identical_clients_a_scaled_one_has_ratio_0_and_a_reshaped_one_a_finite_large_one():
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((2, 9)), rng.standard_normal((7, 2))
+    rows, cols = feature_norms([A] * 6, [B] * 6, np.array([1, 1, 3, 1, 1, 1.0]))   # client 2 ×3
+    S, ratio, d, col = feature_scores([rows], [cols])
+    # every residual is rounding (< 1e-12) against the scale's floor 1e-6: scores and ratios far below 1
+    assert np.all(np.abs(d) < 1e-12) and np.all(ratio < 1e-6) and np.all(col < 1e-6)
+    bumped = rows.copy()
+    bumped[4, 0] *= 1.1                                                   # one row of one client, ×1.1
+    S, ratio, d, _ = feature_scores([bumped], [cols])
+    # its residual log 1.1 · (1 − 1/7) on the bumped row, −log 1.1 / 7 on the others: against s = 1e-6
+    r = np.full(7, -np.log(1.1) / 7)
+    r[0] += np.log(1.1)
+    assert d[4] == pytest.approx(np.sqrt(np.mean(r ** 2)), rel=1e-9)
+    assert np.isfinite(ratio[4]) and ratio[4] == pytest.approx(np.mean((r / 1e-6) ** 2) / RATIO_FLOOR, rel=1e-6)
+
+
+def test_feature_norms_refuse_factors_that_do_not_fit():
+    A, B = np.ones((2, 5)), np.ones((4, 2))
+    with pytest.raises(ValueError, match=r"client 1: A must be \(r, in\) = \(r, 5\)"):
+        feature_norms([A, np.ones((2, 6))], [B, B], np.ones(2))
+    with pytest.raises(ValueError, match=r"client 1: .* with the same r"):
+        feature_norms([A, A], [B, np.ones((4, 3))], np.ones(2))
+    with pytest.raises(ValueError, match=r"A\[1\]"):
+        feature_norms([A, np.full((2, 5), np.nan)], [B, B], np.ones(2))
+    with pytest.raises(TypeError, match="n_rows must be an integer"):
+        feature_cutoff(5, float("nan"))
+    with pytest.raises(ValueError, match="n_rows must be >= 0"):
+        feature_cutoff(5, -3)

@@ -509,7 +509,9 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     (:func:`lowrank_fl.adapters.updates.outside_shares`) and the norms of its rows and columns,
     ``features = (rows, cols)``: lists over the same modules of (K, out_m) and (K, in_m)
     (:func:`lowrank_fl.adapters.feature_profile.feature_norms`): the feature profile, reported; it
-    flags only with ``feature_flag=True`` (not the default: :mod:`.feature_profile` says why).
+    flags only with ``feature_flag=True`` (not the default: :mod:`.feature_profile` says why). Pass
+    ``features`` only for clients of one LoRA rank per module (norms cannot show the rank:
+    :func:`lowrank_fl.adapters.feature_profile.results_features` returns None where ranks differ).
 
     ``cutoff``: the modified z-score a single statistic's flag needs (default :func:`rule_cutoff`;
     ``inf`` flags nobody, the joint flag included; the joint flag keeps :func:`joint_cutoff`);
@@ -562,14 +564,20 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     Mf = Rf = Df = Rc = None
     cf = FEATURE_RATIO
     by_feat = np.zeros(K, bool)
+    if not isinstance(feature_flag, (bool, np.bool_)):
+        raise TypeError(f"feature_flag must be True or False, got {feature_flag!r}")
     if features is not None:
+        if not isinstance(features, (tuple, list)) or len(features) != 2:
+            raise ValueError("features must be a pair (rows, cols) of lists over the modules "
+                             "(feature_profile.feature_norms), got " + type(features).__name__)
         rows, cols = features
         if len(rows) != G.shape[0] or len(cols) != G.shape[0]:
             raise ValueError(f"features must list the {G.shape[0]} modules of grams on each side, got "
                              f"{len(rows)} and {len(cols)}")
         Mf, Rf, Df, Rc = feature_scores(rows, cols)
         if Mf.shape != (K,):
-            raise ValueError(f"features must hold K = {K} clients per module, got {Mf.shape[0]}")
+            raise ValueError(f"features must hold (K, features) = ({K}, features) norms per module, got "
+                             f"{Mf.shape[0]} rows (a transposed (features, K) array?)")
         # the null floor is computed only where someone reaches the stated ratio (it never lowers it)
         if feature_flag:
             cf = feature_cutoff(K, live_features(rows)) if np.any(Rf >= FEATURE_RATIO) else FEATURE_RATIO

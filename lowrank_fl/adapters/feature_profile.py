@@ -12,14 +12,20 @@ of a 7B model). On each side, over every module's features together (:func:`side
 * the log norms ``L_fk`` (a zero counts at 1e-12 of its module's largest feature norm; a feature
   that at least half of the clients left at zero is left out), centred per client,
   ``p_fk = L_fk - mean_f L_fk`` (scaling a client's whole update leaves ``p_k`` unchanged);
-* the residual from the median client, ``r_fk = p_fk - median_j p_fj``;
+* the residual from the typical profile, ``r_fk = p_fk - median_j p_fj`` (per feature, the median over
+  the clients);
 * the score ``S_k = mean_f (r_fk / s)^2`` with one robust scale ``s = 1.4826 median |r_fk|`` over all
-  features and clients, and its *ratio* ``S_k / median_j S_j``.
+  features and clients (at least 1e-6: where the clients' profiles are identical, a client that
+  departs from them scores far out), and its *ratio* ``S_k / median_j S_j`` (the median at least
+  1e-6, :data:`RATIO_FLOOR`: a client ×3 among identical ones, whose score is rounding, is not
+  "infinitely" far out).
 
 **It is reported, not a flag of the default rule** (``summary.json["detection"]["updates"]``:
 ``feature_ratios`` of the row side, ``column_ratios``, ``feature_scores``, ``feature_distances``).
 :func:`lowrank_fl.adapters.detect_updates.update_evidence` flags with it on request
-(``feature_flag=True``): where the row side's ratio is at least the feature cutoff
+(``feature_flag=True``; from adapter folders: ``aggregate_to_dir`` or ``aggregate_factors``, then
+``update_evidence(grams, outside, features=results_features(result.aggregation.results),
+feature_flag=True)``, as ``benchmarks/bench_detection_ceiling.py`` does): where the row side's ratio is at least the feature cutoff
 (:func:`feature_cutoff`), :data:`FEATURE_RATIO` = 2 — the update departs from the typical spread
 over the output features twice as much as the typical client's does — or, with few features, the
 null quantile of the largest ratio where that is higher.
@@ -63,7 +69,7 @@ import numpy as np
 from ..validation import as_float_array, check_int
 from .updates import ZERO_RELATIVE
 
-__all__ = ["FEATURE_RATIO", "FEATURE_ALPHA", "feature_norms", "side_scores", "live_features", "feature_scores",
+__all__ = ["FEATURE_RATIO", "FEATURE_ALPHA", "RATIO_FLOOR", "feature_norms", "side_scores", "live_features", "feature_scores",
            "feature_cutoff", "results_features", "off_reason"]
 
 #: with ``feature_flag=True``, a client whose row-side ratio reaches this is flagged (off by default)
@@ -74,25 +80,37 @@ _NULL_DRAWS = 2_000                  # null federations per floor
 _NULL_MAX_FEATURES = 128             # features per side in the null (the quantile falls with them)
 _MAD_NORMAL = 1.482602218505602     # a normal's standard deviation per median absolute deviation
 _SCALE_FLOOR = 1e-6                 # the scale's floor, natural-log units
+#: the floor of the median score a ratio divides by (scores of rounding-level residuals are not typical)
+RATIO_FLOOR = 1e-6
 
 
 def feature_norms(A, B, scaling) -> tuple[np.ndarray, np.ndarray]:
     """``(rows, cols)``: the norms (K, out) of the rows and (K, in) of the columns of every client's
     ``ΔW_k = s_k B_k A_k``, from the factors (``A_k`` r_k × in, ``B_k`` out × r_k, ``scaling``
     (K,)), never forming out × in: ``||row_i||^2 = s^2 b_i^T (A A^T) b_i`` and
-    ``||col_j||^2 = s^2 a_j^T (B^T B) a_j``. Ranks may differ (zero-padded to the largest)."""
+    ``||col_j||^2 = s^2 a_j^T (B^T B) a_j``. Ranks may differ (zero-padded to the largest), but the
+    profile should not compare them: a lower-rank update spreads over the input features unlike a
+    higher-rank one by construction (:func:`off_reason`; :func:`results_features` leaves such
+    modules' features out, and :func:`~lowrank_fl.adapters.detect_updates.update_evidence`, which
+    sees only norms, cannot tell)."""
     K = len(A)
     if len(B) != K or np.shape(scaling) != (K,):
         raise ValueError(f"A, B and scaling must have one entry per client, got {len(A)}, {len(B)} and "
                          f"shape {np.shape(scaling)}")
-    r = max(np.shape(a)[0] for a in A)
-    out, inn = np.shape(B[0])[0], np.shape(A[0])[1]
+    A = [as_float_array(a, f"A[{k}]", ndim=2) for k, a in enumerate(A)]
+    B = [as_float_array(b, f"B[{k}]", ndim=2) for k, b in enumerate(B)]
+    out, inn = B[0].shape[0], A[0].shape[1]
+    for k in range(K):
+        if A[k].shape[1] != inn or B[k].shape[0] != out or B[k].shape[1] != A[k].shape[0]:
+            raise ValueError(f"client {k}: A must be (r, in) = (r, {inn}) and B (out, r) = ({out}, r) with "
+                             f"the same r, got A {A[k].shape} and B {B[k].shape}")
+    s = as_float_array(scaling, "scaling", ndim=1)
+    r = max(a.shape[0] for a in A)
     Ap = np.zeros((K, r, inn))
     Bp = np.zeros((K, out, r))
     for k in range(K):                       # stacking only: the arithmetic below is batched
         Ap[k, :np.shape(A[k])[0]] = A[k]
         Bp[k, :, :np.shape(B[k])[1]] = B[k]
-    s = np.asarray(scaling, float)
     AAt = Ap @ Ap.transpose(0, 2, 1)                                     # (K, r, r)
     BtB = Bp.transpose(0, 2, 1) @ Bp                                     # (K, r, r)
     rows = np.einsum("kir,krs,kis->ki", Bp, AAt, Bp)
@@ -105,8 +123,13 @@ def _logs(per_module) -> np.ndarray:
     """Log norms (features, K) over every module's features: zeros at 1e-12 of the module's largest
     norm, features at least half of the clients left at zero (and all-zero modules) left out."""
     parts = []
-    for v in per_module:
-        v = as_float_array(v, "feature norms", ndim=2)                   # (K, features)
+    K = None
+    for m, v in enumerate(per_module):
+        v = as_float_array(v, f"feature norms of module {m}", ndim=2)     # (K, features)
+        K = v.shape[0] if K is None else K
+        if v.shape[0] != K or np.any(v < 0):
+            raise ValueError(f"feature norms of module {m} must be (K, features) = ({K}, features) norms >= 0, "
+                             f"got shape {v.shape}" + (" with negative values" if np.any(v < 0) else ""))
         top = float(v.max()) if v.size else 0.0
         if top <= 0:
             continue
@@ -156,6 +179,7 @@ def feature_cutoff(K: int, n_rows: int) -> float:
     (Monte Carlo, 2 000 federations, seed 0; above 128 features 128's, which is conservative: the
     quantile falls with the features, and 2 binds there); ``inf`` below 3 clients or 2 features."""
     K = check_int(K, "K", minimum=2)
+    n_rows = check_int(n_rows, "n_rows", minimum=0)
     if K < 3 or n_rows < 2:
         return np.inf
     return max(FEATURE_RATIO, _null_quantile(K, min(int(n_rows), _NULL_MAX_FEATURES)))
@@ -174,8 +198,7 @@ def feature_scores(rows, cols) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 
 
 def _ratio(S) -> np.ndarray:
-    med = float(np.median(S))
-    return S / med if med > 0 else np.where(S > 0, np.inf, 1.0)
+    return S / max(float(np.median(S)), RATIO_FLOOR)
 
 
 def results_features(results):

@@ -2,7 +2,8 @@
 
 Each benign client ``k`` of a module gets ``A_k = A + δ E_k`` (a shared row space: ``A`` is r × in with
 orthonormal rows) and its own ``B_k``;
-contaminated clients get an unrelated ``A``. Written as ``adapter_config.json`` +
+contaminated clients get an unrelated ``A`` (their difference is in ``A`` alone: it shows on the input
+side of the feature profile, ``column_ratios``, not on its output side). Written as ``adapter_config.json`` +
 ``adapter_model.safetensors`` with keys
 ``base_model.model.model.layers.{i}.self_attn.{m}.lora_{A,B}.weight`` (Llama naming).
 """
