@@ -8,8 +8,8 @@ import pytest
 from lowrank_fl.adapters import ModuleOptions, aggregate_factors
 from lowrank_fl.adapters.decision import detection_sentence
 from lowrank_fl.adapters.detect_updates import update_evidence
-from lowrank_fl.adapters.feature_profile import (FEATURE_RATIO, RATIO_FLOOR, feature_cutoff, feature_norms, feature_scores,
-                                                 live_features, side_scores)
+from lowrank_fl.adapters.feature_profile import (FEATURE_RATIO, RATIO_FLOOR, feature_cutoff, feature_norms,
+                                                 feature_scores, live_features, side_scores)
 from lowrank_fl.adapters.updates import update_gram
 
 OPTS = ModuleOptions(output_dtype="float64")

@@ -23,12 +23,13 @@ of a 7B model). On each side, over every module's features together (:func:`side
 **It is reported, not a flag of the default rule** (``summary.json["detection"]["updates"]``:
 ``feature_ratios`` of the row side, ``column_ratios``, ``feature_scores``, ``feature_distances``).
 :func:`lowrank_fl.adapters.detect_updates.update_evidence` flags with it on request
-(``feature_flag=True``; from adapter folders: ``aggregate_to_dir`` or ``aggregate_factors``, then
-``update_evidence(grams, outside, features=results_features(result.aggregation.results),
-feature_flag=True)``, as ``benchmarks/bench_detection_ceiling.py`` does): where the row side's ratio is at least the feature cutoff
-(:func:`feature_cutoff`), :data:`FEATURE_RATIO` = 2 — the update departs from the typical spread
-over the output features twice as much as the typical client's does — or, with few features, the
-null quantile of the largest ratio where that is higher.
+(``feature_flag=True``; from adapter folders: ``result = aggregate_factors(load_adapters(paths))``,
+then ``update_evidence(grams, outside, features=results_features(result.aggregation.results),
+feature_flag=True)`` with each result's ``gram`` and ``outside``, as
+``benchmarks/bench_detection_ceiling.py`` does): where the row side's ratio is at least the feature
+cutoff (:func:`feature_cutoff`), :data:`FEATURE_RATIO` = 2 — the update departs from the typical
+spread over the output features twice as much as the typical client's does — or, with few
+features, the null quantile of the largest ratio where that is higher.
 
 Why: a benign client that trained harder moves the same output features farther (a larger
 update, the same spread), while a client learning another task moves other output features —
@@ -69,8 +70,8 @@ import numpy as np
 from ..validation import as_float_array, check_int
 from .updates import ZERO_RELATIVE
 
-__all__ = ["FEATURE_RATIO", "FEATURE_ALPHA", "RATIO_FLOOR", "feature_norms", "side_scores", "live_features", "feature_scores",
-           "feature_cutoff", "results_features", "off_reason"]
+__all__ = ["FEATURE_RATIO", "FEATURE_ALPHA", "RATIO_FLOOR", "feature_norms", "side_scores", "live_features",
+           "feature_scores", "feature_cutoff", "results_features", "off_reason"]
 
 #: with ``feature_flag=True``, a client whose row-side ratio reaches this is flagged (off by default)
 FEATURE_RATIO = 2.0
