@@ -94,3 +94,45 @@ def test_features_are_the_update_evidence(bench):
     np.testing.assert_allclose(X[:, col["log_size_ratio"]], np.log(ev.size_ratios))
     np.testing.assert_allclose(X[:, col["direction_score"]], ev.direction_scores)
     assert X[7, col["log_size_ratio"]] == X[:, col["log_size_ratio"]].max() and np.isfinite(X).all()
+
+
+def test_a_benign_client_the_default_flags_sets_no_threshold_and_one_family_is_refused(bench):
+    recs = []
+    for fam in ("a", "b"):
+        for _ in range(3):                                  # the same benign spread in every set
+            x = np.array([9.0, -0.2, -0.1, 0.0, 0.1, 0.2, 2.0, -0.3])
+            # client 0: benign, diverged (the default flags it); client 6: contaminated, unflagged
+            recs.append(_rec(fam, _one_feature(bench, x), [6], default=[0]))
+    rows = {r["family"]: r for r in bench.ceiling_table(recs)}
+    for fam in ("a", "b"):
+        # without the exclusion the diverged benign clients (at 9) would set both thresholds above 2
+        assert rows[fam]["oracle_found"] == 3 and rows[fam]["fitted_found"] == 3
+        assert rows[fam]["default_benign"] == rows[fam]["fitted_benign"] == 3     # the default's own, no more
+    with pytest.raises(ValueError, match="at least 2 families"):
+        bench.ceiling_table([r for r in recs if r["family"] == "a"])
+
+
+@pytest.mark.parametrize("content, message", [("{", "cannot read a JSON list"), ('{"a": 1}', "must hold a JSON list"),
+                                              ('[["llama"]]', "must hold a JSON list"),
+                                              ('[["nope", 1], ["llama", 2]]', "is not \\[family, integer seed\\]"),
+                                              ('[["llama", 1]]', "at least 2 families")])
+def test_bad_sets_files_are_one_line_errors(bench, tmp_path, capsys, content, message):
+    f = tmp_path / "sets.json"
+    f.write_text(content)
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--sets", str(f)])
+    assert exc.value.code == 2 and __import__("re").search(message, capsys.readouterr().err)
+
+
+def test_out_must_be_new_in_an_existing_folder_and_table_must_be_an_out_file(bench, tmp_path, capsys):
+    sets = tmp_path / "sets.json"
+    sets.write_text('[["llama", 1], ["gpt2", 1]]')
+    (tmp_path / "taken.json").write_text("mine")
+    for out in (tmp_path / "taken.json", tmp_path / "no_folder" / "x.json"):
+        with pytest.raises(SystemExit):
+            bench.main(["--sets", str(sets), "--out", str(out)])
+        assert "choose a new file in an existing folder" in capsys.readouterr().err
+    assert (tmp_path / "taken.json").read_text() == "mine"
+    with pytest.raises(SystemExit):
+        bench.main(["--table", str(sets)])
+    assert "is not an --out file" in capsys.readouterr().err
