@@ -2,6 +2,7 @@
 estimate and its own optimality conditions, its leave-one-family-out table on hand-built records
 whose answers are known, and its features against the library's update evidence."""
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -121,7 +122,7 @@ def test_bad_sets_files_are_one_line_errors(bench, tmp_path, capsys, content, me
     f.write_text(content)
     with pytest.raises(SystemExit) as exc:
         bench.main(["--sets", str(f)])
-    assert exc.value.code == 2 and __import__("re").search(message, capsys.readouterr().err)
+    assert exc.value.code == 2 and re.search(message, capsys.readouterr().err)
 
 
 def test_out_must_be_new_in_an_existing_folder_and_table_must_be_an_out_file(bench, tmp_path, capsys):

@@ -100,18 +100,17 @@ def feature_norms(A, B, scaling) -> tuple[np.ndarray, np.ndarray]:
                          f"shape {np.shape(scaling)}")
     A = [as_float_array(a, f"A[{k}]", ndim=2) for k, a in enumerate(A)]
     B = [as_float_array(b, f"B[{k}]", ndim=2) for k, b in enumerate(B)]
-    out, inn = B[0].shape[0], A[0].shape[1]
-    for k in range(K):
-        if A[k].shape[1] != inn or B[k].shape[0] != out or B[k].shape[1] != A[k].shape[0]:
-            raise ValueError(f"client {k}: A must be (r, in) = (r, {inn}) and B (out, r) = ({out}, r) with "
-                             f"the same r, got A {A[k].shape} and B {B[k].shape}")
     s = as_float_array(scaling, "scaling", ndim=1)
+    out, inn = B[0].shape[0], A[0].shape[1]
     r = max(a.shape[0] for a in A)
     Ap = np.zeros((K, r, inn))
     Bp = np.zeros((K, out, r))
-    for k in range(K):                       # stacking only: the arithmetic below is batched
-        Ap[k, :np.shape(A[k])[0]] = A[k]
-        Bp[k, :, :np.shape(B[k])[1]] = B[k]
+    for k in range(K):                       # checking and stacking only: the arithmetic below is batched
+        if A[k].shape[1] != inn or B[k].shape[0] != out or B[k].shape[1] != A[k].shape[0]:
+            raise ValueError(f"client {k}: A must be (r, in) = (r, {inn}) and B (out, r) = ({out}, r) with "
+                             f"the same r, got A {A[k].shape} and B {B[k].shape}")
+        Ap[k, :A[k].shape[0]] = A[k]
+        Bp[k, :, :B[k].shape[1]] = B[k]
     AAt = Ap @ Ap.transpose(0, 2, 1)                                     # (K, r, r)
     BtB = Bp.transpose(0, 2, 1) @ Bp                                     # (K, r, r)
     rows = np.einsum("kir,krs,kis->ki", Bp, AAt, Bp)
@@ -128,9 +127,10 @@ def _logs(per_module) -> np.ndarray:
     for m, v in enumerate(per_module):
         v = as_float_array(v, f"feature norms of module {m}", ndim=2)     # (K, features)
         K = v.shape[0] if K is None else K
-        if v.shape[0] != K or np.any(v < 0):
+        negative = bool(np.any(v < 0))
+        if v.shape[0] != K or negative:
             raise ValueError(f"feature norms of module {m} must be (K, features) = ({K}, features) norms >= 0, "
-                             f"got shape {v.shape}" + (" with negative values" if np.any(v < 0) else ""))
+                             f"got shape {v.shape}" + (" with negative values" if negative else ""))
         top = float(v.max()) if v.size else 0.0
         if top <= 0:
             continue
@@ -183,7 +183,7 @@ def feature_cutoff(K: int, n_rows: int) -> float:
     n_rows = check_int(n_rows, "n_rows", minimum=0)
     if K < 3 or n_rows < 2:
         return np.inf
-    return max(FEATURE_RATIO, _null_quantile(K, min(int(n_rows), _NULL_MAX_FEATURES)))
+    return max(FEATURE_RATIO, _null_quantile(K, min(n_rows, _NULL_MAX_FEATURES)))
 
 
 def feature_scores(rows, cols) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
