@@ -235,7 +235,7 @@ def _updates_limit(u: dict) -> str:
         f"module profile {_profile(u)}",
         f"direction and size together {_vs(jv, u['joint_cutoff'] or np.inf)} ({jn}, the smaller of its two "
         f"scores) / both above {_joint(u)}, the size {rho:g}x the typical and the agreement at most "
-        f"1/{rho:g} of the typical",
+        f"1/{rho:g} of the typical, against a material shared direction",
         f"away from the shared direction, or {u['farther_ratio']:g}x as far while agreeing less / a "
         f"material shared direction ({_shared(u)})",
     ]
@@ -267,7 +267,8 @@ def _update_reasons(u: dict, n: str) -> list:
         why.append(f"direction and size together: direction score {_vs(u['direction_scores'][n], cj)} and size "
                    f"score {_vs(u['size_scores'][n], cj)} both > {cj:.2f}, agreement "
                    f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical <= 1/{rho:g}, update "
-                   f"{_vs(u['size_ratios'][n], rho)}x the typical size >= {rho:g}x")
+                   f"{_vs(u['size_ratios'][n], rho)}x the typical size >= {rho:g}x, the typical agreement "
+                   f"{u['typical_agreement']:.3f} >= {u['shared_floor']:g}")
     if n in u["by_opposed"]:
         why.append(f"opposed to the shared direction: agreement {u['agreement_ratios'][n]:.2f} of the "
                    f"typical client's <= 0, its shortfall significant (upper bound "
