@@ -82,3 +82,20 @@ def test_the_sentence_states_the_shared_direction_the_joint_reason_read():
     assert set(u["by_joint"]) == {"c3", "c7"}
     text = detection_sentence(det)
     assert f"the typical agreement {u['typical_agreement']:.3f} >= 0.1" in text
+
+
+def test_the_nothing_detected_sentence_says_the_joint_test_is_off_without_a_shared_direction():
+    from lowrank_fl.adapters import ModuleOptions, aggregate_factors
+    from lowrank_fl.adapters.decision import detection_sentence
+
+    U = _updates(0, shared=0.25)             # the first test's federation: K = 20, 8 modules, 20 x 20
+    f = {f"c{k}": {f"m{m}": (U[m, k].reshape(20, 20), np.eye(20), 1.0) for m in range(8)} for k in range(20)}
+    det = aggregate_factors(f, ModuleOptions(output_dtype="float64")).summary["detection"]
+    u = det["updates"]
+    assert det["flagged"] == [] and u["typical_agreement"] < 0.1
+    jn, jv = max(((n, min(v, u["size_scores"][n])) for n, v in u["direction_scores"].items()), key=lambda kv: kv[1])
+    assert jv > u["joint_cutoff"]          # above the cutoff, and the sentence says why that flags nobody
+    text = detection_sentence(det)
+    assert (f"direction and size together {jv:.2f} ({jn}, the smaller of its two scores) / off here: no material "
+            f"shared direction (typical agreement {u['typical_agreement']:.3f} < 0.1); when on, both above "
+            f"{u['joint_cutoff']:.2f}, the size 1.2x the typical") in text

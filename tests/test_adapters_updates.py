@@ -477,7 +477,8 @@ def test_the_summary_and_sentence_name_the_joint_evidence():
     dn, dv = max(u["direction_scores"].items(), key=lambda kv: kv[1])
     sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
     assert f"direction {dv:.2f} ({dn}, agreement {u['agreement_ratios'][dn]:.2f}x the typical client's) / above " \
-           f"{u['cutoff']:.2f} with an agreement at most 0 (the federation shares a direction, p = " in text
+           f"{u['cutoff']:.2f} with an agreement at most 0 (the federation significantly shares a direction, " \
+           "p = " in text
     assert u["typical_agreement"] >= u["shared_floor"] and text.endswith("below all of these limits goes unflagged.")
     assert f"size {sv:.2f}x the typical ({sn}) / 5x" in text and len(text) < 1000
 
@@ -844,7 +845,7 @@ def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
     cu = clean["updates"]
     assert cu["shared_alpha"] == 0.05 and 0 <= cu["shared_direction_p"] <= 1
     p = cu["shared_direction_p"]
-    assert (f"(the federation shares a direction, p = {p:.3g} < 0.05)" if p < 0.05 else
+    assert (f"(the federation significantly shares a direction, p = {p:.3g} < 0.05)" if p < 0.05 else
             f"off here: no significantly shared direction (p = {p:.3g} >= 0.05)") in text
     # a typical agreement below the floor: the agreement is shown as it is, not as a ratio of a near-zero one
     assert cu["typical_agreement"] < cu["shared_floor"]

@@ -223,7 +223,7 @@ def _updates_limit(u: dict) -> str:
     jn, jv = _largest({n: min(v, u["size_scores"][n]) for n, v in u["direction_scores"].items()})
     shared = u["shared_direction_p"] < u["shared_alpha"]
     direction = (f"direction {_vs(dv, cut)} ({dn}, {_agreement(u, dn)}) / "
-                 + (f"above {cut:.2f} with an agreement at most 0 (the federation shares a direction, "
+                 + (f"above {cut:.2f} with an agreement at most 0 (the federation significantly shares a direction, "
                     f"p = {u['shared_direction_p']:.3g} < {u['shared_alpha']:g})" if shared else
                     f"off here: no significantly shared direction (p = {u['shared_direction_p']:.3g} >= "
                     f"{u['shared_alpha']:g}); when on, above {cut:.2f} with an agreement at most 0"))
@@ -233,14 +233,24 @@ def _updates_limit(u: dict) -> str:
         f"typical) / above {cut:.2f} and {rho:g}x",
         f"size {sv:.2f}x the typical ({sn}) / {rho_s:g}x",
         f"module profile {_profile(u)}",
-        f"direction and size together {_vs(jv, u['joint_cutoff'] or np.inf)} ({jn}, the smaller of its two "
-        f"scores) / both above {_joint(u)}, the size {rho:g}x the typical and the agreement at most "
-        f"1/{rho:g} of the typical, against a material shared direction",
+        _joint_limit(u, jn, jv, rho),
         f"away from the shared direction, or {u['farther_ratio']:g}x as far while agreeing less / a "
         f"material shared direction ({_shared(u)})",
     ]
     return ("no client stands out under the updates rule. Each test, its largest value now / what a flag "
             "needs: " + "; ".join(tests) + ". A contaminated client below all of these limits goes unflagged.")
+
+
+def _joint_limit(u: dict, jn: str, jv: float, rho: float) -> str:
+    """The joint test's clause of the limit: its largest value now and what a flag needs; "off here"
+    where the federation shares no material direction (the test reads "agrees less" only against one)."""
+    need = (f"both above {_joint(u)}, the size {rho:g}x the typical and the agreement at most 1/{rho:g} "
+            f"of the typical")
+    now = f"{_vs(jv, u['joint_cutoff'] or np.inf)} ({jn}, the smaller of its two scores)"
+    if u["typical_agreement"] >= u["shared_floor"]:
+        return f"direction and size together {now} / {need}"
+    return (f"direction and size together {now} / off here: no material shared direction (typical agreement "
+            f"{u['typical_agreement']:.3f} < {u['shared_floor']:g}); when on, {need}")
 
 
 def _agreement(u: dict, n: str) -> str:
