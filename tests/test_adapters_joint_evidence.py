@@ -96,6 +96,8 @@ def test_the_nothing_detected_sentence_says_the_joint_test_is_off_without_a_shar
     jn, jv = max(((n, min(v, u["size_scores"][n])) for n, v in u["direction_scores"].items()), key=lambda kv: kv[1])
     assert jv > u["joint_cutoff"]          # above the cutoff, and the sentence says why that flags nobody
     text = detection_sentence(det)
-    assert (f"direction and size together {jv:.2f} ({jn}, the smaller of its two scores) / off here: no material "
-            f"shared direction (typical agreement {u['typical_agreement']:.3f} < 0.1); when on, both above "
-            f"{u['joint_cutoff']:.2f}, the size 1.2x the typical") in text
+    assert (f"direction and size together {jv:.2f} ({jn}, the smaller of its two scores) / off here, as the next "
+            f"test: no material shared direction; when on, both above {u['joint_cutoff']:.2f}, the size 1.2x the "
+            f"typical") in text
+    assert (f"a material shared direction (typical agreement {u['typical_agreement']:.3f} against the floor 0.1, "
+            f"off: no material shared direction)") in text and len(text) < 1000

@@ -249,8 +249,9 @@ def _joint_limit(u: dict, jn: str, jv: float, rho: float) -> str:
     now = f"{_vs(jv, u['joint_cutoff'] or np.inf)} ({jn}, the smaller of its two scores)"
     if u["typical_agreement"] >= u["shared_floor"]:
         return f"direction and size together {now} / {need}"
-    return (f"direction and size together {now} / off here: no material shared direction (typical agreement "
-            f"{u['typical_agreement']:.3f} < {u['shared_floor']:g}); when on, {need}")
+    # the next clause states the typical agreement and the floor: not repeated here (the sentence's length)
+    return (f"direction and size together {now} / off here, as the next test: no material shared direction; "
+            f"when on, {need}")
 
 
 def _agreement(u: dict, n: str) -> str:
