@@ -55,7 +55,7 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   flagged by this evidence alone; seed 4301, a clean set at 0.056, two at 2.0 and 2.4 times,
   direction scores 3.51 and 4.41, flagged by it alone). Every contaminated client it flagged on
   the 122 trained sets of ``benchmarks/bench_detection_ceiling.py`` stood in a federation at
-  0.20-0.40. *Added after those sets were seen*; adopted by a rule fixed before seeds 4500-4503
+  0.23-0.40. *Added after those sets were seen*; adopted by a rule fixed before seeds 4500-4503
   were built (40 sets, 70 contaminated clients: the same 16 found, no benign flag either way; on
   all 231 cached sets it removes 3 benign flags and 1 contaminated one).
 * **row-space share** — per module the share of each update outside the module's shared row
