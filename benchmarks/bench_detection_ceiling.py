@@ -218,5 +218,6 @@ def main(argv=None):
     if a.out:
         Path(a.out).write_text(json.dumps({"features": [f for f, _ in FEATURES], "sets": recs, "table": rows}))
 
+
 if __name__ == "__main__":
     main()

@@ -247,7 +247,7 @@ def _joint_limit(u: dict, jn: str, jv: float, rho: float) -> str:
     need = (f"both above {_joint(u)}, the size {rho:g}x the typical and the agreement at most 1/{rho:g} "
             f"of the typical")
     now = f"{_vs(jv, u['joint_cutoff'] or np.inf)} ({jn}, the smaller of its two scores)"
-    if u["typical_agreement"] >= u["shared_floor"]:
+    if _material(u):
         return f"direction and size together {now} / {need}"
     # the next clause states the typical agreement and the floor: not repeated here (the sentence's length)
     return (f"direction and size together {now} / off here, as the next test: no material shared direction; "
@@ -260,7 +260,7 @@ def _agreement(u: dict, n: str) -> str:
     t, ratio = u["typical_agreement"], u["agreement_ratios"][n]
     if ratio is None:
         return "no shared direction in the federation"
-    if t >= u["shared_floor"]:
+    if _material(u):
         return f"agreement {ratio:.2f}x the typical client's"
     return f"agreement {ratio * t:.3f}, the typical {t:.3f}"
 
@@ -327,9 +327,14 @@ def _zero_modules(grams, names) -> dict:
     return dict(zip(names, (n[live] <= ZERO_RELATIVE * top[live]).sum(axis=0).astype(int).tolist()))
 
 
+def _material(u) -> bool:
+    """Whether the federation shares a material direction (the joint, opposed and farther flags' gate)."""
+    return u["typical_agreement"] >= u["shared_floor"]
+
+
 def _shared(u) -> str:
     t, floor = u["typical_agreement"], u["shared_floor"]
-    state = "on" if t >= floor else "off: no material shared direction"
+    state = "on" if _material(u) else "off: no material shared direction"
     return f"typical agreement {t:.3f} against the floor {floor:g}, {state}"
 
 
