@@ -167,7 +167,7 @@ def test_other_methods_send_everyone_the_aggregate(src, method):
     assert all(m.content["arrays"] is arrays for m in msgs)
 
 
-@pytest.mark.parametrize("rule", ["majority", "pooled", "per-module", "any"])
+@pytest.mark.parametrize("rule", ["majority", "pooled", "per-module", "any", "raw"])
 def test_client_rules_and_rank_out(src, rule):
     """Every client rule: the strategy sends each client what aggregate_factors gives it under
     the same rule, and flags the clients the rule's detection flags."""

@@ -26,7 +26,9 @@ Methods (all give PEFT factors with ``B A = `` the aggregated ``ΔW``, scaling f
 
 Client-level decisions (``client_rule``, :func:`client_decision`): ``"per-module"`` (8) as the
 paper writes it; ``"majority"``, ``"any"`` over the modules' sets; ``"pooled"``, our extension
-pooling every module's block norms (:mod:`.detect`).
+pooling every module's block norms (:mod:`.detect`); ``"updates"`` (the default, :mod:`.detect_updates`);
+``"raw"``, the pooled scores of the raw distances ``||ΔW_j - ΔW_k||_F`` against ``c_K`` alone
+(:func:`lowrank_fl.adapters.detect.raw_evidence`: size counts as much as direction there).
 
 The library's LoRA aggregation kernels (:mod:`lowrank_fl.algorithms.lora_aggregation`, PEFT
 letters: A (K, r, in), B (K, out, r)) are reused for fedavg / fedavg-factors / flexlora.
@@ -60,7 +62,7 @@ METHODS = ("clair", "fedavg", "fedavg-factors", "ffa", "flexlora") + robust.ROBU
 #: :mod:`lowrank_fl.clair.penalized`), "auto" (factored: faster at every K measured,
 #: ``benchmarks/bench_k_scaling.py``)
 CONTRASTS = ("auto", "factored", "dense")
-CLIENT_RULES = ("per-module", "majority", "any", "pooled", "updates")
+CLIENT_RULES = ("per-module", "majority", "any", "pooled", "updates", "raw")
 #: the default client-level decision: the update rule (:mod:`.detect_updates`: direction and size
 #: of the clients' raw updates), which the realistic federations of
 #: :mod:`lowrank_fl.nn.trained_families` need (common LoRA init, few noisy examples, uneven
@@ -535,7 +537,9 @@ def client_decision(results, rule: str):
     :func:`lowrank_fl.adapters.detect.pooled_threshold` of ``K`` and its distance ratio is at least
     :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`; ``"updates"`` (the default, ours,
     :mod:`.detect_updates`): a client is excluded everywhere iff its update stands out in
-    direction, row-space share or size over all modules. Every set passes
+    direction, row-space share or size over all modules; ``"raw"``: a client is excluded everywhere iff
+    the pooled modified z-score of its raw distances ``||ΔW_j - ΔW_k||_F`` (:func:`.detect.raw_flags`) exceeds
+    ``c_K``. Every set passes
     :func:`lowrank_fl.adapters.guard.guard_set`: one that is not a strict majority is the
     undecided set (all False, everyone keeps their own); undecided modules abstain.
     """
@@ -552,7 +556,10 @@ def client_decision(results, rule: str):
     if rule == "updates":
         return guard.guard_set(~detect_updates.update_flags(np.array([r.gram for r in results], float),
                                                             np.array([r.outside for r in results], float)))
+    if rule == "raw":
+        return guard.guard_set(~detect.raw_flags(np.array([r.gram for r in results], float)))
     return guard.guard_set(flags.all(axis=0))
+
 
 
 def apply_robust(results, options: ModuleOptions) -> robust.RobustResult:

@@ -6,7 +6,7 @@
         [--figure FILE.png [--overwrite]]
     lowrank-fl adapters aggregate DIR [DIR ...] --method clair --out OUT [--names A,B,..]
         [--output split|merged] [--rank-out R] [--rank R] [--lam-L X --lam-S Y]
-        [--client-rule per-module|majority|any|pooled|updates]
+        [--client-rule per-module|majority|any|pooled|updates|raw]
         [--refine exchangeable|agreement|shrink|paper|own]
         [--energy E]
         [--byzantine F] (--method krum|multikrum|median|trimmed-mean|geomed: robust baselines)
@@ -52,7 +52,10 @@ _RULE_HELP = ("which clients are refined with the collaborative average: 'per-mo
               "'updates' (ours, needs >= 3 clients) reads the clients' raw updates: how differently "
               "(direction, agreement with a shared direction, module profile, share outside the "
               "shared row space) and how far (size) each moved, each against a null cutoff with a "
-              "materiality floor (README, 'Client-level detection')")
+              "materiality floor (README, 'Client-level detection'); 'raw' (needs >= 3 clients) the same "
+              "pooling on each client's distances ||dW_j - dW_k|| to the others, against that cutoff alone: "
+              "it counts size as much as direction, so it also flags a benign client that trained harder "
+              "(README, 'The raw-distance statistic')")
 
 __all__ = ["add_parser", "run_inspect", "run_aggregate"]
 
@@ -143,8 +146,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="replace --out if it holds a previous lowrank-fl output (its "
                           ".lowrank-fl-output marker); any other directory is refused")
     agg.add_argument("--quiet", action="store_true",
-                     help="no progress bar and no per-client lines (the result line and warnings "
-                          "stay)")
+                     help="no progress bar, no per-client lines and no raw-distance comparison (the "
+                          "result line, the detection and refinement sentences and warnings stay)")
     agg.set_defaults(handler=run_aggregate)
     return top
 
@@ -308,9 +311,11 @@ def run_aggregate(args) -> int:
         sel = "" if rb["selected"] is None else f"; selected {', '.join(rb['selected'])}"
         print(f"{args.method} (f = {rb['f']}, {rb['coordinates']} coordinates){sel}.")
     if "detection" in summary:
-        from .decision import detection_sentence
+        from .decision import detection_sentence, raw_comparison
 
         print(detection_sentence(summary["detection"], refine=(summary.get("refinement") or {}).get("mode")))
+        if raw_comparison(summary["detection"]) and not args.quiet:     # a comparison: --quiet leaves it out
+            print(raw_comparison(summary["detection"]))
     if "refinement" in summary:
         from .decision import refinement_sentence
 

@@ -16,6 +16,9 @@ set (8) was not (:mod:`.guard`);
 ``separated_modules`` — modules whose largest-gap split was admissible;
 ``modules`` — per module the clients its own (8) excludes, whether it separated, and the gap ratio
 (``"inf"`` with no spread below the gap, None with no gap);
+``raw_scores``, ``raw_threshold`` (``c_K``), ``raw_flagged`` — the raw-distance statistic
+(:func:`lowrank_fl.adapters.detect.raw_evidence`), whichever rule was applied (None without the
+updates' Grams or below 3 clients); under ``"raw"`` it is ``scores`` and ``threshold`` too;
 ``updates`` — the update rule's evidence (:mod:`.detect_updates`), always: per client the
 direction score and agreement ratio, the lower confidence bound of its agreement, the size score
 and norm ratio, the cutoffs (single and joint), both floors, whom it flags and on which evidence
@@ -35,12 +38,12 @@ import numpy as np
 
 from . import guard
 from .aggregate import client_decision
-from .detect import POOLED_MIN_RATIO, pooled_evidence
+from .detect import POOLED_MIN_RATIO, pooled_evidence, raw_evidence
 from .detect_updates import FARTHER_RATIO, SHARED_ALPHA, SHARED_FLOOR, update_evidence
 from .feature_profile import off_reason, results_features
 from .updates import ZERO_RELATIVE, update_norms
 
-__all__ = ["detection_summary", "detection_sentence", "refinement_sentence"]
+__all__ = ["detection_summary", "detection_sentence", "raw_comparison", "refinement_sentence"]
 
 
 def _min_gap_ratio() -> float:
@@ -69,11 +72,14 @@ def detection_summary(results, names, rule: str) -> dict:
     uv = None if any(g is None for g in grams) else update_evidence(
         np.array(grams, float), np.array([r.outside for r in results], float),
         features=results_features(results))
-    if rule == "updates" and uv is None:
-        raise ValueError("client_rule 'updates' needs every module's Gram of the updates (CLAIR results "
+    if rule in ("updates", "raw") and uv is None:
+        raise ValueError(f"client_rule {rule!r} needs every module's Gram of the updates (CLAIR results "
                          "of aggregate_module)")
+    raw = None if uv is None or K < 3 else raw_evidence(np.array(grams, float))
     decided = (guard.guard_set(~ev.flagged) if rule == "pooled" else
-               guard.guard_set(~uv.flagged) if rule == "updates" else client_decision(results, rule))
+               guard.guard_set(~uv.flagged) if rule == "updates" else
+               guard.guard_set(~raw.flagged) if rule == "raw" and raw is not None else
+               np.ones(K, bool) if rule == "raw" else client_decision(results, rule))
     pooled_cutoff = ev.cutoff if K >= 3 else None
     tie = K >= 3 and ev.tie
     if tie and rule == "pooled":
@@ -90,6 +96,10 @@ def detection_summary(results, names, rule: str) -> dict:
         flagged = ~decided
         scores = np.maximum(np.maximum(uv.direction_scores, uv.size_scores), uv.outside_scores)
         threshold = uv.cutoff if np.isfinite(uv.cutoff) else None
+    elif rule == "raw":
+        flagged = ~decided
+        scores = np.zeros(K) if raw is None else raw.scores
+        threshold = None if raw is None else raw.cutoff
     else:
         flagged, scores = ~decided, excluded_frac
         threshold = 0.5 if rule == "majority" else 0.0
@@ -109,6 +119,10 @@ def detection_summary(results, names, rule: str) -> dict:
         "pooled_min_ratio": POOLED_MIN_RATIO,
         "pooled_flagged": _names(names, ev.flagged),
         "pooled_tie": bool(tie),
+        # the raw-distance statistic, whichever rule was applied (None without Grams or below 3 clients)
+        "raw_scores": None if raw is None else dict(zip(names, raw.scores.tolist())),
+        "raw_threshold": None if raw is None else raw.cutoff,
+        "raw_flagged": None if raw is None else _names(names, raw.flagged),
         "updates": None if uv is None else _updates_block(uv, grams, names, results),
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
@@ -368,6 +382,8 @@ def detection_sentence(det: dict, *, refine: str | None = None) -> str:
     ``refine="own"`` nobody receives anything, and the sentence does not say otherwise)."""
     if det["rule"] == "updates":
         return _updates_sentence(det, refine)
+    if det["rule"] == "raw":
+        return _raw_sentence(det, refine)
     need = _min_gap_ratio()
     n_sep = len(det["separated_modules"])
     pooled = _pooled_clause(det)
@@ -413,6 +429,39 @@ def detection_sentence(det: dict, *, refine: str | None = None) -> str:
             "any": "in every module (excluded by at least one module's collaborative set of CLAIR's (8))"}[rule]
     return (f"flagged {', '.join(det['flagged'])} {what}: {ev} ({n_sep} module(s) separated; "
             f"{pooled}).")
+
+
+def _raw_sentence(det: dict, refine: str | None) -> str:
+    """The sentence of ``client_rule="raw"``: whom the raw-distance statistic flagged, or its largest score."""
+    if det["raw_scores"] is None:
+        return "no contaminated client can be detected with fewer than 3 clients (raw-distance statistic)."
+    cut = det["raw_threshold"]
+    if not det["flagged"]:
+        name, top = _largest(det["raw_scores"])
+        return (f"no client stands out under the raw-distance statistic: largest score {_vs(top, cut)} ({name}) "
+                f"against the cutoff {cut:.2f}.")
+    ev = ", ".join(f"{n} {_vs(det['raw_scores'][n], cut)}" for n in det["flagged"])
+    what = ("every client keeps its own adapter (--refine own), so nobody receives them"
+            if refine == "own" else "their updates are left out of what the others receive")
+    return (f"flagged {', '.join(det['flagged'])} by the raw-distance statistic over all modules (score {ev} > "
+            f"{cut:.2f}); it counts size as much as direction, so a benign client that trained harder stands out "
+            f"too (the update rule's evidence: summary.json, detection.updates); {what}.")
+
+
+def raw_comparison(det: dict) -> str:
+    """The raw-distance statistic beside the applied rule (README, "The raw-distance statistic"): whom it
+    would flag and whom it would not, or "" where the rule applied is that statistic or it has no score."""
+    if det.get("raw_scores") is None or det["rule"] == "raw":
+        return ""
+    cut, would = det["raw_threshold"], det["raw_flagged"]
+    if not would:
+        name, top = _largest(det["raw_scores"])
+        either = "" if det["flagged"] else " either"
+        return (f"beside it, the raw-distance statistic flags nobody{either} (largest score {_vs(top, cut)}, "
+                f"{name}, against {cut:.2f}).")
+    ev = ", ".join(f"{n} {_vs(det['raw_scores'][n], cut)}" for n in would)
+    return (f"beside it, the raw-distance statistic would flag {', '.join(would)} (score {ev} > {cut:.2f}; it counts "
+            "size as much as direction, so a benign client that trained harder stands out there too).")
 
 
 #: clients named in the refinement sentence (the rest are counted; summary.json has them all)

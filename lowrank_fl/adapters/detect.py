@@ -42,6 +42,10 @@ was chosen on those design sets, as the round number between the two groups; it 
 and the verifier's ``adapters.trained.*`` claims test it on sets of fresh seeds. A contaminated
 client less than 20 % farther from the others than a typical client is left in.
 
+The same pooling on the raw distances ``||ΔW_j - ΔW_k||_F`` of the clients' updates, against ``c_K``
+alone, is the *raw-distance statistic* (:func:`raw_evidence`, ``client_rule="raw"``): reported beside
+every rule, and an option, never the default (it flags a benign client that trained harder).
+
 Where a MAD is 0 (more than half of the values tie) the mean absolute deviation takes its place
 with Iglewicz & Hoaglin's constant, ``(x - median) / (1.2533 · MeanAD)``; where both are 0 the
 scores are 0 (nothing stands out). The median step makes the rule flag at most half of the
@@ -60,10 +64,11 @@ import numpy as np
 
 from ..clair import pairs
 from ..validation import as_float_array, check_int
+from .updates import module_grams, raw_distances
 
 __all__ = ["POOLED_CUTOFF", "POOLED_ALPHA", "POOLED_MIN_RATIO", "pooled_threshold", "robust_z", "pair_matrix",
            "client_medians", "pooled_scores", "pooled_ratios", "pooled_flags", "scores_tie",
-           "PooledEvidence", "pooled_evidence"]
+           "PooledEvidence", "pooled_evidence", "raw_evidence", "raw_flags"]
 
 #: Iglewicz & Hoaglin's cutoff of the modified z-score (How to Detect and Handle Outliers, 1993):
 #: the floor of the pooled rule's cutoff
@@ -214,3 +219,19 @@ def pooled_flags(norms, K: int, cutoff: float | None = None,
                  min_ratio: float = POOLED_MIN_RATIO) -> np.ndarray:
     """Bool (K,): client flagged (contaminated) by the pooled rule (:func:`pooled_evidence`)."""
     return pooled_evidence(norms, K, cutoff, min_ratio).flagged
+
+
+def raw_evidence(grams) -> PooledEvidence:
+    """The raw-distance statistic (``client_rule="raw"``) from the Grams of the updates (modules, K, K):
+    the pooled scores above on the raw distances ``||ΔW_j - ΔW_k||_F`` (:func:`.updates.raw_distances`)
+    in place of the block norms — per module each client's median distance to the others, robustly
+    standardised across the clients, averaged over the modules, re-standardised — against ``c_K``
+    alone (``min_ratio`` 0). Blind to *why* a client is far: a benign client that trained harder
+    stands out as a contaminated one does (README, "The raw-distance statistic")."""
+    G = module_grams(grams, "grams")                               # (modules, K, K); one (K, K) is one module
+    return pooled_evidence(raw_distances(G), G.shape[-1], min_ratio=0.0)
+
+
+def raw_flags(grams) -> np.ndarray:
+    """Bool (K,): whom the raw-distance statistic flags (:func:`raw_evidence`)."""
+    return raw_evidence(grams).flagged

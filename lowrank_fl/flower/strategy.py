@@ -134,8 +134,9 @@ class ClairStrategy(FedAvg):
         CLAIR's client-level decision (:data:`lowrank_fl.adapters.CLIENT_RULES`):
         ``"pooled"`` (one client-level set from every module's block norms,
         :mod:`lowrank_fl.adapters.detect`), ``"per-module"`` (each module its own set (8)),
-        ``"majority"`` (benign in at least half of the modules), ``"any"`` (benign in all), and
-        ``"updates"`` (the default: the update rule, :mod:`lowrank_fl.adapters.detect_updates`).
+        ``"majority"`` (benign in at least half of the modules), ``"any"`` (benign in all),
+        ``"updates"`` (the default: the update rule, :mod:`lowrank_fl.adapters.detect_updates`), and
+        ``"raw"`` (the raw-distance statistic, :func:`lowrank_fl.adapters.detect.raw_evidence`).
     refine : str
         What a collaborating client is sent (:data:`lowrank_fl.adapters.REFINE`): ``"exchangeable"``
         (the default: toward the collaborative mean by its agreement with the others, at least

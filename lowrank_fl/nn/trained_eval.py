@@ -13,9 +13,9 @@ import numpy as np
 
 from ..adapters import ModuleOptions, aggregate_factors, guard
 from ..adapters.decision import detection_summary
-from ..adapters.detect import pooled_evidence, pooled_scores, pooled_threshold
+from ..adapters.detect import pooled_evidence, pooled_scores, pooled_threshold, raw_evidence
 from ..adapters.detect_updates import update_flags
-from ..adapters.updates import raw_distances, unit_gram
+from ..adapters.updates import unit_gram
 from .trained_families import benign_fedavg
 from .trained_sets import TrainedSet, base_accuracy, copying_threshold, heldout_accuracy, heldout_loss
 
@@ -69,8 +69,8 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
         by_ratio[f"{rho:g}"] = [] if guard.is_undecided(d) else [n for n, b in zip(names, d) if not b]
     ev = pooled_evidence(np.array([r.block_norms for r in results]), K)
     Mc, _ = pooled_scores(np.array([r.contrast_norms for r in results]), K)
-    # the raw statistic (the 30-line one): median ||ΔW_j - ΔW_k||_F per module, pooled
-    Mr, _ = pooled_scores(raw_distances(np.array([r.gram for r in results])), K)
+    # the raw-distance statistic (client_rule="raw"): median ||ΔW_j - ΔW_k||_F per module, pooled
+    Mr = raw_evidence(np.array([r.gram for r in results])).scores
     benign = np.array([n not in ts.contaminated for n in names])
     rec = {"truth": list(ts.contaminated), "names": names, "flagged": flags,
            "oracle_agreement": {n: None if np.isnan(v) else float(v)            # strict JSON

@@ -1,0 +1,173 @@
+"""The raw-distance statistic (``client_rule="raw"``, and reported beside every rule): the pooled
+modified z-score of each client's median distance ``||ΔW_j - ΔW_k||_F`` to the others, against
+``c_K`` alone. Pinned against a computation from the dense updates; the two hand-built cases show
+what it reads (size as much as direction) against the update rule."""
+import json
+
+import numpy as np
+import pytest
+
+from lowrank_fl.adapters import ModuleOptions, aggregate_factors
+from lowrank_fl.adapters.aggregate import CLIENT_RULES, client_decision
+from lowrank_fl.adapters.decision import detection_sentence, raw_comparison
+from lowrank_fl.adapters.detect import pooled_threshold, raw_evidence, raw_flags
+from lowrank_fl.adapters.detect_updates import update_evidence
+from lowrank_fl.cli import main
+
+
+def _federation(seed, K=10, modules=4, d=120, shared=1.0, noise=0.5):
+    """(modules, K, d) vectorised updates: one shared unit direction per module plus each
+    client's own noise (expected norm ``noise``): benign clients of one task."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(modules):
+        s = rng.standard_normal(d)
+        out.append(shared * s / np.linalg.norm(s) + noise * rng.standard_normal((K, d)) / np.sqrt(d))
+    return np.array(out)
+
+
+def _reference(U):
+    """The statistic from the dense updates, step by step, without the library's pooling: per
+    module each client's median distance to the others, ``(s - median) / (1.4826 MAD)`` across the
+    clients, the mean over the modules, and the same standardisation of that mean."""
+    M, K, _ = U.shape
+    s = np.array([[np.median([np.linalg.norm(U[m, k] - U[m, j]) for j in range(K) if j != k])
+                   for k in range(K)] for m in range(M)])
+
+    def z(x):
+        med = np.median(x)
+        return (x - med) / (1.4826 * np.median(np.abs(x - med)))
+
+    return z(np.mean([z(s[m]) for m in range(M)], axis=0))
+
+
+def _grams(U):
+    return np.einsum("mkd,mjd->mkj", U, U)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_scores_match_the_dense_reference_and_flag_above_c_K_alone(seed):
+    U = _federation(seed)
+    U[:, 4] *= 3.0                                       # one client far out: a flag at the boundary's far side
+    ev = raw_evidence(_grams(U))
+    np.testing.assert_allclose(ev.scores, _reference(U), rtol=1e-9, atol=1e-9)
+    assert ev.cutoff == pooled_threshold(10) and ev.min_ratio == 0.0
+    np.testing.assert_array_equal(ev.flagged, ev.scores > ev.cutoff)
+    assert list(np.flatnonzero(ev.flagged)) == [4]
+
+
+def test_a_scaled_benign_client_is_flagged_by_the_raw_statistic_not_by_the_update_rule():
+    """A benign client that trained harder: the same task, 3x the update. The raw statistic reads its
+    distance and flags it; the update rule reads direction apart from size (3x is below its 5x floor,
+    and it agrees with the others) and keeps it."""
+    for seed in range(3):
+        U = _federation(seed)
+        U[:, 2] *= 3.0
+        G = _grams(U)
+        assert list(np.flatnonzero(raw_flags(G))) == [2]
+        ev = update_evidence(G)
+        assert ev.size_ratios[2] == pytest.approx(3.0, rel=0.15) and not ev.flagged.any()
+
+
+def _lora_clients(seed, K=8, modules=4, out=24, inp=20, r=3, contaminated=7):
+    """LoRA factors from a common init: the benign clients' ``A_k = A + 0.05 E_k`` (one shared row
+    space) with their own ``B_k`` (updates as different as their own tasks), the contaminated one
+    another ``A`` (another task's row space), every update of about the same size."""
+    rng = np.random.default_rng(seed)
+    f = {f"c{k}": {} for k in range(K)}
+    for m in range(modules):
+        A = np.linalg.qr(rng.standard_normal((inp, r)))[0].T
+        for k in range(K):
+            Ak = (np.linalg.qr(rng.standard_normal((inp, r)))[0].T if k == contaminated
+                  else A + 0.05 * rng.standard_normal((r, inp)))
+            f[f"c{k}"][f"m{m}"] = (Ak, rng.standard_normal((out, r)), 1.0)
+    return f
+
+
+def test_a_common_init_contamination_of_typical_size_is_missed_by_the_raw_statistic():
+    """A client learning another task from the same init, its update of the typical size, among
+    benign clients whose own column sides differ as much: its raw distances are no larger than the
+    benign pairs', so the raw statistic keeps it; the update rule flags it by its share outside the
+    shared row space."""
+    for seed in range(4):
+        det = aggregate_factors(_lora_clients(seed), ModuleOptions(output_dtype="float64")).summary["detection"]
+        assert det["flagged"] == ["c7"] and det["updates"]["by_outside"] == ["c7"]
+        assert det["raw_flagged"] == [] and det["raw_scores"]["c7"] < det["raw_threshold"]
+        assert 0.8 < det["updates"]["size_ratios"]["c7"] < 1.25
+
+
+def test_a_clean_federation_flags_nobody():
+    for seed in range(5):
+        ev = raw_evidence(_grams(_federation(seed)))
+        assert not ev.flagged.any() and ev.scores.max() < ev.cutoff
+
+
+def _factors(U):
+    """LoRA factors whose products are the vectorised updates: A = the update as (10, d / 10), B = I."""
+    M, K, d = U.shape
+    return {f"c{k}": {f"m{m}": (U[m, k].reshape(10, d // 10), np.eye(10), 1.0) for m in range(M)}
+            for k in range(K)}
+
+
+def test_the_summary_reports_it_beside_the_rule_and_applies_it_as_an_option():
+    U = _federation(0)
+    U[:, 2] *= 3.0
+    f = _factors(U)
+    default = aggregate_factors(f, ModuleOptions(output_dtype="float64"))
+    det = default.summary["detection"]
+    names = [f"c{k}" for k in range(10)]
+    np.testing.assert_allclose([det["raw_scores"][n] for n in names], _reference(U), rtol=1e-8, atol=1e-8)
+    assert det["raw_threshold"] == pooled_threshold(10)
+    assert det["rule"] == "updates" and det["flagged"] == [] and det["raw_flagged"] == ["c2"]
+    text = raw_comparison(det)
+    assert text.startswith("beside it, the raw-distance statistic would flag c2 (score ")
+    assert f"> {pooled_threshold(10):.2f}" in text and "trained harder" in text
+    assert client_decision(default.aggregation.results, "raw").tolist() == [n != "c2" for n in names]
+
+    raw = aggregate_factors(f, ModuleOptions(output_dtype="float64"), client_rule="raw")
+    rdet = raw.summary["detection"]
+    assert rdet["rule"] == "raw" and rdet["flagged"] == ["c2"] and rdet["scores"] == rdet["raw_scores"]
+    assert rdet["threshold"] == rdet["raw_threshold"] and raw_comparison(rdet) == ""
+    sentence = detection_sentence(rdet)
+    assert sentence.startswith("flagged c2 by the raw-distance statistic over all modules (score ")
+    assert "left out of what the others receive" in sentence
+    # what the others receive: c2 is outside the collaborative set
+    assert raw.summary["refinement"]["clients"]["c2"]["weight"] == 0
+    assert all(raw.summary["refinement"]["clients"][n]["weight"] > 0 for n in names if n != "c2")
+
+
+def test_nobody_flagged_and_too_few_clients():
+    det = aggregate_factors(_factors(_federation(1)), ModuleOptions(output_dtype="float64"),
+                            client_rule="raw").summary["detection"]
+    name = max(det["raw_scores"], key=det["raw_scores"].get)
+    assert detection_sentence(det) == (
+        f"no client stands out under the raw-distance statistic: largest score "
+        f"{det['raw_scores'][name]:.2f} ({name}) against the cutoff {det['raw_threshold']:.2f}.")
+    two = aggregate_factors(_factors(_federation(1, K=2)), ModuleOptions(output_dtype="float64"),
+                            client_rule="raw").summary["detection"]
+    assert two["raw_scores"] is None and two["flagged"] == [] and raw_comparison(two) == ""
+    assert "fewer than 3 clients" in detection_sentence(two)
+
+
+def test_bad_grams_name_the_argument():
+    with pytest.raises(ValueError, match="grams"):
+        raw_evidence(np.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match="grams"):
+        raw_evidence(np.full((1, 3, 3), np.nan))
+    assert "raw" in CLIENT_RULES
+
+
+def test_the_cli_option_and_the_comparison_line(tmp_path, capsys):
+    from lowrank_fl.adapters.synthetic import write_synthetic_adapters
+
+    src = write_synthetic_adapters(tmp_path / "in", n_clients=6, n_layers=1, modules=("q_proj", "v_proj"),
+                                   shape=(24, 20), rank=3, contaminated=1, dtype="float32", seed=0)
+    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "o")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    det = json.loads((tmp_path / "o" / "summary.json").read_text())["detection"]
+    assert raw_comparison(det) in lines
+    assert main(["adapters", "aggregate", *map(str, src), "--out", str(tmp_path / "o2"), "--client-rule", "raw"]) == 0
+    out = capsys.readouterr().out
+    det2 = json.loads((tmp_path / "o2" / "summary.json").read_text())["detection"]
+    assert det2["rule"] == "raw" and det2["raw_scores"] == det["raw_scores"]
+    assert detection_sentence(det2) in out.splitlines() and "beside it" not in out
