@@ -121,7 +121,8 @@ def test_the_summary_reports_it_beside_the_rule_and_applies_it_as_an_option():
     assert det["rule"] == "updates" and det["flagged"] == [] and det["raw_flagged"] == ["c2"]
     text = raw_comparison(det)
     assert text.startswith("beside it, the raw-distance statistic would flag c2 (score ")
-    assert f"> {pooled_threshold(10):.2f}" in text and "trained harder" in text
+    assert f", each > {pooled_threshold(10):.2f}" in text and "trained harder or less" in text
+    assert "; the updates rule flagged none of them;" in text
     assert client_decision(default.aggregation.results, "raw").tolist() == [n != "c2" for n in names]
 
     raw = aggregate_factors(f, ModuleOptions(output_dtype="float64"), client_rule="raw")
@@ -146,12 +147,50 @@ def test_nobody_flagged_and_too_few_clients():
     two = aggregate_factors(_factors(_federation(1, K=2)), ModuleOptions(output_dtype="float64"),
                             client_rule="raw").summary["detection"]
     assert two["raw_scores"] is None and two["flagged"] == [] and raw_comparison(two) == ""
+    assert two["scores"] == {"c0": None, "c1": None} and two["threshold"] is None and two["raw_tie"] is None
     assert "fewer than 3 clients" in detection_sentence(two)
+
+
+def test_tied_scores_are_reported_and_warned():
+    """Four identical clients of six: the fallback scale bounds every score below c_6, so even a
+    10x client is not flagged; summary, sentence and a warning say so."""
+    U = _federation(0, K=6)
+    U[:, 1:4] = U[:, :1]
+    U[:, 5] *= 10.0
+    with pytest.warns(RuntimeWarning, match="raw-distance scores of more than half of the 6 clients tie"):
+        det = aggregate_factors(_factors(U), ModuleOptions(output_dtype="float64"),
+                                client_rule="raw").summary["detection"]
+    assert det["raw_tie"] is True and det["flagged"] == [] and det["raw_scores"]["c5"] < det["raw_threshold"]
+    assert detection_sentence(det).endswith("; the scores of most clients tie, which bounds every score.")
+    ev = raw_evidence(_grams(U))
+    assert ev.tie and ev.scores.max() < ev.cutoff
+    # the reduced path's Grams tie the identical clients exactly, as the dense ones do: the distance
+    # between identical updates is the Gram's rounding (about 1e-8 of the norms), read as 0, not a scale
+    np.testing.assert_allclose([det["raw_scores"][f"c{k}"] for k in range(6)], ev.scores, atol=1e-9)
+    upd = aggregate_factors(_factors(U), ModuleOptions(output_dtype="float64")).summary["detection"]
+    assert upd["flagged"] == ["c5"] and max(upd["updates"]["direction_scores"].values()) < 5
+
+
+def test_the_comparison_names_where_the_rule_and_the_statistic_differ():
+    det = {"rule": "updates", "flagged": ["b", "c"], "raw_threshold": 5.0, "raw_tie": False,
+           "raw_scores": {"a": 7.0, "b": 9.0, "c": 1.0}, "raw_flagged": ["a", "b"]}
+    assert raw_comparison(det) == (
+        "beside it, the raw-distance statistic would flag a, b (scores a 7.00, b 9.00, each > 5.00); of these "
+        "the updates rule did not flag a; it would not flag c, whom the updates rule flagged; it counts size "
+        "as much as direction, so a benign client that trained harder or less (a larger or smaller update) "
+        "stands out too.")
+    det.update(raw_flagged=[], raw_scores={"a": 1.0, "b": 4.999, "c": 2.0})
+    assert raw_comparison(det) == ("beside it, the raw-distance statistic flags nobody (largest score 4.999, b, "
+                                   "against 5.00); it would not flag b, c, whom the updates rule flagged.")
 
 
 def test_bad_grams_name_the_argument():
     with pytest.raises(ValueError, match="grams"):
         raw_evidence(np.ones((2, 3, 4)))
+    with pytest.raises(ValueError, match="grams must hold at least one module of at least 2 clients"):
+        raw_evidence(np.zeros((0, 5, 5)))
+    with pytest.raises(ValueError, match="grams must hold at least one module of at least 2 clients"):
+        raw_evidence(np.ones((2, 1, 1)))
     with pytest.raises(ValueError, match="grams"):
         raw_evidence(np.full((1, 3, 3), np.nan))
     assert "raw" in CLIENT_RULES

@@ -52,10 +52,11 @@ _RULE_HELP = ("which clients are refined with the collaborative average: 'per-mo
               "'updates' (ours, needs >= 3 clients) reads the clients' raw updates: how differently "
               "(direction, agreement with a shared direction, module profile, share outside the "
               "shared row space) and how far (size) each moved, each against a null cutoff with a "
-              "materiality floor (README, 'Client-level detection'); 'raw' (needs >= 3 clients) the same "
-              "pooling on each client's distances ||dW_j - dW_k|| to the others, against that cutoff alone: "
-              "it counts size as much as direction, so it also flags a benign client that trained harder "
-              "(README, 'The raw-distance statistic')")
+              "materiality floor (README, 'Client-level detection'); 'raw' (needs >= 3 clients) pools, as "
+              "'pooled' does, each client's distances ||dW_j - dW_k|| to the others and flags above the "
+              "pooled rule's cutoff alone, with no distance-ratio floor: it counts size as much as "
+              "direction, so a benign client that trained harder or less stands out too (README, 'The "
+              "raw-distance statistic')")
 
 __all__ = ["add_parser", "run_inspect", "run_aggregate"]
 
@@ -108,8 +109,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     agg.add_argument("--alpha", type=float, default=0.5,
                      help="majority fraction α of CLAIR's (8), in [0.5, 1) (default 0.5): a client is benign in a "
                           "module when it is close to at least a fraction α of the others (the per-module "
-                          "sets, hence the per-module, majority and any rules; not the updates (default) or "
-                          "pooled rule)")
+                          "sets, hence the per-module, majority and any rules; not the updates (default), "
+                          "pooled or raw rule)")
     agg.add_argument("--client-rule", dest="client_rule", default=None,
                      choices=CLIENT_RULES, help=_RULE_HELP + f" (default {DEFAULT_CLIENT_RULE}; --method clair only)")
     agg.add_argument("--refine", default=None, choices=REFINE,

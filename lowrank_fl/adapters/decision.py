@@ -16,7 +16,7 @@ set (8) was not (:mod:`.guard`);
 ``separated_modules`` — modules whose largest-gap split was admissible;
 ``modules`` — per module the clients its own (8) excludes, whether it separated, and the gap ratio
 (``"inf"`` with no spread below the gap, None with no gap);
-``raw_scores``, ``raw_threshold`` (``c_K``), ``raw_flagged`` — the raw-distance statistic
+``raw_scores``, ``raw_threshold`` (``c_K``), ``raw_flagged``, ``raw_tie`` — the raw-distance statistic
 (:func:`lowrank_fl.adapters.detect.raw_evidence`), whichever rule was applied (None without the
 updates' Grams or below 3 clients); under ``"raw"`` it is ``scores`` and ``threshold`` too;
 ``updates`` — the update rule's evidence (:mod:`.detect_updates`), always: per client the
@@ -87,6 +87,10 @@ def detection_summary(results, names, rule: str) -> dict:
                       "adapters, or K = 3): the fallback scale bounds every score, so the pooled rule "
                       "can hardly flag anyone here; compare --client-rule per-module", RuntimeWarning,
                       stacklevel=3)
+    if rule == "raw" and raw is not None and raw.tie:
+        warnings.warn(f"the raw-distance scores of more than half of the {K} clients tie exactly (identical "
+                      "adapters): the fallback scale bounds every score, so the raw rule can hardly flag anyone "
+                      "here; compare --client-rule updates", RuntimeWarning, stacklevel=3)
     if decided is None:                                                 # per-module
         flagged = ~flags.all(axis=0)
         scores, threshold = excluded_frac, None
@@ -96,9 +100,9 @@ def detection_summary(results, names, rule: str) -> dict:
         flagged = ~decided
         scores = np.maximum(np.maximum(uv.direction_scores, uv.size_scores), uv.outside_scores)
         threshold = uv.cutoff if np.isfinite(uv.cutoff) else None
-    elif rule == "raw":
+    elif rule == "raw":                                                 # no score below 3 clients
         flagged = ~decided
-        scores = np.zeros(K) if raw is None else raw.scores
+        scores = np.full(K, np.nan) if raw is None else raw.scores
         threshold = None if raw is None else raw.cutoff
     else:
         flagged, scores = ~decided, excluded_frac
@@ -111,7 +115,7 @@ def detection_summary(results, names, rule: str) -> dict:
         "flagged": _names(names, flagged),
         "undecided": bool(undecided),
         "undecided_modules": [r.name for r in results if guard.is_undecided(np.asarray(r.benign, bool))],
-        "scores": dict(zip(names, np.asarray(scores, float).tolist())),
+        "scores": {n: (None if np.isnan(v) else v) for n, v in zip(names, np.asarray(scores, float).tolist())},
         "threshold": threshold,
         "pooled_scores": dict(zip(names, ev.scores.tolist())),
         "pooled_threshold": pooled_cutoff,
@@ -123,6 +127,7 @@ def detection_summary(results, names, rule: str) -> dict:
         "raw_scores": None if raw is None else dict(zip(names, raw.scores.tolist())),
         "raw_threshold": None if raw is None else raw.cutoff,
         "raw_flagged": None if raw is None else _names(names, raw.flagged),
+        "raw_tie": None if raw is None else bool(raw.tie),
         "updates": None if uv is None else _updates_block(uv, grams, names, results),
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
@@ -436,32 +441,48 @@ def _raw_sentence(det: dict, refine: str | None) -> str:
     if det["raw_scores"] is None:
         return "no contaminated client can be detected with fewer than 3 clients (raw-distance statistic)."
     cut = det["raw_threshold"]
+    tie = "; the scores of most clients tie, which bounds every score" if det.get("raw_tie") else ""
     if not det["flagged"]:
         name, top = _largest(det["raw_scores"])
         return (f"no client stands out under the raw-distance statistic: largest score {_vs(top, cut)} ({name}) "
-                f"against the cutoff {cut:.2f}.")
-    ev = ", ".join(f"{n} {_vs(det['raw_scores'][n], cut)}" for n in det["flagged"])
+                f"against the cutoff {cut:.2f}{tie}.")
     what = ("every client keeps its own adapter (--refine own), so nobody receives them"
             if refine == "own" else "their updates are left out of what the others receive")
-    return (f"flagged {', '.join(det['flagged'])} by the raw-distance statistic over all modules (score {ev} > "
-            f"{cut:.2f}); it counts size as much as direction, so a benign client that trained harder stands out "
-            f"too (the update rule's evidence: summary.json, detection.updates); {what}.")
+    return (f"flagged {', '.join(det['flagged'])} by the raw-distance statistic over all modules ({_raw_scores(det, det['flagged'])}"
+            f"{tie}); {_RAW_CAVEAT}; {what}.")
+
+
+#: what the raw-distance statistic cannot tell (module docstring of :mod:`.detect`, ``raw_evidence``)
+_RAW_CAVEAT = ("it counts size as much as direction, so a benign client that trained harder or less (a larger or "
+               "smaller update) stands out too")
+
+
+def _raw_scores(det: dict, names) -> str:
+    cut = det["raw_threshold"]
+    word = "score" if len(names) == 1 else "scores"
+    return f"{word} " + ", ".join(f"{n} {_vs(det['raw_scores'][n], cut)}" for n in names) + f", each > {cut:.2f}"
 
 
 def raw_comparison(det: dict) -> str:
     """The raw-distance statistic beside the applied rule (README, "The raw-distance statistic"): whom it
-    would flag and whom it would not, or "" where the rule applied is that statistic or it has no score."""
+    would flag, and where it and the rule differ; "" where the rule applied is that statistic or it has no
+    score (fewer than 3 clients)."""
     if det.get("raw_scores") is None or det["rule"] == "raw":
         return ""
-    cut, would = det["raw_threshold"], det["raw_flagged"]
+    cut, would, rule = det["raw_threshold"], det["raw_flagged"], det["rule"]
+    tie = "; the scores of most clients tie, which bounds every score" if det.get("raw_tie") else ""
+    only_rule = [n for n in det["flagged"] if n not in would]
+    spared = f"; it would not flag {', '.join(only_rule)}, whom the {rule} rule flagged" if only_rule else ""
     if not would:
         name, top = _largest(det["raw_scores"])
         either = "" if det["flagged"] else " either"
         return (f"beside it, the raw-distance statistic flags nobody{either} (largest score {_vs(top, cut)}, "
-                f"{name}, against {cut:.2f}).")
-    ev = ", ".join(f"{n} {_vs(det['raw_scores'][n], cut)}" for n in would)
-    return (f"beside it, the raw-distance statistic would flag {', '.join(would)} (score {ev} > {cut:.2f}; it counts "
-            "size as much as direction, so a benign client that trained harder stands out there too).")
+                f"{name}, against {cut:.2f}{tie}){spared}.")
+    only_raw = [n for n in would if n not in det["flagged"]]
+    differ = (f"; of these the {rule} rule did not flag {', '.join(only_raw)}" if only_raw and len(only_raw) < len(would)
+              else f"; the {rule} rule flagged none of them" if only_raw else f"; the {rule} rule flagged them too")
+    return (f"beside it, the raw-distance statistic would flag {', '.join(would)} ({_raw_scores(det, would)}{tie})"
+            f"{differ}{spared}; {_RAW_CAVEAT}.")
 
 
 #: clients named in the refinement sentence (the rest are counted; summary.json has them all)

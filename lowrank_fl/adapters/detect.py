@@ -226,9 +226,13 @@ def raw_evidence(grams) -> PooledEvidence:
     the pooled scores above on the raw distances ``||ΔW_j - ΔW_k||_F`` (:func:`.updates.raw_distances`)
     in place of the block norms — per module each client's median distance to the others, robustly
     standardised across the clients, averaged over the modules, re-standardised — against ``c_K``
-    alone (``min_ratio`` 0). Blind to *why* a client is far: a benign client that trained harder
-    stands out as a contaminated one does (README, "The raw-distance statistic")."""
+    alone (``min_ratio`` 0: the distance-ratio floor of the pooled rule is not applied). Blind to *why*
+    a client is far: a benign client that trained harder or less stands out as a contaminated one does
+    (README, "The raw-distance statistic"). ``tie``: more than half of the pooled values tie, which
+    bounds every score (:func:`scores_tie`)."""
     G = module_grams(grams, "grams")                               # (modules, K, K); one (K, K) is one module
+    if G.shape[0] < 1 or G.shape[-1] < 2:
+        raise ValueError(f"grams must hold at least one module of at least 2 clients, got shape {G.shape}")
     return pooled_evidence(raw_distances(G), G.shape[-1], min_ratio=0.0)
 
 
