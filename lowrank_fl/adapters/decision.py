@@ -448,8 +448,8 @@ def _raw_sentence(det: dict, refine: str | None) -> str:
                 f"against the cutoff {cut:.2f}{tie}.")
     what = ("every client keeps its own adapter (--refine own), so nobody receives them"
             if refine == "own" else "their updates are left out of what the others receive")
-    return (f"flagged {', '.join(det['flagged'])} by the raw-distance statistic over all modules ({_raw_scores(det, det['flagged'])}"
-            f"{tie}); {_RAW_CAVEAT}; {what}.")
+    return (f"flagged {', '.join(det['flagged'])} by the raw-distance statistic over all modules "
+            f"({_raw_scores(det, det['flagged'])}{tie}); {_RAW_CAVEAT}; {what}.")
 
 
 #: what the raw-distance statistic cannot tell (module docstring of :mod:`.detect`, ``raw_evidence``)
@@ -479,8 +479,9 @@ def raw_comparison(det: dict) -> str:
         return (f"beside it, the raw-distance statistic flags nobody{either} (largest score {_vs(top, cut)}, "
                 f"{name}, against {cut:.2f}{tie}){spared}.")
     only_raw = [n for n in would if n not in det["flagged"]]
-    differ = (f"; of these the {rule} rule did not flag {', '.join(only_raw)}" if only_raw and len(only_raw) < len(would)
-              else f"; the {rule} rule flagged none of them" if only_raw else f"; the {rule} rule flagged them too")
+    differ = (f"; the {rule} rule flagged them too" if not only_raw else
+              f"; the {rule} rule flagged none of them" if len(only_raw) == len(would) else
+              f"; of these the {rule} rule did not flag {', '.join(only_raw)}")
     return (f"beside it, the raw-distance statistic would flag {', '.join(would)} ({_raw_scores(det, would)}{tie})"
             f"{differ}{spared}; {_RAW_CAVEAT}.")
 
