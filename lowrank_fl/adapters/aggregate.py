@@ -561,7 +561,6 @@ def client_decision(results, rule: str):
     return guard.guard_set(flags.all(axis=0))
 
 
-
 def apply_robust(results, options: ModuleOptions) -> robust.RobustResult:
     """Combine every module's reduced coordinates with ``options.method`` (a robust method) on
     the clients' whole updates, and store each module's output factors (``U Z_m V^T`` by an SVD

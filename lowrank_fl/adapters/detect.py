@@ -44,7 +44,7 @@ client less than 20 % farther from the others than a typical client is left in.
 
 The same pooling on the raw distances ``||ΔW_j - ΔW_k||_F`` of the clients' updates, against ``c_K``
 alone, is the *raw-distance statistic* (:func:`raw_evidence`, ``client_rule="raw"``): reported beside
-every rule, and an option, never the default (it flags a benign client that trained harder).
+every rule, and an option, never the default (it flags a benign client that trained harder or less).
 
 Where a MAD is 0 (more than half of the values tie) the mean absolute deviation takes its place
 with Iglewicz & Hoaglin's constant, ``(x - median) / (1.2533 · MeanAD)``; where both are 0 the
