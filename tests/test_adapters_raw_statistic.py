@@ -191,17 +191,6 @@ def test_bad_grams_name_the_argument():
         raw_evidence(np.zeros((0, 5, 5)))
     with pytest.raises(ValueError, match="grams must hold at least one module of at least 2 clients"):
         raw_evidence(np.ones((2, 1, 1)))
-    # not a Gram of any updates: asymmetric, or beyond Cauchy-Schwarz (each a named error, on every path)
-    with pytest.raises(ValueError, match="grams must be symmetric"):
-        raw_evidence(np.array([[[1.0, 0.5, 0.0], [0.2, 1.0, 0.0], [0.0, 0.0, 1.0]]]))
-    with pytest.raises(ValueError, match=r"grams is not a Gram matrix: \|G\[j, k\]\| exceeds"):
-        raw_evidence(np.array([[[1.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]]]))
-    with pytest.raises(ValueError, match="grams is not a Gram matrix"):
-        update_evidence(np.array([[[1.0, 1.001, 0.0], [1.001, 1.0, 0.0], [0.0, 0.0, 1.0]]]))
-    # at the boundary: identical updates (G[j, k] = G[j, j] exactly) and a rounding-level excess pass
-    G = _grams(_federation(0))
-    G[:, 0, 1] = G[:, 1, 0] = np.sqrt(G[:, 0, 0] * G[:, 1, 1]) * (1 + 1e-12)
-    assert raw_evidence(G).scores.shape == (10,)
     with pytest.raises(ValueError, match="grams"):
         raw_evidence(np.full((1, 3, 3), np.nan))
     assert "raw" in CLIENT_RULES
