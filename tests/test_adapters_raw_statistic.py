@@ -161,7 +161,8 @@ def test_tied_scores_are_reported_and_warned():
         det = aggregate_factors(_factors(U), ModuleOptions(output_dtype="float64"),
                                 client_rule="raw").summary["detection"]
     assert det["raw_tie"] is True and det["flagged"] == [] and det["raw_scores"]["c5"] < det["raw_threshold"]
-    assert detection_sentence(det).endswith("; the scores of most clients tie, which bounds every score.")
+    assert detection_sentence(det).endswith("; the scores of most clients tie, so every client that differs gets "
+                                            "the same score however little it differs, and nobody is flagged.")
     ev = raw_evidence(_grams(U))
     assert ev.tie and ev.scores.max() < ev.cutoff
     # the reduced path's Grams tie the identical clients exactly, as the dense ones do: the distance
@@ -169,6 +170,34 @@ def test_tied_scores_are_reported_and_warned():
     np.testing.assert_allclose([det["raw_scores"][f"c{k}"] for k in range(6)], ev.scores, atol=1e-9)
     upd = aggregate_factors(_factors(U), ModuleOptions(output_dtype="float64")).summary["detection"]
     assert upd["flagged"] == ["c5"] and max(upd["updates"]["direction_scores"].values()) < 5
+
+
+def test_a_tie_flags_nobody_even_where_its_bounded_score_exceeds_c_K():
+    """Nine identical clients of ten and one 0.1 % larger: the MeanAD fallback gives it K / 1.2533 = 7.98
+    above c_10 = 5.91, as it would give a 10x client; a tie decides nothing."""
+    for factor in (1.001, 10.0):
+        U = np.repeat(_federation(0, K=1), 10, axis=1)
+        U[:, 9] *= factor
+        ev = raw_evidence(_grams(U))
+        assert ev.tie and ev.scores[9] == pytest.approx(10 / 1.2533, rel=1e-3) and ev.scores[9] > ev.cutoff
+        assert not ev.flagged.any()
+
+
+def test_rounding_level_distances_are_zero_and_small_real_ones_are_kept():
+    """Identical updates through the Gram: ||a||² + ||b||² - 2<a, b> leaves rounding, read as 0; two
+    updates 3e-6 apart (relative) keep their distance (1e-13 of the squared norms is 3e-7 of the norms)."""
+    from lowrank_fl.adapters.updates import DISTANCE_ROUNDING, direction_distances, raw_distances
+
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(1000) * 1e3
+    for eps, zero in ((0.0, True), (3e-6, False), (1e-7, True)):
+        b = a + eps * np.linalg.norm(a) * rng.standard_normal(1000) / np.sqrt(1000)
+        G = np.array([[a @ a, a @ b], [a @ b, b @ b]])
+        d, exact = raw_distances(G)[0], np.linalg.norm(a - b)
+        assert (d == 0) if zero else d == pytest.approx(exact, rel=1e-3)
+    assert DISTANCE_ROUNDING == 1e-13
+    u = np.array([[1.0, np.cos(1e-5)], [np.cos(1e-5), 1.0]])     # an angle of 1e-5: kept
+    assert direction_distances(u)[0] == pytest.approx(1e-5, rel=1e-3)
 
 
 def test_the_comparison_names_where_the_rule_and_the_statistic_differ():

@@ -315,8 +315,9 @@ def run_aggregate(args) -> int:
         from .decision import detection_sentence, raw_comparison
 
         print(detection_sentence(summary["detection"], refine=(summary.get("refinement") or {}).get("mode")))
-        if raw_comparison(summary["detection"]) and not args.quiet:     # a comparison: --quiet leaves it out
-            print(raw_comparison(summary["detection"]))
+        beside = raw_comparison(summary["detection"])
+        if beside and not args.quiet:     # not what was applied: detail, which --quiet drops
+            print(beside)
     if "refinement" in summary:
         from .decision import refinement_sentence
 

@@ -18,7 +18,8 @@ set (8) was not (:mod:`.guard`);
 (``"inf"`` with no spread below the gap, None with no gap);
 ``raw_scores``, ``raw_threshold`` (``c_K``), ``raw_flagged``, ``raw_tie`` — the raw-distance statistic
 (:func:`lowrank_fl.adapters.detect.raw_evidence`), whichever rule was applied (None without the
-updates' Grams or below 3 clients); under ``"raw"`` it is ``scores`` and ``threshold`` too;
+updates' Grams or below 3 clients; ``raw_tie``: most scores tie, and the statistic flags nobody); under
+``"raw"`` it is ``scores`` and ``threshold`` too (a None per client and None below 3 clients);
 ``updates`` — the update rule's evidence (:mod:`.detect_updates`), always: per client the
 direction score and agreement ratio, the lower confidence bound of its agreement, the size score
 and norm ratio, the cutoffs (single and joint), both floors, whom it flags and on which evidence
@@ -89,8 +90,9 @@ def detection_summary(results, names, rule: str) -> dict:
                       stacklevel=3)
     if rule == "raw" and raw is not None and raw.tie:
         warnings.warn(f"the raw-distance scores of more than half of the {K} clients tie exactly (identical "
-                      "adapters): the fallback scale bounds every score, so the raw rule can hardly flag anyone "
-                      "here; compare --client-rule updates", RuntimeWarning, stacklevel=3)
+                      "adapters, or K = 3-4): the fallback scale gives every client that differs the same score "
+                      "however little it differs, so the raw rule flags nobody here; compare --client-rule "
+                      "updates", RuntimeWarning, stacklevel=3)
     if decided is None:                                                 # per-module
         flagged = ~flags.all(axis=0)
         scores, threshold = excluded_frac, None
@@ -225,11 +227,15 @@ def _updates_sentence(det: dict, refine: str | None = None) -> str:
         return "no contaminated client can be detected with fewer than 3 clients (update rule)."
     if det["flagged"]:
         parts = [f"{n} (" + "; ".join(_update_reasons(u, n)) + ")" for n in det["flagged"]]
-        what = ("every client keeps its own adapter (--refine own), so nobody receives them"
-                if refine == "own" else "their updates are left out of what the others receive")
         return (f"flagged {', '.join(det['flagged'])} by the update rule over all modules: "
-                + ", ".join(parts) + f"; {what}.")
+                + ", ".join(parts) + f"; {_left_out(refine)}.")
     return _updates_limit(u)
+
+
+def _left_out(refine: str | None) -> str:
+    """What the flagged clients' updates do (the sentences of the update and raw rules)."""
+    return ("every client keeps its own adapter (--refine own), so nobody receives them" if refine == "own"
+            else "their updates are left out of what the others receive")
 
 
 def _updates_limit(u: dict) -> str:
@@ -441,17 +447,17 @@ def _raw_sentence(det: dict, refine: str | None) -> str:
     if det["raw_scores"] is None:
         return "no contaminated client can be detected with fewer than 3 clients (raw-distance statistic)."
     cut = det["raw_threshold"]
-    tie = "; the scores of most clients tie, which bounds every score" if det.get("raw_tie") else ""
     if not det["flagged"]:
         name, top = _largest(det["raw_scores"])
         return (f"no client stands out under the raw-distance statistic: largest score {_vs(top, cut)} ({name}) "
-                f"against the cutoff {cut:.2f}{tie}.")
-    what = ("every client keeps its own adapter (--refine own), so nobody receives them"
-            if refine == "own" else "their updates are left out of what the others receive")
+                f"against the cutoff {cut:.2f}{_RAW_TIE if det.get('raw_tie') else ''}.")
     return (f"flagged {', '.join(det['flagged'])} by the raw-distance statistic over all modules "
-            f"({_raw_scores(det, det['flagged'])}{tie}); {_RAW_CAVEAT}; {what}.")
+            f"({_raw_scores(det, det['flagged'])}); {_RAW_CAVEAT}; {_left_out(refine)}.")
 
 
+#: why a tie flags nobody (:func:`lowrank_fl.adapters.detect.raw_evidence`)
+_RAW_TIE = ("; the scores of most clients tie, so every client that differs gets the same score however "
+            "little it differs, and nobody is flagged")
 #: what the raw-distance statistic cannot tell (module docstring of :mod:`.detect`, ``raw_evidence``)
 _RAW_CAVEAT = ("it counts size as much as direction, so a benign client that trained harder or less (a larger or "
                "smaller update) stands out too")
@@ -470,7 +476,7 @@ def raw_comparison(det: dict) -> str:
     if det.get("raw_scores") is None or det["rule"] == "raw":
         return ""
     cut, would, rule = det["raw_threshold"], det["raw_flagged"], det["rule"]
-    tie = "; the scores of most clients tie, which bounds every score" if det.get("raw_tie") else ""
+    tie = _RAW_TIE if det.get("raw_tie") else ""
     only_rule = [n for n in det["flagged"] if n not in would]
     spared = f"; it would not flag {', '.join(only_rule)}, whom the {rule} rule flagged" if only_rule else ""
     if not would:
@@ -482,7 +488,7 @@ def raw_comparison(det: dict) -> str:
     differ = (f"; the {rule} rule flagged them too" if not only_raw else
               f"; the {rule} rule flagged none of them" if len(only_raw) == len(would) else
               f"; of these the {rule} rule did not flag {', '.join(only_raw)}")
-    return (f"beside it, the raw-distance statistic would flag {', '.join(would)} ({_raw_scores(det, would)}{tie})"
+    return (f"beside it, the raw-distance statistic would flag {', '.join(would)} ({_raw_scores(det, would)})"
             f"{differ}{spared}; {_RAW_CAVEAT}.")
 
 

@@ -228,12 +228,15 @@ def raw_evidence(grams) -> PooledEvidence:
     standardised across the clients, averaged over the modules, re-standardised — against ``c_K``
     alone (``min_ratio`` 0: the distance-ratio floor of the pooled rule is not applied). Blind to *why*
     a client is far: a benign client that trained harder or less stands out as a contaminated one does
-    (README, "The raw-distance statistic"). ``tie``: more than half of the pooled values tie, which
-    bounds every score (:func:`scores_tie`)."""
+    (README, "The raw-distance statistic"). Where more than half of the module-averaged values tie
+    (``tie``, :func:`scores_tie`: identical adapters, or K = 3-4 by symmetry) nobody is flagged: the
+    MeanAD fallback then gives every client that differs the same score, about ``K / 1.2533`` however
+    little it differs, which is above ``c_K`` from ``K = 9`` on and says nothing of how far it is."""
     G = module_grams(grams, "grams")                               # (modules, K, K); one (K, K) is one module
     if G.shape[0] < 1 or G.shape[-1] < 2:
         raise ValueError(f"grams must hold at least one module of at least 2 clients, got shape {G.shape}")
-    return pooled_evidence(raw_distances(G), G.shape[-1], min_ratio=0.0)
+    ev = pooled_evidence(raw_distances(G), G.shape[-1], min_ratio=0.0)
+    return ev._replace(flagged=ev.flagged & (not ev.tie))
 
 
 def raw_flags(grams) -> np.ndarray:

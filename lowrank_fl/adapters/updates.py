@@ -23,8 +23,9 @@ __all__ = ["update_gram", "update_norms", "unit_gram", "direction_distances", "r
 #: factor multiplied by 0 leaves about 1e-16 of the others' norms through the cross products)
 ZERO_RELATIVE = 1e-12
 #: a squared distance at most this fraction of the two squared norms' sum is 0 (:func:`raw_distances`,
-#: :func:`direction_distances`: the cancellation leaves the Gram's rounding, far below this)
-DISTANCE_ROUNDING = 1e-10
+#: :func:`direction_distances`): the cancellation in ||a||² + ||b||² - 2<a, b> leaves about 1e-16 of
+#: the sum for identical updates; 1e-13 keeps every distance above 3e-7 of the norms
+DISTANCE_ROUNDING = 1e-13
 
 
 def update_gram(Y, X) -> np.ndarray:
@@ -44,7 +45,9 @@ def update_gram(Y, X) -> np.ndarray:
 
 
 def check_gram(gram, name: str = "gram") -> np.ndarray:
-    """A Gram matrix as (..., K, K) float64: finite, symmetric, non-negative diagonal."""
+    """A Gram matrix as (..., K, K) float64: finite, square, non-negative diagonal. Symmetry and
+    Cauchy-Schwarz are not checked: a Gram computed in floating point meets them only up to its
+    rounding, which can be large against a small product (factors that nearly cancel)."""
     G = as_float_array(gram, name)
     if G.ndim < 2 or G.shape[-1] != G.shape[-2]:
         raise ValueError(f"{name} must be (..., K, K), got shape {G.shape}")
@@ -99,21 +102,23 @@ def _dist_sq(G):
     d = np.diagonal(G, axis1=-2, axis2=-1)
     both = d[..., :, None] + d[..., None, :]
     sq = both - 2 * G
-    # ||a||² + ||b||² - 2<a, b> cancels for near-identical updates, leaving the Gram's rounding (a
-    # distance near 1e-8 of the norms): read it as 0, or identical clients tie only up to rounding and
-    # the robust scales built on these distances shrink to it (scores of 1e7 for a benign client)
+    # ||a||² + ||b||² - 2<a, b> cancels for identical updates, leaving the Gram's rounding (a distance
+    # near 1e-8 of the norms): read it as 0, or identical clients tie only up to rounding and the
+    # robust scales built on these distances shrink to it (scores of 1e7 for a benign client)
     return np.where(sq <= DISTANCE_ROUNDING * both, 0.0, sq)
 
 
 def direction_distances(gram) -> np.ndarray:
     """``||ΔW_j/||ΔW_j|| - ΔW_k/||ΔW_k|| ||_F = sqrt(2 - 2 cos)`` per pair (..., G), eq. (6)
-    order: how differently two clients moved, whatever the size of their moves."""
+    order: how differently two clients moved, whatever the size of their moves; 0 where ``2 - 2 cos``
+    is at most ``2`` :data:`DISTANCE_ROUNDING` (rounding)."""
     G = unit_gram(gram)
     return _pair_values(_dist_sq(G), G.shape[-1])
 
 
 def raw_distances(gram) -> np.ndarray:
-    """``||ΔW_j - ΔW_k||_F`` per pair (..., G), eq. (6) order (the raw contrasts' norms)."""
+    """``||ΔW_j - ΔW_k||_F`` per pair (..., G), eq. (6) order (the raw contrasts' norms); 0 where the
+    squared distance is at most :data:`DISTANCE_ROUNDING` of ``||ΔW_j||² + ||ΔW_k||²`` (rounding)."""
     G = check_gram(gram)
     return _pair_values(_dist_sq(G), G.shape[-1])
 
