@@ -185,6 +185,29 @@ def test_client_rules_and_rank_out(src, rule):
             assert np.array_equal(got[m][0], A) and np.array_equal(got[m][1], B)
 
 
+def test_the_raw_rule_flags_a_scaled_client_through_the_strategy(src):
+    """A client sending 4x its update (its lora_B scaled): the raw rule flags it in the strategy as in
+    aggregate_factors, and the client receives its own update."""
+    replies, clients = [], {}
+    for k, path in enumerate(src):
+        state, config = _state_and_config(path)
+        if k == 2:
+            state = {n: (4 * t if "lora_B" in n else t) for n, t in state.items()}
+        replies.append(_reply(NODES[k], state, config))
+        clients[str(NODES[k])] = factors_from_state_dict(state, config)
+    opts = ModuleOptions(output_dtype="float64")
+    st = ClairStrategy(output="merged", module_options=opts, client_rule="raw")
+    st.aggregate_train(1, replies)
+    ref = aggregate_factors(clients, opts, client_rule="raw")
+    assert ref.summary["detection"]["flagged"] == [str(NODES[2])]
+    assert st.rounds[1].flagged == (NODES[2],)
+    got = _received(*st.adapters[NODES[2]])
+    own = _delta(clients[str(NODES[2])])
+    for m, (A, B, _) in ref.outputs[str(NODES[2])].items():
+        assert np.array_equal(got[m][0], A) and np.array_equal(got[m][1], B)
+        np.testing.assert_allclose(B @ A, own[m], rtol=1e-9, atol=1e-12)
+
+
 def test_client_ids_order_the_clients(src):
     """Replies carrying ``client-id`` are aggregated in that order, whatever their node ids."""
     replies = _replies(src)
