@@ -13,7 +13,6 @@ last solve; the split layout keeps only a few hundred kB per module until then.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..jsontext import strict_dumps
 from ..outdir import OutputDir
 from ..parent_watch import exit_with_parent
 from .aggregate import (CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, ModuleResult, aggregate_module, apply_robust,
@@ -331,7 +331,7 @@ def _finish(agg: Aggregation, writers: _OutputWriters, staged: OutputDir, client
     fingerprints = input_fingerprints(agg.adapters)
     if fingerprints is not None:              # inspect --summary checks it is these inputs' run
         summary["input_sha256"] = fingerprints
-    (staged.dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    (staged.dir / "summary.json").write_text(strict_dumps(summary, indent=1))
     staged.commit()
     return summary
 

@@ -20,7 +20,6 @@ solution); 2 on bad input or a failed solve (``diverged``, CVXPY error).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
 from pathlib import Path
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..files import load_npy, load_npz
+from ..jsontext import strict_dumps
 from ..outdir import OutputDir
 from .pipeline import TAU_RULES, fit
 
@@ -154,7 +154,7 @@ def _fit_and_write(args, W_hat, weights, out: Path) -> int:
         "solver": str(sol.solver),
         "votes": [float(v) for v in res.votes],
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (out / "summary.json").write_text(strict_dumps(summary, indent=2) + "\n")
     np.savez(out / "refined.npz", W_tilde=res.refined, benign=res.benign,
              projector=res.projector)
     print(f"CLAIR: kept {len(summary['benign'])} of {K} clients "
