@@ -173,6 +173,17 @@ def test_non_finite_updates_are_refused():
         update_evidence(G)
 
 
+def test_boolean_grams_are_refused_naming_the_argument():
+    """A mask passed where the Grams belong would read as 0/1 entries: refused, for the update rule and
+    the raw-distance statistic alike; the same values as floats are accepted."""
+    from lowrank_fl.adapters.detect import raw_evidence
+    mask = np.ones((2, 6, 6), bool)
+    for fn in (update_evidence, raw_evidence):
+        with pytest.raises(TypeError, match="grams must be a numeric Gram matrix of the updates, got a boolean"):
+            fn(mask)
+    assert not raw_evidence(mask.astype(float)).flagged.any()
+
+
 def test_agreement_closed_form_for_a_shared_task_with_independent_noise():
     """u_k = t + e_k with t ⟂ e_k, e_j ⟂ e_k, ||t||² = s, ||e_k||² = 1 - s: the cosine with the mean of
     the n - 1 others is s / sqrt(s + (1 - s) / (n - 1))."""

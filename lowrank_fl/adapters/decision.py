@@ -70,13 +70,13 @@ def detection_summary(results, names, rule: str) -> dict:
     excluded_frac = 1.0 - flags.mean(axis=0)
     ev = pooled_evidence(np.array([r.block_norms for r in results], float), K)
     grams = [getattr(r, "gram", None) for r in results]
-    uv = None if any(g is None for g in grams) else update_evidence(
-        np.array(grams, float), np.array([r.outside for r in results], float),
-        features=results_features(results))
+    grams = None if any(g is None for g in grams) else np.array(grams, float)    # (modules, K, K), built once
+    uv = None if grams is None else update_evidence(
+        grams, np.array([r.outside for r in results], float), features=results_features(results))
     if rule in ("updates", "raw") and uv is None:
         raise ValueError(f"client_rule {rule!r} needs every module's Gram of the updates (CLAIR results "
                          "of aggregate_module)")
-    raw = None if uv is None or K < 3 else raw_evidence(np.array(grams, float))
+    raw = None if uv is None or K < 3 else raw_evidence(grams)
     decided = (guard.guard_set(~ev.flagged) if rule == "pooled" else
                guard.guard_set(~uv.flagged) if rule == "updates" else
                guard.guard_set(~raw.flagged) if rule == "raw" and raw is not None else
@@ -346,7 +346,7 @@ def _update_reasons(u: dict, n: str) -> list:
 def _zero_modules(grams, names) -> dict:
     """Per client, the modules where its update is zero while another client's is not: a norm at most
     1e-12 of the module's largest (the Gram's rounding; where the module profile counts it as zero)."""
-    n = update_norms(np.array(grams, float))                                        # (modules, K)
+    n = update_norms(grams)                                                          # (modules, K)
     top = n.max(axis=1, keepdims=True)
     live = top[:, 0] > 0
     return dict(zip(names, (n[live] <= ZERO_RELATIVE * top[live]).sum(axis=0).astype(int).tolist()))

@@ -47,7 +47,10 @@ def update_gram(Y, X) -> np.ndarray:
 def check_gram(gram, name: str = "gram") -> np.ndarray:
     """A Gram matrix as (..., K, K) float64: finite, square, non-negative diagonal. Symmetry and
     Cauchy-Schwarz are not checked: a Gram computed in floating point meets them only up to its
-    rounding, which can be large against a small product (factors that nearly cancel)."""
+    rounding, which can be large against a small product (factors that nearly cancel). A boolean array
+    is refused (a mask passed by mistake would read as a Gram of 0/1)."""
+    if np.asarray(gram).dtype == bool:
+        raise TypeError(f"{name} must be a numeric Gram matrix of the updates, got a boolean array")
     G = as_float_array(gram, name)
     if G.ndim < 2 or G.shape[-1] != G.shape[-2]:
         raise ValueError(f"{name} must be (..., K, K), got shape {G.shape}")
