@@ -112,8 +112,9 @@ def check_plain_lora(config: dict, where) -> None:
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
         raise AdapterError(f"{where}: field 'r' must be an integer >= 1, got {r!r}")
     alpha = config.get("lora_alpha", 8)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha):
-        raise AdapterError(f"{where}: field 'lora_alpha' must be a finite number, got {alpha!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha <= 0:
+        raise AdapterError(f"{where}: field 'lora_alpha' must be a finite number > 0 (the update is "
+                           f"lora_alpha / r · B A: 0 erases it, a negative value flips it), got {alpha!r}")
     if not isinstance(config.get("use_rslora", False), bool):
         raise AdapterError(f"{where}: field 'use_rslora' must be true or false, got "
                            f"{config['use_rslora']!r}")
@@ -123,9 +124,10 @@ def check_plain_lora(config: dict, where) -> None:
             raise AdapterError(f"{where}: field {key!r} must be an object {{pattern: value}}, "
                                f"got {pat!r}")
         for k, v in pat.items():
-            if isinstance(v, bool) or not isinstance(v, kind) or (kind is int and v < 1):
+            if (isinstance(v, bool) or not isinstance(v, kind) or (kind is int and v < 1)
+                    or (kind is not int and not (math.isfinite(v) and v > 0))):
                 raise AdapterError(f"{where}: field {key!r} maps {k!r} to {v!r}; expected "
-                                   f"{'an integer >= 1' if kind is int else 'a number'}")
+                                   f"{'an integer >= 1' if kind is int else 'a finite number > 0'}")
 
 
 def module_key(module: str) -> str:
