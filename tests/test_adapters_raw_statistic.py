@@ -239,3 +239,20 @@ def test_the_cli_option_and_the_comparison_line(tmp_path, capsys):
     det2 = json.loads((tmp_path / "o2" / "summary.json").read_text())["detection"]
     assert det2["rule"] == "raw" and det2["raw_scores"] == det["raw_scores"]
     assert detection_sentence(det2) in out.splitlines() and "beside it" not in out
+
+
+def test_an_untrained_client_is_named_as_such_not_as_opposed():
+    """A client whose update is zero in every module (PEFT's initial state) among clients sharing a
+    direction: flagged (it carries none of it), and the sentence says its update is zero, not that it
+    opposes the shared direction; ``live_modules`` counts the modules where some update is not zero."""
+    from lowrank_fl.adapters.decision import detection_sentence
+    U = _federation(3, shared=1.0, noise=0.3)
+    U[:, 5] = 0.0
+    det = aggregate_factors(_factors(U), ModuleOptions(output_dtype="float64")).summary["detection"]
+    u = det["updates"]
+    assert u["live_modules"] == 4 and u["zero_modules"]["c5"] == 4 and u["zero_modules"]["c0"] == 0
+    assert "c5" in det["flagged"]
+    s = detection_sentence(det)
+    clause = s[s.index("c5 ("):]
+    assert clause.startswith("c5 (its update is zero in every module (an untrained adapter")
+    assert "opposed" not in clause.split(");")[0]

@@ -163,6 +163,7 @@ def _updates_block(uv, grams, names, results) -> dict:
         "profile_cutoff": uv.profile_cutoff if np.isfinite(uv.profile_cutoff) else None,
         "profile_distances": dict(zip(names, uv.profile_distances.tolist())),
         "zero_modules": _zero_modules(grams, names),
+        "live_modules": int((update_norms(grams).max(axis=1) > 0).sum()),      # modules where some update is not zero
         "shared_floor": SHARED_FLOOR,
         "typical_agreement": uv.typical_agreement,
         "shared_direction_p": uv.shared_direction_p,
@@ -293,6 +294,10 @@ def _agreement(u: dict, n: str) -> str:
 def _update_reasons(u: dict, n: str) -> list:
     """Why the update rule flagged client ``n``: one clause per piece of evidence it met."""
     cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
+    if u["zero_modules"].get(n, 0) == u["live_modules"] > 0:   # zero everywhere: "opposed" would misread an absence
+        return [f"its update is zero in every module (an untrained adapter, PEFT's initial state): it carries "
+                f"none of the shared direction, which is what its direction score "
+                f"{u['direction_scores'][n]:.2f} reads, not a task of its own"]
     why = []
     if n in u["by_direction"]:
         why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, agreement "
