@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Callable, Sequence
 
 __all__ = ["main", "build_parser", "add_library_parsers", "add_version_argument", "run",
@@ -90,6 +91,10 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, *,
         Called with the parsed arguments before the handler (e.g. to set up logging).
     """
     prog = prog or parser.prog
+    formatwarning = warnings.formatwarning
+    # a warning the command does not catch is one "warning: ..." line like its own, not Python's
+    # "file:line: Category: ..." and a source line (pytest's recorders never format, so unaffected)
+    warnings.formatwarning = _warning_line
     try:
         args = parser.parse_args(argv)
         if before is not None:
@@ -107,6 +112,15 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, *,
         message = " ".join(str(exc).split("\n")[0].split()) or type(exc).__name__
         print(f"{prog}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        warnings.formatwarning = formatwarning
+
+
+def _warning_line(message, category, filename, lineno, line=None) -> str:
+    """One line per warning: ``warning: <message>`` (its category named unless a plain UserWarning)."""
+    text = " ".join(str(message).split())
+    kind = "" if category is UserWarning else f" ({category.__name__})"
+    return f"warning: {text}{kind}\n"
 
 
 def main(argv=None) -> int:

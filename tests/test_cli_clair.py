@@ -317,3 +317,22 @@ def test_equal_clients_say_there_is_nothing_to_detect(tmp_path, capsys):
         assert s["benign"] == [0, 1, 2, 3, 4] and s["excluded"] == []
         with np.load(out / "refined.npz") as z:
             assert np.array_equal(z[z.files[0]], data)
+
+
+def test_an_uncaught_warning_is_one_line_on_stderr_and_the_format_is_restored():
+    """A warning a command does not catch prints as ``warning: <message> (<Category>)``, not Python's
+    ``file:line: Category: message`` plus a source line; :func:`lowrank_fl.cli.run` restores the
+    process's format when it returns."""
+    import subprocess
+    import sys
+    code = ("import argparse, warnings, sys; from lowrank_fl.cli import run\n"
+            "p = argparse.ArgumentParser(prog='t')\n"
+            "def h(a):\n"
+            "    warnings.warn('two\\n  lines', RuntimeWarning); warnings.warn('plain')\n"
+            "p.set_defaults(handler=h)\n"
+            "before = warnings.formatwarning\n"
+            "status = run(p, [])\n"
+            "print(warnings.formatwarning is before, status)\n")
+    proc = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stderr == "warning: two lines (RuntimeWarning)\nwarning: plain\n"
+    assert proc.stdout == "True 0\n"

@@ -140,16 +140,16 @@ def pooled_scores(norms, K: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def scores_tie(norms, K: int) -> bool:
-    """True where more than half of the module-averaged scores ``S_k`` are equal (MAD 0) and some
-    differ: the MeanAD fallback then bounds every pooled score by about ``0.8 K`` (below ``c_K``
-    for ``K <= 8``), so the pooled rule cannot flag anyone. Happens with identical adapters, and
-    at ``K = 3``, where the two closer clients' standardised medians tie by symmetry."""
+    """True where more than half of the module-averaged scores ``S_k`` are equal (MAD 0): the MeanAD
+    fallback then bounds every pooled score by about ``0.8 K`` (below ``c_K`` for ``K <= 8``), so the
+    pooled rule can hardly flag anyone (where all are equal every score is 0). Happens with identical
+    adapters, and at ``K = 3``, where the two closer clients' standardised medians tie by symmetry."""
     return _ties(pooled_scores(norms, K)[1])
 
 
 def _ties(S) -> bool:
     dev = np.abs(S - np.median(S))
-    return bool(np.median(dev) == 0 and dev.max() > 0)
+    return bool(np.median(dev) == 0)
 
 
 @functools.lru_cache(maxsize=64)

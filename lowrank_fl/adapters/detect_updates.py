@@ -411,7 +411,7 @@ def _shared_direction_p(per) -> float:
     M = typical.shape[0]
     if M < 2:
         return 0.0 if typical.size and typical[0] > 0 else 1.0
-    if typical.std(ddof=1) == 0:                       # no spread: Student's t is undefined
+    if typical.std(ddof=1) <= 1e-12 * np.abs(typical).max():    # no spread beyond rounding: t undefined
         return 0.0 if typical[0] > 0 else 1.0
     return float(stats.ttest_1samp(typical, 0.0, alternative="greater").pvalue)
 
