@@ -252,7 +252,7 @@ def test_bad_input_other(src, tmp_path, capsys):
     assert _run(["aggregate", *src, "--out", out, "--quiet", "--overwrite"]) == 0
     assert (out / "summary.json").exists()
     assert _run(["aggregate", *src, "--out", tmp_path / "o2", "--lam-L", "0.1"]) == 2
-    assert "lam_S" in capsys.readouterr().err
+    assert "--lam-S" in capsys.readouterr().err
 
 
 def test_load_errors_are_value_errors(src):
@@ -763,3 +763,42 @@ def test_a_client_untrained_in_some_modules_warns_and_is_named(src, tmp_path, ca
     # spread unlike the others (the profile flags it), and the sentence says why in plain words
     assert s["detection"]["updates"]["by_profile"] == [dirs[1].name]
     assert "all zeros in 1 module(s)" in captured.out
+
+
+@pytest.mark.parametrize("extra, needles", [
+    (["--lam-L", "0.1"], ["give both --lam-L and --lam-S"]),
+    (["--alpha", "1"], ["--alpha must lie in [0.5, 1.0), got 1.0"]),
+    (["--tol", "-1"], ["--tol must be finite and > 0"]),
+    (["--method", "krum", "--byzantine", "-1"], ["--byzantine must be an integer f with 0 <= f and 2 f < K"]),
+    (["--method", "trimmed-mean", "--byzantine", str((K + 1) // 2)], [f"2 f < K = {K} clients, got {(K + 1) // 2}"]),
+    (["--names", ",".join(["a"] * K)], ["--names: 'a' is given twice"]),
+    (["--jobs", "2", "--scheduler", "tcp://127.0.0.1:1"], ["--jobs and --scheduler are alternatives"]),
+])
+def test_option_errors_name_the_flag(src, tmp_path, capsys, extra, needles):
+    """The options' checks live in ModuleOptions and load_adapters, whose messages name Python fields:
+    the command names the flag the user typed, in one line, and writes nothing."""
+    assert _run(["aggregate", *src, "--out", tmp_path / "o", "--quiet", *extra]) == 2
+    line = _one_line_error(capsys, *needles)
+    assert "lam_L" not in line and "byzantine (f)" not in line
+    assert not (tmp_path / "o").exists()
+
+
+def test_options_the_method_does_not_read_are_warned_about(src, tmp_path, capsys):
+    """Each option given that --method does not read is one warning line; the output is the one
+    without them (fedavg reads none of CLAIR's options; clair does not read --byzantine)."""
+    assert _run(["aggregate", *src, "--out", tmp_path / "a", "--quiet", "--method", "fedavg", "--lam-L", "1",
+                 "--lam-S", "1", "--alpha", "0.7", "--tol", "1e-3", "--rank", "2", "--byzantine", "1"]) == 0
+    err = [x for x in capsys.readouterr().err.splitlines() if "is ignored" in x]
+    assert err == [f"warning: {flag} {v} is ignored: --method fedavg does not read it (only {only})"
+                   for flag, v, only in (("--lam-L", "1", "clair does"), ("--lam-S", "1", "clair does"),
+                                         ("--alpha", "0.7", "clair does"), ("--tol", "0.001", "clair does"),
+                                         ("--rank", "2", "clair, flexlora do"),
+                                         ("--byzantine", "1", "krum, multikrum, trimmed-mean do"))]
+    assert _run(["aggregate", *src, "--out", tmp_path / "b", "--quiet", "--method", "fedavg"]) == 0
+    assert "is ignored" not in capsys.readouterr().err
+    assert (tmp_path / "a" / "aggregated" / "adapter_config.json").read_bytes() == \
+        (tmp_path / "b" / "aggregated" / "adapter_config.json").read_bytes()
+    a, b = (load_file(str(tmp_path / d / "aggregated" / "adapter_model.safetensors")) for d in "ab")
+    assert a.keys() == b.keys()                 # the tensors' order in the file follows the modules' completion
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -106,7 +107,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                      help="nuclear penalty of CLAIR's (7) (with --lam-S; default automatic per module)")
     agg.add_argument("--lam-S", dest="lam_S", type=float, default=None,
                      help="block penalty of CLAIR's (7) (with --lam-L)")
-    agg.add_argument("--alpha", type=float, default=0.5,
+    agg.add_argument("--alpha", type=float, default=None,
                      help="majority fraction α of CLAIR's (8), in [0.5, 1) (default 0.5): a client is benign in a "
                           "module when it is close to at least a fraction α of the others (the per-module "
                           "sets, hence the per-module, majority and any rules; not the updates (default), "
@@ -131,7 +132,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                           "(default floor((K-3)/2))")
     agg.add_argument("--energy", type=float, default=None,
                      help="truncated reduction keeping this energy fraction (default exact)")
-    agg.add_argument("--tol", type=float, default=1e-6,
+    agg.add_argument("--tol", type=float, default=None,
                      help="relative duality-gap tolerance of CLAIR's (7) (default 1e-6)")
     agg.add_argument("--dtype", default="auto",
                      choices=("auto", "float32", "float16", "bfloat16"),
@@ -168,7 +169,12 @@ def _load(args):
     check_distinct_dirs(args.dirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        adapters = load_adapters(args.dirs, names=_names(args))
+        try:
+            adapters = load_adapters(args.dirs, names=_names(args))
+        except AdapterError as exc:              # the library names its argument; the user gave --names
+            if str(exc).startswith("names: "):
+                raise AdapterError("--" + str(exc)) from None
+            raise
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     return adapters
@@ -186,6 +192,39 @@ def _size(n: float) -> str:
         if n < 1000 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
+
+
+#: ModuleOptions' field names as its messages start, and the flag each one is given by
+_FLAGS = {"lam_L": "--lam-L", "lam_S": "--lam-S", "alpha": "--alpha", "tol": "--tol", "byzantine (f)": "--byzantine",
+          "byzantine": "--byzantine", "energy": "--energy", "rank_out": "--rank-out", "rank": "--rank"}
+
+
+def _flag_names(message: str) -> str:
+    """``message`` with the Python field names of :class:`ModuleOptions` replaced by their flags."""
+    for field_name in sorted(_FLAGS, key=len, reverse=True):
+        message = re.sub(rf"(?<![\w-]){re.escape(field_name)}(?![\w(])", _FLAGS[field_name], message)
+    return message
+
+
+#: options that only some methods read: (flag, dest, the methods that read it)
+_METHOD_OPTIONS = (("--lam-L", "lam_L", ("clair",)), ("--lam-S", "lam_S", ("clair",)),
+                   ("--alpha", "alpha", ("clair",)), ("--tol", "tol", ("clair",)),
+                   ("--rank", "rank", ("clair", "flexlora")),
+                   ("--byzantine", "byzantine", ("krum", "multikrum", "trimmed-mean")))
+
+
+def _warn_ignored(args) -> None:
+    """One warning line per option given that ``--method`` does not read (it would change nothing);
+    ``--byzantine`` out of range for the method that reads it is refused here, naming the flag."""
+    for flag, dest, methods in _METHOD_OPTIONS:
+        value = getattr(args, dest, None)
+        if value is not None and args.method not in methods:
+            only = methods[0] + " does" if len(methods) == 1 else ", ".join(methods) + " do"
+            print(f"warning: {flag} {value:g} is ignored: --method {args.method} does not read it (only {only})",
+                  file=sys.stderr)
+    f, K = getattr(args, "byzantine", None), len(args.dirs)
+    if f is not None and args.method in _METHOD_OPTIONS[-1][2] and not 0 <= f < K / 2:
+        raise ValueError(f"--byzantine must be an integer f with 0 <= f and 2 f < K = {K} clients, got {f}")
 
 
 def run_aggregate(args) -> int:
@@ -207,12 +246,20 @@ def run_aggregate(args) -> int:
             raise ValueError(f"{flag} must be an integer >= 1, got {v}")
     if args.jobs is not None and (args.jobs == 0 or args.jobs < -1):
         raise ValueError(f"--jobs must be >= 1 (or -1: every available core), got {args.jobs}")
+    if args.jobs is not None and args.scheduler is not None:
+        raise ValueError("--jobs and --scheduler are alternatives: local worker processes, or a dask cluster's "
+                         "workers; give one")
+    _warn_ignored(args)
     check_output_dir(args.out, overwrite=args.overwrite, inputs=args.dirs)
     out = Path(args.out)
-    options = ModuleOptions(method=args.method, rank=args.rank, lam_L=args.lam_L,
-                            lam_S=args.lam_S, alpha=args.alpha, energy=args.energy,
-                            rank_out=args.rank_out, tol=args.tol,
-                            byzantine=getattr(args, "byzantine", None), clip=_clip(args.clip))
+    try:
+        options = ModuleOptions(method=args.method, rank=args.rank, lam_L=args.lam_L,
+                                lam_S=args.lam_S, alpha=0.5 if args.alpha is None else args.alpha,
+                                energy=args.energy, rank_out=args.rank_out,
+                                tol=1e-6 if args.tol is None else args.tol,
+                                byzantine=getattr(args, "byzantine", None), clip=_clip(args.clip))
+    except ValueError as exc:                   # the options' messages name the Python fields: name the flags
+        raise ValueError(_flag_names(str(exc))) from None
     if args.output == "split" and args.rank_out is not None and args.method == "clair":
         raise ValueError("--rank-out truncates merged outputs: use --output merged with it (the "
                          "split layout is exact at about twice the inputs' size)")

@@ -163,7 +163,12 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
         if scheduler is not None:
             from distributed import Client, as_completed
 
-            with Client(scheduler) as client:
+            try:
+                client = Client(scheduler)
+            except (OSError, ValueError, TypeError) as exc:     # a bad address, or nobody answers there
+                raise ValueError(f"scheduler {scheduler!r} (--scheduler): cannot connect: "
+                                 f"{' '.join(str(exc).split())}") from None
+            with client:
                 futs = {client.submit(_task, adapters, m, options, state, pure=False): m for m in mods}
                 for fut in as_completed(futs):
                     arrived(futs[fut], fut.result())

@@ -57,7 +57,9 @@ def shared_weights(weights, names: list, modules: list) -> dict:
         if isinstance(w, Mapping):
             unknown = sorted(set(w) - set(names))
             if unknown:
-                raise ValueError(f"{where}: unknown client(s) {unknown[:3]}; clients are {names[:5]}")
+                also = (f" (a mapping by module names every module; modules are {list(modules)[:3]}...)"
+                        if where == "shared_weights" else "")
+                raise ValueError(f"{where}: unknown client(s) {unknown[:3]}; clients are {names[:5]}{also}")
             missing = [n for n in names if n not in w]
             if missing:
                 raise ValueError(f"{where}: no weight for client(s) {missing[:3]}")
@@ -66,12 +68,16 @@ def shared_weights(weights, names: list, modules: list) -> dict:
             v = np.asarray(w, dtype=float)
         except (TypeError, ValueError):
             raise ValueError(f"{where}: not numbers ({w!r:.80})") from None
+        given = v
         if v.ndim == 0:
             v = np.full(K, float(v))
         if v.shape != (K,):
             raise ValueError(f"{where}: expected one weight per client ({K}), got shape {v.shape}")
-        if not np.all(np.isfinite(v) & (v >= 0) & (v <= 1)):
-            raise ValueError(f"{where}: weights must lie in [0, 1], got {v[~((v >= 0) & (v <= 1))][:3]}")
+        ok = np.isfinite(v) & (v >= 0) & (v <= 1)
+        if not ok.all():
+            bad = (f"{float(given):g}" if given.ndim == 0 else
+                   ", ".join(f"{n}: {x:g}" for n, x in zip(names, v) if not 0 <= x <= 1)[:200])
+            raise ValueError(f"{where}: weights must lie in [0, 1], got {bad}")
         return v
 
     if weights is None:
