@@ -802,3 +802,34 @@ def test_options_the_method_does_not_read_are_warned_about(src, tmp_path, capsys
     assert a.keys() == b.keys()                 # the tensors' order in the file follows the modules' completion
     for key in a:
         np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_api_dtype_auto_is_the_commands_default(tmp_path):
+    """``aggregate_to_dir(dtype="auto")`` stores the outputs in the inputs' shared dtype, as the command's
+    default does (float16 here: the files hold F16 tensors); the API's default stays float32."""
+    from lowrank_fl.adapters import ModuleOptions
+    from lowrank_fl.adapters.run import aggregate_to_dir
+    dirs = write_synthetic_adapters(tmp_path / "in", n_clients=4, n_layers=1, modules=("q_proj",), shape=(12, 10),
+                                    rank=2, contaminated=0, dtype="float16", seed=3)
+    ad = load_adapters(dirs)
+    for dtype, want, tag in (("auto", "float16", "F16"), ("float32", "float32", "F32")):
+        _, summary = aggregate_to_dir(ad, ModuleOptions(method="fedavg"), tmp_path / dtype, dtype=dtype, progress=False)
+        assert summary["dtype"] == want
+        raw = (tmp_path / dtype / "aggregated" / "adapter_model.safetensors").read_bytes()
+        header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+        assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {tag}
+    assert main(["adapters", "aggregate", *map(str, dirs), "--method", "fedavg", "--out", str(tmp_path / "cli"),
+                 "--quiet"]) == 0
+    assert json.loads((tmp_path / "cli" / "summary.json").read_text())["dtype"] == "float16"
+
+
+def test_inspect_refuses_a_summary_directory_and_an_empty_figure_naming_them(src, tmp_path, capsys):
+    out = tmp_path / "agg"
+    assert _run(["aggregate", *src, "--out", out, "--quiet"]) == 0
+    capsys.readouterr()
+    assert _run(["inspect", *src, "--summary", out]) == 2
+    _one_line_error(capsys, f"--summary {out} is a directory", str(out / "summary.json"))
+    with pytest.raises(SystemExit) as exc:              # argparse's own type error: usage, then one error line
+        _run(["inspect", *src, "--summary", out / "summary.json", "--figure", ""])
+    assert exc.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("argument --figure: must name a file, got ''")

@@ -70,9 +70,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     ins = sub.add_parser("inspect", help="shapes, ranks, norms, joint-subspace dimensions")
     ins.add_argument("dirs", nargs="+", type=Path, help="client adapter directories")
     ins.add_argument("--names", default=None, help=_NAMES_HELP.format(""))
-    ins.add_argument("--summary", type=Path, default=None,
+    ins.add_argument("--summary", type=_file_arg, default=None,
                      help="an aggregate's summary.json: also draw the detection heatmap")
-    ins.add_argument("--figure", type=Path, default=None,
+    ins.add_argument("--figure", type=_file_arg, default=None,
                      help="where to save the clients x modules heatmap (needs --summary); an "
                           "existing file only with --overwrite")
     ins.add_argument("--overwrite", action="store_true", help="replace an existing --figure FILE")
@@ -453,7 +453,17 @@ def _check_figure_format(path: Path) -> None:
                          f"use one of {', '.join('.' + f for f in sorted(formats))}")
 
 
+def _file_arg(text: str) -> Path:
+    """A file path argument; '' is refused here (``Path('')`` would read as the working folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must name a file, got ''")
+    return Path(text)
+
+
 def _read_summary(path: Path) -> dict:
+    if Path(path).is_dir():
+        raise AdapterError(f"--summary {path} is a directory; give the summary.json file an aggregate wrote "
+                           f"({Path(path) / 'summary.json'})")
     if not Path(path).is_file():
         raise AdapterError(f"--summary {path}: no such file (the summary.json an aggregate wrote)")
     try:

@@ -29,7 +29,7 @@ from .aggregate import (CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, Module
                         check_rank, client_decision)
 from .plan import apply_refinement, refinement_summary, resolve_refine
 from .decision import detection_summary
-from .io import AdapterSet, input_fingerprints
+from .io import AdapterSet, input_dtype, input_fingerprints
 from .robust import ROBUST_METHODS
 from .io import AdapterError
 from .split import (DEFAULT_LAYOUT, LAYOUTS, SHARED, client_part, fold_weights, keep_split_state,
@@ -357,8 +357,13 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
     :class:`lowrank_fl.outdir.OutputDir` (locked, staged beside it and swapped in only when every
     module succeeded; with ``overwrite`` only a previous lowrank-fl output is replaced; an ``out``
     overlapping a client directory is refused). The returned :class:`Aggregation`'s results keep
-    their summary fields, but their output factors are released once written.
+    their summary fields, but their output factors are released once written. ``dtype`` is the
+    outputs' storage dtype, float32 by default; ``"auto"`` is the inputs' shared dtype
+    (:func:`lowrank_fl.adapters.io.input_dtype`; the command line's default, which also falls back to
+    float32 where a value does not fit it).
     """
+    if dtype == "auto":
+        dtype = input_dtype(adapters)
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     layout = resolve_layout(output, options)
