@@ -294,7 +294,7 @@ def _agreement(u: dict, n: str) -> str:
 def _update_reasons(u: dict, n: str) -> list:
     """Why the update rule flagged client ``n``: one clause per piece of evidence it met."""
     cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
-    if u["zero_modules"].get(n, 0) == u["live_modules"] > 0:   # zero everywhere: "opposed" would misread an absence
+    if u.get("zero_modules", {}).get(n, 0) == u.get("live_modules", -1) > 0:   # zero everywhere: not "opposed"
         return [f"its update is zero in every module (an untrained adapter, PEFT's initial state): it carries "
                 f"none of the shared direction, which is what its direction score "
                 f"{u['direction_scores'][n]:.2f} reads, not a task of its own"]
