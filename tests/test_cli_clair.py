@@ -46,7 +46,7 @@ def test_round_trip(tmp_path, npz, instance, capsys):
     assert summary["gap"] == pytest.approx(ref.solution.gap, rel=1e-9, abs=1e-15)
     # the relative gap is the one --tol (default 1e-8) applies to
     assert summary["relative_gap"] == pytest.approx(ref.solution.relative_gap, rel=1e-9, abs=1e-15)
-    assert summary["relative_gap"] <= 1e-8 and summary["tol"] is None
+    assert summary["relative_gap"] <= 1e-8 and summary["tol"] == 1e-8           # the default it was judged by
     assert summary["tau"] == pytest.approx(ref.tau, rel=1e-12)
     assert summary["tau_rule"] == "largest-gap" and summary["solver"] == "fista"
     with np.load(out / "refined.npz") as data:
@@ -336,3 +336,17 @@ def test_an_uncaught_warning_is_one_line_on_stderr_and_the_format_is_restored():
     proc = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.stderr == "warning: two lines (RuntimeWarning)\nwarning: plain\n"
     assert proc.stdout == "True 0\n"
+
+
+def test_summary_tol_is_the_tolerance_each_method_was_judged_by(tmp_path):
+    """``summary.json["tol"]``: the given --tol, else the method's default (1e-8 iterative, the CVXPY
+    certificate's 1e-7), never null."""
+    from lowrank_fl.clair.programs import DEFAULT_TOL
+    instance = generate(n_clients=6, p=5, q=4, rank=2, contaminated=1, noise=1e-3, seed=3)
+    np.savez(tmp_path / "w.npz", W_hat=instance.W_hat)
+    for method, tol, want in (("fista", None, 1e-8), ("cvxpy", None, DEFAULT_TOL), ("proxgrad", "1e-6", 1e-6)):
+        out = tmp_path / f"{method}{tol}"
+        extra = [] if tol is None else ["--tol", tol]
+        assert main(["clair", "fit", str(tmp_path / "w.npz"), "--rank", "2", "--lam-L", "0.3", "--lam-S", "0.1",
+                     "--method", method, "--out", str(out), *extra]) == 0
+        assert json.loads((out / "summary.json").read_text())["tol"] == want

@@ -29,7 +29,9 @@ import numpy as np
 from ..files import load_npy, load_npz
 from ..jsontext import strict_dumps
 from ..outdir import OutputDir
+from .penalized import ITERATIVE_TOL
 from .pipeline import TAU_RULES, fit
+from .programs import DEFAULT_TOL
 
 __all__ = ["add_parser", "run_fit", "load_W_hat", "tau_argument", "MissingArrayError", "EXIT_UNCONVERGED"]
 
@@ -74,12 +76,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--tau", type=tau_argument, default="largest-gap",
                    help=f"block-norm threshold >= 0 or a rule ({', '.join(TAU_RULES)})")
     p.add_argument("--method", default="fista",
-                   help="solver for (7): fista, proxgrad or cvxpy (--tol/--max-iter apply to "
-                        "fista and proxgrad only)")
+                   help="solver for (7): fista, proxgrad or cvxpy (--max-iter applies to fista and "
+                        "proxgrad only; --tol to all three, judged by the certified relative gap)")
     p.add_argument("--weights", type=Path, default=None,
                    help=".npy file of pair weights, shape (K(K-1)/2,); default 1/K")
     p.add_argument("--tol", type=float, default=None,
-                   help="relative duality-gap tolerance of the iterative solvers (default 1e-8)")
+                   help="relative duality-gap tolerance (default 1e-8 for fista and proxgrad, 1e-7 for "
+                        "cvxpy's certificate)")
     p.add_argument("--max-iter", dest="max_iter", type=int, default=None,
                    help="iteration cap of the iterative solvers (default 10000)")
     p.add_argument("--out", required=True, metavar="DIR",
@@ -143,7 +146,8 @@ def _fit_and_write(args, W_hat, weights, out: Path) -> int:
         "objective": float(sol.objective),
         "gap": float(sol.gap),
         "relative_gap": float(sol.relative_gap),
-        "tol": args.tol,
+        # the tolerance the certificate was judged against (the method's default where none was given)
+        "tol": args.tol if args.tol is not None else (DEFAULT_TOL if args.method == "cvxpy" else ITERATIVE_TOL),
         "status": str(sol.status),
         "iterations": int(sol.iterations),
         "tau": float(res.tau),
