@@ -130,6 +130,20 @@ def _directory(text: str) -> Path:
     return Path(text)
 
 
+def _check_cache_apart(cache, out) -> None:
+    """The cache and the report directory must not hold one another: ``--out`` is replaced as a whole
+    (the cache inside it would go), and ``cache clear`` empties the cache (a report inside it would go)."""
+    if cache is None or out is None or str(out) == "":
+        return
+    c, o = Path(cache).expanduser().resolve(), Path(out).expanduser().resolve()
+    if c == o or o in c.parents:
+        raise ValueError(f"--cache {cache} is --out {out} or inside it: the report directory is replaced as a "
+                         "whole, which would take the cache with it; keep the cache outside it")
+    if c in o.parents:
+        raise ValueError(f"--out {out} is inside the task cache {cache}: `lowrank-fl cache clear` would delete "
+                         "it; write the report outside the cache")
+
+
 def _check_cache_option(path, *, create: bool) -> None:
     """``--cache DIR``: a directory (created when ``create``); errors name the option."""
     if path is None:
@@ -276,6 +290,7 @@ def _setup(args):
         raise ValueError("--refresh needs the cache; drop --no-cache")
     if isinstance(args.jobs, bool) or args.jobs == 0 or args.jobs < -1:
         raise ValueError(f"--jobs must be an int >= 1 or -1 (all cores), got {args.jobs}")
+    _check_cache_apart(None if args.no_cache else (args.cache or default_cache_dir()), args.out)
     _check_cache_option(args.cache, create=True)
     # --out first: it is the cheapest check and the one most often wrong
     staging = OutputDir(args.out, command="verify", overwrite=args.overwrite).open()
