@@ -46,6 +46,8 @@ def load_npz(path, *, option: str = "input") -> dict[str, np.ndarray]:
         with data:
             return {k: data[k] for k in data.files}
     except (ValueError, OSError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        if _pickled(exc):
+            raise ValueError(f"{option} {path}: {_PICKLED}") from None
         raise ValueError(f"{option} {path} is a damaged .npz archive (truncated?): "
                          f"{_reason(exc)}") from None
 
@@ -56,12 +58,28 @@ def load_npy(path, *, option: str = "input") -> np.ndarray:
     try:
         data = np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
+        if _pickled(exc) and _npy_magic(path):     # numpy also says "pickled" of a file that is no .npy
+            raise ValueError(f"{option} {path}: {_PICKLED}") from None
         raise ValueError(f"{option} {path} is not an .npy array file (numpy.save output): "
                          f"{_reason(exc)}") from None
     if not isinstance(data, np.ndarray):
         data.close()
         raise ValueError(f"{option} {path} is an .npz archive, expected a single .npy array")
     return data
+
+
+_PICKLED = ("it holds an object array, which is never loaded (reading it means unpickling, which can run "
+            "code); save numeric arrays (e.g. numpy.asarray(x, dtype=float))")
+
+
+def _pickled(exc: BaseException) -> bool:
+    """Whether numpy refused the data because it is an object (pickled) array."""
+    return "allow_pickle" in str(exc) or "pickle" in str(exc).split("\n")[0]
+
+
+def _npy_magic(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(6) == b"\x93NUMPY"
 
 
 def _reason(exc: BaseException) -> str:

@@ -350,3 +350,20 @@ def test_summary_tol_is_the_tolerance_each_method_was_judged_by(tmp_path):
         assert main(["clair", "fit", str(tmp_path / "w.npz"), "--rank", "2", "--lam-L", "0.3", "--lam-S", "0.1",
                      "--method", method, "--out", str(out), *extra]) == 0
         assert json.loads((out / "summary.json").read_text())["tol"] == want
+
+
+def test_object_arrays_are_named_as_such_and_never_unpickled(tmp_path, capsys):
+    """An object array (in an .npz, or as the --weights .npy) is refused as one, not as a damaged file;
+    a text file named .npy stays "not a numpy file" (numpy calls both "pickled")."""
+    W = np.zeros((6, 4, 5)).astype(object)
+    np.savez(tmp_path / "obj.npz", W_hat=W)
+    assert main(_fit_args(tmp_path / "obj.npz", tmp_path / "o")) == 2
+    _one_error_line(capsys, "obj.npz: it holds an object array, which is never loaded")
+    np.savez(tmp_path / "ok.npz", W_hat=np.random.default_rng(0).standard_normal((6, 4, 5)))
+    np.save(tmp_path / "w.npy", np.full(15, 1 / 6).astype(object))
+    assert main([*_fit_args(tmp_path / "ok.npz", tmp_path / "o"), "--weights", str(tmp_path / "w.npy")]) == 2
+    _one_error_line(capsys, "w.npy: it holds an object array")
+    (tmp_path / "t.npy").write_bytes(b"hello, not numpy\n")
+    assert main([*_fit_args(tmp_path / "ok.npz", tmp_path / "o"), "--weights", str(tmp_path / "t.npy")]) == 2
+    _one_error_line(capsys, "t.npy is not an .npy array file (numpy.save output): not a numpy file")
+    assert not (tmp_path / "o").exists()
