@@ -190,6 +190,8 @@ def test_conditions_table_params_instance_json(monkeypatch, tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, match", [
     (["conditions", "bert"], r"unknown paper 'bert'; expected one of \['clair', 'fedrep'"),
+    (["conditions", "adapters"], r"paper 'adapters' states no theorem conditions .*; conditions exist for clair, "
+                                 r"fedrep, flute, rolora, fedavg_ft$"),
     (["conditions", "fedrep", "--param", "n"], r"--param must look like name=value, got 'n'"),
     (["conditions", "fedrep", "--instance", "missing.npz"], r"--instance file not found: missing.npz"),
     (["conditions", "fedrep", "--param", "bogus=1"],

@@ -173,7 +173,8 @@ def add_parsers(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=cmd_claims)
     p = subparsers.add_parser("conditions", help="evaluate a paper's theorem conditions on an instance")
-    p.add_argument("paper", help=f"one of {', '.join(PAPERS)}")
+    # papers with a conditions module (the adapters' extension states no theorem conditions)
+    p.add_argument("paper", help=f"one of {', '.join(_with_conditions())}")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--instance", metavar="FILE.npz", help="instance arrays (npz)")
     src.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -448,6 +449,12 @@ def cmd_claims(args) -> int:
     return 0
 
 
+def _with_conditions() -> list:
+    """The papers with a conditions module (the adapters' extension states no theorem conditions)."""
+    here = Path(__file__).parent / "conditions"
+    return [x for x in PAPERS if (here / f"{x}.py").is_file()]
+
+
 def cmd_conditions(args) -> int:
     """Handler of ``lowrank-fl conditions``."""
     import importlib
@@ -457,7 +464,10 @@ def cmd_conditions(args) -> int:
     from .runner import load_modules
 
     if args.paper not in PAPERS:
-        raise ValueError(f"unknown paper {args.paper!r}; expected one of {list(PAPERS)}")
+        raise ValueError(f"unknown paper {args.paper!r}; expected one of {_with_conditions()}")
+    if args.paper not in _with_conditions():
+        raise ValueError(f"paper {args.paper!r} states no theorem conditions (its claims are measurements); "
+                         f"conditions exist for {', '.join(_with_conditions())}")
     load_modules("verify.conditions", [args.paper], required=True)
     module = importlib.import_module(f"verify.conditions.{args.paper}")
     for fn in ("generate", "evaluate"):
