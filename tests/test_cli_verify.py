@@ -596,3 +596,17 @@ def test_the_report_directory_has_the_mode_of_a_plain_mkdir(dummy_registry, tmp_
     mode = stat.S_IMODE(out.stat().st_mode)
     assert mode == stat.S_IMODE((tmp_path / "reference").stat().st_mode) == 0o777 & ~umask
     assert stat.S_IMODE((out / "figures").stat().st_mode) == mode
+
+
+def test_conditions_deprecated_param_warns_and_an_alias_beside_its_new_name_is_refused(capsys):
+    """``--param K=...`` (the deprecated alias of n_clients) works and says so on stderr; given beside
+    ``n_clients`` it is refused, not silently overridden."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert lowrank_fl(["conditions", "clair", "--param", "K=8", "--param", "p=6", "--json"]) == 0
+    assert any(issubclass(w.category, DeprecationWarning) and "generate(K=...) is deprecated; use n_clients"
+               in str(w.message) for w in caught)
+    capsys.readouterr()
+    assert lowrank_fl(["conditions", "clair", "--param", "K=8", "--param", "n_clients=10"]) == 2
+    assert capsys.readouterr().err.strip().endswith("give n_clients only (K is its deprecated alias), not both")

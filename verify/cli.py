@@ -41,6 +41,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from .claim import BUDGET_VERDICT, OMITTED, PAPERS, REGISTRY, REQUIRES_VERDICT, SCALES, Context
@@ -489,7 +490,9 @@ def cmd_conditions(args) -> int:
                                for p in inspect.signature(module.generate).parameters.values()):
             raise ValueError(f"unknown --param {unknown[0]!r} for {args.paper}; accepted: "
                              f"{', '.join(accepted) or 'none'}")
-        instance = module.generate(seed=args.seed, **params)
+        with warnings.catch_warnings():      # a deprecated --param name is shown (as one warning line)
+            warnings.simplefilter("always", DeprecationWarning)
+            instance = module.generate(seed=args.seed, **params)
     try:
         conditions = list(module.evaluate(instance))
     except KeyError as exc:
