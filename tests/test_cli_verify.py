@@ -55,6 +55,9 @@ def test_verify_writes_the_report(dummy_registry, tmp_path, capsys):
     argv = ["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache", "--overwrite",
             "--claim", "rolora.*", "--out", str(out)]
     assert lowrank_fl(argv) == 0 and lowrank_fl(argv + ["--strict"]) == 0
+    # --claim alone: the omitted claims of the chosen claims' papers only (CLAIR's is not listed)
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["omitted"] == [] and set(doc["totals_by_paper"]) == {"rolora"}, doc["totals_by_paper"]
     assert lowrank_fl(argv[:-4] + ["--claim", "fedrep.dummy.mean", "--out", str(out)]) == 0
     REGISTRY["fedrep.dummy.mean"] = replace(REGISTRY["fedrep.dummy.mean"],
                                             experiment=functools.partial(_mean_experiment, shift=5.0))

@@ -344,7 +344,8 @@ def cmd_verify(args) -> int:
         with sweep, threadpool_limits(limits=1):
             ctx = Context(scale=args.scale, sweep=sweep, out_dir=staging.dir, base_seed=args.seed)
             results = run_claims(claims, ctx, on_result=on_result, budgets=budgets)
-        papers = set(args.paper or PAPERS)
+        # the omitted claims of the papers the report covers: --paper's, else those of the claims --claim chose
+        papers = set(args.paper or ({c.paper for c in claims} if args.claim else PAPERS))
         omitted = [o for o in OMITTED.values() if o.paper in papers]
         paths = write_report(results, staging.dir, args.scale, omitted, meta={
             "base_seed": args.seed, "backend": backend,
