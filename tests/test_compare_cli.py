@@ -161,3 +161,19 @@ def test_readme_npz_snippet_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exec("import numpy as np\n" + snippet, {})
     assert np.load(tmp_path / "W_hat.npz")["W_hat"].shape == (20, 10, 10)
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "nan"])
+def test_memory_limit_error_is_in_the_flags_unit(tmp_path, npz, capsys, value):
+    assert main(["compare", "clair", str(npz), *LAM, "--methods", "fista", "--memory-limit", value,
+                 "--out", str(tmp_path / "o")]) == 2
+    _one_error_line(capsys, f"--memory-limit must be a finite number of GB > 0, got {float(value):g}")
+    assert not (tmp_path / "o").exists()
+
+
+def test_peak_memory_is_shown_in_decimal_megabytes(tmp_path, npz):
+    """The table's MB is 1e6 bytes, like the estimates' and --memory-limit's GB (1e9 bytes)."""
+    out = tmp_path / "o"
+    assert main(["compare", "clair", str(npz), *LAM, "--methods", "fista", "--out", str(out)]) == 0
+    peak = json.loads((out / "compare.json").read_text())["methods"][0]["peak_memory_bytes"]
+    assert f"{peak / 1e6:.3g} MB" in (out / "compare.md").read_text()

@@ -18,6 +18,7 @@ are rows with their reason); 3 when no method returned a point; 2 on bad input.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _limits(args):
+    if args.memory_limit is not None and not (math.isfinite(args.memory_limit) and args.memory_limit > 0):
+        raise ValueError(f"--memory-limit must be a finite number of GB > 0, got {args.memory_limit:g}")
     mem = None if args.memory_limit is None else args.memory_limit * 1e9
     return {"time_limit": args.time_limit, "memory_limit": mem, "rank": args.rank,
             "methods": _methods(args.methods)}

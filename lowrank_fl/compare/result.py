@@ -198,7 +198,7 @@ def _g(x, digits: int = 3) -> str:
 
 
 def _mb(x: float) -> str:
-    return f"{x / 2 ** 20:.3g} MB"
+    return f"{x / 1e6:.3g} MB"                    # decimal, as the estimates and --memory-limit (GB = 1e9 B)
 
 
 def load_schema() -> dict:
