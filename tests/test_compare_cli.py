@@ -177,3 +177,13 @@ def test_peak_memory_is_shown_in_decimal_megabytes(tmp_path, npz):
     assert main(["compare", "clair", str(npz), *LAM, "--methods", "fista", "--out", str(out)]) == 0
     peak = json.loads((out / "compare.json").read_text())["methods"][0]["peak_memory_bytes"]
     assert f"{peak / 1e6:.3g} MB" in (out / "compare.md").read_text()
+
+
+def test_a_stopped_solve_is_noted_once(tmp_path, npz):
+    """The result's message and the ConvergenceWarning say the same sentence: the note holds it once."""
+    out = tmp_path / "o"
+    assert main(["compare", "clair", str(npz), *LAM, "--methods", "fista", "--max-iter", "3", "--out", str(out)]) == 0
+    m = json.loads((out / "compare.json").read_text())["methods"][0]
+    assert m["status"] == "max_iter"
+    note = "solve_penalized(method='fista') stopped at max_iter=3"
+    assert m["message"].count(note) == 1 and ".;" not in m["message"]

@@ -21,8 +21,11 @@ __all__ = ["RUNNERS", "run_clair", "run_nuclear", "run_noiseless", "clair_point"
 def _outcome(result, point: dict, caught) -> dict:
     history = getattr(result, "history", None) or {}
     objs = history.get("objective")
-    notes = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
-    message = getattr(result, "message", "") or ""
+    message = (getattr(result, "message", "") or "").rstrip(".")
+    # the convergence warning usually repeats the result's message: each sentence once
+    notes = list(dict.fromkeys(str(w.message).rstrip(".") for w in caught
+                               if issubclass(w.category, ConvergenceWarning)
+                               and str(w.message).rstrip(".") != message))
     return {"point": {k: np.array(v, dtype=float) for k, v in point.items()},
             "status": str(result.status), "iterations": int(result.iterations),
             "history": None if objs is None or len(objs) == 0 else np.array(objs, dtype=float),
