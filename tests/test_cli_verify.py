@@ -102,6 +102,7 @@ def test_python_m_verify_entry_point():
 
 @pytest.mark.parametrize("argv, match", [
     (["--claim", "nope.*"], r"claim pattern 'nope\.\*' matches no registered claim"),
+    (["--claim", "clair.prop9.gap"], r"claim pattern .clair.prop9.gap. matches no registered claim .*; it names an omitted claim: clair\.prop9\.gap \("),
     (["--backend", "sequential", "--scheduler", "tcp://h:1"], r"--scheduler needs --backend dask"),
     (["--jobs", "0", "--backend", "loky"], r"--jobs must be an int >= 1 or -1"),
 ])

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .budgets import BudgetExceeded, time_limit
-from .claim import BUDGET_VERDICT, PAPERS, REGISTRY, Claim, Context, Evidence
+from .claim import BUDGET_VERDICT, OMITTED, PAPERS, REGISTRY, Claim, Context, Evidence
 from .sweep import SetupError
 
 __all__ = ["load_modules", "select_claims", "run_claims", "ERROR_PREFIX"]
@@ -84,8 +84,11 @@ def select_claims(registry: dict[str, Claim] | None = None, *, papers: Sequence[
     if ids:
         for pattern in ids:
             if not any(fnmatch.fnmatchcase(c.id, pattern) for c in chosen):
+                left = [o for o in OMITTED.values() if fnmatch.fnmatchcase(o.id, pattern)]
+                why = (f"; it names an omitted claim: {left[0].id} ({left[0].reference}): {left[0].reason}"
+                       if left else "")
                 raise ValueError(f"claim pattern {pattern!r} matches no registered claim"
-                                 f" of papers {papers}")
+                                 f" of papers {papers}{why}")
         chosen = [c for c in chosen if any(fnmatch.fnmatchcase(c.id, p) for p in ids)]
     return sorted(chosen, key=lambda c: PAPER_ORDER.index(c.paper))
 
