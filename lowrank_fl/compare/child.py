@@ -87,10 +87,29 @@ def _measure_and_run(fn, args, measure):
     return out, seconds, max(0.0, float(peak) - base)
 
 
+def _release_fork_server() -> None:
+    """Close this child's copy of the fork server's "alive" pipe. multiprocessing hands every child
+    of the server that pipe's write end, so the server (and with it this child's parent-death signal)
+    outlived a killed lowrank-fl for as long as the solve ran; without the copy the server sees EOF
+    and exits when lowrank-fl dies, and the kernel kills this child at once."""
+    from multiprocessing import forkserver
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is None:
+        return
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    server._forkserver_alive_fd = None
+
+
 def _child(conn, fn, args, measure, parent):
     # a killed lowrank-fl must not leave its solve running, even one in native code holding the GIL.
     # Under the fork server the parent is the server, which exits when lowrank-fl does: watch it
     watched = parent if os.getppid() == parent else os.getppid()
+    if watched != parent:
+        _release_fork_server()
     try:
         os.kill(parent, 0)
     except ProcessLookupError:
