@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import warnings
 from typing import Callable, Sequence
@@ -108,6 +109,12 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, *,
     except KeyboardInterrupt:
         print(f"\n{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except SystemExit as exc:
+        # SIGTERM unwinds as SystemExit(143) (lowrank_fl.outdir): say so, as Ctrl-C is said
+        if exc.code == 128 + signal.SIGTERM and not isinstance(exc.code, bool):
+            print(f"\n{prog}: terminated (SIGTERM); the output directory was left as it was", file=sys.stderr)
+            return exc.code
+        raise
     except _user_errors() + tuple(errors) as exc:
         message = " ".join(str(exc).split("\n")[0].split()) or type(exc).__name__
         print(f"{prog}: error: {message}", file=sys.stderr)

@@ -614,3 +614,21 @@ def test_conditions_deprecated_param_warns_and_an_alias_beside_its_new_name_is_r
     capsys.readouterr()
     assert lowrank_fl(["conditions", "clair", "--param", "K=8", "--param", "n_clients=10"]) == 2
     assert capsys.readouterr().err.strip().endswith("give n_clients only (K is its deprecated alias), not both")
+
+
+def test_sigterm_is_one_line_that_says_the_cache_resumes(dummy_registry, tmp_path, capsys):
+    """SIGTERM unwinds as SystemExit(143) (lowrank_fl.outdir's handler): the same line as Ctrl-C's, status 143."""
+    def terminated(ctx):
+        ctx.map(noisy_task, [{"x": 0}], replicates=2)
+        raise SystemExit(143)
+
+    REGISTRY["fedrep.dummy.term"] = Claim(id="fedrep.dummy.term", paper="fedrep", reference="r",
+                                          statement="s", kind="bound", experiment=terminated)
+    cache = tmp_path / "cache"
+    code = lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--cache", str(cache),
+                       "--no-progress", "--claim", "fedrep.dummy.term", "--out", str(tmp_path / "o")])
+    assert code == 143
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err[-1] == f"verify: terminated (SIGTERM); no report written; rerun the same command to resume " \
+                      f"from the cache ({cache})"
+    assert not (tmp_path / "o").exists() and len(list(cache.rglob("*.npz"))) == 2

@@ -413,6 +413,7 @@ def test_killed_run_leaves_inputs_and_out_and_no_workers(tmp_path, capsys, sig):
         err = errfile.read()
     if sig == signal.SIGTERM:
         assert proc.returncode == 128 + signal.SIGTERM, err
+        assert err.strip().endswith("lowrank-fl: terminated (SIGTERM); the output directory was left as it was"), err
         assert not staging[0].exists()                 # cleaned by the handler
     else:
         assert proc.returncode == -signal.SIGKILL

@@ -39,6 +39,7 @@ import inspect
 import json
 import logging
 import os
+import signal
 import sys
 import time
 import warnings
@@ -352,12 +353,15 @@ def cmd_verify(args) -> int:
             "total_seconds": round(time.perf_counter() - start, 2),
             "tasks": {"executed": sweep.executed, "from_cache": sweep.reused}})
         out = staging.commit()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit) as exc:      # Ctrl-C, or SIGTERM (outdir raises SystemExit(143))
+        if isinstance(exc, SystemExit) and exc.code != 128 + signal.SIGTERM:
+            raise
         staging.close()
         hint = (f"rerun the same command to resume from the cache ({cache_dir})" if cache_dir
                 else "nothing was cached (--no-cache)")
-        print(f"\nverify: interrupted; no report written; {hint}", file=sys.stderr)
-        return 130
+        how = "interrupted" if isinstance(exc, KeyboardInterrupt) else "terminated (SIGTERM)"
+        print(f"\nverify: {how}; no report written; {hint}", file=sys.stderr)
+        return 130 if isinstance(exc, KeyboardInterrupt) else 128 + signal.SIGTERM
     finally:
         staging.close()
     for key in ("markdown", "html", "json"):
