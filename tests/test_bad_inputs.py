@@ -751,7 +751,7 @@ def _cli():
         c("cli-clair-fit-rank-not-int", lambda t: ["clair", "fit", _w_hat(t), "--rank", "2.5", "--lam-L", "0.1", "--lam-S", "0.1", "--out", t / "o"], "--rank"),
         c("cli-clair-fit-weights-directory", lambda t: _fit(t, _w_hat(t), "--weights", t), "--weights"),
         c("cli-clair-fit-lam-S-nan", lambda t: ["clair", "fit", _w_hat(t), "--rank", "1", "--lam-L", "0.1", "--lam-S", "nan", "--out", t / "o"], "lam_S"),
-        c("cli-compare-clair-memory-limit-zero", lambda t: ["compare", "clair", _w_hat(t), "--lam-L", "0.1", "--lam-S", "0.1", "--memory-limit", "0", "--out", t / "o"], "memory_limit"),
+        c("cli-compare-clair-memory-limit-zero", lambda t: ["compare", "clair", _w_hat(t), "--lam-L", "0.1", "--lam-S", "0.1", "--memory-limit", "0", "--out", t / "o"], "--memory-limit"),
         c("cli-compare-clair-tau-unknown", lambda t: ["compare", "clair", _w_hat(t), "--lam-L", "0.1", "--lam-S", "0.1", "--tau", "bogus", "--out", t / "o"], "--tau"),
         c("cli-compare-nuclear-mu-zero", lambda t: ["compare", "nuclear", _xy(t), "--mu", "0", "--out", t / "o"], "mu"),
         c("cli-compare-noiseless-rank-zero", lambda t: ["compare", "noiseless", _w_hat(t), "--lam-L", "1", "--lam-S", "0.5", "--rank", "0", "--out", t / "o"], "rank"),

@@ -632,3 +632,23 @@ def test_sigterm_is_one_line_that_says_the_cache_resumes(dummy_registry, tmp_pat
     assert err[-1] == f"verify: terminated (SIGTERM); no report written; rerun the same command to resume " \
                       f"from the cache ({cache})"
     assert not (tmp_path / "o").exists() and len(list(cache.rglob("*.npz"))) == 2
+
+
+def test_conditions_instance_warns_about_unread_names_and_refuses_a_bad_penalty(tmp_path, capsys):
+    """A misspelt array name is warned about (its condition would read "not given" without a word); a
+    penalty that is negative or NaN is refused naming it, not printed as a scaling."""
+    from verify.conditions.clair import generate
+    inst = {k: v for k, v in generate(seed=0).items() if v is not None}
+    np.savez(tmp_path / "ok.npz", **inst)
+    assert lowrank_fl(["conditions", "clair", "--instance", str(tmp_path / "ok.npz")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    typo = dict(inst, lam_Ltypo=inst["lam_L"])
+    del typo["lam_L"]
+    np.savez(tmp_path / "typo.npz", **typo)
+    assert lowrank_fl(["conditions", "clair", "--instance", str(tmp_path / "typo.npz")]) == 0
+    err = capsys.readouterr().err
+    assert "the clair conditions read no array named 'lam_Ltypo'" in err and "'lam_S'" not in err
+    for bad in (-1.0, float("nan")):
+        np.savez(tmp_path / "bad.npz", **dict(inst, lam_S=bad))
+        assert lowrank_fl(["conditions", "clair", "--instance", str(tmp_path / "bad.npz")]) == 2
+        assert f"instance['lam_S'] must be a finite number > 0, got {bad:g}" in capsys.readouterr().err

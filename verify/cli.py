@@ -178,7 +178,10 @@ def add_parsers(subparsers) -> None:
     # papers with a conditions module (the adapters' extension states no theorem conditions)
     p.add_argument("paper", help=f"one of {', '.join(_with_conditions())}")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--instance", metavar="FILE.npz", help="instance arrays (npz)")
+    src.add_argument("--instance", metavar="FILE.npz",
+                     help="instance arrays (npz), named as the paper's generate() names them (clair: W_hat, and "
+                          "optionally W, A, benign, r, lam_L, lam_S, a, b, alpha, w, tau); a name the conditions do "
+                          "not read is warned about")
     src.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                      help="parameter of the paper's generate() (repeatable; --list-params lists them)")
     src.add_argument("--list-params", action="store_true",
@@ -455,6 +458,26 @@ def cmd_claims(args) -> int:
     return 0
 
 
+class _ReadKeys(dict):
+    """An instance that records which keys the conditions looked up."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.read = set()
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+
 def _with_conditions() -> list:
     """The papers with a conditions module (the adapters' extension states no theorem conditions)."""
     here = Path(__file__).parent / "conditions"
@@ -487,7 +510,7 @@ def cmd_conditions(args) -> int:
         from lowrank_fl.files import load_npz
 
         data = load_npz(args.instance, option="--instance")
-        instance = {k: (v.item() if v.ndim == 0 else v) for k, v in data.items()}
+        instance = _ReadKeys({k: (v.item() if v.ndim == 0 else v) for k, v in data.items()})
     else:
         params = dict(_parse_param(t) for t in args.param)
         unknown = sorted(set(params) - set(accepted))
@@ -509,6 +532,11 @@ def cmd_conditions(args) -> int:
     bad = [type(c).__name__ for c in conditions if not isinstance(c, Condition)]
     if bad:
         raise TypeError(f"verify.conditions.{args.paper}.evaluate returned {bad[0]}, expected Condition")
+    unread = sorted(set(instance) - instance.read) if isinstance(instance, _ReadKeys) else []
+    if unread:                       # a misspelt key would otherwise leave its condition "not given"
+        print(f"warning: --instance {args.instance}: the {args.paper} conditions read no array named "
+              f"{', '.join(map(repr, unread))} (misspelt, or read only beside an array that is missing?)",
+              file=sys.stderr)
     if args.json:
         from .claim import jsonable
 

@@ -134,14 +134,20 @@ def generate(seed=0, *, design: str = "general", n_clients: int | None = None, p
 
 
 # --------------------------------------------------------------------------------------------
-def _scalar(instance, key, default=None):
+def _scalar(instance, key, default=None, *, minimum=0.0, strict=True):
+    """A scalar of the instance (None where absent), finite and > ``minimum`` (>= with ``strict``
+    False): a penalty, weight, rank or constant that is 0, negative or NaN makes no theorem's
+    condition, and would print as a number."""
     v = instance.get(key, default)
     if v is None:
         return None
     v = np.asarray(v)
     if v.size != 1:
         raise ValueError(f"instance[{key!r}] must be a scalar, got shape {v.shape}")
-    return float(v.reshape(()))
+    x = float(v.reshape(()))
+    if not (np.isfinite(x) and (x > minimum if strict else x >= minimum)):
+        raise ValueError(f"instance[{key!r}] must be a finite number {'>' if strict else '>='} {minimum:g}, got {x:g}")
+    return x
 
 
 def _unknown(theorem, name, required, note="needs the truth (W, A, benign), absent from the instance"):
@@ -242,7 +248,7 @@ def evaluate(instance: Mapping) -> list[Condition]:
                              "mixed-pair separation min ||S_Aperp^(j,k)||_F"))
 
     # Theorem 2 scalings (reported: each should stay O(1) as K grows)
-    tau = _scalar(instance, "tau")
+    tau = _scalar(instance, "tau", strict=False)
     note_tau = "given"
     if tau is None and "noise" in instance:
         nz = np.asarray(instance["noise"], dtype=float)
