@@ -102,10 +102,11 @@ def parse_method(name: str, problem: str) -> tuple[str, str | None, str | None]:
     if parts[0] == "cvxpy" and ok_tail and parts[1].upper() in known:
         return "conic", parts[1].upper(), (parts[2] if len(parts) == 3 else
                                            (None if problem == "nuclear" else "schur"))
-    iterative = ", ".join(ITERATIVE[problem]) or "none"
+    iterative = ", ".join(ITERATIVE[problem])
     tail = "" if problem == "nuclear" else "[:normNuc]"
-    raise ValueError(f"unknown method {name!r} for compare {problem}: expected one of "
-                     f"{iterative} (iterative) or cvxpy:<SOLVER>{tail} with <SOLVER> a CVXPY "
+    which = f"one of {iterative} (iterative) or " if iterative else "(no iterative method for this problem) "
+    raise ValueError(f"unknown method {name!r} for compare {problem}: expected {which}"
+                     f"cvxpy:<SOLVER>{tail} with <SOLVER> a CVXPY "
                      f"solver name (installed: {', '.join(_installed())})")
 
 

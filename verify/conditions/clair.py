@@ -230,8 +230,8 @@ def evaluate(instance: Mapping) -> list[Condition]:
         UI = U[I].reshape(-1, r)
         rho = float(np.linalg.norm(UI, 2) ** 2) if UI.size else 0.0
         out.append(Condition(T1, "rho = ||P_I P_U P_I|| (Lemma 1)", rho, "< 1", bool(rho < 1),
-                             "identically 0 for the model-induced L0 (L0 vanishes on I): Lemmas 1-2 "
-                             "are vacuous (L0 vanishes on I, so rho = 0); rho' below is the meaningful quantity"))
+                             "identically 0 for the model-induced L0 (it vanishes on I), so Lemmas 1-2 "
+                             "are vacuous; rho' below is the meaningful quantity"))
         out.append(_rho_prime(D, I, q, A, r, lam_L, lam_S, G))
         eta_req = np.sqrt(max(0.0, 1 - 1 / (mu * r) + 1 / (4 * (K - 1)))) if np.isfinite(mu) else 1.0
         out.append(Condition(L2, "eta = |C|/K", eta, f"> sqrt(1 - 1/(mu r) + 1/(4(K-1))) = {eta_req:.4g}",
