@@ -112,7 +112,10 @@ def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, *,
     except SystemExit as exc:
         # SIGTERM unwinds as SystemExit(143) (lowrank_fl.outdir): say so, as Ctrl-C is said
         if exc.code == 128 + signal.SIGTERM and not isinstance(exc.code, bool):
-            print(f"\n{prog}: terminated (SIGTERM); the output directory was left as it was", file=sys.stderr)
+            from .outdir import TerminatedAfterCommit
+            state = ("just after the output was written (it is complete)" if isinstance(exc, TerminatedAfterCommit)
+                     else "the output directory was left as it was")
+            print(f"\n{prog}: terminated (SIGTERM); {state}", file=sys.stderr)
             return exc.code
         raise
     except _user_errors() + tuple(errors) as exc:

@@ -38,8 +38,8 @@ from typing import Callable, Iterable
 
 from .filelock import FileLock, LockHeld
 
-__all__ = ["MARKER", "OutputDir", "check_output_dir", "is_output_dir", "check_output_file",
-           "write_file"]
+__all__ = ["MARKER", "OutputDir", "TerminatedAfterCommit", "check_output_dir", "is_output_dir",
+           "check_output_file", "write_file"]
 
 #: File written into every output directory; ``--overwrite`` replaces only directories holding it.
 MARKER = ".lowrank-fl-output"
@@ -268,7 +268,12 @@ class OutputDir:
             raise RuntimeError("OutputDir.commit needs an open, uncommitted output")
         if _listing(self.path) != self._listing:
             self._keep_result()
-        blocked = _block_sigterm()
+        # a SIGTERM during the two renames is held until they are done (a handler that records it: a
+        # signal mask would not do, another thread of the process can take a process-directed signal)
+        pending: list = []
+        held = self._old_handler is not None and threading.current_thread() is threading.main_thread()
+        if held:
+            signal.signal(signal.SIGTERM, lambda signum, frame: pending.append(signum))
         try:
             old = None
             if self.path.exists():
@@ -283,10 +288,14 @@ class OutputDir:
                     os.replace(old, self.path)
                 raise
             self.committed = True
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
         finally:
-            _unblock_sigterm(blocked)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+            if held:      # from now on a SIGTERM comes after the output is in place, or before it
+                signal.signal(signal.SIGTERM, _raise_terminated_after_commit if self.committed
+                              else _raise_terminated)
+        if pending:
+            raise (TerminatedAfterCommit if self.committed else SystemExit)(128 + signal.SIGTERM)
         return self.path
 
     def _keep_result(self) -> None:
@@ -350,17 +359,13 @@ class OutputDir:
             self._old_handler = None
 
 
+class TerminatedAfterCommit(SystemExit):
+    """SIGTERM (exit status 143) after the output was swapped in: the output is complete."""
+
+
 def _raise_terminated(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def _block_sigterm() -> bool:
-    if threading.current_thread() is not threading.main_thread():
-        return False
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    return True
-
-
-def _unblock_sigterm(blocked: bool) -> None:
-    if blocked:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+def _raise_terminated_after_commit(signum, frame):
+    raise TerminatedAfterCommit(128 + signum)

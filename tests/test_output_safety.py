@@ -536,3 +536,30 @@ def test_killed_compare_leaves_no_solve_running(w_hat, tmp_path):
     assert len(staging) == 1
     assert _cmp(w_hat, out) == 0                     # and the next run removes the staging
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cmp", "in"]
+
+
+def test_sigterm_pending_during_the_swap_is_raised_as_after_the_commit(tmp_path):
+    """A SIGTERM that arrives while commit() blocks it is delivered once the output is in place: it is
+    TerminatedAfterCommit (the message then says the output is complete), and no old folder is left."""
+    from lowrank_fl.outdir import OutputDir, TerminatedAfterCommit
+    out = tmp_path / "out"
+    with OutputDir(out, command="test") as first:
+        (first.dir / "a.txt").write_text("1")
+        first.commit()
+    staged = OutputDir(out, command="test", overwrite=True).open()
+    (staged.dir / "a.txt").write_text("2")
+    real = os.replace
+    def replace_then_signal(src, dst):                 # SIGTERM lands inside the blocked swap
+        real(src, dst)
+        if Path(dst) == out:
+            os.kill(os.getpid(), signal.SIGTERM)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(os, "replace", replace_then_signal)
+            with pytest.raises(TerminatedAfterCommit) as exc:
+                staged.commit()
+    finally:
+        staged.close()
+    assert exc.value.code == 143 and staged.committed
+    assert (out / "a.txt").read_text() == "2"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

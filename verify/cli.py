@@ -357,8 +357,8 @@ def cmd_verify(args) -> int:
             "tasks": {"executed": sweep.executed, "from_cache": sweep.reused}})
         out = staging.commit()
     except (KeyboardInterrupt, SystemExit) as exc:      # Ctrl-C, or SIGTERM (outdir raises SystemExit(143))
-        if isinstance(exc, SystemExit) and exc.code != 128 + signal.SIGTERM:
-            raise
+        if isinstance(exc, SystemExit) and (exc.code != 128 + signal.SIGTERM or staging.committed):
+            raise                                       # after the commit: the report is written (lowrank_fl.cli says so)
         staging.close()
         hint = (f"rerun the same command to resume from the cache ({cache_dir})" if cache_dir
                 else "nothing was cached (--no-cache)")
