@@ -794,6 +794,10 @@ def test_options_the_method_does_not_read_are_warned_about(src, tmp_path, capsys
                                          ("--alpha", "0.7", "clair does"), ("--tol", "0.001", "clair does"),
                                          ("--rank", "2", "clair, flexlora do"),
                                          ("--byzantine", "1", "krum, multikrum, trimmed-mean do"))]
+    # ignored means not checked either: values fedavg would never use do not fail the run
+    assert _run(["aggregate", *src, "--out", tmp_path / "c", "--quiet", "--method", "fedavg", "--rank", "99",
+                 "--alpha", "2", "--lam-L", "0.1"]) == 0
+    assert capsys.readouterr().err.count("is ignored") == 3
     assert _run(["aggregate", *src, "--out", tmp_path / "b", "--quiet", "--method", "fedavg"]) == 0
     assert "is ignored" not in capsys.readouterr().err
     assert (tmp_path / "a" / "aggregated" / "adapter_config.json").read_bytes() == \

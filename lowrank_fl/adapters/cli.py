@@ -213,6 +213,12 @@ _METHOD_OPTIONS = (("--lam-L", "lam_L", ("clair",)), ("--lam-S", "lam_S", ("clai
                    ("--byzantine", "byzantine", ("krum", "multikrum", "trimmed-mean")))
 
 
+def _read_options(args) -> dict:
+    """The method-specific options (:data:`_METHOD_OPTIONS`), None where ``--method`` does not read them."""
+    return {dest: getattr(args, dest, None) if args.method in methods else None
+            for _, dest, methods in _METHOD_OPTIONS}
+
+
 def _warn_ignored(args) -> None:
     """One warning line per option given that ``--method`` does not read (it would change nothing);
     ``--byzantine`` out of range for the method that reads it is refused here, naming the flag."""
@@ -253,11 +259,12 @@ def run_aggregate(args) -> int:
     check_output_dir(args.out, overwrite=args.overwrite, inputs=args.dirs)
     out = Path(args.out)
     try:
-        options = ModuleOptions(method=args.method, rank=args.rank, lam_L=args.lam_L,
-                                lam_S=args.lam_S, alpha=0.5 if args.alpha is None else args.alpha,
+        given = _read_options(args)             # an option the method does not read was warned about: not passed
+        options = ModuleOptions(method=args.method, rank=given["rank"], lam_L=given["lam_L"],
+                                lam_S=given["lam_S"], alpha=0.5 if given["alpha"] is None else given["alpha"],
                                 energy=args.energy, rank_out=args.rank_out,
-                                tol=1e-6 if args.tol is None else args.tol,
-                                byzantine=getattr(args, "byzantine", None), clip=_clip(args.clip))
+                                tol=1e-6 if given["tol"] is None else given["tol"],
+                                byzantine=given["byzantine"], clip=_clip(args.clip))
     except ValueError as exc:                   # the options' messages name the Python fields: name the flags
         raise ValueError(_flag_names(str(exc))) from None
     if args.output == "split" and args.rank_out is not None and args.method == "clair":
