@@ -133,17 +133,15 @@ def _directory(text: str) -> Path:
 
 
 def _check_cache_apart(cache, out) -> None:
-    """The cache and the report directory must not hold one another: ``--out`` is replaced as a whole
-    (the cache inside it would go), and ``cache clear`` empties the cache (a report inside it would go)."""
+    """The cache must not be ``--out`` or inside it: ``--out`` is replaced as a whole (``--overwrite``),
+    which would take the cache with it. (A report inside the cache is safe: ``cache clear`` removes only
+    the entries it wrote.)"""
     if cache is None or out is None or str(out) == "":
         return
     c, o = Path(cache).expanduser().resolve(), Path(out).expanduser().resolve()
     if c == o or o in c.parents:
         raise ValueError(f"--cache {cache} is --out {out} or inside it: the report directory is replaced as a "
                          "whole, which would take the cache with it; keep the cache outside it")
-    if c in o.parents:
-        raise ValueError(f"--out {out} is inside the task cache {cache}: `lowrank-fl cache clear` would delete "
-                         "it; write the report outside the cache")
 
 
 def _check_cache_option(path, *, create: bool) -> None:
