@@ -295,9 +295,8 @@ def _update_reasons(u: dict, n: str) -> list:
     """Why the update rule flagged client ``n``: one clause per piece of evidence it met."""
     cut, rho, rho_s = u["cutoff"], u["min_ratio"], u["size_ratio"]
     if u.get("zero_modules", {}).get(n, 0) == u.get("live_modules", -1) > 0:   # zero everywhere: not "opposed"
-        return [f"its update is zero in every module (an untrained adapter, PEFT's initial state): it carries "
-                f"none of the shared direction, which is what its direction score "
-                f"{u['direction_scores'][n]:.2f} reads, not a task of its own"]
+        return ["its update is zero in every module (an untrained adapter, PEFT's initial state): the evidence "
+                "reads that absence (none of the shared direction, no size), not a task of its own"]
     why = []
     if n in u["by_direction"]:
         why.append(f"direction score {_vs(u['direction_scores'][n], cut)} > {cut:.2f}, agreement "

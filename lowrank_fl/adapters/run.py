@@ -359,8 +359,9 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
     overlapping a client directory is refused). The returned :class:`Aggregation`'s results keep
     their summary fields, but their output factors are released once written. ``dtype`` is the
     outputs' storage dtype, float32 by default; ``"auto"`` is the inputs' shared dtype
-    (:func:`lowrank_fl.adapters.io.input_dtype`; the command line's default, which also falls back to
-    float32 where a value does not fit it).
+    (:func:`lowrank_fl.adapters.io.input_dtype`, the command line's default). Where a value does not
+    fit the dtype this raises :class:`~lowrank_fl.adapters.io.StorageDtypeError`; the command line then
+    writes float32 instead.
     """
     if dtype == "auto":
         dtype = input_dtype(adapters)
@@ -409,8 +410,11 @@ def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RU
     ``shared_weights``: explicit weights ``a_k`` in [0, 1] instead of ``refine``'s (forms in
     :func:`lowrank_fl.adapters.split.shared_weights`; 1 is the full move to the target). With
     ``options.rank_out`` (merged only) every output is truncated by SVD and the relative Frobenius
-    error of each (output, module) is in the summary. ``out`` is written as in :func:`aggregate_to_dir`.
+    error of each (output, module) is in the summary. ``out`` and ``dtype`` (``"auto"`` included) are as
+    in :func:`aggregate_to_dir`.
     """
+    if dtype == "auto":
+        dtype = input_dtype(agg.adapters)
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     layout = resolve_layout(output, agg.options)
