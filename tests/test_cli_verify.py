@@ -608,11 +608,18 @@ def test_conditions_deprecated_param_warns_and_an_alias_beside_its_new_name_is_r
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert lowrank_fl(["conditions", "clair", "--param", "K=8", "--param", "p=6", "--json"]) == 0
-    assert any(issubclass(w.category, DeprecationWarning) and "generate(K=...) is deprecated; use n_clients"
-               in str(w.message) for w in caught)
+    assert any(issubclass(w.category, DeprecationWarning) and "K is deprecated (generate(K=...), --param K=...); "
+               "use n_clients" in str(w.message) for w in caught)
+    # on stderr, as one line (a fresh process: pytest records warnings instead of printing them)
+    proc = subprocess.run([sys.executable, "-c", "import sys; from verify.cli import lowrank_fl_main; "
+                           "sys.exit(lowrank_fl_main(sys.argv[1:]))", "conditions", "clair", "--param", "K=8", "--param", "p=6",
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == ("warning: K is deprecated (generate(K=...), --param K=...); "
+                                                    "use n_clients (DeprecationWarning)\n"), proc.stderr
     capsys.readouterr()
     assert lowrank_fl(["conditions", "clair", "--param", "K=8", "--param", "n_clients=10"]) == 2
-    assert capsys.readouterr().err.strip().endswith("give n_clients only (K is its deprecated alias), not both")
+    err = capsys.readouterr().err.strip()
+    assert err.endswith("give n_clients only (K is its deprecated alias), not both") and "deprecated (" not in err
 
 
 def test_sigterm_is_one_line_that_says_the_cache_resumes(dummy_registry, tmp_path, capsys):

@@ -178,8 +178,8 @@ def add_parsers(subparsers) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--instance", metavar="FILE.npz",
                      help="instance arrays (npz), named as the paper's generate() names them (clair: W_hat, and "
-                          "optionally W, A, benign, r, lam_L, lam_S, a, b, alpha, w, tau); a name the conditions do "
-                          "not read is warned about")
+                          "optionally W, A, benign, r, lam_L, lam_S, a, b, alpha, w, tau, or noise where tau is absent); a "
+                          "name the conditions do not read is warned about")
     src.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                      help="parameter of the paper's generate() (repeatable; --list-params lists them)")
     src.add_argument("--list-params", action="store_true",
@@ -478,8 +478,11 @@ class _ReadKeys(dict):
 
 def _with_conditions() -> list:
     """The papers with a conditions module (the adapters' extension states no theorem conditions)."""
-    here = Path(__file__).parent / "conditions"
-    return [x for x in PAPERS if (here / f"{x}.py").is_file()]
+    import pkgutil
+
+    from . import conditions
+    have = {m.name for m in pkgutil.iter_modules(conditions.__path__)}      # source or compiled
+    return [x for x in PAPERS if x in have]
 
 
 def cmd_conditions(args) -> int:
@@ -533,7 +536,7 @@ def cmd_conditions(args) -> int:
     unread = sorted(set(instance) - instance.read) if isinstance(instance, _ReadKeys) else []
     if unread:                       # a misspelt key would otherwise leave its condition "not given"
         print(f"warning: --instance {args.instance}: the {args.paper} conditions read no array named "
-              f"{', '.join(map(repr, unread))} (misspelt, or read only beside an array that is missing?)",
+              f"{', '.join(map(repr, unread))} (misspelt, or read only where another array is absent or present?)",
               file=sys.stderr)
     if args.json:
         from .claim import jsonable

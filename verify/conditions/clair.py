@@ -99,10 +99,10 @@ def generate(seed=0, *, design: str = "general", n_clients: int | None = None, p
 
     for old, new, value in (("K", "n_clients", K), ("r", "rank", r), ("n", "samples_per_client", n)):
         if value is not None:
-            warnings.warn(f"conditions generate({old}=...) is deprecated; use {new}=...",
-                          DeprecationWarning, stacklevel=2)
             if {"K": n_clients, "r": rank, "n": samples_per_client}[old] is not None:
                 raise TypeError(f"give {new} only ({old} is its deprecated alias), not both")
+            warnings.warn(f"{old} is deprecated (generate({old}=...), --param {old}=...); use {new}",
+                          DeprecationWarning, stacklevel=2)
     n_clients = (K if K is not None else 12) if n_clients is None else n_clients
     rank = (r if r is not None else 1) if rank is None else rank
     samples_per_client = n if samples_per_client is None else samples_per_client
