@@ -256,3 +256,27 @@ def test_an_untrained_client_is_named_as_such_not_as_opposed():
     clause = s[s.index("c5 ("):]
     assert clause.startswith("c5 (its update is zero in every module (an untrained adapter")
     assert "opposed" not in clause.split(");")[0]
+
+
+def test_identical_clients_tie_on_both_statistics_and_nobody_is_flagged():
+    """All module-averaged scores equal (identical updates): a tie for the pooled and the raw statistic
+    alike (the documented case), every score 0, nobody flagged."""
+    from lowrank_fl.adapters.detect import pooled_evidence, scores_tie
+    U = np.repeat(_federation(0)[:, :1], 6, axis=1)              # six identical clients
+    ev = raw_evidence(_grams(U))
+    assert ev.tie and not ev.flagged.any() and np.all(ev.scores == 0)
+    norms = np.zeros((4, 15))                                    # every pair's contrast norm 0
+    assert scores_tie(norms, 6) and not pooled_evidence(norms, 6).flagged.any()
+
+
+def test_shared_direction_p_is_0_for_a_spread_at_rounding_without_scipy_warning():
+    """Per-module typical agreements equal up to rounding: Student's t is undefined there (scipy warns of
+    catastrophic cancellation); the p-value is that of no spread, 0 for a positive agreement."""
+    import warnings
+    from lowrank_fl.adapters.detect_updates import _shared_direction_p
+    per = np.full((6, 5), 0.8) + 3e-16 * np.arange(6)[:, None]      # std 6e-16: scipy warns here
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _shared_direction_p(per) == 0.0
+        assert _shared_direction_p(-per) == 1.0
+        assert 0.0 < _shared_direction_p(np.full((6, 5), 0.1) + 0.05 * np.arange(6)[:, None] - 0.2) < 1.0
