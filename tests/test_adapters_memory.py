@@ -148,8 +148,8 @@ def test_module_example_runs():
                                           ({"init_lora_weights": "pissa"}, "rewrites the base weight"),
                                           ({"r": "four"}, "field 'r' must be an integer >= 1, got 'four'"),
                                           # 0 would erase the update, a negative value flip it, silently
-                                          ({"lora_alpha": 0}, r"field 'lora_alpha' must be a finite number > 0 .*got 0$"),
-                                          ({"lora_alpha": -8}, r"field 'lora_alpha' must be a finite number > 0 .*got -8$"),
+                                          ({"lora_alpha": 0}, r"'lora_alpha' must be a finite number > 0 .*got 0$"),
+                                          ({"lora_alpha": -8}, r"'lora_alpha' must be a finite number > 0 .*got -8$"),
                                           ({"alpha_pattern": {"q_proj": 0.0}},
                                            "maps 'q_proj' to 0.0; expected a finite number > 0")])
 def test_state_dict_config_refused_as_the_directory_path_refuses(src, tmp_path, change, match):

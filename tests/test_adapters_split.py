@@ -141,7 +141,7 @@ def test_merged_with_unit_weights_is_unchanged(src, tmp_path):
                                         ([1.5] + [1.0] * (K - 1), r"\[0, 1\], got client_00: 1.5$"),
                                         ([np.nan] + [1.0] * (K - 1), r"\[0, 1\], got client_00: nan$"),
                                         (1.5, r"\[0, 1\], got 1.5$"),
-                                        ({"nosuchmodule": [0.3] * K}, "unknown client.*a mapping by module names every module"),
+                                        ({"nosuchmodule": [0.3] * K}, "unknown client.*a mapping by module names"),
                                         ({"client_00": 1.0}, "no weight for client"),
                                         ({"nobody": 1.0}, "unknown client")])
 def test_bad_weights_are_refused_before_solving(src, tmp_path, bad, match):

@@ -102,7 +102,8 @@ def test_python_m_verify_entry_point():
 
 @pytest.mark.parametrize("argv, match", [
     (["--claim", "nope.*"], r"claim pattern 'nope\.\*' matches no registered claim"),
-    (["--claim", "clair.prop9.gap"], r"claim pattern .clair.prop9.gap. matches no registered claim .*; it names an omitted claim: clair\.prop9\.gap \("),
+    (["--claim", "clair.prop9.gap"],
+     r"claim pattern .clair.prop9.gap. matches no .*; it names an omitted claim: clair\.prop9\.gap \("),
     (["--backend", "sequential", "--scheduler", "tcp://h:1"], r"--scheduler needs --backend dask"),
     (["--jobs", "0", "--backend", "loky"], r"--jobs must be an int >= 1 or -1"),
 ])
@@ -397,19 +398,23 @@ def test_overwrite_replaces_the_report_and_removes_stale_files(dummy_registry, t
     assert [p.name for p in tmp_path.iterdir()] == ["rep"]  # no staging or old directory left
 
 
-def test_ctrl_c_is_one_line_that_says_the_cache_resumes(dummy_registry, tmp_path, capsys):
+@pytest.mark.parametrize("stop, code, how", [(KeyboardInterrupt, 130, "interrupted"),
+                                              # SIGTERM unwinds as SystemExit(143) (lowrank_fl.outdir)
+                                              (lambda: SystemExit(143), 143, "terminated (SIGTERM)")])
+def test_ctrl_c_or_sigterm_is_one_line_that_says_the_cache_resumes(dummy_registry, tmp_path, capsys, stop, code,
+                                                                    how):
     def interrupted(ctx):
         ctx.map(noisy_task, [{"x": 0}], replicates=2)
-        raise KeyboardInterrupt
+        raise stop()
 
     REGISTRY["fedrep.dummy.ctrlc"] = Claim(id="fedrep.dummy.ctrlc", paper="fedrep", reference="r",
                                            statement="s", kind="bound", experiment=interrupted)
     cache = tmp_path / "cache"
-    code = lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--cache", str(cache),
-                       "--no-progress", "--claim", "fedrep.dummy.ctrlc", "--out", str(tmp_path / "o")])
-    assert code == 130
+    status = lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--cache", str(cache),
+                         "--no-progress", "--claim", "fedrep.dummy.ctrlc", "--out", str(tmp_path / "o")])
+    assert status == code
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert err[-1] == f"verify: interrupted; no report written; rerun the same command to resume " \
+    assert err[-1] == f"verify: {how}; no report written; rerun the same command to resume " \
                       f"from the cache ({cache})"
     assert not any("Traceback" in ln for ln in err)
     assert not (tmp_path / "o").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
@@ -611,8 +616,8 @@ def test_conditions_deprecated_param_warns_and_an_alias_beside_its_new_name_is_r
     assert any(issubclass(w.category, DeprecationWarning) and "K is deprecated (generate(K=...), --param K=...); "
                "use n_clients" in str(w.message) for w in caught)
     # on stderr, as one line (a fresh process: pytest records warnings instead of printing them)
-    proc = subprocess.run([sys.executable, "-c", "import sys; from verify.cli import lowrank_fl_main; "
-                           "sys.exit(lowrank_fl_main(sys.argv[1:]))", "conditions", "clair", "--param", "K=8", "--param", "p=6",
+    script = "import sys; from verify.cli import lowrank_fl_main; sys.exit(lowrank_fl_main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", script, "conditions", "clair", "--param", "K=8", "--param", "p=6",
                            "--json"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stderr == ("warning: K is deprecated (generate(K=...), --param K=...); "
                                                     "use n_clients (DeprecationWarning)\n"), proc.stderr
@@ -621,23 +626,6 @@ def test_conditions_deprecated_param_warns_and_an_alias_beside_its_new_name_is_r
     err = capsys.readouterr().err.strip()
     assert err.endswith("give n_clients only (K is its deprecated alias), not both") and "deprecated (" not in err
 
-
-def test_sigterm_is_one_line_that_says_the_cache_resumes(dummy_registry, tmp_path, capsys):
-    """SIGTERM unwinds as SystemExit(143) (lowrank_fl.outdir's handler): the same line as Ctrl-C's, status 143."""
-    def terminated(ctx):
-        ctx.map(noisy_task, [{"x": 0}], replicates=2)
-        raise SystemExit(143)
-
-    REGISTRY["fedrep.dummy.term"] = Claim(id="fedrep.dummy.term", paper="fedrep", reference="r",
-                                          statement="s", kind="bound", experiment=terminated)
-    cache = tmp_path / "cache"
-    code = lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--cache", str(cache),
-                       "--no-progress", "--claim", "fedrep.dummy.term", "--out", str(tmp_path / "o")])
-    assert code == 143
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert err[-1] == f"verify: terminated (SIGTERM); no report written; rerun the same command to resume " \
-                      f"from the cache ({cache})"
-    assert not (tmp_path / "o").exists() and len(list(cache.rglob("*.npz"))) == 2
 
 
 def test_conditions_instance_warns_about_unread_names_and_refuses_a_bad_penalty(tmp_path, capsys):

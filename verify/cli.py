@@ -178,8 +178,8 @@ def add_parsers(subparsers) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--instance", metavar="FILE.npz",
                      help="instance arrays (npz), named as the paper's generate() names them (clair: W_hat, and "
-                          "optionally W, A, benign, r, lam_L, lam_S, a, b, alpha, w, tau, or noise where tau is absent); a "
-                          "name the conditions do not read is warned about")
+                          "optionally W, A, benign, r, lam_L, lam_S, a, b, alpha, w, tau, or noise where tau is "
+                          "absent); a name the conditions do not read is warned about")
     src.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                      help="parameter of the paper's generate() (repeatable; --list-params lists them)")
     src.add_argument("--list-params", action="store_true",
@@ -356,7 +356,7 @@ def cmd_verify(args) -> int:
         out = staging.commit()
     except (KeyboardInterrupt, SystemExit) as exc:      # Ctrl-C, or SIGTERM (outdir raises SystemExit(143))
         if isinstance(exc, SystemExit) and (exc.code != 128 + signal.SIGTERM or staging.committed):
-            raise                                       # after the commit: the report is written (lowrank_fl.cli says so)
+            raise                     # after the commit the report is written (lowrank_fl.cli says so)
         staging.close()
         hint = (f"rerun the same command to resume from the cache ({cache_dir})" if cache_dir
                 else "nothing was cached (--no-cache)")
