@@ -206,17 +206,19 @@ def _flag_names(message: str) -> str:
     return message
 
 
+#: the robust methods that read f (robust.robust_combine; median and geomed do not)
+_BYZANTINE_METHODS = ("krum", "multikrum", "trimmed-mean")
 #: options that only some methods read: (flag, dest, the methods that read it)
 _METHOD_OPTIONS = (("--lam-L", "lam_L", ("clair",)), ("--lam-S", "lam_S", ("clair",)),
                    ("--alpha", "alpha", ("clair",)), ("--tol", "tol", ("clair",)),
                    ("--rank", "rank", ("clair", "flexlora")),
-                   ("--byzantine", "byzantine", ("krum", "multikrum", "trimmed-mean")))
+                   ("--byzantine", "byzantine", _BYZANTINE_METHODS))
 
 
 def _read_options(args) -> dict:
-    """The method-specific options (:data:`_METHOD_OPTIONS`), None where ``--method`` does not read them."""
-    return {dest: getattr(args, dest, None) if args.method in methods else None
-            for _, dest, methods in _METHOD_OPTIONS}
+    """The method-specific options (:data:`_METHOD_OPTIONS`) given and read by ``--method``."""
+    return {dest: getattr(args, dest) for _, dest, methods in _METHOD_OPTIONS
+            if args.method in methods and getattr(args, dest, None) is not None}
 
 
 def _warn_ignored(args) -> None:
@@ -229,7 +231,7 @@ def _warn_ignored(args) -> None:
             print(f"warning: {flag} {value:g} is ignored: --method {args.method} does not read it (only {only})",
                   file=sys.stderr)
     f, K = getattr(args, "byzantine", None), len(args.dirs)
-    if f is not None and args.method in _METHOD_OPTIONS[-1][2] and not 0 <= f < K / 2:
+    if f is not None and args.method in _BYZANTINE_METHODS and not 0 <= f < K / 2:
         raise ValueError(f"--byzantine must be an integer f with 0 <= f and 2 f < K = {K} clients, got {f}")
 
 
@@ -259,12 +261,10 @@ def run_aggregate(args) -> int:
     check_output_dir(args.out, overwrite=args.overwrite, inputs=args.dirs)
     out = Path(args.out)
     try:
-        given = _read_options(args)             # an option the method does not read was warned about: not passed
-        options = ModuleOptions(method=args.method, rank=given["rank"], lam_L=given["lam_L"],
-                                lam_S=given["lam_S"], alpha=0.5 if given["alpha"] is None else given["alpha"],
-                                energy=args.energy, rank_out=args.rank_out,
-                                tol=1e-6 if given["tol"] is None else given["tol"],
-                                byzantine=given["byzantine"], clip=_clip(args.clip))
+        # only the method-specific options given and read (the others were warned about); ModuleOptions'
+        # own defaults for the rest
+        options = ModuleOptions(method=args.method, energy=args.energy, rank_out=args.rank_out,
+                                clip=_clip(args.clip), **_read_options(args))
     except ValueError as exc:                   # the options' messages name the Python fields: name the flags
         raise ValueError(_flag_names(str(exc))) from None
     if args.output == "split" and args.rank_out is not None and args.method == "clair":

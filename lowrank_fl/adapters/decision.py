@@ -162,8 +162,7 @@ def _updates_block(uv, grams, names, results) -> dict:
                            for n, v in zip(names, uv.profile_ratios)},
         "profile_cutoff": uv.profile_cutoff if np.isfinite(uv.profile_cutoff) else None,
         "profile_distances": dict(zip(names, uv.profile_distances.tolist())),
-        "zero_modules": _zero_modules(grams, names),
-        "live_modules": int((update_norms(grams).max(axis=1) > 0).sum()),      # modules where some update is not zero
+        **_zero_modules(grams, names),
         "shared_floor": SHARED_FLOOR,
         "typical_agreement": uv.typical_agreement,
         "shared_direction_p": uv.shared_direction_p,
@@ -348,12 +347,14 @@ def _update_reasons(u: dict, n: str) -> list:
 
 
 def _zero_modules(grams, names) -> dict:
-    """Per client, the modules where its update is zero while another client's is not: a norm at most
-    1e-12 of the module's largest (the Gram's rounding; where the module profile counts it as zero)."""
+    """``zero_modules``: per client, the number of modules where its update is zero while another client's
+    is not (a norm at most 1e-12 of the module's largest: the Gram's rounding, where the module profile
+    counts it as zero); ``live_modules``: the number of modules where some update is not zero."""
     n = update_norms(grams)                                                          # (modules, K)
     top = n.max(axis=1, keepdims=True)
     live = top[:, 0] > 0
-    return dict(zip(names, (n[live] <= ZERO_RELATIVE * top[live]).sum(axis=0).astype(int).tolist()))
+    zeros = (n[live] <= ZERO_RELATIVE * top[live]).sum(axis=0).astype(int).tolist()
+    return {"zero_modules": dict(zip(names, zeros)), "live_modules": int(live.sum())}
 
 
 def _material(u) -> bool:
