@@ -60,6 +60,12 @@ def is_output_dir(path) -> bool:
         return False
 
 
+def _overwrite_hint(option: str) -> str:
+    """How the caller asks to replace: the command's flag, or the Python argument where ``option``
+    names an argument (no leading dashes)."""
+    return "--overwrite" if option.startswith("-") else "overwrite=True"
+
+
 def check_output_dir(out, *, overwrite: bool = False, inputs: Iterable = (),
                      option: str = "--out") -> Path:
     """The resolved output path, after every check that can be made before writing.
@@ -72,6 +78,9 @@ def check_output_dir(out, *, overwrite: bool = False, inputs: Iterable = (),
         Allow replacing a non-empty ``out`` that holds :data:`MARKER`.
     inputs : iterable of path-like
         Input files or directories: ``out`` may not equal, contain or lie inside any of them.
+    option : str
+        How the messages name ``out``: a command's flag (``"--out"``; they then say ``--overwrite``)
+        or a Python argument (``"out"``; they then say ``overwrite=True``).
 
     Raises ``ValueError`` (one line naming ``option``) when ``out`` may not be written.
     """
@@ -93,7 +102,7 @@ def check_output_dir(out, *, overwrite: bool = False, inputs: Iterable = (),
         raise ValueError(f"{option} {out} is a file, not a directory")
     if target.is_dir() and any(target.iterdir()):
         if not overwrite:
-            raise ValueError(f"{option} {out} is not empty; pass --overwrite to replace a previous "
+            raise ValueError(f"{option} {out} is not empty; pass {_overwrite_hint(option)} to replace a previous "
                              "lowrank-fl output")
         if not is_output_dir(target):
             raise ValueError(f"{option} {out} does not hold a previous lowrank-fl output (no "
@@ -136,7 +145,7 @@ def check_output_file(out, *, overwrite: bool = False, inputs: Iterable = (),
     if not target.parent.is_dir():
         raise ValueError(f"{option} {out}: its folder {target.parent} does not exist")
     if os.path.lexists(out) and not overwrite:
-        raise ValueError(f"{option} {out} exists; pass --overwrite to replace it")
+        raise ValueError(f"{option} {out} exists; pass {_overwrite_hint(option)} to replace it")
     return target
 
 

@@ -64,6 +64,22 @@ def test_aggregate_factors_outputs_save_as_they_are(tmp_path, output):
             assert np.linalg.norm(got[m] - ref) <= 1e-12 * np.linalg.norm(ref), (name, m)
 
 
+def test_the_bytes_do_not_depend_on_the_order_the_modules_come_in(tmp_path):
+    # several workers finish modules in any order: the file must be the same
+    src, cfg = _cfg(tmp_path)
+    rng = np.random.default_rng(0)
+    mods = [M0.replace("q_proj", m) for m in ("v_proj", "q_proj", "k_proj")]
+    f = {m: (rng.standard_normal((3, 10)), rng.standard_normal((12, 3)), 1.0) for m in mods}
+    save_adapter(tmp_path / "a", cfg, f)
+    save_adapter(tmp_path / "b", cfg, dict(reversed(list(f.items()))))
+    a, b = ((tmp_path / d / "adapter_model.safetensors").read_bytes() for d in "ab")
+    assert a == b
+    assert list(load_file(str(tmp_path / "a" / "adapter_model.safetensors"))) == sorted(
+        f"{m}.lora_{s}.weight" for m in mods for s in "AB")
+    cfg_a, cfg_b = ((tmp_path / d / "adapter_config.json").read_bytes() for d in "ab")
+    assert cfg_a == cfg_b
+
+
 def test_an_existing_adapter_is_not_replaced_without_overwrite(tmp_path):
     src, cfg = _cfg(tmp_path)
     before = (src[0] / "adapter_model.safetensors").read_bytes()

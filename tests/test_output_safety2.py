@@ -369,3 +369,25 @@ def test_a_single_output_file_gets_the_mode_open_would_give(tmp_path, umask):
     os.chmod(path, 0o640)
     write_file(path, lambda p: p.write_bytes(b"y"), overwrite=True)
     assert path.read_bytes() == b"y" and (path.stat().st_mode & 0o777) == 0o640
+
+
+def test_the_python_calls_name_their_own_arguments_not_the_flags(tmp_path):
+    # a user of the library passes overwrite=True; "--overwrite" is the command's word
+    from lowrank_fl.adapters import (ModuleOptions, aggregate_adapters, aggregate_to_dir, load_adapters,
+                                     write_outputs)
+    from lowrank_fl.adapters.synthetic import write_synthetic_adapters
+    from lowrank_fl.outdir import check_output_dir
+
+    dirs = write_synthetic_adapters(tmp_path / "in", n_clients=4, n_layers=1, modules=("q_proj",),
+                                    shape=(12, 10), rank=2, contaminated=0, dtype="float32")
+    full = tmp_path / "full"
+    (full / "mine.txt").parent.mkdir()
+    (full / "mine.txt").write_text("keep")
+    adapters, opts = load_adapters(dirs), ModuleOptions(method="fedavg")
+    with pytest.raises(ValueError, match=r"^out .*full is not empty; pass overwrite=True to replace"):
+        aggregate_to_dir(adapters, opts, full, progress=False)
+    with pytest.raises(ValueError, match=r"^out .*full is not empty; pass overwrite=True to replace"):
+        write_outputs(aggregate_adapters(adapters, opts, progress=False), full)
+    with pytest.raises(ValueError, match=r"^--out .*full is not empty; pass --overwrite to replace"):
+        check_output_dir(full)
+    assert (full / "mine.txt").read_text() == "keep"

@@ -291,7 +291,7 @@ def run_aggregate(args) -> int:
                                             dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
                                             scheduler=args.scheduler, progress=not args.quiet,
                                             output=args.output if args.method == "clair" else None,
-                                            refine=args.refine)
+                                            refine=args.refine, out_name="--out")
         except StorageDtypeError as exc:
             if args.dtype != "auto" or dtype == "float32":
                 raise
@@ -302,7 +302,7 @@ def run_aggregate(args) -> int:
                                             dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
                                             scheduler=args.scheduler, progress=not args.quiet,
                                             output=args.output if args.method == "clair" else None,
-                                            refine=args.refine)
+                                            refine=args.refine, out_name="--out")
     except OSError as exc:
         if exc.filename is None or not _at_out(Path(exc.filename), out):
             raise

@@ -341,16 +341,17 @@ def _finish(agg: Aggregation, writers: _OutputWriters, staged: OutputDir, client
     return summary
 
 
-def _output_dir(out, overwrite: bool, adapters: AdapterSet) -> OutputDir:
+def _output_dir(out, overwrite: bool, adapters: AdapterSet, out_name: str) -> OutputDir:
     return OutputDir(out, command="adapters aggregate", overwrite=overwrite,
-                     inputs=[c.path for c in adapters.clients])
+                     inputs=[c.path for c in adapters.clients], option=out_name)
 
 
 def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
                      client_rule: str = DEFAULT_CLIENT_RULE, dtype: str = "float32",
                      overwrite: bool = False, jobs: int = 1, scheduler: str | None = None,
                      progress: bool = True, output: str | None = None,
-                     shared_weights=None, refine: str | None = None) -> tuple[Aggregation, dict]:
+                     shared_weights=None, refine: str | None = None,
+                     out_name: str = "out") -> tuple[Aggregation, dict]:
     """:func:`aggregate_adapters` and :func:`write_outputs` in one pass, writing while solving.
 
     Same outputs, summary and arguments as the two calls; ``out`` is written through
@@ -361,7 +362,8 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
     outputs' storage dtype, float32 by default; ``"auto"`` is the inputs' shared dtype
     (:func:`lowrank_fl.adapters.io.input_dtype`, the command line's default). Where a value does not
     fit the dtype this raises :class:`~lowrank_fl.adapters.io.StorageDtypeError`; the command line then
-    writes float32 instead.
+    writes float32 instead. ``out_name``: how errors about ``out`` name it (the command passes
+    ``"--out"``, and they then say ``--overwrite`` for ``overwrite=True``).
     """
     if dtype == "auto":
         dtype = input_dtype(adapters)
@@ -375,7 +377,7 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
                                                              and refine not in ("agreement", "exchangeable", "shrink")))
     if stream and options.method == "clair" and shared_weights is None and refine == "own":
         shared_weights = 0.0
-    with _output_dir(out, overwrite, adapters) as staged, \
+    with _output_dir(out, overwrite, adapters, out_name) as staged, \
             _OutputWriters(adapters, options, staged.dir, dtype, layout, shared_weights) as writers:
         agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress,
                                  on_result=(lambda r: writers.write(r, release=True)) if stream else None,
@@ -393,7 +395,7 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
 
 def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RULE,
                   dtype: str = "float32", overwrite: bool = False, output: str | None = None,
-                  shared_weights=None, refine: str | None = None) -> dict:
+                  shared_weights=None, refine: str | None = None, out_name: str = "out") -> dict:
     """Write ``OUT/<client>/`` (CLAIR) or ``OUT/aggregated/`` and ``OUT/summary.json``.
 
     Returns the summary dict. CLAIR's ``output`` layout (:data:`lowrank_fl.adapters.split.LAYOUTS`,
@@ -410,8 +412,8 @@ def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RU
     ``shared_weights``: explicit weights ``a_k`` in [0, 1] instead of ``refine``'s (forms in
     :func:`lowrank_fl.adapters.split.shared_weights`; 1 is the full move to the target). With
     ``options.rank_out`` (merged only) every output is truncated by SVD and the relative Frobenius
-    error of each (output, module) is in the summary. ``out`` and ``dtype`` (``"auto"`` included) are as
-    in :func:`aggregate_to_dir`.
+    error of each (output, module) is in the summary. ``out``, ``dtype`` (``"auto"`` included) and
+    ``out_name`` are as in :func:`aggregate_to_dir`.
     """
     if dtype == "auto":
         dtype = input_dtype(agg.adapters)
@@ -420,7 +422,7 @@ def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RU
     layout = resolve_layout(output, agg.options)
     refine = resolve_refine(refine, shared_weights)
     decided = client_decision(agg.results, client_rule) if agg.options.method == "clair" else None
-    with _output_dir(out, overwrite, agg.adapters) as staged, \
+    with _output_dir(out, overwrite, agg.adapters, out_name) as staged, \
             _OutputWriters(agg.adapters, agg.options, staged.dir, dtype, layout,
                            shared_weights) as writers:
         refinement = _plan(agg, decided, refine, shared_weights, writers)

@@ -113,7 +113,9 @@ def storage_array(x, dtype: str, name: str) -> tuple[str, np.ndarray]:
 
 
 def _write_safetensors(path: Path, tensors: dict) -> None:
-    """A safetensors file from ``{name: (tag, array)}`` (tags as in :data:`STORAGE`)."""
+    """A safetensors file from ``{name: (tag, array)}`` (tags as in :data:`STORAGE`), the tensors in
+    name order: the bytes do not depend on the order the modules were solved in (several workers)."""
+    tensors = dict(sorted(tensors.items()))
     header, offset = {}, 0
     for name, (tag, a) in tensors.items():
         header[name] = {"dtype": tag, "shape": list(a.shape),

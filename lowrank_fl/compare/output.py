@@ -23,9 +23,10 @@ def check_out_dir(out, *, overwrite: bool = False, inputs=()) -> Path:
     return check_output_dir(out, overwrite=overwrite, inputs=inputs)
 
 
-def open_out_dir(out, *, problem: str, overwrite: bool = False, inputs=()) -> OutputDir:
-    """The locked, staged output directory of ``compare <problem>`` (a context manager)."""
-    return OutputDir(out, command=f"compare {problem}", overwrite=overwrite, inputs=inputs)
+def open_out_dir(out, *, problem: str, overwrite: bool = False, inputs=(), option: str = "--out") -> OutputDir:
+    """The locked, staged output directory of ``compare <problem>`` (a context manager); ``option``
+    is how its errors name ``out`` (:func:`save`, the Python call, passes ``"out"``)."""
+    return OutputDir(out, command=f"compare {problem}", overwrite=overwrite, inputs=inputs, option=option)
 
 
 def write_files(comparison, directory) -> dict:
@@ -41,7 +42,8 @@ def write_files(comparison, directory) -> dict:
 
 def save(comparison, out, *, overwrite: bool = False, inputs=()) -> dict:
     """Write the three files to ``out`` (staged and swapped in); returns their paths by name."""
-    with open_out_dir(out, problem=comparison.problem, overwrite=overwrite, inputs=inputs) as o:
+    with open_out_dir(out, problem=comparison.problem, overwrite=overwrite, inputs=inputs,
+                      option="out") as o:
         write_files(comparison, o.dir)
         o.commit()
     return {name: Path(out) / name for name in OUTPUT_FILES}
