@@ -41,10 +41,10 @@ import bisect
 import numbers
 import warnings
 
-from .results import StalledWarning
+from .results import ConvergenceWarning, StalledWarning
 
 __all__ = ["StallRule", "FACTOR", "DESCENT", "START", "MARGIN", "DEFAULT_WINDOWS",
-           "check_stall_window"]
+           "check_stall_window", "INACCURATE"]
 
 #: a solve goes on while, over each window, its best gap falls by this factor ...
 FACTOR = 2.0
@@ -54,6 +54,8 @@ DESCENT = 1e-4
 START = 25
 #: a plateau within this factor of ``tol`` is not a stall (it runs to ``max_iter``)
 MARGIN = 2.0
+#: status of a solve whose certificate broke (:meth:`StallRule.broken`): not converged
+INACCURATE = "inaccurate"
 #: default window ``c`` per method family: FISTA (rate 1/k^2) and proximal gradient (rate 1/k)
 DEFAULT_WINDOWS = {"fista": 4.0, "proxgrad": 8.0}
 
@@ -82,6 +84,10 @@ class StallRule:
         self._best: list[float] = []
         self._obj: list[float] = []
         self.since: int | None = None      # the window's start when the rule fired
+        #: the objective where the iterates started (absolute, as the solver computes it): a solve
+        #: that stalls above it has moved away from every optimum, and its solver reports it
+        #: "diverged" (a step too large), not "stalled"; ``inf``: not told
+        self.start_objective = float("inf")
 
     @property
     def active(self) -> bool:
@@ -112,6 +118,23 @@ class StallRule:
             return False
         self.since = self._its[i]
         return True
+
+    def broken(self, relative_gap: float) -> bool:
+        """True when the certified relative gap is below ``-tol``: weak duality makes every gap
+        non-negative, so the certificate is rounding (data far smaller than the numbers they were
+        computed from), it cannot certify the point, and more iterations do not mend it. Checked
+        whatever the window (``tol=None``: never)."""
+        return self.tol is not None and float(relative_gap) < -self.tol
+
+    def warn_broken(self, what: str, it: int, relative_gap: float) -> str:
+        """Issue the :class:`~lowrank_fl.results.ConvergenceWarning` of a solve stopped by
+        :meth:`broken` at iteration ``it``; returns the message."""
+        message = (f"{what} stopped at iteration {it}: its relative duality gap {relative_gap:.3e} "
+                   f"is below -tol={-self.tol:.1e}, which weak duality forbids: the certificate is "
+                   "rounding (the data are far smaller than the numbers they were computed from) and "
+                   "certifies nothing")
+        warnings.warn(message, ConvergenceWarning, stacklevel=3)
+        return message
 
     def warn(self, what: str, it: int, relative_gap: float) -> str:
         """Issue the :class:`~lowrank_fl.results.StalledWarning` of a solve that stalled at

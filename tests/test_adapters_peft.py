@@ -153,8 +153,9 @@ def test_gpt2_fan_in_fan_out_round_trip(tmp_path):
 
     dirs = []
     for k in range(3):
+        model = base()                         # seeds torch itself: each client's seed after it
         torch.manual_seed(10 + k)
-        model = peft.get_peft_model(base(), peft.LoraConfig(
+        model = peft.get_peft_model(model, peft.LoraConfig(
             r=2, lora_alpha=4, target_modules=["c_attn"], fan_in_fan_out=True,
             init_lora_weights="gaussian"))
         with torch.no_grad():
@@ -208,8 +209,9 @@ def test_base_rewriting_adapters_refused_converted_ones_exact(tmp_path, capsys, 
     and the fedavg output applied to the original base equals the mean of the true updates."""
     raw, conv, truth = [], [], []
     for k in range(2):
+        model = _base()                        # seeds torch itself: each client's seed after it
         torch.manual_seed(k)
-        model = peft.get_peft_model(_base(), peft.LoraConfig(
+        model = peft.get_peft_model(model, peft.LoraConfig(
             r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=init))
         model.peft_config["default"].init_lora_weights = True     # PEFT's documented recipe
         model.save_pretrained(str(tmp_path / f"init{k}"))
@@ -253,8 +255,9 @@ def test_output_config_describes_what_was_written(tmp_path):
                 rank_pattern={r"layers\.1\.self_attn\.q_proj": 2},
                 alpha_pattern={r"layers\.0\.self_attn\.v_proj": 3})
     for k in range(3):
+        base = _base()                         # seeds torch itself: each client's seed after it
         torch.manual_seed(20 + k)
-        model = peft.get_peft_model(_base(), peft.LoraConfig(**lcfg))
+        model = peft.get_peft_model(base, peft.LoraConfig(**lcfg))
         with torch.no_grad():
             for n, p in model.named_parameters():
                 if "lora_B" in n:

@@ -143,3 +143,15 @@ def test_results_are_read_only():
                        history={"gap": np.zeros(2)})
     with pytest.raises(ValueError, match="read-only"):
         res.history["gap"][0] = 1
+
+
+def test_a_clair_fit_is_read_only():
+    import numpy as np
+
+    inst = clair.simulate(n_clients=6, samples_per_client=40, p=6, q=5, seed=0)
+    res = clair.fit(inst.W_hat, 1 / 6 ** 0.5, 3.5 / 6 ** 1.5, rank=2)
+    for name in ("projector", "benign", "refined", "block_norms", "votes", "singular_values"):
+        arr = getattr(res, name)
+        assert isinstance(arr, np.ndarray), name
+        with pytest.raises(ValueError, match="read-only"):
+            arr.flat[0] = arr.flat[0]

@@ -619,7 +619,7 @@ def _adapters():
         Case("adapters.ModuleOptions-tol-negative", lambda t: ModuleOptions(tol=-1.0), ValueError, "tol"),
         Case("adapters.aggregate_adapters-jobs-zero", lambda t: aggregate_adapters(load_adapters(_adapter_dirs(t)), ModuleOptions(), jobs=0), ValueError, "jobs"),
         Case("adapters.ModuleOptions-rank_out-zero", lambda t: ModuleOptions(rank_out=0), ValueError, "rank_out"),
-        Case("adapters.reduce_module-energy-above-one", lambda t: reduce_module(load_adapters(_adapter_dirs(t)).factors(load_adapters(_adapter_dirs(t)).modules[0]), energy=1.5), ValueError, "energy"),
+        Case("adapters.reduce_module-energy-above-one", lambda t: (lambda a: reduce_module(a.factors(a.modules[0]), energy=1.5))(load_adapters(_adapter_dirs(t))), ValueError, "energy"),
         c("cli-adapters-aggregate-one-client", lambda t: agg(t, dirs=_adapter_dirs(t, n_clients=1)), "2"),
         c("cli-adapters-aggregate-missing-dir", lambda t: agg(t, dirs=[t / "nope", t / "nope2"]), "nope"),
         c("cli-adapters-aggregate-no-config", lambda t: agg(t, dirs=_damaged(t, "config")), "adapter_config.json"),

@@ -138,3 +138,27 @@ def test_bad_input(data, call, err, match):
     X, y = data
     with pytest.raises(err, match=match):
         call(X, y)
+
+
+@pytest.mark.parametrize("mu, rank", [(0.3, 2), (0.05, 7)])
+def test_cvxpy_and_prox_report_the_same_rank(mu, rank):
+    # the interior point leaves its zero singular values at 1e-7..2e-5 of the largest (a 1e-8
+    # threshold counted 8 and 10); the prox's SVT sets them to 0
+    from lowrank_fl.exact.nuclear import solve_nuclear_cvxpy, solve_nuclear_prox
+    prob = multitask_linear(d=10, rank=2, n_clients=15, samples_per_client=20, noise=0.1, seed=3)
+    a, b = solve_nuclear_cvxpy(prob.X, prob.y, mu), solve_nuclear_prox(prob.X, prob.y, mu)
+    assert a.rank == b.rank == rank
+    sv = np.linalg.svd(b.Theta, compute_uv=False)
+    assert sv[rank - 1] > 1e-3 * sv[0] and np.all(sv[rank:] <= 1e-15 * sv[0])   # a clear gap
+
+
+@pytest.mark.parametrize("X, y", [
+    (np.zeros((0, 5, 3)), np.zeros((0, 5))),
+    (np.zeros((2, 0, 3)), np.zeros((2, 0))),
+    ([np.ones((4, 3)), np.zeros((0, 3))], [np.ones(4), np.zeros(0)]),
+])
+def test_empty_data_is_refused_naming_it(X, y):
+    from lowrank_fl.exact.nuclear import solve_nuclear_cvxpy, solve_nuclear_prox
+    for solve in (solve_nuclear_prox, solve_nuclear_cvxpy):
+        with pytest.raises(ValueError, match="X must hold at least one client, one sample per client"):
+            solve(X, y, 0.1)

@@ -49,14 +49,21 @@ from . import detect, detect_updates, guard, robust
 from .io import AdapterError, ModuleFactors
 from .feature_profile import feature_norms
 from ..clair.factored import PairContrasts
+from ..stall import INACCURATE
 from .reduce import ReducedModule, pair_blocks, pair_factors, reduce_module
 from .tuning import auto_lambdas, solve_module
-from .updates import outside_shares, update_gram, update_sq_norms
+from .updates import outside_shares, raw_distances, update_gram, update_sq_norms
 
 __all__ = ["METHODS", "CLIENT_RULES", "ModuleResult", "aggregate_module", "client_decision",
-           "ModuleOptions", "check_rank", "apply_robust", "refit_without"]
+           "ModuleOptions", "check_rank", "apply_robust", "refit_without", "IDENTICAL_RULE",
+           "BYZANTINE_METHODS", "OUTPUT_DTYPES"]
 
 METHODS = ("clair", "fedavg", "fedavg-factors", "ffa", "flexlora") + robust.ROBUST_METHODS
+#: the methods that read :attr:`ModuleOptions.byzantine`
+BYZANTINE_METHODS = ("krum", "multikrum", "trimmed-mean")
+#: what :attr:`ModuleOptions.output_dtype` may be (the precision of the computed outputs; the
+#: storage dtype of the files is chosen when writing)
+OUTPUT_DTYPES = ("float32", "float64")
 #: how CLAIR holds the pair contrasts: "factored" (``D″_g = T_g [X_j; X_k]``, never formed:
 #: :mod:`lowrank_fl.clair.factored`), "dense" (the (G h × p′) matrix and FISTA of
 #: :mod:`lowrank_fl.clair.penalized`), "auto" (factored: faster at every K measured,
@@ -71,11 +78,23 @@ DEFAULT_CLIENT_RULE = "updates"
 #: the default of :attr:`ModuleOptions.clip`: the update rule's size floor
 CLIP = detect_updates.SIZE_RATIO
 _SV_RTOL = 1e-12
+#: ``lam_rule`` of a module whose clients' updates are all the same to rounding (:func:`_identical`)
+IDENTICAL_RULE = "identical updates: nothing to solve"
 
 
 @dataclass(frozen=True)
 class ModuleOptions:
-    """Options of :func:`aggregate_module` (picklable, shared by every module)."""
+    """Options of :func:`aggregate_module` (picklable, shared by every module).
+
+    Fields (each checked here, naming it): ``method`` (:data:`METHODS`); CLAIR's ``rank`` (of
+    ``P_Â``; default the clients' most common LoRA rank), ``lam_L`` and ``lam_S`` (both or neither:
+    automatic, :mod:`.tuning`), ``alpha`` (the voting level of (8), in [0.5, 1)), ``tol`` and
+    ``max_iter`` (the solve of (7): relative duality gap and iteration cap), ``contrasts``
+    (:data:`CONTRASTS`) and ``clip``; ``energy`` (in (0, 1]: truncate the joint subspaces to this
+    fraction of the updates' energy; None: exact); ``rank_out`` (truncate every output to this rank
+    by SVD); ``output_dtype`` (:data:`OUTPUT_DTYPES`); ``byzantine`` (``f`` of
+    :data:`BYZANTINE_METHODS`; a warning for the others). The comments below say more.
+    """
 
     method: str = "clair"
     rank: int | None = None
@@ -106,6 +125,13 @@ class ModuleOptions:
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {list(METHODS)}, got {self.method!r}")
+        if self.output_dtype not in OUTPUT_DTYPES:
+            raise ValueError(f"output_dtype must be one of {list(OUTPUT_DTYPES)}, got {self.output_dtype!r}")
+        if self.energy is not None and not (isinstance(self.energy, (int, float)) and 0 < self.energy <= 1):
+            raise ValueError(f"energy must be a number in (0, 1] or None, got {self.energy!r}")
+        if self.byzantine is not None and self.method not in BYZANTINE_METHODS:
+            warnings.warn(f"byzantine={self.byzantine!r} is ignored: only {', '.join(BYZANTINE_METHODS)} read it, "
+                          f"not method {self.method!r}", UserWarning, stacklevel=3)
         if self.contrasts not in CONTRASTS:
             raise ValueError(f"contrasts must be one of {list(CONTRASTS)}, got "
                              f"{self.contrasts!r}")
@@ -154,7 +180,9 @@ class ModuleResult:
     ``lam_S``, ``lam_rule``, ``weights`` (per pair for CLAIR), ``rank`` (dimension of
     ``P_Â``), ``numerical_rank`` (of ``L̂``, relative to ``||D̂||_op``), ``reduced_dims`` ([q′, p′]), ``pair_height`` (h), ``status``, ``relative_gap``,
     ``iterations``, ``discarded`` (relative energy of a truncated reduction), ``tau``, ``votes``,
-    ``block_norms``, ``seconds``.
+    ``block_norms``, ``contrasts`` (CLAIR: the form (7) was solved on, ``"factored"`` or
+    ``"dense"``; ``"dense (factored: <status>)"`` where the factored solve's certificate broke or
+    stalled and the dense form was solved instead), ``seconds``.
     """
 
     name: str
@@ -172,6 +200,7 @@ class ModuleResult:
     rank: int | None = None
     numerical_rank: int | None = None
     pair_height: int | None = None
+    contrasts: str | None = None
     status: str = "exact"
     relative_gap: float = 0.0
     iterations: int = 0
@@ -207,7 +236,8 @@ class ModuleResult:
 
     def summary(self) -> dict:
         keys = ("shape", "ranks", "benign", "lam_L", "lam_S", "lam_rule", "weights", "rank",
-                "numerical_rank", "reduced_dims", "pair_height", "status", "relative_gap", "iterations",
+                "numerical_rank", "reduced_dims", "pair_height", "contrasts", "status", "relative_gap",
+                "iterations",
                 "discarded", "tau", "separated", "votes", "block_norms", "contrast_norms",
                 "gap_ratio", "zero_updates", "outside", "clipped", "refit", "seconds")
         return {k: _jsonable(getattr(self, k)) for k in keys}
@@ -387,12 +417,16 @@ def _clipped(red: ReducedModule, clip: float | None):
 def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     K = len(f.A)
     qp, pp = red.dims
+    same = raw_distances(update_gram(red.Y, red.X) if res.gram is None else res.gram) == 0
+    if same.all():
+        return _identical(red, o, res, min(o.rank or _mode(f.ranks), pp))
     solve_red, res.clipped = _clipped(red, o.clip)
     if o.contrasts == "dense":
         D, h = pair_blocks(solve_red)
     else:
         D = pair_factors(solve_red)
         h = D.q
+    D = _zero_pairs(D, h, same)
     rank = o.rank or _mode(f.ranks)
     rank = min(rank, pp)
     G = K * (K - 1) // 2
@@ -410,6 +444,14 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
         # iterations)
         sol = solve_module(D, h, lam_L, lam_S, weights=w, tol=o.tol, max_iter=o.max_iter,
                            init=warm)
+        if isinstance(D, PairContrasts) and sol.status in (INACCURATE, "stalled"):
+            # the factored form's Grams cancel where clients are within ~1e-5 of each other (its
+            # certificate then breaks); the dense contrasts, formed by subtraction, keep the digits
+            D, h = pair_blocks(solve_red)
+            D = _zero_pairs(D, h, same)
+            first = sol.status
+            sol = solve_module(D, h, lam_L, lam_S, weights=w, tol=o.tol, max_iter=o.max_iter)
+            res.contrasts = f"dense (factored: {first})"
     if sol.status == "diverged":
         raise AdapterError(f"module {f.name!r}: the solve of (7) diverged")
     # a C-contiguous copy: a transposed view is pickled as a contiguous array, and products with
@@ -419,8 +461,9 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     # detection (8) and the pooled rule read the raw contrasts: a clipped update keeps its size
     Dd, hd = D, h
     if res.clipped:
-        Dd, hd = pair_blocks(red) if o.contrasts == "dense" else (pair_factors(red), None)
+        Dd, hd = pair_blocks(red) if not isinstance(D, PairContrasts) else (pair_factors(red), None)
         hd = Dd.q if hd is None else hd
+        Dd = _zero_pairs(Dd, hd, same)
     norms, zero = _detection_norms(Dd, hd, Z)
     split = clair.largest_gap_split(norms, min_below=clair.majority_pairs(K, o.alpha),
                                     zero_level=zero)
@@ -440,6 +483,7 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     d_op = float(np.linalg.norm(_dense(D), 2)) if d_op is None else float(d_op)
     res.numerical_rank = int(np.count_nonzero(sol.singular_values > 1e-6 * d_op))
     res.pair_height = h
+    res.contrasts = res.contrasts or ("factored" if isinstance(D, PairContrasts) else "dense")
     res.status = str(sol.status)
     res.relative_gap = float(sol.relative_gap)
     res.iterations = int(sol.iterations)
@@ -455,6 +499,51 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     res.state.update(Z=np.ascontiguousarray(Z), objective=float(sol.objective),
                      singular_values=sol.singular_values,
                      warnings=[str(c.message) for c in caught])
+
+
+def _zero_pairs(D, h: int, same):
+    """The contrasts with the pairs ``same`` (bool (G,), eq. (6) order: clients whose updates are
+    the same to rounding, :func:`~.updates.raw_distances` 0) set to exactly zero. What the
+    reduction leaves of such a pair is rounding (about 1e-16 of the updates; the factored form's
+    Grams cancel it only to about 1e-8), and (7) with a zero block has an optimum with
+    ``L_g = S_g = 0``: the program without the pair. Left as rounding, it slowed the factored solve
+    300-fold and broke its certificate (a negative duality gap)."""
+    if not same.any():
+        return D
+    if isinstance(D, PairContrasts):
+        T = D.T.copy()
+        T[same] = 0.0
+        return PairContrasts(T=T, X=D.X)
+    B = D.reshape(same.size, h, D.shape[1]).copy()
+    B[same] = 0.0
+    return B.reshape(D.shape)
+
+
+def _identical(red: ReducedModule, o: ModuleOptions, res: ModuleResult, rank: int) -> None:
+    """Every client's update is the same to rounding (:func:`~.updates.raw_distances` all 0): the
+    contrasts (5) are zero, so (7)'s solution is exactly ``L̂ = Ŝ = 0`` for any λ, every pair is
+    collaborative and (9) returns each client's own update. Solving (7) on what the reduction
+    leaves (rounding, about 1e-16 of the updates) would give a subspace, flags and a duality gap of
+    noise (relative gaps of -0.6 to 0.5 were seen); nothing is solved. ``P′`` is then any
+    rank-``rank`` subspace: the mean update's leading row space."""
+    K = red.Y.shape[0]
+    G = K * (K - 1) // 2
+    Vt = np.linalg.svd(lora.mean_product(red.X, red.Y))[2]
+    Z = np.ascontiguousarray(Vt[:rank].T)
+    zeros = np.zeros(G)
+    benign, votes = clair.collaborative_set(zeros, K, 0.0, alpha=o.alpha)
+    res.clipped, res.separated, res.benign = [], False, [bool(x) for x in benign]
+    res.lam_L, res.lam_S = (None, None) if o.lam_L is None else (float(o.lam_L), float(o.lam_S))
+    res.lam_rule = IDENTICAL_RULE
+    res.weights, res.rank, res.numerical_rank = np.full(G, 1.0 / K).tolist(), rank, 0
+    res.status, res.relative_gap, res.iterations, res.tau = "optimal", 0.0, 0, 0.0
+    res.votes, res.block_norms, res.contrast_norms = votes.tolist(), zeros.tolist(), zeros.tolist()
+    res.outside = outside_shares(red.Y, red.X, Z).tolist()
+    res.gram_outside = update_gram(red.Y, red.X - (red.X @ Z) @ Z.T)
+    res.gap_ratio = float(clair.largest_gap_split(zeros, min_below=clair.majority_pairs(K, o.alpha)).gap_ratio)
+    res.state.update(Z=Z, objective=0.0, singular_values=np.zeros(Vt.shape[0]),
+                     warnings=["every client's update is the same to rounding: the contrasts of (7) are "
+                               "zero, L̂ = Ŝ = 0 without a solve, and every client is collaborative"])
 
 
 def refit_without(results, decided, options: ModuleOptions, factors=None) -> None:

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .aggregate import CLIENT_RULES, CLIP, DEFAULT_CLIENT_RULE, METHODS, ModuleOptions
+from .aggregate import (BYZANTINE_METHODS, CLIENT_RULES, CLIP, DEFAULT_CLIENT_RULE, IDENTICAL_RULE, METHODS,
+                        ModuleOptions)
 from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, StorageDtypeError, adapter_fingerprint,
                  check_distinct_dirs, input_dtype, load_adapters, stored_dtypes)
 from .reduce import reduce_module
@@ -206,13 +207,11 @@ def _flag_names(message: str) -> str:
     return message
 
 
-#: the robust methods that read f (robust.robust_combine; median and geomed do not)
-_BYZANTINE_METHODS = ("krum", "multikrum", "trimmed-mean")
 #: options that only some methods read: (flag, dest, the methods that read it)
 _METHOD_OPTIONS = (("--lam-L", "lam_L", ("clair",)), ("--lam-S", "lam_S", ("clair",)),
                    ("--alpha", "alpha", ("clair",)), ("--tol", "tol", ("clair",)),
                    ("--rank", "rank", ("clair", "flexlora")),
-                   ("--byzantine", "byzantine", _BYZANTINE_METHODS))
+                   ("--byzantine", "byzantine", BYZANTINE_METHODS))
 
 
 def _read_options(args) -> dict:
@@ -231,7 +230,7 @@ def _warn_ignored(args) -> None:
             print(f"warning: {flag} {value:g} is ignored: --method {args.method} does not read it (only {only})",
                   file=sys.stderr)
     f, K = getattr(args, "byzantine", None), len(args.dirs)
-    if f is not None and args.method in _BYZANTINE_METHODS and not 0 <= f < K / 2:
+    if f is not None and args.method in BYZANTINE_METHODS and not 0 <= f < K / 2:
         raise ValueError(f"--byzantine must be an integer f with 0 <= f and 2 f < K = {K} clients, got {f}")
 
 
@@ -291,7 +290,8 @@ def run_aggregate(args) -> int:
                                             dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
                                             scheduler=args.scheduler, progress=not args.quiet,
                                             output=args.output if args.method == "clair" else None,
-                                            refine=args.refine, out_name="--out")
+                                            refine=args.refine if args.method == "clair" else None,
+                                            out_name="--out")
         except StorageDtypeError as exc:
             if args.dtype != "auto" or dtype == "float32":
                 raise
@@ -302,7 +302,8 @@ def run_aggregate(args) -> int:
                                             dtype=dtype, overwrite=args.overwrite, jobs=args.jobs,
                                             scheduler=args.scheduler, progress=not args.quiet,
                                             output=args.output if args.method == "clair" else None,
-                                            refine=args.refine, out_name="--out")
+                                            refine=args.refine if args.method == "clair" else None,
+                                            out_name="--out")
     except OSError as exc:
         if exc.filename is None or not _at_out(Path(exc.filename), out):
             raise
@@ -325,7 +326,11 @@ def run_aggregate(args) -> int:
         if bad:
             print(f"  warning: {len(bad)} module(s) stopped before the tolerance: {bad[:3]}",
                   file=sys.stderr)
-        low = [m for m, s in mods.items() if s["numerical_rank"] < s["rank"]]
+        same = [m for m, s in mods.items() if s["lam_rule"] == IDENTICAL_RULE]
+        if same:
+            print(f"  note: {len(same)} module(s) where every client's update is the same to rounding: "
+                  f"nothing to solve there, every client kept as it is: {same[:3]}", file=sys.stderr)
+        low = [m for m, s in mods.items() if s["numerical_rank"] < s["rank"] and m not in same]
         if low:
             print(f"  warning: {len(low)} module(s) have rank(L_hat) below --rank (their P_A is "
                   f"partly arbitrary; see numerical_rank in summary.json): {low[:3]}",

@@ -193,7 +193,7 @@ def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions()
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     layout = resolve_layout(output, options)
-    refine = resolve_refine(refine, shared_weights)                # named before the clients are read
+    refine = resolve_refine(refine, shared_weights, options.method)  # named before the clients are read
     adapters = clients if isinstance(clients, AdapterSet) else adapter_set(clients)
     clair = options.method == "clair"
     split = clair and layout == "split"

@@ -15,6 +15,8 @@ would take it, and why.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from . import guard
@@ -34,9 +36,16 @@ def check_refine(refine: str) -> str:
     return refine
 
 
-def resolve_refine(refine: str | None, shared_weights=None) -> str:
+def resolve_refine(refine: str | None, shared_weights=None, method: str = "clair") -> str:
     """``refine``, or by default :data:`DEFAULT_REFINE`; explicit ``shared_weights`` are the
-    weights of (9)'s move, so they imply ``"paper"`` (its target) when ``refine`` is not given."""
+    weights of (9)'s move, so they imply ``"paper"`` (its target) when ``refine`` is not given.
+    For a ``method`` other than CLAIR (no refinement) either one given is warned about."""
+    if method != "clair":
+        given = [f"{n}={v!r}" for n, v in (("refine", refine), ("shared_weights", shared_weights))
+                 if v is not None]
+        if given:
+            warnings.warn(f"{' and '.join(given)} ignored: they set CLAIR's refinement (9), and method "
+                          f"{method!r} has none", UserWarning, stacklevel=3)
     if refine is None:
         return "paper" if shared_weights is not None else DEFAULT_REFINE
     return check_refine(refine)

@@ -370,7 +370,7 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     layout = resolve_layout(output, options)
-    refine = resolve_refine(refine, shared_weights)
+    refine = resolve_refine(refine, shared_weights, options.method)
     # the agreement weights need every module's Gram, and a client-level rule every module's evidence
     stream = options.method not in ROBUST_METHODS and (options.method != "clair"
                                                          or (client_rule == "per-module"
@@ -420,7 +420,7 @@ def write_outputs(agg: Aggregation, out, *, client_rule: str = DEFAULT_CLIENT_RU
     if client_rule not in CLIENT_RULES:
         raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
     layout = resolve_layout(output, agg.options)
-    refine = resolve_refine(refine, shared_weights)
+    refine = resolve_refine(refine, shared_weights, agg.options.method)
     decided = client_decision(agg.results, client_rule) if agg.options.method == "clair" else None
     with _output_dir(out, overwrite, agg.adapters, out_name) as staged, \
             _OutputWriters(agg.adapters, agg.options, staged.dir, dtype, layout,

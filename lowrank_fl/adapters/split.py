@@ -45,6 +45,12 @@ SHARED = "shared"
 MANIFEST = "lowrank_fl_split.json"
 
 
+def _some(items: list, n: int) -> str:
+    """The first ``n`` of ``items``, and how many more there are."""
+    more = len(items) - n
+    return ", ".join(map(repr, items[:n])) + (f" and {more} more" if more > 0 else "")
+
+
 def shared_weights(weights, names: list, modules: list) -> dict:
     """``{module: (K,) float array}`` of the weights ``a_k`` in [0, 1] from ``weights``:
 
@@ -57,12 +63,13 @@ def shared_weights(weights, names: list, modules: list) -> dict:
         if isinstance(w, Mapping):
             unknown = sorted(set(w) - set(names))
             if unknown:
-                also = (f" (a mapping by module names every module; modules are {list(modules)[:3]}...)"
+                also = (f" (a mapping by module names every module; modules are {_some(list(modules), 3)})"
                         if where == "shared_weights" else "")
-                raise ValueError(f"{where}: unknown client(s) {unknown[:3]}; clients are {names[:5]}{also}")
+                raise ValueError(f"{where}: unknown client(s) {_some(unknown, 3)}; clients are "
+                                 f"{_some(list(names), 5)}{also}")
             missing = [n for n in names if n not in w]
             if missing:
-                raise ValueError(f"{where}: no weight for client(s) {missing[:3]}")
+                raise ValueError(f"{where}: no weight for client(s) {_some(missing, 3)}")
             w = [w[n] for n in names]
         try:
             v = np.asarray(w, dtype=float)

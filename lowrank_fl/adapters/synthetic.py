@@ -31,27 +31,77 @@ def write_synthetic_adapters(out, *, n_clients: int = 10, n_layers: int = 32,
                              modules=LLAMA_ATTENTION, shape=(4096, 4096), rank: int = 16,
                              contaminated: int = 1, delta: float = 0.05, b_scale: float = 0.02,
                              alpha: float | None = None, dtype: str = "float16", ranks=None,
-                             seed=0) -> list[Path]:
+                             seed=0, overwrite: bool = False) -> list[Path]:
     """Write ``n_clients`` adapter directories ``out/client_00`` ... and return their paths.
+
+    The defaults are a 7B-shaped federation (10 clients × 32 layers × 4 attention projections of
+    4096 × 4096 at rank 16 in float16: about 335 MB); tests and examples pass small shapes.
 
     Parameters
     ----------
+    out : path-like
+        Parent directory (created). A ``client_XX`` already holding files is refused unless
+        ``overwrite``.
+    n_clients : int >= 1
+        (one client makes a set every aggregation refuses: a test input)
+    n_layers : int >= 1
+    modules : sequence of str
+        Projections per layer (Llama names, e.g. ``("q_proj", "v_proj")``).
     shape : (out, in)
     rank : int
-        LoRA rank (``ranks``: optional per-client list overriding it).
+        LoRA rank, ``1 <= rank <= min(shape)`` (``ranks``: optional per-client list overriding it).
     contaminated : int
-        Number of contaminated clients (the last ones): their ``A`` is unrelated to the
-        shared one in every module.
-    delta : float
+        Number of contaminated clients (the last ones), ``0 <= contaminated < n_clients``: their
+        ``A`` is unrelated to the shared one in every module.
+    delta : float >= 0
         Benign misalignment ``||A_k - A||_F / ||A||_F`` (relative, per module).
+    b_scale : float > 0
+        Standard deviation of the entries of every ``B`` (drawn independently per client).
+    alpha : float > 0, optional
+        ``lora_alpha`` of every config (default ``2 r``).
     dtype : {"float16", "float32"}
+    seed : int
+    overwrite : bool
+        Replace client directories that already hold files.
     """
     from safetensors.numpy import save_file
 
-    rng = np.random.default_rng(seed)
-    out = Path(out)
+    from ..validation import check_int
+
+    check_int(n_clients, "n_clients", minimum=1)
+    check_int(n_layers, "n_layers", minimum=1)
+    check_int(contaminated, "contaminated", minimum=0)
+    if contaminated >= n_clients:
+        raise ValueError(f"contaminated must be below n_clients = {n_clients}, got {contaminated}")
+    if len(tuple(shape)) != 2:
+        raise ValueError(f"shape must be (out, in), got {shape!r}")
+    q, p = (check_int(v, "shape", minimum=1) for v in shape)
+    what = "rank" if ranks is None else "ranks"
     ranks = [rank] * n_clients if ranks is None else list(ranks)
-    q, p = shape
+    if len(ranks) != n_clients:
+        raise ValueError(f"ranks must give one rank per client ({n_clients}), got {len(ranks)}")
+    for r in ranks:
+        check_int(r, what, minimum=1)
+        if r > min(q, p):
+            raise ValueError(f"{what} must be at most min(shape) = {min(q, p)}, got {r}")
+    if not (np.isfinite(delta) and delta >= 0):
+        raise ValueError(f"delta must be a finite number >= 0, got {delta!r}")
+    if not (np.isfinite(b_scale) and b_scale > 0):
+        raise ValueError(f"b_scale must be a finite number > 0, got {b_scale!r}")
+    if alpha is not None and not (np.isfinite(alpha) and alpha > 0):
+        raise ValueError(f"alpha must be a finite number > 0 or None, got {alpha!r}")
+    if dtype not in ("float16", "float32"):
+        raise ValueError(f"dtype must be 'float16' or 'float32', got {dtype!r}")
+    modules = list(modules)
+    if not modules:
+        raise ValueError("modules must name at least one projection")
+    out = Path(out)
+    held = [out / f"client_{k:02d}" for k in range(n_clients)
+            if (out / f"client_{k:02d}").is_dir() and any((out / f"client_{k:02d}").iterdir())]
+    if held and not overwrite:
+        raise FileExistsError(f"out {str(out)!r} already holds {held[0].name} (and {len(held) - 1} more client "
+                              "folder(s)); pass overwrite=True to replace them")
+    rng = np.random.default_rng(seed)
     names = [f"model.layers.{i}.self_attn.{m}" for i in range(n_layers) for m in modules]
     tensors = [dict() for _ in range(n_clients)]
     rmax = max(ranks)

@@ -7,7 +7,9 @@ so ``P_Â``, the block norms' ordering, the largest-gap ``τ`` and the benign se
 The rule here therefore measures λ in units of the data:
 
 * ``λ_L = c1 K^{-1/2} ŝ`` with ``ŝ = median_g ||D̂_g||_F / sqrt(2 r)`` (``r`` the target rank;
-  a typical pair contrast spread over its ``2r``-dimensional support) and ``c1 = 1``;
+  a typical pair contrast spread over its ``2r``-dimensional support; the median over the pairs
+  whose contrast is not exactly zero: two clients with the same update, or two untrained ones,
+  carry no scale) and ``c1 = 1``;
 * ``λ_S / λ_L`` from the rank-band rule of the Table 1 reproduction: scan ratios ``c2/(c1 K)``,
   ``c2`` on 5 log-spaced points of [1, 12] (warm-started solves at a loose tolerance), and take the
   geometric midpoint of the longest run of ratios where ``rank(L̂) = r`` (numerical rank
@@ -50,13 +52,15 @@ class Lambdas:
 
 def data_scale(D, q: int, rank: int) -> float:
     """``ŝ = median_g ||D̂_g||_F / sqrt(2 r)`` for a stacked (G*q, p) ``D̂`` (or
-    :class:`~lowrank_fl.clair.factored.PairContrasts`)."""
+    :class:`~lowrank_fl.clair.factored.PairContrasts`), over the blocks that are not exactly zero
+    (0 when all are)."""
     if isinstance(D, PairContrasts):
         sq = D.block_sq_norms
     else:
         B = D.reshape(-1, q, D.shape[1])
         sq = np.einsum("gij,gij->g", B, B)
-    return float(np.median(np.sqrt(sq))) / np.sqrt(2.0 * rank)
+    sq = sq[sq > 0]
+    return float(np.median(np.sqrt(sq))) / np.sqrt(2.0 * rank) if sq.size else 0.0
 
 
 def solve_module(D, q: int, lam_L: float, lam_S: float, *, weights, tol: float, max_iter: int,

@@ -56,7 +56,7 @@ import scipy.linalg
 import scipy.sparse.linalg
 
 from ..results import ConvergenceWarning, SolverResult
-from ..stall import StallRule, check_stall_window
+from ..stall import INACCURATE, StallRule, check_stall_window
 from ..validation import check_choice, check_int, check_positive
 from .program7 import LowRankMixin, dual_scale_from_summaries, top_eigenvalue
 from .pair_contrasts import PairContrasts
@@ -360,6 +360,9 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     Returns
     -------
     FactoredResult
+        ``status``: ``"optimal"`` (``|gap| <= tol``, relative), ``"max_iter"``, ``"stalled"``, or
+        ``"inaccurate"`` (a gap below ``-tol``: the certificate is rounding, which the Grams of
+        nearly equal clients' factors produce; :meth:`lowrank_fl.stall.StallRule.broken`).
     """
     t0 = time.perf_counter()
     if not isinstance(D, PairContrasts):
@@ -445,8 +448,9 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
                 objs.append(cert[0])
                 gaps.append(cert[0] - cert[1])
                 gap_its.append(it)
-                status = "optimal" if cert[0] - cert[1] <= tol * scale else "stalled" \
-                    if stall.check(it, (cert[0] - cert[1]) / scale, cert[0] / scale) else status
+                g = (cert[0] - cert[1]) / scale
+                status = "optimal" if abs(g) <= tol else INACCURATE if stall.broken(g) else "stalled" \
+                    if stall.check(it, g, cert[0] / scale) else status
                 if status != "max_iter":
                     break
     if status == "diverged":
@@ -463,6 +467,8 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
         warnings.warn(message, ConvergenceWarning, stacklevel=2)
     elif status == "stalled":
         message = stall.warn("solve_penalized_factored", it, gap / scale)
+    elif status == INACCURATE:
+        message = stall.warn_broken("solve_penalized_factored", it, gap / scale)
     else:
         message = (f"factored FISTA reached relative duality gap {gap / scale:.2e} <= "
                    f"tol={tol:.1e} after {it} iterations")

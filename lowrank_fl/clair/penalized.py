@@ -34,7 +34,7 @@ import scipy.linalg
 
 from ..validation import check_choice, check_int, check_positive
 from ..results import ConvergenceWarning
-from ..stall import DEFAULT_WINDOWS, StallRule, check_stall_window
+from ..stall import DEFAULT_WINDOWS, INACCURATE, StallRule, check_stall_window
 from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, certify,
                        check_problem, check_same_shape, dual_point, dual_scale_from_residual,
                        dual_value, duality_gap, frobenius_inner, kkt_residuals, op_norm,
@@ -274,7 +274,10 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
     PenalizedResult
         ``.L, .S`` (G*q, p), ``.objective``, ``.gap``, ``.relative_gap``, ``.iterations``,
         ``.status``, ``.message``, ``.history`` (``"objective"`` per iteration, ``"gap"`` at
-        ``"gap_iteration"``).
+        ``"gap_iteration"``). The iterative methods' status: ``"optimal"`` (``|gap| <= tol``,
+        relative), ``"max_iter"``, ``"stalled"``, ``"inaccurate"`` (a gap below ``-tol``, which
+        weak duality forbids: the certificate is rounding, :meth:`lowrank_fl.stall.StallRule.broken`;
+        it stops at once and warns), ``"diverged"``, ``"completed"`` (``tol=None``).
 
     Raises
     ------
@@ -311,8 +314,11 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
     check_choice(svd, "svd", _SVD_MODES)
     stall = StallRule(DEFAULT_WINDOWS[method] if stall_window is DEFAULT
                       else check_stall_window(stall_window), tol)
-    t = 1.0 / (2.0 * float(w.max())) if step_size is None \
-        else check_positive(step_size, "step_size")
+    t_max = 1.0 / (2.0 * float(w.max()))
+    t = t_max if step_size is None else check_positive(step_size, "step_size")
+    if t > t_max * (1 + 1e-12):
+        warnings.warn(f"step_size={t:.4g} is above 1/(2 max w) = {t_max:.4g}, the step for which "
+                      f"{method} provably descends: it may diverge", UserWarning, stacklevel=2)
     if init is not None and not (isinstance(init, (tuple, list)) and len(init) == 2):
         raise TypeError(f"init must be a pair (L0, S0) of arrays, got {type(init).__name__}")
     # (7) is homogeneous: data whose squares would leave float64 (the Gram route of the SVT,
@@ -327,6 +333,8 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
         L = check_same_shape(init[0], "init[0] (L0)", D) / c
         S = check_same_shape(init[1], "init[1] (S0)", D) / c
     scale = zero_objective(D, q, w)
+    # where the iterates start: a solve that stalls above it diverged (the stall rule's check)
+    stall.start_objective = scale if init is None else penalized_objective(D, q, L, S, lam_L, lam_S, w)
     loop = _fista if method == "fista" else _proxgrad
     with np.errstate(over="ignore", invalid="ignore"):  # blow-ups are caught as "diverged"
         out = loop(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale, stall)
@@ -339,9 +347,14 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
         warnings.warn(message, ConvergenceWarning, stacklevel=2)
     elif status == "stalled":
         message = stall.warn(f"solve_penalized(method={method!r})", it, cert.relative_gap)
+    elif status == INACCURATE:
+        message = stall.warn_broken(f"solve_penalized(method={method!r})", it, cert.relative_gap)
     elif status == "diverged":
+        why = ("non-finite objective" if not np.isfinite(cert.objective) or not hist["objective"].size
+               or not np.isfinite(hist["objective"][-1]) else
+               "its objective stopped falling above its value at the start")
         message = (f"solve_penalized(method={method!r}) diverged at iteration {div_at} "
-                   f"(non-finite objective; step_size t={t:.3g})")
+                   f"({why}; step_size t={t:.3g}, 1/(2 max w) = {t_max:.3g})")
         warnings.warn(message, ConvergenceWarning, stacklevel=2)
     elif status == "optimal":
         message = (f"{method} reached relative duality gap {cert.relative_gap:.2e} <= "
@@ -394,12 +407,13 @@ def _initial_sv(L, svd):
 
 
 def _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its, r2=None) -> bool:
-    """Record the duality gap at iteration ``it``; True when ``gap <= tol * F(0, 0)``.
+    """Record the duality gap at iteration ``it``; True when ``|gap| <= tol * F(0, 0)`` (a gap
+    below ``-tol * F(0, 0)`` is a broken certificate, :meth:`lowrank_fl.stall.StallRule.broken`).
     ``r2``: the residual's block norms ``||R^(g)||_F^2`` when already known."""
     _, dual = dual_scale_from_residual(D, q, R, w, lam_L, lam_S, sq_norms=r2)
     gaps.append(F - dual)
     gap_its.append(it)
-    return tol is not None and F - dual <= tol * scale
+    return tol is not None and abs(F - dual) <= tol * scale
 
 
 def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scale, stall):
@@ -429,10 +443,14 @@ def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, s
             if _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its):
                 status = "optimal"
                 break
-            if stall.check(it, gaps[-1] / scale, F / scale):       # lowrank_fl.stall
-                status = "stalled"
+            if stall.broken(gaps[-1] / scale):                      # lowrank_fl.stall
+                status = INACCURATE
                 break
-    return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None
+            if stall.check(it, gaps[-1] / scale, F / scale):
+                # stuck above where it started: the iterates moved away (a step too large)
+                status = "diverged" if F > stall.start_objective else "stalled"
+                break
+    return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), it if status == "diverged" else None
 
 
 def _spans(n, q, p):
@@ -592,7 +610,11 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
             if _converged(D, q, R, w, lam_L, lam_S, F, it, tol, scale, gaps, gap_its, r2):
                 status = "optimal"
                 break
-            if stall.check(it, gaps[-1] / scale, F / scale):       # lowrank_fl.stall
-                status = "stalled"
+            if stall.broken(gaps[-1] / scale):                      # lowrank_fl.stall
+                status = INACCURATE
                 break
-    return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), None
+            if stall.check(it, gaps[-1] / scale, F / scale):
+                # stuck above where it started: the iterates moved away (a step too large)
+                status = "diverged" if F > stall.start_objective else "stalled"
+                break
+    return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), it if status == "diverged" else None

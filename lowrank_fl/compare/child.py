@@ -193,8 +193,12 @@ def run_in_child(fn, args: tuple, *, time_limit: float | None, measure: str) -> 
     if msg is None:
         return {"outcome": "time_limit", "wall_seconds": wall}
     if msg.get("crashed"):
+        # exit code 1 is a Python exception before the solve reported: in a script without the
+        # __main__ guard every child fails so, re-importing the script (multiprocessing's rule)
+        hint = ("; from a script, call compare under `if __name__ == \"__main__\":` (each solve's "
+                "process imports the script again)" if proc.exitcode == 1 else "")
         return {"outcome": "crashed", "wall_seconds": wall,
-                "error": f"the solver process died (exit code {proc.exitcode})"}
+                "error": f"the solver process died (exit code {proc.exitcode}){hint}"}
     if not msg["ok"]:
         return {"outcome": "error", "wall_seconds": wall, "error": msg["error"]}
     return {"outcome": "ok", "wall_seconds": wall, "result": msg["result"],

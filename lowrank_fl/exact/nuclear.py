@@ -57,10 +57,19 @@ __all__ = ["NuclearResult", "nuclear_statistics", "nuclear_objective", "nuclear_
 @dataclass(frozen=True, kw_only=True)
 class NuclearResult(SolverResult):
     """Solution ``Theta`` (n, d) of the nuclear-norm-penalized multi-task least squares, with
-    its numerical ``rank`` (singular values above ``1e-8 * max``)."""
+    its numerical ``rank``: singular values above ``1e-8 * max`` for the proximal solver (its SVT
+    sets the others exactly to 0), above ``sqrt(tol) * max`` for CVXPY (an interior point within
+    ``tol`` of the optimum in objective is within about ``sqrt(tol)`` of it in ``Theta``, the
+    smooth part being strongly convex: its zero singular values are left at that size)."""
 
     Theta: np.ndarray
     rank: int
+
+
+def _check_sizes(n: int, m_min: int, d: int) -> None:
+    if n < 1 or m_min < 1 or d < 1:
+        raise ValueError(f"X must hold at least one client, one sample per client and one feature, got "
+                         f"{n} client(s), {m_min} sample(s) at the fewest and {d} feature(s)")
 
 
 def _as_client_list(X, y):
@@ -68,6 +77,7 @@ def _as_client_list(X, y):
     if isinstance(X, np.ndarray) and X.ndim == 3:
         X = as_float_array(X, "X", ndim=3)
         y = as_float_array(y, "y", shape=X.shape[:2])
+        _check_sizes(*X.shape)
         return list(X), list(y)
     if not isinstance(X, (list, tuple)) or not isinstance(y, (list, tuple)):
         raise TypeError("X and y must be arrays of shape (n, m, d) and (n, m) or lists of per-client "
@@ -78,6 +88,7 @@ def _as_client_list(X, y):
     d = Xs[0].shape[1]
     Xs = [as_float_array(Xi, f"X[{i}]", shape=(None, d)) for i, Xi in enumerate(Xs)]
     ys = [as_float_array(yi, f"y[{i}]", shape=(Xi.shape[0],)) for i, (Xi, yi) in enumerate(zip(Xs, y))]
+    _check_sizes(len(Xs), min(Xi.shape[0] for Xi in Xs), d)
     return Xs, ys
 
 
@@ -127,9 +138,9 @@ def nuclear_duality_gap(Theta, X, y, mu: float) -> float:
     return primal - dual
 
 
-def _rank(Theta):
+def _rank(Theta, rtol: float = 1e-8):
     sv = np.linalg.svd(Theta, compute_uv=False)
-    return int(np.count_nonzero(sv > 1e-8 * max(sv.max(initial=0.0), np.finfo(float).tiny)))
+    return int(np.count_nonzero(sv > rtol * max(sv.max(initial=0.0), np.finfo(float).tiny)))
 
 
 def _zero_objective(c) -> float:
@@ -203,7 +214,7 @@ def solve_nuclear_cvxpy(X, y, mu: float, *, solver: str = "CLARABEL", tol: float
                              on_inaccurate=on_inaccurate)
     return NuclearResult(objective=primal, gap=primal - dual, iterations=raw.iterations,
                          status=status, solver=raw.solver, seconds=raw.seconds, Theta=T,
-                         rank=_rank(T), gap_scale=scale, message=message)
+                         rank=_rank(T, max(1e-8, np.sqrt(tol))), gap_scale=scale, message=message)
 
 
 def solve_nuclear_prox(X, y, mu: float, *, tol: float = 1e-8, max_iter: int = 5000,
