@@ -29,6 +29,12 @@ def as_float_array(x, name: str, *, ndim: int | tuple[int, ...] | None = None,
     input (casting would silently drop the imaginary part) and ``ValueError`` naming ``name``
     otherwise.
     """
+    if isinstance(x, (list, tuple)) and x:
+        shapes = [np.shape(e) for e in x]          # a ragged list: say which element differs
+        odd = next((i for i, sh in enumerate(shapes) if sh != shapes[0]), None)
+        if odd is not None:
+            raise ValueError(f"{name}: its elements must all have one shape, got {shapes[0]} for "
+                             f"{name}[0] and {shapes[odd]} for {name}[{odd}]")
     if np.iscomplexobj(x):
         raise TypeError(f"{name} must be a real numeric array, got complex values "
                         f"(dtype {np.asarray(x).dtype})")

@@ -183,3 +183,42 @@ def test_state_dict_config_may_be_a_lora_config_object():
         factors_from_state_dict(sd, peft.LoraConfig(r=4, init_lora_weights="pissa"))
     with pytest.raises(AdapterError, match="a mapping or a peft LoraConfig"):
         factors_from_state_dict(sd, [("r", 4)])
+
+
+def _one(seed):
+    rng = np.random.default_rng(seed)
+    return {"m.q_proj": (rng.standard_normal((2, 6)), rng.standard_normal((5, 2)), 1.0)}
+
+
+@pytest.mark.parametrize("first, match", [
+    (("", _one(0)), r"clients: '' is not a usable client name"),
+    (("a/b", _one(0)), r"clients: 'a/b' is not a usable client name"),
+    ((7, _one(0)), "clients: client names must be strings, got 7"),
+    (("a", {"m.q_proj": (np.ones((2, 6)) * 1j, np.ones((5, 2)), 1.0)}), "A: complex values"),
+    (("a", {"m.q_proj": (np.ones((0, 6)), np.ones((5, 0)), 1.0)}), r"rank 0 \(A is \(0, 6\)\)"),
+])
+def test_in_memory_clients_are_checked_as_the_loaded_ones(first, match):
+    from lowrank_fl.adapters import AdapterError
+    with pytest.raises(AdapterError, match=match):
+        aggregate_factors(dict([first, ("b", _one(1)), ("c", _one(2))]))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(output_dtype="int8"), r"output_dtype must be one of \['float32', 'float64'\]"),
+    (dict(energy=1.5), r"energy must be a number in \(0, 1\]"),
+    (dict(energy=0.0), r"energy must be a number in \(0, 1\]"),
+])
+def test_module_options_refuse_what_they_cannot_do(kw, match):
+    with pytest.raises(ValueError, match=match):
+        ModuleOptions(**kw)
+
+
+def test_options_a_method_does_not_read_are_warned_about():
+    with pytest.warns(UserWarning, match="byzantine=2 is ignored: only krum, multikrum, trimmed-mean"):
+        ModuleOptions(method="clair", byzantine=2)
+    clients = {"a": _one(0), "b": _one(1), "c": _one(2)}
+    with pytest.warns(UserWarning, match=r"refine='paper' and shared_weights=0.5 ignored: .* 'fedavg' has none"):
+        got = aggregate_factors(clients, ModuleOptions(method="fedavg"), refine="paper", shared_weights=0.5)
+    plain = aggregate_factors(clients, ModuleOptions(method="fedavg"))
+    for x, y in zip(got.outputs["aggregated"]["m.q_proj"][:2], plain.outputs["aggregated"]["m.q_proj"][:2]):
+        np.testing.assert_array_equal(x, y)

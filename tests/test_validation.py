@@ -63,3 +63,16 @@ def test_algorithms_name_the_problem_type_they_need():
         rolora(prob, 1, 0.1)
     with pytest.raises(TypeError, match="problem must be a MultitaskProblem"):
         fedavg("not a problem", 1, 0.1, local_steps=1)
+
+
+def test_a_ragged_list_names_the_element_that_differs():
+    from lowrank_fl import clair
+    from lowrank_fl.problems.multitask import MultitaskProblem
+
+    W = np.ones((5, 6))
+    with pytest.raises(ValueError, match=r"W_hat: its elements must all have one shape, got \(5, 6\) for "
+                                         r"W_hat\[0\] and \(5, 4\) for W_hat\[2\]"):
+        clair.fit([W, W, W[:, :4]], 0.1, 0.1, rank=1)
+    with pytest.raises(ValueError, match=r"X: .* \(4, 3\) for X\[0\] and \(4, 2\) for X\[1\]"):
+        MultitaskProblem.from_data([np.ones((4, 3)), np.ones((4, 2))], [np.ones(4), np.ones(4)], rank=1)
+    np.testing.assert_array_equal(as_float_array([[1, 2], (3, 4)], "x"), [[1.0, 2.0], [3.0, 4.0]])

@@ -35,7 +35,8 @@ __all__ = ["AdapterError", "AdapterWarning", "StorageDtypeError", "ClientAdapter
            "load_adapters", "read_client", "pattern_value",
            "CONFIG_NAME", "WEIGHTS_NAME", "module_key", "check_plain_lora", "PLAIN_INIT",
            "VARIANT_FIELDS", "check_peft_type",
-           "default_names", "check_distinct_dirs", "identical_dirs", "input_dtype", "stored_dtypes",
+           "default_names", "check_client_names", "check_distinct_dirs", "identical_dirs", "input_dtype",
+           "stored_dtypes",
            "config_scaling", "assemble_adapter_set",
            "adapter_fingerprint", "input_fingerprints"]
 
@@ -391,19 +392,25 @@ def check_distinct_dirs(paths) -> None:
         seen[key] = p
 
 
-def _check_names(names, n: int) -> list[str]:
+def check_client_names(names, n: int, param: str = "names") -> list[str]:
+    """``names`` as strings, checked as output directory names (and distinct); ``param`` names
+    them in errors (``"clients"``: the keys of in-memory clients, which must be strings)."""
+    if param != "names":
+        bad = [x for x in names if not isinstance(x, str)]
+        if bad:
+            raise AdapterError(f"{param}: client names must be strings, got {bad[0]!r}")
     names = [str(x) for x in names]
     if len(names) != n:
         raise AdapterError(f"names: got {len(names)} names for {n} client directories; give one "
                            "per directory")
     for x in names:
         if not _NAME.match(x) or x in ("summary.json", "aggregated"):
-            raise AdapterError(f"names: {x!r} is not a usable client name (output directory "
+            raise AdapterError(f"{param}: {x!r} is not a usable client name (output directory "
                                "name: letters, digits, _ . - + = @, not starting with '.' or '-', "
                                "not 'aggregated' or 'summary.json')")
     dup = sorted({x for x in names if names.count(x) > 1})
     if dup:
-        raise AdapterError(f"names: {dup[0]!r} is given twice; client names must be distinct")
+        raise AdapterError(f"{param}: {dup[0]!r} is given twice; client names must be distinct")
     seen: dict = {}
     for x in names:
         if x.lower() in seen:
@@ -485,7 +492,7 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
         check_distinct_dirs(paths)
         names = default_names(paths)
     else:
-        names = _check_names(names, len(paths))
+        names = check_client_names(names, len(paths))
     clients = [read_client(p, n) for p, n in zip(paths, names)]
     bases = {}
     for c in clients:

@@ -28,8 +28,8 @@ import numpy as np
 
 from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, client_decision
 from .plan import apply_refinement, refinement_summary, resolve_refine
-from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_peft_type, check_plain_lora,
-                 config_scaling)
+from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_client_names, check_peft_type,
+                 check_plain_lora, config_scaling)
 from .run import Aggregation, aggregate_adapters, resolve_layout
 from .split import SHARED, client_part, fold_weights, shared_part, shared_used
 from .split import shared_weights as split_weights
@@ -43,7 +43,11 @@ _KEY = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])(?:\.(?P<adapter>[^.]+)
 def _float64(x, what: str) -> np.ndarray:
     """An array-like (numpy, or a torch tensor of any float dtype) as a float64 numpy array."""
     if hasattr(x, "detach"):                       # torch: bf16 has no numpy dtype, widen first
+        if x.is_complex():
+            raise AdapterError(f"{what}: complex values (LoRA factors are real)")
         x = x.detach().to("cpu").double().numpy()
+    if np.iscomplexobj(x):
+        raise AdapterError(f"{what}: complex values (LoRA factors are real)")
     try:
         a = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -78,6 +82,8 @@ class MemoryClient:
             if not isinstance(value, (tuple, list)) or len(value) != 3:
                 raise AdapterError(f"{where}: expected a tuple (A, B, scaling)")
             A, B = _float64(value[0], f"{where}, A"), _float64(value[1], f"{where}, B")
+            if A.shape[0] == 0:
+                raise AdapterError(f"{where}: rank 0 (A is {A.shape}): no LoRA factors")
             if A.shape[0] != B.shape[1]:
                 raise AdapterError(f"{where}: A is {A.shape} and B is {B.shape}; expected A (r, in) and "
                                    "B (out, r) with the same r")
@@ -154,6 +160,7 @@ def adapter_set(clients: Mapping) -> AdapterSet:
     if not isinstance(clients, Mapping):
         raise AdapterError(f"clients must be a mapping name → {{module: (A, B, scaling)}}, got "
                            f"{type(clients).__name__}")
+    check_client_names(list(clients), len(clients), param="clients")   # they name output directories
     return assemble_adapter_set([MemoryClient.from_factors(n, f) for n, f in clients.items()])
 
 
