@@ -4,8 +4,10 @@ Every command that writes a directory (``clair fit``, ``compare``, ``adapters ag
 ``verify``) goes through :class:`OutputDir`; the rules, in one place:
 
 * **Marker.** Every output directory gets :data:`MARKER` (``.lowrank-fl-output``, JSON: tool,
-  command, version, time). ``overwrite`` replaces a non-empty directory only when it holds that
-  marker: a directory this tool did not write is never cleared.
+  command, version, time, and the ``files`` the run wrote). ``overwrite`` replaces a non-empty
+  directory only when it holds that marker and nothing the marker does not list: a directory
+  this tool did not write is never cleared, nor a file a user put into one it wrote
+  (:func:`foreign_files`; a marker of a version before the list proves the directory only).
 * **Inputs.** An output equal to, containing, or inside an input (symlinks, ``.`` and ``..``
   resolved), the current directory or one of its parents, and an empty name are refused, with or
   without ``overwrite``.
@@ -39,7 +41,7 @@ from typing import Callable, Iterable
 from .filelock import FileLock, LockHeld
 
 __all__ = ["MARKER", "OutputDir", "TerminatedAfterCommit", "check_output_dir", "is_output_dir",
-           "check_output_file", "write_file"]
+           "check_output_file", "write_file", "foreign_files"]
 
 #: File written into every output directory; ``--overwrite`` replaces only directories holding it.
 MARKER = ".lowrank-fl-output"
@@ -58,6 +60,30 @@ def is_output_dir(path) -> bool:
         return marker.is_file() and json.loads(marker.read_text()).get("tool") == _TOOL
     except (OSError, ValueError, AttributeError):
         return False
+
+
+def _written_files(directory: Path) -> list[str]:
+    """Every file (and link) under ``directory``, relative, ``/``-separated, sorted; the marker aside."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            rel = os.path.relpath(os.path.join(root, name), directory).replace(os.sep, "/")
+            if rel != MARKER:
+                found.append(rel)
+    return sorted(found)
+
+
+def foreign_files(path) -> list[str] | None:
+    """The files in the output directory ``path`` that the run which wrote it did not write (its
+    :data:`MARKER` lists what it wrote); ``None`` where the marker lists nothing (written by a
+    version before the list: only the marker proves the directory is this tool's)."""
+    try:
+        listed = json.loads((Path(path) / MARKER).read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(listed, list):
+        return None
+    return sorted(set(_written_files(Path(path))) - set(listed))
 
 
 def _overwrite_hint(option: str) -> str:
@@ -108,6 +134,12 @@ def check_output_dir(out, *, overwrite: bool = False, inputs: Iterable = (),
             raise ValueError(f"{option} {out} does not hold a previous lowrank-fl output (no "
                              f"{MARKER}); refusing to replace it: remove it yourself or choose "
                              "another directory")
+        foreign = foreign_files(target)
+        if foreign:
+            more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+            raise ValueError(f"{option} {out} holds files the lowrank-fl run that wrote it did not write "
+                             f"({', '.join(foreign[:5])}{more}); refusing to replace them: move them out "
+                             "or choose another directory")
     return target
 
 
@@ -275,6 +307,7 @@ class OutputDir:
         """Replace ``out`` by the staging directory (two renames; the old output is removed)."""
         if self.dir is None or self.committed:
             raise RuntimeError("OutputDir.commit needs an open, uncommitted output")
+        self._write_marker(self.dir, files=_written_files(self.dir))    # what --overwrite may replace
         if _listing(self.path) != self._listing:
             self._keep_result()
         # a SIGTERM during the two renames is held until they are done (a handler that records it: a
@@ -321,13 +354,15 @@ class OutputDir:
                          f"{kept}")
 
     # ------------------------------------------------------------------ helpers
-    def _write_marker(self, directory: Path) -> None:
+    def _write_marker(self, directory: Path, files: list | None = None) -> None:
         from . import __version__
 
-        (directory / MARKER).write_text(json.dumps({
-            "tool": _TOOL, "command": self.command, "version": __version__,
-            "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "host": self._host, "pid": os.getpid()}, indent=1) + "\n")
+        info = {"tool": _TOOL, "command": self.command, "version": __version__,
+                "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "host": self._host, "pid": os.getpid()}
+        if files is not None:
+            info["files"] = files
+        (directory / MARKER).write_text(json.dumps(info, indent=1) + "\n")
 
     def _clean_leftovers(self) -> None:
         """Staging (and old outputs) of dead runs on this output; called with the lock held."""

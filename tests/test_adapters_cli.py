@@ -345,16 +345,29 @@ def _zero_B(d, modules=None):
     save_file(t, str(w))
 
 
-def test_all_zero_B_module_is_an_error_naming_it(src, tmp_path, capsys):
+def test_a_module_nobody_trained_is_aggregated_as_zero_and_named(src, tmp_path, capsys):
+    # every client's lora_B of one module is PEFT's initial zeros: the mean of zero updates is zero
+    # (it used to end the run, and a Flower federation with it)
     dirs = _copy(src, tmp_path)
     for d in dirs:
         _zero_B(d, ["layers.1.self_attn.v_proj"])
-    assert _run(["aggregate", *dirs, "--out", tmp_path / "o", "--quiet"]) == 2
-    _one_line_error(capsys, "'base_model.model.model.layers.1.self_attn.v_proj'", "untrained",
-                    "PEFT's initial state")
-    assert _run(["inspect", *dirs]) == 2
-    _one_line_error(capsys, "layers.1.self_attn.v_proj", "untrained")
-    assert not (tmp_path / "o").exists()
+    mod = "base_model.model.model.layers.1.self_attn.v_proj"
+    for method in ("clair", "fedavg"):
+        out = tmp_path / method
+        capsys.readouterr()
+        assert _run(["aggregate", *dirs, "--out", out, "--quiet", "--method", method, "--output", "merged"]
+                    if method == "clair" else ["aggregate", *dirs, "--out", out, "--quiet", "--method", method]) == 0
+        err = capsys.readouterr().err
+        assert (f"warning: 1 module(s) where every client's update is zero (nobody trained them): their "
+                f"outputs are zero: {mod}") in err
+        s = json.loads((out / "summary.json").read_text())
+        assert s["modules"][mod]["zero_updates"] == list(range(len(dirs)))
+        for o in s["outputs"]:
+            t = load_file(str(out / o / "adapter_model.safetensors"))
+            assert not np.any(t[f"{mod}.lora_B.weight"] @ t[f"{mod}.lora_A.weight"])
+            other = "base_model.model.model.layers.0.self_attn.q_proj"
+            assert np.any(t[f"{other}.lora_B.weight"] @ t[f"{other}.lora_A.weight"])
+    assert _run(["inspect", *dirs]) == 0
 
 
 def test_one_untrained_client_warns(src, tmp_path, capsys):
@@ -455,20 +468,24 @@ def test_different_base_models_warn(src, tmp_path, capsys):
     assert [x for x in err if "different base models" in x][0].startswith("warning:")
 
 
-def test_an_error_during_the_solves_ends_the_progress_bar_first(src, tmp_path, capsys):
+def test_an_error_during_the_solves_ends_the_progress_bar_first(src, tmp_path, capsys, monkeypatch):
     """Without --quiet the progress bar is on stderr: an error must be the last line there, not
-    followed by the bar's redraw (every client untrained in one module: no update to aggregate)."""
-    dirs = _copy(src, tmp_path)
-    for d in dirs:
-        w = d / "adapter_model.safetensors"
-        t = load_file(str(w))
-        first_b = sorted(k for k in t if k.endswith("lora_B.weight"))[0]
-        t[first_b] = np.zeros_like(t[first_b])
-        save_file(t, str(w))
+    followed by the bar's redraw (a module whose reduction fails, in process: --jobs 1)."""
+    from lowrank_fl.adapters import aggregate as agg_mod
+    from lowrank_fl.adapters.io import AdapterError
+
+    real = agg_mod.reduce_module
+
+    def failing(f, **kw):
+        if f.name.endswith("layers.1.self_attn.v_proj"):
+            raise AdapterError(f"module {f.name!r}: broken on purpose")
+        return real(f, **kw)
+
+    monkeypatch.setattr(agg_mod, "reduce_module", failing)
     capsys.readouterr()
-    assert _run(["aggregate", *dirs, "--out", tmp_path / "o"]) == 2
+    assert _run(["aggregate", *src, "--out", tmp_path / "o", "--jobs", "1"]) == 2
     err = capsys.readouterr().err.rstrip().splitlines()
-    assert err[-1].startswith("lowrank-fl: error:"), err[-3:]
+    assert err[-1].startswith("lowrank-fl: error:") and "broken on purpose" in err[-1], err[-3:]
     assert any("modules" in x for x in err[:-1])                   # the bar was there, before it
 
 

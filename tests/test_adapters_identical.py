@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lowrank_fl.adapters import ModuleOptions, aggregate_factors
-from lowrank_fl.adapters.aggregate import IDENTICAL_RULE
+from lowrank_fl.adapters.degenerate import IDENTICAL_RULE
 
 
 def _same(K=6, modules=3, q=24, p=20, r=4, eps=0.0, seed=0):

@@ -646,3 +646,13 @@ def test_conditions_instance_warns_about_unread_names_and_refuses_a_bad_penalty(
         np.savez(tmp_path / "bad.npz", **dict(inst, lam_S=bad))
         assert lowrank_fl(["conditions", "clair", "--instance", str(tmp_path / "bad.npz")]) == 2
         assert f"instance['lam_S'] must be a finite number > 0, got {bad:g}" in capsys.readouterr().err
+
+
+def test_papers_are_named_as_users_write_them(capsys):
+    from verify.cli import lowrank_fl_main
+
+    assert lowrank_fl_main(["claims", "--paper", "FedAvg-FT", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["claims"] and {c["paper"] for c in got["claims"]} == {"fedavg_ft"}
+    assert lowrank_fl_main(["claims", "--paper", "CLAIR", "--json"]) == 0
+    assert {c["paper"] for c in json.loads(capsys.readouterr().out)["claims"]} == {"clair"}

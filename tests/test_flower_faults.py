@@ -267,3 +267,40 @@ def test_client_ids_are_not_averaged(k4):
     with pytest.raises(ValueError, match="id_metrics must be"):
         ClairStrategy(id_metrics="partition-id")
     assert ErrorCode.NODE_UNAVAILABLE == 5
+
+
+def test_a_module_nobody_trained_and_an_untrained_client_leave_the_round_running(k4, caplog):
+    """Every client's lora_B of one module is zero, and client c1 is zero everywhere: the round
+    aggregates (that module's outputs are zero), warns about both, and the run goes on (the module
+    used to end the federation with an AdapterError)."""
+    import logging
+
+    clients = {c: dict(f) for c, f in k4.items()}
+    dead = next(m for m in clients["c0"] if m != "x")
+    for c in clients:
+        A, B, s = clients[c][dead]
+        clients[c][dead] = (A, np.zeros_like(B), s)
+    clients["c1"] = {m: (A, np.zeros_like(B), s) for m, (A, B, s) in clients["c1"].items()}
+    by_node = {n: (clients[f"c{k}"], f"c{k}") for k, n in enumerate(NODES)}
+    st = ClairStrategy(module_options=F64, min_available_nodes=4, min_train_nodes=4)
+    with caplog.at_level(logging.WARNING):
+        rec = _round(st, 1, _Grid(NODES), by_node)
+    assert rec.participants == tuple(NODES) and rec.summary is not None
+    said = caplog.text
+    assert f"1 module(s) where every client's update is zero (nobody trained them): their outputs are zero: {dead}" \
+        in said
+    assert f"{NODES[1]}: lora_B (or lora_A) is all zeros in every module" in said
+    glob = factors_from_content(RecordDict({"a": st.global_adapter[0], "c": st.global_adapter[1]}),
+                                arrays_key="a", config_key="c")
+    assert not np.any(glob[dead][1] @ glob[dead][0])
+
+
+def test_strategy_options_are_checked_and_logged(caplog):
+    import logging
+
+    with pytest.raises(ValueError, match=r"scheduler must be a dask scheduler's address \('tcp://HOST:PORT'\)"):
+        ClairStrategy(scheduler="notanaddress")
+    st = ClairStrategy(refine="paper", client_rule="any")
+    with caplog.at_level(logging.INFO):
+        st.summary()
+    assert "lowrank_fl: method clair, client rule any, refine paper, output split, jobs 1" in caplog.text

@@ -391,3 +391,46 @@ def test_the_python_calls_name_their_own_arguments_not_the_flags(tmp_path):
     with pytest.raises(ValueError, match=r"^--out .*full is not empty; pass --overwrite to replace"):
         check_output_dir(full)
     assert (full / "mine.txt").read_text() == "keep"
+
+
+def test_overwrite_never_deletes_a_file_the_user_added_to_a_previous_output(tmp_path):
+    import json as _json
+
+    from lowrank_fl.adapters.synthetic import write_synthetic_adapters
+    from lowrank_fl.cli import main
+    from lowrank_fl.outdir import MARKER, OutputDir, foreign_files
+
+    out = tmp_path / "out"
+    with OutputDir(out, command="test") as o:
+        (o.dir / "a.txt").write_text("a")
+        (o.dir / "sub").mkdir()
+        (o.dir / "sub" / "b.txt").write_text("b")
+        o.commit()
+    assert _json.loads((out / MARKER).read_text())["files"] == ["a.txt", "sub/b.txt"]
+    assert foreign_files(out) == []
+    (out / "notes.txt").write_text("mine")
+    (out / "sub" / "data.csv").write_text("mine too")
+    with pytest.raises(ValueError, match=r"holds files the lowrank-fl run that wrote it did not write "
+                                         r"\(notes.txt, sub/data.csv\); refusing to replace them"):
+        OutputDir(out, command="test", overwrite=True)
+    assert (out / "notes.txt").read_text() == "mine" and (out / "sub" / "data.csv").read_text() == "mine too"
+    # a command refuses it the same way, before any work
+    dirs = write_synthetic_adapters(tmp_path / "in", n_clients=3, n_layers=1, modules=("q_proj",),
+                                    shape=(8, 6), rank=2, contaminated=0, dtype="float32")
+    args = ["adapters", "aggregate", *map(str, dirs), "--method", "fedavg", "--quiet", "--out", str(out)]
+    assert main(args + ["--overwrite"]) == 2
+    assert (out / "notes.txt").read_text() == "mine" and (out / "a.txt").read_text() == "a"
+    # moved out, the previous output is replaced, and the new marker lists the new files
+    (out / "notes.txt").unlink()
+    (out / "sub" / "data.csv").unlink()
+    assert main(args + ["--overwrite"]) == 0
+    listed = _json.loads((out / MARKER).read_text())["files"]
+    assert "summary.json" in listed and "aggregated/adapter_model.safetensors" in listed
+    assert not (out / "a.txt").exists() and foreign_files(out) == []
+    # a marker of a version before the list proves the directory only: replaced as before
+    info = _json.loads((out / MARKER).read_text())
+    del info["files"]
+    (out / MARKER).write_text(_json.dumps(info))
+    (out / "extra.txt").write_text("x")
+    assert foreign_files(out) is None
+    assert main(args + ["--overwrite"]) == 0 and not (out / "extra.txt").exists()

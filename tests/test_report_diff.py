@@ -153,3 +153,19 @@ def test_the_check_agrees_with_the_published_schema():
     real = json.loads((Path(__file__).resolve().parents[1] / "reports" / "full" / "results.json")
                       .read_text())
     assert report_problem(real) is None and validator.is_valid(real)
+
+
+def test_max_values_is_checked_and_the_header_says_the_seed(tmp_path, capsys):
+    from verify.report.diff import format_diff
+
+    a = {"scale": "smoke", "base_seed": 0, "claims": {}}
+    b = {"scale": "smoke", "base_seed": 1, "claims": {}}
+    d = diff_reports(a, b)
+    text = format_diff(d, names=("r1", "r2"))
+    assert text.startswith("r1: scale smoke, base seed 0, 0 claims\nr2: scale smoke, base seed 1, 0 claims\n")
+    assert "No differences in the 0 claims compared." in text
+    with pytest.raises(ValueError, match="max_numbers must be an integer >= 0"):
+        format_diff(d, max_numbers=-1)
+    with pytest.raises(SystemExit) as exc:
+        lowrank_fl_main(["report", "diff", str(tmp_path), str(tmp_path), "--max-values", "-1"])
+    assert exc.value.code == 2 and "--max-values: expected an integer >= 0, got '-1'" in capsys.readouterr().err

@@ -69,8 +69,8 @@ def default_cache_dir() -> Path:
 
 # ----------------------------------------------------------------------------- parsers
 def _add_verify_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--paper", action="append", choices=list(PAPERS), metavar="PAPER",
-                   help=f"only this paper's claims (repeatable; one of {', '.join(PAPERS)})")
+    p.add_argument("--paper", action="append", type=_paper_name, choices=list(PAPERS), metavar="PAPER",
+                   help=f"only this paper's claims (repeatable; one of {', '.join(PAPERS)}; any case, - for _)")
     p.add_argument("--claim", action="append", metavar="ID",
                    help="only claims whose id matches (exact or glob like 'clair.thm*'; repeatable)")
     p.add_argument("--scale", choices=SCALES, default="quick", help="experiment size (default: quick)")
@@ -103,7 +103,8 @@ def _add_verify_arguments(p: argparse.ArgumentParser) -> None:
                         "or empty unless --overwrite")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the previous report in --out (only a directory holding a lowrank-fl "
-                        "output marker; files it does not rewrite are removed)")
+                        "output marker and only the files that run wrote: one holding other files is "
+                        "refused)")
     p.set_defaults(handler=cmd_verify)
 
 
@@ -161,6 +162,11 @@ def _check_cache_option(path, *, create: bool) -> None:
             raise ValueError(f"--cache {not_a_cache_message(path)}")
 
 
+def _paper_name(text: str) -> str:
+    """A paper as the user may write it (``FedAvg-FT``, ``CLAIR``) in the registry's spelling."""
+    return text.strip().lower().replace("-", "_")
+
+
 def add_parsers(subparsers) -> None:
     """Add ``verify``, ``claims``, ``conditions`` and ``cache`` to the ``lowrank-fl`` sub-commands."""
     _add_verify_arguments(subparsers.add_parser(
@@ -168,8 +174,8 @@ def add_parsers(subparsers) -> None:
         description="Run the verifier's claims and write README.md, index.html, figures/ and "
                     "results.json into --out."))
     p = subparsers.add_parser("claims", help="list the registered (and omitted) claims")
-    p.add_argument("--paper", action="append", choices=list(PAPERS), metavar="PAPER",
-                   help="only this paper (repeatable)")
+    p.add_argument("--paper", action="append", type=_paper_name, choices=list(PAPERS), metavar="PAPER",
+                   help=f"only this paper (repeatable; one of {', '.join(PAPERS)}; any case, - for _)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=cmd_claims)
     p = subparsers.add_parser("conditions", help="evaluate a paper's theorem conditions on an instance")

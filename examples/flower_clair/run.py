@@ -30,6 +30,14 @@ def main(argv=None) -> int:
         except ValueError:
             overrides[key.replace("-", "_")] = value
     out = args.out.resolve()
+    path = out / "summary.json"
+    if path.exists():             # checked before the simulation, as deploy.py does (not after it)
+        try:
+            ours = "flower_clair" in json.loads(path.read_text())
+        except (ValueError, OSError):
+            ours = False
+        if not ours:
+            ap.error(f"{path} exists and was not written by flower_clair; choose another OUT")
     overrides.setdefault("out_dir", str(out))
     overrides.setdefault("cache_dir", str(out / "backbone"))
     if args.client == "peft":
@@ -55,7 +63,6 @@ def main(argv=None) -> int:
     run_simulation(server_app=server_app, client_app=client_app, num_supernodes=settings.n_clients,
                    backend_config={"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     wall = time.perf_counter() - t0
-    path = out / "summary.json"
     if not path.exists():
         print(f"flower_clair: the simulation wrote no {path}", file=sys.stderr)
         return 1

@@ -52,6 +52,7 @@ from ..clair.factored import PairContrasts
 from ..stall import INACCURATE
 from .reduce import ReducedModule, pair_blocks, pair_factors, reduce_module
 from .tuning import auto_lambdas, solve_module
+from .degenerate import IDENTICAL_RULE, identical_module, zero_pairs
 from .updates import outside_shares, raw_distances, update_gram, update_sq_norms
 
 __all__ = ["METHODS", "CLIENT_RULES", "ModuleResult", "aggregate_module", "client_decision",
@@ -78,8 +79,9 @@ DEFAULT_CLIENT_RULE = "updates"
 #: the default of :attr:`ModuleOptions.clip`: the update rule's size floor
 CLIP = detect_updates.SIZE_RATIO
 _SV_RTOL = 1e-12
-#: ``lam_rule`` of a module whose clients' updates are all the same to rounding (:func:`_identical`)
-IDENTICAL_RULE = "identical updates: nothing to solve"
+#: with ``contrasts="auto"``, a factored solve of (7) that ends "inaccurate" or "stalled" is solved
+#: again on the dense contrasts when they take at most this many bytes (G h p′ float64 numbers)
+DENSE_FALLBACK_BYTES = 2 ** 28
 
 
 @dataclass(frozen=True)
@@ -181,8 +183,9 @@ class ModuleResult:
     ``P_Â``), ``numerical_rank`` (of ``L̂``, relative to ``||D̂||_op``), ``reduced_dims`` ([q′, p′]), ``pair_height`` (h), ``status``, ``relative_gap``,
     ``iterations``, ``discarded`` (relative energy of a truncated reduction), ``tau``, ``votes``,
     ``block_norms``, ``contrasts`` (CLAIR: the form (7) was solved on, ``"factored"`` or
-    ``"dense"``; ``"dense (factored: <status>)"`` where the factored solve's certificate broke or
-    stalled and the dense form was solved instead), ``seconds``.
+    ``"dense"``; ``"dense (factored: <status>)"`` where, under ``contrasts="auto"``, the factored
+    solve's certificate broke or stalled and the dense form (at most :data:`DENSE_FALLBACK_BYTES`)
+    was solved instead), ``seconds``.
     """
 
     name: str
@@ -419,14 +422,14 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     qp, pp = red.dims
     same = raw_distances(update_gram(red.Y, red.X) if res.gram is None else res.gram) == 0
     if same.all():
-        return _identical(red, o, res, min(o.rank or _mode(f.ranks), pp))
+        return identical_module(red, o, res, min(o.rank or _mode(f.ranks), pp))
     solve_red, res.clipped = _clipped(red, o.clip)
     if o.contrasts == "dense":
         D, h = pair_blocks(solve_red)
     else:
         D = pair_factors(solve_red)
         h = D.q
-    D = _zero_pairs(D, h, same)
+    D = zero_pairs(D, h, same)
     rank = o.rank or _mode(f.ranks)
     rank = min(rank, pp)
     G = K * (K - 1) // 2
@@ -444,11 +447,12 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
         # iterations)
         sol = solve_module(D, h, lam_L, lam_S, weights=w, tol=o.tol, max_iter=o.max_iter,
                            init=warm)
-        if isinstance(D, PairContrasts) and sol.status in (INACCURATE, "stalled"):
+        if (o.contrasts == "auto" and sol.status in (INACCURATE, "stalled")
+                and G * D.q * pp * 8 <= DENSE_FALLBACK_BYTES):
             # the factored form's Grams cancel where clients are within ~1e-5 of each other (its
             # certificate then breaks); the dense contrasts, formed by subtraction, keep the digits
             D, h = pair_blocks(solve_red)
-            D = _zero_pairs(D, h, same)
+            D = zero_pairs(D, h, same)
             first = sol.status
             sol = solve_module(D, h, lam_L, lam_S, weights=w, tol=o.tol, max_iter=o.max_iter)
             res.contrasts = f"dense (factored: {first})"
@@ -463,7 +467,7 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     if res.clipped:
         Dd, hd = pair_blocks(red) if not isinstance(D, PairContrasts) else (pair_factors(red), None)
         hd = Dd.q if hd is None else hd
-        Dd = _zero_pairs(Dd, hd, same)
+        Dd = zero_pairs(Dd, hd, same)
     norms, zero = _detection_norms(Dd, hd, Z)
     split = clair.largest_gap_split(norms, min_below=clair.majority_pairs(K, o.alpha),
                                     zero_level=zero)
@@ -499,51 +503,6 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     res.state.update(Z=np.ascontiguousarray(Z), objective=float(sol.objective),
                      singular_values=sol.singular_values,
                      warnings=[str(c.message) for c in caught])
-
-
-def _zero_pairs(D, h: int, same):
-    """The contrasts with the pairs ``same`` (bool (G,), eq. (6) order: clients whose updates are
-    the same to rounding, :func:`~.updates.raw_distances` 0) set to exactly zero. What the
-    reduction leaves of such a pair is rounding (about 1e-16 of the updates; the factored form's
-    Grams cancel it only to about 1e-8), and (7) with a zero block has an optimum with
-    ``L_g = S_g = 0``: the program without the pair. Left as rounding, it slowed the factored solve
-    300-fold and broke its certificate (a negative duality gap)."""
-    if not same.any():
-        return D
-    if isinstance(D, PairContrasts):
-        T = D.T.copy()
-        T[same] = 0.0
-        return PairContrasts(T=T, X=D.X)
-    B = D.reshape(same.size, h, D.shape[1]).copy()
-    B[same] = 0.0
-    return B.reshape(D.shape)
-
-
-def _identical(red: ReducedModule, o: ModuleOptions, res: ModuleResult, rank: int) -> None:
-    """Every client's update is the same to rounding (:func:`~.updates.raw_distances` all 0): the
-    contrasts (5) are zero, so (7)'s solution is exactly ``L̂ = Ŝ = 0`` for any λ, every pair is
-    collaborative and (9) returns each client's own update. Solving (7) on what the reduction
-    leaves (rounding, about 1e-16 of the updates) would give a subspace, flags and a duality gap of
-    noise (relative gaps of -0.6 to 0.5 were seen); nothing is solved. ``P′`` is then any
-    rank-``rank`` subspace: the mean update's leading row space."""
-    K = red.Y.shape[0]
-    G = K * (K - 1) // 2
-    Vt = np.linalg.svd(lora.mean_product(red.X, red.Y))[2]
-    Z = np.ascontiguousarray(Vt[:rank].T)
-    zeros = np.zeros(G)
-    benign, votes = clair.collaborative_set(zeros, K, 0.0, alpha=o.alpha)
-    res.clipped, res.separated, res.benign = [], False, [bool(x) for x in benign]
-    res.lam_L, res.lam_S = (None, None) if o.lam_L is None else (float(o.lam_L), float(o.lam_S))
-    res.lam_rule = IDENTICAL_RULE
-    res.weights, res.rank, res.numerical_rank = np.full(G, 1.0 / K).tolist(), rank, 0
-    res.status, res.relative_gap, res.iterations, res.tau = "optimal", 0.0, 0, 0.0
-    res.votes, res.block_norms, res.contrast_norms = votes.tolist(), zeros.tolist(), zeros.tolist()
-    res.outside = outside_shares(red.Y, red.X, Z).tolist()
-    res.gram_outside = update_gram(red.Y, red.X - (red.X @ Z) @ Z.T)
-    res.gap_ratio = float(clair.largest_gap_split(zeros, min_below=clair.majority_pairs(K, o.alpha)).gap_ratio)
-    res.state.update(Z=Z, objective=0.0, singular_values=np.zeros(Vt.shape[0]),
-                     warnings=["every client's update is the same to rounding: the contrasts of (7) are "
-                               "zero, L̂ = Ŝ = 0 without a solve, and every client is collaborative"])
 
 
 def refit_without(results, decided, options: ModuleOptions, factors=None) -> None:

@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .aggregate import (BYZANTINE_METHODS, CLIENT_RULES, CLIP, DEFAULT_CLIENT_RULE, IDENTICAL_RULE, METHODS,
-                        ModuleOptions)
+from .aggregate import BYZANTINE_METHODS, CLIENT_RULES, CLIP, DEFAULT_CLIENT_RULE, METHODS, ModuleOptions
+from .degenerate import IDENTICAL_RULE, zero_update_notes
 from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, StorageDtypeError, adapter_fingerprint,
                  check_distinct_dirs, input_dtype, load_adapters, stored_dtypes)
 from .reduce import reduce_module
@@ -326,7 +326,8 @@ def run_aggregate(args) -> int:
         if bad:
             print(f"  warning: {len(bad)} module(s) stopped before the tolerance: {bad[:3]}",
                   file=sys.stderr)
-        same = [m for m, s in mods.items() if s["lam_rule"] == IDENTICAL_RULE]
+        same = [m for m, s in mods.items() if s["lam_rule"] == IDENTICAL_RULE
+                and len(s["zero_updates"]) < len(adapters.names)]       # all-zero modules: noted below
         if same:
             print(f"  note: {len(same)} module(s) where every client's update is the same to rounding: "
                   f"nothing to solve there, every client kept as it is: {same[:3]}", file=sys.stderr)
@@ -335,17 +336,8 @@ def run_aggregate(args) -> int:
             print(f"  warning: {len(low)} module(s) have rank(L_hat) below --rank (their P_A is "
                   f"partly arbitrary; see numerical_rank in summary.json): {low[:3]}",
                   file=sys.stderr)
-    n_zero = [sum(k in s["zero_updates"] for s in mods.values()) for k in range(len(adapters.names))]
-    zero = [n for n, z in zip(adapters.names, n_zero) if z == len(mods)]
-    if zero:
-        print(f"  warning: {', '.join(zero)}: lora_B (or lora_A) is all zeros in every module, "
-              "PEFT's initial state: an untrained adapter, aggregated as a zero update",
-              file=sys.stderr)
-    some = {n: z for n, z in zip(adapters.names, n_zero) if 0 < z < len(mods)}
-    if some:
-        print("  warning: " + ", ".join(f"{n} ({z} of {len(mods)})" for n, z in some.items())
-              + ": the update is all zeros in some modules (left untrained there?); the update rule's "
-              "module profile sees such a client as spread unlike the others", file=sys.stderr)
+    for note in zero_update_notes(mods, adapters.names):
+        print(f"  warning: {note}", file=sys.stderr)
     if args.rank_out is not None:
         worst = max(e for d in summary["rank_out_relative_error"].values() for e in d.values())
         print(f"  --rank-out {args.rank_out}: largest relative Frobenius error {worst:.3e}")

@@ -194,10 +194,8 @@ def reduce_module(f: ModuleFactors, *, energy: float | None = None,
         Numerical-rank tolerance of the stacked factors (relative to their largest singular
         value).
 
-    Raises
-    ------
-    AdapterError
-        Every client's update of the module is zero (untrained adapters).
+    A module whose every update is zero (nobody trained it: ``lora_B`` all zeros is PEFT's
+    initial state) gets one-dimensional bases and zero coordinates: its aggregates are zero.
     """
     if energy is not None and not 0 < energy <= 1:
         raise ValueError(f"energy must be in (0, 1], got {energy}")
@@ -207,9 +205,12 @@ def reduce_module(f: ModuleFactors, *, energy: float | None = None,
     exact_total = sum(float(np.einsum("ij,ij->", (s * s) * (b.T @ b), a @ a.T))
                       for s, b, a in zip(f.scaling, f.B, f.A))
     if exact_total == 0:
-        raise AdapterError(f"module {f.name!r}: every client's update s·B·A is zero (lora_B all "
-                           "zeros is PEFT's initial state: the adapters are untrained, or were "
-                           "saved before training)")
+        # nobody trained this module: every update, and so every aggregate, is 0 — a one-dimensional
+        # basis holding zero coordinates keeps every method's algebra (and its outputs) exact
+        rmax = max(r)
+        e = (lambda n: np.eye(n, 1))
+        return ReducedModule(U=e(f.shape[0]), V=e(f.shape[1]), Y=np.zeros((K, 1, rmax)),
+                             X=np.zeros((K, rmax, 1)), discarded=0.0)
     Bs = np.hstack([s * b for s, b in zip(f.scaling, f.B)])       # (out, Σr)
     As = np.vstack(f.A)                                            # (Σr, in)
     U, cb = _basis(Bs, rtol)                                       # cb: (q′, Σr) = U^T Bs

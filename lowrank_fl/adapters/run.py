@@ -166,7 +166,7 @@ def aggregate_adapters(adapters: AdapterSet, options: ModuleOptions, *, jobs: in
             try:
                 client = Client(scheduler)
             except (OSError, ValueError, TypeError) as exc:     # a bad address, or nobody answers there
-                raise ValueError(f"scheduler {scheduler!r} (--scheduler): cannot connect: "
+                raise ValueError(f"scheduler {scheduler!r} (a dask scheduler's address): cannot connect: "
                                  f"{' '.join(str(exc).split())}") from None
             with client:
                 futs = {client.submit(_task, adapters, m, options, state, pure=False): m for m in mods}

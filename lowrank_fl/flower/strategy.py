@@ -50,6 +50,7 @@ from threadpoolctl import threadpool_limits
 
 from ..adapters import (CLIENT_RULES, DEFAULT_CLIENT_RULE, DEFAULT_REFINE, REFINE, AdapterError,
                         ModuleOptions, aggregate_factors, guard)
+from ..adapters.degenerate import zero_update_notes
 from ..adapters.split import SHARED
 from .contract import (LORA_ARRAYS, LORA_CONFIG, SHARED_ARRAYS, SHARED_CONFIG, SHARED_WEIGHT,
                        factors_from_content, factors_record, shared_weight_value)
@@ -214,6 +215,9 @@ class ClairStrategy(FedAvg):
                              "every client one aggregate (leave output unset)")
         output = output or ("merged" if module_options.rank_out is not None or module_options.method != "clair"
                             else "split")
+        if scheduler is not None and not (isinstance(scheduler, str) and ":" in scheduler):
+            raise ValueError(f"scheduler must be a dask scheduler's address ('tcp://HOST:PORT') or None, "
+                             f"got {scheduler!r}")
         if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs == 0 or jobs < -1:
             raise ValueError(f"jobs must be an int >= 1 or -1 (all cores), got {jobs!r}")
         for name, key in (("lora_arrays_key", lora_arrays_key), ("lora_config_key", lora_config_key)):
@@ -254,8 +258,10 @@ class ClairStrategy(FedAvg):
     def summary(self) -> None:
         """Log the configuration (Flower calls this when the strategy starts)."""
         super().summary()
-        log(INFO, "\t└──> lowrank_fl: method %s, client rule %s, jobs %s%s", self.method,
-            self.client_rule, self.jobs, f", scheduler {self.scheduler}" if self.scheduler else "")
+        clair = (f", client rule {self.client_rule}, refine {self.refine}, output {self.output}"
+                 if self.method == "clair" else "")
+        log(INFO, "\t└──> lowrank_fl: method %s%s, jobs %s%s", self.method, clair, self.jobs,
+            f", scheduler {self.scheduler}" if self.scheduler else "")
 
     # ------------------------------------------------------------------ sending
     def _personal(self, messages: Iterable[Message], arrays: ArrayRecord) -> list[Message]:
@@ -384,9 +390,19 @@ class ClairStrategy(FedAvg):
         with threadpool_limits(limits=1):
             t1 = time.perf_counter()
             split = self.method == "clair" and self.output == "split"
-            res = aggregate_factors(named, self.module_options, client_rule=self.client_rule,
-                                    jobs=self.jobs, scheduler=self.scheduler, output="split" if split else "merged",
-                                    refine=self.refine if self.method == "clair" else None)
+            try:
+                res = aggregate_factors(named, self.module_options, client_rule=self.client_rule,
+                                        jobs=self.jobs, scheduler=self.scheduler,
+                                        output="split" if split else "merged",
+                                        refine=self.refine if self.method == "clair" else None)
+            except AdapterError as exc:       # the replies cannot be aggregated: the round, not the run
+                msg = (f"round {server_round}: the replies could not be aggregated ({exc}); the global "
+                       "arrays are unchanged")
+                log(WARNING, "aggregate_train: %s", msg)
+                warnings.warn(f"ClairStrategy: {msg}", stacklevel=2)
+                record = RoundRecord(**base, seconds={"total": time.perf_counter() - t0})
+                self.rounds[server_round] = record
+                return None, self._metrics(record, accepted)
             t_agg = time.perf_counter() - t1
             t1 = time.perf_counter()
             benign = self._benign_sets(res, len(nodes))
@@ -412,6 +428,9 @@ class ClairStrategy(FedAvg):
         else:                                     # one aggregate for everyone
             self.adapters.clear()
             self.shared_parts.clear()
+        for note in zero_update_notes(res.summary["modules"], list(named)):
+            log(WARNING, "aggregate_train: round %s: %s", server_round, note)
+            warnings.warn(f"ClairStrategy: round {server_round}: {note}", stacklevel=2)
         modules = res.summary["modules"].values()
         decided = guard.decided_modules(benign)  # undecided modules flag nobody
         flagged = tuple(n for k, n in enumerate(nodes) if not all(b[k] for b in decided.values())) \

@@ -178,14 +178,14 @@ def _show(v) -> str:
 
 def format_diff(d: ReportDiff, *, names=("A", "B"), max_numbers: int = 20) -> str:
     """Text listing of a :class:`ReportDiff` (``max_numbers`` changed values shown per claim)."""
+    if isinstance(max_numbers, bool) or not isinstance(max_numbers, int) or max_numbers < 0:
+        raise ValueError(f"max_numbers must be an integer >= 0, got {max_numbers!r}")
     a, b = names
-    lines = [f"{a}: scale {d.a.get('scale', '?')}, {len(d.a['claims'])} claims"
-             + _commit(d.a),
-             f"{b}: scale {d.b.get('scale', '?')}, {len(d.b['claims'])} claims" + _commit(d.b), ""]
+    lines = [f"{name}: {_header(doc)}" for name, doc in ((a, d.a), (b, d.b))] + [""]
     if d.identical:
-        lines.append(f"No differences in the {d.compared} claims compared.")
+        lines.append(f"No differences in the {_n(d.compared, 'claim')} compared.")
         return "\n".join(lines) + "\n"
-    lines.append(f"Verdict changes ({len(d.verdicts)} of {d.compared} claims):")
+    lines.append(f"Verdict changes ({len(d.verdicts)} of {_n(d.compared, 'claim')}):")
     lines += [f"  {cid}: {old} -> {new}" for cid, old, new in d.verdicts] or ["  none"]
     for label, ids in ((f"Only in {a}", d.only_a), (f"Only in {b}", d.only_b)):
         if ids:
@@ -193,7 +193,7 @@ def format_diff(d: ReportDiff, *, names=("A", "B"), max_numbers: int = 20) -> st
     by_claim: dict = {}
     for ch in d.numbers:
         by_claim.setdefault(ch.claim, []).append(ch)
-    lines += ["", f"Changed values ({len(d.numbers)} in {len(by_claim)} claims):"]
+    lines += ["", f"Changed values ({len(d.numbers)} in {_n(len(by_claim), 'claim')}):"]
     if not by_claim:
         lines.append("  none")
     for cid, changes in by_claim.items():
@@ -203,6 +203,18 @@ def format_diff(d: ReportDiff, *, names=("A", "B"), max_numbers: int = 20) -> st
         if len(changes) > max_numbers:
             lines.append(f"    ... and {len(changes) - max_numbers} more")
     return "\n".join(lines) + "\n"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _header(doc: dict) -> str:
+    """What a report ran: scale, base seed (two seeds differ in every measured value), claims,
+    commit."""
+    seed = doc.get("base_seed")
+    return (f"scale {doc.get('scale', '?')}" + (f", base seed {seed}" if seed is not None else "")
+            + f", {_n(len(doc['claims']), 'claim')}" + _commit(doc))
 
 
 def _commit(doc: dict) -> str:
@@ -225,9 +237,21 @@ def add_parser(subparsers) -> None:
     p.add_argument("--rtol", type=float, default=1e-6,
                    help="relative tolerance below which numbers count as equal (default: 1e-6)")
     p.add_argument("--atol", type=float, default=0.0, help="absolute tolerance (default: 0)")
-    p.add_argument("--max-values", type=int, default=20, help="changed values shown per claim (default: 20)")
-    p.add_argument("--strict", action="store_true", help="exit with status 1 if any verdict changed")
+    p.add_argument("--max-values", type=_count, default=20,
+                   help="changed values shown per claim, >= 0 (default: 20)")
+    p.add_argument("--strict", action="store_true",
+                   help="exit with status 1 if any verdict changed or a claim is in one report only")
     p.set_defaults(handler=cmd_diff)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
 
 
 def cmd_diff(args) -> int:
