@@ -436,6 +436,13 @@ def test_refresh_and_cache_clear(dummy_registry, tmp_path, capsys):
     assert lowrank_fl(["cache", "clear", "--cache", str(cache), "--claim", "fedrep.dummy.mean"]) == 0
     assert capsys.readouterr().out.startswith("cache clear: removed 6 entries")
     assert lowrank_fl(argv) == 0 and tasks() == {"executed": 6, "from_cache": 0}
+    capsys.readouterr()
+    # a glob, as verify --claim reads it; one matching nothing is named
+    assert lowrank_fl(["cache", "clear", "--cache", str(cache), "--claim", "fedrep.dummy.*"]) == 0
+    assert capsys.readouterr().out.startswith("cache clear: removed 6 entries")
+    assert lowrank_fl(["cache", "clear", "--cache", str(cache), "--claim", "fedrep.nothing.*"]) == 2
+    assert "--claim fedrep.nothing.* matches no claim id" in capsys.readouterr().err
+    assert lowrank_fl(argv) == 0 and tasks() == {"executed": 6, "from_cache": 0}
     assert lowrank_fl(["cache", "clear", "--cache", str(cache)]) == 0
     assert not list(cache.rglob("*.npz"))
     # a directory that is not a cache is never deleted

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -94,9 +95,10 @@ class Deployment:
                                   f"({self.logs / (name + '.log')}) ends with:\n{_tail(self.logs / (name + '.log'))}")
 
     def kill(self, name: str, at: float) -> None:
-        """SIGKILL a process group (a machine lost: no goodbye to the SuperLink)."""
-        _signal_group(self.procs[name], signal.SIGKILL)
+        """SIGKILL a process group (a machine lost: no goodbye to the SuperLink); marked killed
+        first, so that :meth:`check_alive` on another thread never takes it for a crash."""
         self.killed[name] = at
+        _signal_group(self.procs[name], signal.SIGKILL)
 
     def stop(self, grace: float = 10.0) -> list[str]:
         """SIGTERM every group, SIGKILL what is left after ``grace`` seconds; the groups still
@@ -256,6 +258,7 @@ def main(argv=None) -> int:
     work = Path(tempfile.mkdtemp(prefix="flower_clair_deploy_"))
     dep = Deployment(work, logs, env)
     stopping = {"signal": None}
+    killer = None                       # the --kill-node timer
 
     def on_signal(signum, frame):
         stopping["signal"] = signum
@@ -287,12 +290,19 @@ def main(argv=None) -> int:
         print(f"deploy: run {run_id} submitted to the SuperLink on 127.0.0.1:{link_port} "
               f"({args.nodes} SuperNodes, {args.rounds} rounds); logs in {logs}", flush=True)
         kill_name = None if args.kill_node is None else f"supernode-{args.kill_node}"
+        if kill_name:
+            # on a timer of its own: the loop below waits seconds for each `flwr list` under load
+            def kill_now():
+                at = time.monotonic() - started
+                dep.kill(kill_name, at)
+                print(f"deploy: SIGKILLed {kill_name} (partition {args.kill_node}) {at:.1f} s into the run",
+                      flush=True)
+
+            killer = threading.Timer(max(0.0, args.kill_after - (time.monotonic() - started)), kill_now)
+            killer.daemon = True
+            killer.start()
         while True:
             elapsed = time.monotonic() - started
-            if kill_name and kill_name not in dep.killed and elapsed >= args.kill_after:
-                dep.kill(kill_name, elapsed)
-                print(f"deploy: SIGKILLed {kill_name} (partition {args.kill_node}) {elapsed:.1f} s into the run",
-                      flush=True)
             status = run_status(run_id, cli_env)
             if status["status"].startswith("finished"):
                 break
@@ -315,6 +325,8 @@ def main(argv=None) -> int:
         return 1
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)      # no second interrupt mid-cleanup
+        if killer is not None:
+            killer.cancel()                               # the run ended before its time
         left = dep.stop()
         for s, h in old.items():
             signal.signal(s, h)

@@ -72,8 +72,11 @@ def main(argv=None) -> int:
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
     os.replace(tmp, path)
+    lost = [f"{sum(r[k] for r in summary.get('rounds', []))} {k}" for k in ("failures", "missing", "rejected")
+            if sum(r[k] for r in summary.get("rounds", []))]
     print(f"flagged {summary['flagged']} (contaminated {summary['contaminated']}); largest relative gap "
-          f"{summary['certificate']['max_relative_gap']:.2e}; simulation {wall:.1f} s; wrote {path}")
+          f"{summary['certificate']['max_relative_gap']:.2e}; simulation {wall:.1f} s; wrote {path}"
+          + (f"; client replies left out over the rounds: {', '.join(lost)}" if lost else ""))
     for k, acc in sorted((summary["accuracy"] or {}).items(), key=lambda x: int(x[0])):
         print(f"  client {k}: accuracy {acc['before']:.3f} -> {acc['after']:.3f}"
               f"{'' if acc['refined'] else ' (not a refined adapter)'}")

@@ -66,9 +66,10 @@ class RoundRecord:
         Node ids whose factors were aggregated, in the order of ``summary["clients"]`` (where
         each is named ``str(node_id)``): by the replies' ``client-id`` if any, then node id.
     flagged : tuple of int
-        Participants CLAIR left out of the collaborative set (8): under ``client_rule``
-        ``"majority"`` / ``"any"`` its client-level decision, under ``"per-module"`` the
-        clients excluded in at least one module. Empty for the other methods.
+        Participants CLAIR left out of the collaborative set: under a client-level ``client_rule``
+        (``"updates"``, the default, ``"pooled"``, ``"raw"``, ``"majority"``, ``"any"``) its
+        decision, under ``"per-module"`` the clients excluded from the set (8) of at least one
+        module. Empty for the other methods.
     modules_benign : dict
         ``{node id: number of modules where it is in the set (8)}`` (CLAIR), the evidence.
     failures, rejected : dict
