@@ -44,7 +44,7 @@ def _readonly(value):
     return value
 
 
-def _freeze(result) -> None:
+def freeze_arrays(result) -> None:
     """Make every ndarray field (and arrays inside mapping fields) of a frozen dataclass read-only."""
     for f in fields(result):
         value = getattr(result, f.name)
@@ -117,7 +117,7 @@ class SolverResult:
     message: str = ""
 
     def __post_init__(self):
-        _freeze(self)
+        freeze_arrays(self)
 
     @property
     def relative_gap(self) -> float:
@@ -187,7 +187,7 @@ class Trace:
     config: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        _freeze(self)
+        freeze_arrays(self)
 
     @property
     def rounds(self) -> int:

@@ -405,38 +405,30 @@ def cmd_verify(args) -> int:
     return 0
 
 
-_GLOB = re.compile(r"[*?\[]")
-
-
-def _check_claim_ids(ids, cache_dir: Path) -> None:
-    """``--claim`` ids of ``cache clear``: registered claims, or labels that have cache entries
-    (a renamed claim's old entries); ``ValueError`` naming an unknown id, with a close match."""
+def _claim_ids(ids, cache_dir: Path) -> list[str]:
+    """``--claim`` ids of ``cache clear``, glob patterns (``clair.lemmaS11.*``) replaced by the ids
+    they match as ``verify --claim`` reads them: registered claims, or labels that have cache
+    entries (a renamed claim's old entries); ``ValueError`` naming an unknown id (a close match)."""
     import difflib
+    import fnmatch
 
     from .cache import safe_name
 
     _load_claims(None)
-    for cid in ids:
-        if cid in REGISTRY or (cache_dir / safe_name(cid)).is_dir():
-            continue
-        if _GLOB.search(cid):
-            raise ValueError(f"--claim {cid} matches no claim id; `lowrank-fl claims` lists them")
-        close = difflib.get_close_matches(cid, list(REGISTRY), n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(f"--claim {cid} is not a claim id and has no entries in {cache_dir}; "
-                         f"{hint}`lowrank-fl claims` lists the claim ids")
-
-
-def _expand_claim_ids(ids) -> list[str]:
-    """``--claim`` ids of ``cache clear`` with glob patterns (``clair.lemmaS11.*``) replaced by the
-    registered ids they match (as ``verify --claim`` reads them); a pattern matching none stays."""
-    import fnmatch
-
-    _load_claims(None)
     out: list[str] = []
     for cid in ids:
-        hits = sorted(i for i in REGISTRY if fnmatch.fnmatchcase(i, cid)) if _GLOB.search(cid) else []
-        out += hits or [cid]
+        if re.search(r"[*?\[]", cid):
+            hits = sorted(i for i in REGISTRY if fnmatch.fnmatchcase(i, cid))
+            if not hits:
+                raise ValueError(f"--claim {cid} matches no claim id; `lowrank-fl claims` lists them")
+            out += hits
+        elif cid in REGISTRY or (cache_dir / safe_name(cid)).is_dir():
+            out.append(cid)
+        else:
+            close = difflib.get_close_matches(cid, list(REGISTRY), n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(f"--claim {cid} is not a claim id and has no entries in {cache_dir}; "
+                             f"{hint}`lowrank-fl claims` lists the claim ids")
     return list(dict.fromkeys(out))
 
 
@@ -446,10 +438,7 @@ def cmd_cache_clear(args) -> int:
 
     _check_cache_option(args.cache, create=False)
     cache_dir = Path(args.cache or default_cache_dir())
-    claims = _expand_claim_ids(args.claim) if args.claim else None
-    if claims:
-        _check_claim_ids(claims, cache_dir)
-    labels = None if not claims else [safe_name(c) for c in claims]
+    labels = None if not args.claim else [safe_name(c) for c in _claim_ids(args.claim, cache_dir)]
     removed = clear_cache(cache_dir, labels)
     none = " (nothing was cached for them)" if args.claim and not removed else ""
     print(f"cache clear: removed {removed} entries from {cache_dir}{none}")

@@ -35,6 +35,7 @@ import scipy.linalg
 from ..validation import check_choice, check_int, check_positive
 from ..results import ConvergenceWarning
 from ..stall import DEFAULT_WINDOWS, INACCURATE, StallRule, check_stall_window
+from .solver_options import DEFAULT, check_applicable
 from .program7 import (LowRankMixin, PenalizedResult, block_sq_norms, certify,
                        check_problem, check_same_shape, dual_point, dual_scale_from_residual,
                        dual_value, duality_gap, frobenius_inner, kkt_residuals, op_norm,
@@ -186,15 +187,6 @@ def _bst(M, q, tau, inplace=False):
 # the solver
 
 
-class _Default:
-    """Marker of an option left at its default (``tol``: 1e-8 for the iterative methods, the
-    CVXPY certificate's :data:`~lowrank_fl.clair.programs.DEFAULT_TOL` for ``"cvxpy"``)."""
-
-    def __repr__(self):
-        return "<default>"
-
-
-DEFAULT = _Default()
 #: Default relative-gap tolerance of the iterative methods.
 ITERATIVE_TOL = 1e-8
 
@@ -293,10 +285,10 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
         step_size = step
     D, q, G, lam_L, lam_S, w = check_problem(D, q, lam_L, lam_S, weights)
     check_choice(method, "method", METHODS)
-    _check_applicable(method, max_iter=max_iter, solver=solver, step_size=step_size, init=init,
-                      check_every=check_every, svd=svd, nuclear=nuclear,
-                      on_inaccurate=on_inaccurate, solver_options=solver_options,
-                      verbose=verbose, stall_window=stall_window)
+    check_applicable(method, max_iter=max_iter, solver=solver, step_size=step_size, init=init,
+                     check_every=check_every, svd=svd, nuclear=nuclear,
+                     on_inaccurate=on_inaccurate, solver_options=solver_options,
+                     verbose=verbose, stall_window=stall_window)
     if method == "cvxpy":
         if tol is None:
             raise ValueError("tol=None (a fixed number of iterations) needs an iterative method; "
@@ -367,27 +359,6 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
         lam_S=lam_S, weights=w, diverged_at=div_at, objective=cert.objective, gap=cert.gap,
         iterations=it, status=status, solver=method, seconds=time.perf_counter() - t0,
         history=hist, gap_scale=cert.scale, data_norm=op_norm(D), message=message + "."), c)
-
-
-# options that only one family of methods reads, with their defaults
-_ITERATIVE_ONLY = {"max_iter": 10000, "step_size": None, "init": None, "check_every": 5,
-                   "svd": "auto", "stall_window": DEFAULT}
-_CVXPY_ONLY = {"solver": None, "nuclear": "schur", "on_inaccurate": "warn",
-               "solver_options": None, "verbose": False}
-
-
-def _check_applicable(method, **given):
-    """Refuse a non-default option that the chosen method would silently ignore."""
-    unused = _ITERATIVE_ONLY if method == "cvxpy" else _CVXPY_ONLY
-    for name, default in unused.items():
-        value = given[name]
-        same = value is default or (default is not None and np.ndim(value) == 0
-                                    and not isinstance(value, Mapping) and value == default)
-        if not same:
-            family = "iterative methods ('fista', 'proxgrad')" if method == "cvxpy" \
-                else "method='cvxpy'"
-            raise ValueError(f"{name} is only used with {family}, got {name}={value!r} with "
-                             f"method={method!r}")
 
 
 def _history(objs, gaps, gap_its):

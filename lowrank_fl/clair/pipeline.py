@@ -23,7 +23,7 @@ import numpy as np
 from ..validation import (as_float_array, check_choice, check_in_interval, check_int,
                            check_positive)
 from .. import linalg
-from ..results import ConvergenceWarning, SolverError, _freeze
+from ..results import ConvergenceWarning, SolverError, freeze_arrays
 from .contrasts import as_blocks, check_weights, contrasts
 from ..conic import safe_scale
 from .penalized import DEFAULT, solve_penalized
@@ -141,7 +141,7 @@ class ClairFit:
     scale: float = 1.0
 
     def __post_init__(self):
-        _freeze(self)                      # read-only arrays, as every result of the library
+        freeze_arrays(self)                      # read-only arrays, as every result of the library
 
 
 @dataclass(frozen=True, eq=False)
