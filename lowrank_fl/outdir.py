@@ -62,6 +62,10 @@ def is_output_dir(path) -> bool:
         return False
 
 
+#: what file browsers drop into any folder they show (never a user's work): not counted as foreign
+_DESKTOP_FILES = (".DS_Store", "Thumbs.db", "desktop.ini")
+
+
 def _written_files(directory: Path) -> list[str]:
     """Every file (and link) under ``directory``, relative, ``/``-separated, sorted; the marker aside."""
     found = []
@@ -83,7 +87,8 @@ def foreign_files(path) -> list[str] | None:
         return None
     if not isinstance(listed, list):
         return None
-    return sorted(set(_written_files(Path(path))) - set(listed))
+    return sorted(f for f in set(_written_files(Path(path))) - set(listed)
+                  if f.rsplit("/", 1)[-1] not in _DESKTOP_FILES)
 
 
 def _overwrite_hint(option: str) -> str:

@@ -119,6 +119,12 @@ class StallRule:
         self.since = self._its[i]
         return True
 
+    def above_start(self, objective: float) -> bool:
+        """True when ``objective`` (absolute) is above :attr:`start_objective` by more than 1e-9 of
+        it: a stalled solve there has moved away from every optimum (a warm start at the optimum
+        whose certificate stalls is not taken for it by rounding)."""
+        return objective > self.start_objective + 1e-9 * abs(self.start_objective)
+
     def broken(self, relative_gap: float) -> bool:
         """True when the certified relative gap is below ``-tol``: weak duality makes every gap
         non-negative, so the certificate is rounding (data far smaller than the numbers they were

@@ -21,6 +21,21 @@ __all__ = [
 ]
 
 
+def _ragged(x, name: str) -> None:
+    """Raise ``ValueError`` naming the first element of the list ``x`` whose shape differs from
+    the first one's (nothing when ``x`` is not such a list)."""
+    if not isinstance(x, (list, tuple)) or not x:
+        return
+    try:
+        shapes = [np.shape(e) for e in x]
+    except ValueError:                             # ragged deeper down: no element shape to name
+        return
+    odd = next((i for i, sh in enumerate(shapes) if sh != shapes[0]), None)
+    if odd is not None:
+        raise ValueError(f"{name}: its elements must all have one shape, got {shapes[0]} for "
+                         f"{name}[0] and {shapes[odd]} for {name}[{odd}]")
+
+
 def as_float_array(x, name: str, *, ndim: int | tuple[int, ...] | None = None,
                    shape: tuple | None = None, finite: bool = True) -> np.ndarray:
     """Return ``x`` as a float64 ndarray, checking dimensions, shape and finiteness.
@@ -29,18 +44,19 @@ def as_float_array(x, name: str, *, ndim: int | tuple[int, ...] | None = None,
     input (casting would silently drop the imaginary part) and ``ValueError`` naming ``name``
     otherwise.
     """
-    if isinstance(x, (list, tuple)) and x:
-        shapes = [np.shape(e) for e in x]          # a ragged list: say which element differs
-        odd = next((i for i, sh in enumerate(shapes) if sh != shapes[0]), None)
-        if odd is not None:
-            raise ValueError(f"{name}: its elements must all have one shape, got {shapes[0]} for "
-                             f"{name}[0] and {shapes[odd]} for {name}[{odd}]")
-    if np.iscomplexobj(x):
+    try:
+        complex_ = np.iscomplexobj(x)
+    except ValueError:                             # a ragged list (numpy cannot make an array)
+        _ragged(x, name)
+        raise TypeError(f"{name} must be a numeric array, got a {type(x).__name__} numpy cannot "
+                        "make one of") from None
+    if complex_:
         raise TypeError(f"{name} must be a real numeric array, got complex values "
                         f"(dtype {np.asarray(x).dtype})")
     try:
         arr = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
+        _ragged(x, name)
         raise TypeError(f"{name} must be a numeric array, got {type(x).__name__}") from exc
     if ndim is not None:
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)

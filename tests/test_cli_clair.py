@@ -255,6 +255,9 @@ def test_overwrite_needs_a_previous_fit_and_replaces_it(tmp_path, npz, capsys):
     assert main(_fit_args(npz, out)) == 0
     (out / "stale.txt").write_text("old")
     assert main(_fit_args(npz, out)) == 2  # not empty
+    assert main(_fit_args(npz, out, "--overwrite")) == 2  # a file the fit did not write: refused
+    assert "did not write (stale.txt)" in capsys.readouterr().err
+    (out / "stale.txt").unlink()
     assert main(_fit_args(npz, out, "--overwrite")) == 0
     assert sorted(p.name for p in out.iterdir()) == [".lowrank-fl-output", "refined.npz", "summary.json"]
     other = tmp_path / "mine"

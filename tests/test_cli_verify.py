@@ -383,7 +383,7 @@ def test_verify_bad_seed_is_a_usage_error(tmp_path, capsys, seed):
     assert "argument --seed: must be an int >= 0" in capsys.readouterr().err
 
 
-def test_overwrite_replaces_the_report_and_removes_stale_files(dummy_registry, tmp_path):
+def test_overwrite_replaces_the_report_but_never_a_file_the_user_added(dummy_registry, tmp_path, capsys):
     out = tmp_path / "rep"
     argv = ["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache", "--no-progress",
             "--claim", "fedrep.dummy.mean", "--out", str(out)]
@@ -391,6 +391,12 @@ def test_overwrite_replaces_the_report_and_removes_stale_files(dummy_registry, t
     (out / "figures" / "stale.png").write_bytes(b"old figure")
     (out / "old.txt").write_text("old")
     assert lowrank_fl(argv) == 2  # not empty
+    capsys.readouterr()
+    assert lowrank_fl(argv + ["--overwrite"]) == 2    # files the report did not write: refused
+    assert "did not write (figures/stale.png, old.txt)" in capsys.readouterr().err
+    assert (out / "old.txt").read_text() == "old"
+    (out / "old.txt").unlink()
+    (out / "figures" / "stale.png").unlink()
     assert lowrank_fl(argv + ["--overwrite"]) == 0
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [
         ".lowrank-fl-output", "README.md", "figures", "figures/fedrep.dummy.mean.png", "figures/fedrep.dummy.mean.svg",

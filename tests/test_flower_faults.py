@@ -304,3 +304,18 @@ def test_strategy_options_are_checked_and_logged(caplog):
     with caplog.at_level(logging.INFO):
         st.summary()
     assert "lowrank_fl: method clair, client rule any, refine paper, output split, jobs 1" in caplog.text
+
+
+def test_replies_that_cannot_be_aggregated_cost_the_round_not_the_run(k4, caplog):
+    """FFA-LoRA needs every client's A frozen and equal; these clients trained theirs: the round
+    says why and keeps the global arrays, and the strategy goes on to the next round."""
+    import logging
+
+    by_node = {n: (k4[f"c{k}"], f"c{k}") for k, n in enumerate(NODES)}
+    st = ClairStrategy(module_options=ModuleOptions(method="ffa"), min_available_nodes=4, min_train_nodes=4)
+    with caplog.at_level(logging.WARNING):
+        rec = _round(st, 1, _Grid(NODES), by_node)
+    assert "round 1: the replies could not be aggregated (module" in caplog.text
+    assert "needs the same (frozen) A" in caplog.text and "the global arrays are unchanged" in caplog.text
+    assert rec.participants == tuple(NODES) and rec.summary is None and st.global_adapter is None
+    assert _round(st, 2, _Grid(NODES), by_node).participants == tuple(NODES)        # the run goes on

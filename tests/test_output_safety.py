@@ -160,9 +160,13 @@ def test_marker_is_written_and_only_marked_outputs_are_replaced(tree, tmp_path, 
     assert _agg(_clients(tree), "--out", out) == 2            # not empty, no --overwrite
     _one_error_line(capsys, "not empty", "--overwrite")
     assert snapshot(out) == first
-    (out / "stale.txt").write_text("x")
+    (out / "stale.txt").write_text("x")                      # a file the run did not write
+    assert _agg(_clients(tree), "--out", out, "--overwrite") == 2
+    _one_error_line(capsys, "holds files the lowrank-fl run that wrote it did not write (stale.txt)")
+    assert (out / "stale.txt").read_text() == "x"
+    (out / "stale.txt").unlink()
     assert _agg(_clients(tree), "--out", out, "--overwrite") == 0
-    assert not (out / "stale.txt").exists() and (out / "summary.json").is_file()
+    assert (out / "summary.json").is_file()
     # nothing beside OUT: no staging, no old copy, no lock file
     assert sorted(p.name for p in tmp_path.iterdir()) == ["D", "out"]
 

@@ -408,6 +408,9 @@ def test_overwrite_never_deletes_a_file_the_user_added_to_a_previous_output(tmp_
         o.commit()
     assert _json.loads((out / MARKER).read_text())["files"] == ["a.txt", "sub/b.txt"]
     assert foreign_files(out) == []
+    (out / ".DS_Store").write_bytes(b"\0")                 # a file browser's, not the user's work
+    assert foreign_files(out) == []
+    (out / ".DS_Store").unlink()
     (out / "notes.txt").write_text("mine")
     (out / "sub" / "data.csv").write_text("mine too")
     with pytest.raises(ValueError, match=r"holds files the lowrank-fl run that wrote it did not write "

@@ -65,6 +65,10 @@ _SV_RTOL = 1e-12
 #: with ``contrasts="auto"``, a factored solve of (7) that ends "inaccurate" or "stalled" is solved
 #: again on the dense contrasts when they take at most this many bytes (G h p′ float64 numbers)
 DENSE_FALLBACK_BYTES = 2 ** 28
+#: ... and solved there from the start where two clients' updates are closer than this (relative
+#: distance, the pairs the same to rounding aside): the factored form holds a contrast of relative
+#: size e to about 1e-16 / e^2, too coarse for (7)'s certificate below 1e-4
+NEAR_RELATIVE = 1e-4
 
 
 @dataclass
@@ -77,9 +81,10 @@ class ModuleResult:
     ``P_Â``), ``numerical_rank`` (of ``L̂``, relative to ``||D̂||_op``), ``reduced_dims`` ([q′, p′]), ``pair_height`` (h), ``status``, ``relative_gap``,
     ``iterations``, ``discarded`` (relative energy of a truncated reduction), ``tau``, ``votes``,
     ``block_norms``, ``contrasts`` (CLAIR: the form (7) was solved on, ``"factored"`` or
-    ``"dense"``; ``"dense (factored: <status>)"`` where, under ``contrasts="auto"``, the factored
-    solve's certificate broke or stalled and the dense form (at most :data:`DENSE_FALLBACK_BYTES`)
-    was solved instead), ``seconds``.
+    ``"dense"``; under ``contrasts="auto"`` the dense form (at most :data:`DENSE_FALLBACK_BYTES`)
+    where clients are within :data:`NEAR_RELATIVE` of each other, or where a factored solve ended
+    inaccurate, stalled or at max_iter (``"dense (factored: <status>)"``); None where nothing was
+    solved), ``seconds``.
     """
 
     name: str
@@ -314,19 +319,25 @@ def _clipped(red: ReducedModule, clip: float | None):
 def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     K = len(f.A)
     qp, pp = red.dims
-    same = raw_distances(update_gram(red.Y, red.X) if res.gram is None else res.gram) == 0
+    gram = update_gram(red.Y, red.X) if res.gram is None else res.gram
+    same = raw_distances(gram) == 0
     if same.all():
         return identical_module(red, o, res, min(o.rank or _mode(f.ranks), pp))
     solve_red, res.clipped = _clipped(red, o.clip)
-    if o.contrasts == "dense":
+    G = K * (K - 1) // 2
+    # clients within NEAR_RELATIVE of each other: the factored form's Grams would cancel (its
+    # certificate breaks or crawls), so "auto" forms the dense contrasts where they fit
+    near = o.contrasts == "auto" and G * 2 * red.Y.shape[2] * pp * 8 <= DENSE_FALLBACK_BYTES \
+        and _nearest(gram, same) < NEAR_RELATIVE
+    if o.contrasts == "dense" or near:
         D, h = pair_blocks(solve_red)
+        res.contrasts = "dense (clients within 1e-4 of each other)" if near else None
     else:
         D = pair_factors(solve_red)
         h = D.q
     D = zero_pairs(D, h, same)
     rank = o.rank or _mode(f.ranks)
     rank = min(rank, pp)
-    G = K * (K - 1) // 2
     w = np.full(G, 1.0 / K)
     warm = None
     if o.lam_L is None:
@@ -341,8 +352,8 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
         # iterations)
         sol = solve_module(D, h, lam_L, lam_S, weights=w, tol=o.tol, max_iter=o.max_iter,
                            init=warm)
-        if (o.contrasts == "auto" and sol.status in (INACCURATE, "stalled")
-                and G * D.q * pp * 8 <= DENSE_FALLBACK_BYTES):
+        if (o.contrasts == "auto" and isinstance(D, PairContrasts)
+                and sol.status in (INACCURATE, "stalled", "max_iter") and G * D.q * pp * 8 <= DENSE_FALLBACK_BYTES):
             # the factored form's Grams cancel where clients are within ~1e-5 of each other (its
             # certificate then breaks); the dense contrasts, formed by subtraction, keep the digits
             D, h = pair_blocks(solve_red)
@@ -397,6 +408,17 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     res.state.update(Z=np.ascontiguousarray(Z), objective=float(sol.objective),
                      singular_values=sol.singular_values,
                      warnings=[str(c.message) for c in caught])
+
+
+def _nearest(gram, same) -> float:
+    """The smallest relative distance ``||ΔW_j - ΔW_k|| / sqrt(||ΔW_j||^2 + ||ΔW_k||^2)`` over the
+    pairs not the same to rounding (``same``, eq. (6) order); inf where there is none."""
+    d = np.diagonal(gram)
+    P = clair.pairs(len(d))
+    both = d[P[:, 0]] + d[P[:, 1]]
+    rel = np.sqrt(np.maximum(both - 2 * gram[P[:, 0], P[:, 1]], 0.0) / np.where(both > 0, both, 1.0))
+    rel = rel[~same & (both > 0)]
+    return float(rel.min()) if rel.size else float("inf")
 
 
 def refit_without(results, decided, options: ModuleOptions, factors=None) -> None:

@@ -331,7 +331,7 @@ def run_aggregate(args) -> int:
         if same:
             print(f"  note: {len(same)} module(s) where every client's update is the same to rounding: "
                   f"nothing to solve there, every client kept as it is: {same[:3]}", file=sys.stderr)
-        low = [m for m, s in mods.items() if s["numerical_rank"] < s["rank"] and m not in same]
+        low = [m for m, s in mods.items() if s["numerical_rank"] < s["rank"] and s["lam_rule"] != IDENTICAL_RULE]
         if low:
             print(f"  warning: {len(low)} module(s) have rank(L_hat) below --rank (their P_A is "
                   f"partly arbitrary; see numerical_rank in summary.json): {low[:3]}",

@@ -392,25 +392,20 @@ def check_distinct_dirs(paths) -> None:
         seen[key] = p
 
 
-def check_client_names(names, n: int, param: str = "names") -> list[str]:
-    """``names`` as strings, checked as output directory names (and distinct); ``param`` names
-    them in errors (``"clients"``: the keys of in-memory clients, which must be strings)."""
-    if param != "names":
-        bad = [x for x in names if not isinstance(x, str)]
-        if bad:
-            raise AdapterError(f"{param}: client names must be strings, got {bad[0]!r}")
+def check_client_names(names, n: int) -> list[str]:
+    """``names`` as strings, checked as output directory names (and distinct)."""
     names = [str(x) for x in names]
     if len(names) != n:
         raise AdapterError(f"names: got {len(names)} names for {n} client directories; give one "
                            "per directory")
     for x in names:
         if not _NAME.match(x) or x in ("summary.json", "aggregated"):
-            raise AdapterError(f"{param}: {x!r} is not a usable client name (output directory "
+            raise AdapterError(f"names: {x!r} is not a usable client name (output directory "
                                "name: letters, digits, _ . - + = @, not starting with '.' or '-', "
                                "not 'aggregated' or 'summary.json')")
     dup = sorted({x for x in names if names.count(x) > 1})
     if dup:
-        raise AdapterError(f"{param}: {dup[0]!r} is given twice; client names must be distinct")
+        raise AdapterError(f"names: {dup[0]!r} is given twice; client names must be distinct")
     seen: dict = {}
     for x in names:
         if x.lower() in seen:

@@ -28,8 +28,8 @@ import numpy as np
 
 from .aggregate import CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, client_decision
 from .plan import apply_refinement, refinement_summary, resolve_refine
-from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_client_names, check_peft_type,
-                 check_plain_lora, config_scaling)
+from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_peft_type, check_plain_lora,
+                 config_scaling)
 from .run import Aggregation, aggregate_adapters, resolve_layout
 from .split import SHARED, client_part, fold_weights, shared_part, shared_used
 from .split import shared_weights as split_weights
@@ -156,11 +156,16 @@ def factors_from_state_dict(state_dict: Mapping, config) -> dict:
 
 def adapter_set(clients: Mapping) -> AdapterSet:
     """An :class:`AdapterSet` of in-memory clients ``{name: {module: (A, B, scaling)}}`` (input
-    order kept), with the checks of :func:`lowrank_fl.adapters.load_adapters`."""
+    order kept), with the checks of :func:`lowrank_fl.adapters.load_adapters`. Names are strings
+    that can name a directory (written by :func:`~lowrank_fl.adapters.aggregate_to_dir`): no
+    ``/``, ``\\`` or NUL, not ``''``, ``'.'`` or ``'..'``."""
     if not isinstance(clients, Mapping):
         raise AdapterError(f"clients must be a mapping name → {{module: (A, B, scaling)}}, got "
                            f"{type(clients).__name__}")
-    check_client_names(list(clients), len(clients), param="clients")   # they name output directories
+    for name in clients:
+        if not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0"):
+            raise AdapterError(f"clients: client names must be strings usable as a directory name (no "
+                               f"'/', '\\' or NUL; not '', '.' or '..'), got {name!r}")
     return assemble_adapter_set([MemoryClient.from_factors(n, f) for n, f in clients.items()])
 
 

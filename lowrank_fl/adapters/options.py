@@ -2,6 +2,7 @@
 accept, and the rank check against the modules' shapes (:func:`check_rank`)."""
 from __future__ import annotations
 
+import numbers
 import warnings
 from dataclasses import dataclass
 
@@ -80,7 +81,8 @@ class ModuleOptions:
             raise ValueError(f"method must be one of {list(METHODS)}, got {self.method!r}")
         if self.output_dtype not in OUTPUT_DTYPES:
             raise ValueError(f"output_dtype must be one of {list(OUTPUT_DTYPES)}, got {self.output_dtype!r}")
-        if self.energy is not None and not (isinstance(self.energy, (int, float)) and 0 < self.energy <= 1):
+        if self.energy is not None and (isinstance(self.energy, bool) or not isinstance(self.energy, numbers.Real)
+                                        or not 0 < self.energy <= 1):
             raise ValueError(f"energy must be a number in (0, 1] or None, got {self.energy!r}")
         if self.byzantine is not None and self.method not in BYZANTINE_METHODS:
             warnings.warn(f"byzantine={self.byzantine!r} is ignored: only {', '.join(BYZANTINE_METHODS)} read it, "

@@ -114,7 +114,8 @@ def storage_array(x, dtype: str, name: str) -> tuple[str, np.ndarray]:
 
 def _write_safetensors(path: Path, tensors: dict) -> None:
     """A safetensors file from ``{name: (tag, array)}`` (tags as in :data:`STORAGE`), the tensors in
-    name order: the bytes do not depend on the order the modules were solved in (several workers)."""
+    name order: :func:`save_adapter`'s bytes do not depend on the order of ``factors``. (The
+    command's streamed writer, :mod:`.stream`, lays tensors out as the modules finish.)"""
     tensors = dict(sorted(tensors.items()))
     header, offset = {}, 0
     for name, (tag, a) in tensors.items():

@@ -419,7 +419,7 @@ def _proxgrad(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, s
                 break
             if stall.check(it, gaps[-1] / scale, F / scale):
                 # stuck above where it started: the iterates moved away (a step too large)
-                status = "diverged" if F > stall.start_objective else "stalled"
+                status = "diverged" if stall.above_start(F) else "stalled"
                 break
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), it if status == "diverged" else None
 
@@ -586,6 +586,6 @@ def _fista(D, q, w, lam_L, lam_S, t, L, S, tol, max_iter, check_every, svd, scal
                 break
             if stall.check(it, gaps[-1] / scale, F / scale):
                 # stuck above where it started: the iterates moved away (a step too large)
-                status = "diverged" if F > stall.start_objective else "stalled"
+                status = "diverged" if stall.above_start(F) else "stalled"
                 break
     return L, S, sv, Vt, it, status, _history(objs, gaps, gap_its), it if status == "diverged" else None

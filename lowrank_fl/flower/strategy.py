@@ -506,7 +506,7 @@ class ClairStrategy(FedAvg):
         groups: dict = {}
         for m, b in benign.items():
             groups.setdefault(tuple(bool(x) for x in b), []).append(m)
-        opts = replace(self.module_options, method="fedavg")
+        opts = replace(self.module_options, method="fedavg", byzantine=None)   # fedavg reads no f
         mean = {}
         for key, mods in groups.items():
             members = [c for c, keep in zip(names, key) if keep]
