@@ -367,7 +367,8 @@ def test_load_split_refuses_a_model_that_already_holds_adapters(tmp_path):
 def test_weight_errors_say_what_they_leave_out(src, tmp_path):
     ad = load_adapters(src)
     assert K == 6
-    with pytest.raises(ValueError, match=r"no weight for client\(s\) 'client_01', 'client_02', 'client_03' and 2 more$"):
+    with pytest.raises(ValueError,
+                       match=r"no weight for client\(s\) 'client_01', 'client_02', 'client_03' and 2 more$"):
         aggregate_to_dir(ad, ModuleOptions(), tmp_path / "x", progress=False, shared_weights={"client_00": 1.0})
     with pytest.raises(ValueError, match=r"unknown client\(s\) 'nobody'; clients are 'client_00', .*, "
                                          r"'client_04' and 1 more \(a mapping"):

@@ -419,6 +419,11 @@ def test_the_example_app_runs_on_the_simulation_engine(tmp_path):
     finally:
         sys.path.remove(str(ROOT / "examples" / "flower_clair"))
     assert (tmp_path / "foreign" / "summary.json").read_text() == "{}"
+    # and the driver refuses it before it simulates anything (it used to run the whole federation first)
+    proc = subprocess.run([sys.executable, str(ROOT / "examples" / "flower_clair" / "run.py"),
+                           str(tmp_path / "foreign")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "was not written by flower_clair; choose another OUT" in proc.stderr
+    assert sorted(p.name for p in (tmp_path / "foreign").iterdir()) == ["summary.json"]
 
 
 @pytest.mark.parametrize("change,reason", [({"use_dora": True}, r"use_dora=True \(DoRA\) is not supported"),

@@ -27,6 +27,8 @@ import threading
 import time
 from pathlib import Path
 
+from flower_clair.summary_file import foreign_summary   # standard library only
+
 HERE = Path(__file__).resolve().parent
 CONNECTION = "flower-clair-deploy"
 
@@ -228,13 +230,8 @@ def main(argv=None) -> int:
 
     out = args.out.resolve()
     summary_path = out / "summary.json"
-    if summary_path.exists():
-        try:
-            ours = "flower_clair" in json.loads(summary_path.read_text())
-        except (ValueError, OSError):
-            ours = False
-        if not ours:
-            ap.error(f"{summary_path} exists and was not written by flower_clair; choose another OUT")
+    if foreign_summary(summary_path):
+        ap.error(f"{summary_path} exists and was not written by flower_clair; choose another OUT")
     out.mkdir(parents=True, exist_ok=True)
     logs = out / "logs"
     logs.mkdir(exist_ok=True)

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from flower_clair.summary_file import foreign_summary   # standard library only
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
@@ -31,13 +33,8 @@ def main(argv=None) -> int:
             overrides[key.replace("-", "_")] = value
     out = args.out.resolve()
     path = out / "summary.json"
-    if path.exists():             # checked before the simulation, as deploy.py does (not after it)
-        try:
-            ours = "flower_clair" in json.loads(path.read_text())
-        except (ValueError, OSError):
-            ours = False
-        if not ours:
-            ap.error(f"{path} exists and was not written by flower_clair; choose another OUT")
+    if foreign_summary(path):
+        ap.error(f"{path} exists and was not written by flower_clair; choose another OUT")
     overrides.setdefault("out_dir", str(out))
     overrides.setdefault("cache_dir", str(out / "backbone"))
     if args.client == "peft":

@@ -377,13 +377,9 @@ class ClairStrategy(FedAvg):
         base = dict(server_round=server_round, participants=tuple(nodes), failures=failures,
                     rejected=rejected, missing=missing, lost=lost)
         if len(nodes) < 2:
-            msg = (f"round {server_round}: {len(nodes)} readable repl{'y' if len(nodes) == 1 else 'ies'}; "
-                   "aggregation needs at least 2, the global arrays are unchanged")
-            log(WARNING, "aggregate_train: %s", msg)
-            warnings.warn(f"ClairStrategy: {msg}", stacklevel=2)
-            record = RoundRecord(**base, seconds={"total": time.perf_counter() - t0})
-            self.rounds[server_round] = record
-            return None, self._metrics(record, accepted)
+            return self._unchanged(f"round {server_round}: {len(nodes)} readable "
+                                   f"repl{'y' if len(nodes) == 1 else 'ies'}; aggregation needs at least 2, "
+                                   "the global arrays are unchanged", base, t0, accepted)
 
         named = {str(n): clients[n] for n in nodes}
         # one BLAS thread, as the per-module solves: the outputs built here (SVDs of small
@@ -397,13 +393,8 @@ class ClairStrategy(FedAvg):
                                         output="split" if split else "merged",
                                         refine=self.refine if self.method == "clair" else None)
             except AdapterError as exc:       # the replies cannot be aggregated: the round, not the run
-                msg = (f"round {server_round}: the replies could not be aggregated ({exc}); the global "
-                       "arrays are unchanged")
-                log(WARNING, "aggregate_train: %s", msg)
-                warnings.warn(f"ClairStrategy: {msg}", stacklevel=2)
-                record = RoundRecord(**base, seconds={"total": time.perf_counter() - t0})
-                self.rounds[server_round] = record
-                return None, self._metrics(record, accepted)
+                return self._unchanged(f"round {server_round}: the replies could not be aggregated ({exc}); "
+                                       "the global arrays are unchanged", base, t0, accepted)
             t_agg = time.perf_counter() - t1
             t1 = time.perf_counter()
             benign = self._benign_sets(res, len(nodes))
@@ -456,6 +447,14 @@ class ClairStrategy(FedAvg):
         if flagged:
             log(INFO, "aggregate_train: CLAIR flagged node(s) %s", list(flagged))
         return self._global[0], self._metrics(record, accepted)
+
+    def _unchanged(self, msg: str, base: dict, t0: float, accepted: list):
+        """A round that leaves the global arrays as they were: said (log and warning), recorded."""
+        log(WARNING, "aggregate_train: %s", msg)
+        warnings.warn(f"ClairStrategy: {msg}", stacklevel=3)
+        record = RoundRecord(**base, seconds={"total": time.perf_counter() - t0})
+        self.rounds[base["server_round"]] = record
+        return None, self._metrics(record, accepted)
 
     def _absent(self, server_round: int, replies: list) -> tuple[dict, tuple, tuple]:
         """``failures`` ``{node: reason}`` (the ClientApp's error replies), ``missing`` (sent a TRAIN

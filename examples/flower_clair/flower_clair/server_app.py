@@ -13,10 +13,10 @@ from flwr.serverapp import Grid, ServerApp
 from lowrank_fl.adapters import ModuleOptions
 from lowrank_fl.flower import ClairStrategy
 
+from .summary_file import MARKER, foreign_summary
 from .task import Settings
 
 app = ServerApp()
-MARKER = "flower_clair"                   # summary.json files this app wrote carry this key
 
 
 @app.main()
@@ -94,13 +94,8 @@ def write_summary(out: Path, summary: dict) -> None:
     """Write ``out/summary.json``; an existing one is replaced only if this app wrote it."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "summary.json"
-    if path.exists():
-        try:
-            ours = MARKER in json.loads(path.read_text())
-        except (ValueError, OSError):
-            ours = False
-        if not ours:
-            raise FileExistsError(f"{path} exists and was not written by flower_clair; not replacing it")
+    if foreign_summary(path):
+        raise FileExistsError(f"{path} exists and was not written by flower_clair; not replacing it")
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
     os.replace(tmp, path)
