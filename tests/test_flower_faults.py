@@ -300,6 +300,12 @@ def test_strategy_options_are_checked_and_logged(caplog):
 
     with pytest.raises(ValueError, match=r"scheduler must be a dask scheduler's address \('tcp://HOST:PORT'\)"):
         ClairStrategy(scheduler="notanaddress")
+    for kw, match in ((dict(fraction_train=2.0), r"fraction_train must be a number in \[0, 1\], got 2.0"),
+                      (dict(fraction_evaluate=-1), r"fraction_evaluate must be a number in \[0, 1\]"),
+                      (dict(min_train_nodes=-1), "min_train_nodes must be an int >= 0, got -1"),
+                      (dict(min_available_nodes=2.5), "min_available_nodes must be an int >= 0")):
+        with pytest.raises(ValueError, match=match):
+            ClairStrategy(**kw)
     st = ClairStrategy(refine="paper", client_rule="any")
     with caplog.at_level(logging.INFO):
         st.summary()

@@ -56,7 +56,7 @@ from ..adapters.save import peft_config
 
 __all__ = ["LORA_ARRAYS", "LORA_CONFIG", "SHARED_ARRAYS", "SHARED_CONFIG", "SHARED_WEIGHT",
            "ADAPTER_KINDS", "config_record", "config_from_record", "factors_from_content",
-           "factors_record", "factors_to_state_dict", "shared_weight_value"]
+           "factors_record", "factors_to_state_dict", "shared_weight_value", "layout_difference"]
 
 LORA_ARRAYS = "lora"
 LORA_CONFIG = "lora_config"
@@ -244,3 +244,24 @@ def factors_record(factors: Mapping, *, adapter: str | None = None,
     arrays = ArrayRecord({k: Array(v) for k, v in state.items()})
     cfg = peft_config({}, {m: int(np.shape(A)[0]) for m, (A, _, _) in factors.items()})
     return arrays, config_record(cfg, **({} if adapter is None else {"adapter": adapter}))
+
+
+def layout_difference(lay: tuple, common: tuple) -> str:
+    """Why a reply's module layout ``lay`` (``(module, in, out)`` triples) differs from the most
+    common one, ``common``: the first module that
+    differs, with both shapes (out x in), or the modules one side lacks."""
+    mine = {m: (o, i) for m, i, o in lay}
+    ref = {m: (o, i) for m, i, o in common}
+    extra, lacks = sorted(set(mine) - set(ref)), sorted(set(ref) - set(mine))
+    for m in sorted(set(mine) & set(ref)):
+        if mine[m] != ref[m]:
+            return (f"module {m!r} is {mine[m][0]} x {mine[m][1]} (out x in) in this reply but "
+                    f"{ref[m][0]} x {ref[m][1]} in the other clients'")
+    parts = []
+    if lacks:
+        parts.append(f"lacks {len(lacks)} module(s) of the other clients' ({', '.join(lacks[:3])}"
+                     f"{', ...' if len(lacks) > 3 else ''})")
+    if extra:
+        parts.append(f"has {len(extra)} module(s) the others lack ({', '.join(extra[:3])}"
+                     f"{', ...' if len(extra) > 3 else ''})")
+    return f"modules differ from the other clients' ({len(mine)} vs {len(ref)} modules): " + "; ".join(parts)

@@ -53,7 +53,7 @@ from ..adapters import (CLIENT_RULES, DEFAULT_CLIENT_RULE, DEFAULT_REFINE, REFIN
 from ..adapters.degenerate import zero_update_notes
 from ..adapters.split import SHARED
 from .contract import (LORA_ARRAYS, LORA_CONFIG, SHARED_ARRAYS, SHARED_CONFIG, SHARED_WEIGHT,
-                       factors_from_content, factors_record, shared_weight_value)
+                       factors_from_content, factors_record, layout_difference, shared_weight_value)
 
 __all__ = ["ClairStrategy", "RoundRecord"]
 
@@ -193,6 +193,15 @@ class ClairStrategy(FedAvg):
                  scheduler: str | None = None, lora_arrays_key: str = LORA_ARRAYS, lora_config_key: str = LORA_CONFIG,
                  id_metrics: tuple = ("partition-id", "client-id", "node-id"), output: str | None = None,
                  **fedavg) -> None:
+        # FedAvg's own options, which it takes unchecked (fraction_train=2 sampled everyone)
+        for name in ("fraction_train", "fraction_evaluate"):
+            v = fedavg.get(name, 1.0)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} must be a number in [0, 1], got {v!r}")
+        for name in ("min_train_nodes", "min_evaluate_nodes", "min_available_nodes"):
+            v = fedavg.get(name, 2)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {v!r}")
         super().__init__(**fedavg)
         if module_options is None:
             module_options = ModuleOptions() if method is None else ModuleOptions(method=method)
@@ -350,7 +359,7 @@ class ClairStrategy(FedAvg):
             common, _ = Counter(layouts.values()).most_common(1)[0]
             for n, lay in layouts.items():
                 if lay != common:
-                    rejected[n] = _layout_difference(lay, common)
+                    rejected[n] = layout_difference(lay, common)
                     del clients[n], accepted[n]
         for node, reason in sorted(rejected.items()):
             log(WARNING, "aggregate_train: reply of node %s left out: %s", node, reason)
@@ -571,23 +580,3 @@ class ClairStrategy(FedAvg):
         for key in [k for k in metrics if self._is_id(k)]:
             del metrics[key]
         return metrics
-
-
-def _layout_difference(lay: tuple, common: tuple) -> str:
-    """Why a reply's modules or shapes differ from the most common ones: the first module that
-    differs, with both shapes (out x in), or the modules one side lacks."""
-    mine = {m: (o, i) for m, i, o in lay}
-    ref = {m: (o, i) for m, i, o in common}
-    extra, lacks = sorted(set(mine) - set(ref)), sorted(set(ref) - set(mine))
-    for m in sorted(set(mine) & set(ref)):
-        if mine[m] != ref[m]:
-            return (f"module {m!r} is {mine[m][0]} x {mine[m][1]} (out x in) in this reply but "
-                    f"{ref[m][0]} x {ref[m][1]} in the other clients'")
-    parts = []
-    if lacks:
-        parts.append(f"lacks {len(lacks)} module(s) of the other clients' ({', '.join(lacks[:3])}"
-                     f"{', ...' if len(lacks) > 3 else ''})")
-    if extra:
-        parts.append(f"has {len(extra)} module(s) the others lack ({', '.join(extra[:3])}"
-                     f"{', ...' if len(extra) > 3 else ''})")
-    return f"modules differ from the other clients' ({len(mine)} vs {len(ref)} modules): " + "; ".join(parts)
