@@ -32,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -67,14 +68,10 @@ _DESKTOP_FILES = (".DS_Store", "Thumbs.db", "desktop.ini")
 
 
 def _written_files(directory: Path) -> list[str]:
-    """Every file (and link) under ``directory``, relative, ``/``-separated, sorted; the marker aside."""
-    found = []
-    for root, dirs, files in os.walk(directory):
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
-            rel = os.path.relpath(os.path.join(root, name), directory).replace(os.sep, "/")
-            if rel != MARKER:
-                found.append(rel)
-    return sorted(found)
+    """Every file (and link) under ``directory``, relative, ``/``-separated, sorted; the marker
+    aside (:func:`_listing`'s entries that are not directories)."""
+    return sorted(rel.replace(os.sep, "/") for rel, (mode, _, _) in (_listing(directory) or {}).items()
+                  if not stat.S_ISDIR(mode) and rel != MARKER)
 
 
 def foreign_files(path) -> list[str] | None:

@@ -320,7 +320,8 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     K = len(f.A)
     qp, pp = red.dims
     gram = update_gram(red.Y, red.X) if res.gram is None else res.gram
-    same = raw_distances(gram) == 0
+    dist = raw_distances(gram)                 # ||ΔW_j - ΔW_k|| per pair, 0 where the same to rounding
+    same = dist == 0
     if same.all():
         return identical_module(red, o, res, min(o.rank or _mode(f.ranks), pp))
     solve_red, res.clipped = _clipped(red, o.clip)
@@ -328,7 +329,7 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
     # clients within NEAR_RELATIVE of each other: the factored form's Grams would cancel (its
     # certificate breaks or crawls), so "auto" forms the dense contrasts where they fit
     near = o.contrasts == "auto" and G * 2 * red.Y.shape[2] * pp * 8 <= DENSE_FALLBACK_BYTES \
-        and _nearest(gram, same) < NEAR_RELATIVE
+        and _nearest(gram, dist) < NEAR_RELATIVE
     if o.contrasts == "dense" or near:
         D, h = pair_blocks(solve_red)
         res.contrasts = "dense (clients within 1e-4 of each other)" if near else None
@@ -410,15 +411,14 @@ def _clair(f, red: ReducedModule, o: ModuleOptions, res: ModuleResult) -> None:
                      warnings=[str(c.message) for c in caught])
 
 
-def _nearest(gram, same) -> float:
+def _nearest(gram, dist) -> float:
     """The smallest relative distance ``||ΔW_j - ΔW_k|| / sqrt(||ΔW_j||^2 + ||ΔW_k||^2)`` over the
-    pairs not the same to rounding (``same``, eq. (6) order); inf where there is none."""
+    pairs whose distance ``dist`` (:func:`~.updates.raw_distances`) is not 0; inf where none is."""
     d = np.diagonal(gram)
     P = clair.pairs(len(d))
     both = d[P[:, 0]] + d[P[:, 1]]
-    rel = np.sqrt(np.maximum(both - 2 * gram[P[:, 0], P[:, 1]], 0.0) / np.where(both > 0, both, 1.0))
-    rel = rel[~same & (both > 0)]
-    return float(rel.min()) if rel.size else float("inf")
+    live = dist > 0                           # a positive distance has a positive norm sum
+    return float((dist[live] / np.sqrt(both[live])).min()) if live.any() else float("inf")
 
 
 def refit_without(results, decided, options: ModuleOptions, factors=None) -> None:
