@@ -244,6 +244,8 @@ class _OutputWriters:
         self.rank_out = options.rank_out
         self.errors: dict = {}
         self.root = root
+        self._pending: dict = {}          # results that arrived before an earlier module's
+        self._next = 0
         self.writers = [AdapterStreamWriter(root / name, adapters.clients[k if self.clair else 0].config,
                                             adapters.modules, dtype=dtype,
                                             label=f"client {name!r}" if self.clair else "aggregated output")
@@ -252,6 +254,16 @@ class _OutputWriters:
             self.writers.append(AdapterStreamWriter(root / SHARED, adapters.clients[0].config,
                                                     adapters.modules, dtype=dtype,
                                                     label="the shared adapter"))
+
+    def write_in_order(self, r: ModuleResult) -> None:
+        """Write ``r`` once every module before it (in the inputs' order) is written, holding the
+        results that arrive early: the workers finish in any order, and the files' bytes (the
+        order of their tensors) must not depend on it."""
+        self._pending[r.name] = r
+        mods = self.adapters.modules
+        while self._next < len(mods) and mods[self._next] in self._pending:
+            self.write(self._pending.pop(mods[self._next]), release=True)
+            self._next += 1
 
     @property
     def outputs(self) -> list:
@@ -380,7 +392,7 @@ def aggregate_to_dir(adapters: AdapterSet, options: ModuleOptions, out, *,
     with _output_dir(out, overwrite, adapters, out_name) as staged, \
             _OutputWriters(adapters, options, staged.dir, dtype, layout, shared_weights) as writers:
         agg = aggregate_adapters(adapters, options, jobs=jobs, scheduler=scheduler, progress=progress,
-                                 on_result=(lambda r: writers.write(r, release=True)) if stream else None,
+                                 on_result=writers.write_in_order if stream else None,
                                  state="split" if writers.split else "all")
         if not stream:
             decided = client_decision(agg.results, client_rule) if options.method == "clair" else None
