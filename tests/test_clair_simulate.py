@@ -70,6 +70,14 @@ def test_sec7_contamination_factor_and_fixed_c():
     bad = ~a.benign
     assert np.allclose(b.Delta[bad], 0.8 * a.Delta[bad], atol=1e-14)
     assert np.allclose(b.Delta[~bad], a.Delta[~bad], atol=1e-14)
+    # no signal at all: said, and the contaminated clients are W0 exactly (Delta = 0)
+    for kw in (dict(c=0.0), dict(c=4.0, contamination_factor=0.0)):
+        with pytest.warns(UserWarning, match=r"the 4 contaminated client\(s\) get no perturbation"):
+            z = simulate(p=10, q=10, n_clients=10, samples_per_client=30, seed=5, **kw)
+        assert np.array_equal(z.Delta[~z.benign], np.zeros_like(z.Delta[~z.benign]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # nobody contaminated: nothing to warn about
+        simulate(p=10, q=10, n_clients=10, samples_per_client=30, seed=5, c=0.0, contaminated=0)
 
 
 def test_ar1_covariance():

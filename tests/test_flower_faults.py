@@ -310,6 +310,14 @@ def test_strategy_options_are_checked_and_logged(caplog):
     with caplog.at_level(logging.INFO):
         st.summary()
     assert "lowrank_fl: method clair, client rule any, refine paper, output split, jobs 1" in caplog.text
+    # CLAIR's options given to another method: said, and ignored (the defaults: silent)
+    with pytest.warns(UserWarning, match=r"^client_rule='raw' and refine='own' ignored: CLAIR's options, and "
+                                         r"method 'fedavg' has no client-level decision or refinement$"):
+        ClairStrategy("fedavg", client_rule="raw", refine="own")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        st = ClairStrategy("fedavg")
+    assert (st.client_rule, st.refine) == ("updates", "exchangeable")
 
 
 def test_replies_that_cannot_be_aggregated_cost_the_round_not_the_run(k4, caplog):

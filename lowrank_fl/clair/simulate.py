@@ -391,6 +391,10 @@ def simulate(*, n_clients: int | None = None, samples_per_client: int | None = N
         c = float(rng.choice([3, 4, 5, 6]))
     else:
         c = check_positive(c, "c", strict=False)
+    if m > 0 and c * contamination_factor == 0:
+        warnings.warn(f"c={c:g} and contamination_factor={contamination_factor:g}: the {m} contaminated "
+                      "client(s) get no perturbation (W^(k) = W0 exactly), so nothing can tell them "
+                      "from the others", UserWarning, stacklevel=2)
 
     W0 = rng.uniform(-1.0, 1.0, size=(q, p))
     A = rng.uniform(-1.0, 1.0, size=(r, p))

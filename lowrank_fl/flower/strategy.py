@@ -132,20 +132,21 @@ class ClairStrategy(FedAvg):
         differs: ``ValueError``.
     module_options : ModuleOptions, optional
         Per-module options (rank of ``P_Â``, λ, ``rank_out``, output dtype, ...).
-    client_rule : str
+    client_rule : str, optional
         CLAIR's client-level decision (:data:`lowrank_fl.adapters.CLIENT_RULES`):
         ``"pooled"`` (one client-level set from every module's block norms,
         :mod:`lowrank_fl.adapters.detect`), ``"per-module"`` (each module its own set (8)),
         ``"majority"`` (benign in at least half of the modules), ``"any"`` (benign in all),
         ``"updates"`` (the default: the update rule, :mod:`lowrank_fl.adapters.detect_updates`), and
         ``"raw"`` (the raw-distance statistic, :func:`lowrank_fl.adapters.detect.raw_evidence`).
-    refine : str
+        Given for another method (which has no client-level decision): a warning, and ignored.
+    refine : str, optional
         What a collaborating client is sent (:data:`lowrank_fl.adapters.REFINE`): ``"exchangeable"``
         (the default: toward the collaborative mean by its agreement with the others, at least
         :data:`lowrank_fl.adapters.noharm.EXCHANGEABLE_WEIGHT` where the clients look exchangeable,
         :mod:`lowrank_fl.adapters.noharm`), ``"agreement"`` (the agreement alone), ``"shrink"``
         (every weight at least :data:`lowrank_fl.adapters.noharm.SHRINK_WEIGHT`), ``"paper"``
-        ((9) exactly), ``"own"``.
+        ((9) exactly), ``"own"``. Given for another method (no refinement): a warning, and ignored.
     output : {"split", "merged"}, optional
         CLAIR's layout (:mod:`lowrank_fl.adapters.split`); default "split", "merged" with
         ``module_options.rank_out`` (which truncates merged outputs). ``"split"``: the round's
@@ -189,7 +190,7 @@ class ClairStrategy(FedAvg):
     """
 
     def __init__(self, method: str | None = None, *, module_options: ModuleOptions | None = None,
-                 client_rule: str = DEFAULT_CLIENT_RULE, refine: str = DEFAULT_REFINE, jobs: int = 1,
+                 client_rule: str | None = None, refine: str | None = None, jobs: int = 1,
                  scheduler: str | None = None, lora_arrays_key: str = LORA_ARRAYS, lora_config_key: str = LORA_CONFIG,
                  id_metrics: tuple = ("partition-id", "client-id", "node-id"), output: str | None = None,
                  **fedavg) -> None:
@@ -211,6 +212,13 @@ class ClairStrategy(FedAvg):
         elif method is not None and method != module_options.method:
             raise ValueError(f"method={method!r} but module_options.method={module_options.method!r}; "
                              "give one of them")
+        given = [f"{n}={v!r}" for n, v in (("client_rule", client_rule), ("refine", refine)) if v is not None]
+        if given and module_options.method != "clair":
+            warnings.warn(f"{' and '.join(given)} ignored: CLAIR's options, and method "
+                          f"{module_options.method!r} has no client-level decision or refinement",
+                          UserWarning, stacklevel=2)
+        client_rule = DEFAULT_CLIENT_RULE if client_rule is None else client_rule
+        refine = DEFAULT_REFINE if refine is None else refine
         if client_rule not in CLIENT_RULES:
             raise ValueError(f"client_rule must be one of {list(CLIENT_RULES)}, got {client_rule!r}")
         if refine not in REFINE:

@@ -27,9 +27,10 @@ def main(grid: Grid, context: Context) -> None:
     K = settings.n_clients
     local = settings.server_method == "local"
     options = ModuleOptions(method="fedavg" if local else settings.server_method, rank_out=settings.rank_out or None)
-    strategy = (LocalOnly if local else ClairStrategy)(module_options=options, client_rule=settings.client_rule,
-                             refine=settings.refine,
-                             min_available_nodes=K, min_train_nodes=K, min_evaluate_nodes=K)
+    # CLAIR's own options only where the method is CLAIR (another method warns about them)
+    clair = dict(client_rule=settings.client_rule, refine=settings.refine) if options.method == "clair" else {}
+    strategy = (LocalOnly if local else ClairStrategy)(module_options=options, **clair,
+                                                       min_available_nodes=K, min_train_nodes=K, min_evaluate_nodes=K)
     t0 = time.perf_counter()
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(), num_rounds=settings.rounds,
                    train_config=ConfigRecord(), evaluate_config=ConfigRecord())
