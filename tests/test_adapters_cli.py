@@ -854,3 +854,20 @@ def test_inspect_refuses_a_summary_directory_and_an_empty_figure_naming_them(src
         _run(["inspect", *src, "--summary", out / "summary.json", "--figure", ""])
     assert exc.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith("argument --figure: must name a file, got ''")
+
+
+def test_inspect_shows_a_module_nobody_trained_as_empty(tmp_path, capsys):
+    """A module whose every update is zero spans nothing: 0x0 and said, not the reduction's 1-D
+    placeholder; a trained module beside it keeps its reduced size (4 clients of rank 3: 12x12)."""
+    paths = write_synthetic_adapters(tmp_path / "in", n_clients=4, n_layers=1, modules=("q_proj", "v_proj"),
+                                     shape=(32, 24), rank=3, contaminated=1, seed=0)
+    for p in paths:
+        f = p / "adapter_model.safetensors"
+        t = load_file(f)
+        save_file({k: (0 * v if "v_proj.lora_B" in k else v) for k, v in t.items()}, f)
+    assert _run(["inspect", *paths]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    v = next(ln for ln in lines if "v_proj" in ln)
+    q = next(ln for ln in lines if "q_proj" in ln)
+    assert v.split()[5] == "0x0" and v.endswith("(every update is zero)")
+    assert q.split()[5] == "12x12" and "zero" not in q

@@ -416,9 +416,11 @@ def run_inspect(args) -> int:
         red = reduce_module(f)
         norms = np.sqrt(np.einsum("kij,kij->k", red.M, red.M))
         ranks = sorted(set(f.ranks))
+        # every update zero: the reduction keeps a 1-D zero placeholder, but the data span nothing
+        dims = red.dims if norms.any() else (0, 0)
         print(f"{m[-60:]:60s} {f.shape[0]:>5d} x {f.shape[1]:<5d} "
-              f"{','.join(map(str, ranks)):>14s} {red.dims[0]:>4d}x{red.dims[1]:<4d} "
-              f"{norms.min():>10.4g}..{norms.max():<10.4g}")
+              f"{','.join(map(str, ranks)):>14s} {dims[0]:>4d}x{dims[1]:<4d} "
+              f"{norms.min():>10.4g}..{norms.max():<10.4g}" + ("" if norms.any() else "  (every update is zero)"))
     if summary is not None:
         mods = adapters.modules
         # what each module's refinement used (the client rule's decision), and each module's own set (8)
