@@ -142,13 +142,14 @@ class StallRule:
         warnings.warn(message, ConvergenceWarning, stacklevel=3)
         return message
 
-    def warn(self, what: str, it: int, relative_gap: float) -> str:
+    def warn(self, what: str, it: int, relative_gap: float, cause: str = "") -> str:
         """Issue the :class:`~lowrank_fl.results.StalledWarning` of a solve that stalled at
-        iteration ``it`` with ``relative_gap`` (its returned point's); returns the message."""
+        iteration ``it`` with ``relative_gap`` (its returned point's); returns the message.
+        ``cause``: a likely cause the caller knows of (appended)."""
         message = (f"{what} stalled at iteration {it} with relative duality gap "
                    f"{relative_gap:.3e} > tol={self.tol:.1e}: the best certified relative gap "
                    f"{self.best:.3e} fell by less than {FACTOR:g}x and the objective by less than "
                    f"{DESCENT:g} of it since iteration {self.since} (stall rule, window "
-                   f"k/{self.window:g} to k: lowrank_fl.stall)")
+                   f"k/{self.window:g} to k: lowrank_fl.stall)" + cause)
         warnings.warn(message, StalledWarning, stacklevel=3)
         return message

@@ -6,6 +6,7 @@ with a message that names the argument, says what was given and what is expected
 from __future__ import annotations
 
 import numbers
+import warnings
 import zlib
 
 import numpy as np
@@ -15,6 +16,7 @@ __all__ = [
     "check_int",
     "check_positive",
     "check_in_interval",
+    "check_gap_tolerance",
     "check_choice",
     "check_instance",
     "as_generator",
@@ -93,6 +95,27 @@ def check_positive(value, name: str, *, strict: bool = True) -> float:
     if not np.isfinite(value) or (value <= 0 if strict else value < 0):
         want = "> 0" if strict else ">= 0"
         raise ValueError(f"{name} must be finite and {want}, got {value}")
+    return value
+
+
+#: a relative duality gap is computed to about float64's rounding of the objectives: a tolerance
+#: below this is met only by a gap that rounds to 0, not by a certificate
+GAP_TOL_FLOOR = 1e-14
+
+
+def check_gap_tolerance(value, name: str = "tol") -> float:
+    """A relative duality-gap tolerance as a float in (0, 1): a relative gap of 1 or more
+    certifies nothing (the start ``(0, 0)`` already has a relative gap of at most 1, so such a
+    solve could stop there "optimal"). Below :data:`GAP_TOL_FLOOR` a warning: float64 cannot
+    resolve such a gap, and a solve stops only where rounding happens to give 0."""
+    value = check_positive(value, name)
+    if value >= 1:
+        raise ValueError(f"{name} must be below 1 (a relative duality gap of {value:g} certifies nothing: "
+                         f"the start (0, 0) has a relative gap of at most 1), got {value:g}")
+    if value < GAP_TOL_FLOOR:
+        warnings.warn(f"{name}={value:g} is below what float64 can certify (relative gaps are computed to "
+                      f"about {GAP_TOL_FLOOR:g}): the solve can stop only where rounding gives a gap of 0, "
+                      f"or run to max_iter", UserWarning, stacklevel=3)
     return value
 
 

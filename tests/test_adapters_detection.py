@@ -164,8 +164,9 @@ def test_summary_and_sentence_report_the_distance_ratio():
             "pooled_ratios": {"a": 1.0, "b": 1.1, "c": 1.6}, "pooled_min_ratio": 1.2, "pooled_flagged": ["c"],
             "pooled_tie": False, "separated_modules": [], "threshold": 0.5, "modules": {"m1": {"gap_ratio": 2.0}}}
     # another rule: whom the pooled rule would flag, even when it is not the top score
-    assert "largest pooled score 9.00 (b) against the cutoff 5.90; the pooled rule would flag c)." \
-        in detection_sentence(base)
+    assert detection_sentence(base).endswith(
+        "largest pooled score 9.00 (b) against the cutoff 5.90; the pooled rule would flag c); a contaminated "
+        "client below these limits goes unflagged.")
     flagged = detection_sentence({**base, "rule": "pooled", "flagged": ["c"], "scores": base["pooled_scores"],
                                   "threshold": 5.9})
     assert "(pooled score c 7.00 > 5.90, distance ratio 1.60 >= 1.2;" in flagged
@@ -185,6 +186,11 @@ def test_sentence_never_rounds_across_the_boundary():
     up = {**det, "flagged": ["b"], "pooled_flagged": ["b"], "scores": {"a": 0.0, "b": 5.9000001},
           "pooled_scores": {"a": 0.0, "b": 5.9000001}, "pooled_ratios": {"a": 1.0, "b": 1.2}}
     assert "(pooled score b 5.9000001 > 5.90, distance ratio 1.20 >= 1.2;" in detection_sentence(up)
+    # a poisoned update's score in scientific notation, still on its side of the cutoff
+    huge = {**up, "scores": {"a": 0.0, "b": 7.3844e40}, "pooled_scores": {"a": 0.0, "b": 7.3844e40}}
+    assert "(pooled score b 7.384e+40 > 5.90," in detection_sentence(huge)
+    assert "(pooled score b 999999.99 > 5.90," in detection_sentence(
+        {**up, "scores": {"a": 0.0, "b": 999999.99}, "pooled_scores": {"a": 0.0, "b": 999999.99}})
     # the summary keeps the exact floats (no rounding to a few digits)
     K = 10
     jitter = 1.0 + 1e-3 * np.random.default_rng(0).standard_normal(K * (K - 1) // 2)
@@ -214,7 +220,7 @@ def test_separated_modules_and_infinite_gap_in_the_sentence():
     assert all(v["gap_ratio"] == "inf" for v in det["modules"].values())
     json.dumps(det, allow_nan=False)                                   # strict JSON
     s = detection_sentence(det)
-    assert s.startswith("no contaminated client detected (8 module(s) separated, their own collaborative sets of "
+    assert s.startswith("no client flagged (8 module(s) separated, their own collaborative sets of "
                         "CLAIR's (8) "
                         "excluding c2 there, but the pooled rule flags nobody;")
     assert "the pooled scores of most clients tie" in s and "two distinct block norms" not in s
@@ -304,7 +310,7 @@ def test_pooled_keeps_everyone_without_contamination_and_flags_exactly_the_conta
         A0, B0, s0 = own["c7"][m]
         assert np.allclose(B @ A, s0 * B0 @ A0, atol=1e-12)
     assert detection_sentence(det).startswith("flagged c6, c7 by the pooled rule")
-    assert detection_sentence(clean).startswith("no contaminated client detected (")
+    assert detection_sentence(clean).startswith("no client flagged (")
 
 
 def test_detection_block_per_rule():
@@ -358,7 +364,7 @@ def test_cli_ends_with_the_detection_and_refinement_sentences_and_runs_robust_me
     det = summary1["detection"]
     assert last == detection_sentence(det)
     assert closing == refinement_sentence(summary1["refinement"])
-    assert last.startswith("no contaminated client detected (" if not det["flagged"] else
+    assert last.startswith("no client flagged (" if not det["flagged"] else
                            f"flagged {', '.join(det['flagged'])} by the pooled rule")
     # one module, K = 6: far from the normal model of the cutoff; a benign client of this seed
     # stands out (score 10.0 against c_6 = 7.9): the sentence names it and its evidence
@@ -477,7 +483,7 @@ def test_clean_sentence_explains_a_wide_gap_that_did_not_separate():
             "pooled_flagged": [], "pooled_tie": False, "separated_modules": [], "threshold": 5.9}
     wide = detection_sentence({**base, "modules": {"m1": {"gap_ratio": 13.7}, "m2": {"gap_ratio": 2.0}}})
     assert "largest gap ratio 13.70 in m1, above the 6 needed but with fewer pairs below the gap" in wide
-    assert "of the 6 needed" not in wide and wide.startswith("no contaminated client detected (no module separated;")
+    assert "of the 6 needed" not in wide and wide.startswith("no client flagged (no module separated;")
     narrow = detection_sentence({**base, "modules": {"m1": {"gap_ratio": 5.99}}})
     assert "largest gap ratio 5.99 of the 6 needed, in m1" in narrow
     none = detection_sentence({**base, "modules": {"m1": {"gap_ratio": None}}})

@@ -373,3 +373,28 @@ def test_weight_errors_say_what_they_leave_out(src, tmp_path):
     with pytest.raises(ValueError, match=r"unknown client\(s\) 'nobody'; clients are 'client_00', .*, "
                                          r"'client_04' and 1 more \(a mapping"):
         aggregate_to_dir(ad, ModuleOptions(), tmp_path / "x", progress=False, shared_weights={"nobody": 1.0})
+
+
+def test_a_shared_part_above_the_module_size_is_stored_at_min_out_in_exactly(tmp_path, capsys):
+    """Five collaborating clients of rank 3 on a 12 x 10 module stack to rank 15 > min(12, 10): the
+    shared adapter holds the same product at rank 10 (QR and an SVD of the core), which PEFT's
+    readers and ours accept; the parts still sum to the weighted refinement of an independent
+    solve (clair.fit on the full updates)."""
+    src = write_synthetic_adapters(tmp_path / "in", n_clients=K, n_layers=1, modules=("q_proj",),
+                                   shape=(12, 10), rank=3, contaminated=1, dtype="float32", seed=3)
+    ad = load_adapters(src)
+    opts = ModuleOptions(output_dtype="float64", tol=1e-11, contrasts="dense")
+    out = tmp_path / "out"
+    _, summary = aggregate_to_dir(ad, opts, out, dtype="float64", progress=False, refine="paper")
+    (m,) = ad.modules
+    assert sum(summary["modules"][m]["benign_applied"]) == K - 1          # 15 stacked ranks
+    cfg = json.loads((out / SHARED / "adapter_config.json").read_text())
+    assert cfg["rank_pattern"].get(re.escape(module_key(m)), cfg["r"]) == 10
+    ref = _reference(src, summary, shared_weights(None, ad.names, ad.modules))
+    shared = _read(out / SHARED)
+    for k, name in enumerate(ad.names):
+        w = json.loads((out / name / MANIFEST).read_text())["shared_weight"]
+        got = _read(out / name)[m] + w * shared[m]
+        assert np.linalg.norm(got - ref[m][k]) <= 1e-6 * np.linalg.norm(ref[m][k]), name
+    assert main(["adapters", "inspect", str(out / SHARED), str(out / ad.names[0])]) == 0
+    assert "12 x 10" in capsys.readouterr().out

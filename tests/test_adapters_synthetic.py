@@ -37,3 +37,24 @@ def test_an_existing_federation_is_not_overwritten(tmp_path):
     again = write_synthetic_adapters(tmp_path / "fed", **{**SMALL, "seed": 1}, overwrite=True)
     assert again == dirs and len(load_adapters(again).names) == 3
     assert (dirs[0] / "adapter_model.safetensors").read_bytes() != before[dirs[0]]
+
+
+def test_weights_are_written_like_the_config_under_the_umask_and_load_bit_for_bit(tmp_path):
+    """The weights file gets the mode the config gets (safetensors' save_file would make it 0600),
+    and holds the very tensors safetensors' own writer would."""
+    import os
+
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    old = os.umask(0o022)
+    try:
+        (d, *_) = write_synthetic_adapters(tmp_path / "fed", **SMALL)
+    finally:
+        os.umask(old)
+    mode = lambda p: os.stat(p).st_mode & 0o777  # noqa: E731
+    assert mode(d / "adapter_model.safetensors") == mode(d / "adapter_config.json") == 0o644
+    t = load_file(str(d / "adapter_model.safetensors"))
+    assert sorted(t) == ["base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
+                         "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"]
+    assert all(v.dtype == np.float16 for v in t.values())

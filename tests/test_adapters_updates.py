@@ -121,20 +121,39 @@ def test_clean_federation_flags_nobody_and_cutoff_is_bonferroni():
     assert rule_cutoff(10) > pooled_threshold(10)
 
 
-@pytest.mark.parametrize("factor", [10.0, 1e3, 1e6])
-def test_a_scaled_update_is_flagged_and_steers_nothing(factor):
-    clean = aggregate_factors(_federation(bad=(9,)), ModuleOptions(output_dtype="float64"), refine="paper")
-    hit = aggregate_factors(_federation(bad=(9,), scale={0: factor}), ModuleOptions(output_dtype="float64"),
-                            refine="paper")
+@pytest.mark.parametrize("refine", ["paper", "exchangeable"])
+@pytest.mark.parametrize("factor", [10.0, 1e3, 1e6, 1e9, 1e12, 1e15])
+def test_a_scaled_update_is_flagged_and_steers_nothing(factor, refine):
+    """However large the attacker (up to 1e15: the joint bases are taken from each client's block
+    at unit norm, and "zero" is judged against the module's median norm), every benign output,
+    every benign summary number and the reduced size are those of a run without it."""
+    opts = ModuleOptions(output_dtype="float64")
+    clean = aggregate_factors(_federation(bad=(9,)), opts, refine=refine)
+    hit = aggregate_factors(_federation(bad=(9,), scale={0: factor}), opts, refine=refine)
     det = hit.summary["detection"]
     assert det["flagged"] == ["c0", "c9"] and "c0" in det["updates"]["by_size"]
-    # refit without the flagged clients: every benign output is a run without them
-    ref = aggregate_factors({n: v for n, v in _federation(bad=(9,)).items() if n not in ("c0",)},
-                            ModuleOptions(output_dtype="float64"), refine="paper")
+    assert not any(det["updates"]["zero_modules"].values())
+    # the size ratio is the factor times the unscaled client's ratio (the median is a benign size)
+    assert det["updates"]["size_ratios"]["c0"] == pytest.approx(
+        factor * clean.summary["detection"]["updates"]["size_ratios"]["c0"], rel=1e-6)
+    # every benign output is a run without the attacker (refit without the flagged clients)
+    ref = aggregate_factors({n: v for n, v in _federation(bad=(9,)).items() if n not in ("c0",)}, opts,
+                            refine=refine)
+    for m in hit.summary["modules"]:
+        assert hit.summary["modules"][m]["reduced_dims"] == clean.summary["modules"][m]["reduced_dims"]
+    own = _federation(bad=(9,))
     for n in (f"c{k}" for k in range(1, 9)):
+        moved = own_sq = 0.0
         for m, (A, B, _) in hit.outputs[n].items():
             A2, B2, _ = ref.outputs[n][m]
             np.testing.assert_allclose(B @ A, B2 @ A2, rtol=1e-7, atol=1e-10)
+            Ao, Bo, so = own[n][m]
+            moved += float(np.sum((B @ A - so * Bo @ Ao) ** 2))
+            own_sq += float(np.sum((so * Bo @ Ao) ** 2))
+        # the summary describes the outputs: the relative change is the one of the factors returned
+        got = hit.summary["refinement"]["clients"][n]["relative_change"]
+        assert got == pytest.approx(np.sqrt(moved / own_sq), rel=1e-6, abs=1e-12)
+        assert got == pytest.approx(ref.summary["refinement"]["clients"][n]["relative_change"], rel=1e-6)
     assert clean.summary["detection"]["flagged"] == ["c9"]
 
 
@@ -487,7 +506,7 @@ def test_the_summary_and_sentence_name_the_joint_evidence():
     # the limit names each test's largest value now and what a flag needs (issue 29, item 4)
     dn, dv = max(u["direction_scores"].items(), key=lambda kv: kv[1])
     sn, sv = max(u["size_ratios"].items(), key=lambda kv: kv[1])
-    assert f"direction {dv:.2f} ({dn}, agreement {u['agreement_ratios'][dn]:.2f}x the typical client's) / above " \
+    assert f"direction {dv:.2f} ({dn}, agreement {u['agreement_ratios'][dn]:.3g}x the typical client's) / above " \
            f"{u['cutoff']:.2f} with an agreement at most 0 (the federation significantly shares a direction, " \
            "p = " in text
     assert u["typical_agreement"] >= u["shared_floor"] and text.endswith("below all of these limits goes unflagged.")
@@ -862,7 +881,7 @@ def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
     assert cu["typical_agreement"] < cu["shared_floor"]
     dn = max(cu["direction_scores"], key=cu["direction_scores"].get)
     raw = cu["agreement_ratios"][dn] * cu["typical_agreement"]
-    assert f"({dn}, agreement {raw:.3f}, the typical {cu['typical_agreement']:.3f})" in text
+    assert f"({dn}, agreement {raw:.3g}, the typical {cu['typical_agreement']:.3f})" in text
 
 
 def test_profile_flag_needs_a_material_departure_in_a_homogeneous_federation():
@@ -1076,3 +1095,19 @@ def test_alpha_changes_the_per_module_sets_not_the_updates_or_pooled_rule():
     assert [m["flagged"] for m in det[0.5, "majority"]["modules"].values()] == [["c9"]] * 4
     assert [m["flagged"] for m in det[0.9, "majority"]["modules"].values()] == [[]] * 4
     assert det[0.5, "majority"]["flagged"] == ["c9"] and det[0.9, "majority"]["flagged"] == []
+
+
+def test_zero_is_judged_against_the_modules_median_norm():
+    """An update is zero at or below 1e-12 of the module's median norm (its largest where most
+    clients left the module untrained): a client scaled by 1e15 makes nobody else zero."""
+    from lowrank_fl.adapters.updates import ZERO_RELATIVE, zero_floor, zero_updates
+
+    def grams(*norms):
+        return np.diag(np.square(norms))[None]
+
+    assert zero_floor([[0.0, 1.0, 2.0, 1e15]])[0, 0] == pytest.approx(ZERO_RELATIVE * 1.5)
+    assert zero_updates(grams(0.0, 1.0, 2.0, 1e15)).tolist() == [True, False, False, False]
+    assert zero_updates(grams(1e-13, 1.0, 1.0, 1.0)).tolist() == [True, False, False, False]
+    # most clients untrained: the median is 0 and the largest norm is the reference
+    assert zero_floor([[0.0, 0.0, 0.0, 5.0]])[0, 0] == pytest.approx(ZERO_RELATIVE * 5.0)
+    assert zero_updates(grams(0.0, 0.0, 0.0, 4e-12, 5.0)).tolist() == [True, True, True, True, False]

@@ -5,6 +5,8 @@ import warnings
 import numpy as np
 import pytest
 
+from lowrank_fl.adapters import ModuleOptions
+
 from lowrank_fl.clair.contrasts import contrasts
 from lowrank_fl.clair.penalized import (dual_point, dual_value, duality_gap, kkt_residuals,
                                         penalized_objective, solve_penalized)
@@ -231,6 +233,21 @@ def test_input_errors():
         solve_penalized(D, Q, LAM_L, LAM_S, method="cvxpy", nuclear="full")
     with pytest.raises(ValueError, match="tol must be finite and > 0"):
         solve_penalized(D, Q, LAM_L, LAM_S, tol=0.0)
+    # a relative gap of 1 or more certifies nothing ((0, 0) has one of at most 1); below float64's
+    # resolution only a gap rounding to 0 would stop the solve: said
+    for bad in (1.0, 10.0):
+        with pytest.raises(ValueError, match=rf"tol must be below 1 \(a relative duality gap of {bad:g} certifies "
+                                             r"nothing: the start \(0, 0\) has a relative gap of at most 1\)"):
+            solve_penalized(D, Q, LAM_L, LAM_S, tol=bad)
+    with pytest.raises(ValueError, match="tol must be below 1"):
+        ModuleOptions(tol=1.0)
+    # a q that splits D into a number of blocks no federation has names q, not the weights
+    with pytest.raises(ValueError, match=r"^D has 120 rows, so q=3 gives G=40 blocks, which is K\(K-1\)/2 for "
+                                         r"no number of clients K: check q"):
+        solve_penalized(np.ones((120, 8)), 3, LAM_L, LAM_S)
+    assert solve_penalized(np.ones((120, 8)), 3, LAM_L, LAM_S, weights=0.1).status == "optimal"
+    with pytest.warns(UserWarning, match=r"^tol=1e-30 is below what float64 can certify"):
+        solve_penalized(D, Q, LAM_L, LAM_S, tol=1e-30, max_iter=5)
     with pytest.raises(ValueError, match="max_iter must be >= 1"):
         solve_penalized(D, Q, LAM_L, LAM_S, max_iter=0)
     with pytest.raises(ValueError, match="step_size must be finite and > 0"):
@@ -341,3 +358,22 @@ def test_fista_function_restart_on_last_iteration_still_checks_the_gap():
     tol = 2.0 * at_k.relative_gap
     res = solve_penalized(D, Q, LAM_L, LAM_S, tol=tol, max_iter=k, check_every=10 ** 6)
     assert res.iterations == k and res.status == "optimal"
+
+
+def test_a_tiny_step_is_named_as_the_cause_of_a_stall_and_the_fit_blames_the_solve():
+    """step_size 4e8 times below 1/(2 max w): the solve stalls far from its tolerance, its warning
+    names the step, and clair.fit's rank warning points at the unfinished solve, not at λ."""
+    from lowrank_fl import clair
+
+    inst = clair.simulate(n_clients=8, samples_per_client=100, p=10, q=10, seed=0)
+    with pytest.warns(ConvergenceWarning, match=r"step_size t=1e-08 is 4e\+08x below 1/\(2 max w\) = 4 "
+                                                r"\(the default\)") as rec, \
+            pytest.warns(RuntimeWarning, match=r"the solve ended 'stalled' before its tolerance, so L_hat "
+                                               r"is not yet \(7\)'s solution"):
+        fit = clair.fit(inst.W_hat, 0.3, 0.1, rank=2, step_size=1e-8)
+    assert fit.status == "stalled"
+    assert not any("probably too small" in str(w.message) for w in rec)
+    # the default step reaches the tolerance on the same instance: no such warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        assert clair.fit(inst.W_hat, 0.3, 0.1, rank=2).status == "optimal"

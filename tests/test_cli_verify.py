@@ -33,7 +33,12 @@ def test_verify_writes_the_report(dummy_registry, tmp_path, capsys):
     code = lowrank_fl(["verify", "--scale", "smoke", "--backend", "sequential", "--no-cache",
                        "--no-progress", "--out", str(out)])
     assert code == 1  # flute.dummy.raises raised: the report is written, the status says so
-    err = capsys.readouterr().err
+    said = capsys.readouterr()
+    err = said.err
+    # what was written, figures included
+    n_fig = len(list((out / "figures").glob("*.png")))
+    assert said.out.splitlines() == [str(out / "README.md"), str(out / "index.html"), str(out / "results.json"),
+                                     f"{out / 'figures'}/ ({n_fig} figure{'s' if n_fig != 1 else ''})"]
     assert "[1/4] clair.dummy.table: holds" in err
     assert "flute.dummy.raises: inconclusive" in err and "ZeroDivisionError" in err
     assert (out / "README.md").is_file() and (out / "figures" / "fedrep.dummy.mean.png").is_file()
@@ -448,6 +453,10 @@ def test_refresh_and_cache_clear(dummy_registry, tmp_path, capsys):
     assert capsys.readouterr().out.startswith("cache clear: removed 6 entries")
     assert lowrank_fl(["cache", "clear", "--cache", str(cache), "--claim", "fedrep.nothing.*"]) == 2
     assert "--claim fedrep.nothing.* matches no claim id" in capsys.readouterr().err
+    # a cache folder that does not exist is said to, not "removed 0 entries"
+    assert lowrank_fl(["cache", "clear", "--cache", str(tmp_path / "nowhere")]) == 0
+    assert capsys.readouterr().out == f"cache clear: {tmp_path / 'nowhere'} does not exist (nothing is cached there)\n"
+    assert not (tmp_path / "nowhere").exists()
     assert lowrank_fl(argv) == 0 and tasks() == {"executed": 6, "from_cache": 0}
     assert lowrank_fl(["cache", "clear", "--cache", str(cache)]) == 0
     assert not list(cache.rglob("*.npz"))

@@ -335,8 +335,8 @@ def cmd_verify(args) -> int:
     _setup_logging(bars=not args.no_progress and _interactive())
     claims, backend, staging, sweep = _setup(args)
     cache_dir = sweep.cache_dir
-    log.info("verify: %d claims at scale %s, backend %s (jobs %s), cache %s%s", len(claims),
-             args.scale, backend, args.jobs, cache_dir or "off", " (refresh)" if args.refresh else "")
+    log.info("verify: %d claim%s at scale %s, backend %s (jobs %s), cache %s%s", len(claims),
+             "" if len(claims) == 1 else "s", args.scale, backend, args.jobs, cache_dir or "off", " (refresh)" if args.refresh else "")
 
     mode, number = args.time_budget
     table = load_budgets() if mode in ("auto", "factor") else {}
@@ -374,6 +374,8 @@ def cmd_verify(args) -> int:
         staging.close()
     for key in ("markdown", "html", "json"):
         print(Path(args.out) / Path(paths[key]).resolve().relative_to(staging.dir.resolve()))
+    if paths["figures"]:
+        print(f"{Path(args.out) / 'figures'}{os.sep} ({len(paths['figures'])} figure{'s' if len(paths['figures']) != 1 else ''})")
     # as the report counts them: remarks apart from the verdicts of the claims counted as verified
     counts = {v: sum(e.verdict == v for c, e in results if c.counted)
               for v in ("holds", "fails", "inconclusive", "erratum confirmed", REQUIRES_VERDICT,
@@ -439,9 +441,12 @@ def cmd_cache_clear(args) -> int:
     _check_cache_option(args.cache, create=False)
     cache_dir = Path(args.cache or default_cache_dir())
     labels = None if not args.claim else [safe_name(c) for c in _claim_ids(args.claim, cache_dir)]
+    if not cache_dir.is_dir():            # nothing to clear: say so rather than "removed 0"
+        print(f"cache clear: {cache_dir} does not exist (nothing is cached there)")
+        return 0
     removed = clear_cache(cache_dir, labels)
     none = " (nothing was cached for them)" if args.claim and not removed else ""
-    print(f"cache clear: removed {removed} entries from {cache_dir}{none}")
+    print(f"cache clear: removed {removed} entr{'y' if removed == 1 else 'ies'} from {cache_dir}{none}")
     return 0
 
 

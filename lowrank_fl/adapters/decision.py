@@ -42,7 +42,7 @@ from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence, raw_evidence
 from .detect_updates import FARTHER_RATIO, SHARED_ALPHA, SHARED_FLOOR, update_evidence
 from .feature_profile import off_reason, results_features
-from .updates import ZERO_RELATIVE, update_norms
+from .updates import update_norms, zero_floor
 
 __all__ = ["detection_summary", "detection_sentence", "raw_comparison", "refinement_sentence"]
 
@@ -193,9 +193,10 @@ def _largest(values: dict) -> tuple:
 
 
 def _vs(value: float, ref: float) -> str:
-    """``value`` with enough decimals that it reads on the same side of ``ref`` as it is."""
+    """``value`` with enough decimals that it reads on the same side of ``ref`` as it is (in
+    scientific notation from 1e6 on: a poisoned update's scores run to 1e40)."""
     for d in range(2, 17):
-        text = f"{value:.{d}f}"
+        text = f"{value:.{d}f}" if abs(value) < 1e6 else f"{value:.{d + 1}e}"
         if (float(text) < ref) == (value < ref) and (float(text) > ref) == (value > ref):
             return text
     return repr(value)
@@ -246,6 +247,18 @@ def _updates_limit(u: dict) -> str:
     on, ov = _largest(u["outside_scores"])
     sn, sv = _largest(u["size_ratios"])
     jn, jv = _largest({n: min(v, u["size_scores"][n]) for n, v in u["direction_scores"].items()})
+    # the last test's values: the least agreement, and the largest size among those agreeing less
+    ratios = {n: r for n, r in u["agreement_ratios"].items() if r is not None}
+    less = {n: u["size_ratios"][n] for n, r in ratios.items() if r <= 1 / rho}
+    if ratios:
+        an = min(ratios, key=ratios.get)
+        least = (f"{ratios[an]:.3g}x the typical" if _material(u) else f"{ratios[an] * u['typical_agreement']:.3g}")
+        away = f"least agreement {least} ({an})"
+        if less:
+            fn = max(less, key=less.get)
+            away += f", largest update agreeing less {_times(less[fn])} ({fn})"
+    else:
+        away = "no shared direction to agree with"
     shared = u["shared_direction_p"] < u["shared_alpha"]
     direction = (f"direction {_vs(dv, cut)} ({dn}, {_agreement(u, dn)}) / "
                  + (f"above {cut:.2f} with an agreement at most 0 (the federation significantly shares a direction, "
@@ -256,10 +269,10 @@ def _updates_limit(u: dict) -> str:
         direction,
         f"share outside the shared row space {_vs(ov, cut)} ({on}, {u['outside_ratios'][on]:.2f}x the "
         f"typical) / above {cut:.2f} and {rho:g}x",
-        f"size {sv:.2f}x the typical ({sn}) / {rho_s:g}x",
+        f"size {_times(sv)} the typical ({sn}) / {rho_s:g}x",
         f"module profile {_profile(u)}",
         _joint_limit(u, jn, jv, rho),
-        f"away from the shared direction, or {u['farther_ratio']:g}x as far while agreeing less / a "
+        f"away from the shared direction, or {u['farther_ratio']:g}x as far while agreeing less: {away} / a "
         f"material shared direction ({_shared(u)})",
     ]
     return ("no client stands out under the updates rule. Each test, its largest value now / what a flag "
@@ -286,8 +299,8 @@ def _agreement(u: dict, n: str) -> str:
     if ratio is None:
         return "no shared direction in the federation"
     if _material(u):
-        return f"agreement {ratio:.2f}x the typical client's"
-    return f"agreement {ratio * t:.3f}, the typical {t:.3f}"
+        return f"agreement {ratio:.3g}x the typical client's"
+    return f"agreement {ratio * t:.3g}, the typical {t:.3f}"
 
 
 def _update_reasons(u: dict, n: str) -> list:
@@ -348,12 +361,12 @@ def _update_reasons(u: dict, n: str) -> list:
 
 def _zero_modules(grams, names) -> dict:
     """``zero_modules``: per client, the number of modules where its update is zero while another client's
-    is not (a norm at most 1e-12 of the module's largest: the Gram's rounding, where the module profile
-    counts it as zero); ``live_modules``: the number of modules where some update is not zero."""
+    is not (a norm at most 1e-12 of the module's median, :func:`~lowrank_fl.adapters.updates.zero_floor`:
+    the Gram's rounding, where the module profile counts it as zero); ``live_modules``: the number of
+    modules where some update is not zero."""
     n = update_norms(grams)                                                          # (modules, K)
-    top = n.max(axis=1, keepdims=True)
-    live = top[:, 0] > 0
-    zeros = (n[live] <= ZERO_RELATIVE * top[live]).sum(axis=0).astype(int).tolist()
+    live = n.max(axis=1) > 0
+    zeros = (n[live] <= zero_floor(n)[live]).sum(axis=0).astype(int).tolist()
     return {"zero_modules": dict(zip(names, zeros)), "live_modules": int(live.sum())}
 
 
@@ -362,9 +375,16 @@ def _material(u) -> bool:
     return u["typical_agreement"] >= u["shared_floor"]
 
 
+def _times(v: float) -> str:
+    """A size ratio: ``2.31x``, or ``8.6e+08x`` from 1e4 on."""
+    return f"{v:.2f}x" if abs(v) < 1e4 else f"{v:.3g}x"
+
+
 def _shared(u) -> str:
     t, floor = u["typical_agreement"], u["shared_floor"]
-    state = "on" if _material(u) else "off: no material shared direction"
+    # "significant" (the direction flag's gate) and "material" (these flags') are two bars: say which
+    weak = "significant but below the floor" if u["shared_direction_p"] < u["shared_alpha"] else "none"
+    state = "on" if _material(u) else f"off: no material shared direction ({weak})"
     return f"typical agreement {t:.3f} against the floor {floor:g}, {state}"
 
 
@@ -416,7 +436,7 @@ def detection_sentence(det: dict, *, refine: str | None = None) -> str:
             why = (f"{n_sep} module(s) separated, their own collaborative sets of CLAIR's (8) excluding "
                    + ", ".join(sorted({n for m in det["separated_modules"] for n in det["modules"][m]["flagged"]}))
                    + f" there, but the {det['rule']} rule flags nobody")
-            return f"no contaminated client detected ({why}; {pooled})."
+            return f"no client flagged ({why}; {pooled}); a contaminated client below these limits goes unflagged."
         gaps = [(float(v["gap_ratio"]), m) for m, v in det["modules"].items() if v["gap_ratio"] is not None]
         best = max(gaps) if gaps else None
         if best is None:
@@ -429,7 +449,8 @@ def detection_sentence(det: dict, *, refine: str | None = None) -> str:
                       "fewer pairs below the gap than a majority set (8) has")
         else:
             margin = f"largest gap ratio {best[0]:.2f} of the {need:g} needed, in {best[1]}"
-        return f"no contaminated client detected (no module separated; {margin}; {pooled})."
+        return (f"no client flagged (no module separated; {margin}; {pooled}); a contaminated client below these "
+                "limits goes unflagged.")
     rule = det["rule"]
     if rule == "pooled":
         ev = ", ".join(f"{n} {_vs(det['scores'][n], det['threshold'])}" for n in det["flagged"])

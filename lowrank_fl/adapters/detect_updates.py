@@ -118,7 +118,7 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   unchanged), its residual from the median profile ``r_mk = p_mk - median_j p_mj`` and ``d_k =
   sqrt(mean_m r_mk^2)``, the root-mean-square distance of the client's profile from the typical one
   (:func:`profile_distances`; a module that at least half of the clients left untrained is left out,
-  a zero elsewhere counts at 1e-12 of the module's largest norm: a client untrained in a module the
+  a zero elsewhere counts at 1e-12 of the module's median norm: a client untrained in a module the
   others trained stands out). The score is ``S_k = mean_m (r_mk / s)^2`` with *one* robust scale
   ``s = 1.4826 median |r_mk|`` over all ``M K`` residuals (:func:`profile_scores`), flagged where it exceeds the
   profile cutoff ``c″_{K,M}`` (:func:`profile_cutoff`) and ``d_k`` is material: at least ``ρ`` times
@@ -191,7 +191,7 @@ from ..validation import as_float_array, check_int
 from .detect import (POOLED_ALPHA, POOLED_CUTOFF, POOLED_MIN_RATIO, pooled_scores,
                      pooled_threshold, robust_z)
 from .feature_profile import FEATURE_RATIO, feature_cutoff, feature_scores, live_features
-from .updates import ZERO_RELATIVE, direction_distances, module_grams, unit_gram, update_norms
+from .updates import direction_distances, module_grams, unit_gram, update_norms, zero_floor
 
 __all__ = ["SIZE_RATIO", "AGREEMENT_CONFIDENCE", "OPPOSED_ALPHA", "SHARED_FLOOR", "FARTHER_RATIO", "SHARED_ALPHA",
            "N_SINGLE", "shared_direction_p",
@@ -289,11 +289,11 @@ def _grams(grams) -> np.ndarray:
 
 def _log_values(v, live=None) -> np.ndarray:
     """``log(v_mk / max_j v_mj)`` (live modules, K) for positive-or-zero values (modules, K): all-zero
-    modules are left out (or those not in ``live``), zeros elsewhere count at 1e-12 of the
-    module's largest value."""
+    modules are left out (or those not in ``live``), zeros elsewhere count at
+    :func:`~lowrank_fl.adapters.updates.zero_floor` (1e-12 of the module's median value)."""
     top = v.max(axis=1, keepdims=True)
     live = (top[:, 0] > 0) if live is None else live & (top[:, 0] > 0)
-    return np.log(np.maximum(v[live], ZERO_RELATIVE * top[live]) / top[live])
+    return np.log(np.maximum(v[live], zero_floor(v)[live]) / top[live])
 
 
 def _profile_logs(G) -> np.ndarray:
@@ -301,8 +301,7 @@ def _profile_logs(G) -> np.ndarray:
     the clients' updates are zero is left out (where most clients left it untrained, the few that
     trained it are not "spread unlike the others")."""
     v = update_norms(G)
-    top = v.max(axis=1, keepdims=True)
-    return _log_values(v, live=np.mean(v <= ZERO_RELATIVE * top, axis=1) < 0.5)
+    return _log_values(v, live=np.mean(v <= zero_floor(v), axis=1) < 0.5)
 
 
 def _log_ratios(v) -> tuple[np.ndarray, np.ndarray]:
@@ -359,14 +358,14 @@ def profile_scores(grams) -> tuple[np.ndarray, np.ndarray]:
     clients; at least 1e-6), and
     ``d_k / median_j d_j`` (1 where every ``d`` is 0; :func:`profile_distances`). Blind to each
     client's overall size. With one live module (all-zero modules left out, zeros elsewhere at
-    1e-12 of the module's largest norm) every profile is empty: ``S = 0``, ``ratio = 1``."""
+    1e-12 of the module's median norm) every profile is empty: ``S = 0``, ``ratio = 1``."""
     return _profile(_grams(grams))[:2]
 
 
 def size_scores(grams) -> tuple[np.ndarray, np.ndarray]:
     """``(z, ratio)`` (K,): the modified z-score of ``ℓ_k = mean_m log ||ΔW_mk||_F`` and
     ``exp(ℓ_k - median ℓ)``. Modules where every client's update is zero are left out; a zero
-    update elsewhere counts at ``1e-12`` of the module's largest norm (far below everyone)."""
+    update elsewhere counts at ``1e-12`` of the module's median norm (far below everyone)."""
     return _log_ratios(update_norms(_grams(grams)))
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..validation import check_in_interval, check_int
-from .updates import ZERO_RELATIVE, module_grams, zero_updates
+from .updates import module_grams, zero_floor, zero_updates
 
 __all__ = ["ALPHA", "MIN_CLIENTS", "N_PERMUTATIONS", "Exchangeability", "pair_residuals",
            "pattern_statistic", "exchangeability"]
@@ -106,7 +106,7 @@ def _one_factor(C) -> np.ndarray:
 def pair_residuals(grams, members=None) -> np.ndarray:
     """The pair residuals ``e_m`` (modules read, P) of the members' pairwise cosines per module
     after the one-factor fit ``c_mjk ≈ v_mj v_mk`` (module docstring); pairs ``j < k`` of the
-    members in order. Modules where a member's update is zero (at most 1e-12 of the module's largest
+    members in order. Modules where a member's update is zero (at most 1e-12 of the module's median
     norm) are not read."""
     G = _check_grams(grams)
     b = _check_members(members, G.shape[-1])
@@ -115,7 +115,7 @@ def pair_residuals(grams, members=None) -> np.ndarray:
     if n < 3:
         return np.zeros((0, max(n * (n - 1) // 2, 0)))
     d = np.sqrt(np.maximum(np.diagonal(G, axis1=1, axis2=2), 0.0))
-    live = (d > ZERO_RELATIVE * d.max(axis=1, keepdims=True)).all(axis=1)   # every member trained it
+    live = (d > zero_floor(d)).all(axis=1)                                 # every member trained it
     d = d[live]
     C = G[live] / (d[:, :, None] * d[:, None, :])
     v = _one_factor(C)

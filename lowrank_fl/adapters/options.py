@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..validation import check_in_interval, check_int, check_positive
+from ..validation import check_gap_tolerance, check_in_interval, check_int
 from . import detect_updates, robust
 from .io import AdapterError
 
@@ -102,7 +102,7 @@ class ModuleOptions:
                 raise ValueError(f"{name} must be an integer >= 1, got {v}")
         # checked here, not first inside the per-module solve (after the adapters are read)
         check_in_interval(self.alpha, "alpha", 0.5, 1.0, closed="left")
-        check_positive(self.tol, "tol")
+        check_gap_tolerance(self.tol, "tol")
         check_int(self.max_iter, "max_iter", minimum=1)
         if self.clip is not None and not (isinstance(self.clip, (int, float)) and not isinstance(self.clip, bool)
                                           and np.isfinite(self.clip) and self.clip >= 1):

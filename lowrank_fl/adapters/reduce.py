@@ -40,8 +40,10 @@ are ``V`` times those of ``L̂″`` with the same singular values, so ``P_Â = V
 with the isometry), so even the iteration counts agree.
 
 Bases are computed from the factors only — from the Grams of the stacked ``[s_k B_k]``
-(out × Σr) and ``[A_k]^T`` (in × Σr), with a re-orthonormalizing second pass (:func:`_basis`)
-— never from out × in matrices. With ``energy < 1`` the joint spaces are
+(out × Σr) and ``[A_k]^T`` (in × Σr), each client's block scaled to unit Frobenius norm first
+(the joint spans are unchanged, and a client whose update is scaled by 1e9 cannot push the
+others' directions below the numerical-rank cut), with a re-orthonormalizing second pass
+(:func:`_basis`) — never from out × in matrices. With ``energy < 1`` the joint spaces are
 truncated to the leading directions of ``Σ_k ΔW_k ΔW_k^T`` and ``Σ_k ΔW_k^T ΔW_k`` that keep
 that fraction of ``Σ_k ||ΔW_k||_F^2``; the energy actually discarded,
 ``Σ_k ||ΔW_k - U U^T ΔW_k V V^T||_F^2 / Σ_k ||ΔW_k||_F^2``, is reported.
@@ -168,6 +170,19 @@ def _cholesky_basis(F, C):
     return U, np.triu(scipy.linalg.blas.dtrmm(1.0, L2, np.tril(L).T, lower=1, trans_a=1))
 
 
+def _block_norms(F, blocks, axis: int) -> np.ndarray:
+    """Each client's Frobenius norm, repeated over its columns (``axis=0``) or rows (``axis=1``)
+    of the stacked factor ``F``: (Σr,)."""
+    sq = F * F
+    return np.concatenate([np.full(b.stop - b.start, np.sqrt(sq[:, b].sum() if axis == 0 else sq[b].sum()))
+                           for b in blocks])
+
+
+def _safe(n) -> np.ndarray:
+    """``n`` with zeros replaced by 1 (a zero block is divided by 1: it stays zero)."""
+    return np.where(n > 0, n, 1.0)
+
+
 def _energy_rotation(C, energy):
     """Eigenvectors (n, m) of a PSD (n, n) ``C`` keeping ``energy`` of its trace."""
     ev, X = np.linalg.eigh(C)
@@ -213,10 +228,16 @@ def reduce_module(f: ModuleFactors, *, energy: float | None = None,
                              X=np.zeros((K, rmax, 1)), discarded=0.0)
     Bs = np.hstack([s * b for s, b in zip(f.scaling, f.B)])       # (out, Σr)
     As = np.vstack(f.A)                                            # (Σr, in)
-    U, cb = _basis(Bs, rtol)                                       # cb: (q′, Σr) = U^T Bs
-    V, ca = _basis(As.T, rtol)                                     # ca: (p′, Σr) = V^T As^T
     edges = np.concatenate([[0], np.cumsum(r)])
     blocks = [slice(edges[k], edges[k + 1]) for k in range(K)]
+    # each client's block at unit Frobenius norm before the bases (the spans are unchanged): the
+    # numerical-rank cut is relative to the largest singular value, and one client scaled by 1e9
+    # would otherwise push every other client's directions below it; a zero block stays zero and
+    # gets exactly zero coordinates
+    nb, na = _block_norms(Bs, blocks, axis=0), _block_norms(As, blocks, axis=1)
+    U, cb = _basis(Bs / _safe(nb), rtol)                           # cb: (q′, Σr) = U^T Bs, below
+    V, ca = _basis((As / _safe(na)[:, None]).T, rtol)              # ca: (p′, Σr) = V^T As^T
+    cb, ca = cb * nb, ca * na
     # Grams of each client's reduced factors: ||M_k||_F^2 = <cb_k^T cb_k, ca_k^T ca_k>, and the
     # energy rotations, without forming M (K q′ p′ numbers)
     gb = [cb[:, i].T @ cb[:, i] for i in blocks]

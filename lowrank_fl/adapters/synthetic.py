@@ -64,7 +64,7 @@ def write_synthetic_adapters(out, *, n_clients: int = 10, n_layers: int = 32,
     overwrite : bool
         Replace client directories that already hold files.
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
     from ..validation import check_int
 
@@ -122,7 +122,8 @@ def write_synthetic_adapters(out, *, n_clients: int = 10, n_layers: int = 32,
     for k in range(n_clients):
         d = out / f"client_{k:02d}"
         d.mkdir(parents=True, exist_ok=True)
-        save_file(tensors[k], str(d / "adapter_model.safetensors"))
+        # the bytes written by Python (safetensors' save_file creates its files 0600, unlike the config)
+        (d / "adapter_model.safetensors").write_bytes(save(tensors[k]))
         cfg = _config(ranks[k], float(alpha if alpha is not None else 2 * ranks[k]), modules)
         (d / "adapter_config.json").write_text(json.dumps(cfg, indent=2))
         paths.append(d)

@@ -16,11 +16,12 @@ from ..clair import pairs
 from ..validation import as_float_array
 
 __all__ = ["update_gram", "update_norms", "unit_gram", "direction_distances", "raw_distances",
-           "check_gram", "outside_shares", "update_sq_norms", "ZERO_RELATIVE", "DISTANCE_ROUNDING", "zero_updates",
+           "check_gram", "outside_shares", "update_sq_norms", "ZERO_RELATIVE", "DISTANCE_ROUNDING", "zero_updates", "zero_floor",
            "module_grams"]
 
-#: an update norm at most this fraction of the module's largest is zero (the Gram's rounding: a
-#: factor multiplied by 0 leaves about 1e-16 of the others' norms through the cross products)
+#: an update norm at most this fraction of the module's typical one (:func:`zero_floor`) is zero
+#: (the Gram's rounding: a factor multiplied by 0 leaves about 1e-16 of the others' norms through
+#: the cross products)
 ZERO_RELATIVE = 1e-12
 #: a squared distance at most this fraction of the two squared norms' sum is 0 (:func:`raw_distances`,
 #: :func:`direction_distances`): the cancellation in ||a||² + ||b||² - 2<a, b> leaves about 1e-16 of
@@ -71,13 +72,23 @@ def module_grams(grams, name: str = "grams") -> np.ndarray:
     return G
 
 
+def zero_floor(norms) -> np.ndarray:
+    """(..., 1): the norm at or below which a client's update of a module is zero, from the norms
+    (..., K) of the module's updates: :data:`ZERO_RELATIVE` times the module's median norm, or its
+    largest where the median is 0 (most clients left it untrained). The median, not the largest:
+    a client whose update is scaled by 1e12 or more would otherwise make every other client's
+    update "zero"."""
+    n = np.asarray(norms, float)
+    med = np.median(n, axis=-1, keepdims=True)
+    return ZERO_RELATIVE * np.where(med > 0, med, n.max(axis=-1, keepdims=True))
+
+
 def zero_updates(grams) -> np.ndarray:
     """(K,) bool: clients whose update is zero in every module of per-module Grams (modules, K, K) or
-    (K, K) — a norm at most :data:`ZERO_RELATIVE` of the module's largest (all-zero modules count
-    as zero for everyone)."""
+    (K, K) — a norm at most :func:`zero_floor` (all-zero modules count as zero for everyone)."""
     n = update_norms(grams)
     n = n[None] if n.ndim == 1 else n
-    return np.all(n <= ZERO_RELATIVE * n.max(axis=-1, keepdims=True), axis=0)
+    return np.all(n <= zero_floor(n), axis=0)
 
 
 def update_norms(gram) -> np.ndarray:

@@ -57,7 +57,7 @@ import scipy.sparse.linalg
 
 from ..results import ConvergenceWarning, SolverResult
 from ..stall import INACCURATE, StallRule, check_stall_window
-from ..validation import check_choice, check_int, check_positive
+from ..validation import check_choice, check_gap_tolerance, check_int, check_positive
 from .program7 import LowRankMixin, dual_scale_from_summaries, top_eigenvalue
 from .pair_contrasts import PairContrasts
 from . import affine_blocks as blocks
@@ -370,7 +370,7 @@ def solve_penalized_factored(D: PairContrasts, lam_L, lam_S, *, weight: float | 
     lam_L = check_positive(lam_L, "lam_L")
     lam_S = check_positive(lam_S, "lam_S")
     w = 1.0 / D.n_clients if weight is None else check_positive(weight, "weight")
-    tol = check_positive(tol, "tol")
+    tol = check_gap_tolerance(tol, "tol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     check_every = check_int(check_every, "check_every", minimum=1)
     check_choice(svt, "svt", SVT_MODES)

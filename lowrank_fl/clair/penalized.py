@@ -32,7 +32,7 @@ from typing import Mapping
 import numpy as np
 import scipy.linalg
 
-from ..validation import check_choice, check_int, check_positive
+from ..validation import check_choice, check_gap_tolerance, check_int, check_positive
 from ..results import ConvergenceWarning
 from ..stall import DEFAULT_WINDOWS, INACCURATE, StallRule, check_stall_window
 from .solver_options import DEFAULT, check_applicable
@@ -189,6 +189,9 @@ def _bst(M, q, tau, inplace=False):
 
 #: Default relative-gap tolerance of the iterative methods.
 ITERATIVE_TOL = 1e-8
+#: a step_size this many times below 1/(2 max w) is named in a max_iter or stall warning as a
+#: likely cause (it moves the iterates that much less per iteration)
+SMALL_STEP = 100.0
 
 
 def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
@@ -300,7 +303,7 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
     if tol is DEFAULT:
         tol = ITERATIVE_TOL
     elif tol is not None:
-        tol = check_positive(tol, "tol")
+        tol = check_gap_tolerance(tol, "tol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     check_every = check_int(check_every, "check_every", minimum=1)
     check_choice(svd, "svd", _SVD_MODES)
@@ -333,12 +336,15 @@ def solve_penalized(D, q, lam_L, lam_S, *, weights=None, method: str = "fista",
     L, S, sv, Vt, it, status, hist, div_at = out
     sv, Vt = _complete_right_basis(sv, Vt)              # the partial SVT keeps only s > tau
     cert = certify(D, q, L, S, lam_L, lam_S, w, singular_values=sv)
+    # a step far below the largest safe one moves the iterates little per iteration: name it
+    slow = (f"; step_size t={t:.3g} is {t_max / t:.3g}x below 1/(2 max w) = {t_max:.3g} (the default), "
+            "which moves the iterates that much less per iteration" if t < t_max / SMALL_STEP else "")
     if status == "max_iter":
         message = (f"solve_penalized(method={method!r}) stopped at max_iter={max_iter} with "
-                   f"relative duality gap {cert.relative_gap:.3e} > tol={tol:.1e}")
+                   f"relative duality gap {cert.relative_gap:.3e} > tol={tol:.1e}" + slow)
         warnings.warn(message, ConvergenceWarning, stacklevel=2)
     elif status == "stalled":
-        message = stall.warn(f"solve_penalized(method={method!r})", it, cert.relative_gap)
+        message = stall.warn(f"solve_penalized(method={method!r})", it, cert.relative_gap, slow)
     elif status == INACCURATE:
         message = stall.warn_broken(f"solve_penalized(method={method!r})", it, cert.relative_gap)
     elif status == "diverged":

@@ -366,10 +366,12 @@ def fit(W_hat, lam_L: float, lam_S: float, *, rank: int, alpha: float = 0.5,
                           "is nothing to detect; every client is kept and (9) returns the "
                           "estimates unchanged", RuntimeWarning, stacklevel=2)
         elif nrank < rank:
+            # an unfinished solve's L_hat is not (7)'s: blame the solve, not the lambdas
+            why = (f"the solve ended {sol.status!r} before its tolerance, so L_hat is not yet (7)'s "
+                   "solution (see the solve's warning)" if held else "lam_S/lam_L is probably too small")
             warnings.warn(f"L_hat has numerical rank {nrank} < rank={rank} (threshold "
                           f"{rank_threshold:g} * ||D_hat||_op): the top-{rank} subspace is partly "
-                          "arbitrary; lam_S/lam_L is probably too small", RuntimeWarning,
-                          stacklevel=2)
+                          f"arbitrary; {why}", RuntimeWarning, stacklevel=2)
     else:
         dim = nrank
         if dim == 0:

@@ -160,8 +160,18 @@ def check_problem(D, q, lam_L, lam_S, weights):
     G = D.shape[0] // q
     lam_L = check_positive(lam_L, "lam_L")
     lam_S = check_positive(lam_S, "lam_S")
+    if weights is None and not _is_pair_count(G):
+        # D's rows split into G blocks of q rows; a G that counts no pairs of clients points at q
+        raise ValueError(f"D has {D.shape[0]} rows, so q={q} gives G={G} blocks, which is K(K-1)/2 for no "
+                         "number of clients K: check q (the rows of one block, the output dimension), or "
+                         "pass explicit weights of shape (G,) for blocks that are not all pairs")
     w = check_weights(weights, G)
     return D, q, G, lam_L, lam_S, w
+
+
+def _is_pair_count(G: int) -> bool:
+    K = int(round((1 + (1 + 8 * G) ** 0.5) / 2))
+    return K * (K - 1) // 2 == G
 
 
 def _check_q(q, D):

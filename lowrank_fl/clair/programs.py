@@ -25,7 +25,7 @@ from typing import Mapping
 import numpy as np
 import scipy.sparse
 
-from ..validation import as_float_array, check_choice, check_positive
+from ..validation import as_float_array, check_choice, check_gap_tolerance, check_positive
 from ..linalg import orth
 from ..results import SolverResult
 from ..conic import SOLVERS, data_scale, decide, solve_scaled
@@ -202,7 +202,7 @@ def solve_program7(D, q, lam_L, lam_S, weights=None, *, solver: str = "CLARABEL"
     import cvxpy as cp  # here, not at import: the iterative paths never need cvxpy
     D, q, G, lam_L, lam_S, w = check_problem(D, q, lam_L, lam_S, weights)
     check_choice(nuclear, "nuclear", _NUCLEAR)
-    tol = check_positive(tol, "tol")
+    tol = check_gap_tolerance(tol, "tol")
     p = D.shape[1]
     sw = np.sqrt(np.repeat(w, q))[:, None]
 
@@ -269,7 +269,7 @@ def solve_noiseless(D0, q, lam_L, lam_S, *, solver: str = "CLARABEL", nuclear: s
     import cvxpy as cp  # here, not at import: the iterative paths never need cvxpy
     D0, q, G, lam_L, lam_S = _check_unweighted(D0, q, lam_L, lam_S, "D0")
     check_choice(nuclear, "nuclear", _NUCLEAR)
-    tol = check_positive(tol, "tol")
+    tol = check_gap_tolerance(tol, "tol")
     p = D0.shape[1]
 
     def build(c):

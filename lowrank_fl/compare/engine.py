@@ -16,7 +16,7 @@ import numpy as np
 from ..clair import contrasts
 from ..clair.contrasts import check_weights
 from ..linalg import projector_distance
-from ..validation import (as_float_array, check_choice, check_in_interval, check_int,
+from ..validation import (as_float_array, check_choice, check_gap_tolerance, check_in_interval, check_int,
                           check_positive)
 from .certify import (ClairCertifier, NoiselessCertifier, NuclearCertifier, numerical_rank,
                       top_projector)
@@ -40,7 +40,7 @@ def _check_W(W, name):
 
 def _check_common(tol, max_iter, time_limit, memory_limit, rank, tau, alpha, memory_measure):
     check_choice(memory_measure, "memory_measure", MEMORY_MEASURES)
-    tol = check_positive(tol, "tol")
+    tol = check_gap_tolerance(tol, "tol")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     if time_limit is not None:
         time_limit = check_positive(time_limit, "time_limit")

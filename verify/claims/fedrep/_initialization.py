@@ -80,14 +80,17 @@ def _task_random_init(seed, d, k, n, m, rounds, eps, fedrep_options):
                  "of runs.",
        kind="bound")
 def _c6b(ctx, *, fedrep_options=None):
-    reps = ctx.pick(10, 30, 100)
+    # 36 and 40 runs: enough for an all-success run's exact lower bound to reach 0.9 (0.025^(1/n) >= 0.9)
+    reps = ctx.pick(36, 40, 100)
     out = ctx.map(_task_random_init, [{"d": 10, "k": 2, "n": 100, "m": 5, "rounds": ctx.pick(150, 200, 300),
                                        "eps": 1e-2, "fedrep_options": fedrep_options}], replicates=reps)[0]
     succ = int(np.sum(out))
     ci = stats.binomtest(succ, reps).proportion_ci(confidence_level=0.95, method="exact")
     frac = succ / reps
-    # holds: observed fraction >= 0.9 (the paper's statement); fails: the exact 95% upper bound < 0.9
-    passed = True if frac >= 0.9 else (False if ci.high < 0.9 else None)
+    # decided on the interval (the report's rule): holds when the exact 95% lower bound reaches 0.9,
+    # fails when the upper bound is below it, else inconclusive (changed after a new user's trial:
+    # it held on the observed fraction alone, 10/10 at smoke with the interval [0.69, 1.00])
+    passed = True if ci.low >= 0.9 else (False if ci.high < 0.9 else None)
     return Evidence(
         verdict=verdict_from(passed),
         summary=f"{succ}/{reps} random-init runs reach dist <= 1e-2 (95% CI [{ci.low:.2f}, {ci.high:.2f}]; "
@@ -96,5 +99,6 @@ def _c6b(ctx, *, fedrep_options=None):
                   "fraction_ok": passed},
         predicted={"fraction": ">= 0.9"},
         notes="Fig. 3/7 setting: d = 10, k = 2, n = 100, m = 5 fixed samples, noise sd 1e-3, eta = 0.5, "
-              "Haar-random B0; success = dist <= 1e-2 within T rounds. Fails when the exact (Clopper-Pearson) "
-              "95% upper bound on the success probability is below 0.9.")
+              "Haar-random B0; success = dist <= 1e-2 within T rounds. Holds when the exact (Clopper-Pearson) "
+              "95% lower bound on the success probability is at least 0.9, fails when the upper bound is below "
+              "0.9, else inconclusive.")
