@@ -871,3 +871,15 @@ def test_inspect_shows_a_module_nobody_trained_as_empty(tmp_path, capsys):
     q = next(ln for ln in lines if "q_proj" in ln)
     assert v.split()[5] == "0x0" and v.endswith("(every update is zero)")
     assert q.split()[5] == "12x12" and "zero" not in q
+
+
+def test_a_large_federation_lists_its_outputs_in_one_short_line(tmp_path, capsys):
+    paths = write_synthetic_adapters(tmp_path / "in", n_clients=12, n_layers=1, modules=("q_proj",),
+                                     shape=(16, 12), rank=2, contaminated=1, seed=0)
+    assert _run(["aggregate", *paths, "--out", tmp_path / "o", "--quiet"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert (f"wrote 13 adapters (client_00, client_01, client_02, ..., client_11, shared) and summary.json "
+            f"to {tmp_path / 'o'}") in first
+    # ten or fewer are named in full
+    assert _run(["aggregate", *paths[:4], "--out", tmp_path / "o4", "--quiet"]) == 0
+    assert "wrote client_00, client_01, client_02, client_03" in capsys.readouterr().out

@@ -311,7 +311,7 @@ def run_aggregate(args) -> int:
                            f"{exc.filename})") from None
     mods = summary["modules"]
     print(f"{args.method}: {len(mods)} modules, {len(adapters.clients)} clients, "
-          f"{agg.seconds:.1f} s; wrote {', '.join(summary['outputs'])} and summary.json to "
+          f"{agg.seconds:.1f} s; wrote {_listed(summary['outputs'])} and summary.json to "
           f"{args.out}")
     if args.method == "clair":
         cb = summary["client_benign"]
@@ -517,6 +517,13 @@ def _check_summary(summary: dict, path, adapters) -> None:
                            "by CLAIR's (8); the heatmap needs a CLAIR aggregate's summary")
 
 
+def _listed(names, most: int = 10) -> str:
+    """``a, b, c``; beyond ``most`` names the first and last few and the count (K = 100 prints one line)."""
+    if len(names) <= most:
+        return ", ".join(names)
+    return f"{len(names)} adapters ({', '.join(names[:3])}, ..., {', '.join(names[-2:])})"
+
+
 def _heatmap(flags, clients, modules, path, title):
     import matplotlib
 
@@ -526,7 +533,14 @@ def _heatmap(flags, clients, modules, path, title):
     fig, ax = plt.subplots(figsize=(max(6, 0.08 * len(modules) + 2), 0.35 * len(clients) + 1.5))
     ax.imshow(flags.T, aspect="auto", cmap="Reds", vmin=0, vmax=1, interpolation="nearest")
     ax.set_yticks(range(len(clients)), clients)
-    ax.set_xlabel(f"module (0..{len(modules) - 1})")
+    # integer ticks at the modules (matplotlib's default reads -0.5 ... 3.5 on a few modules);
+    # their names where they fit, else their indices
+    step = max(1, len(modules) // 20)
+    ticks = range(0, len(modules), step)
+    named = len(modules) <= 12
+    ax.set_xticks(ticks, [modules[i].split("model.")[-1] if named else str(i) for i in ticks],
+                  rotation=90 if named else 0, fontsize=7 if named else None)
+    ax.set_xlabel("module" if named else f"module (0..{len(modules) - 1})")
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
