@@ -39,6 +39,7 @@ from .io import (CONFIG_NAME, WEIGHTS_NAME, AdapterError, StorageDtypeError, ada
 from .reduce import reduce_module
 from .split import LAYOUTS
 from .noharm import DEFAULT_REFINE, REFINE
+from .synthetic_cli import add_synthetic_parser
 
 _NAMES_HELP = ("comma-separated client names, one per DIR, in order{}; default: the directory names, "
                "with parent directories added where they collide (site1/adapter, site2/adapter -> "
@@ -64,7 +65,7 @@ __all__ = ["add_parser", "run_inspect", "run_aggregate"]
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add ``adapters`` (``inspect``, ``aggregate``) to an argparse sub-parser set."""
+    """Add ``adapters`` (``inspect``, ``synthetic``, ``aggregate``) to an argparse sub-parser set."""
     top = subparsers.add_parser("adapters", help="CLAIR and baselines on PEFT LoRA adapters")
     sub = top.add_subparsers(dest="adapters_command", required=True)
 
@@ -78,6 +79,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                           "existing file only with --overwrite")
     ins.add_argument("--overwrite", action="store_true", help="replace an existing --figure FILE")
     ins.set_defaults(handler=run_inspect)
+    add_synthetic_parser(sub)
 
     agg = sub.add_parser("aggregate", help="aggregate client adapters into PEFT adapters",
                          description="Aggregate client adapters into PEFT adapters. (7), (8) and (9) are the "
