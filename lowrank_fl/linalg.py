@@ -12,6 +12,7 @@ import numpy as np
 from .validation import as_float_array, check_int, check_positive
 
 __all__ = [
+    "compact_factors",
     "orth",
     "projector",
     "row_projector",
@@ -25,6 +26,23 @@ __all__ = [
     "spectral_norm",
     "nuclear_norm",
 ]
+
+
+def compact_factors(B, A) -> tuple:
+    """``(B, A)`` (out × R, R × in) unchanged where ``R <= min(out, in)``; above it, exactly the same
+    product ``B A`` at rank ``min(out, in)``: ``B = Q_b R_b``, ``A^T = Q_a R_a`` and an SVD of the
+    small core ``R_b R_a^T``, split evenly (balanced factors). A factorization of rank above
+    ``min(out, in)`` stores more numbers than the matrix itself, and LoRA readers refuse it (a
+    stacked sum of several clients' factors, or an update beside a correction, reaches it)."""
+    q, R = B.shape
+    p = A.shape[1]
+    if R <= min(q, p):
+        return B, A
+    Qb, Rb = np.linalg.qr(B)                     # (q, min(q, R)), (min(q, R), R)
+    Qa, Ra = np.linalg.qr(A.T)                   # (p, min(p, R)), (min(p, R), R)
+    X, s, Yt = np.linalg.svd(Rb @ Ra.T, full_matrices=False)
+    root = np.sqrt(s)
+    return Qb @ (X * root), (root[:, None] * Yt) @ Qa.T
 
 
 def orth(A, *, name: str = "A") -> np.ndarray:

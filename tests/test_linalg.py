@@ -112,3 +112,20 @@ def test_spectral_and_nuclear_norm_validate():
         la.nuclear_norm(np.full((2, 2), np.nan), name="A")
     with pytest.raises(TypeError, match="M must be a real numeric array"):
         la.spectral_norm(np.eye(2) * 1j)
+
+
+@settings(max_examples=30, deadline=None)
+@given(q=st.integers(1, 9), p=st.integers(1, 9), R=st.integers(1, 14), seed=st.integers(0, 2**16))
+def test_compact_factors_keeps_the_product_at_rank_min_out_in(q, p, R, seed):
+    """At or below min(out, in) the factors come back untouched; above, the same product (to
+    rounding, against the dense B A) at rank min(out, in), its singular values split evenly."""
+    rng = np.random.default_rng(seed)
+    B, A = rng.standard_normal((q, R)), rng.standard_normal((R, p))
+    B2, A2 = la.compact_factors(B, A)
+    if R <= min(q, p):
+        assert B2 is B and A2 is A
+        return
+    assert B2.shape == (q, min(q, p)) and A2.shape == (min(q, p), p)
+    ref = B @ A
+    assert np.linalg.norm(B2 @ A2 - ref) <= 1e-12 * max(np.linalg.norm(ref), 1.0)
+    np.testing.assert_allclose(np.linalg.norm(B2, axis=0), np.linalg.norm(A2, axis=1), rtol=1e-10, atol=1e-12)

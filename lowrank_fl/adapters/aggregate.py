@@ -44,6 +44,7 @@ import numpy as np
 
 from .. import clair
 from ..algorithms import lora_aggregation as lora
+from ..linalg import compact_factors
 from ..validation import check_in_interval
 from . import detect, detect_updates, guard, robust
 from .io import AdapterError, ModuleFactors
@@ -196,7 +197,7 @@ class ModuleResult:
             Dk = Mk - Mbar
             Bk = np.hstack([U, U @ (a * (Dk @ Z)).astype(U.dtype)])
             Ak = np.vstack([((Mk - a * Dk) @ V.T).astype(V.dtype), st["VZt"]])
-            return Bk, Ak, 0.0
+            return (*compact_factors(Bk, Ak), 0.0)
         cache = st.setdefault("mean_cache", {})
         if key not in cache:                            # shared by every benign client
             cache.clear()
@@ -204,7 +205,7 @@ class ModuleResult:
         MbarVt = cache[key]
         Bk = np.hstack([U, U @ ((Mk - Mbar) @ Z).astype(U.dtype)])
         Ak = np.vstack([MbarVt, st["VZt"]])
-        return Bk, Ak, 0.0
+        return (*compact_factors(Bk, Ak), 0.0)
 
 
 def _jsonable(v):

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..linalg import compact_factors
 from .io import AdapterError, ModuleFactors
 
 __all__ = ["LAYOUTS", "DEFAULT_LAYOUT", "SHARED", "MANIFEST", "shared_weights", "client_part",
@@ -141,25 +142,8 @@ def shared_part(res, f: ModuleFactors, benign, dtype) -> tuple:
         c = np.sqrt(na / nb) if nb > 0 and na > 0 else 1.0
         Bs.append(Bk * c)
         As.append(Ak / c)
-    B, A = _compact(np.hstack(Bs), np.vstack(As))
+    B, A = compact_factors(np.hstack(Bs), np.vstack(As))
     return B.astype(dtype), A.astype(dtype)
-
-
-def _compact(B, A) -> tuple:
-    """``(B, A)`` unchanged where the rank ``R`` (the clients' ranks stacked) is at most
-    ``min(out, in)``; above it, exactly the same product at rank ``min(out, in)``: ``B = Q_b R_b``,
-    ``A^T = Q_a R_a`` and an SVD of the small core ``R_b R_a^T`` (balanced factors). A stacked
-    factorization of rank above ``min(out, in)`` stores more numbers than the matrix itself, and
-    PEFT readers (ours included) refuse it."""
-    q, R = B.shape
-    p = A.shape[1]
-    if R <= min(q, p):
-        return B, A
-    Qb, Rb = np.linalg.qr(B)                     # (q, min(q, R)), (min(q, R), R)
-    Qa, Ra = np.linalg.qr(A.T)                   # (p, min(p, R)), (min(p, R), R)
-    X, s, Yt = np.linalg.svd(Rb @ Ra.T, full_matrices=False)
-    root = np.sqrt(s)
-    return Qb @ (X * root), (root[:, None] * Yt) @ Qa.T
 
 
 def keep_split_state(res) -> None:
