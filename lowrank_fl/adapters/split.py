@@ -10,7 +10,9 @@ adapter). The second term is common to the collaborative set, so it is written o
 * ``OUT/shared/``: per module ``ΔW̄_Ĉ (I - P_Â)`` as the concatenation of the collaborative
   clients' factors, ``B = [c_k s_k B_k / |Ĉ|]_k``, ``A = [A_k (I - P_Â) / c_k]_k`` (``c_k``
   balances the two blocks' norms, for float16) (rank ``Σ_{k∈Ĉ} r_k``,
-  at most the inputs' total rank, so the file is at most the inputs' size);
+  at most the inputs' total rank, so the file is at most the inputs' size; where that exceeds
+  ``min(out, in)``, the same product at rank ``min(out, in)``,
+  :func:`lowrank_fl.linalg.compact_factors`);
 * ``OUT/<client>/``: the client's own part, rank ``r_k``: ``B = s_k B_k``,
   ``A = A_k - a_k A_k (I - P_Â)``, and the manifest :data:`MANIFEST` with the weight of the
   shared part per module (``a_k``, 0 where the client is outside the module's ``Ĉ``; one number
@@ -37,7 +39,7 @@ __all__ = ["LAYOUTS", "DEFAULT_LAYOUT", "SHARED", "MANIFEST", "shared_weights", 
            "shared_part", "shared_used", "keep_split_state", "fold_weights", "write_manifest", "read_manifest"]
 
 #: output layouts of CLAIR: "split" (``OUT/shared/`` + each client's part) or "merged" (one
-#: adapter per client holding (9), rank up to r + Σ r_k: its size grows like K²)
+#: adapter per client holding (9), rank up to min(r + Σ r_k, out, in): its size grows like K²)
 LAYOUTS = ("split", "merged")
 DEFAULT_LAYOUT = "split"
 #: the shared adapter's directory in ``OUT``
