@@ -29,8 +29,9 @@ __all__ = [
 
 
 def compact_factors(B, A) -> tuple:
-    """``(B, A)`` (out × R, R × in) unchanged where ``R <= min(out, in)``; above it, exactly the same
-    product ``B A`` at rank ``min(out, in)``: ``B = Q_b R_b``, ``A^T = Q_a R_a`` and an SVD of the
+    """``(B, A)`` (out × R, R × in) unchanged where ``R <= min(out, in)``; above it, the same product
+    ``B A`` to rounding (an error of order eps ||B|| ||A||) at rank ``min(out, in)``: ``B = Q_b R_b``,
+    ``A^T = Q_a R_a`` and an SVD of the
     small core ``R_b R_a^T``, split evenly (balanced factors). A factorization of rank above
     ``min(out, in)`` stores more numbers than the matrix itself, and LoRA readers refuse it (a
     stacked sum of several clients' factors, or an update beside a correction, reaches it)."""

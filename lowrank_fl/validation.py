@@ -111,7 +111,7 @@ def check_gap_tolerance(value, name: str = "tol") -> float:
     value = check_positive(value, name)
     if value >= 1:
         raise ValueError(f"{name} must be below 1 (a relative duality gap of {value:g} certifies nothing: "
-                         f"the start (0, 0) has a relative gap of at most 1), got {value:g}")
+                         f"CLAIR's start (0, 0) has one of at most 1), got {value:g}")
     if value < GAP_TOL_FLOOR:
         warnings.warn(f"{name}={value:g} is below what float64 can certify (relative gaps are computed to "
                       f"about {GAP_TOL_FLOOR:g}): the solve can stop only where rounding gives a gap of 0, "

@@ -871,6 +871,11 @@ def test_inspect_shows_a_module_nobody_trained_as_empty(tmp_path, capsys):
     q = next(ln for ln in lines if "q_proj" in ln)
     assert v.split()[5] == "0x0" and v.endswith("(every update is zero)")
     assert q.split()[5] == "12x12" and "zero" not in q
+    # the aggregate's summary says the same
+    assert _run(["aggregate", *paths, "--out", tmp_path / "o", "--quiet"]) == 0
+    dims = {m.rsplit(".", 1)[-1]: d["reduced_dims"]
+            for m, d in json.loads((tmp_path / "o" / "summary.json").read_text())["modules"].items()}
+    assert dims == {"q_proj": [12, 12], "v_proj": [0, 0]}
 
 
 def test_a_large_federation_lists_its_outputs_in_one_short_line(tmp_path, capsys):

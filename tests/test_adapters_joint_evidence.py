@@ -105,6 +105,7 @@ def test_the_nothing_detected_sentence_says_the_joint_test_is_off_without_a_shar
     fn = max((n for n in r if r[n] <= 1 / 1.2), key=lambda n: u["size_ratios"][n])
     assert (f"or 2x as far while agreeing less: least agreement {r[an] * u['typical_agreement']:.3g} ({an}), "
             f"largest update agreeing less {u['size_ratios'][fn]:.2f}x ({fn}) / a material") in text
-    weak = "significant but below the floor" if u["shared_direction_p"] < 0.05 else "none"
+    p = u["shared_direction_p"]
+    weak = f"significant, p = {p:.3g}, but below the floor" if p < 0.05 else f"none significant, p = {p:.3g}"
     assert (f"a material shared direction (typical agreement {u['typical_agreement']:.3f} against the floor 0.1, "
             f"off: no material shared direction ({weak}))") in text and len(text) < 1200

@@ -26,7 +26,8 @@ def test_it_writes_the_library_generators_federation_and_the_truth(tmp_path, cap
     ref = write_synthetic_adapters(tmp_path / "ref", n_clients=6, contaminated=2, n_layers=2,
                                    modules=("q_proj", "v_proj"), shape=(24, 20), rank=3, seed=5)
     for d in ref:
-        a, b = load_file(str(d / "adapter_model.safetensors")), load_file(str(out / d.name / "adapter_model.safetensors"))
+        a = load_file(str(d / "adapter_model.safetensors"))
+        b = load_file(str(out / d.name / "adapter_model.safetensors"))
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     ad = load_adapters(sorted(out.glob("client_*")))
     assert ad.n_clients == 6 and len(ad.modules) == 4 and ad.shapes[ad.modules[0]] == (24, 20)
@@ -53,7 +54,8 @@ def test_it_replaces_only_its_own_output_and_names_options_in_errors(tmp_path, c
     assert main(["adapters", "synthetic", "--out", str(mine), "--overwrite"]) == 2
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
     capsys.readouterr()
-    for argv, msg in ((["--rank", "100"], "--rank must be at most min(shape) = 64, got 100"),
+    for argv, msg in ((["--rank", "100"], "--rank must be at most min(--shape) = 64, got 100"),
+                      (["--contaminated", "10"], "--contaminated must be below --clients = 10, got 10"),
                       (["--clients", "0"], "--clients must be >= 1, got 0"),
                       (["--modules", ","], "--modules must name at least one projection")):
         assert main(["adapters", "synthetic", "--out", str(tmp_path / "bad"), *argv]) == 2

@@ -136,6 +136,11 @@ def test_a_scaled_update_is_flagged_and_steers_nothing(factor, refine):
     # the size ratio is the factor times the unscaled client's ratio (the median is a benign size)
     assert det["updates"]["size_ratios"]["c0"] == pytest.approx(
         factor * clean.summary["detection"]["updates"]["size_ratios"]["c0"], rel=1e-6)
+    # its size-blind evidence is that of the same federation unscaled (direction, feature profile)
+    u, u0 = det["updates"], clean.summary["detection"]["updates"]
+    for key in ("direction_scores", "feature_distances", "feature_ratios"):
+        for n in (f"c{k}" for k in range(1, 9)):
+            assert u[key][n] == pytest.approx(u0[key][n], rel=1e-6, abs=1e-9), (key, n)
     # every benign output is a run without the attacker (refit without the flagged clients)
     ref = aggregate_factors({n: v for n, v in _federation(bad=(9,)).items() if n not in ("c0",)}, opts,
                             refine=refine)
@@ -1098,14 +1103,18 @@ def test_alpha_changes_the_per_module_sets_not_the_updates_or_pooled_rule():
 
 
 def test_zero_is_judged_against_the_modules_median_norm():
-    """An update is zero at or below 1e-12 of the module's median norm (its largest where most
-    clients left the module untrained): a client scaled by 1e15 makes nobody else zero."""
+    """An update is zero at or below 1e-12 of the module's lower median norm (its largest where
+    most clients left the module untrained): a client scaled by 1e13-1e15 makes nobody else zero,
+    K even included (the plain median of two norms would hold the attacker's)."""
     from lowrank_fl.adapters.updates import ZERO_RELATIVE, zero_floor, zero_updates
 
     def grams(*norms):
         return np.diag(np.square(norms))[None]
 
-    assert zero_floor([[0.0, 1.0, 2.0, 1e15]])[0, 0] == pytest.approx(ZERO_RELATIVE * 1.5)
+    assert zero_floor([[0.0, 1.0, 2.0, 1e15]])[0, 0] == pytest.approx(ZERO_RELATIVE * 1.0)
+    assert zero_updates(grams(1.0, 1e13)).tolist() == [False, False]
+    assert zero_updates(grams(1.0, 1.0, 1e13, 1e13)).tolist() == [False] * 4
+    assert zero_updates(grams(0.0, 1.0)).tolist() == [True, False]
     assert zero_updates(grams(0.0, 1.0, 2.0, 1e15)).tolist() == [True, False, False, False]
     assert zero_updates(grams(1e-13, 1.0, 1.0, 1.0)).tolist() == [True, False, False, False]
     # most clients untrained: the median is 0 and the largest norm is the reference

@@ -237,7 +237,7 @@ def test_input_errors():
     # resolution only a gap rounding to 0 would stop the solve: said
     for bad in (1.0, 10.0):
         with pytest.raises(ValueError, match=rf"tol must be below 1 \(a relative duality gap of {bad:g} certifies "
-                                             r"nothing: the start \(0, 0\) has a relative gap of at most 1\)"):
+                                             r"nothing: CLAIR's start \(0, 0\) has one of at most 1\)"):
             solve_penalized(D, Q, LAM_L, LAM_S, tol=bad)
     with pytest.raises(ValueError, match="tol must be below 1"):
         ModuleOptions(tol=1.0)

@@ -335,8 +335,8 @@ def cmd_verify(args) -> int:
     _setup_logging(bars=not args.no_progress and _interactive())
     claims, backend, staging, sweep = _setup(args)
     cache_dir = sweep.cache_dir
-    log.info("verify: %d claim%s at scale %s, backend %s (jobs %s), cache %s%s", len(claims),
-             "" if len(claims) == 1 else "s", args.scale, backend, args.jobs, cache_dir or "off", " (refresh)" if args.refresh else "")
+    log.info("verify: %d claim%s at scale %s, backend %s (jobs %s), cache %s%s", len(claims), "s"[:len(claims) != 1],
+             args.scale, backend, args.jobs, cache_dir or "off", " (refresh)" if args.refresh else "")
 
     mode, number = args.time_budget
     table = load_budgets() if mode in ("auto", "factor") else {}
@@ -375,7 +375,8 @@ def cmd_verify(args) -> int:
     for key in ("markdown", "html", "json"):
         print(Path(args.out) / Path(paths[key]).resolve().relative_to(staging.dir.resolve()))
     if paths["figures"]:
-        print(f"{Path(args.out) / 'figures'}{os.sep} ({len(paths['figures'])} figure{'s' if len(paths['figures']) != 1 else ''})")
+        n_fig = len(paths["figures"])
+        print(f"{Path(args.out) / 'figures'}{os.sep} ({n_fig} figure{'s'[:n_fig != 1]})")
     # as the report counts them: remarks apart from the verdicts of the claims counted as verified
     counts = {v: sum(e.verdict == v for c, e in results if c.counted)
               for v in ("holds", "fails", "inconclusive", "erratum confirmed", REQUIRES_VERDICT,

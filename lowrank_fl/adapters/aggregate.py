@@ -79,7 +79,8 @@ class ModuleResult:
     Attributes (summary fields): ``name``, ``shape`` (out, in), ``ranks`` (per client),
     ``benign`` (bool per client, CLAIR's per-module set (8), None otherwise), ``lam_L``,
     ``lam_S``, ``lam_rule``, ``weights`` (per pair for CLAIR), ``rank`` (dimension of
-    ``P_Â``), ``numerical_rank`` (of ``L̂``, relative to ``||D̂||_op``), ``reduced_dims`` ([q′, p′]), ``pair_height`` (h), ``status``, ``relative_gap``,
+    ``P_Â``), ``numerical_rank`` (of ``L̂``, relative to ``||D̂||_op``), ``reduced_dims`` ([q′, p′];
+    [0, 0] where every update is zero), ``pair_height`` (h), ``status``, ``relative_gap``,
     ``iterations``, ``discarded`` (relative energy of a truncated reduction), ``tau``, ``votes``,
     ``block_norms``, ``contrasts`` (CLAIR: the form (7) was solved on, ``"factored"`` or
     ``"dense"``; under ``contrasts="auto"`` the dense form (at most :data:`DENSE_FALLBACK_BYTES`)
@@ -255,9 +256,11 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
         raise AdapterError(f"module {f.name!r}: need at least 2 clients, got {K}")
     check_rank(options, {f.name: f.shape})
     red = reduce_module(f, energy=options.energy)
-    res = ModuleResult(name=f.name, method=options.method, shape=tuple(f.shape),
-                       ranks=list(f.ranks), reduced_dims=red.dims, discarded=red.discarded,
-                       zero_updates=[k for k in range(K) if not (f.B[k].any() and f.A[k].any())])
+    zero = [k for k in range(K) if not (f.B[k].any() and f.A[k].any())]
+    # nobody trained it: the reduction's 1-D zero placeholder spans nothing (as `adapters inspect` says)
+    res = ModuleResult(name=f.name, method=options.method, shape=tuple(f.shape), ranks=list(f.ranks),
+                       reduced_dims=(0, 0) if len(zero) == K else red.dims, discarded=red.discarded,
+                       zero_updates=zero)
     dt = np.dtype(options.output_dtype)
     U32, V32 = red.U.astype(dt), red.V.astype(dt)
     m = options.method

@@ -249,7 +249,7 @@ def _updates_limit(u: dict) -> str:
     jn, jv = _largest({n: min(v, u["size_scores"][n]) for n, v in u["direction_scores"].items()})
     # the last test's values: the least agreement, and the largest size among those agreeing less
     ratios = {n: r for n, r in u["agreement_ratios"].items() if r is not None}
-    less = {n: u["size_ratios"][n] for n, r in ratios.items() if r <= 1 / rho}
+    less = {n: u["size_ratios"][n] for n, r in ratios.items() if r <= (1 / rho if rho > 0 else np.inf)}
     if ratios:
         an = min(ratios, key=ratios.get)
         least = (f"{ratios[an]:.3g}x the typical" if _material(u) else f"{ratios[an] * u['typical_agreement']:.3g}")
@@ -383,7 +383,9 @@ def _times(v: float) -> str:
 def _shared(u) -> str:
     t, floor = u["typical_agreement"], u["shared_floor"]
     # "significant" (the direction flag's gate) and "material" (these flags') are two bars: say which
-    weak = "significant but below the floor" if u["shared_direction_p"] < u["shared_alpha"] else "none"
+    p = u["shared_direction_p"]
+    weak = (f"significant, p = {p:.3g}, but below the floor" if p < u["shared_alpha"] else
+            f"none significant, p = {p:.3g}")
     state = "on" if _material(u) else f"off: no material shared direction ({weak})"
     return f"typical agreement {t:.3f} against the floor {floor:g}, {state}"
 

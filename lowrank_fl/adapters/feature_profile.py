@@ -9,7 +9,7 @@ update ``ΔW_mk = s_k B_mk A_mk`` (out × in), the norm of each row (output feat
 ``K (out + in)`` floats per module, about 0.4 GB for 100 clients on the 64 q and v projections
 of a 7B model). On each side, over every module's features together (:func:`side_scores`):
 
-* the log norms ``L_fk`` (a zero counts at 1e-12 of its module's largest feature norm; a feature
+* the log norms ``L_fk`` (a zero counts at 1e-12 of its module's typical largest feature norm; a feature
   that at least half of the clients left at zero is left out), centred per client,
   ``p_fk = L_fk - mean_f L_fk`` (scaling a client's whole update leaves ``p_k`` unchanged);
 * the residual from the typical profile, ``r_fk = p_fk - median_j p_fj`` (per feature, the median over
@@ -68,7 +68,7 @@ import functools
 import numpy as np
 
 from ..validation import as_float_array, check_int
-from .updates import ZERO_RELATIVE
+from .updates import zero_floor
 
 __all__ = ["FEATURE_RATIO", "FEATURE_ALPHA", "RATIO_FLOOR", "feature_norms", "side_scores", "live_features",
            "feature_scores", "feature_cutoff", "results_features", "off_reason"]
@@ -120,8 +120,10 @@ def feature_norms(A, B, scaling) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _logs(per_module) -> np.ndarray:
-    """Log norms (features, K) over every module's features: zeros at 1e-12 of the module's largest
-    norm, features at least half of the clients left at zero (and all-zero modules) left out."""
+    """Log norms (features, K) over every module's features: zeros at 1e-12 of the clients' typical
+    largest feature norm in the module (:func:`~lowrank_fl.adapters.updates.zero_floor` of the
+    clients' largest: one client scaled by 1e13 makes nobody else's features zero), features at
+    least half of the clients left at zero (and all-zero modules) left out."""
     parts = []
     K = None
     for m, v in enumerate(per_module):
@@ -134,7 +136,7 @@ def _logs(per_module) -> np.ndarray:
         top = float(v.max()) if v.size else 0.0
         if top <= 0:
             continue
-        floor = ZERO_RELATIVE * top
+        floor = float(zero_floor(v.max(axis=1))[0])
         live = np.mean(v <= floor, axis=0) < 0.5
         parts.append(np.log(np.maximum(v[:, live], floor) / top).T)
     return np.vstack(parts) if parts else np.zeros((0, 0))

@@ -64,8 +64,9 @@ from .io import AdapterError, ModuleFactors
 
 __all__ = ["ReducedModule", "reduce_module", "pair_blocks", "pair_factors", "RANK_RTOL"]
 
-#: Singular values of the stacked factors below ``max(RANK_RTOL, 3e-7) * sigma_1`` are treated
-#: as exact zeros (rank-deficient factors; :func:`_basis`); the energy they carry is reported.
+#: Singular values of the stacked factors (each client's block at unit Frobenius norm) below
+#: ``max(RANK_RTOL, 3e-7) * sigma_1`` are treated as exact zeros (rank-deficient factors;
+#: :func:`_basis`); the energy they carry is reported.
 RANK_RTOL = 1e-12
 
 
@@ -206,8 +207,8 @@ def reduce_module(f: ModuleFactors, *, energy: float | None = None,
         leading directions holding this fraction of the total energy ``Σ_k ||ΔW_k||_F^2`` on
         each side; :attr:`ReducedModule.discarded` reports what was left out.
     rtol : float
-        Numerical-rank tolerance of the stacked factors (relative to their largest singular
-        value).
+        Numerical-rank tolerance of the stacked factors, each client's block at unit Frobenius
+        norm (relative to their largest singular value).
 
     A module whose every update is zero (nobody trained it: ``lora_B`` all zeros is PEFT's
     initial state) gets one-dimensional bases and zero coordinates: its aggregates are zero.

@@ -258,7 +258,9 @@ class _OutputWriters:
     def write_in_order(self, r: ModuleResult) -> None:
         """Write ``r`` once every module before it (in the inputs' order) is written, holding the
         results that arrive early: the workers finish in any order, and the files' bytes (the
-        order of their tensors) must not depend on it."""
+        order of their tensors) must not depend on it. The held results stay in memory until
+        then (with ``jobs`` workers taking modules in order, a few; where the first module is by
+        far the slowest, up to all the others')."""
         self._pending[r.name] = r
         mods = self.adapters.modules
         while self._next < len(mods) and mods[self._next] in self._pending:

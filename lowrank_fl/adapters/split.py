@@ -39,7 +39,7 @@ __all__ = ["LAYOUTS", "DEFAULT_LAYOUT", "SHARED", "MANIFEST", "shared_weights", 
            "shared_part", "shared_used", "keep_split_state", "fold_weights", "write_manifest", "read_manifest"]
 
 #: output layouts of CLAIR: "split" (``OUT/shared/`` + each client's part) or "merged" (one
-#: adapter per client holding (9), rank up to min(r + Σ r_k, out, in): its size grows like K²)
+#: adapter per client holding (9), rank up to min(r_k + Σ r_k, out, in): its size grows like K²)
 LAYOUTS = ("split", "merged")
 DEFAULT_LAYOUT = "split"
 #: the shared adapter's directory in ``OUT``

@@ -20,7 +20,7 @@ __all__ = ["add_synthetic_parser", "run_synthetic", "TRUTH"]
 TRUTH = "truth.json"
 _FLAGS = {"n_clients": "--clients", "n_layers": "--layers", "contaminated": "--contaminated", "rank": "--rank",
           "shape": "--shape", "delta": "--delta", "modules": "--modules", "seed": "--seed"}
-_FLAG = re.compile(r"^(" + "|".join(_FLAGS) + r")\b")
+_FLAG = re.compile(r"\b(" + "|".join(_FLAGS) + r")\b")
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -72,7 +72,7 @@ def run_synthetic(args) -> int:
         try:
             dirs = write_synthetic_adapters(staged.dir, **{**settings, "shape": tuple(args.shape)})
         except ValueError as exc:            # the Python argument's name -> the option's
-            raise ValueError(_FLAG.sub(lambda m: _FLAGS[m.group(0)], str(exc), count=1)) from None
+            raise ValueError(_FLAG.sub(lambda m: _FLAGS[m.group(0)], str(exc))) from None
         names = [d.name for d in dirs]
         bad = names[len(names) - args.contaminated:] if args.contaminated else []
         truth = {"clients": names, "contaminated": bad, "settings": settings,

@@ -16,7 +16,8 @@ from ..clair import pairs
 from ..validation import as_float_array
 
 __all__ = ["update_gram", "update_norms", "unit_gram", "direction_distances", "raw_distances",
-           "check_gram", "outside_shares", "update_sq_norms", "ZERO_RELATIVE", "DISTANCE_ROUNDING", "zero_updates", "zero_floor",
+           "check_gram", "outside_shares", "update_sq_norms", "ZERO_RELATIVE", "DISTANCE_ROUNDING", "zero_updates",
+           "zero_floor",
            "module_grams"]
 
 #: an update norm at most this fraction of the module's typical one (:func:`zero_floor`) is zero
@@ -74,13 +75,15 @@ def module_grams(grams, name: str = "grams") -> np.ndarray:
 
 def zero_floor(norms) -> np.ndarray:
     """(..., 1): the norm at or below which a client's update of a module is zero, from the norms
-    (..., K) of the module's updates: :data:`ZERO_RELATIVE` times the module's median norm, or its
-    largest where the median is 0 (most clients left it untrained). The median, not the largest:
-    a client whose update is scaled by 1e12 or more would otherwise make every other client's
-    update "zero"."""
+    (..., K) of the module's updates: :data:`ZERO_RELATIVE` times the module's lower median norm
+    (the ``(K-1)//2``-th smallest), or its largest where that is 0 (most clients left it
+    untrained). A median, not the largest: a client whose update is scaled by 1e12 or more would
+    otherwise make every other client's update "zero"; the lower one, since the mean of the two
+    middle norms of an even K (K = 2: the attacker's and the other's) holds the attacker's."""
     n = np.asarray(norms, float)
-    med = np.median(n, axis=-1, keepdims=True)
-    return ZERO_RELATIVE * np.where(med > 0, med, n.max(axis=-1, keepdims=True))
+    i = (n.shape[-1] - 1) // 2
+    low = np.partition(n, i, axis=-1)[..., i:i + 1]
+    return ZERO_RELATIVE * np.where(low > 0, low, n.max(axis=-1, keepdims=True))
 
 
 def zero_updates(grams) -> np.ndarray:

@@ -152,7 +152,7 @@ class ClairStrategy(FedAvg):
         ``module_options.rank_out`` (which truncates merged outputs). ``"split"``: the round's
         shared part ``ΔW̄_Ĉ (I - P_Â)`` is computed once and sent beside each refined client's own
         part (rank ``r_k``) and weight (the contract's ``"shared"`` records; the server keeps
-        O(K) factors, not K adapters of rank up to ``Σ r_k``); ``"merged"``: each client's
+        O(K) factors, not K adapters of rank up to ``r_k + Σ r_k``); ``"merged"``: each client's
         refined adapter as one factorization. The client reads both the same way
         (:func:`~lowrank_fl.flower.factors_from_content` returns the sum).
     jobs, scheduler
