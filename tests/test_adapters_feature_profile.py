@@ -32,14 +32,17 @@ def test_feature_norms_are_the_row_and_column_norms_of_the_formed_updates():
 
 
 def _reference_side(per_module):
-    """S_k written out with loops: logs over all live features, centred per client, minus the median
+    """S_k written out with loops: logs over all live features (a zero at 1e-12 of the lower median
+    over the clients of each one's largest feature norm), centred per client, minus the median
     client per feature, one MAD scale over everything."""
     feats = []
     for v in per_module:
         top = v.max()
+        largest = sorted(max(v[k]) for k in range(v.shape[0]))
+        ref = largest[(v.shape[0] - 1) // 2] or top
         for f in range(v.shape[1]):
-            col = np.maximum(v[:, f], 1e-12 * top)
-            if np.mean(v[:, f] <= 1e-12 * top) < 0.5:
+            col = np.maximum(v[:, f], 1e-12 * ref)
+            if np.mean(v[:, f] <= 1e-12 * ref) < 0.5:
                 feats.append(np.log(col / top))
     L = np.array(feats)                                               # (features, K)
     K = L.shape[1]
