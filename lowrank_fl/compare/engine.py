@@ -40,7 +40,7 @@ def _check_W(W, name):
 
 def _check_common(tol, max_iter, time_limit, memory_limit, rank, tau, alpha, memory_measure):
     check_choice(memory_measure, "memory_measure", MEMORY_MEASURES)
-    tol = check_gap_tolerance(tol, "tol")
+    tol = None if tol is None else check_gap_tolerance(tol, "tol")   # None: no iterative method
     max_iter = check_int(max_iter, "max_iter", minimum=1)
     if time_limit is not None:
         time_limit = check_positive(time_limit, "time_limit")
@@ -231,7 +231,7 @@ def compare_noiseless(W, lam_L: float, lam_S: float, *, methods=None,
     lam_L = check_positive(lam_L, "lam_L")
     lam_S = check_positive(lam_S, "lam_S")
     _, _, time_limit, memory_limit, rank, tau, alpha = _check_common(
-        1.0, 1, time_limit, memory_limit, rank, tau, alpha, "rss_growth")
+        None, 1, time_limit, memory_limit, rank, tau, alpha, "rss_growth")
     K, q, p = W.shape
     G = K * (K - 1) // 2
     D = contrasts(W)
