@@ -888,3 +888,24 @@ def test_a_large_federation_lists_its_outputs_in_one_short_line(tmp_path, capsys
     # ten or fewer are named in full
     assert _run(["aggregate", *paths[:4], "--out", tmp_path / "o4", "--quiet"]) == 0
     assert "wrote client_00, client_01, client_02, client_03" in capsys.readouterr().out
+
+
+def test_small_inputs_are_aggregated_in_this_process_by_default(src, tmp_path, monkeypatch):
+    """Below IN_PROCESS_BYTES of inputs the default --jobs starts no workers (their start-up costs
+    more than the work); an explicit --jobs, or inputs above the threshold, keep the workers."""
+    from lowrank_fl.adapters import cli as adapters_cli
+    from lowrank_fl.adapters import run as run_mod
+
+    seen = []
+    real = run_mod.aggregate_to_dir
+
+    def spy(*a, **kw):
+        seen.append(kw["jobs"])
+        return real(*a, **{**kw, "jobs": 1})           # keep the test in this process
+
+    monkeypatch.setattr(run_mod, "aggregate_to_dir", spy)
+    assert _run(["aggregate", *src, "--out", tmp_path / "a", "--quiet"]) == 0
+    assert _run(["aggregate", *src, "--out", tmp_path / "b", "--quiet", "--jobs", "2"]) == 0
+    monkeypatch.setattr(adapters_cli, "IN_PROCESS_BYTES", 1)
+    assert _run(["aggregate", *src, "--out", tmp_path / "c", "--quiet"]) == 0
+    assert seen == [1, 2, None]
