@@ -56,7 +56,7 @@ def test_it_replaces_only_its_own_output_and_names_options_in_errors(tmp_path, c
     capsys.readouterr()
     for argv, msg in ((["--rank", "100"], "--rank must be at most min(--shape) = 64, got 100"),
                       (["--contaminated", "10"], "--contaminated must be below --clients = 10, got 10"),
-                      (["--clients", "0"], "--clients must be >= 1, got 0"),
+                      (["--layers", "0"], "--layers must be >= 1, got 0"),
                       (["--modules", ","], "--modules must name at least one projection")):
         assert main(["adapters", "synthetic", "--out", str(tmp_path / "bad"), *argv]) == 2
         assert msg in capsys.readouterr().err
@@ -64,3 +64,34 @@ def test_it_replaces_only_its_own_output_and_names_options_in_errors(tmp_path, c
     with pytest.raises(SystemExit):
         main(["adapters", "synthetic", "--out", str(tmp_path / "bad"), "--shape", "64"])
     assert "expected OUTxIN, e.g. 64x48, got '64'" in capsys.readouterr().err
+
+
+def test_clients_and_modules_are_checked_and_few_clients_are_listed(tmp_path, capsys):
+    for argv, msg in ((["--clients", "1"], "--clients must be at least 2 (every aggregation needs two), got 1"),
+                      (["--modules", "q_proj,q_proj"], "--modules must not repeat a projection"),
+                      (["--seed", "-5"], "--seed must be an integer >= 0, got -5")):
+        assert main(["adapters", "synthetic", "--out", str(tmp_path / "bad"), *argv]) == 2
+        assert msg in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    assert main(["adapters", "synthetic", "--out", str(tmp_path / "two"), "--clients", "2", "--contaminated", "0"]) == 0
+    assert "wrote 2 client adapters (client_00, client_01; none contaminated)" in capsys.readouterr().out
+
+
+def test_the_sentence_names_the_row_space_tests_third_condition_and_the_pooled_lead(tmp_path):
+    """A contaminated client far outside the shared row space by score and ratio, but with less than
+    half of its energy outside (rank 8 on 16 inputs): the sentence gives its root-mean-square share
+    against 1/sqrt(2), and names the pooled rule's flag as a lead where the update rule flags nobody."""
+    from lowrank_fl.adapters import ModuleOptions, aggregate_factors
+    from lowrank_fl.adapters.decision import detection_sentence
+
+    paths = write_synthetic_adapters(tmp_path / "f", n_layers=2, modules=("q_proj", "v_proj"), shape=(64, 16),
+                                     rank=8, seed=0)
+    det = aggregate_factors(load_adapters(paths), ModuleOptions(output_dtype="float64")).summary["detection"]
+    u = det["updates"]
+    rms = u["outside_rms_shares"]["client_09"]
+    assert det["flagged"] == [] and u["outside_scores"]["client_09"] > u["cutoff"] and rms < np.sqrt(0.5)
+    text = detection_sentence(det)
+    assert f"(client_09, {u['outside_ratios']['client_09']:.2f}x the typical, root-mean-square share {rms:.2f})" \
+        " / above" in text and "1.2x, with a root-mean-square share above 0.71;" in text
+    assert det["pooled_flagged"] == ["client_09"]
+    assert text.endswith("The pooled rule on (8)'s block norms would flag client_09 (--client-rule pooled; it also "
+                         "flags benign clients that trained harder).")

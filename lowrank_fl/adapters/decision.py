@@ -152,6 +152,9 @@ def _updates_block(uv, grams, names, results) -> dict:
                              for n, v in zip(names, uv.agreement_ratios)},
         "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
         "outside_ratios": dict(zip(names, uv.outside_ratios.tolist())),
+        # the row-space flag's third condition: most of the update outside (rms share > 1/sqrt 2)
+        "outside_rms_shares": dict(zip(names, np.sqrt(np.mean(
+            np.array([r.outside for r in results], float) ** 2, axis=0)).tolist())),
         "agreement_bounds": dict(zip(names, uv.agreement_bounds.tolist())),
         "shortfall_bounds": {n: (float(v) if np.isfinite(v) else None)
                              for n, v in zip(names, uv.shortfall_bounds)},
@@ -268,7 +271,8 @@ def _updates_limit(u: dict) -> str:
     tests = [
         direction,
         f"share outside the shared row space {_vs(ov, cut)} ({on}, {u['outside_ratios'][on]:.2f}x the "
-        f"typical) / above {cut:.2f} and {rho:g}x",
+        f"typical{_rms(u, on)}) / above {cut:.2f} and {rho:g}x, with a root-mean-square share above "
+        f"{np.sqrt(0.5):.2f}",
         f"size {_times(sv)} the typical ({sn}) / {rho_s:g}x",
         f"module profile {_profile(u)}",
         _joint_limit(u, jn, jv, rho),
@@ -277,6 +281,15 @@ def _updates_limit(u: dict) -> str:
     ]
     return ("no client stands out under the updates rule. Each test, its largest value now / what a flag "
             "needs: " + "; ".join(tests) + ". A contaminated client below all of these limits goes unflagged.")
+
+
+def _pooled_hint(det: dict) -> str:
+    """Whom the pooled rule (8) would flag where the update rule flagged nobody: a lead, with its cost."""
+    would = det.get("pooled_flagged") or []
+    if det["flagged"] or not would:
+        return ""
+    return (f" The pooled rule on (8)'s block norms would flag {', '.join(would)} (--client-rule pooled; it also "
+            "flags benign clients that trained harder).")
 
 
 def _joint_limit(u: dict, jn: str, jv: float, rho: float) -> str:
@@ -343,7 +356,7 @@ def _update_reasons(u: dict, n: str) -> list:
                    f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}")
     if n in u["by_outside"]:
         why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
-                   f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}")
+                   f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}{_rms(u, n, '>')}")
     if n in u["by_size"]:
         why.append(f"update {_vs(u['size_ratios'][n], rho_s)}x the typical size (>= {rho_s:g}x: more than honest "
                    f"uneven training moves; size score {u['size_scores'][n]:.2f})")
@@ -373,6 +386,14 @@ def _zero_modules(grams, names) -> dict:
 def _material(u) -> bool:
     """Whether the federation shares a material direction (the joint, opposed and farther flags' gate)."""
     return u["typical_agreement"] >= u["shared_floor"]
+
+
+def _rms(u: dict, n: str, rel: str = "") -> str:
+    """``, root-mean-square share 0.68`` (``> 0.71`` with ``rel``); "" in summaries written before it."""
+    v = (u.get("outside_rms_shares") or {}).get(n)
+    if v is None:
+        return ""
+    return f", root-mean-square share {_vs(v, np.sqrt(0.5))}" + (f" {rel} {np.sqrt(0.5):.2f}" if rel else "")
 
 
 def _times(v: float) -> str:
@@ -419,7 +440,7 @@ def detection_sentence(det: dict, *, refine: str | None = None) -> str:
     """One sentence: which clients were flagged and on what evidence, or that none was (under
     ``refine="own"`` nobody receives anything, and the sentence does not say otherwise)."""
     if det["rule"] == "updates":
-        return _updates_sentence(det, refine)
+        return _updates_sentence(det, refine) + _pooled_hint(det)
     if det["rule"] == "raw":
         return _raw_sentence(det, refine)
     need = _min_gap_ratio()

@@ -95,6 +95,8 @@ def write_synthetic_adapters(out, *, n_clients: int = 10, n_layers: int = 32,
     modules = list(modules)
     if not modules:
         raise ValueError("modules must name at least one projection")
+    if len(set(modules)) != len(modules):
+        raise ValueError(f"modules must not repeat a projection, got {modules}")
     out = Path(out)
     held = [out / f"client_{k:02d}" for k in range(n_clients)
             if (out / f"client_{k:02d}").is_dir() and any((out / f"client_{k:02d}").iterdir())]

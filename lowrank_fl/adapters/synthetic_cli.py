@@ -42,7 +42,7 @@ def add_synthetic_parser(sub) -> argparse.ArgumentParser:
     syn.add_argument("--out", type=Path, required=True,
                      help="folder to create (client_00, ... and truth.json); an existing one only with "
                           "--overwrite, and only if lowrank-fl wrote it")
-    syn.add_argument("--clients", type=int, default=10, help="number of clients (default 10)")
+    syn.add_argument("--clients", type=int, default=10, help="number of clients, at least 2 (default 10)")
     syn.add_argument("--contaminated", type=int, default=1,
                      help="contaminated clients, the last ones (default 1)")
     syn.add_argument("--layers", type=int, default=2, help="transformer layers (default 2)")
@@ -64,6 +64,10 @@ def run_synthetic(args) -> int:
     """Handler of ``lowrank-fl adapters synthetic``."""
     from .synthetic import write_synthetic_adapters
 
+    if args.clients < 2:                 # the Python generator writes one (a test input); nothing aggregates it
+        raise ValueError(f"--clients must be at least 2 (every aggregation needs two), got {args.clients}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {args.seed}")
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     settings = {"n_clients": args.clients, "n_layers": args.layers, "modules": modules, "shape": list(args.shape),
                 "rank": args.rank, "contaminated": args.contaminated, "delta": args.delta, "dtype": args.dtype,
@@ -80,6 +84,7 @@ def run_synthetic(args) -> int:
         (staged.dir / TRUTH).write_text(strict_dumps(truth, indent=1) + "\n")
         staged.commit()
     who = f"{', '.join(bad)} contaminated (an unrelated A)" if bad else "none contaminated"
-    print(f"wrote {len(names)} client adapters ({names[0]} ... {names[-1]}; {who}) and {TRUTH} to {args.out}")
+    listed = ", ".join(names) if len(names) <= 3 else f"{names[0]} ... {names[-1]}"
+    print(f"wrote {len(names)} client adapters ({listed}; {who}) and {TRUTH} to {args.out}")
     print(f"next: lowrank-fl adapters aggregate {Path(args.out) / 'client_*'} --out OUT")
     return 0
