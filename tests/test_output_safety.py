@@ -467,9 +467,13 @@ def test_cli_caps_jobs_and_defaults_to_the_cores(tree, tmp_path, capsys, monkeyp
 
     monkeypatch.setattr(joblib, "Parallel", Recording)
     expected = min(N_MODULES, available_cores())
-    for jobs, name in (("1000", "a"), (None, "b")):
+    for jobs, name in (("1000", "a"), ("-1", "b")):
         assert _agg(_clients(tree), "--out", tmp_path / name, jobs=jobs) == 0
         assert json.loads((tmp_path / name / "summary.json").read_text())["workers"] == expected
+    assert started == ([expected] * 2 if expected > 1 else [])
+    # the default on inputs this small (under IN_PROCESS_BYTES): this process, no workers started
+    assert _agg(_clients(tree), "--out", tmp_path / "d", jobs=None) == 0
+    assert json.loads((tmp_path / "d" / "summary.json").read_text())["workers"] == 1
     assert started == ([expected] * 2 if expected > 1 else [])
     assert _agg(_clients(tree), "--out", tmp_path / "c", jobs="0") == 2
     _one_error_line(capsys, "--jobs must be >= 1")
