@@ -54,21 +54,28 @@ def test_poisoning_criterion_can_fail():
     from verify.claims.adapters import _poisoned as P
 
     moves = {f"c{k}": 0.1 for k in range(10)}
-    good = {"flagged": ["c0", "c9"], "moves": moves}
+    good = {"flagged": ["c0", "c9"], "moves": moves, "reversed": []}
     from lowrank_fl.adapters import DEFAULT_REFINE
 
     assert P.REFINES == (DEFAULT_REFINE, "paper")            # the library's default refinement and (9)
-    rows = {"none": {r: {"flagged": ["c9"], "moves": moves} for r in P.REFINES},
+    rows = {"none": {r: {"flagged": ["c9"], "moves": moves, "reversed": []} for r in P.REFINES},
             **{a: {r: dict(good) for r in P.REFINES} for a in P.ATTACKS}}
+    rows["flipA"] = {r: {**good, "reversed": ["c0"]} for r in P.REFINES}
     assert P._verdict(rows) is True
     bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
-    bad["x1e6"]["paper"] = {"flagged": ["c9"], "moves": moves}
+    bad["flipA"]["paper"]["reversed"] = []                  # flagged, but not seen as a reversed factor
     assert P._verdict(bad) is False
     bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
-    bad["flip"]["exchangeable"] = {"flagged": ["c0", "c3", "c9"], "moves": moves}
+    bad["x1e3"]["exchangeable"]["reversed"] = ["c0"]         # a scaled A is not a reversed one
     assert P._verdict(bad) is False
     bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
-    bad["x10"]["exchangeable"] = {"flagged": ["c0", "c9"], "moves": {**moves, "c4": 0.16}}
+    bad["x1e6"]["paper"] = {"flagged": ["c9"], "moves": moves, "reversed": []}
+    assert P._verdict(bad) is False
+    bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
+    bad["flip"]["exchangeable"] = {"flagged": ["c0", "c3", "c9"], "moves": moves, "reversed": []}
+    assert P._verdict(bad) is False
+    bad = {k: {r: dict(v2) for r, v2 in v.items()} for k, v in rows.items()}
+    bad["x10"]["exchangeable"] = {"flagged": ["c0", "c9"], "moves": {**moves, "c4": 0.16}, "reversed": []}
     assert P._verdict(bad) is False
 
 
@@ -76,7 +83,7 @@ def test_poisoning_claim_holds_at_smoke_scale():
     ev = REGISTRY[POISON].run(Context(scale="smoke"))
     assert ev.verdict == "holds", ev.summary
     # every solve of (7) the evidence rests on reached its tolerance, the refits included
-    assert ev.solves["count"] >= 5 * 2 * 4 and ev.solves["not_converged"] == 0
+    assert ev.solves["count"] >= 6 * 2 * 4 and ev.solves["not_converged"] == 0
 
 
 def test_baseline_check_names_the_base_that_does_not_copy():

@@ -10,6 +10,7 @@ updates     the clients' raw updates through their Gram matrices (norms, directi
 detect      the pooled client-level rule (our extension of (8)): robust scores over all modules
 detect_updates  the update rule (default): direction, row-space share and size of each update
 feature_profile  how each update spreads over the modules' output features (reported, not a flag)
+init_reversal  an A factor reversed against the federation's common LoRA initialization (a flag)
 noharm      how far a collaborating client moves toward the others (agreement weights)
 plan        the refinement decided after every module: target, weights, refit, its summary
 decision    summary.json's "detection" block and the CLI's closing sentence

@@ -49,6 +49,7 @@ from ..validation import check_in_interval
 from . import detect, detect_updates, guard, robust
 from .io import AdapterError, ModuleFactors
 from .feature_profile import feature_norms
+from .init_reversal import init_cosines, reversed_init_flags
 from ..clair.factored import PairContrasts
 from ..stall import INACCURATE
 from .reduce import ReducedModule, pair_blocks, pair_factors, reduce_module
@@ -128,6 +129,9 @@ class ModuleResult:
     #: CLAIR: the norms of every client's update's rows (K, out) and columns (K, in) (the update
     #: rule's feature-profile evidence, :mod:`.feature_profile`; not in the summary)
     features: tuple | None = field(default=None, repr=False)
+    #: CLAIR: per client and row the cosine of its ``A`` with the typical ``A`` (K, r), or None where
+    #: the module cannot show a common initialization (:mod:`.init_reversal`; not in the summary)
+    init_cosines: np.ndarray | None = field(default=None, repr=False)
     #: CLAIR: the Gram (K, K) of the updates' parts outside the shared row space,
     #: ``<ΔW_j (I - P_Â), ΔW_k (I - P_Â)>_F`` (how far (9) moves each client, :mod:`.noharm`)
     gram_outside: np.ndarray | None = field(default=None, repr=False)
@@ -267,6 +271,7 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
     if m == "clair":
         res.gram = update_gram(red.Y, red.X)
         res.features = feature_norms(f.A, f.B, f.scaling)
+        res.init_cosines = init_cosines(f.A)
         _clair(f, red, options, res)
         # the original factors of the clients this module excludes (written back unchanged)
         own = {k: ((f.scaling[k] * f.B[k]).astype(dt), f.A[k].astype(dt))
@@ -505,7 +510,8 @@ def client_decision(results, rule: str):
     :func:`lowrank_fl.adapters.detect.pooled_threshold` of ``K`` and its distance ratio is at least
     :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`; ``"updates"`` (the default, ours,
     :mod:`.detect_updates`): a client is excluded everywhere iff its update stands out in
-    direction, row-space share or size over all modules; ``"raw"``: a client is excluded everywhere iff
+    direction, row-space share or size over all modules, or its ``A`` is reversed against the
+    common LoRA initialization (:mod:`.init_reversal`); ``"raw"``: a client is excluded everywhere iff
     the pooled modified z-score of its raw distances ``||ΔW_j - ΔW_k||_F`` (:func:`.detect.raw_flags`) exceeds
     ``c_K``. Every set passes
     :func:`lowrank_fl.adapters.guard.guard_set`: one that is not a strict majority is the
@@ -521,9 +527,11 @@ def client_decision(results, rule: str):
     if rule == "pooled":
         return guard.guard_set(~detect.pooled_flags(np.array([r.block_norms for r in results], float),
                                                      flags.shape[1]))
-    if rule == "updates":
-        return guard.guard_set(~detect_updates.update_flags(np.array([r.gram for r in results], float),
-                                                            np.array([r.outside for r in results], float)))
+    if rule == "updates":       # ... or its A factor reversed against the common initialization
+        reversed_ = reversed_init_flags([r.init_cosines for r in results], flags.shape[1])
+        return guard.guard_set(~(detect_updates.update_flags(np.array([r.gram for r in results], float),
+                                                             np.array([r.outside for r in results], float))
+                                 | reversed_))
     if rule == "raw":
         return guard.guard_set(~detect.raw_flags(np.array([r.gram for r in results], float)))
     return guard.guard_set(flags.all(axis=0))

@@ -29,7 +29,8 @@ and norm ratio, the cutoffs (single and joint), both floors, whom it flags and o
 ``shortfall_bounds`` and ``shared_floor``; ``by_profile``: its update spread over the modules
 unlike the others', with ``profile_scores``, ``profile_ratios`` and ``profile_cutoff``;
 ``by_farther``: at least ``farther_ratio`` times the typical size and agreeing less, where the
-``typical_agreement`` reaches ``shared_floor``).
+``typical_agreement`` reaches ``shared_floor``; ``by_reversed_init``: its ``A`` reversed against the common LoRA
+initialization, with ``init_cosines`` and ``reversed_cosine``, :mod:`.init_reversal`).
 """
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence, raw_evidence
 from .detect_updates import FARTHER_RATIO, SHARED_ALPHA, SHARED_FLOOR, update_evidence
 from .feature_profile import off_reason, results_features
-from .updates import update_norms, zero_floor
+from .init_reversal import REVERSED_COSINE, reversed_init_flags, typical_init_cosines
+from .updates import zero_module_counts
 
 __all__ = ["detection_summary", "detection_sentence", "raw_comparison", "refinement_sentence"]
 
@@ -77,8 +79,10 @@ def detection_summary(results, names, rule: str) -> dict:
         raise ValueError(f"client_rule {rule!r} needs every module's Gram of the updates (CLAIR results "
                          "of aggregate_module)")
     raw = None if uv is None or K < 3 else raw_evidence(grams)
+    cosines = [getattr(r, "init_cosines", None) for r in results]
+    reversed_ = reversed_init_flags(cosines, K)                         # the update rule's, beside uv's
     decided = (guard.guard_set(~ev.flagged) if rule == "pooled" else
-               guard.guard_set(~uv.flagged) if rule == "updates" else
+               guard.guard_set(~(uv.flagged | reversed_)) if rule == "updates" else
                guard.guard_set(~raw.flagged) if rule == "raw" and raw is not None else
                np.ones(K, bool) if rule == "raw" else client_decision(results, rule))
     pooled_cutoff = ev.cutoff if K >= 3 else None
@@ -130,7 +134,7 @@ def detection_summary(results, names, rule: str) -> dict:
         "raw_threshold": None if raw is None else raw.cutoff,
         "raw_flagged": None if raw is None else _names(names, raw.flagged),
         "raw_tie": None if raw is None else bool(raw.tie),
-        "updates": None if uv is None else _updates_block(uv, grams, names, results),
+        "updates": None if uv is None else _updates_block(uv, grams, names, results, cosines, reversed_),
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
                              "separated": bool(r.separated),
@@ -143,7 +147,7 @@ def _names(names, mask) -> list:
     return [n for n, f in zip(names, mask) if f]
 
 
-def _updates_block(uv, grams, names, results) -> dict:
+def _updates_block(uv, grams, names, results, cosines, reversed_) -> dict:
     """``summary["detection"]["updates"]``: the update rule's evidence per client (exact floats; None
     where a value is undefined, so the JSON is strict)."""
     return {
@@ -165,7 +169,7 @@ def _updates_block(uv, grams, names, results) -> dict:
                            for n, v in zip(names, uv.profile_ratios)},
         "profile_cutoff": uv.profile_cutoff if np.isfinite(uv.profile_cutoff) else None,
         "profile_distances": dict(zip(names, uv.profile_distances.tolist())),
-        **_zero_modules(grams, names),
+        **zero_module_counts(grams, names),
         "shared_floor": SHARED_FLOOR,
         "typical_agreement": uv.typical_agreement,
         "shared_direction_p": uv.shared_direction_p,
@@ -184,9 +188,13 @@ def _updates_block(uv, grams, names, results) -> dict:
         "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
         "joint_cutoff": uv.joint_cutoff if np.isfinite(uv.joint_cutoff) else None,
         "min_ratio": uv.min_ratio, "size_ratio": uv.size_ratio,
+        # A reversed against the common LoRA initialization (lowrank_fl.adapters.init_reversal)
+        "init_cosines": {n: (None if np.isnan(v) else float(v))
+                         for n, v in zip(names, typical_init_cosines(cosines, len(names)))},
+        "reversed_cosine": REVERSED_COSINE, "by_reversed_init": _names(names, reversed_),
+        "flagged": _names(names, uv.flagged | reversed_),
         **{key: _names(names, getattr(uv, key)) for key in
-           ("flagged", "by_direction", "by_outside", "by_size", "by_joint", "by_opposed", "by_profile",
-            "by_farther")},
+           ("by_direction", "by_outside", "by_size", "by_joint", "by_opposed", "by_profile", "by_farther")},
     }
 
 
@@ -357,6 +365,10 @@ def _update_reasons(u: dict, n: str) -> list:
     if n in u["by_outside"]:
         why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                    f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}{_rms(u, n, '>')}")
+    if n in u.get("by_reversed_init", ()):
+        why.append(f"its A factor reversed against the federation's common LoRA initialization (every row's "
+                   f"cosine with the typical A below {u['reversed_cosine']:g} in at least half of the modules "
+                   f"tested, typically {u['init_cosines'][n]:.2f}): a sign-flipped factor, not training from it")
     if n in u["by_size"]:
         why.append(f"update {_vs(u['size_ratios'][n], rho_s)}x the typical size (>= {rho_s:g}x: more than honest "
                    f"uneven training moves; size score {u['size_scores'][n]:.2f})")
@@ -370,17 +382,6 @@ def _update_reasons(u: dict, n: str) -> list:
         at = "at that size" if stated else f"its update is {u['size_ratios'][n]:.3g}x the typical size"
         why.append(f"{at}: an honest client whose training diverged looks alike (check its own accuracy)")
     return why
-
-
-def _zero_modules(grams, names) -> dict:
-    """``zero_modules``: per client, the number of modules where its update is zero while another client's
-    is not (a norm at most 1e-12 of the module's median, :func:`~lowrank_fl.adapters.updates.zero_floor`:
-    the Gram's rounding, where the module profile counts it as zero); ``live_modules``: the number of
-    modules where some update is not zero."""
-    n = update_norms(grams)                                                          # (modules, K)
-    live = n.max(axis=1) > 0
-    zeros = (n[live] <= zero_floor(n)[live]).sum(axis=0).astype(int).tolist()
-    return {"zero_modules": dict(zip(names, zeros)), "live_modules": int(live.sum())}
 
 
 def _material(u) -> bool:

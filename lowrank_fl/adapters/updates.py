@@ -17,7 +17,7 @@ from ..validation import as_float_array
 
 __all__ = ["update_gram", "update_norms", "unit_gram", "direction_distances", "raw_distances",
            "check_gram", "outside_shares", "update_sq_norms", "ZERO_RELATIVE", "DISTANCE_ROUNDING", "zero_updates",
-           "zero_floor",
+           "zero_floor", "zero_module_counts",
            "module_grams"]
 
 #: an update norm at most this fraction of the module's typical one (:func:`zero_floor`) is zero
@@ -162,3 +162,14 @@ def update_sq_norms(Y, X) -> np.ndarray:
     Y = np.asarray(Y, float)
     X = np.asarray(X, float)
     return np.einsum("kab,kab->k", np.einsum("kqa,kqb->kab", Y, Y), np.einsum("kap,kbp->kab", X, X))
+
+
+def zero_module_counts(grams, names) -> dict:
+    """``zero_modules``: per client, the number of modules where its update is zero while another client's
+    is not (a norm at most 1e-12 of the module's median, :func:`zero_floor`:
+    the Gram's rounding, where the module profile counts it as zero); ``live_modules``: the number of
+    modules where some update is not zero."""
+    n = update_norms(grams)                                                          # (modules, K)
+    live = n.max(axis=1) > 0
+    zeros = (n[live] <= zero_floor(n)[live]).sum(axis=0).astype(int).tolist()
+    return {"zero_modules": dict(zip(names, zeros)), "live_modules": int(live.sum())}
