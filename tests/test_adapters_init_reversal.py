@@ -1,6 +1,7 @@
 """A client whose A factor is reversed against the federation's common LoRA initialization
 (:mod:`lowrank_fl.adapters.init_reversal`), pinned against row cosines computed by hand, at the
 thresholds' boundaries, and end to end where no statistic of the updates can see the flip."""
+import itertools
 import json
 
 import numpy as np
@@ -9,18 +10,25 @@ import pytest
 from lowrank_fl.adapters import ModuleOptions, aggregate_factors
 from lowrank_fl.adapters.aggregate import client_decision
 from lowrank_fl.adapters.decision import detection_sentence
+from lowrank_fl.adapters.detect_updates import update_flags
 from lowrank_fl.adapters.init_reversal import (REVERSED_COSINE, SHARED_COSINE, init_cosines,
-                                               reversed_init_flags, typical_init_cosines)
+                                               reversed_init_flags, modules_tested, typical_init_cosines)
 
 
 def _by_hand(A):
-    """Per client and row cos(A_k[i], median_j A_j[i]), with loops (the median taken entry by entry)."""
+    """Per client and row the cosine with the row of median_j A_j (taken entry by entry, with loops) it is
+    matched to, the matching found by trying every permutation (largest sum of absolute cosines)."""
     K, r, p = len(A), A[0].shape[0], A[0].shape[1]
     ref = np.array([[sorted(a[i, j] for a in A)[K // 2] if K % 2 else
                      0.5 * sum(sorted(a[i, j] for a in A)[K // 2 - 1:K // 2 + 1]) for j in range(p)]
                     for i in range(r)])
-    return np.array([[float(a[i] @ ref[i]) / (np.linalg.norm(a[i]) * np.linalg.norm(ref[i]))
-                      for i in range(r)] for a in A])
+    out = []
+    for a in A:
+        c = [[float(a[i] @ ref[t]) / (np.linalg.norm(a[i]) * np.linalg.norm(ref[t])) for t in range(r)]
+             for i in range(len(a))]
+        best = max(itertools.permutations(range(r)), key=lambda pi: sum(abs(c[i][pi[i]]) for i in range(len(a))))
+        out.append([c[i][best[i]] for i in range(len(a))])
+    return np.array(out)
 
 
 def _trained(K=8, r=4, p=30, drift=0.3, seed=0):
@@ -30,37 +38,64 @@ def _trained(K=8, r=4, p=30, drift=0.3, seed=0):
     return [A0 + drift * np.linalg.norm(A0) / np.sqrt(r * p) * rng.standard_normal((r, p)) for _ in range(K)]
 
 
+def _ic(A, B=None):
+    """init_cosines with trained-like B's (independent random columns) unless ``B`` is given."""
+    rng = np.random.default_rng(len(A))
+    return init_cosines(A, [rng.standard_normal((12, len(a))) for a in A] if B is None else B)
+
+
+def _reversed_share(rows):
+    return np.mean(rows < REVERSED_COSINE, axis=1)
+
+
 def test_cosines_match_a_computation_by_hand_for_odd_and_even_k():
     for K in (7, 8):
         A = _trained(K=K, seed=K)
         A[2] = -A[2]
-        c = init_cosines(A)
-        np.testing.assert_allclose(c, _by_hand(A), rtol=1e-12, atol=1e-14)
-        assert c[2].max() < REVERSED_COSINE and np.delete(c, 2, axis=0).min() > SHARED_COSINE
+        c = _ic(A)
+        rows = _by_hand(A)
+        np.testing.assert_allclose(c.mean, rows.mean(axis=1), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(c.lowest, rows.min(axis=1), rtol=1e-12, atol=1e-14)
+        np.testing.assert_array_equal(c.reversed_share, _reversed_share(rows))
+        assert c.reversed_share[2] == 1.0 and np.delete(c.reversed_share, 2).max() == 0.0
+        assert np.delete(rows, 2, axis=0).min() > SHARED_COSINE
 
 
-def test_flag_needs_every_row_reversed_in_at_least_half_of_the_modules():
+def test_flag_needs_half_of_the_rows_reversed_in_at_least_half_of_the_modules():
     A = _trained(K=6)
-    one = init_cosines([-a if k == 0 else a for k, a in enumerate(A)])
-    partly = [a.copy() for a in A]
-    partly[0][:3] *= -1                                  # 3 of 4 rows: not a reversal of the init
-    part = init_cosines(partly)
-    clean = init_cosines(A)
-    assert part[0, :3].max() < REVERSED_COSINE < part[0, 3]
-    assert not reversed_init_flags([part, part], 6).any()
+    clean = _ic(A)
+    one = _ic([-a if k == 0 else a for k, a in enumerate(A)])
+    for flipped, flagged in ((1, False), (2, True), (3, True)):        # of 4 rows
+        part = [a.copy() for a in A]
+        part[0][:flipped] *= -1
+        c = _ic(part)
+        np.testing.assert_array_equal(c.reversed_share, _reversed_share(_by_hand(part)))
+        assert c.reversed_share[0] == flipped / 4
+        assert reversed_init_flags([c, c], 6).tolist() == [flagged] + [False] * 5
     flags = [reversed_init_flags([one] * a + [clean] * b, 6)[0] for a, b in ((1, 1), (2, 2), (1, 2), (1, 3))]
     assert flags == [True, True, False, False]           # half of the modules suffices, less does not
     # a module that could not be tested does not count against it
     assert reversed_init_flags([one, None, None], 6).tolist() == [True] + [False] * 5
     assert not reversed_init_flags([None, None], 6).any()
+    assert modules_tested([one, None, clean], 6).tolist() == [2] * 6
 
 
-def test_the_threshold_is_strict_at_minus_one_half():
-    c = np.full((4, 2), 0.9)
-    c[0] = [REVERSED_COSINE, -0.9]
-    assert not reversed_init_flags([c], 4).any()
-    c[0] = [np.nextafter(REVERSED_COSINE, -1), -0.9]
-    assert reversed_init_flags([c], 4).tolist() == [True, False, False, False]
+def test_the_row_threshold_is_strict_at_minus_one_half():
+    from lowrank_fl.adapters.init_reversal import InitCosines
+    at = InitCosines(np.full(4, 0.9), np.array([0.5, 0.0, 0.0, 0.0]), np.full(4, 0.9))
+    below = InitCosines(np.full(4, 0.9), np.array([np.nextafter(0.5, 0), 0.0, 0.0, 0.0]), np.full(4, 0.9))
+    assert reversed_init_flags([at], 4).tolist() == [True, False, False, False]
+    assert not reversed_init_flags([below], 4).any()
+    # a row's own threshold: -0.5 and below the midpoint counts, a hair above does not
+    A = [np.array([[1.0, 0.5, 0.3], [0.2, 1.0, 0.2]]) for _ in range(5)]
+    A[0] = np.array([[-1.0, -0.4, -0.3], [-0.2, -1.0, -0.3]])
+    assert _by_hand(A)[0].max() < REVERSED_COSINE and _ic(A).reversed_share[0] == 1.0
+    r0, r1 = A[1]
+    w = np.cross(r0, r1) / np.linalg.norm(np.cross(r0, r1))          # orthogonal to both typical rows
+    for t, share in ((1.9, 0.5), (1.6, 1.0)):                         # cosine -1/sqrt(1 + t^2) with r0
+        A[0][0] = -r0 / np.linalg.norm(r0) + t * w
+        assert _by_hand(A)[0, 0] == pytest.approx(-1 / np.sqrt(1 + t * t), rel=1e-12)
+        assert _ic(A).reversed_share[0] == share            # -0.466: not reversed; -0.530: reversed
 
 
 @pytest.mark.parametrize("factor", [1e-3, 3.0, 1e6])
@@ -69,30 +104,93 @@ def test_a_scaled_or_far_drifted_client_is_not_reversed(factor):
     A[1] = A[1] * factor                                 # cosines are blind to size
     rng = np.random.default_rng(5)
     A[2] = A[2] + 5 * np.linalg.norm(A[2]) * rng.standard_normal(A[2].shape) / np.sqrt(A[2].size)
-    c = init_cosines(A)
+    c = _ic(A)
     assert c is not None and not reversed_init_flags([c], 8).any()
-    np.testing.assert_allclose(c[1], _by_hand(A)[1], rtol=1e-12)
+    np.testing.assert_allclose(c.mean[1], _by_hand(A)[1].mean(), rtol=1e-12)
+
+
+def test_zero_rows_and_padded_ranks_do_not_switch_the_test_off():
+    A = _trained(K=6)
+    zero_row = [a.copy() for a in A]
+    zero_row[0] = -zero_row[0]
+    zero_row[0][1] = 0.0                                  # a zero row carries no update: left out
+    padded = [a.copy() for a in A]
+    padded[0] = np.vstack([-padded[0], np.zeros((1, 30))])    # an extra zero rank
+    for f in (zero_row, padded):
+        c = _ic(f)
+        assert c.reversed_share[0] == 1.0 and reversed_init_flags([c], 6).tolist() == [True] + [False] * 5
+    # mixed ranks: the clients of the most common rank are compared, the others are not tested
+    mixed = A[:4] + [np.random.default_rng(1).standard_normal((6, 30)) for _ in range(2)]
+    mixed[0] = -mixed[0]
+    c = _ic(mixed)
+    assert np.isnan(c.mean[4:]).all() and reversed_init_flags([c], 6).tolist() == [True] + [False] * 5
+    assert modules_tested([c], 6).tolist() == [1, 1, 1, 1, 0, 0]
+    zero = [a.copy() for a in A]
+    zero[3] = np.zeros_like(zero[3])                      # an untrained (all-zero) A: not tested, not flagged
+    c = _ic(zero)
+    assert np.isnan(c.mean[3]) and not reversed_init_flags([c], 6).any()
+
+
+def test_a_permuted_and_flipped_a_is_matched_row_by_row():
+    """Permuting the rank components (rows of A with the columns of B) keeps the product: the rows are
+    matched back to their typical rows, so a flip is seen through it, and a benign permuted client is not."""
+    A = _trained(K=7, r=5, p=40, drift=0.5, seed=3)
+    perm = [a.copy() for a in A]
+    perm[0] = -perm[0][[3, 0, 4, 1, 2]]
+    perm[1] = perm[1][[1, 2, 3, 4, 0]]
+    c = _ic(perm)
+    np.testing.assert_allclose(c.mean, _by_hand(perm).mean(axis=1), rtol=1e-12)
+    assert c.reversed_share[0] == 1.0 and c.reversed_share[1] == 0.0 and c.mean[1] > SHARED_COSINE
+    assert reversed_init_flags([c], 7).tolist() == [True] + [False] * 6
 
 
 def test_modules_that_cannot_show_a_common_init_are_not_tested():
     rng = np.random.default_rng(2)
     A = _trained(K=6)
-    assert init_cosines(A[:2]) is None                                   # no majority to take
-    assert init_cosines([a[:1] for a in A]) is None                      # rank 1: a sign is all it has
-    assert init_cosines(A[:3] + [rng.standard_normal((5, 30)) for _ in range(3)]) is None    # ranks differ
-    assert init_cosines([rng.standard_normal((4, 30)) for _ in range(6)]) is None    # independent inits
-    # SVD factors (orthonormal rows, each sign a convention): a client whose every sign came out the
-    # other way is not called reversed
-    _, _, Vt = np.linalg.svd(rng.standard_normal((20, 30)), full_matrices=False)
-    svd = [Vt[:4] * (-1.0 if k == 0 else 1.0) for k in range(6)]
-    assert init_cosines(svd) is None and not reversed_init_flags([init_cosines(svd)], 6).any()
+    assert _ic(A[:2]) is None                                   # no majority to take
+    assert _ic([a[:1] for a in A]) is None                      # rank 1: a sign is all it has
+    assert _ic(A[:2] + [rng.standard_normal((5, 30)) for _ in range(4)]) is None    # no rank of 3
+    assert _ic([rng.standard_normal((4, 30)) for _ in range(6)]) is None    # independent inits
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, "bfloat16"])
+@pytest.mark.parametrize("p", [16, 64, 4096])
+def test_svd_factors_are_not_tested_even_in_half_precision(dtype, p):
+    """Factors written by an SVD (A's rows and B's columns orthogonal, each sign a convention) of
+    near-identical updates: a client whose signs all came out the other way is not called reversed,
+    also after rounding to float16 or bfloat16 (which leaves the pairwise cosines at about
+    0.005/sqrt(n), far below the 0.1/sqrt(n) of the gate, while random rows give about 1/sqrt(n))."""
+    rng = np.random.default_rng(p)
+    W = rng.standard_normal((20, p))
+    out, outB = [], []
+    for k in range(9):
+        U, s, Vt = np.linalg.svd(W + 1e-3 * rng.standard_normal(W.shape), full_matrices=False)
+        sign = -1.0 if k == 0 else 1.0
+        A, B = np.sqrt(s[:4, None]) * Vt[:4] * sign, U[:, :4] * np.sqrt(s[:4]) * sign
+        if dtype == "bfloat16":          # round to 8 significant bits, as bfloat16 stores it
+            A, B = (np.ldexp(np.round(m * 256) / 256, e) for m, e in (np.frexp(A), np.frexp(B)))
+        else:
+            A, B = A.astype(dtype).astype(float), B.astype(dtype).astype(float)
+        out.append(A)
+        outB.append(B)
+    assert _ic(out, outB) is None and not reversed_init_flags([_ic(out, outB)], 9).any()
+    # a common orthonormal initialization (rows of A orthogonal, as an SVD's) with trained, non-orthogonal
+    # B's is tested, and its flipped client found
+    Q = np.linalg.qr(rng.standard_normal((p, 4)))[0].T
+    common = [(-1.0 if k == 0 else 1.0) * (Q + 0.01 * rng.standard_normal((4, p)) / np.sqrt(p)) for k in range(9)]
+    assert reversed_init_flags([_ic(common)], 9).tolist() == [True] + [False] * 8
+    # the same clients from a common random initialization are tested, and the flipped one is found
+    A0 = rng.uniform(-1, 1, (4, p)) / np.sqrt(p)
+    common = [(-1.0 if k == 0 else 1.0) * (A0 + 0.1 * rng.standard_normal((4, p)) / np.sqrt(p)) for k in range(9)]
+    assert reversed_init_flags([_ic(common)], 9).tolist() == [True] + [False] * 8
 
 
 def test_typical_cosines_are_each_clients_median_over_its_tested_modules():
-    a = np.array([[0.9, 0.7], [-1.0, -0.8], [1.0, np.nan]])
-    b = np.array([[0.5, 0.5], [-0.6, -0.6], [0.2, 0.4]])
+    from lowrank_fl.adapters.init_reversal import InitCosines
+    a = InitCosines(np.array([0.8, -0.9, np.nan]), np.array([0.0, 1.0, np.nan]), np.zeros(3))
+    b = InitCosines(np.array([0.5, -0.6, 0.3]), np.zeros(3), np.zeros(3))
     got = typical_init_cosines([a, None, b, b], 3)
-    np.testing.assert_allclose(got, [0.5, -0.6, 0.3])                    # client 2: module a has a NaN row
+    np.testing.assert_allclose(got, [0.5, -0.6, 0.3])                    # client 2: not tested in a
     assert np.isnan(typical_init_cosines([None], 3)).all()
 
 
@@ -128,7 +226,10 @@ def test_a_flipped_factor_is_flagged_and_steers_nothing_where_no_update_statisti
         assert det["flagged"] == ["c0"] and det["updates"]["by_reversed_init"] == ["c0"]
         assert det["updates"]["init_cosines"]["c0"] < -0.9 < 0.9 < det["updates"]["init_cosines"]["c1"]
         # the other evidence alone flags nobody: the flip is invisible in the updates
-        assert det["updates"]["by_direction"] == det["updates"]["by_size"] == det["updates"]["by_profile"] == []
+        results = res.aggregation.results
+        assert not update_flags(np.array([r.gram for r in results]), np.array([r.outside for r in results])).any()
+        assert det["updates"]["init_modules"] == {f"c{k}": 3 for k in range(10)}
+        assert det["updates"]["init_reversed_modules"] == {"c0": 3, **{f"c{k}": 0 for k in range(1, 10)}}
         assert client_decision(res.aggregation.results, "updates").tolist() == [False] + [True] * 9
         for n in (f"c{k}" for k in range(1, 10)):                 # as if c0 had not taken part
             for m, (A, B, s) in res.outputs[n].items():
@@ -139,3 +240,34 @@ def test_a_flipped_factor_is_flagged_and_steers_nothing_where_no_update_statisti
         np.testing.assert_allclose(s * B @ A, s0 * B0 @ A0, rtol=1e-12, atol=1e-15)
         text = detection_sentence(json.loads(json.dumps(det)))
         assert "c0 (its A factor reversed against the federation's common LoRA initialization" in text
+
+
+def test_the_command_flags_a_flipped_a_in_half_precision_files_and_says_why(tmp_path, capsys):
+    """End to end on float16 adapter directories (`adapters synthetic`): client_00's lora_A negated in
+    every module is flagged as reversed, with the clause; its lora_B negated instead (the same -ΔW) is
+    not seen, and the "nothing flagged" sentence then gives the test's limit."""
+    from safetensors.numpy import load_file, save_file
+
+    from lowrank_fl.cli import main
+
+    fed = tmp_path / "fed"
+    assert main(["adapters", "synthetic", "--out", str(fed), "--shape", "32x24", "--rank", "4", "--seed", "3",
+                 "--contaminated", "0"]) == 0
+    f = fed / "client_00" / "adapter_model.safetensors"
+    orig = load_file(str(f))
+    for letter, flagged in (("A", ["client_00"]), ("B", [])):
+        save_file({k: (-v if f"lora_{letter}" in k else v) for k, v in orig.items()}, str(f))
+        out = tmp_path / f"out_{letter}"
+        capsys.readouterr()
+        assert main(["adapters", "aggregate", *sorted(str(p) for p in fed.glob("client_*")), "--out", str(out)]) == 0
+        said = capsys.readouterr().out
+        det = json.loads((out / "summary.json").read_text())["detection"]
+        assert det["flagged"] == det["updates"]["by_reversed_init"] == flagged
+        assert det["updates"]["init_modules"] == {f"client_{k:02d}": 4 for k in range(10)}
+        cos = det["updates"]["init_cosines"]
+        assert (cos["client_00"] < -0.9) == (letter == "A") and min(cos[f"client_{k:02d}"] for k in range(1, 10)) > 0.9
+        if flagged:
+            assert ("client_00 (its A factor reversed against the federation's common LoRA initialization: at least "
+                    "half of its rows below a cosine of -0.5 with the typical A in 4 of the 4 module(s) tested") in said
+        else:
+            assert "A reversed against the common initialization: lowest typical row cosine" in said

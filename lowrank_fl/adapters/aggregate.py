@@ -271,7 +271,7 @@ def aggregate_module(f: ModuleFactors, options: ModuleOptions) -> ModuleResult:
     if m == "clair":
         res.gram = update_gram(red.Y, red.X)
         res.features = feature_norms(f.A, f.B, f.scaling)
-        res.init_cosines = init_cosines(f.A)
+        res.init_cosines = init_cosines(f.A, f.B)
         _clair(f, red, options, res)
         # the original factors of the clients this module excludes (written back unchanged)
         own = {k: ((f.scaling[k] * f.B[k]).astype(dt), f.A[k].astype(dt))

@@ -30,7 +30,9 @@ and norm ratio, the cutoffs (single and joint), both floors, whom it flags and o
 unlike the others', with ``profile_scores``, ``profile_ratios`` and ``profile_cutoff``;
 ``by_farther``: at least ``farther_ratio`` times the typical size and agreeing less, where the
 ``typical_agreement`` reaches ``shared_floor``; ``by_reversed_init``: its ``A`` reversed against the common LoRA
-initialization, with ``init_cosines`` and ``reversed_cosine``, :mod:`.init_reversal`).
+initialization, with ``init_cosines``, ``init_modules`` (modules tested), ``init_reversed_modules`` and
+``reversed_cosine``,
+:mod:`.init_reversal`; the block is :func:`.updates_summary.updates_block`'s).
 """
 from __future__ import annotations
 
@@ -41,10 +43,10 @@ import numpy as np
 from . import guard
 from .aggregate import client_decision
 from .detect import POOLED_MIN_RATIO, pooled_evidence, raw_evidence
-from .detect_updates import FARTHER_RATIO, SHARED_ALPHA, SHARED_FLOOR, update_evidence
-from .feature_profile import off_reason, results_features
-from .init_reversal import REVERSED_COSINE, reversed_init_flags, typical_init_cosines
-from .updates import zero_module_counts
+from .detect_updates import FARTHER_RATIO, update_evidence
+from .feature_profile import results_features
+from .init_reversal import reversed_init_flags
+from .updates_summary import updates_block
 
 __all__ = ["detection_summary", "detection_sentence", "raw_comparison", "refinement_sentence"]
 
@@ -134,7 +136,7 @@ def detection_summary(results, names, rule: str) -> dict:
         "raw_threshold": None if raw is None else raw.cutoff,
         "raw_flagged": None if raw is None else _names(names, raw.flagged),
         "raw_tie": None if raw is None else bool(raw.tie),
-        "updates": None if uv is None else _updates_block(uv, grams, names, results, cosines, reversed_),
+        "updates": None if uv is None else updates_block(uv, grams, names, results, cosines),
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
                              "separated": bool(r.separated),
@@ -145,57 +147,6 @@ def detection_summary(results, names, rule: str) -> dict:
 
 def _names(names, mask) -> list:
     return [n for n, f in zip(names, mask) if f]
-
-
-def _updates_block(uv, grams, names, results, cosines, reversed_) -> dict:
-    """``summary["detection"]["updates"]``: the update rule's evidence per client (exact floats; None
-    where a value is undefined, so the JSON is strict)."""
-    return {
-        "direction_scores": dict(zip(names, uv.direction_scores.tolist())),
-        "agreement_ratios": {n: (None if np.isnan(v) else float(v))
-                             for n, v in zip(names, uv.agreement_ratios)},
-        "outside_scores": dict(zip(names, uv.outside_scores.tolist())),
-        "outside_ratios": dict(zip(names, uv.outside_ratios.tolist())),
-        # the row-space flag's third condition: most of the update outside (rms share > 1/sqrt 2)
-        "outside_rms_shares": dict(zip(names, np.sqrt(np.mean(
-            np.array([r.outside for r in results], float) ** 2, axis=0)).tolist())),
-        "agreement_bounds": dict(zip(names, uv.agreement_bounds.tolist())),
-        "shortfall_bounds": {n: (float(v) if np.isfinite(v) else None)
-                             for n, v in zip(names, uv.shortfall_bounds)},
-        "size_scores": dict(zip(names, uv.size_scores.tolist())),
-        "size_ratios": dict(zip(names, uv.size_ratios.tolist())),
-        "profile_scores": dict(zip(names, uv.profile_scores.tolist())),
-        "profile_ratios": {n: (None if not np.isfinite(v) else float(v))
-                           for n, v in zip(names, uv.profile_ratios)},
-        "profile_cutoff": uv.profile_cutoff if np.isfinite(uv.profile_cutoff) else None,
-        "profile_distances": dict(zip(names, uv.profile_distances.tolist())),
-        **zero_module_counts(grams, names),
-        "shared_floor": SHARED_FLOOR,
-        "typical_agreement": uv.typical_agreement,
-        "shared_direction_p": uv.shared_direction_p,
-        "shared_alpha": SHARED_ALPHA,
-        "farther_ratio": FARTHER_RATIO,
-        # the feature profile, reported (not a flag: lowrank_fl.adapters.feature_profile; None where the
-        # results carry no feature norms or the clients' ranks differ)
-        "feature_scores": None if uv.feature_scores is None else dict(zip(names, uv.feature_scores.tolist())),
-        "feature_ratios": None if uv.feature_ratios is None else {
-            n: (None if not np.isfinite(v) else float(v)) for n, v in zip(names, uv.feature_ratios)},
-        "feature_distances": None if uv.feature_distances is None else dict(
-            zip(names, uv.feature_distances.tolist())),
-        "column_ratios": None if uv.column_ratios is None else {
-            n: (None if not np.isfinite(v) else float(v)) for n, v in zip(names, uv.column_ratios)},
-        "feature_profile_off": off_reason(results),
-        "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
-        "joint_cutoff": uv.joint_cutoff if np.isfinite(uv.joint_cutoff) else None,
-        "min_ratio": uv.min_ratio, "size_ratio": uv.size_ratio,
-        # A reversed against the common LoRA initialization (lowrank_fl.adapters.init_reversal)
-        "init_cosines": {n: (None if np.isnan(v) else float(v))
-                         for n, v in zip(names, typical_init_cosines(cosines, len(names)))},
-        "reversed_cosine": REVERSED_COSINE, "by_reversed_init": _names(names, reversed_),
-        "flagged": _names(names, uv.flagged | reversed_),
-        **{key: _names(names, getattr(uv, key)) for key in
-           ("by_direction", "by_outside", "by_size", "by_joint", "by_opposed", "by_profile", "by_farther")},
-    }
 
 
 def _largest(values: dict) -> tuple:
@@ -286,9 +237,25 @@ def _updates_limit(u: dict) -> str:
         _joint_limit(u, jn, jv, rho),
         f"away from the shared direction, or {u['farther_ratio']:g}x as far while agreeing less: {away} / a "
         f"material shared direction ({_shared(u)})",
+        _reversed_limit(u),
     ]
     return ("no client stands out under the updates rule. Each test, its largest value now / what a flag "
-            "needs: " + "; ".join(tests) + ". A contaminated client below all of these limits goes unflagged.")
+            "needs: " + "; ".join(t for t in tests if t)
+            + ". A contaminated client below all of these limits goes unflagged.")
+
+
+def _reversed_limit(u: dict) -> str:
+    """The A-reversal test's clause: the lowest typical row cosine with the common initialization, or why
+    no module was tested ("" in summaries written before it)."""
+    cos = {n: v for n, v in (u.get("init_cosines") or {}).items() if v is not None}
+    if "reversed_cosine" not in u:
+        return ""
+    if not cos:
+        return ("A reversed against the common initialization: no module tested (ranks differ or are 1, rows "
+                "orthogonal as an SVD's, or no shared initialization)")
+    n = min(cos, key=cos.get)
+    return (f"A reversed against the common initialization: lowest typical row cosine {cos[n]:.2f} ({n}) / "
+            f"half of the rows below {u['reversed_cosine']:g}")
 
 
 def _pooled_hint(det: dict) -> str:
@@ -366,9 +333,11 @@ def _update_reasons(u: dict, n: str) -> list:
         why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                    f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}{_rms(u, n, '>')}")
     if n in u.get("by_reversed_init", ()):
-        why.append(f"its A factor reversed against the federation's common LoRA initialization (every row's "
-                   f"cosine with the typical A below {u['reversed_cosine']:g} in at least half of the modules "
-                   f"tested, typically {u['init_cosines'][n]:.2f}): a sign-flipped factor, not training from it")
+        why.append(f"its A factor reversed against the federation's common LoRA initialization: at least half of "
+                   f"its rows below a cosine of {u['reversed_cosine']:g} with the typical A in "
+                   f"{u['init_reversed_modules'][n]} of the {u['init_modules'][n]} module(s) tested (median "
+                   f"mean row cosine {u['init_cosines'][n]:.2f}): not trained from it; a flipped A sends -ΔW, "
+                   "flipping B too leaves ΔW unchanged")
     if n in u["by_size"]:
         why.append(f"update {_vs(u['size_ratios'][n], rho_s)}x the typical size (>= {rho_s:g}x: more than honest "
                    f"uneven training moves; size score {u['size_scores'][n]:.2f})")

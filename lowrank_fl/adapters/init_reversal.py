@@ -1,105 +1,175 @@
 r"""Whether a client's ``A`` factor still comes from the federation's common LoRA initialization.
 
 Federated LoRA starts every client from the server's ``A_0`` (PEFT's default: the same ``A``,
-``B = 0``). Training moves ``A`` by a displacement nearly orthogonal to ``A_0``, so every client's
-rows stay aligned with those of the *typical* ``A``, ``Ā`` (the elementwise median over the
-clients). Per row ``i`` the cosine ``cos(A_k[i], Ā[i])`` has three reference values: 1 (trained
-from the common initialization), 0 (an unrelated initialization: about ``N(0, 1/in)``) and -1 (the
-initialization reversed). A client whose ``A`` is reversed in **every row** (each cosine below
-:data:`REVERSED_COSINE` = -1/2, closer to reversed than to unrelated) in **at least half of its
-tested modules** did not train from the common initialization: it sent a sign-flipped factor
-(``A → -A``: its update ``-ΔW_k``; or both factors, the same product). The update rule flags it
-(``by_reversed_init``, :func:`reversed_init_flags`). Measured on trained adapter sets of the
-benchmark's families (common initialization, 3-150 steps at 1e-3-3e-3, the 3× learning rates and
-steps included): every client's ``<A_k, Ā> / ||Ā||²`` lies in 0.75-1.33, far from reversal.
+``B = 0``). Training moves ``A`` by a displacement nearly orthogonal to ``A_0``, so the rows of
+every client's ``A`` stay aligned with those of the *typical* ``A``, ``Ā`` (the elementwise median
+over the clients). Per row ``i`` the cosine ``cos(A_k[i], Ā[i])`` has three reference values: 1
+(trained from the common initialization), 0 (an unrelated initialization: about ``N(0, 1/in)``)
+and -1 (the initialization reversed). A row below :data:`REVERSED_COSINE` = -1/2 (closer to
+reversed than to unrelated) is *reversed*. A client with at least half of its (non-zero) rows
+reversed in at least half of the modules tested for it did not train from the common
+initialization (``by_reversed_init``, :func:`reversed_init_flags`): it sent a sign-flipped ``A``
+(its update ``-ΔW_k`` on those rows), or factors re-signed on both sides (``(-B)(-A) = B A``: its
+update unchanged, its factors not those training gives). Measured (`benchmarks/bench_init_reversal.py`,
+docs/adapters_evidence.md): on trained adapter sets of the benchmark's families, 3-150 steps,
+the 3× learning rates and steps included, every row's cosine was at least 0.23.
 
 Why it is needed: where the benign clients' ``B`` are independent (a common row space, no common
 direction) ``-ΔW_k`` has the distribution of ``ΔW_k``, and no statistic of the updates can see a
 flipped client; its factors can, since ``A`` is pinned by the common initialization. A flip of
 ``B`` alone (the same ``-ΔW_k`` with ``A`` unchanged) leaves no trace there at all.
 
-A module is tested only where the factors can carry that evidence:
+Per module, all-zero rows of ``A`` are dropped (they carry no update) and ``Ā`` is the median of the
+clients holding the most common number of rows (at least 3 of them, at least 2 rows). The rows of
+every client are matched one to one to the rows of ``Ā`` so that the sum of their absolute cosines
+is largest (the assignment problem; the identity wherever each row is most aligned with its own
+typical row), so a permutation of the rank components, a zero row or an extra rank changes
+nothing; a client is tested where at least half of its rows relate to ``Ā`` (an absolute cosine of
+at least 1/2). The module is tested only where the factors can carry that evidence:
 
-* every client has the same rank ``r >= 2`` and ``K >= 3`` (the median needs a majority; at rank
-  1 a sign is all a factor has, and an SVD chooses it freely);
-* the typical client's rows are not orthogonal (the largest off-diagonal of its row-normalised
-  ``A A^T`` above :data:`ORTHOGONAL_ROWS`): factors written by an SVD (a merged or truncated
-  update, the outputs this package writes, a LoRA extracted from a fine-tuned model) have
-  orthogonal rows and signs that are a convention, not an initialization; trained PEFT factors
-  do not;
-* at least half of the clients have every row within 60° of ``Ā`` (cosines at least 1/2): the
-  federation shares an initialization.
+* the typical client's factors are not both orthogonal: the module is left out where the rows of its
+  ``A`` and the columns of its ``B`` both have a root-mean-square pairwise cosine below
+  :data:`ORTHOGONAL_ROWS` ``/ sqrt(n)`` (n = in, out). Factors written by an SVD (a merged or
+  truncated update, the outputs this package writes, a LoRA extracted from a fine-tuned model) are
+  orthogonal on both sides — 0, and about ``0.005 / sqrt(n)`` once stored in bfloat16 (unit
+  roundoff 2^-8 on each entry) — and their signs are a convention, not an initialization. A
+  trained ``B`` is not (independent random columns give about ``1 / sqrt(out)``), whatever its
+  ``A`` (PEFT's random rows, or an orthonormal initialization);
+* at least half of them have a mean row cosine of at least :data:`SHARED_COSINE` (within 60°):
+  the federation shares an initialization.
 
-Shapes: ``A`` a list over the K clients of ``(r, in)`` arrays; :func:`init_cosines` returns
-``(K, r)`` or None (module not tested); :func:`reversed_init_flags` reads a list over modules.
+Shapes: ``A``, ``B`` lists over the K clients of ``(r_k, in)`` and ``(out, r_k)`` arrays;
+:func:`init_cosines` returns an
+:class:`InitCosines` of two (K,) arrays, NaN for clients not tested, or None where the module is
+not tested at all; :func:`reversed_init_flags` reads a list of them over the modules.
 """
 from __future__ import annotations
 
-import numpy as np
+from collections import Counter
+from typing import NamedTuple
 
-__all__ = ["REVERSED_COSINE", "SHARED_COSINE", "ORTHOGONAL_ROWS", "init_cosines", "reversed_init_flags",
-           "typical_init_cosines"]
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+__all__ = ["REVERSED_COSINE", "SHARED_COSINE", "ORTHOGONAL_ROWS", "InitCosines", "init_cosines",
+           "reversed_init_flags", "typical_init_cosines", "modules_tested", "modules_reversed"]
 
 #: a row is reversed below this cosine with the typical row (midway between unrelated, 0, and reversed, -1)
 REVERSED_COSINE = -0.5
-#: a row shares the initialization at this cosine or above (within 60°)
+#: a client shares the initialization at this mean row cosine or above (within 60°)
 SHARED_COSINE = 0.5
-#: rows whose normalised Gram has no off-diagonal above this are orthogonal (factors from an SVD)
-ORTHOGONAL_ROWS = 1e-6
+#: rows whose rms pairwise cosine is below this over sqrt(n) are orthogonal (an SVD's, even in bfloat16)
+ORTHOGONAL_ROWS = 0.1
 
 
-def _row_cosines(S, ref) -> np.ndarray:
-    """(K, r) cosines of each client's rows ``S[k, i]`` with ``ref[i]`` (NaN where a row is zero)."""
-    num = np.einsum("kri,ri->kr", S, ref)
-    den = np.linalg.norm(S, axis=2) * np.linalg.norm(ref, axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+class InitCosines(NamedTuple):
+    """One module's evidence: per client (K,) its mean row cosine with ``Ā`` (``mean``), the share of its
+    non-zero rows below :data:`REVERSED_COSINE` (``reversed_share``) and its lowest row cosine
+    (``lowest``); NaN where not tested."""
+    mean: np.ndarray
+    reversed_share: np.ndarray
+    lowest: np.ndarray
 
 
-def _orthogonal_rows(A) -> bool:
-    n = np.linalg.norm(A, axis=1)
-    if not np.all(n > 0):
+def _orthogonal_rows(M) -> bool:
+    """Whether ``M``'s non-zero rows (r, n) look like an SVD's: rms pairwise cosine below
+    ORTHOGONAL_ROWS / sqrt(n)."""
+    M = M[np.linalg.norm(M, axis=1) > 0]
+    if len(M) < 2:
         return False
-    C = (A / n[:, None]) @ (A / n[:, None]).T
-    return float(np.abs(C - np.diag(np.diag(C))).max()) <= ORTHOGONAL_ROWS
+    U = M / np.linalg.norm(M, axis=1, keepdims=True)
+    C = U @ U.T
+    r = len(C)
+    rms = np.sqrt(max(float(np.sum(C * C) - np.sum(np.diag(C) ** 2)), 0.0) / (r * (r - 1)))   # >= 0 to rounding
+    return bool(rms < ORTHOGONAL_ROWS / np.sqrt(M.shape[1]))
 
 
-def init_cosines(A) -> np.ndarray | None:
-    """Per client and row, ``cos(A_k[i], Ā[i])`` (K, r) with ``Ā`` the elementwise median of the
-    clients' ``A``; None where the module cannot be tested (module docstring: ranks differ or are 1,
-    fewer than 3 clients, rows from an SVD, or no shared initialization)."""
-    ranks = {np.shape(a) for a in A}
-    if len(A) < 3 or len(ranks) != 1 or np.shape(A[0])[0] < 2:
+def _matched_cosines(live, R) -> tuple[np.ndarray, np.ndarray]:
+    """(K, rmax) cosines of every client's rows with the unit typical rows ``R`` (r, in), each row matched
+    one to one to a typical row so that the sum of absolute cosines is largest (a permutation of the rank
+    components, a zero row dropped or an extra rank change nothing), and the (K, rmax) mask of rows held
+    (zero-padded to the largest rank; NaN where a row is unmatched or the client's width differs)."""
+    K, rmax = len(live), max(a.shape[0] for a in live)
+    P = np.zeros((K, rmax, R.shape[1]))
+    for k, a in enumerate(live):                                         # ragged ranks: pad, then batch
+        if a.shape[1] == R.shape[1]:
+            P[k, :len(a)] = a
+    norms = np.linalg.norm(P, axis=2)
+    C = np.einsum("kti,si->kts", P / np.where(norms > 0, norms, 1.0)[..., None], R)     # (K, rmax, r)
+    rows = norms > 0
+    cos = np.full((K, rmax), np.nan)
+    # where every row's largest |cosine| is its own typical row, that matching is the best one (the sum of
+    # the row maxima bounds any matching's); the assignment problem is solved only for the other clients
+    m = min(rmax, R.shape[0])
+    own = np.all(~rows[:, :m] | (np.abs(C[:, :m]).argmax(axis=2) == np.arange(m)), axis=1) & ~rows[:, m:].any(axis=1)
+    cos[:, :m] = np.where(own[:, None], np.diagonal(C[:, :m, :m], axis1=1, axis2=2), np.nan)
+    for k in np.flatnonzero(~own):
+        t, s = linear_sum_assignment(-np.abs(C[k, rows[k]]))
+        cos[k, np.flatnonzero(rows[k])[t]] = C[k, np.flatnonzero(rows[k])[t], s]
+    return cos, rows & np.isfinite(cos)
+
+
+def init_cosines(A, B) -> InitCosines | None:
+    """The module's evidence (module docstring) from the clients' ``A`` (r_k, in) and ``B`` (out, r_k):
+    per client its mean row cosine with the typical ``A``, its share of reversed rows and its lowest
+    row cosine; None where the module is not tested."""
+    A = [np.asarray(a, float) for a in A]
+    keep = [np.linalg.norm(a, axis=1) > 0 for a in A]
+    live = [a[m] for a, m in zip(A, keep)]
+    shape, n = Counter(a.shape for a in live).most_common(1)[0]
+    if n < 3 or shape[0] < 2:
         return None
-    S = np.stack([np.asarray(a, float) for a in A])                     # (K, r, in)
+    group = np.array([a.shape == shape for a in live])
+    S = np.stack([a for a, g in zip(live, group) if g])                # (n, r, in)
     ref = np.median(S, axis=0)
-    cos = _row_cosines(S, ref)
+    rn = np.linalg.norm(ref, axis=1)
     dist = np.linalg.norm(S - ref, axis=(1, 2))
     typical = int(np.argmin(np.abs(dist - np.median(dist))))           # the client at the median distance
-    if _orthogonal_rows(S[typical]):
+    k = int(np.flatnonzero(group)[typical])
+    if not np.all(rn > 0) or (_orthogonal_rows(S[typical]) and _orthogonal_rows(np.asarray(B[k], float).T[keep[k]])):
         return None
-    shared = np.all(cos >= SHARED_COSINE, axis=1)                      # NaN rows compare False
-    return cos if 2 * int(shared.sum()) >= len(A) else None
+    cos, rows = _matched_cosines(live, ref / rn[:, None])
+    n_rows = rows.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        related = np.sum(rows & (np.abs(cos) >= SHARED_COSINE), axis=1)
+        mean = np.where(rows, cos, 0.0).sum(axis=1) / n_rows
+        share = np.sum(rows & (cos < REVERSED_COSINE), axis=1) / n_rows
+    tested = (n_rows > 0) & (2 * related >= n_rows)    # rows that relate to the typical A at all, either way
+    if 2 * int(np.sum(tested[group] & (mean[group] >= SHARED_COSINE))) < n:
+        return None
+    lowest = np.where(rows, cos, np.inf).min(axis=1)
+    return InitCosines(*(np.where(tested, v, np.nan) for v in (mean, share, lowest)))
+
+
+def _tested(cosines, K: int) -> np.ndarray:
+    """(modules, K) reversed shares of the tested modules (NaN: not tested for that client), or (0, K)."""
+    return np.array([c.reversed_share for c in cosines if c is not None], float).reshape(-1, K)
+
+
+def modules_reversed(cosines, K: int) -> np.ndarray:
+    """Int (K,): per client the number of tested modules where at least half of its rows are reversed."""
+    return (np.nan_to_num(_tested(cosines, K), nan=0.0) >= 0.5).sum(axis=0)
 
 
 def reversed_init_flags(cosines, K: int) -> np.ndarray:
-    """Bool (K,): clients whose ``A`` is reversed (every row below :data:`REVERSED_COSINE`) in at least
-    half of the modules tested for them (``cosines``: a list over modules of :func:`init_cosines`'s
-    (K, r) arrays or None); all False where no module was tested."""
-    tested = [c for c in cosines if c is not None]
-    if not tested:
-        return np.zeros(K, bool)
-    C = np.array([np.all(np.isfinite(c), axis=1) for c in tested])     # (modules, K): row cosines defined
-    R = np.array([np.all(c < REVERSED_COSINE, axis=1) for c in tested]) & C
-    n = C.sum(axis=0)
-    return (n > 0) & (2 * R.sum(axis=0) >= n)
+    """Bool (K,): clients with at least half of their rows reversed in at least half of the modules
+    tested for them (``cosines``: a list over modules of :func:`init_cosines`' results or None); all
+    False where no module was tested."""
+    n = modules_tested(cosines, K)
+    return (n > 0) & (2 * modules_reversed(cosines, K) >= n)
+
+
+def modules_tested(cosines, K: int) -> np.ndarray:
+    """Int (K,): the number of modules tested for each client."""
+    return np.isfinite(_tested(cosines, K)).sum(axis=0)
 
 
 def typical_init_cosines(cosines, K: int) -> np.ndarray:
     """Per client (K,) the median over its tested modules of its mean row cosine with ``Ā`` (NaN
     where no module was tested for it): what ``summary.json`` reports as ``init_cosines``."""
-    tested = np.array([c.mean(axis=1) for c in cosines if c is not None]).reshape(-1, K)   # NaN rows stay NaN
+    mean = np.array([c.mean for c in cosines if c is not None], float).reshape(-1, K)
     out = np.full(K, np.nan)
-    for k in np.flatnonzero(np.isfinite(tested).any(axis=0)):       # per client: its own modules (K values)
-        out[k] = np.median(tested[np.isfinite(tested[:, k]), k])
+    some = np.isfinite(mean).any(axis=0)
+    if some.any():                                      # nanmedian warns on all-NaN columns: left out
+        out[some] = np.nanmedian(mean[:, some], axis=0)
     return out

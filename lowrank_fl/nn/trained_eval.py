@@ -15,6 +15,7 @@ from ..adapters import ModuleOptions, aggregate_factors, guard
 from ..adapters.decision import detection_summary
 from ..adapters.detect import pooled_evidence, pooled_scores, pooled_threshold, raw_evidence
 from ..adapters.detect_updates import update_flags
+from ..adapters.init_reversal import reversed_init_flags
 from ..adapters.updates import unit_gram
 from .trained_families import benign_fedavg
 from .trained_sets import TrainedSet, base_accuracy, copying_threshold, heldout_accuracy, heldout_loss
@@ -64,8 +65,9 @@ def evaluate_set(ts: TrainedSet, *, cache_dir=None, with_loss: bool = True, n_he
     grams = np.array([r.gram for r in results], float)
     outside = np.array([r.outside for r in results], float)
     by_ratio = {}
+    reversed_ = reversed_init_flags([r.init_cosines for r in results], K)      # the update rule's, as the CLI's
     for rho in MIN_RATIOS:
-        d = guard.guard_set(~update_flags(grams, outside, min_ratio=rho))
+        d = guard.guard_set(~(update_flags(grams, outside, min_ratio=rho) | reversed_))
         by_ratio[f"{rho:g}"] = [] if guard.is_undecided(d) else [n for n, b in zip(names, d) if not b]
     ev = pooled_evidence(np.array([r.block_norms for r in results]), K)
     Mc, _ = pooled_scores(np.array([r.contrast_norms for r in results]), K)

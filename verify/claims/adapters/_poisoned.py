@@ -90,8 +90,8 @@ def _verdict(rows: dict) -> bool:
 @claim("adapters.poisoned.scaled_or_flipped", paper=PAPER,
        reference="extension of (8)-(9) (lowrank_fl.adapters.detect_updates, plan)",
        statement="Extension finding (ours): a client sending its update scaled by 10, 1e3 or 1e6, or "
-                 "sign-flipped (through B or A), is flagged by the default rule beside a contaminated client, no benign "
-                 "client is, and the benign clients' outputs move no more than without the attack.",
+                 "sign-flipped (through B or A), is flagged by the default rule beside a contaminated client, "
+                 "no benign client is, and the benign clients' outputs move no more than without the attack.",
        kind="comparison")
 def _poisoned(ctx) -> Evidence:
     reps = ctx.pick(smoke=1, quick=2, full=4)
