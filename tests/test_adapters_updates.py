@@ -515,7 +515,7 @@ def test_the_summary_and_sentence_name_the_joint_evidence():
            f"{u['cutoff']:.2f} with an agreement at most 0 (the federation significantly shares a direction, " \
            "p = " in text
     assert u["typical_agreement"] >= u["shared_floor"] and text.endswith("below all of these limits goes unflagged.")
-    assert f"size {sv:.2f}x the typical ({sn}) / 5x" in text and len(text) < 1400
+    assert f"size {sv:.2f}x the typical ({sn}) / 5x" in text and len(text) < 1500
 
 
 def _opposed_federation(K=10, modules=6, q=24, p=20, r=3, bad=(7, 8, 9), away=0.5, bad_scale=3.0, seed=0):

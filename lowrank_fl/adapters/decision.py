@@ -251,11 +251,10 @@ def _reversed_limit(u: dict) -> str:
     if "reversed_cosine" not in u:
         return ""
     if not cos:
-        return ("A reversed against the common initialization: no module tested (ranks differ or are 1, rows "
-                "orthogonal as an SVD's, or no shared initialization)")
+        return "A reversed against the common init: not tested (ranks 1 or apart, SVD factors, or no shared init)"
     n = min(cos, key=cos.get)
-    return (f"A reversed against the common initialization: lowest typical row cosine {cos[n]:.2f} ({n}) / "
-            f"half of the rows below {u['reversed_cosine']:g}")
+    return (f"A reversed against the common init: lowest mean row cosine {cos[n]:.2f} ({n}) / half of the rows "
+            f"below {u['reversed_cosine']:g}")
 
 
 def _pooled_hint(det: dict) -> str:

@@ -11,8 +11,8 @@ reversed in at least half of the modules tested for it did not train from the co
 initialization (``by_reversed_init``, :func:`reversed_init_flags`): it sent a sign-flipped ``A``
 (its update ``-ΔW_k`` on those rows), or factors re-signed on both sides (``(-B)(-A) = B A``: its
 update unchanged, its factors not those training gives). Measured (`benchmarks/bench_init_reversal.py`,
-docs/adapters_evidence.md): on trained adapter sets of the benchmark's families, 3-150 steps,
-the 3× learning rates and steps included, every row's cosine was at least 0.23.
+docs/adapters_evidence.md): on 24 trained adapter sets of twelve families, 3-150 steps, the 3×
+learning rates and steps included, every row's cosine was at least 0.22.
 
 Why it is needed: where the benign clients' ``B`` are independent (a common row space, no common
 direction) ``-ΔW_k`` has the distribution of ``ΔW_k``, and no statistic of the updates can see a
