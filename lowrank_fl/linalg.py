@@ -28,20 +28,25 @@ __all__ = [
 ]
 
 
-def compact_factors(B, A) -> tuple:
+def compact_factors(B, A, *, rtol: float | None = None) -> tuple:
     """``(B, A)`` (out × R, R × in) unchanged where ``R <= min(out, in)``; above it, the same product
     ``B A`` to rounding (an error of order eps ||B|| ||A||) at rank ``min(out, in)``: ``B = Q_b R_b``,
     ``A^T = Q_a R_a`` and an SVD of the
     small core ``R_b R_a^T``, split evenly (balanced factors). A factorization of rank above
     ``min(out, in)`` stores more numbers than the matrix itself, and LoRA readers refuse it (a
-    stacked sum of several clients' factors, or an update beside a correction, reaches it)."""
+    stacked sum of several clients' factors, or an update beside a correction, reaches it).
+    With ``rtol``, always factorized, at the product's numerical rank: the singular values above
+    ``rtol σ_1`` (at least one kept; the error is then also up to ``rtol σ_1``)."""
     q, R = B.shape
     p = A.shape[1]
-    if R <= min(q, p):
+    if rtol is None and R <= min(q, p):
         return B, A
     Qb, Rb = np.linalg.qr(B)                     # (q, min(q, R)), (min(q, R), R)
     Qa, Ra = np.linalg.qr(A.T)                   # (p, min(p, R)), (min(p, R), R)
     X, s, Yt = np.linalg.svd(Rb @ Ra.T, full_matrices=False)
+    if rtol is not None:
+        k = max(int(np.count_nonzero(s > rtol * s[0])) if s.size and s[0] > 0 else 0, 1)
+        X, s, Yt = X[:, :k], s[:k], Yt[:k]
     root = np.sqrt(s)
     return Qb @ (X * root), (root[:, None] * Yt) @ Qa.T
 

@@ -129,3 +129,19 @@ def test_compact_factors_keeps_the_product_at_rank_min_out_in(q, p, R, seed):
     ref = B @ A
     assert np.linalg.norm(B2 @ A2 - ref) <= 1e-12 * max(np.linalg.norm(ref), 1.0)
     np.testing.assert_allclose(np.linalg.norm(B2, axis=0), np.linalg.norm(A2, axis=1), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("rank", [1, 3])
+def test_compact_factors_with_rtol_keeps_the_numerical_rank(rank):
+    """With ``rtol`` the factors are always rebuilt at the product's numerical rank: the dense SVD's
+    truncation (numpy), even below min(out, in); an all-zero product keeps one (zero) direction."""
+    rng = np.random.default_rng(rank)
+    B = rng.standard_normal((7, rank)) @ rng.standard_normal((rank, 4))        # (7, 4) of rank `rank`
+    A = rng.standard_normal((4, 6))
+    B2, A2 = la.compact_factors(B, A, rtol=1e-12)
+    s = np.linalg.svd(B @ A, compute_uv=False)
+    assert B2.shape == (7, rank) and A2.shape == (rank, 6) == (int(np.sum(s > 1e-12 * s[0])), 6)
+    np.testing.assert_allclose(B2 @ A2, B @ A, rtol=0, atol=1e-12 * s[0])
+    np.testing.assert_allclose(np.linalg.svd(B2 @ A2, compute_uv=False)[:rank], s[:rank], rtol=1e-12)
+    Z2, Y2 = la.compact_factors(np.zeros((3, 2)), np.zeros((2, 5)), rtol=1e-12)
+    assert Z2.shape == (3, 1) and Y2.shape == (1, 5) and not (Z2 @ Y2).any()

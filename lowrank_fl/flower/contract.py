@@ -53,6 +53,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from ..adapters import AdapterError, factors_from_state_dict
 from ..adapters.io import VARIANT_FIELDS
 from ..adapters.save import peft_config
+from ..linalg import compact_factors
 
 __all__ = ["LORA_ARRAYS", "LORA_CONFIG", "SHARED_ARRAYS", "SHARED_CONFIG", "SHARED_WEIGHT",
            "ADAPTER_KINDS", "config_record", "config_from_record", "factors_from_content",
@@ -195,14 +196,10 @@ def factors_from_content(content: RecordDict, *, arrays_key: str = LORA_ARRAYS,
 
 def _compact(A, B, rtol: float = 1e-12):
     """``(A', B', 1)`` with ``B' A' = B A`` at the product's numerical rank (singular values above
-    ``rtol σ_1``): QR of both factors and an SVD of the small core, so the sum of the two parts is
-    never of a higher rank than the update itself (nor than the merged layout's adapter)."""
-    Qb, Rb = np.linalg.qr(B)
-    Qa, Ra = np.linalg.qr(A.T)
-    U, sv, Vt = np.linalg.svd(Rb @ Ra.T)
-    k = max(int(np.count_nonzero(sv > rtol * sv[0])) if sv.size and sv[0] > 0 else 0, 1)
-    root = np.sqrt(sv[:k])
-    return (root[:, None] * Vt[:k]) @ Qa.T, (Qb @ U[:, :k]) * root, 1.0
+    ``rtol σ_1``, :func:`lowrank_fl.linalg.compact_factors`), so the sum of the two parts is never of
+    a higher rank than the update itself (nor than the merged layout's adapter)."""
+    B2, A2 = compact_factors(B, A, rtol=rtol)
+    return A2, B2, 1.0
 
 
 def _factors(content: RecordDict, arrays_key: str, config_key: str) -> dict:
