@@ -1,7 +1,7 @@
-"""A client whose A factor is reversed against the federation's common LoRA initialization
-(:mod:`lowrank_fl.adapters.init_reversal`), pinned against row cosines computed by hand, at the
-thresholds' boundaries, and end to end where no statistic of the updates can see the flip."""
-import itertools
+"""A client whose A factor is its common LoRA initialization reversed (a sign-flipped factor,
+:mod:`lowrank_fl.adapters.init_reversal`), pinned against a computation by hand, at the thresholds'
+boundaries, on honest factors in another gauge (which must never be flagged), and end to end
+where no statistic of the updates can see the flip."""
 import json
 
 import numpy as np
@@ -11,28 +11,30 @@ from lowrank_fl.adapters import ModuleOptions, aggregate_factors
 from lowrank_fl.adapters.aggregate import client_decision
 from lowrank_fl.adapters.decision import detection_sentence
 from lowrank_fl.adapters.detect_updates import update_flags
-from lowrank_fl.adapters.init_reversal import (REVERSED_COSINE, SHARED_COSINE, init_cosines,
-                                               reversed_init_flags, modules_tested, typical_init_cosines)
+from lowrank_fl.adapters.init_reversal import (MIRROR_RADIUS, REVERSED_COSINE, SHARED_DRIFT, InitCosines,
+                                               init_cosines, modules_reversed, modules_tested,
+                                               reversed_init_flags, typical_init_cosines)
 
 
 def _by_hand(A):
-    """Per client and row the cosine with the row of median_j A_j (taken entry by entry, with loops) it is
-    matched to, the matching found by trying every permutation (largest sum of absolute cosines)."""
+    """(row cosines (K, r), reversed (K,)) with loops: the typical A entry by entry (the median), each
+    row's cosine with its own typical row, ||A_k - Ā||, ||A_k + Ā||, the median drift."""
     K, r, p = len(A), A[0].shape[0], A[0].shape[1]
-    ref = np.array([[sorted(a[i, j] for a in A)[K // 2] if K % 2 else
-                     0.5 * sum(sorted(a[i, j] for a in A)[K // 2 - 1:K // 2 + 1]) for j in range(p)]
-                    for i in range(r)])
-    out = []
-    for a in A:
-        c = [[float(a[i] @ ref[t]) / (np.linalg.norm(a[i]) * np.linalg.norm(ref[t])) for t in range(r)]
-             for i in range(len(a))]
-        best = max(itertools.permutations(range(r)), key=lambda pi: sum(abs(c[i][pi[i]]) for i in range(len(a))))
-        out.append([c[i][best[i]] for i in range(len(a))])
-    return np.array(out)
+    med = [[sorted(a[i, j] for a in A)[K // 2] if K % 2 else
+            0.5 * sum(sorted(a[i, j] for a in A)[K // 2 - 1:K // 2 + 1]) for j in range(p)] for i in range(r)]
+    ref = np.array(med)
+    cos = np.array([[float(a[i] @ ref[i]) / (np.linalg.norm(a[i]) * np.linalg.norm(ref[i])) for i in range(r)]
+                    for a in A])
+    drift = [float(np.sqrt(sum((a[i, j] - ref[i, j]) ** 2 for i in range(r) for j in range(p)))) for a in A]
+    mirror = [float(np.sqrt(sum((a[i, j] + ref[i, j]) ** 2 for i in range(r) for j in range(p)))) for a in A]
+    typical = sorted(drift)[K // 2] if K % 2 else 0.5 * sum(sorted(drift)[K // 2 - 1:K // 2 + 1])
+    rev = np.array([all(c < -0.5 for c in cos[k]) and mirror[k] <= 2 * typical and drift[k] > mirror[k]
+                    for k in range(K)])
+    return cos, rev
 
 
-def _trained(K=8, r=4, p=30, drift=0.3, seed=0):
-    """PEFT-like A factors: a common (non-orthogonal) init, each client drifted by ``drift`` of its norm."""
+def _trained(K=8, r=4, p=30, drift=0.1, seed=0):
+    """PEFT-like A factors: a common (non-orthogonal) init, each client drifted by about ``drift`` of its norm."""
     rng = np.random.default_rng(seed)
     A0 = rng.uniform(-1, 1, (r, p)) / np.sqrt(p)
     return [A0 + drift * np.linalg.norm(A0) / np.sqrt(r * p) * rng.standard_normal((r, p)) for _ in range(K)]
@@ -44,113 +46,106 @@ def _ic(A, B=None):
     return init_cosines(A, [rng.standard_normal((12, len(a))) for a in A] if B is None else B)
 
 
-def _reversed_share(rows):
-    return np.mean(rows < REVERSED_COSINE, axis=1)
-
-
-def test_cosines_match_a_computation_by_hand_for_odd_and_even_k():
+def test_the_evidence_matches_a_computation_by_hand_for_odd_and_even_k():
+    assert (REVERSED_COSINE, MIRROR_RADIUS, SHARED_DRIFT) == (-0.5, 2.0, 0.5)
     for K in (7, 8):
         A = _trained(K=K, seed=K)
         A[2] = -A[2]
         c = _ic(A)
-        rows = _by_hand(A)
-        np.testing.assert_allclose(c.mean, rows.mean(axis=1), rtol=1e-12, atol=1e-14)
-        np.testing.assert_allclose(c.lowest, rows.min(axis=1), rtol=1e-12, atol=1e-14)
-        np.testing.assert_array_equal(c.reversed_share, _reversed_share(rows))
-        assert c.reversed_share[2] == 1.0 and np.delete(c.reversed_share, 2).max() == 0.0
-        assert np.delete(rows, 2, axis=0).min() > SHARED_COSINE
+        cos, rev = _by_hand(A)
+        np.testing.assert_allclose(c.mean, cos.mean(axis=1), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(c.lowest, cos.min(axis=1), rtol=1e-12, atol=1e-14)
+        assert c.is_reversed.tolist() == rev.astype(float).tolist() == [0, 0, 1] + [0] * (K - 3)
 
 
-def test_flag_needs_half_of_the_rows_reversed_in_at_least_half_of_the_modules():
+def test_a_flipped_a_is_flagged_in_at_least_half_of_its_modules():
     A = _trained(K=6)
     clean = _ic(A)
     one = _ic([-a if k == 0 else a for k, a in enumerate(A)])
-    for flipped, flagged in ((1, False), (2, True), (3, True)):        # of 4 rows
-        part = [a.copy() for a in A]
-        part[0][:flipped] *= -1
-        c = _ic(part)
-        np.testing.assert_array_equal(c.reversed_share, _reversed_share(_by_hand(part)))
-        assert c.reversed_share[0] == flipped / 4
-        assert reversed_init_flags([c, c], 6).tolist() == [flagged] + [False] * 5
     flags = [reversed_init_flags([one] * a + [clean] * b, 6)[0] for a, b in ((1, 1), (2, 2), (1, 2), (1, 3))]
     assert flags == [True, True, False, False]           # half of the modules suffices, less does not
-    # a module that could not be tested does not count against it
-    assert reversed_init_flags([one, None, None], 6).tolist() == [True] + [False] * 5
+    assert reversed_init_flags([one, None, None], 6).tolist() == [True] + [False] * 5   # untested: not counted
     assert not reversed_init_flags([None, None], 6).any()
     assert modules_tested([one, None, clean], 6).tolist() == [2] * 6
+    assert modules_reversed([one, None, clean, one], 6).tolist() == [2] + [0] * 5
 
 
-def test_the_row_threshold_is_strict_at_minus_one_half():
-    from lowrank_fl.adapters.init_reversal import InitCosines
-    at = InitCosines(np.full(4, 0.9), np.array([0.5, 0.0, 0.0, 0.0]), np.full(4, 0.9))
-    below = InitCosines(np.full(4, 0.9), np.array([np.nextafter(0.5, 0), 0.0, 0.0, 0.0]), np.full(4, 0.9))
-    assert reversed_init_flags([at], 4).tolist() == [True, False, False, False]
-    assert not reversed_init_flags([below], 4).any()
-    # a row's own threshold: -0.5 and below the midpoint counts, a hair above does not
-    A = [np.array([[1.0, 0.5, 0.3], [0.2, 1.0, 0.2]]) for _ in range(5)]
-    A[0] = np.array([[-1.0, -0.4, -0.3], [-0.2, -1.0, -0.3]])
-    assert _by_hand(A)[0].max() < REVERSED_COSINE and _ic(A).reversed_share[0] == 1.0
-    r0, r1 = A[1]
-    w = np.cross(r0, r1) / np.linalg.norm(np.cross(r0, r1))          # orthogonal to both typical rows
-    for t, share in ((1.9, 0.5), (1.6, 1.0)):                         # cosine -1/sqrt(1 + t^2) with r0
-        A[0][0] = -r0 / np.linalg.norm(r0) + t * w
-        assert _by_hand(A)[0, 0] == pytest.approx(-1 / np.sqrt(1 + t * t), rel=1e-12)
-        assert _ic(A).reversed_share[0] == share            # -0.466: not reversed; -0.530: reversed
+def test_each_condition_is_needed_at_its_boundary():
+    """Every row below -1/2 (one row above it: not reversed), and -A_k within two typical drifts of Ā."""
+    A = _trained(K=9, r=3, p=40, drift=0.2, seed=4)
+    part = [a.copy() for a in A]
+    part[0][:2] *= -1                                    # 2 of 3 rows: not every row
+    c = _ic(part)
+    assert c.lowest[0] < REVERSED_COSINE < _by_hand(part)[0][0].max() and c.is_reversed[0] == 0.0
+    # -A_0 pushed out of the mirrored cloud: along -Ā, its rows still reversed, just past 2 typical drifts
+    ref = np.median(np.stack(A), axis=0)
+    typical = np.median([np.linalg.norm(a - ref) for a in A])
+    u = ref / np.linalg.norm(ref)
+    for extra, reversed_ in ((1.6, True), (2.4, False)):
+        far = [a.copy() for a in A]
+        far[0] = -ref - extra * typical * u             # ||A_0 + Ā|| about extra × typical (Ā moves a little)
+        c = _ic(far)
+        cos, rev = _by_hand(far)
+        ref2 = np.median(np.stack(far), axis=0)
+        ratio = np.linalg.norm(far[0] + ref2) / np.median([np.linalg.norm(a - ref2) for a in far])
+        assert (ratio <= MIRROR_RADIUS) == reversed_ and cos[0].max() < REVERSED_COSINE
+        assert c.is_reversed[0] == float(rev[0]) == float(reversed_)
 
 
 @pytest.mark.parametrize("factor", [1e-3, 3.0, 1e6])
 def test_a_scaled_or_far_drifted_client_is_not_reversed(factor):
-    A = _trained(K=8, drift=0.8)
-    A[1] = A[1] * factor                                 # cosines are blind to size
+    A = _trained(K=8, drift=0.3)
+    A[1] = A[1] * factor
     rng = np.random.default_rng(5)
     A[2] = A[2] + 5 * np.linalg.norm(A[2]) * rng.standard_normal(A[2].shape) / np.sqrt(A[2].size)
     c = _ic(A)
     assert c is not None and not reversed_init_flags([c], 8).any()
-    np.testing.assert_allclose(c.mean[1], _by_hand(A)[1].mean(), rtol=1e-12)
+    np.testing.assert_allclose(c.mean[1], _by_hand(A)[0][1].mean(), rtol=1e-12)
 
 
-def test_zero_rows_and_padded_ranks_do_not_switch_the_test_off():
+def test_honest_factors_in_another_gauge_are_never_reversed():
+    """A client that re-factors its own adapter by an SVD (the same product, rows pointing anywhere) is not
+    reversed, over many draws; nor one whose rank components are permuted. So is a flip hidden by a change
+    of gauge (the documented limit: the test reads the naive flip only)."""
+    rng = np.random.default_rng(11)
+    hits = 0
+    for seed in range(300):
+        A = _trained(K=8, r=2, p=24, drift=0.3, seed=seed)
+        B = [rng.standard_normal((12, 2)) for _ in A]
+        U, s, Vt = np.linalg.svd(B[0] @ A[0], full_matrices=False)
+        sign = rng.choice([-1.0, 1.0], 2)
+        A[0], B[0] = np.sqrt(s[:2, None]) * Vt[:2] * sign[:, None], U[:, :2] * np.sqrt(s[:2]) * sign
+        A[1], B[1] = A[1][::-1], B[1][:, ::-1]           # rank components swapped
+        hits += int(reversed_init_flags([init_cosines(A, B)], 8).any())
+    assert hits == 0
+
+
+def test_zero_rows_and_other_ranks():
     A = _trained(K=6)
     zero_row = [a.copy() for a in A]
     zero_row[0] = -zero_row[0]
-    zero_row[0][1] = 0.0                                  # a zero row carries no update: left out
+    zero_row[0][1] = 0.0              # a zero row: -A_0 is no longer among the others (a partial flip)
+    c = _ic(zero_row)
+    assert c.is_reversed[0] == 0.0 and c.lowest[0] < REVERSED_COSINE and np.isfinite(c.mean[0])
     padded = [a.copy() for a in A]
-    padded[0] = np.vstack([-padded[0], np.zeros((1, 30))])    # an extra zero rank
-    for f in (zero_row, padded):
-        c = _ic(f)
-        assert c.reversed_share[0] == 1.0 and reversed_init_flags([c], 6).tolist() == [True] + [False] * 5
-    # mixed ranks: the clients of the most common rank are compared, the others are not tested
-    mixed = A[:4] + [np.random.default_rng(1).standard_normal((6, 30)) for _ in range(2)]
-    mixed[0] = -mixed[0]
-    c = _ic(mixed)
-    assert np.isnan(c.mean[4:]).all() and reversed_init_flags([c], 6).tolist() == [True] + [False] * 5
-    assert modules_tested([c], 6).tolist() == [1, 1, 1, 1, 0, 0]
+    padded[0] = np.vstack([-padded[0], np.zeros((1, 30))])    # another shape: not tested for that client
+    c = _ic(padded)
+    assert np.isnan(c.mean[0]) and not reversed_init_flags([c], 6).any() and modules_tested([c], 6)[0] == 0
     zero = [a.copy() for a in A]
     zero[3] = np.zeros_like(zero[3])                      # an untrained (all-zero) A: not tested, not flagged
     c = _ic(zero)
     assert np.isnan(c.mean[3]) and not reversed_init_flags([c], 6).any()
 
 
-def test_a_permuted_and_flipped_a_is_matched_row_by_row():
-    """Permuting the rank components (rows of A with the columns of B) keeps the product: the rows are
-    matched back to their typical rows, so a flip is seen through it, and a benign permuted client is not."""
-    A = _trained(K=7, r=5, p=40, drift=0.5, seed=3)
-    perm = [a.copy() for a in A]
-    perm[0] = -perm[0][[3, 0, 4, 1, 2]]
-    perm[1] = perm[1][[1, 2, 3, 4, 0]]
-    c = _ic(perm)
-    np.testing.assert_allclose(c.mean, _by_hand(perm).mean(axis=1), rtol=1e-12)
-    assert c.reversed_share[0] == 1.0 and c.reversed_share[1] == 0.0 and c.mean[1] > SHARED_COSINE
-    assert reversed_init_flags([c], 7).tolist() == [True] + [False] * 6
-
-
 def test_modules_that_cannot_show_a_common_init_are_not_tested():
     rng = np.random.default_rng(2)
     A = _trained(K=6)
-    assert _ic(A[:2]) is None                                   # no majority to take
-    assert _ic([a[:1] for a in A]) is None                      # rank 1: a sign is all it has
-    assert _ic(A[:2] + [rng.standard_normal((5, 30)) for _ in range(4)]) is None    # no rank of 3
-    assert _ic([rng.standard_normal((4, 30)) for _ in range(6)]) is None    # independent inits
+    assert _ic(A[:2]) is None                                            # no majority to take
+    assert _ic([a[:1] for a in A]) is None                               # rank 1
+    assert _ic(A[:2] + [rng.standard_normal((5, 30)) for _ in range(4)]) is None    # no 3 of one rank... 4 are
+    assert _ic([rng.standard_normal((4, 30)) for _ in range(6)]) is None          # independent inits
+    assert _ic([rng.standard_normal((4, 30)) for _ in range(3)]) is None          # ... also three of them
+    assert _ic(_trained(K=6, drift=0.6)) is None                         # drifted past SHARED_DRIFT
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, "bfloat16"])
@@ -179,14 +174,9 @@ def test_svd_factors_are_not_tested_even_in_half_precision(dtype, p):
     Q = np.linalg.qr(rng.standard_normal((p, 4)))[0].T
     common = [(-1.0 if k == 0 else 1.0) * (Q + 0.01 * rng.standard_normal((4, p)) / np.sqrt(p)) for k in range(9)]
     assert reversed_init_flags([_ic(common)], 9).tolist() == [True] + [False] * 8
-    # the same clients from a common random initialization are tested, and the flipped one is found
-    A0 = rng.uniform(-1, 1, (4, p)) / np.sqrt(p)
-    common = [(-1.0 if k == 0 else 1.0) * (A0 + 0.1 * rng.standard_normal((4, p)) / np.sqrt(p)) for k in range(9)]
-    assert reversed_init_flags([_ic(common)], 9).tolist() == [True] + [False] * 8
 
 
 def test_typical_cosines_are_each_clients_median_over_its_tested_modules():
-    from lowrank_fl.adapters.init_reversal import InitCosines
     a = InitCosines(np.array([0.8, -0.9, np.nan]), np.array([0.0, 1.0, np.nan]), np.zeros(3))
     b = InitCosines(np.array([0.5, -0.6, 0.3]), np.zeros(3), np.zeros(3))
     got = typical_init_cosines([a, None, b, b], 3)
@@ -239,7 +229,7 @@ def test_a_flipped_factor_is_flagged_and_steers_nothing_where_no_update_statisti
         A0, B0, s0 = _federation(seed, attack)["c0"]["layer0.q_proj"]
         np.testing.assert_allclose(s * B @ A, s0 * B0 @ A0, rtol=1e-12, atol=1e-15)
         text = detection_sentence(json.loads(json.dumps(det)))
-        assert "c0 (its A factor reversed against the federation's common LoRA initialization" in text
+        assert "c0 (its A factor its common LoRA initialization reversed" in text
 
 
 def test_the_command_flags_a_flipped_a_in_half_precision_files_and_says_why(tmp_path, capsys):
@@ -267,9 +257,9 @@ def test_the_command_flags_a_flipped_a_in_half_precision_files_and_says_why(tmp_
         cos = det["updates"]["init_cosines"]
         assert (cos["client_00"] < -0.9) == (letter == "A") and min(cos[f"client_{k:02d}"] for k in range(1, 10)) > 0.9
         if flagged:
-            assert ("client_00 (its A factor reversed against the federation's common LoRA initialization: at least "
-                    "half of its rows below a cosine of -0.5 with the typical A in 4 of the 4 module(s) tested") in said
+            assert ("client_00 (its A factor its common LoRA initialization reversed: every row below a cosine of "
+                    "-0.5 with its typical row and -A among the others' A, in 4 of the 4 module(s) tested") in said
         else:
             low = min(cos, key=cos.get)
-            assert (f"A reversed against the common init: lowest mean row cosine {cos[low]:.2f} ({low}) / half of the "
-                    "rows below -0.5") in said
+            assert (f"A reversed against the common init: lowest mean row cosine {cos[low]:.2f} ({low}) / every row "
+                    "below -0.5 and -A among the others' A") in said

@@ -251,10 +251,11 @@ def _reversed_limit(u: dict) -> str:
     if "reversed_cosine" not in u:
         return ""
     if not cos:
-        return "A reversed against the common init: not tested (ranks 1 or apart, SVD factors, or no shared init)"
+        return ("A reversed against the common init: not tested (no 3 clients of one rank >= 2, SVD factors, "
+                "or no shared init)")
     n = min(cos, key=cos.get)
-    return (f"A reversed against the common init: lowest mean row cosine {cos[n]:.2f} ({n}) / half of the rows "
-            f"below {u['reversed_cosine']:g}")
+    return (f"A reversed against the common init: lowest mean row cosine {cos[n]:.2f} ({n}) / every row below "
+            f"{u['reversed_cosine']:g} and -A among the others' A")
 
 
 def _pooled_hint(det: dict) -> str:
@@ -332,11 +333,11 @@ def _update_reasons(u: dict, n: str) -> list:
         why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                    f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}{_rms(u, n, '>')}")
     if n in u.get("by_reversed_init", ()):
-        why.append(f"its A factor reversed against the federation's common LoRA initialization: at least half of "
-                   f"its rows below a cosine of {u['reversed_cosine']:g} with the typical A in "
-                   f"{u['init_reversed_modules'][n]} of the {u['init_modules'][n]} module(s) tested (median "
-                   f"mean row cosine {u['init_cosines'][n]:.2f}): not trained from it; a flipped A sends -ΔW, "
-                   "flipping B too leaves ΔW unchanged")
+        why.append(f"its A factor its common LoRA initialization reversed: every row below a cosine of "
+                   f"{u['reversed_cosine']:g} with its typical row and -A among the others' A, in "
+                   f"{u['init_reversed_modules'][n]} of the {u['init_modules'][n]} module(s) tested (mean row "
+                   f"cosine {u['init_cosines'][n]:.2f}): not trained from it; a flipped A sends -ΔW, flipping B "
+                   "too leaves ΔW unchanged")
     if n in u["by_size"]:
         why.append(f"update {_vs(u['size_ratios'][n], rho_s)}x the typical size (>= {rho_s:g}x: more than honest "
                    f"uneven training moves; size score {u['size_scores'][n]:.2f})")
