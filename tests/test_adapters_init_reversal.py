@@ -3,6 +3,7 @@
 boundaries, on honest factors in another gauge (which must never be flagged), and end to end
 where no statistic of the updates can see the flip."""
 import json
+import math
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from lowrank_fl.adapters import ModuleOptions, aggregate_factors
 from lowrank_fl.adapters.aggregate import client_decision
 from lowrank_fl.adapters.decision import detection_sentence
 from lowrank_fl.adapters.detect_updates import update_flags
-from lowrank_fl.adapters.init_reversal import (MIRROR_RADIUS, REVERSED_COSINE, SHARED_DRIFT, InitCosines,
+from lowrank_fl.adapters.init_reversal import (MIRROR_RADIUS, REVERSED_COSINE, SHARED_DRIFT, SIGN_CHANCE, InitCosines,
                                                init_cosines, modules_reversed, modules_tested,
                                                reversed_init_flags, typical_init_cosines)
 
@@ -33,7 +34,7 @@ def _by_hand(A):
     return cos, rev
 
 
-def _trained(K=8, r=4, p=30, drift=0.1, seed=0):
+def _trained(K=8, r=4, p=40, drift=0.1, seed=0):
     """PEFT-like A factors: a common (non-orthogonal) init, each client drifted by about ``drift`` of its norm."""
     rng = np.random.default_rng(seed)
     A0 = rng.uniform(-1, 1, (r, p)) / np.sqrt(p)
@@ -62,9 +63,15 @@ def test_a_flipped_a_is_flagged_in_at_least_half_of_its_modules():
     A = _trained(K=6)
     clean = _ic(A)
     one = _ic([-a if k == 0 else a for k, a in enumerate(A)])
-    flags = [reversed_init_flags([one] * a + [clean] * b, 6)[0] for a, b in ((1, 1), (2, 2), (1, 2), (1, 3))]
-    assert flags == [True, True, False, False]           # half of the modules suffices, less does not
-    assert reversed_init_flags([one, None, None], 6).tolist() == [True] + [False] * 5   # untested: not counted
+    def chance(c, n, r=4):                                # P(at least c of n modules reversed by random signs)
+        q = 2.0 ** -r
+        return sum(math.comb(n, j) * q ** j * (1 - q) ** (n - j) for j in range(c, n + 1))
+
+    cases = ((3, 0), (4, 4), (3, 3), (2, 2), (1, 3), (5, 5))
+    flags = [bool(reversed_init_flags([one] * a + [clean] * b, 6)[0]) for a, b in cases]
+    want = [2 * a >= a + b and chance(a, a + b) <= SIGN_CHANCE for a, b in cases]
+    assert flags == want == [True, True, False, False, False, True]   # 3 of 3: 2.4e-4; 3 of 6: 4.0e-3
+    assert reversed_init_flags([one, one, one, None, None], 6).tolist() == [True] + [False] * 5   # untested
     assert not reversed_init_flags([None, None], 6).any()
     assert modules_tested([one, None, clean], 6).tolist() == [2] * 6
     assert modules_reversed([one, None, clean, one], 6).tolist() == [2] + [0] * 5
@@ -110,7 +117,7 @@ def test_honest_factors_in_another_gauge_are_never_reversed():
     rng = np.random.default_rng(11)
     hits = 0
     for seed in range(300):
-        A = _trained(K=8, r=2, p=24, drift=0.3, seed=seed)
+        A = _trained(K=8, r=2, p=40, drift=0.3, seed=seed)
         B = [rng.standard_normal((12, 2)) for _ in A]
         U, s, Vt = np.linalg.svd(B[0] @ A[0], full_matrices=False)
         sign = rng.choice([-1.0, 1.0], 2)
@@ -118,6 +125,31 @@ def test_honest_factors_in_another_gauge_are_never_reversed():
         A[1], B[1] = A[1][::-1], B[1][:, ::-1]           # rank components swapped
         hits += int(reversed_init_flags([init_cosines(A, B)], 8).any())
     assert hits == 0
+
+
+def test_an_honest_client_re_signing_each_rank_component_is_not_flagged():
+    """A tool that gives each rank component a sign of its own (B's column and A's row together: the same
+    product) reverses a whole module with probability 2^-r; at rank 2 over four modules that is 1/4 a
+    module, and the binomial tail keeps every such client unflagged over many draws, while a naive flip
+    of the same federation, at rank 2, needs five modules."""
+    rng = np.random.default_rng(3)
+    hits = 0
+    for seed in range(300):
+        mods = [_trained(K=8, r=2, p=48, drift=0.2, seed=1000 * seed + m) for m in range(4)]
+        signs = rng.choice([-1.0, 1.0], (4, 2))
+        evidence = [_ic([a * sg[:, None] if k == 0 else a for k, a in enumerate(A)]) for A, sg in zip(mods, signs)]
+        hits += int(reversed_init_flags(evidence, 8)[0])
+    assert hits == 0
+    five = [_ic([-a if k == 0 else a for k, a in enumerate(_trained(K=8, r=2, p=48, seed=m))]) for m in range(5)]
+    assert reversed_init_flags(five, 8)[0] and not reversed_init_flags(five[:4], 8)[0]   # (1/4)^5 ~ 1e-3
+
+
+def test_narrow_or_non_finite_modules_are_not_tested():
+    A = _trained(K=6, p=31)
+    assert _ic(A) is None and _ic(_trained(K=6, p=32)) is not None        # MIN_WIDTH = 32 input features
+    A = _trained(K=6)
+    A[2][1, 3] = np.nan
+    assert _ic(A) is None
 
 
 def test_zero_rows_and_other_ranks():
@@ -128,7 +160,7 @@ def test_zero_rows_and_other_ranks():
     c = _ic(zero_row)
     assert c.is_reversed[0] == 0.0 and c.lowest[0] < REVERSED_COSINE and np.isfinite(c.mean[0])
     padded = [a.copy() for a in A]
-    padded[0] = np.vstack([-padded[0], np.zeros((1, 30))])    # another shape: not tested for that client
+    padded[0] = np.vstack([-padded[0], np.zeros((1, 40))])    # another shape: not tested for that client
     c = _ic(padded)
     assert np.isnan(c.mean[0]) and not reversed_init_flags([c], 6).any() and modules_tested([c], 6)[0] == 0
     zero = [a.copy() for a in A]
@@ -142,14 +174,14 @@ def test_modules_that_cannot_show_a_common_init_are_not_tested():
     A = _trained(K=6)
     assert _ic(A[:2]) is None                                            # no majority to take
     assert _ic([a[:1] for a in A]) is None                               # rank 1
-    assert _ic(A[:2] + [rng.standard_normal((5, 30)) for _ in range(4)]) is None    # no 3 of one rank... 4 are
-    assert _ic([rng.standard_normal((4, 30)) for _ in range(6)]) is None          # independent inits
-    assert _ic([rng.standard_normal((4, 30)) for _ in range(3)]) is None          # ... also three of them
+    assert _ic(A[:2] + [rng.standard_normal((5, 40)) for _ in range(4)]) is None    # no 3 of one rank... 4 are
+    assert _ic([rng.standard_normal((4, 40)) for _ in range(6)]) is None          # independent inits
+    assert _ic([rng.standard_normal((4, 40)) for _ in range(3)]) is None          # ... also three of them
     assert _ic(_trained(K=6, drift=0.6)) is None                         # drifted past SHARED_DRIFT
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, "bfloat16"])
-@pytest.mark.parametrize("p", [16, 64, 4096])
+@pytest.mark.parametrize("p", [32, 64, 4096])
 def test_svd_factors_are_not_tested_even_in_half_precision(dtype, p):
     """Factors written by an SVD (A's rows and B's columns orthogonal, each sign a convention) of
     near-identical updates: a client whose signs all came out the other way is not called reversed,
@@ -173,7 +205,7 @@ def test_svd_factors_are_not_tested_even_in_half_precision(dtype, p):
     # B's is tested, and its flipped client found
     Q = np.linalg.qr(rng.standard_normal((p, 4)))[0].T
     common = [(-1.0 if k == 0 else 1.0) * (Q + 0.01 * rng.standard_normal((4, p)) / np.sqrt(p)) for k in range(9)]
-    assert reversed_init_flags([_ic(common)], 9).tolist() == [True] + [False] * 8
+    assert reversed_init_flags([_ic(common)] * 3, 9).tolist() == [True] + [False] * 8     # 3 modules at rank 4
 
 
 def test_typical_cosines_are_each_clients_median_over_its_tested_modules():
@@ -184,7 +216,7 @@ def test_typical_cosines_are_each_clients_median_over_its_tested_modules():
     assert np.isnan(typical_init_cosines([None], 3)).all()
 
 
-def _federation(seed, attack=None, K=10, modules=3, q=24, p=20, r=4):
+def _federation(seed, attack=None, K=10, modules=3, q=24, p=40, r=4):
     """Common init, independent B's (no shared direction: -ΔW_k has the distribution of ΔW_k)."""
     rng = np.random.default_rng(seed)
     out = {f"c{k}": {} for k in range(K)}
@@ -229,7 +261,7 @@ def test_a_flipped_factor_is_flagged_and_steers_nothing_where_no_update_statisti
         A0, B0, s0 = _federation(seed, attack)["c0"]["layer0.q_proj"]
         np.testing.assert_allclose(s * B @ A, s0 * B0 @ A0, rtol=1e-12, atol=1e-15)
         text = detection_sentence(json.loads(json.dumps(det)))
-        assert "c0 (its A factor its common LoRA initialization reversed" in text
+        assert "c0 (its A factor is the common LoRA initialization reversed" in text
 
 
 def test_the_command_flags_a_flipped_a_in_half_precision_files_and_says_why(tmp_path, capsys):
@@ -241,7 +273,7 @@ def test_the_command_flags_a_flipped_a_in_half_precision_files_and_says_why(tmp_
     from lowrank_fl.cli import main
 
     fed = tmp_path / "fed"
-    assert main(["adapters", "synthetic", "--out", str(fed), "--shape", "32x24", "--rank", "4", "--seed", "3",
+    assert main(["adapters", "synthetic", "--out", str(fed), "--shape", "32x48", "--rank", "4", "--seed", "3",
                  "--contaminated", "0"]) == 0
     f = fed / "client_00" / "adapter_model.safetensors"
     orig = load_file(str(f))
@@ -257,7 +289,7 @@ def test_the_command_flags_a_flipped_a_in_half_precision_files_and_says_why(tmp_
         cos = det["updates"]["init_cosines"]
         assert (cos["client_00"] < -0.9) == (letter == "A") and min(cos[f"client_{k:02d}"] for k in range(1, 10)) > 0.9
         if flagged:
-            assert ("client_00 (its A factor its common LoRA initialization reversed: every row below a cosine of "
+            assert ("client_00 (its A factor is the common LoRA initialization reversed: every row below a cosine of "
                     "-0.5 with its typical row and -A among the others' A, in 4 of the 4 module(s) tested") in said
         else:
             low = min(cos, key=cos.get)

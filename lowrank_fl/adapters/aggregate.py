@@ -49,7 +49,7 @@ from ..validation import check_in_interval
 from . import detect, detect_updates, guard, robust
 from .io import AdapterError, ModuleFactors
 from .feature_profile import feature_norms
-from .init_reversal import init_cosines, reversed_init_flags
+from .init_reversal import InitCosines, init_cosines, reversed_init_flags
 from ..clair.factored import PairContrasts
 from ..stall import INACCURATE
 from .reduce import ReducedModule, pair_blocks, pair_factors, reduce_module
@@ -129,9 +129,9 @@ class ModuleResult:
     #: CLAIR: the norms of every client's update's rows (K, out) and columns (K, in) (the update
     #: rule's feature-profile evidence, :mod:`.feature_profile`; not in the summary)
     features: tuple | None = field(default=None, repr=False)
-    #: CLAIR: per client and row the cosine of its ``A`` with the typical ``A`` (K, r), or None where
-    #: the module cannot show a common initialization (:mod:`.init_reversal`; not in the summary)
-    init_cosines: np.ndarray | None = field(default=None, repr=False)
+    #: CLAIR: whether each client's ``A`` is the common initialization reversed
+    #: (:class:`.init_reversal.InitCosines`, three (K,) arrays), or None where the module is not tested
+    init_cosines: InitCosines | None = field(default=None, repr=False)
     #: CLAIR: the Gram (K, K) of the updates' parts outside the shared row space,
     #: ``<ΔW_j (I - P_Â), ΔW_k (I - P_Â)>_F`` (how far (9) moves each client, :mod:`.noharm`)
     gram_outside: np.ndarray | None = field(default=None, repr=False)

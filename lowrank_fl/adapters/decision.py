@@ -81,7 +81,7 @@ def detection_summary(results, names, rule: str) -> dict:
         raise ValueError(f"client_rule {rule!r} needs every module's Gram of the updates (CLAIR results "
                          "of aggregate_module)")
     raw = None if uv is None or K < 3 else raw_evidence(grams)
-    cosines = [getattr(r, "init_cosines", None) for r in results]
+    cosines = [getattr(r, "init_cosines", None) for r in results]          # duck-typed results may lack it
     reversed_ = reversed_init_flags(cosines, K)                         # the update rule's, beside uv's
     decided = (guard.guard_set(~ev.flagged) if rule == "pooled" else
                guard.guard_set(~(uv.flagged | reversed_)) if rule == "updates" else
@@ -247,9 +247,9 @@ def _updates_limit(u: dict) -> str:
 def _reversed_limit(u: dict) -> str:
     """The A-reversal test's clause: the lowest typical row cosine with the common initialization, or why
     no module was tested ("" in summaries written before it)."""
-    cos = {n: v for n, v in (u.get("init_cosines") or {}).items() if v is not None}
     if "reversed_cosine" not in u:
         return ""
+    cos = {n: v for n, v in (u.get("init_cosines") or {}).items() if v is not None}
     if not cos:
         return ("A reversed against the common init: not tested (no 3 clients of one rank >= 2, SVD factors, "
                 "or no shared init)")
@@ -333,7 +333,7 @@ def _update_reasons(u: dict, n: str) -> list:
         why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                    f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}{_rms(u, n, '>')}")
     if n in u.get("by_reversed_init", ()):
-        why.append(f"its A factor its common LoRA initialization reversed: every row below a cosine of "
+        why.append(f"its A factor is the common LoRA initialization reversed: every row below a cosine of "
                    f"{u['reversed_cosine']:g} with its typical row and -A among the others' A, in "
                    f"{u['init_reversed_modules'][n]} of the {u['init_modules'][n]} module(s) tested (mean row "
                    f"cosine {u['init_cosines'][n]:.2f}): not trained from it; a flipped A sends -ΔW, flipping B "

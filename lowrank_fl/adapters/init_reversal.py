@@ -13,8 +13,12 @@ it is *reversed* where
 * ``-A_k`` lies among the honest drifts, ``A_k`` does not: ``||A_k + Ā|| <=`` :data:`MIRROR_RADIUS`
   × the typical ``||A_j - Ā||`` (median over the clients) ``< ||A_k - Ā||``.
 
-A client reversed in at least half of the modules tested for it is flagged (``by_reversed_init``,
-:func:`reversed_init_flags`). The second condition is what keeps honest factors in another gauge
+A client reversed in at least half of the modules tested for it, and in more of them than a random
+sign per rank component would reverse by chance (binomial tail at ``2^-r`` at most
+:data:`SIGN_CHANCE`), is flagged (``by_reversed_init``, :func:`reversed_init_flags`): a tool that
+re-signs each rank component of an honest adapter (the same product) reverses every row of a
+module with probability ``2^-r`` and is not flagged; a naive flip reverses every module (at rank 4,
+three modules suffice; at rank 2, five). The second condition is what keeps honest factors in another gauge
 out: an adapter re-factored by an SVD (``A' = R A``, ``B' = B R^{-1}``: the same product) has rows
 that may point anywhere, but lands within two typical drifts of ``-Ā`` only by a coincidence of
 every row's direction and length. Measured (`benchmarks/bench_init_reversal.py`,
@@ -30,8 +34,10 @@ naive flip only, and errs toward not flagging.
 
 A module is tested only where
 
-* at least 3 clients share the most common shape of ``A``, with rank ``r >= 2`` (the others are not
-  tested there);
+* at least 3 clients share the most common shape of ``A``, with rank ``r >= 2`` and at least
+  :data:`MIN_WIDTH` input features (the others are not tested there), every entry finite: with
+  fewer features two random rows of ``Ā`` can point opposite ways (their cosine is about
+  ``N(0, 1/in)``), and an honest client with its rank components permuted would read as reversed;
 * the typical ``||A_j - Ā||`` is at most :data:`SHARED_DRIFT` × ``||Ā||`` (the clients still share
   their initialization; long training on few examples moves ``A`` by 0.4-0.8 of it);
 * the typical client's factors are not orthogonal on both sides: where the rows of its ``A`` and
@@ -52,8 +58,9 @@ from collections import Counter
 from typing import NamedTuple
 
 import numpy as np
+from scipy.stats import binom
 
-__all__ = ["REVERSED_COSINE", "SHARED_DRIFT", "MIRROR_RADIUS", "ORTHOGONAL_ROWS", "InitCosines", "init_cosines",
+__all__ = ["REVERSED_COSINE", "SHARED_DRIFT", "MIRROR_RADIUS", "SIGN_CHANCE", "MIN_WIDTH", "ORTHOGONAL_ROWS", "InitCosines", "init_cosines",
            "reversed_init_flags", "typical_init_cosines", "modules_tested", "modules_reversed"]
 
 #: a row is reversed below this cosine with the typical row (midway between unrelated, 0, and reversed, -1)
@@ -62,6 +69,10 @@ REVERSED_COSINE = -0.5
 SHARED_DRIFT = 0.5
 #: -A_k must lie within this many typical drifts of Ā (the honest cloud, mirrored)
 MIRROR_RADIUS = 2.0
+#: a flag needs fewer than this chance of as many reversed modules under a random sign per rank component
+SIGN_CHANCE = 1e-3
+#: modules with fewer input features are not tested (random rows' cosines, about N(0, 1/in), reach -1/2)
+MIN_WIDTH = 32
 #: rows whose rms pairwise cosine is below this over sqrt(n) are orthogonal (an SVD's, even in bfloat16)
 ORTHOGONAL_ROWS = 0.1
 
@@ -73,6 +84,8 @@ class InitCosines(NamedTuple):
     mean: np.ndarray
     is_reversed: np.ndarray
     lowest: np.ndarray
+    #: the rank of the clients tested (2^-rank: the chance that a random sign per rank component reverses all)
+    rank: int = 2
 
 
 def _orthogonal_rows(M) -> bool:
@@ -102,7 +115,7 @@ def init_cosines(A, B) -> InitCosines | None:
     (0.0), and its lowest row cosine; None where the module is not tested."""
     A = [np.asarray(a, float) for a in A]
     shape, n = Counter(a.shape for a in A).most_common(1)[0]
-    if n < 3 or shape[0] < 2:
+    if n < 3 or shape[0] < 2 or shape[1] < MIN_WIDTH or not all(np.isfinite(a).all() for a in A):
         return None
     group = np.array([a.shape == shape for a in A])
     P = np.stack([a for a, g in zip(A, group) if g])                    # (n, r, in), one copy
@@ -129,7 +142,7 @@ def init_cosines(A, B) -> InitCosines | None:
     # MIRROR_RADIUS typical drifts of Ā) while A_k itself does not
     every = (live >= 2) & np.all(~rows | (cos < REVERSED_COSINE), axis=1)
     rev = every & (mirror <= MIRROR_RADIUS * typical) & (drift > mirror)
-    out = InitCosines(*(np.full(len(A), np.nan) for _ in range(3)))
+    out = InitCosines(*(np.full(len(A), np.nan) for _ in range(3)), rank=shape[0])
     out.mean[group] = mean
     out.is_reversed[group] = np.where(live > 0, rev.astype(float), np.nan)
     out.lowest[group] = np.where(live > 0, np.nanmin(np.where(rows, cos, np.inf), axis=1), np.nan)
@@ -147,10 +160,18 @@ def modules_reversed(cosines, K: int) -> np.ndarray:
 
 
 def reversed_init_flags(cosines, K: int) -> np.ndarray:
-    """Bool (K,): clients reversed in at least half of the modules tested for them (``cosines``: a list
-    over modules of :func:`init_cosines`' results or None); all False where no module was tested."""
+    """Bool (K,): clients reversed in at least half of the modules tested for them, and in more than a
+    random sign per rank component would reverse by chance (the binomial tail at ``2^-r``, ``r`` the
+    smallest rank tested for the client, at most :data:`SIGN_CHANCE`: an honest client whose tool
+    re-signs each rank component, the same product, is not flagged). ``cosines``: a list over modules
+    of :func:`init_cosines`' results or None; all False where no module was tested."""
     n = modules_tested(cosines, K)
-    return (n > 0) & (2 * modules_reversed(cosines, K) >= n)
+    c = modules_reversed(cosines, K)
+    ranks = np.array([cc.rank for cc in cosines if cc is not None], float)
+    tested = np.isfinite(_tested(cosines, K))                                   # (modules, K)
+    r = np.where(tested, ranks[:, None], np.inf).min(axis=0) if len(ranks) else np.full(K, np.inf)
+    chance = binom.sf(c - 1, n, np.exp2(-np.where(np.isfinite(r), r, 1.0)))
+    return (n > 0) & (2 * c >= n) & (chance <= SIGN_CHANCE)
 
 
 def modules_tested(cosines, K: int) -> np.ndarray:
