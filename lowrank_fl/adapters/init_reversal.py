@@ -60,8 +60,9 @@ from typing import NamedTuple
 import numpy as np
 from scipy.stats import binom
 
-__all__ = ["REVERSED_COSINE", "SHARED_DRIFT", "MIRROR_RADIUS", "SIGN_CHANCE", "MIN_WIDTH", "ORTHOGONAL_ROWS", "InitCosines", "init_cosines",
-           "reversed_init_flags", "typical_init_cosines", "modules_tested", "modules_reversed"]
+__all__ = ["REVERSED_COSINE", "SHARED_DRIFT", "MIRROR_RADIUS", "SIGN_CHANCE", "MIN_WIDTH", "ORTHOGONAL_ROWS",
+           "InitCosines", "init_cosines", "reversed_init_flags", "typical_init_cosines", "modules_tested",
+           "modules_reversed"]
 
 #: a row is reversed below this cosine with the typical row (midway between unrelated, 0, and reversed, -1)
 REVERSED_COSINE = -0.5
