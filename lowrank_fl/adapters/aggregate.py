@@ -130,7 +130,7 @@ class ModuleResult:
     #: rule's feature-profile evidence, :mod:`.feature_profile`; not in the summary)
     features: tuple | None = field(default=None, repr=False)
     #: CLAIR: whether each client's ``A`` is the common initialization reversed
-    #: (:class:`.init_reversal.InitCosines`, three (K,) arrays), or None where the module is not tested
+    #: (:class:`.init_reversal.InitCosines`: per client, NaN where not tested), or None for the module
     init_cosines: InitCosines | None = field(default=None, repr=False)
     #: CLAIR: the Gram (K, K) of the updates' parts outside the shared row space,
     #: ``<ΔW_j (I - P_Â), ΔW_k (I - P_Â)>_F`` (how far (9) moves each client, :mod:`.noharm`)
@@ -510,8 +510,8 @@ def client_decision(results, rule: str):
     :func:`lowrank_fl.adapters.detect.pooled_threshold` of ``K`` and its distance ratio is at least
     :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`; ``"updates"`` (the default, ours,
     :mod:`.detect_updates`): a client is excluded everywhere iff its update stands out in
-    direction, row-space share or size over all modules, or its ``A`` is reversed against the
-    common LoRA initialization (:mod:`.init_reversal`); ``"raw"``: a client is excluded everywhere iff
+    direction, row-space share or size over all modules, or its ``A`` is the common LoRA
+    initialization reversed (:mod:`.init_reversal`); ``"raw"``: a client is excluded everywhere iff
     the pooled modified z-score of its raw distances ``||ΔW_j - ΔW_k||_F`` (:func:`.detect.raw_flags`) exceeds
     ``c_K``. Every set passes
     :func:`lowrank_fl.adapters.guard.guard_set`: one that is not a strict majority is the
@@ -527,7 +527,7 @@ def client_decision(results, rule: str):
     if rule == "pooled":
         return guard.guard_set(~detect.pooled_flags(np.array([r.block_norms for r in results], float),
                                                      flags.shape[1]))
-    if rule == "updates":       # ... or its A factor reversed against the common initialization
+    if rule == "updates":       # ... or its A factor the common initialization reversed
         reversed_ = reversed_init_flags([r.init_cosines for r in results], flags.shape[1])
         return guard.guard_set(~(detect_updates.update_flags(np.array([r.gram for r in results], float),
                                                              np.array([r.outside for r in results], float))

@@ -29,10 +29,9 @@ and norm ratio, the cutoffs (single and joint), both floors, whom it flags and o
 ``shortfall_bounds`` and ``shared_floor``; ``by_profile``: its update spread over the modules
 unlike the others', with ``profile_scores``, ``profile_ratios`` and ``profile_cutoff``;
 ``by_farther``: at least ``farther_ratio`` times the typical size and agreeing less, where the
-``typical_agreement`` reaches ``shared_floor``; ``by_reversed_init``: its ``A`` reversed against the common LoRA
-initialization, with ``init_cosines``, ``init_modules`` (modules tested), ``init_reversed_modules`` and
-``reversed_cosine``,
-:mod:`.init_reversal`; the block is :func:`.updates_summary.updates_block`'s).
+``typical_agreement`` reaches ``shared_floor``; ``by_reversed_init``: its ``A`` is the common LoRA
+initialization reversed, with ``init_cosines``, ``init_modules`` (modules tested), ``init_reversed_modules``
+and ``reversed_cosine``, :mod:`.init_reversal`; the block is :func:`.updates_summary.updates_block`'s).
 """
 from __future__ import annotations
 

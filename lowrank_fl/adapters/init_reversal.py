@@ -13,15 +13,15 @@ it is *reversed* where
 * ``-A_k`` lies among the honest drifts, ``A_k`` does not: ``||A_k + Ā|| <=`` :data:`MIRROR_RADIUS`
   × the typical ``||A_j - Ā||`` (median over the clients) ``< ||A_k - Ā||``.
 
-A client reversed in at least half of the modules tested for it, and in more of them than a random
-sign per rank component would reverse by chance (binomial tail at ``2^-r`` at most
+The second condition is what keeps honest factors in another gauge out: an adapter re-factored by
+an SVD (``A' = R A``, ``B' = B R^{-1}``: the same product) has rows that may point anywhere, but
+lands within two typical drifts of ``-Ā`` only by a coincidence of every row's direction and
+length. A client reversed in at least half of the modules tested for it, and in more of them than
+a random sign per rank component would reverse by chance (binomial tail at ``2^-r`` at most
 :data:`SIGN_CHANCE`), is flagged (``by_reversed_init``, :func:`reversed_init_flags`): a tool that
 re-signs each rank component of an honest adapter (the same product) reverses every row of a
 module with probability ``2^-r`` and is not flagged; a naive flip reverses every module (at rank 4,
-three modules suffice; at rank 2, five). The second condition is what keeps honest factors in another gauge
-out: an adapter re-factored by an SVD (``A' = R A``, ``B' = B R^{-1}``: the same product) has rows
-that may point anywhere, but lands within two typical drifts of ``-Ā`` only by a coincidence of
-every row's direction and length. Measured (`benchmarks/bench_init_reversal.py`,
+three modules suffice; at rank 2, five). Measured (`benchmarks/bench_init_reversal.py`,
 docs/adapters_evidence.md): 24 trained sets of twelve families, nobody flagged, each set's
 first client with its ``A`` negated flagged.
 
@@ -48,8 +48,8 @@ A module is tested only where
   not orthogonal (independent random columns give about ``1 / sqrt(out)``), whatever its ``A``.
 
 Shapes: ``A``, ``B`` lists over the K clients of ``(r_k, in)`` and ``(out, r_k)`` arrays;
-:func:`init_cosines` returns an :class:`InitCosines` of three (K,) arrays, NaN for clients not
-tested, or None where the module is not tested at all; :func:`reversed_init_flags` reads a list
+:func:`init_cosines` returns an :class:`InitCosines` (three (K,) arrays, NaN for clients not
+tested, and the rank), or None where the module is not tested at all; :func:`reversed_init_flags` reads a list
 of them over the modules.
 """
 from __future__ import annotations
