@@ -45,7 +45,7 @@ from .detect import POOLED_MIN_RATIO, pooled_evidence, raw_evidence
 from .detect_updates import FARTHER_RATIO, update_evidence
 from .feature_profile import results_features
 from .init_reversal import reversed_init_flags
-from .updates_summary import updates_block
+from .updates_summary import names_where, updates_block
 
 __all__ = ["detection_summary", "detection_sentence", "raw_comparison", "refinement_sentence"]
 
@@ -119,7 +119,7 @@ def detection_summary(results, names, rule: str) -> dict:
         flagged = np.zeros(K, bool)
     return {
         "rule": rule,
-        "flagged": _names(names, flagged),
+        "flagged": names_where(names, flagged),
         "undecided": bool(undecided),
         "undecided_modules": [r.name for r in results if guard.is_undecided(np.asarray(r.benign, bool))],
         "scores": {n: (None if np.isnan(v) else v) for n, v in zip(names, np.asarray(scores, float).tolist())},
@@ -128,12 +128,12 @@ def detection_summary(results, names, rule: str) -> dict:
         "pooled_threshold": pooled_cutoff,
         "pooled_ratios": dict(zip(names, ev.ratios.tolist())),
         "pooled_min_ratio": POOLED_MIN_RATIO,
-        "pooled_flagged": _names(names, ev.flagged),
+        "pooled_flagged": names_where(names, ev.flagged),
         "pooled_tie": bool(tie),
         # the raw-distance statistic, whichever rule was applied (None without Grams or below 3 clients)
         "raw_scores": None if raw is None else dict(zip(names, raw.scores.tolist())),
         "raw_threshold": None if raw is None else raw.cutoff,
-        "raw_flagged": None if raw is None else _names(names, raw.flagged),
+        "raw_flagged": None if raw is None else names_where(names, raw.flagged),
         "raw_tie": None if raw is None else bool(raw.tie),
         "updates": None if uv is None else updates_block(uv, grams, names, results, cosines),
         "separated_modules": [r.name for r in results if r.separated],
@@ -142,10 +142,6 @@ def detection_summary(results, names, rule: str) -> dict:
                              "gap_ratio": _gap_value(r.gap_ratio)}
                     for r in results},
     }
-
-
-def _names(names, mask) -> list:
-    return [n for n, f in zip(names, mask) if f]
 
 
 def _largest(values: dict) -> tuple:

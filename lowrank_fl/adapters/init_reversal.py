@@ -166,10 +166,10 @@ def reversed_init_flags(cosines, K: int) -> np.ndarray:
     smallest rank tested for the client, at most :data:`SIGN_CHANCE`: an honest client whose tool
     re-signs each rank component, the same product, is not flagged). ``cosines``: a list over modules
     of :func:`init_cosines`' results or None; all False where no module was tested."""
-    n = modules_tested(cosines, K)
-    c = modules_reversed(cosines, K)
+    share = _tested(cosines, K)                                                 # (modules, K), built once
+    tested = np.isfinite(share)
+    n, c = tested.sum(axis=0), (np.nan_to_num(share, nan=0.0) >= 0.5).sum(axis=0)
     ranks = np.array([cc.rank for cc in cosines if cc is not None], float)
-    tested = np.isfinite(_tested(cosines, K))                                   # (modules, K)
     r = np.where(tested, ranks[:, None], np.inf).min(axis=0) if len(ranks) else np.full(K, np.inf)
     chance = binom.sf(c - 1, n, np.exp2(-np.where(np.isfinite(r), r, 1.0)))
     return (n > 0) & (2 * c >= n) & (chance <= SIGN_CHANCE)

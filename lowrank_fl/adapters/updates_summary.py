@@ -10,10 +10,11 @@ from .init_reversal import (REVERSED_COSINE, modules_reversed, modules_tested, r
                             typical_init_cosines)
 from .updates import zero_module_counts
 
-__all__ = ["updates_block"]
+__all__ = ["updates_block", "names_where"]
 
 
-def _names(names, mask) -> list:
+def names_where(names, mask) -> list:
+    """The names whose ``mask`` entry is true, in order."""
     return [n for n, f in zip(names, mask) if f]
 
 
@@ -67,8 +68,8 @@ def updates_block(uv, grams, names, results, cosines) -> dict:
                          for n, v in zip(names, typical_init_cosines(cosines, K))},
         "init_modules": dict(zip(names, modules_tested(cosines, K).tolist())),
         "init_reversed_modules": dict(zip(names, modules_reversed(cosines, K).tolist())),
-        "reversed_cosine": REVERSED_COSINE, "by_reversed_init": _names(names, reversed_),
-        "flagged": _names(names, uv.flagged | reversed_),
-        **{key: _names(names, getattr(uv, key)) for key in
+        "reversed_cosine": REVERSED_COSINE, "by_reversed_init": names_where(names, reversed_),
+        "flagged": names_where(names, uv.flagged | reversed_),
+        **{key: names_where(names, getattr(uv, key)) for key in
            ("by_direction", "by_outside", "by_size", "by_joint", "by_opposed", "by_profile", "by_farther")},
     }
