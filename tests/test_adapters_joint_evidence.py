@@ -99,12 +99,14 @@ def test_the_nothing_detected_sentence_says_the_joint_test_is_off_without_a_shar
     assert (f"direction and size together {jv:.2f} ({jn}, the smaller of its two scores) / off here, as the next "
             f"test: no material shared direction; when on, both above {u['joint_cutoff']:.2f}, the size 1.2x the "
             f"typical") in text
-    # the last test names its values too: the least agreement, the largest update among those agreeing less
+    # the last test names its values too: the least agreement, the largest update among those agreeing at
+    # most half as much as the typical client (the farther flag's bound, 1/2 < 1/ρ)
     r = u["agreement_ratios"]
     an = min(r, key=r.get)
-    fn = max((n for n in r if r[n] <= 1 / 1.2), key=lambda n: u["size_ratios"][n])
-    assert (f"or 2x as far while agreeing less: least agreement {r[an] * u['typical_agreement']:.3g} ({an}), "
-            f"largest update agreeing less {u['size_ratios'][fn]:.2f}x ({fn}) / a material") in text
+    fn = max((n for n in r if r[n] <= 0.5), key=lambda n: u["size_ratios"][n])
+    assert (f"or 2x as far while agreeing at most 0.5 as much: least agreement "
+            f"{r[an] * u['typical_agreement']:.3g} ({an}), "
+            f"largest update agreeing that little {u['size_ratios'][fn]:.2f}x ({fn}) / a material") in text
     p = u["shared_direction_p"]
     weak = f"significant, p = {p:.3g}, but below the floor" if p < 0.05 else f"none significant, p = {p:.3g}"
     assert (f"a material shared direction (typical agreement {u['typical_agreement']:.3f} against the floor 0.1, "

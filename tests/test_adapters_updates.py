@@ -749,23 +749,34 @@ def test_profile_flags_another_task_spread_elsewhere_not_a_harder_trainer():
     assert not ev.flagged.any()
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_profile_finds_three_clients_spread_elsewhere_that_the_previous_score_missed(seed):
-    # no shared direction (orthogonal updates: a diagonal Gram), sizes spread 0.5 in log (uneven
-    # training), module norms 10 % noisy; clients 7-9 learn another task: module 1 2.2x larger and
-    # module 5 2.2x smaller than their profile (the *-personal pattern). Found at every seed; the
-    # previous score missed all three at seeds 2-7 (and found one or more at 0 and 1)
-    from lowrank_fl.adapters.detect import robust_z
-
+def _profile_norms(seed, shifts):
+    """Module norms (10 clients, 8 modules) with no shared direction: sizes spread 0.5 in log (uneven
+    training), module norms 10 % noisy; ``shifts`` {client: (up, down)}: that client's module ``up``
+    is 2.2x larger and ``down`` 2.2x smaller than its profile (the *-personal pattern)."""
     r = np.random.default_rng(seed)
     norms = (np.geomspace(1, 8, 8)[None, :] * np.exp(0.1 * r.standard_normal((10, 8)))
              * np.exp(0.5 * r.standard_normal((10, 1))))
-    norms[7:, 1] *= 2.2
-    norms[7:, 5] /= 2.2
-    ev = update_evidence(np.stack([np.diag(norms[:, m] ** 2) for m in range(8)]))
+    for k, (up, down) in shifts.items():
+        norms[k, up] *= 2.2
+        norms[k, down] /= 2.2
+    return norms
+
+
+def _diagonal_grams(norms):
+    return np.stack([np.diag(norms[:, m] ** 2) for m in range(norms.shape[1])])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_profile_finds_three_clients_spread_elsewhere_that_the_previous_score_missed(seed):
+    # clients 7-9 each learn another task of their own (each moves its own pair of modules); found at
+    # every seed; the previous score missed all three at seeds 1-7 (and found one at seed 0)
+    from lowrank_fl.adapters.detect import robust_z
+
+    norms = _profile_norms(seed, {7: (1, 5), 8: (2, 6), 9: (3, 0)})
+    ev = update_evidence(_diagonal_grams(norms))
     assert list(np.flatnonzero(ev.by_profile)) == [7, 8, 9] and list(np.flatnonzero(ev.flagged)) == [7, 8, 9]
     # the previous score, the modified z-score of d_k against its null quantile at 1 %/4 (Monte
-    # Carlo here), found none of them: three of ten alike inflate the MAD of d
+    # Carlo here), found none of them: three of ten far out inflate the MAD of d
     L = np.log(norms)
     P = L - L.mean(axis=1, keepdims=True)
     d = np.sqrt(np.mean((P - np.median(P, axis=0)) ** 2, axis=1))
@@ -775,7 +786,73 @@ def test_profile_finds_three_clients_spread_elsewhere_that_the_previous_score_mi
     dq = np.sqrt(np.mean((Q - np.median(Q, axis=2, keepdims=True)) ** 2, axis=1))
     old_cut = np.quantile(robust_z(dq, axis=-1).max(axis=-1), 1 - 0.01 / 4)
     assert 8.5 < old_cut < 10.5
-    assert (robust_z(d).max() < old_cut) == (seed >= 2)
+    assert (robust_z(d).max() < old_cut) == (seed >= 1)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_three_clients_spread_alike_are_a_group_not_outliers(seed):
+    """Three clients whose profiles moved alike (a group that trained 3x harder shifts its profile so:
+    the six 3x-learning-rate clients of a clean ``llama-federated`` set, seed 6000, at 0.55-0.61 of
+    their distance from their second-nearest profile) are not flagged by the profile, whatever their
+    score: the second-nearest distance, computed here from the norms, is below d_k / 1.2. The
+    price, stated: three contaminated clients learning the *same* other task are not either. Two
+    alike still stand out at most seeds (their second-nearest profile is a typical client's)."""
+    alike = _profile_norms(seed, {7: (1, 5), 8: (1, 5), 9: (1, 5)})
+    ev = update_evidence(_diagonal_grams(alike))
+    L = np.log(alike)
+    P = L - L.mean(axis=1, keepdims=True)
+    R = P - np.median(P, axis=0)
+    D = np.sqrt(np.mean((R[:, None, :] - R[None, :, :]) ** 2, axis=2))
+    np.fill_diagonal(D, np.inf)
+    second = np.sort(D, axis=1)[:, 1]
+    np.testing.assert_allclose(ev.profile_second_nearest, second, rtol=1e-9)
+    assert np.all(ev.profile_scores[7:] > ev.profile_cutoff)              # far out, as before
+    assert np.all(second[7:] < ev.profile_distances[7:] / 1.2)
+    assert not ev.by_profile.any() and not ev.flagged.any()
+    one = update_evidence(_diagonal_grams(_profile_norms(seed, {9: (1, 5)})))
+    assert list(np.flatnonzero(one.by_profile)) == [9]                    # alone: flagged
+
+
+def _norm_federation(norms, seed=0, p=16, r=2):
+    """Factors whose updates have exactly ``norms`` (K, M) as Frobenius norms: orthonormal-row A's drawn
+    independently (no shared direction), B scaled to the norm."""
+    rng = np.random.default_rng(seed)
+    out = {f"c{k}": {} for k in range(norms.shape[0])}
+    for m in range(norms.shape[1]):
+        for k in range(norms.shape[0]):
+            A = np.linalg.qr(rng.standard_normal((p, r)))[0].T
+            B = rng.standard_normal((p, r))
+            out[f"c{k}"][f"layer{m}.q_proj"] = (A, B * norms[k, m] / np.linalg.norm(B), 1.0)
+    return out
+
+
+def test_the_sentence_names_the_profile_group_condition():
+    """A lone client spread elsewhere: its reason states its second-nearest profile against d_k / 1.2;
+    three alike: nobody flagged, and the limit names the top scorer as one of a group. The profile
+    flag's group condition does not move with ρ (a lower ρ flags more, never fewer)."""
+    from lowrank_fl.adapters import ModuleOptions, aggregate_factors
+    from lowrank_fl.adapters.decision import detection_sentence
+    from lowrank_fl.adapters.detect_updates import PROFILE_GROUP_RATIO
+
+    opts = ModuleOptions(output_dtype="float64")
+    one = aggregate_factors(_norm_federation(_profile_norms(0, {9: (1, 5)})), opts).summary["detection"]
+    u = one["updates"]
+    assert one["flagged"] == ["c9"] and u["by_profile"] == ["c9"] and u["profile_group_ratio"] == 1.2
+    near, d = u["profile_second_nearest"]["c9"], u["profile_distances"]["c9"]
+    assert near >= d / 1.2
+    assert (f"no two others spread alike (second-nearest profile {near:.3f} >= {d / 1.2:.3f}, its "
+            f"distance / 1.2)") in detection_sentence(one)
+    G = np.stack([np.diag(_profile_norms(0, {9: (1, 5)})[:, m] ** 2) for m in range(8)])
+    assert PROFILE_GROUP_RATIO == 1.2 and update_evidence(G, min_ratio=1.0).by_profile[9]
+    alike = aggregate_factors(_norm_federation(_profile_norms(0, {7: (1, 5), 8: (1, 5), 9: (1, 5)})),
+                              opts).summary["detection"]
+    u = alike["updates"]
+    assert alike["flagged"] == []
+    top = max(u["profile_scores"], key=u["profile_scores"].get)
+    assert top in ("c7", "c8", "c9") and u["profile_scores"][top] > u["profile_cutoff"]
+    near, d = u["profile_second_nearest"][top], u["profile_distances"][top]
+    assert (f"; {top} is one of a group spread alike (second-nearest profile {near:.3f} < {d / 1.2:.3f})"
+            in detection_sentence(alike))
 
 
 def test_profile_cutoff_is_the_null_quantile_of_the_largest_profile_score():
@@ -836,6 +913,36 @@ def test_farther_and_agreeing_less_is_flagged_only_with_a_material_shared_direct
     # no material shared direction (each update 99 % its own): the flag is off
     ev = update_evidence(_grams(_farther_federation(shared=0.1, seed=seed)))
     assert ev.typical_agreement < SHARED_FLOOR and not ev.by_farther.any()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_harder_trainer_twice_as_far_that_kept_the_shared_direction_is_not_farther(seed):
+    """Benign clients that trained harder fitted more of their own noise *and* moved farther along
+    the shared direction: B = 1.4 B* + 2.8 noise against the typical B* + noise, so about
+    sqrt(1.4² + 2.8²)/sqrt(2) = 2.21 times the typical size, agreeing about
+    1.4 sqrt(2)/sqrt(1.4² + 2.8²) = 0.63 of the typical (a shared component 1.4 times the typical's;
+    the clean ``llama-uneven`` set of seed 6000: 2.05-2.13 times, 0.58-0.74). The bound 1/ρ flagged
+    them; the farther flag's bound is 1/2. A client of that size keeping 0.3 of the shared part
+    beside another task is still flagged (K = 12: seven typical clients set the median)."""
+    from lowrank_fl.adapters.detect_updates import FARTHER_RATIO
+
+    def client_B(rng, k, m, tasks):
+        Bs, Bc = tasks
+        noise = rng.standard_normal((24, 3))
+        if k in (2, 4, 5, 8):                                         # trained harder, same task
+            return (1.4 * Bs + 2.8 * noise) / np.sqrt(2)
+        if k == 11:                                                   # another task, 2.5x as far
+            return 2.5 * (0.3 * Bs + Bc + noise) / np.sqrt(2.09)
+        return (Bs + noise) / np.sqrt(2)
+
+    ev = update_evidence(_grams(_common_init(12, 8, 24, 20, 3, seed, client_B)))
+    harder = [2, 4, 5, 8]
+    assert np.all(ev.size_ratios[harder] >= FARTHER_RATIO)
+    assert np.all((ev.agreement_ratios[harder] > 0.5) & (ev.agreement_ratios[harder] <= 1 / 1.2))
+    assert np.all(ev.size_ratios[harder] * ev.agreement_ratios[harder] > 1)    # moved farther along it too
+    assert ev.size_ratios[11] >= FARTHER_RATIO and ev.agreement_ratios[11] <= 0.5
+    assert list(np.flatnonzero(ev.by_farther)) == [11]
+    assert list(np.flatnonzero(ev.flagged)) == [11]
 
 
 def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
@@ -951,9 +1058,16 @@ def test_a_module_most_clients_left_untrained_is_left_out_of_the_profile():
     np.testing.assert_allclose(profile_distances(Z), profile_distances(G[1:]), rtol=1e-9)
     assert not ev.by_profile.any()
     Z4 = G.copy()
-    for k in range(4):                                # four of ten: module 0 stays, they stand out
+    for k in range(4):                                # four of ten: module 0 stays, read at the zero floor
         Z4[0, k, :] = Z4[0, :, k] = 0.0
-    assert list(np.flatnonzero(update_evidence(Z4).by_profile)) == [0, 1, 2, 3]
+    ev4 = update_evidence(Z4)
+    assert np.all(ev4.profile_scores[:4] > ev4.profile_cutoff) and np.all(ev4.profile_distances[:4] > 1)
+    # ... but the four are spread alike (the same module untrained: their profiles nearly coincide), a
+    # group, not outliers; one client alone untrained there stands out
+    assert np.all(ev4.profile_second_nearest[:4] < ev4.profile_distances[:4] / 1.2) and not ev4.by_profile.any()
+    Z1 = G.copy()
+    Z1[0, 0, :] = Z1[0, :, 0] = 0.0
+    assert list(np.flatnonzero(update_evidence(Z1).by_profile)) == [0]
 
 
 def test_a_client_untrained_in_one_module_is_named_as_such_and_json_stays_finite():
@@ -1039,6 +1153,18 @@ def test_the_divergence_note_goes_with_size_evidence_at_twice_the_typical_size(f
         assert sum(f"{size:.3g}x" in w or f"{size:.2f}x" in w for w in why) == 1, why
 
 
+def test_the_farther_reason_reads_the_bound_its_summary_was_written_with():
+    """A summary carries the farther flag's agreement bound (``farther_agreement``, 1/2); one written
+    before it had its own bound is read with the bound it was flagged under, 1/ρ."""
+    from lowrank_fl.adapters.decision import _update_reasons
+
+    old = _u("by_farther", 2.5)
+    old["agreement_ratios"]["c"] = 0.7
+    assert any("agreement 0.70 of the typical client's <= 0.833" in w for w in _update_reasons(old, "c"))
+    new = dict(old, farther_agreement=0.5, agreement_ratios={"c": 0.4})
+    assert any("agreement 0.40 of the typical client's <= 0.5," in w for w in _update_reasons(new, "c"))
+
+
 def _uneven(seed, sizes, K=10, M=4, q=32, p=32, r=4):
     """Clients with independent random updates (no shared direction) of the given sizes."""
     rng = np.random.default_rng(seed)
@@ -1075,6 +1201,21 @@ def test_a_x10_update_is_flagged_where_uneven_training_spreads_the_honest_sizes(
         assert "c0" in aggregate_factors(_uneven(seed, [scale] + honest[1:]), opts).summary["detection"]["flagged"]
     below = aggregate_factors(_uneven(seed, [4.9 * np.sqrt(2)] + honest[1:]), opts).summary["detection"]
     assert below["updates"]["by_size"] == [] and below["updates"]["size_ratios"]["c0"] == pytest.approx(4.9)
+
+
+def test_the_size_reason_reads_a_huge_ratio_in_scientific_notation():
+    """A client 987 216.74 times the typical size (honest sizes 2x and 1x: the typical is sqrt(2)) is
+    stated as 9.87e+05x, like every other size ratio from 1e4 on, and a 12.5x one with two decimals."""
+    from lowrank_fl.adapters import ModuleOptions, aggregate_factors
+    from lowrank_fl.adapters.decision import detection_sentence
+
+    honest = [2.0] * 5 + [1.0] * 5
+    opts = ModuleOptions(output_dtype="float64")
+    for scale, text in ((987216.74 * np.sqrt(2), "update 9.87e+05x the typical size"),
+                        (12.5 * np.sqrt(2), "update 12.50x the typical size")):
+        det = aggregate_factors(_uneven(0, [scale] + honest[1:]), opts).summary["detection"]
+        assert det["flagged"] == ["c0"] and det["updates"]["by_size"] == ["c0"]
+        assert text in detection_sentence(det)
 
 
 def test_alpha_changes_the_per_module_sets_not_the_updates_or_pooled_rule():

@@ -9,6 +9,7 @@ aggregate   clair / fedavg / fedavg-factors / ffa / flexlora / robust baselines 
 updates     the clients' raw updates through their Gram matrices (norms, directions, row-space shares)
 detect      the pooled client-level rule (our extension of (8)): robust scores over all modules
 detect_updates  the update rule (default): direction, row-space share and size of each update
+module_profile  how each update spreads over the modules (a flag of the update rule), and groups spread alike
 feature_profile  how each update spreads over the modules' output features (reported, not a flag)
 init_reversal  an A factor reversed against the federation's common LoRA initialization (a flag)
 noharm      how far a collaborating client moves toward the others (agreement weights)

@@ -28,7 +28,8 @@ and norm ratio, the cutoffs (single and joint), both floors, whom it flags and o
 ``by_opposed``: significantly pointing away from a material shared direction, with
 ``shortfall_bounds`` and ``shared_floor``; ``by_profile``: its update spread over the modules
 unlike the others', with ``profile_scores``, ``profile_ratios`` and ``profile_cutoff``;
-``by_farther``: at least ``farther_ratio`` times the typical size and agreeing less, where the
+``by_farther``: at least ``farther_ratio`` times the typical size and agreeing at most ``farther_agreement``
+as much (1/``farther_ratio`` and 1/ρ), where the
 ``typical_agreement`` reaches ``shared_floor``; ``by_reversed_init``: its ``A`` is the common LoRA
 initialization reversed, with ``init_cosines``, ``init_modules`` (modules tested), ``init_reversed_modules``
 and ``reversed_cosine``, :mod:`.init_reversal`; the block is :func:`.updates_summary.updates_block`'s).
@@ -204,16 +205,16 @@ def _updates_limit(u: dict) -> str:
     on, ov = _largest(u["outside_scores"])
     sn, sv = _largest(u["size_ratios"])
     jn, jv = _largest({n: min(v, u["size_scores"][n]) for n, v in u["direction_scores"].items()})
-    # the last test's values: the least agreement, and the largest size among those agreeing less
+    # the last test's values: the least agreement, and the largest size among those agreeing that little
     ratios = {n: r for n, r in u["agreement_ratios"].items() if r is not None}
-    less = {n: u["size_ratios"][n] for n, r in ratios.items() if r <= (1 / rho if rho > 0 else np.inf)}
+    less = {n: u["size_ratios"][n] for n, r in ratios.items() if r <= _farther_bound(u)}
     if ratios:
         an = min(ratios, key=ratios.get)
         least = (f"{ratios[an]:.3g}x the typical" if _material(u) else f"{ratios[an] * u['typical_agreement']:.3g}")
         away = f"least agreement {least} ({an})"
         if less:
             fn = max(less, key=less.get)
-            away += f", largest update agreeing less {_times(less[fn])} ({fn})"
+            away += f", largest update agreeing that little {_times(less[fn])} ({fn})"
     else:
         away = "no shared direction to agree with"
     shared = u["shared_direction_p"] < u["shared_alpha"]
@@ -230,13 +231,21 @@ def _updates_limit(u: dict) -> str:
         f"size {_times(sv)} the typical ({sn}) / {rho_s:g}x",
         f"module profile {_profile(u)}",
         _joint_limit(u, jn, jv, rho),
-        f"away from the shared direction, or {u['farther_ratio']:g}x as far while agreeing less: {away} / a "
+        f"away from the shared direction, or {u['farther_ratio']:g}x as far while agreeing at most "
+        f"{_farther_bound(u):.3g} as much: {away} / a "
         f"material shared direction ({_shared(u)})",
         _reversed_limit(u),
     ]
     return ("no client stands out under the updates rule. Each test, its largest value now / what a flag "
             "needs: " + "; ".join(t for t in tests if t)
             + ". A contaminated client below all of these limits goes unflagged.")
+
+
+def _farther_bound(u: dict) -> float:
+    """The farther flag's agreement bound (``farther_agreement``: at most 1/2 and 1/ρ of the typical);
+    1/ρ in a summary written before it had its own."""
+    rho = u["min_ratio"]
+    return u.get("farther_agreement", 1.0 / rho if rho > 0 else np.inf)
 
 
 def _reversed_limit(u: dict) -> str:
@@ -313,7 +322,8 @@ def _update_reasons(u: dict, n: str) -> list:
         why.append("farther, not along the shared direction: update "
                    f"{_vs(u['size_ratios'][n], u['farther_ratio'])}x "
                    f"the typical size >= {u['farther_ratio']:g}x, agreement "
-                   f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical client's <= 1/{rho:g}, "
+                   f"{_vs(u['agreement_ratios'][n], _farther_bound(u))} of the typical client's <= "
+                   f"{_farther_bound(u):.3g}, "
                    f"the typical agreement {u['typical_agreement']:.3f} >= {u['shared_floor']:g}")
     if n in u.get("by_profile", ()):
         cp = u["profile_cutoff"]
@@ -321,9 +331,13 @@ def _update_reasons(u: dict, n: str) -> list:
         off = (f"its update all zeros in {zeros} module(s) (untrained there?)" if zeros else
                f"module norms off the typical profile by a factor "
                f"{np.exp(u['profile_distances'][n]):.2f} >= {rho:g}")
+        near, g = u.get("profile_second_nearest", {}).get(n), u.get("profile_group_ratio")
+        alone = "" if near is None or g is None else (
+            f", no two others spread alike (second-nearest profile {near:.3f} >= "
+            f"{u['profile_distances'][n] / g:.3f}, its distance / {g:g})")
         why.append(f"spread over the modules unlike the others: profile score "
                    f"{_vs(u['profile_scores'][n], cp)} > {cp:.2f}, distance "
-                   f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}")
+                   f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}{alone}")
     if n in u["by_outside"]:
         why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                    f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}{_rms(u, n, '>')}")
@@ -334,7 +348,9 @@ def _update_reasons(u: dict, n: str) -> list:
                    f"cosine {u['init_cosines'][n]:.2f}): not trained from it; a flipped A sends -ΔW, flipping B "
                    "too leaves ΔW unchanged")
     if n in u["by_size"]:
-        why.append(f"update {_vs(u['size_ratios'][n], rho_s)}x the typical size (>= {rho_s:g}x: more than honest "
+        v = u["size_ratios"][n]
+        size = _times(v) if abs(v) >= 1e4 else f"{_vs(v, rho_s)}x"       # far above rho_s: any rounding reads so
+        why.append(f"update {size} the typical size (>= {rho_s:g}x: more than honest "
                    f"uneven training moves; size score {u['size_scores'][n]:.2f})")
     # an honest client whose training diverged (too large a learning rate) is far out in size, profile
     # and direction alike (trained families: 3x-learning-rate clients at 2.4-3.5x and 9-11x the
@@ -392,8 +408,15 @@ def _profile(u) -> str:
         return "not measurable with one module"
     pn, pv = _largest(u["profile_scores"])
     floor = max(u["min_ratio"], 1.0)
-    return (f"{_vs(pv, cp)} ({pn}) / above {cp:.2f}, {u['min_ratio']:g}x the typical distance and module "
-            f"norms off the typical profile by a factor {floor:g}")
+    near, g = u.get("profile_second_nearest", {}).get(pn), u.get("profile_group_ratio")
+    grouped = ""
+    # said only where the group condition is what kept the top scorer unflagged
+    if pv > cp and near is not None and g is not None and near < u["profile_distances"][pn] / g:
+        grouped = (f"; {pn} is one of a group spread alike (second-nearest profile {near:.3f} < "
+                   f"{u['profile_distances'][pn] / g:.3f})")
+    alike = "" if g is None else f", alone (second-nearest profile >= distance / {g:g})"
+    return (f"{_vs(pv, cp)} ({pn}) / above {cp:.2f}, {u['min_ratio']:g}x the typical distance, module "
+            f"norms off the typical profile by a factor {floor:g}{alike}{grouped}")
 
 
 def _joint(u) -> str:

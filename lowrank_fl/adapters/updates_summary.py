@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .detect_updates import FARTHER_RATIO, SHARED_ALPHA, SHARED_FLOOR
+from .detect_updates import FARTHER_RATIO, PROFILE_GROUP_RATIO, SHARED_ALPHA, SHARED_FLOOR
 from .feature_profile import off_reason
 from .init_reversal import (REVERSED_COSINE, modules_reversed, modules_tested, reversed_init_flags,
                             typical_init_cosines)
@@ -44,12 +44,17 @@ def updates_block(uv, grams, names, results, cosines) -> dict:
                            for n, v in zip(names, uv.profile_ratios)},
         "profile_cutoff": uv.profile_cutoff if np.isfinite(uv.profile_cutoff) else None,
         "profile_distances": dict(zip(names, uv.profile_distances.tolist())),
+        # the profile flag's last condition: no two other clients spread alike (inf below 3 clients)
+        "profile_second_nearest": {n: (float(v) if np.isfinite(v) else None)
+                                   for n, v in zip(names, uv.profile_second_nearest)},
         **zero_module_counts(grams, names),
         "shared_floor": SHARED_FLOOR,
         "typical_agreement": uv.typical_agreement,
         "shared_direction_p": uv.shared_direction_p,
         "shared_alpha": SHARED_ALPHA,
         "farther_ratio": FARTHER_RATIO,
+        "farther_agreement": min(1.0 / FARTHER_RATIO, 1.0 / uv.min_ratio if uv.min_ratio > 0 else np.inf),
+        "profile_group_ratio": PROFILE_GROUP_RATIO,
         # the feature profile, reported (not a flag: lowrank_fl.adapters.feature_profile; None where the
         # results carry no feature norms or the clients' ranks differ)
         "feature_scores": None if uv.feature_scores is None else dict(zip(names, uv.feature_scores.tolist())),
