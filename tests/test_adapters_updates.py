@@ -847,12 +847,17 @@ def test_the_sentence_names_the_profile_group_condition():
     alike = aggregate_factors(_norm_federation(_profile_norms(0, {7: (1, 5), 8: (1, 5), 9: (1, 5)})),
                               opts).summary["detection"]
     u = alike["updates"]
-    assert alike["flagged"] == []
-    top = max(u["profile_scores"], key=u["profile_scores"].get)
-    assert top in ("c7", "c8", "c9") and u["profile_scores"][top] > u["profile_cutoff"]
-    near, d = u["profile_second_nearest"][top], u["profile_distances"][top]
-    assert (f"; {top} is one of a group spread alike (second-nearest profile {near:.3f} < {d / 1.2:.3f})"
-            in detection_sentence(alike))
+    assert alike["flagged"] == [] and u["profile_grouped"] == ["c7", "c8", "c9"]
+    for n in ("c7", "c8", "c9"):
+        assert u["profile_scores"][n] > u["profile_cutoff"]
+        assert u["profile_second_nearest"][n] < u["profile_distances"][n] / 1.2
+    assert ("; spread far from the typical profile but alike, as a group (not flagged by the profile: a group "
+            "that trained harder looks so): c7, c8, c9; " in detection_sentence(alike))
+    # beside a lone client, who is flagged, the group is named too
+    both = aggregate_factors(_norm_federation(_profile_norms(0, {6: (2, 6), 7: (1, 5), 8: (1, 5), 9: (1, 5)})),
+                             opts).summary["detection"]
+    assert both["flagged"] == ["c6"] and both["updates"]["profile_grouped"] == ["c7", "c8", "c9"]
+    assert detection_sentence(both).endswith("looks so): c7, c8, c9.")
 
 
 def test_profile_cutoff_is_the_null_quantile_of_the_largest_profile_score():

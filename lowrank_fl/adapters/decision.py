@@ -187,7 +187,7 @@ def _updates_sentence(det: dict, refine: str | None = None) -> str:
     if det["flagged"]:
         parts = [f"{n} (" + "; ".join(_update_reasons(u, n)) + ")" for n in det["flagged"]]
         return (f"flagged {', '.join(det['flagged'])} by the update rule over all modules: "
-                + ", ".join(parts) + f"; {_left_out(refine)}.")
+                + ", ".join(parts) + f"; {_left_out(refine)}{_grouped(u)}.")
     return _updates_limit(u)
 
 
@@ -408,15 +408,19 @@ def _profile(u) -> str:
         return "not measurable with one module"
     pn, pv = _largest(u["profile_scores"])
     floor = max(u["min_ratio"], 1.0)
-    near, g = u.get("profile_second_nearest", {}).get(pn), u.get("profile_group_ratio")
-    grouped = ""
-    # said only where the group condition is what kept the top scorer unflagged
-    if pv > cp and near is not None and g is not None and near < u["profile_distances"][pn] / g:
-        grouped = (f"; {pn} is one of a group spread alike (second-nearest profile {near:.3f} < "
-                   f"{u['profile_distances'][pn] / g:.3f})")
+    g = u.get("profile_group_ratio")
     alike = "" if g is None else f", alone (second-nearest profile >= distance / {g:g})"
     return (f"{_vs(pv, cp)} ({pn}) / above {cp:.2f}, {u['min_ratio']:g}x the typical distance, module "
-            f"norms off the typical profile by a factor {floor:g}{alike}{grouped}")
+            f"norms off the typical profile by a factor {floor:g}{alike}{_grouped(u)}")
+
+
+def _grouped(u) -> str:
+    """The clients far out by their module profile but spared as one of three or more spread alike."""
+    grouped = u.get("profile_grouped") or []
+    if not grouped:
+        return ""
+    return (f"; spread far from the typical profile but alike, as a group (not flagged by the profile: a "
+            f"group that trained harder looks so): {', '.join(grouped)}")
 
 
 def _joint(u) -> str:

@@ -90,5 +90,6 @@ def zero_update_notes(modules: dict, names: list) -> list[str]:
     if some:
         notes.append(", ".join(f"{n} ({z} of {M})" for n, z in some.items())
                      + ": the update is all zeros in some modules (left untrained there?); the update rule's "
-                     "module profile sees such a client as spread unlike the others")
+                     "module profile sees such a client as spread unlike the others, unless three or more are "
+                     "zero alike (a group)")
     return notes

@@ -265,7 +265,9 @@ class UpdateEvidence(NamedTuple):
     ``feature_cutoff`` (the ratio a flag needed: :func:`lowrank_fl.adapters.feature_profile.feature_cutoff`
     where someone reached 2); ``profile_second_nearest``: each client's rms distance to its
     second-nearest other profile (:func:`lowrank_fl.adapters.module_profile.second_nearest_distances`;
-    a profile flag needs it at least ``d_k /`` :data:`PROFILE_GROUP_RATIO`)."""
+    a profile flag needs it at least ``d_k /`` :data:`PROFILE_GROUP_RATIO`); ``profile_grouped`` bool:
+    the clients whose profile evidence holds but who are one of three or more spread alike (not flagged
+    by it)."""
     direction_scores: np.ndarray
     agreement_ratios: np.ndarray
     outside_scores: np.ndarray | None
@@ -299,6 +301,7 @@ class UpdateEvidence(NamedTuple):
     feature_cutoff: float = FEATURE_RATIO
     column_ratios: np.ndarray | None = None
     profile_second_nearest: np.ndarray | None = None
+    profile_grouped: np.ndarray | None = None
 
 
 def _grams(grams) -> np.ndarray:
@@ -499,7 +502,8 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     # ... and spread unlike everyone, not one of three or more that moved alike (a group that trained
     # harder shifts its profiles alike): its second-nearest profile at least d_k / PROFILE_GROUP_RATIO away
     alone = Np >= Dp / PROFILE_GROUP_RATIO
-    by_profile = (Mp > cp) & (Rp >= min_ratio) & (Dp >= np.log(max(min_ratio, 1.0))) & alone   # a factor ρ, rms
+    far_out = (Mp > cp) & (Rp >= min_ratio) & (Dp >= np.log(max(min_ratio, 1.0)))   # a factor ρ, rms
+    by_profile = far_out & alone
     Mo = Ro = None
     by_out = np.zeros(K, bool)
     if outside is not None:
@@ -536,7 +540,8 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     flagged = by_dir | by_out | by_size | by_joint | by_opposed | by_profile | by_farther | by_feat
     return UpdateEvidence(Md, Rd, Mo, Ro, Ms, Rs, float(cutoff), min_ratio, size_ratio, by_dir, by_out,
                           by_size, flagged, lower, float(cj), by_joint, upper, by_opposed, Mp, Rp, float(cp),
-                          by_profile, typical, by_farther, Dp, shared_p, Mf, Rf, by_feat, Df, float(cf), Rc, Np)
+                          by_profile, typical, by_farther, Dp, shared_p, Mf, Rf, by_feat, Df, float(cf), Rc, Np,
+                          far_out & ~alone)
 
 
 def update_flags(grams, outside=None, **kwargs) -> np.ndarray:

@@ -55,6 +55,8 @@ def updates_block(uv, grams, names, results, cosines) -> dict:
         "farther_ratio": FARTHER_RATIO,
         "farther_agreement": min(1.0 / FARTHER_RATIO, 1.0 / uv.min_ratio if uv.min_ratio > 0 else np.inf),
         "profile_group_ratio": PROFILE_GROUP_RATIO,
+        # far out by their profiles, but one of three or more spread alike: not flagged by it
+        "profile_grouped": names_where(names, uv.profile_grouped),
         # the feature profile, reported (not a flag: lowrank_fl.adapters.feature_profile; None where the
         # results carry no feature norms or the clients' ranks differ)
         "feature_scores": None if uv.feature_scores is None else dict(zip(names, uv.feature_scores.tolist())),
