@@ -125,7 +125,8 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   sqrt(mean_m r_mk^2)``, the root-mean-square distance of the client's profile from the typical one
   (:func:`profile_distances`; a module that at least half of the clients left untrained is left out,
   a zero elsewhere counts at 1e-12 of the module's median norm: one or two clients untrained in a
-  module the others trained stand out; three or more are a group, below). The score is ``S_k = mean_m (r_mk / s)^2`` with *one* robust scale
+  module the others trained stand out; three or more are a group, below). The score is
+  ``S_k = mean_m (r_mk / s)^2`` with *one* robust scale
   ``s = 1.4826 median |r_mk|`` over all ``M K`` residuals (:func:`profile_scores`), flagged where it exceeds the
   profile cutoff ``c″_{K,M}`` (:func:`profile_cutoff`) and ``d_k`` is material: at least ``ρ`` times
   the typical client's, and at least ``log ρ`` (module norms off the typical profile by a factor
@@ -158,7 +159,8 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   spread unlike everyone: its rms distance to its second-nearest other profile
   (:func:`lowrank_fl.adapters.module_profile.second_nearest_distances`, blind to size) at least
   ``d_k /`` :data:`PROFILE_GROUP_RATIO` (1.2, the materiality factor ρ's value; a constant of its own,
-  so that a lower ρ, which flags more, does not ask more of this condition). In a clean ``llama-federated`` set (seed 6000, ``K`` = 20, rank 16) the six
+  so that a lower ρ, which flags more, does not ask more of this condition). In a clean
+  ``llama-federated`` set (seed 6000, ``K`` = 20, rank 16) the six
   3×-learning-rate clients stood at 0.55-0.61 of ``d_k`` and three were flagged; every contaminated
   client the profile found on seeds 6000-6001 and 6100 stood at 0.91-1.02. Three or more
   contaminated clients learning the same other task are then not flagged by the profile either.
