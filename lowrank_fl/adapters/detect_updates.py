@@ -269,7 +269,7 @@ class UpdateEvidence(NamedTuple):
     second-nearest other profile (:func:`lowrank_fl.adapters.module_profile.second_nearest_distances`;
     a profile flag needs it at least ``d_k /`` :data:`PROFILE_GROUP_RATIO`); ``profile_grouped`` bool:
     the clients whose profile evidence holds but who are one of three or more spread alike (not flagged
-    by it)."""
+    by it); ``farther_agreement``: the farther flag's agreement bound (1/2, or 1/ρ where smaller)."""
     direction_scores: np.ndarray
     agreement_ratios: np.ndarray
     outside_scores: np.ndarray | None
@@ -304,6 +304,7 @@ class UpdateEvidence(NamedTuple):
     column_ratios: np.ndarray | None = None
     profile_second_nearest: np.ndarray | None = None
     profile_grouped: np.ndarray | None = None
+    farther_agreement: float = 1.0 / FARTHER_RATIO
 
 
 def _grams(grams) -> np.ndarray:
@@ -498,7 +499,8 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     by_opposed = (rd <= 0) & (upper < 0) & shared
     # twice as far and at most half as agreeing: a client that trained harder on the same task moved at
     # least as far along the shared direction, so at twice the size it agrees at least half as much
-    by_farther = (Rs >= FARTHER_RATIO) & less & (rd <= 1.0 / FARTHER_RATIO) & shared
+    farther_agreement = min(1.0 / FARTHER_RATIO, 1.0 / min_ratio if min_ratio > 0 else np.inf)
+    by_farther = (Rs >= FARTHER_RATIO) & (rd <= farther_agreement) & shared
     Mp, Rp, Dp, Np, n_profile = module_profile(G)
     cp = profile_cutoff(K, max(n_profile, 1)) if np.isfinite(cutoff) else np.inf
     # ... and spread unlike everyone, not one of three or more that moved alike (a group that trained
@@ -543,7 +545,7 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     return UpdateEvidence(Md, Rd, Mo, Ro, Ms, Rs, float(cutoff), min_ratio, size_ratio, by_dir, by_out,
                           by_size, flagged, lower, float(cj), by_joint, upper, by_opposed, Mp, Rp, float(cp),
                           by_profile, typical, by_farther, Dp, shared_p, Mf, Rf, by_feat, Df, float(cf), Rc, Np,
-                          far_out & ~alone)
+                          far_out & ~alone, farther_agreement)
 
 
 def update_flags(grams, outside=None, **kwargs) -> np.ndarray:

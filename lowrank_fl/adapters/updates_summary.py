@@ -53,7 +53,7 @@ def updates_block(uv, grams, names, results, cosines) -> dict:
         "shared_direction_p": uv.shared_direction_p,
         "shared_alpha": SHARED_ALPHA,
         "farther_ratio": FARTHER_RATIO,
-        "farther_agreement": min(1.0 / FARTHER_RATIO, 1.0 / uv.min_ratio if uv.min_ratio > 0 else np.inf),
+        "farther_agreement": uv.farther_agreement,
         "profile_group_ratio": PROFILE_GROUP_RATIO,
         # far out by their profiles, but one of three or more spread alike: not flagged by it
         "profile_grouped": names_where(names, uv.profile_grouped),
