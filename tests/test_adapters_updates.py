@@ -1266,3 +1266,31 @@ def test_zero_is_judged_against_the_modules_median_norm():
     # most clients untrained: the median is 0 and the largest norm is the reference
     assert zero_floor([[0.0, 0.0, 0.0, 5.0]])[0, 0] == pytest.approx(ZERO_RELATIVE * 5.0)
     assert zero_updates(grams(0.0, 0.0, 0.0, 4e-12, 5.0)).tolist() == [True, True, True, True, False]
+
+
+def test_a_profile_flag_against_identical_profiles_reads_without_an_infinite_ratio():
+    """Five identical clients and a sixth, the same but 3x larger in one module: the typical profile
+    distance is 0, so the sixth's distance ratio is infinite. Its reason says so in words (it read
+    "distance infx the typical" before), and the in-memory summary is the strict JSON that summary.json
+    holds (no float inf or NaN anywhere)."""
+    import json
+
+    from lowrank_fl.adapters.decision import detection_sentence
+    from lowrank_fl.jsontext import strict_dumps
+
+    one = _norm_federation(np.array([[1.0, 2.0, 3.0, 4.0]]))["c0"]
+    fed = {f"c{k}": dict(one) for k in range(6)}
+    A, B, s = one["layer1.q_proj"]
+    fed["c5"]["layer1.q_proj"] = (A, 3.0 * B, s)
+    res = aggregate_factors(fed, ModuleOptions(output_dtype="float64"))
+    det = res.summary["detection"]
+    u = det["updates"]
+    assert det["flagged"] == ["c5"] and u["by_profile"] == ["c5"]
+    assert u["profile_ratios"]["c5"] is None and u["profile_ratios"]["c0"] == 1.0     # inf: not a number
+    # the residual profile of c5 against the median (identical) profile, computed here: log 3 in module 1,
+    # centred over the four modules
+    r = np.array([0.0, np.log(3.0), 0.0, 0.0])
+    assert u["profile_distances"]["c5"] == pytest.approx(np.sqrt(np.mean((r - r.mean()) ** 2)), rel=1e-9)
+    text = detection_sentence(det)
+    assert "infx" not in text and "distance above 0 where the typical client's is 0" in text
+    assert json.loads(json.dumps(res.summary, allow_nan=False)) == json.loads(strict_dumps(res.summary))

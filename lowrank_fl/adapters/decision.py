@@ -336,8 +336,8 @@ def _update_reasons(u: dict, n: str) -> list:
             f", no two others spread alike (second-nearest profile {near:.3f} >= "
             f"{u['profile_distances'][n] / g:.3f}, its distance / {g:g})")
         why.append(f"spread over the modules unlike the others: profile score "
-                   f"{_vs(u['profile_scores'][n], cp)} > {cp:.2f}, distance "
-                   f"{_ratio(u['profile_ratios'][n])}x the typical client's >= {rho:g}x, {off}{alone}")
+                   f"{_vs(u['profile_scores'][n], cp)} > {cp:.2f}, "
+                   f"{_distance_ratio(u['profile_ratios'][n], rho)}, {off}{alone}")
     if n in u["by_outside"]:
         why.append(f"share outside the shared row space: score {_vs(u['outside_scores'][n], cut)} > "
                    f"{cut:.2f}, ratio {_vs(u['outside_ratios'][n], rho)} >= {rho:g}{_rms(u, n, '>')}")
@@ -398,8 +398,12 @@ def _shared_p(u) -> str:
     return f"the federation's direction {state}, p = {p:.3g} against {a:g}"
 
 
-def _ratio(v) -> str:
-    return "inf" if v is None else f"{v:.2f}"
+def _distance_ratio(v, rho: float) -> str:
+    """A profile distance as a ratio of the typical client's; where the typical distance is 0 (most
+    clients' profiles identical) the ratio is infinite (``"inf"`` or None in a summary read back)."""
+    if v is None or v == "inf" or not np.isfinite(v):
+        return "distance above 0 where the typical client's is 0 (most profiles identical)"
+    return f"distance {v:.2f}x the typical client's >= {rho:g}x"
 
 
 def _profile(u) -> str:

@@ -33,6 +33,7 @@ from .io import (AdapterError, AdapterSet, assemble_adapter_set, check_peft_type
 from .run import Aggregation, aggregate_adapters, resolve_layout
 from .split import SHARED, client_part, fold_weights, shared_part, shared_used
 from .split import shared_weights as split_weights
+from ..jsontext import finite_json
 
 __all__ = ["MemoryClient", "FactorAggregation", "aggregate_factors", "adapter_set",
            "factors_from_state_dict"]
@@ -251,4 +252,5 @@ def aggregate_factors(clients: Mapping, options: ModuleOptions = ModuleOptions()
         summary["layout"] = layout
         summary["refinement_weights"] = {n: fold_weights(applied[n]) for n in names}
         summary["refinement"] = refinement
-    return FactorAggregation(outputs=outputs, summary=summary, aggregation=agg)
+    # the summary as summary.json reads back (strict JSON: NaN None, inf "inf"), not raw floats
+    return FactorAggregation(outputs=outputs, summary=finite_json(summary), aggregation=agg)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..jsontext import strict_dumps
+from ..jsontext import finite_json, strict_dumps
 from ..outdir import OutputDir
 from ..parent_watch import exit_with_parent
 from .aggregate import (CLIENT_RULES, DEFAULT_CLIENT_RULE, ModuleOptions, ModuleResult, aggregate_module, apply_robust,
@@ -350,6 +350,7 @@ def _finish(agg: Aggregation, writers: _OutputWriters, staged: OutputDir, client
     fingerprints = input_fingerprints(agg.adapters)
     if fingerprints is not None:              # inspect --summary checks it is these inputs' run
         summary["input_sha256"] = fingerprints
+    summary = finite_json(summary)            # returned as written: NaN None, inf "inf"
     (staged.dir / "summary.json").write_text(strict_dumps(summary, indent=1))
     staged.commit()
     return summary
