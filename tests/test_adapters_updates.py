@@ -481,13 +481,16 @@ def test_a_benign_variant_pair_keeps_the_shared_direction_and_is_not_flagged(see
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_contaminated_clients_that_moved_farther_elsewhere_are_flagged(seed):
     ev = update_evidence(_grams(_variant_federation(bad=(7, 8, 9), bad_scale=2.5, seed=seed)))
-    assert list(np.flatnonzero(ev.flagged)) == [7, 8, 9]
-    assert np.all(ev.by_joint[[7, 8, 9]])            # both scores above c′ = 3.5, 2.5x the size
+    assert list(np.flatnonzero(ev.flagged)) == [7, 8, 9] and list(np.flatnonzero(ev.by_farther)) == [7, 8, 9]
+    # the joint evidence holds (both scores above c′ = 3.5, 2.5x the size), reported: a flag only on request
+    assert np.all(ev.joint_evidence[[7, 8, 9]]) and not ev.by_joint.any() and not ev.joint_flag
+    on = update_evidence(_grams(_variant_federation(bad=(7, 8, 9), bad_scale=2.5, seed=seed)), joint_flag=True)
+    assert list(np.flatnonzero(on.by_joint)) == [7, 8, 9] and on.joint_flag
     assert np.all(ev.size_ratios[[7, 8, 9]] < SIZE_RATIO)   # size alone would not flag them
     assert ev.joint_cutoff == 3.5
     # scaling them down to the typical size removes the joint evidence, never adds a flag
     ev1 = update_evidence(_grams(_variant_federation(bad=(7, 8, 9), bad_scale=1.0, seed=seed)))
-    assert not ev1.by_joint.any() and set(np.flatnonzero(ev1.flagged)) <= {7, 8, 9}
+    assert not ev1.joint_evidence.any() and set(np.flatnonzero(ev1.flagged)) <= {7, 8, 9}
 
 
 def test_the_summary_and_sentence_name_the_joint_evidence():
@@ -497,15 +500,21 @@ def test_the_summary_and_sentence_name_the_joint_evidence():
                             ModuleOptions(output_dtype="float64"))
     det = res.summary["detection"]
     u = det["updates"]
-    assert det["flagged"] == ["c7", "c8", "c9"] and u["by_joint"] == ["c7", "c8", "c9"]
+    assert det["flagged"] == ["c7", "c8", "c9"] and u["joint_evidence"] == ["c7", "c8", "c9"]
+    assert u["by_joint"] == [] and u["joint_flag"] is False and u["by_farther"] == ["c7", "c8", "c9"]
     assert u["by_direction"] == [] and all(u["agreement_bounds"][n] > 0 for n in ("c7", "c8", "c9"))
     assert u["joint_cutoff"] == 3.5
-    text = detection_sentence(det)
+    assert "direction and size together" not in detection_sentence(det)     # flagged by other evidence
+    # a summary written while the joint evidence was a flag (no "joint_flag" key) reads with its reason
+    old = {**det, "updates": {k: v for k, v in u.items() if k != "joint_flag"}}
+    old["updates"]["by_joint"] = u["joint_evidence"]
+    text = detection_sentence(old)
     assert text.count("direction and size together") == 3 and "both > 3.50" in text
     clean = aggregate_factors(_variant_federation(variant=(4, 5)), ModuleOptions(output_dtype="float64"))
     u = clean.summary["detection"]["updates"]
     text = detection_sentence(clean.summary["detection"])
-    assert "no client stands out" in text and "/ both above 3.50, the size 1.2x the typical" in text
+    assert "no client stands out" in text
+    assert "/ reported, not a flag (with joint_flag=True: both above 3.50, the size 1.2x the typical" in text
     jn, jv = max(((n, min(v, u["size_scores"][n])) for n, v in u["direction_scores"].items()), key=lambda kv: kv[1])
     assert f"direction and size together {jv:.2f} ({jn}, the smaller of its two scores)" in text
     # the limit names each test's largest value now and what a flag needs (issue 29, item 4)
@@ -976,8 +985,9 @@ def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
     text = detection_sentence(big)
     assert "c9" in bu["by_size"] and f"update {bu['size_ratios']['c9']:.2f}x the typical size" in text
     assert "at that size: an honest client whose training diverged looks alike (check its own accuracy)" in text
-    # once per reason that reads it (joint, farther, size), never in the note
-    assert text.count(f"{bu['size_ratios']['c9']:.2f}x") == 3 and "its update is" not in text
+    # once per reason that reads it (farther, size; the joint evidence is reported, not a flag), never in the note
+    assert text.count(f"{bu['size_ratios']['c9']:.2f}x") == 2 and "its update is" not in text
+    assert "c9" in bu["joint_evidence"] and bu["by_joint"] == [] and "direction and size together" not in text
     det = aggregate_factors(_farther_federation(), opts).summary["detection"]
     u = det["updates"]
     assert u["by_farther"] == ["c9"] and u["farther_ratio"] == 2.0 and u["shared_floor"] == 0.1

@@ -380,7 +380,7 @@ def run_aggregate(args) -> int:
         if beside and not args.quiet:     # not what was applied: detail, which --quiet drops
             print(beside)
     if "refinement" in summary:
-        from .decision import refinement_sentence
+        from .refinement_sentence import refinement_sentence
 
         print(refinement_sentence(summary["refinement"]))
     return 0

@@ -47,6 +47,7 @@ from .detect_updates import FARTHER_RATIO, update_evidence
 from .feature_profile import results_features
 from .init_reversal import reversed_init_flags
 from .updates_summary import names_where, updates_block
+from .refinement_sentence import refinement_sentence   # noqa: F401  (its home before; re-exported)
 
 __all__ = ["detection_summary", "detection_sentence", "raw_comparison", "refinement_sentence"]
 
@@ -187,7 +188,7 @@ def _updates_sentence(det: dict, refine: str | None = None) -> str:
     if det["flagged"]:
         parts = [f"{n} (" + "; ".join(_update_reasons(u, n)) + ")" for n in det["flagged"]]
         return (f"flagged {', '.join(det['flagged'])} by the update rule over all modules: "
-                + ", ".join(parts) + f"; {_left_out(refine)}{_grouped(u)}.")
+                + ", ".join(parts) + f"; {_left_out(refine)}{_grouped(u)}{_joint_only(u)}.")
     return _updates_limit(u)
 
 
@@ -277,6 +278,9 @@ def _joint_limit(u: dict, jn: str, jv: float, rho: float) -> str:
     need = (f"both above {_joint(u)}, the size {rho:g}x the typical and the agreement at most 1/{rho:g} "
             f"of the typical")
     now = f"{_vs(jv, u['joint_cutoff'] or np.inf)} ({jn}, the smaller of its two scores)"
+    if not u.get("joint_flag", True):          # summaries written before it was reported only: a flag
+        return (f"direction and size together {now} / reported, not a flag (with joint_flag=True: {need})"
+                + _joint_only(u))
     if _material(u):
         return f"direction and size together {now} / {need}"
     # the next clause states the typical agreement and the floor: not repeated here (the sentence's length)
@@ -427,6 +431,15 @@ def _grouped(u) -> str:
             f"group that trained harder looks so): {', '.join(grouped)}")
 
 
+def _joint_only(u) -> str:
+    """The clients the joint evidence holds for, unflagged (it is reported, not a flag, by default)."""
+    held = [n for n in u.get("joint_evidence") or [] if n not in u["flagged"]]
+    if not held:
+        return ""
+    return (f"; direction and size together hold for {', '.join(held)} (reported, not a flag: under uneven "
+            "training a benign client that trained with a larger learning rate has both)")
+
+
 def _joint(u) -> str:
     cj = u.get("joint_cutoff")
     return "the joint cutoff" if cj is None else f"{cj:.2f}"
@@ -535,60 +548,3 @@ def raw_comparison(det: dict) -> str:
               f"; of these the {rule} rule did not flag {', '.join(only_raw)}")
     return (f"beside it, the raw-distance statistic would flag {', '.join(would)} ({_raw_scores(det, would)})"
             f"{differ}{spared}; {_RAW_CAVEAT}.")
-
-
-#: clients named in the refinement sentence (the rest are counted; summary.json has them all)
-_LISTED = 10
-
-
-def refinement_sentence(ref: dict) -> str:
-    """One sentence on what the collaborating clients received (``summary.json["refinement"]``):
-    how far each output is from the client's own adapter and why."""
-    clients = ref["clients"]
-    moved = {n: c for n, c in clients.items() if c["weight"] > 0}
-    if ref["mode"] == "own":
-        return "refinement: refine='own', every client keeps its own adapter."
-    if not moved:
-        agree = [c["agreement"] for c in clients.values() if c["agreement"] is not None]
-        top = f" (largest agreement {max(agree):.3f})" if agree else ""
-        return ("refinement: every client keeps its own adapter: no collaborating client's update "
-                f"agrees with the others' mean{top}, so averaging could only replace what it learned.")
-    listed = list(moved.items())[:_LISTED]
-    parts = ", ".join(f"{n} " + ("(a zero update)" if c["relative_change"] is None else f"{c['relative_change']:.1%}")
-                      for n, c in listed)
-    if len(moved) > _LISTED:
-        changes = [c["relative_change"] for c in moved.values() if c["relative_change"] is not None] or [0.0]
-        parts += f", ... ({len(moved)} clients, {min(changes):.1%} to {max(changes):.1%})"
-    out = [n for n, c in clients.items() if c["weight"] == 0 and c["why"].startswith("outside")]
-    zero = [n for n, c in clients.items() if c["weight"] == 0 and c["why"].startswith("its update is zero")]
-    alone = [n for n, c in clients.items() if c["weight"] == 0 and n not in out and n not in zero]
-    target = ref["target"]
-
-    def group(names, one, many):
-        if not names:
-            return ""
-        if len(names) == 1:
-            return f"; {names[0]} keeps its own adapter ({one})"
-        return (f"; {', '.join(names[:_LISTED])}{', ...' if len(names) > _LISTED else ''} "
-                f"({len(names)} clients) keep their own adapters ({many})")
-
-    tail = (group(alone, "its update does not agree with the others' mean",
-                  "their updates do not agree with the others' mean")
-            + group(zero, "its update is zero", "their updates are zero")
-            + group(out, "outside the collaborative set", "outside the collaborative set"))
-    return (f"refinement ({ref['mode']}, toward {target}): relative change of each output from the "
-            f"client's own adapter: {parts}{tail}{_exchange_clause(ref)} (summary.json: refinement).")
-
-
-def _exchange_clause(ref: dict) -> str:
-    """Why refine='exchangeable' moved everyone at least its floor, or by agreement alone."""
-    ex = ref.get("exchangeability")
-    if ref["mode"] != "exchangeable" or not ex:
-        return ""
-    if ex["statistic"] is None:
-        return f"; every weight is the agreement alone ({ex['reason']})"
-    if ex["exchangeable"]:
-        return (f"; which clients resemble each other does not repeat across modules (p = {ex['p_value']:.3g}): "
-                f"their differences look like noise, so each moves at least {ref['floor']:.3g} of the way")
-    return (f"; the same clients resemble each other across modules (p = {ex['p_value']:.3g} < {ex['alpha']:g}): "
-            "tasks of their own, so each moves by its agreement alone")

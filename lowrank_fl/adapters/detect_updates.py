@@ -57,7 +57,17 @@ it. So the evidence here is taken from the updates themselves (their Gram matrix
   the 122 trained sets of ``benchmarks/bench_detection_ceiling.py`` stood in a federation at
   0.23-0.40. *Added after those sets were seen*; adopted by a rule fixed before seeds 4500-4503
   were built (40 sets, 70 contaminated clients: the same 16 found, no benign flag either way; on
-  all 231 cached sets it removes 3 benign flags and 1 contaminated one).
+  all 231 cached sets it removes 3 benign flags and 1 contaminated one). **Reported, not a flag by
+  default** (``joint_flag=True`` makes it one) since seeds 6500: in a ``gpt2-uneven`` set whose
+  federation shares a direction (typical agreement 0.42) it flagged two benign 3×-learning-rate
+  clients, 1.42 and 1.35 times the typical size, agreeing 0.57 and 0.61 as much (their shared
+  component *below* the typical's, so the farther flag's argument does not hold for them), direction
+  scores 4.45 and 3.55, size scores 9.9 and 8.4: six of the ten clients trained 3× the steps and
+  stood close together, and against such a tight majority the robust scores lose their scale. On
+  the 88 sets cached by then it was the only evidence against one contaminated client of 156
+  (``llama`` seed 6001: 1.55 times the size, agreement 0.62); every other it flagged is flagged by
+  the farther, opposed, direction or profile evidence too. Adopted by a rule fixed before seeds
+  6501 were read (``docs/adapters_evidence.md``).
 * **row-space share** — per module the share of each update outside the module's shared row
   space ``P_Â`` (``||ΔW_k (I - P_Â)|| / ||ΔW_k||``: CLAIR's model (3)-(4) per client, scale-free),
   pooled the same way, with the distance-ratio floor ``ρ`` on it, and material only where *most*
@@ -178,7 +188,7 @@ these; it is not one of the flags (``feature_flag=True`` adds it): on the three 
 sets built after a version of it was fixed it found 8 more of 123 contaminated clients and flagged 2
 benign clients that trained with a 3× learning rate, and the default must flag none.
 
-A client is flagged if any of the seven holds. The statistics are monotone in how far out a
+A client is flagged if any of the six others holds (the joint evidence too with ``joint_flag=True``). The statistics are monotone in how far out a
 client is: scaling one client's update up raises its size score and ratio and leaves every
 direction, agreement and module profile unchanged, so a client farther out is never less flagged.
 One exception, stated: a client with an all-zero module, whose zero stays at the floor while the
@@ -269,7 +279,9 @@ class UpdateEvidence(NamedTuple):
     second-nearest other profile (:func:`lowrank_fl.adapters.module_profile.second_nearest_distances`;
     a profile flag needs it at least ``d_k /`` :data:`PROFILE_GROUP_RATIO`); ``profile_grouped`` bool:
     the clients whose profile evidence holds but who are one of three or more spread alike (not flagged
-    by it); ``farther_agreement``: the farther flag's agreement bound (1/2, or 1/ρ where smaller)."""
+    by it); ``farther_agreement``: the farther flag's agreement bound (1/2, or 1/ρ where smaller);
+    ``joint_evidence`` bool: where the joint evidence holds (``by_joint``: where it flagged, only with
+    ``joint_flag=True``, recorded in ``joint_flag``)."""
     direction_scores: np.ndarray
     agreement_ratios: np.ndarray
     outside_scores: np.ndarray | None
@@ -305,6 +317,8 @@ class UpdateEvidence(NamedTuple):
     profile_second_nearest: np.ndarray | None = None
     profile_grouped: np.ndarray | None = None
     farther_agreement: float = 1.0 / FARTHER_RATIO
+    joint_evidence: np.ndarray | None = None
+    joint_flag: bool = False
 
 
 def _grams(grams) -> np.ndarray:
@@ -452,7 +466,7 @@ def joint_cutoff(K: int) -> float:
 
 def update_evidence(grams, outside=None, cutoff: float | None = None,
                     min_ratio: float = POOLED_MIN_RATIO, size_ratio: float = SIZE_RATIO,
-                    features=None, feature_flag: bool = False) -> UpdateEvidence:
+                    features=None, feature_flag: bool = False, joint_flag: bool = False) -> UpdateEvidence:
     """The update rule (module docstring) on per-module Gram matrices ``grams`` (modules, K, K)
     of the clients' updates (:func:`lowrank_fl.adapters.updates.update_gram`) and, optionally,
     each update's share outside the module's shared row space ``outside`` (modules, K)
@@ -465,7 +479,9 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
 
     ``cutoff``: the modified z-score a single statistic's flag needs (default :func:`rule_cutoff`;
     ``inf`` flags nobody, the joint flag included; the joint flag keeps :func:`joint_cutoff`);
-    ``min_ratio`` ρ and ``size_ratio`` ρ_size: the materiality floors (0 turns one off)."""
+    ``min_ratio`` ρ and ``size_ratio`` ρ_size: the materiality floors (0 turns one off).
+    ``joint_flag``: the joint evidence (direction and size together) flags too; off by default, it is
+    reported (``joint_evidence``; module docstring: why)."""
     G = _grams(grams)
     K = check_int(G.shape[-1], "K", minimum=2)
     min_ratio = _positive(min_ratio, "min_ratio")
@@ -495,7 +511,10 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     cj = joint_cutoff(K) if np.isfinite(cutoff) else np.inf
     # "agrees less" is evidence only against a material shared direction: without one, training
     # harder raises the size and lowers the agreement together (more of the client's own noise)
-    by_joint = (np.minimum(Md, Ms) > cj) & less & (Rs >= min_ratio) & shared
+    joint = (np.minimum(Md, Ms) > cj) & less & (Rs >= min_ratio) & shared
+    if not isinstance(joint_flag, (bool, np.bool_)):
+        raise TypeError(f"joint_flag must be True or False, got {joint_flag!r}")
+    by_joint = joint & joint_flag          # reported, a flag only on request: the scores lose their scale
     by_opposed = (rd <= 0) & (upper < 0) & shared
     # twice as far and at most half as agreeing: a client that trained harder on the same task moved at
     # least as far along the shared direction, so at twice the size it agrees at least half as much
@@ -545,7 +564,7 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     return UpdateEvidence(Md, Rd, Mo, Ro, Ms, Rs, float(cutoff), min_ratio, size_ratio, by_dir, by_out,
                           by_size, flagged, lower, float(cj), by_joint, upper, by_opposed, Mp, Rp, float(cp),
                           by_profile, typical, by_farther, Dp, shared_p, Mf, Rf, by_feat, Df, float(cf), Rc, Np,
-                          far_out & ~alone, farther_agreement)
+                          far_out & ~alone, farther_agreement, joint, bool(joint_flag))
 
 
 def update_flags(grams, outside=None, **kwargs) -> np.ndarray:
