@@ -42,7 +42,7 @@ def main() -> None:
             s = aggregate_factors(f, ModuleOptions(output_dtype="float64", contrasts=contrasts)).summary
             wall = time.perf_counter() - t
             mods = s["modules"].values()
-            gaps = ", ".join(f"{m['relative_gap']:.1e}" for m in mods)
+            gaps = ", ".join(f"{float(m['relative_gap'] or 'nan'):.1e}" for m in mods)   # strict JSON: NaN is None
             print(f"{kind:6s} {contrasts:8s} {wall:7.2f} s  iterations {[m['iterations'] for m in mods]}  "
                   f"status {[m['status'] for m in mods]}  gap [{gaps}]  {sorted({m['contrasts'] for m in mods})}")
 

@@ -482,10 +482,9 @@ def test_a_benign_variant_pair_keeps_the_shared_direction_and_is_not_flagged(see
 def test_contaminated_clients_that_moved_farther_elsewhere_are_flagged(seed):
     ev = update_evidence(_grams(_variant_federation(bad=(7, 8, 9), bad_scale=2.5, seed=seed)))
     assert list(np.flatnonzero(ev.flagged)) == [7, 8, 9] and list(np.flatnonzero(ev.by_farther)) == [7, 8, 9]
-    # the joint evidence holds (both scores above c′ = 3.5, 2.5x the size), reported: a flag only on request
-    assert np.all(ev.joint_evidence[[7, 8, 9]]) and not ev.by_joint.any() and not ev.joint_flag
-    on = update_evidence(_grams(_variant_federation(bad=(7, 8, 9), bad_scale=2.5, seed=seed)), joint_flag=True)
-    assert list(np.flatnonzero(on.by_joint)) == [7, 8, 9] and on.joint_flag
+    # both scores above c′ = 3.5, 2.5x the size, agreeing at most 1/4 of the typical (none of its direction)
+    assert list(np.flatnonzero(ev.by_joint)) == list(np.flatnonzero(ev.joint_evidence)) == [7, 8, 9]
+    assert np.all(ev.agreement_ratios[[7, 8, 9]] <= 0.25) and not ev.joint_flag
     assert np.all(ev.size_ratios[[7, 8, 9]] < SIZE_RATIO)   # size alone would not flag them
     assert ev.joint_cutoff == 3.5
     # scaling them down to the typical size removes the joint evidence, never adds a flag
@@ -500,21 +499,20 @@ def test_the_summary_and_sentence_name_the_joint_evidence():
                             ModuleOptions(output_dtype="float64"))
     det = res.summary["detection"]
     u = det["updates"]
-    assert det["flagged"] == ["c7", "c8", "c9"] and u["joint_evidence"] == ["c7", "c8", "c9"]
-    assert u["by_joint"] == [] and u["joint_flag"] is False and u["by_farther"] == ["c7", "c8", "c9"]
+    assert det["flagged"] == ["c7", "c8", "c9"] and u["by_joint"] == u["joint_evidence"] == ["c7", "c8", "c9"]
+    assert u["joint_flag"] is False and u["joint_agreement"] == 0.25
     assert u["by_direction"] == [] and all(u["agreement_bounds"][n] > 0 for n in ("c7", "c8", "c9"))
     assert u["joint_cutoff"] == 3.5
-    assert "direction and size together" not in detection_sentence(det)     # flagged by other evidence
-    # a summary written while the joint evidence was a flag (no "joint_flag" key) reads with its reason
-    old = {**det, "updates": {k: v for k, v in u.items() if k != "joint_flag"}}
-    old["updates"]["by_joint"] = u["joint_evidence"]
-    text = detection_sentence(old)
-    assert text.count("direction and size together") == 3 and "both > 3.50" in text
+    text = detection_sentence(det)
+    assert text.count("direction and size together") == 3 and "both > 3.50" in text and "<= 0.25, update" in text
+    # a summary written while the joint flag's bound was 1/ρ (no "joint_agreement" key) reads with it
+    old = {**det, "updates": {k: v for k, v in u.items() if k not in ("joint_flag", "joint_agreement")}}
+    assert "<= 0.833, update" in detection_sentence(old)
     clean = aggregate_factors(_variant_federation(variant=(4, 5)), ModuleOptions(output_dtype="float64"))
     u = clean.summary["detection"]["updates"]
     text = detection_sentence(clean.summary["detection"])
     assert "no client stands out" in text
-    assert "/ reported, not a flag (with joint_flag=True: both above 3.50, the size 1.2x the typical" in text
+    assert "/ both above 3.50, the size 1.2x the typical and the agreement at most 0.25 of the typical" in text
     jn, jv = max(((n, min(v, u["size_scores"][n])) for n, v in u["direction_scores"].items()), key=lambda kv: kv[1])
     assert f"direction and size together {jv:.2f} ({jn}, the smaller of its two scores)" in text
     # the limit names each test's largest value now and what a flag needs (issue 29, item 4)
@@ -751,7 +749,7 @@ def test_profile_flags_another_task_spread_elsewhere_not_a_harder_trainer():
         ev = update_evidence(_grams(_profile_federation(harder=(3, 4), other=(9,), seed=seed)))
         assert ev.profile_cutoff == pytest.approx(profile_cutoff(10, 8))
         assert list(np.flatnonzero(ev.by_profile)) == [9] and list(np.flatnonzero(ev.flagged)) == [9]
-        assert ev.size_ratios[9] < 1.2 and not ev.by_size[9] and not ev.by_joint[9]   # not larger
+        assert ev.size_ratios[9] < 1.2 and not ev.by_size[9] and not ev.joint_evidence[9]   # not larger
         assert np.all(ev.size_ratios[[3, 4]] > 2.5) and not ev.flagged[[3, 4]].any()
     # a clean federation with uneven training: nobody
     ev = update_evidence(_grams(_profile_federation(harder=(3, 4), seed=7)))
@@ -985,9 +983,8 @@ def test_the_summary_and_sentence_name_the_profile_and_farther_evidence():
     text = detection_sentence(big)
     assert "c9" in bu["by_size"] and f"update {bu['size_ratios']['c9']:.2f}x the typical size" in text
     assert "at that size: an honest client whose training diverged looks alike (check its own accuracy)" in text
-    # once per reason that reads it (farther, size; the joint evidence is reported, not a flag), never in the note
-    assert text.count(f"{bu['size_ratios']['c9']:.2f}x") == 2 and "its update is" not in text
-    assert "c9" in bu["joint_evidence"] and bu["by_joint"] == [] and "direction and size together" not in text
+    # once per reason that reads it (joint, farther, size), never in the note
+    assert text.count(f"{bu['size_ratios']['c9']:.2f}x") == 3 and "its update is" not in text
     det = aggregate_factors(_farther_federation(), opts).summary["detection"]
     u = det["updates"]
     assert u["by_farther"] == ["c9"] and u["farther_ratio"] == 2.0 and u["shared_floor"] == 0.1
@@ -1304,3 +1301,22 @@ def test_a_profile_flag_against_identical_profiles_reads_without_an_infinite_rat
     text = detection_sentence(det)
     assert "infx" not in text and "distance above 0 where the typical client's is 0" in text
     assert json.loads(json.dumps(res.summary, allow_nan=False)) == json.loads(strict_dumps(res.summary))
+
+
+def test_an_undecided_update_rule_says_whom_its_evidence_pointed_at():
+    """Two of four clients untrained (B = 0): the update rule's evidence points at the two trained ones, a
+    set without them would not be a strict majority, so the guard decides nothing; the sentence says so
+    and names them (it read "no client stands out" before, beside a size of 1e6x)."""
+    from lowrank_fl.adapters.decision import detection_sentence
+
+    rng = np.random.default_rng(0)
+    A0, Bs = rng.standard_normal((4, 48)), rng.standard_normal((48, 4))
+    f = {f"c{k}": {f"m{m}.q_proj": (A0 + 0.01 * rng.standard_normal((4, 48)),
+                                    (k < 2) * (Bs + 0.8 * rng.standard_normal((48, 4))), 2.0) for m in range(4)}
+         for k in range(4)}
+    det = aggregate_factors(f, ModuleOptions(output_dtype="float64")).summary["detection"]
+    assert det["undecided"] and det["flagged"] == [] and det["updates"]["flagged"] == ["c0", "c1"]
+    text = detection_sentence(det)
+    assert text.startswith("no client flagged: the update rule's evidence points at c0 (")
+    assert "), c1 (" in text and "cannot decide (lowrank_fl.adapters.guard)" in text
+    assert "no client stands out" not in text

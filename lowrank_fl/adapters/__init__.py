@@ -16,6 +16,7 @@ noharm      how far a collaborating client moves toward the others (agreement we
 plan        the refinement decided after every module: target, weights, refit, its summary
 decision    summary.json's "detection" block and the CLI's closing sentence
 updates_summary  the update rule's evidence per client in that block ("updates")
+refinement_sentence  the CLI's sentence on what each collaborating client received
 robust      krum / multikrum / median / trimmed-mean / geomed on the whole updates (reduced coords)
 stream      safetensors files written tensor by tensor; staged output directories
 split       the split layout: the shared part of (9) once, each client's own part, weights a_k

@@ -24,7 +24,8 @@ updates' Grams or below 3 clients; ``raw_tie``: most scores tie, and the statist
 direction score and agreement ratio, the lower confidence bound of its agreement, the size score
 and norm ratio, the cutoffs (single and joint), both floors, whom it flags and on which evidence
 (``by_direction``, where the federation shares a direction at ``shared_direction_p`` below
-``shared_alpha``; ``by_outside``, ``by_size``, ``by_joint``: direction and size together,
+``shared_alpha``; ``by_outside``, ``by_size``, ``by_joint``: direction and size together at an agreement
+of at most ``joint_agreement``, with ``joint_evidence`` where it holds at 1/ρ and ``joint_flag``,
 ``by_opposed``: significantly pointing away from a material shared direction, with
 ``shortfall_bounds`` and ``shared_floor``; ``by_profile``: its update spread over the modules
 unlike the others', with ``profile_scores``, ``profile_ratios`` and ``profile_cutoff``;
@@ -46,8 +47,8 @@ from .detect import POOLED_MIN_RATIO, pooled_evidence, raw_evidence
 from .detect_updates import FARTHER_RATIO, update_evidence
 from .feature_profile import results_features
 from .init_reversal import reversed_init_flags
+from .refinement_sentence import refinement_sentence    # its home before: re-exported
 from .updates_summary import names_where, updates_block
-from .refinement_sentence import refinement_sentence   # noqa: F401  (its home before; re-exported)
 
 __all__ = ["detection_summary", "detection_sentence", "raw_comparison", "refinement_sentence"]
 
@@ -185,6 +186,10 @@ def _updates_sentence(det: dict, refine: str | None = None) -> str:
     cut = u["cutoff"]
     if cut is None:
         return "no contaminated client can be detected with fewer than 3 clients (update rule)."
+    if det.get("undecided") and u.get("flagged"):         # the guard refused the set: say whom it pointed at
+        parts = [f"{n} (" + "; ".join(_update_reasons(u, n)) + ")" for n in u["flagged"]]
+        return (f"no client flagged: the update rule's evidence points at {', '.join(parts)}, but the clients "
+                "left would not be a strict majority, so the evidence cannot decide (lowrank_fl.adapters.guard).")
     if det["flagged"]:
         parts = [f"{n} (" + "; ".join(_update_reasons(u, n)) + ")" for n in det["flagged"]]
         return (f"flagged {', '.join(det['flagged'])} by the update rule over all modules: "
@@ -272,17 +277,21 @@ def _pooled_hint(det: dict) -> str:
             "flags benign clients that trained harder).")
 
 
+def _joint_bound(u: dict) -> float:
+    """The agreement bound of a joint flag (``joint_agreement``: 1/4, or 1/ρ with ``joint_flag``); 1/ρ in
+    a summary written before it had its own."""
+    rho = u["min_ratio"]
+    return u.get("joint_agreement", 1.0 / rho if rho > 0 else np.inf)
+
+
 def _joint_limit(u: dict, jn: str, jv: float, rho: float) -> str:
     """The joint test's clause of the limit: its largest value now and what a flag needs; "off here"
     where the federation shares no material direction (the test reads "agrees less" only against one)."""
-    need = (f"both above {_joint(u)}, the size {rho:g}x the typical and the agreement at most 1/{rho:g} "
-            f"of the typical")
+    need = (f"both above {_joint(u)}, the size {rho:g}x the typical and the agreement at most "
+            f"{_joint_bound(u):.3g} of the typical")
     now = f"{_vs(jv, u['joint_cutoff'] or np.inf)} ({jn}, the smaller of its two scores)"
-    if not u.get("joint_flag", True):          # summaries written before it was reported only: a flag
-        return (f"direction and size together {now} / reported, not a flag (with joint_flag=True: {need})"
-                + _joint_only(u))
     if _material(u):
-        return f"direction and size together {now} / {need}"
+        return f"direction and size together {now} / {need}{_joint_only(u)}"
     # the next clause states the typical agreement and the floor: not repeated here (the sentence's length)
     return (f"direction and size together {now} / off here, as the next test: no material shared direction; "
             f"when on, {need}")
@@ -314,7 +323,7 @@ def _update_reasons(u: dict, n: str) -> list:
         cj = u["joint_cutoff"]
         why.append(f"direction and size together: direction score {_vs(u['direction_scores'][n], cj)} and size "
                    f"score {_vs(u['size_scores'][n], cj)} both > {cj:.2f}, agreement "
-                   f"{_vs(u['agreement_ratios'][n], 1 / rho)} of the typical <= 1/{rho:g}, update "
+                   f"{_vs(u['agreement_ratios'][n], _joint_bound(u))} of the typical <= {_joint_bound(u):.3g}, update "
                    f"{_vs(u['size_ratios'][n], rho)}x the typical size >= {rho:g}x, the typical agreement "
                    f"{u['typical_agreement']:.3f} >= {u['shared_floor']:g}")
     if n in u["by_opposed"]:
@@ -404,8 +413,8 @@ def _shared_p(u) -> str:
 
 def _distance_ratio(v, rho: float) -> str:
     """A profile distance as a ratio of the typical client's; where the typical distance is 0 (most
-    clients' profiles identical) the ratio is infinite (``"inf"`` or None in a summary read back)."""
-    if v is None or v == "inf" or not np.isfinite(v):
+    clients' profiles identical) the ratio is infinite (None in the summary, inf in the evidence)."""
+    if v is None or not np.isfinite(v):
         return "distance above 0 where the typical client's is 0 (most profiles identical)"
     return f"distance {v:.2f}x the typical client's >= {rho:g}x"
 
@@ -432,12 +441,15 @@ def _grouped(u) -> str:
 
 
 def _joint_only(u) -> str:
-    """The clients the joint evidence holds for, unflagged (it is reported, not a flag, by default)."""
+    """The unflagged clients the joint evidence holds for (agreement above the flag's bound, at most 1/ρ)."""
     held = [n for n in u.get("joint_evidence") or [] if n not in u["flagged"]]
     if not held:
         return ""
-    return (f"; direction and size together hold for {', '.join(held)} (reported, not a flag: under uneven "
-            "training a benign client that trained with a larger learning rate has both)")
+    each = ", ".join(f"{n} (agreement {u['agreement_ratios'][n]:.2f}x, size {u['size_ratios'][n]:.2f}x)"
+                     for n in held)
+    return (f"; direction and size together hold for {each}: not flagged, a flag needs the agreement at most "
+            f"{_joint_bound(u):.3g} of the typical (a benign client that trained with a larger learning rate "
+            "can have both)")
 
 
 def _joint(u) -> str:

@@ -69,9 +69,10 @@ def updates_block(uv, grams, names, results, cosines) -> dict:
         "feature_profile_off": off_reason(results),
         "cutoff": uv.cutoff if np.isfinite(uv.cutoff) else None,
         "joint_cutoff": uv.joint_cutoff if np.isfinite(uv.joint_cutoff) else None,
-        # the joint evidence is reported; it flags (by_joint) only with joint_flag=True (detect_updates)
+        # the joint evidence, reported wherever it holds; it flags (by_joint) at an agreement of at most
+        # joint_agreement (1/4; 1/rho with joint_flag=True: detect_updates)
         "joint_evidence": names_where(names, uv.joint_evidence),
-        "joint_flag": uv.joint_flag,
+        "joint_flag": uv.joint_flag, "joint_agreement": uv.joint_agreement,
         "min_ratio": uv.min_ratio, "size_ratio": uv.size_ratio,
         # A reversed against the common LoRA initialization (lowrank_fl.adapters.init_reversal)
         "init_cosines": {n: (None if np.isnan(v) else float(v))

@@ -440,7 +440,6 @@ class ClairStrategy(FedAvg):
         for note in zero_update_notes(res.summary["modules"], list(named)):
             log(WARNING, "aggregate_train: round %s: %s", server_round, note)
             warnings.warn(f"ClairStrategy: round {server_round}: {note}", stacklevel=2)
-        modules = res.summary["modules"].values()
         decided = guard.decided_modules(benign)  # undecided modules flag nobody
         flagged = tuple(n for k, n in enumerate(nodes) if not all(b[k] for b in decided.values())) \
             if self.method == "clair" else ()
@@ -457,7 +456,8 @@ class ClairStrategy(FedAvg):
         mb = ({n: int(res.summary["client_benign"]["modules_benign"][str(n)]) for n in nodes}
               if self.method == "clair" else {})
         record = RoundRecord(**base, flagged=flagged, modules_benign=mb, undecided=undecided, abstained=abstained,
-                             max_relative_gap=float(max(m["relative_gap"] for m in modules)),
+                             # the solves' own floats (the summary writes NaN as None and inf as "inf")
+                             max_relative_gap=float(max(r.relative_gap for r in res.aggregation.results)),
                              seconds={"aggregate": t_agg, "mean": t_mean, "total": time.perf_counter() - t0},
                              summary=res.summary)
         self.rounds[server_round] = record
