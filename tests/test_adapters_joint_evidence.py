@@ -75,7 +75,6 @@ def test_where_a_material_direction_is_shared_the_joint_evidence_holds_and_flags
     assert typical >= SHARED_FLOOR and ev.typical_agreement == pytest.approx(typical, rel=1e-9)
     assert list(np.flatnonzero(ev.joint_evidence)) == list(np.flatnonzero(old)) == list(HARD)
     assert not ev.by_joint.any() and not ev.joint_flag and ev.joint_agreement == JOINT_AGREEMENT
-    assert np.all(ev.agreement_ratios[list(HARD)] > JOINT_AGREEMENT)
     on = update_evidence(G, joint_flag=True)
     assert list(np.flatnonzero(on.by_joint)) == list(HARD) and set(HARD) <= set(np.flatnonzero(on.flagged))
     with pytest.raises(TypeError, match="joint_flag"):
@@ -97,11 +96,12 @@ def test_the_sentence_states_the_shared_direction_and_names_the_joint_evidence_u
     text = detection_sentence(det)
     assert f"the typical agreement {u['typical_agreement']:.3f} >= 0.1" in text
     r, z = u["agreement_ratios"]["c7"], u["size_ratios"]["c7"]
-    assert (f"; direction and size together hold for c7 (agreement {r:.2f}x, size {z:.2f}x): not flagged, a flag "
-            "needs the agreement at most 0.25 of the typical") in text
+    assert (f"; direction and size together hold (both scores above 3.50, agreement at most 0.833) for c7 "
+            f"(agreement {r:.2f}x, size {z:.2f}x): not flagged, a flag needs the agreement at most 0.25 of the "
+            "typical") in text
 
 
-def test_the_nothing_detected_sentence_says_the_joint_evidence_is_reported_not_a_flag():
+def test_the_nothing_detected_sentence_says_the_joint_test_is_off_without_a_shared_direction():
     from lowrank_fl.adapters import ModuleOptions, aggregate_factors
     from lowrank_fl.adapters.decision import detection_sentence
 
@@ -164,7 +164,8 @@ def test_a_client_elsewhere_at_most_twice_the_size_is_flagged_where_it_carries_l
     half = update_evidence(np.einsum("mkd,mjd->mkj", W, W))
     assert _reference(W)[0][-1] and half.joint_evidence[-1] and 0.4 < half.agreement_ratios[-1] < 0.6
     assert not half.flagged.any()
-    for c in (2.0, 10.0, 1e3):
+    for c in (1.05, 2.0, 10.0, 1e3):      # 1.05: still under twice the size, flagged by the joint flag itself
         V = U.copy()
         V[:, -1] *= c
-        assert update_evidence(np.einsum("mkd,mjd->mkj", V, V)).flagged[-1]
+        big = update_evidence(np.einsum("mkd,mjd->mkj", V, V))
+        assert big.flagged[-1] and big.by_joint[-1] and (c > 1.1 or big.size_ratios[-1] < 2)

@@ -484,7 +484,7 @@ def test_contaminated_clients_that_moved_farther_elsewhere_are_flagged(seed):
     assert list(np.flatnonzero(ev.flagged)) == [7, 8, 9] and list(np.flatnonzero(ev.by_farther)) == [7, 8, 9]
     # both scores above c′ = 3.5, 2.5x the size, agreeing at most 1/4 of the typical (none of its direction)
     assert list(np.flatnonzero(ev.by_joint)) == list(np.flatnonzero(ev.joint_evidence)) == [7, 8, 9]
-    assert np.all(ev.agreement_ratios[[7, 8, 9]] <= 0.25) and not ev.joint_flag
+    assert not ev.joint_flag and ev.joint_agreement == 0.25
     assert np.all(ev.size_ratios[[7, 8, 9]] < SIZE_RATIO)   # size alone would not flag them
     assert ev.joint_cutoff == 3.5
     # scaling them down to the typical size removes the joint evidence, never adds a flag

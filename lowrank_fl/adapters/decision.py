@@ -242,7 +242,9 @@ def _updates_limit(u: dict) -> str:
         f"material shared direction ({_shared(u)})",
         _reversed_limit(u),
     ]
-    return ("no client stands out under the updates rule. Each test, its largest value now / what a flag "
+    held = any(n not in u["flagged"] for n in u.get("joint_evidence") or [])
+    return (f"no client {'flagged' if held else 'stands out'} under the updates rule. Each test, its largest "
+            "value now / what a flag "
             "needs: " + "; ".join(t for t in tests if t)
             + ". A contaminated client below all of these limits goes unflagged.")
 
@@ -447,7 +449,9 @@ def _joint_only(u) -> str:
         return ""
     each = ", ".join(f"{n} (agreement {u['agreement_ratios'][n]:.2f}x, size {u['size_ratios'][n]:.2f}x)"
                      for n in held)
-    return (f"; direction and size together hold for {each}: not flagged, a flag needs the agreement at most "
+    rho = u["min_ratio"]
+    return (f"; direction and size together hold (both scores above {_joint(u)}, agreement at most "
+            f"{1 / rho if rho > 0 else np.inf:.3g}) for {each}: not flagged, a flag needs the agreement at most "
             f"{_joint_bound(u):.3g} of the typical (a benign client that trained with a larger learning rate "
             "can have both)")
 
