@@ -193,8 +193,17 @@ def test_sign_flip_of_an_update_sharing_only_a_row_space_is_invisible():
 def test_non_finite_updates_are_refused():
     G = _grams(_federation())
     G[0, 1, 2] = G[0, 2, 1] = np.nan
-    with pytest.raises(ValueError, match="grams must be finite"):
+    with pytest.raises(ValueError, match="grams must be finite") as err:
         update_evidence(G)
+    assert "positions" not in str(err.value)            # every norm finite: no client to name
+    # a client whose update overflows (x1e160: its squared norm is inf) is named by its position
+    f = _federation()
+    name = list(f)[3]
+    f[name] = {m: (A, 1e160 * B, s) for m, (A, B, s) in f[name].items()}
+    with np.errstate(over="ignore"):
+        H = _grams(f)
+    with pytest.raises(ValueError, match=r"clients at positions \[3\] \(0-based, input order\)"):
+        update_evidence(H)
 
 
 def test_boolean_grams_are_refused_naming_the_argument():

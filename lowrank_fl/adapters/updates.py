@@ -53,12 +53,17 @@ def check_gram(gram, name: str = "gram") -> np.ndarray:
     is refused (a mask passed by mistake would read as a Gram of 0/1)."""
     if np.asarray(gram).dtype == bool:
         raise TypeError(f"{name} must be a numeric Gram matrix of the updates, got a boolean array")
+    raw = np.asarray(gram)
+    if raw.dtype.kind == "f" and raw.ndim >= 2 and raw.shape[-1] == raw.shape[-2] and not np.all(np.isfinite(raw)):
+        # name the clients (input order) whose squared norm is not finite: the updates to look at
+        bad = np.flatnonzero(~np.isfinite(np.diagonal(raw, axis1=-2, axis2=-1).reshape(-1, raw.shape[-1]))
+                             .all(axis=0)).tolist()
+        which = f"; clients at positions {bad} (0-based, input order)" if bad else ""
+        raise ValueError(f"{name} must be finite, got {int(np.sum(~np.isfinite(raw)))} non-finite entries (NaN "
+                         f"or inf): an update with inf or NaN, or a norm overflowing float64{which}")
     G = as_float_array(gram, name)
     if G.ndim < 2 or G.shape[-1] != G.shape[-2]:
         raise ValueError(f"{name} must be (..., K, K), got shape {G.shape}")
-    if not np.all(np.isfinite(G)):
-        raise ValueError(f"{name} must be finite (an update with inf or NaN, or a norm overflowing "
-                         "float64)")
     if np.any(np.diagonal(G, axis1=-2, axis2=-1) < 0):
         raise ValueError(f"{name} must have a non-negative diagonal (squared norms)")
     return G
