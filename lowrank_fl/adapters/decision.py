@@ -242,18 +242,23 @@ def _updates_limit(u: dict) -> str:
         f"material shared direction ({_shared(u)})",
         _reversed_limit(u),
     ]
-    held = any(n not in u["flagged"] for n in u.get("joint_evidence") or [])
-    return (f"no client {'flagged' if held else 'stands out'} under the updates rule. Each test, its largest "
-            "value now / what a flag "
-            "needs: " + "; ".join(t for t in tests if t)
+    head = "no client flagged" if _joint_unflagged(u) else "no client stands out"
+    return (f"{head} under the updates rule. Each test, its largest value now / what a flag needs: "
+            + "; ".join(t for t in tests if t)
             + ". A contaminated client below all of these limits goes unflagged.")
+
+
+def _rho_bound(u: dict) -> float:
+    """1/ρ: the agreement bound of the joint evidence, and of the flags in summaries written before
+    they had their own."""
+    rho = u["min_ratio"]
+    return 1.0 / rho if rho > 0 else np.inf
 
 
 def _farther_bound(u: dict) -> float:
     """The farther flag's agreement bound (``farther_agreement``: at most 1/2 and 1/ρ of the typical);
     1/ρ in a summary written before it had its own."""
-    rho = u["min_ratio"]
-    return u.get("farther_agreement", 1.0 / rho if rho > 0 else np.inf)
+    return u.get("farther_agreement", _rho_bound(u))
 
 
 def _reversed_limit(u: dict) -> str:
@@ -282,8 +287,7 @@ def _pooled_hint(det: dict) -> str:
 def _joint_bound(u: dict) -> float:
     """The agreement bound of a joint flag (``joint_agreement``: 1/4, or 1/ρ with ``joint_flag``); 1/ρ in
     a summary written before it had its own."""
-    rho = u["min_ratio"]
-    return u.get("joint_agreement", 1.0 / rho if rho > 0 else np.inf)
+    return u.get("joint_agreement", _rho_bound(u))
 
 
 def _joint_limit(u: dict, jn: str, jv: float, rho: float) -> str:
@@ -442,16 +446,20 @@ def _grouped(u) -> str:
             f"group that trained harder looks so): {', '.join(grouped)}")
 
 
+def _joint_unflagged(u) -> list:
+    """The clients the joint evidence holds for (agreement at most 1/ρ) that nothing flagged."""
+    return [n for n in u.get("joint_evidence") or [] if n not in u["flagged"]]
+
+
 def _joint_only(u) -> str:
-    """The unflagged clients the joint evidence holds for (agreement above the flag's bound, at most 1/ρ)."""
-    held = [n for n in u.get("joint_evidence") or [] if n not in u["flagged"]]
+    """The clause naming :func:`_joint_unflagged`'s clients, with their agreement and size."""
+    held = _joint_unflagged(u)
     if not held:
         return ""
     each = ", ".join(f"{n} (agreement {u['agreement_ratios'][n]:.2f}x, size {u['size_ratios'][n]:.2f}x)"
                      for n in held)
-    rho = u["min_ratio"]
     return (f"; direction and size together hold (both scores above {_joint(u)}, agreement at most "
-            f"{1 / rho if rho > 0 else np.inf:.3g}) for {each}: not flagged, a flag needs the agreement at most "
+            f"{_rho_bound(u):.3g}) for {each}: not flagged, a flag needs the agreement at most "
             f"{_joint_bound(u):.3g} of the typical (a benign client that trained with a larger learning rate "
             "can have both)")
 

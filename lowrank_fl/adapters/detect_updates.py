@@ -514,7 +514,8 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     upper = _shortfall_bounds(per, OPPOSED_ALPHA)
     Ms, Rs = size_scores(G)
     # materially out: it agrees with the others at most 1/ρ as much as the typical client does
-    less = rd <= (1.0 / min_ratio if min_ratio > 0 else np.inf)
+    rho_bound = 1.0 / min_ratio if min_ratio > 0 else np.inf       # 1/ρ, the agreement bounds' ceiling
+    less = rd <= rho_bound
     shared_p = _shared_direction_p(per)
     # ... and carries none of a direction the federation significantly shares
     by_dir = (Md > cutoff) & (rd <= 0) & (shared_p < SHARED_ALPHA)
@@ -532,13 +533,12 @@ def update_evidence(grams, outside=None, cutoff: float | None = None,
     # a flag where the client carries at most a quarter of the typical agreement (a harder trainer keeps at
     # least half the typical shared component: below twice the size it agrees more than 1/4); everywhere
     # the evidence holds only on request (the robust scores lose their scale under uneven training)
-    rho_bound = 1.0 / min_ratio if min_ratio > 0 else np.inf
     joint_agreement = rho_bound if joint_flag else min(JOINT_AGREEMENT, rho_bound)
     by_joint = joint & (rd <= joint_agreement)
     by_opposed = (rd <= 0) & (upper < 0) & shared
     # twice as far and at most half as agreeing: a client that trained harder on the same task moved at
     # least as far along the shared direction, so at twice the size it agrees at least half as much
-    farther_agreement = min(1.0 / FARTHER_RATIO, 1.0 / min_ratio if min_ratio > 0 else np.inf)
+    farther_agreement = min(1.0 / FARTHER_RATIO, rho_bound)
     by_farther = (Rs >= FARTHER_RATIO) & (rd <= farther_agreement) & shared
     Mp, Rp, Dp, Np, n_profile = module_profile(G)
     cp = profile_cutoff(K, max(n_profile, 1)) if np.isfinite(cutoff) else np.inf
