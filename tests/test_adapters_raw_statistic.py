@@ -258,6 +258,26 @@ def test_an_untrained_client_is_named_as_such_not_as_opposed():
     assert "opposed" not in clause.split(");")[0]
 
 
+@pytest.mark.parametrize("idle, said", [(6, True), (5, False)])
+def test_where_most_clients_are_untrained_a_trained_one_is_not_called_diverged(idle, said):
+    """Six of ten clients untrained (zero updates everywhere): the typical update is zero, so every
+    trained client is flagged for size, and the sentence says why (the typical client sent nothing),
+    not that its training diverged. With five of ten the typical is not zero and the note stays."""
+    from lowrank_fl.adapters.decision import detection_sentence
+    U = _federation(4, shared=1.0, noise=0.3)
+    U[:, :idle] = 0.0
+    U[:, 9] *= 8.0                       # without idle clients too, this one is far out in size
+    det = aggregate_factors(_factors(U), ModuleOptions(output_dtype="float64")).summary["detection"]
+    u = det["updates"]
+    assert sorted(m for m, z in u["zero_modules"].items() if z == u["live_modules"]) == [f"c{k}" for k in range(idle)]
+    assert "c9" in u["by_size"]
+    s = detection_sentence(det)
+    clause = s[s.index("c9 ("):].split("), c")[0]
+    note = f"the typical client sent no update ({idle} of 10 clients untrained)"
+    assert (note in clause) is said, clause
+    assert ("training diverged looks alike" in clause) is (not said), clause
+
+
 def test_identical_clients_tie_on_both_statistics_and_nobody_is_flagged():
     """All module-averaged scores equal (identical updates): a tie for the pooled and the raw statistic
     alike (the documented case), every score 0, nobody flagged."""

@@ -376,11 +376,23 @@ def _update_reasons(u: dict, n: str) -> list:
     # typical size, own-task accuracy far below the base's): the server cannot tell it apart, so say so
     # (the size, joint and farther reasons state the size ratio already: the note does not repeat it)
     big = u["size_ratios"][n] >= u.get("farther_ratio", FARTHER_RATIO)
-    if big and any(n in u.get(k, ()) for k in ("by_joint", "by_profile", "by_farther", "by_size")):
+    idle = _untrained(u)
+    if big and len(idle) * 2 > len(u["size_ratios"]):
+        # most clients sent no update: the typical size is zero, and every client that trained at all is
+        # "far out" against it, whatever it learned (not a sign of divergence)
+        why.append(f"the typical client sent no update ({len(idle)} of {len(u['size_ratios'])} clients untrained): "
+                   "any client that trained stands this far out, whatever it learned")
+    elif big and any(n in u.get(k, ()) for k in ("by_joint", "by_profile", "by_farther", "by_size")):
         stated = any(n in u.get(k, ()) for k in ("by_joint", "by_farther", "by_size"))
         at = "at that size" if stated else f"its update is {u['size_ratios'][n]:.3g}x the typical size"
         why.append(f"{at}: an honest client whose training diverged looks alike (check its own accuracy)")
     return why
+
+
+def _untrained(u: dict) -> list:
+    """The clients whose update is zero in every module (PEFT's initial state)."""
+    live = u.get("live_modules", -1)
+    return [m for m, z in u.get("zero_modules", {}).items() if live > 0 and z == live]
 
 
 def _material(u) -> bool:
