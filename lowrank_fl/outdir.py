@@ -129,13 +129,13 @@ def check_output_dir(out, *, overwrite: bool = False, inputs: Iterable = (),
     if target.exists() and not target.is_dir():
         raise ValueError(f"{option} {out} is a file, not a directory")
     if target.is_dir() and any(target.iterdir()):
+        if not is_output_dir(target):          # checked first: --overwrite would not help here
+            raise ValueError(f"{option} {out} is not empty and does not hold a previous lowrank-fl output "
+                             f"(no {MARKER}); refusing to replace it: remove it yourself or choose "
+                             "another directory")
         if not overwrite:
             raise ValueError(f"{option} {out} is not empty; pass {_overwrite_hint(option)} to replace a previous "
                              "lowrank-fl output")
-        if not is_output_dir(target):
-            raise ValueError(f"{option} {out} does not hold a previous lowrank-fl output (no "
-                             f"{MARKER}); refusing to replace it: remove it yourself or choose "
-                             "another directory")
         foreign = foreign_files(target)
         if foreign:
             more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""

@@ -219,6 +219,28 @@ def test_an_unused_shared_adapter_is_not_written(src, tmp_path, how):
     assert json.loads((tmp_path / "one" / ad.names[0] / MANIFEST).read_text())["shared"] == f"../{SHARED}"
 
 
+def test_a_split_client_part_is_refused_as_an_adapter_unless_it_is_the_whole_update(src, tmp_path, capsys):
+    """A client directory of a split-layout output holds only the client's own part where its shared
+    weight is above 0: read as an adapter (a second round started from it) it would silently drop
+    the shared part, so it is refused, naming the directory and the way out; with every weight 0 it
+    is the client's own adapter and reads as one."""
+    from lowrank_fl.adapters.io import AdapterError
+    ad = load_adapters(src)
+    aggregate_to_dir(ad, ModuleOptions(output_dtype="float64"), tmp_path / "out", dtype="float64",
+                     progress=False, refine="paper", shared_weights=[0.0, 0.0] + [0.5] * (K - 2))
+    parts = [tmp_path / "out" / n for n in ad.names]
+    with pytest.raises(AdapterError, match=rf"{ad.names[2]}: the client's own part in a lowrank-fl split-layout output "
+                                           r".*shared weight up to 0\.5\).*load_split.*--output merged"):
+        load_adapters(parts)
+    assert load_adapters(parts[:2]).names == ad.names[:2]            # weight 0: their whole updates
+    assert load_adapters(parts, split_parts=True).names == ad.names  # as they are (inspect)
+    assert main(["adapters", "aggregate", *map(str, parts), "--out", str(tmp_path / "again"), "--quiet"]) == 2
+    assert "split-layout output" in capsys.readouterr().err and not (tmp_path / "again").exists()
+    (parts[1] / MANIFEST).write_text("{not json")
+    with pytest.raises(AdapterError, match="not a lowrank-fl split-layout manifest"):
+        load_adapters(parts[:2])
+
+
 # ------------------------------------------------------------------------------ PEFT
 def _peft_case(tmp_path):
     peft = pytest.importorskip("peft")

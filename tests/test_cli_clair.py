@@ -242,7 +242,7 @@ def no_fit(monkeypatch):
     (lambda d: (d / "file").write_text("x") and d / "file", "is a file, not a directory"),
     (lambda d: (d / "file").write_text("x") and d / "file" / "sub", "cannot write --out"),
     (lambda d: (d / "full").mkdir() or (d / "full" / "x.txt").write_text("x") and d / "full",
-     "is not empty; pass --overwrite to replace a previous lowrank-fl output"),
+     "is not empty and does not hold a previous lowrank-fl output (no .lowrank-fl-output); refusing"),
 ])
 def test_bad_out_is_checked_before_the_fit(tmp_path, npz, capsys, no_fit, make, expected):
     out = make(tmp_path)
@@ -254,7 +254,8 @@ def test_overwrite_needs_a_previous_fit_and_replaces_it(tmp_path, npz, capsys):
     out = tmp_path / "o"
     assert main(_fit_args(npz, out)) == 0
     (out / "stale.txt").write_text("old")
-    assert main(_fit_args(npz, out)) == 2  # not empty
+    assert main(_fit_args(npz, out)) == 2  # not empty, but a previous output: --overwrite is the way
+    assert "is not empty; pass --overwrite to replace a previous lowrank-fl output" in capsys.readouterr().err
     assert main(_fit_args(npz, out, "--overwrite")) == 2  # a file the fit did not write: refused
     assert "did not write (stale.txt)" in capsys.readouterr().err
     (out / "stale.txt").unlink()

@@ -384,13 +384,19 @@ def test_the_python_calls_name_their_own_arguments_not_the_flags(tmp_path):
     (full / "mine.txt").parent.mkdir()
     (full / "mine.txt").write_text("keep")
     adapters, opts = load_adapters(dirs), ModuleOptions(method="fedavg")
-    with pytest.raises(ValueError, match=r"^out .*full is not empty; pass overwrite=True to replace"):
+    with pytest.raises(ValueError, match=r"^out .*full is not empty and does not hold a previous lowrank-fl output"):
         aggregate_to_dir(adapters, opts, full, progress=False)
-    with pytest.raises(ValueError, match=r"^out .*full is not empty; pass overwrite=True to replace"):
+    with pytest.raises(ValueError, match=r"^out .*full is not empty and does not hold a previous lowrank-fl output"):
         write_outputs(aggregate_adapters(adapters, opts, progress=False), full)
-    with pytest.raises(ValueError, match=r"^--out .*full is not empty; pass --overwrite to replace"):
+    with pytest.raises(ValueError, match=r"^--out .*full is not empty and does not hold a previous lowrank-fl output"):
         check_output_dir(full)
     assert (full / "mine.txt").read_text() == "keep"
+    done = tmp_path / "done"                      # a previous output: the hint names the library's word
+    aggregate_to_dir(adapters, opts, done, progress=False)
+    with pytest.raises(ValueError, match=r"^out .*done is not empty; pass overwrite=True to replace"):
+        aggregate_to_dir(adapters, opts, done, progress=False)
+    with pytest.raises(ValueError, match=r"^--out .*done is not empty; pass --overwrite to replace"):
+        check_output_dir(done)
 
 
 def test_overwrite_never_deletes_a_file_the_user_added_to_a_previous_output(tmp_path):

@@ -174,13 +174,13 @@ def _names(args):
     return names
 
 
-def _load(args):
+def _load(args, split_parts: bool = False):
     """Load the adapters; warnings (different base models) become one stderr line each."""
     check_distinct_dirs(args.dirs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            adapters = load_adapters(args.dirs, names=_names(args))
+            adapters = load_adapters(args.dirs, names=_names(args), split_parts=split_parts)
         except AdapterError as exc:              # the library names its argument; the user gave --names
             if str(exc).startswith("names: "):
                 raise AdapterError("--" + str(exc)) from None
@@ -414,7 +414,7 @@ def run_inspect(args) -> int:
         check_output_file(args.figure, overwrite=args.overwrite,
                           inputs=[*args.dirs, args.summary])
         _check_figure_format(args.figure)
-    adapters = _load(args)
+    adapters = _load(args, split_parts=True)       # the files as they are, a split output's parts too
     if summary is not None:
         _check_summary(summary, args.summary, adapters)
     K = adapters.n_clients

@@ -38,10 +38,13 @@ __all__ = ["AdapterError", "AdapterWarning", "StorageDtypeError", "ClientAdapter
            "default_names", "check_client_names", "check_distinct_dirs", "identical_dirs", "input_dtype",
            "stored_dtypes",
            "config_scaling", "assemble_adapter_set",
-           "adapter_fingerprint", "input_fingerprints"]
+           "adapter_fingerprint", "input_fingerprints", "SPLIT_MANIFEST"]
 
 CONFIG_NAME = "adapter_config.json"
 WEIGHTS_NAME = "adapter_model.safetensors"
+#: the manifest of a client directory of CLAIR's split layout (:mod:`.split`); here so that the
+#: reader can refuse such a directory as a client's adapter without importing the writer
+SPLIT_MANIFEST = "lowrank_fl_split.json"
 _SUFFIX = re.compile(r"^(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
 _PREFIX = "base_model.model."
 
@@ -314,6 +317,29 @@ def read_client(path, name: str | None = None) -> ClientAdapter:
                          header=_read_header(w_file))
 
 
+def _check_not_a_split_part(path: Path) -> None:
+    """Refuse the client directory of a split-layout output whose update includes the shared part
+    (a shared weight above 0): its factors are only the client's own part, so reading them as its
+    adapter would silently drop ``shared_weight × shared``. With every weight 0 it is the client's
+    own adapter, and is read as one."""
+    manifest = path / SPLIT_MANIFEST
+    if not manifest.is_file():
+        return
+    try:
+        doc = json.loads(manifest.read_text())
+        w = doc["shared_weight"]
+        weights = [float(v) for v in (w.values() if isinstance(w, dict) else [w])]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError):
+        raise AdapterError(f"{manifest}: not a lowrank-fl split-layout manifest; a client directory of a "
+                           "split-layout output cannot be read as an adapter") from None
+    if doc.get("shared") is not None and max(weights, default=0.0) > 0:
+        raise AdapterError(f"{path}: the client's own part in a lowrank-fl split-layout output (its "
+                           f"{SPLIT_MANIFEST}: shared weight up to {max(weights):g}), not its whole adapter: the "
+                           f"update is this part plus that weight times {doc['shared']}. Load it with "
+                           "lowrank_fl.adapters.peft_load.load_split and save the result, or aggregate with "
+                           "--output merged")
+
+
 @dataclass
 class AdapterSet:
     """K compatible client adapters (same module names and ``(out, in)`` shapes; ranks and
@@ -449,7 +475,7 @@ def input_dtype(adapters: "AdapterSet") -> str:
         frozenset(tags), "float32")
 
 
-def load_adapters(paths, *, names=None) -> AdapterSet:
+def load_adapters(paths, *, names=None, split_parts: bool = False) -> AdapterSet:
     """Open K >= 2 client adapter directories and check they are compatible.
 
     Parameters
@@ -460,6 +486,11 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
         Client names, one per directory, distinct (they name the output directories). Default:
         :func:`default_names` (the directory names, with parent directories added where they
         collide, e.g. ``site1/adapter``).
+    split_parts : bool
+        Read client directories of a CLAIR split-layout output as they are (``adapters inspect``
+        does). By default one whose shared weight is above 0 is refused: its factors are only the
+        client's own part, and its update adds the shared adapter
+        (:func:`lowrank_fl.adapters.peft_load.load_split`).
 
     Raises
     ------
@@ -467,7 +498,8 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
         Missing files, a non-LoRA ``peft_type``, an adapter that is not plain LoRA
         (:func:`check_plain_lora`), a corrupt or truncated safetensors file, mismatched module
         sets or shapes, a LoRA rank above ``min(out, in)``, fewer than 2 clients, a directory
-        given twice without ``names``, bad names. Each message names the file or module.
+        given twice without ``names``, bad names, a split-layout client part (``split_parts``). Each
+        message names the file or module.
         Non-finite weights are reported when a module is read.
 
     Warns
@@ -489,6 +521,9 @@ def load_adapters(paths, *, names=None) -> AdapterSet:
     else:
         names = check_client_names(names, len(paths))
     clients = [read_client(p, n) for p, n in zip(paths, names)]
+    if not split_parts:
+        for p in paths:
+            _check_not_a_split_part(p)
     bases = {}
     for c in clients:
         bases.setdefault(c.config.get("base_model_name_or_path"), []).append(c.name)

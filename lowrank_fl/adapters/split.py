@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..linalg import compact_factors
-from .io import AdapterError, ModuleFactors
+from .io import SPLIT_MANIFEST, AdapterError, ModuleFactors
 
 __all__ = ["LAYOUTS", "DEFAULT_LAYOUT", "SHARED", "MANIFEST", "shared_weights", "client_part",
            "shared_part", "shared_used", "keep_split_state", "fold_weights", "write_manifest", "read_manifest"]
@@ -45,7 +45,7 @@ DEFAULT_LAYOUT = "split"
 #: the shared adapter's directory in ``OUT``
 SHARED = "shared"
 #: the manifest in each client's output directory of the split layout
-MANIFEST = "lowrank_fl_split.json"
+MANIFEST = SPLIT_MANIFEST
 
 
 def _some(items: list, n: int) -> str:
