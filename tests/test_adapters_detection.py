@@ -488,3 +488,19 @@ def test_clean_sentence_explains_a_wide_gap_that_did_not_separate():
     assert "largest gap ratio 5.99 of the 6 needed, in m1" in narrow
     none = detection_sentence({**base, "modules": {"m1": {"gap_ratio": None}}})
     assert "no module had two distinct block norms" in none and "largest pooled score 0.30 (b)" in none
+
+
+def test_the_refinement_sentence_gives_each_group_its_own_reason_when_nobody_moves():
+    """Nobody's output moves: the sentence names why per group (zero update, outside the set, no
+    agreement), singular or plural, and keeps the agreement wording only where that is the one reason."""
+    def ref(**whys):
+        return {"mode": "exchangeable", "target": "the collaborative mean", "clients": {
+            n: {"weight": 0.0, "agreement": a, "relative_change": 0.0, "why": w} for n, (w, a) in whys.items()}}
+    zero, out, low = ("its update is zero: nothing to move", None), ("outside the collaborative set", None), \
+        ("its update does not agree", 0.01)
+    assert refinement_sentence(ref(a=zero, b=out, c=out, d=low)) == (
+        "refinement: every client keeps its own adapter: d: its update does not agree with the others' mean; "
+        "a: its update is zero; b, c (2 clients): they are outside the collaborative set.")
+    assert refinement_sentence(ref(a=low, b=low)) == (
+        "refinement: every client keeps its own adapter: no collaborating client's update agrees with the "
+        "others' mean (largest agreement 0.010), so averaging could only replace what it learned.")

@@ -258,24 +258,40 @@ def test_an_untrained_client_is_named_as_such_not_as_opposed():
     assert "opposed" not in clause.split(");")[0]
 
 
-@pytest.mark.parametrize("idle, said", [(6, True), (5, False)])
-def test_where_most_clients_are_untrained_a_trained_one_is_not_called_diverged(idle, said):
-    """Six of ten clients untrained (zero updates everywhere): the typical update is zero, so every
-    trained client is flagged for size, and the sentence says why (the typical client sent nothing),
-    not that its training diverged. With five of ten the typical is not zero and the note stays."""
+@pytest.mark.parametrize("idle", [6, 5, 3])
+def test_where_most_clients_are_untrained_the_update_rule_abstains(idle):
+    """Six of ten clients untrained (zero updates everywhere): the typical update is zero and every
+    trained client is far from it whatever it learned, so the update rule abstains (undecided:
+    nobody flagged, every client keeps its own adapter) and says why, naming how many sent nothing.
+    With five of ten (not a strict majority) the rule points at the five others and the guard leaves it
+    undecided, saying so; with three the rule decides: the client at 8x is flagged by size."""
     from lowrank_fl.adapters.decision import detection_sentence
+    from lowrank_fl.adapters.refinement_sentence import refinement_sentence
     U = _federation(4, shared=1.0, noise=0.3)
     U[:, :idle] = 0.0
-    U[:, 9] *= 8.0                       # without idle clients too, this one is far out in size
-    det = aggregate_factors(_factors(U), ModuleOptions(output_dtype="float64")).summary["detection"]
-    u = det["updates"]
-    assert sorted(m for m, z in u["zero_modules"].items() if z == u["live_modules"]) == [f"c{k}" for k in range(idle)]
-    assert "c9" in u["by_size"]
+    U[:, 9] *= 8.0
+    f = _factors(U)
+    res = aggregate_factors(f, ModuleOptions(output_dtype="float64"))
+    det = res.summary["detection"]
+    assert det["untrained"] == [f"c{k}" for k in range(idle)]
     s = detection_sentence(det)
-    clause = s[s.index("c9 ("):].split("), c")[0]
-    note = f"the typical client sent no update ({idle} of 10 clients untrained)"
-    assert (note in clause) is said, clause
-    assert ("training diverged looks alike" in clause) is (not said), clause
+    if idle == 6:
+        assert det["undecided"] and det["flagged"] == [] and "c9" in det["updates"]["by_size"]
+        assert s.startswith("no client flagged: 6 of the 10 clients sent no update (untrained: c0, c1, c2, c3 "
+                            "and 2 more), so the typical update is zero"), s
+        for n in f:                                      # every output is the client's own update
+            for m, (A, B, sc) in f[n].items():
+                A2, B2, s2 = res.outputs[n][m]
+                assert np.allclose(s2 * B2 @ A2, sc * B @ A, atol=1e-12)
+        assert refinement_sentence(res.summary["refinement"]) == (
+            "refinement: every client keeps its own adapter: c0, c1, c2, c3, c4, c5 (6 clients): their "
+            "updates are zero; c6, c7, c8, c9 (4 clients): they are outside the collaborative set.")
+    elif idle == 5:
+        assert det["undecided"] and det["flagged"] == [] and "sent no update" not in s
+        assert s.startswith("no client flagged: the update rule's evidence points at "), s
+    else:
+        assert not det["undecided"] and "c9" in det["flagged"] and "sent no update" not in s
+        assert "training diverged looks alike" in s[s.index("c9 ("):]
 
 
 def test_identical_clients_tie_on_both_statistics_and_nobody_is_flagged():

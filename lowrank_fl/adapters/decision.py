@@ -11,8 +11,8 @@ the fraction of modules whose set (8) excludes the client, flagged above 0.5 / 0
 ``pooled_threshold``, ``pooled_ratios``, ``pooled_min_ratio``, ``pooled_flagged`` (whom the pooled
 rule flags, whichever rule was applied) and ``pooled_tie`` (the scores tie, so they are bounded)
 (always, as evidence); ``undecided`` — the client-level set was not a strict majority, so nobody
-is flagged and every client keeps its own adapter, and ``undecided_modules`` — modules whose own
-set (8) was not (:mod:`.guard`);
+is flagged and every client keeps its own adapter (so too where ``untrained``, the clients whose update
+is zero everywhere, are most), and ``undecided_modules`` — modules whose own set (8) was not (:mod:`.guard`);
 ``separated_modules`` — modules whose largest-gap split was admissible;
 ``modules`` — per module the clients its own (8) excludes, whether it separated, and the gap ratio
 (``"inf"`` with no spread below the gap, None with no gap);
@@ -85,10 +85,16 @@ def detection_summary(results, names, rule: str) -> dict:
     raw = None if uv is None or K < 3 else raw_evidence(grams)
     cosines = [getattr(r, "init_cosines", None) for r in results]          # duck-typed results may lack it
     reversed_ = reversed_init_flags(cosines, K)                         # the update rule's, beside uv's
+    block = None if uv is None else updates_block(uv, grams, names, results, cosines)
+    untrained = [] if block is None else _untrained(block)
     decided = (guard.guard_set(~ev.flagged) if rule == "pooled" else
                guard.guard_set(~(uv.flagged | reversed_)) if rule == "updates" else
                guard.guard_set(~raw.flagged) if rule == "raw" and raw is not None else
                np.ones(K, bool) if rule == "raw" else client_decision(results, rule))
+    if rule == "updates" and 2 * len(untrained) > K:
+        # most clients sent no update: the typical update is zero and every client that trained is far
+        # from it whatever it learned, so the rule's scales say nothing of contamination: it abstains
+        decided = np.zeros(K, bool)
     pooled_cutoff = ev.cutoff if K >= 3 else None
     tie = K >= 3 and ev.tie
     if tie and rule == "pooled":
@@ -138,7 +144,9 @@ def detection_summary(results, names, rule: str) -> dict:
         "raw_threshold": None if raw is None else raw.cutoff,
         "raw_flagged": None if raw is None else names_where(names, raw.flagged),
         "raw_tie": None if raw is None else bool(raw.tie),
-        "updates": None if uv is None else updates_block(uv, grams, names, results, cosines),
+        "updates": block,
+        # clients whose update is zero in every module (PEFT's initial state); None without the Grams
+        "untrained": None if block is None else untrained,
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
                              "separated": bool(r.separated),
@@ -186,6 +194,12 @@ def _updates_sentence(det: dict, refine: str | None = None) -> str:
     cut = u["cutoff"]
     if cut is None:
         return "no contaminated client can be detected with fewer than 3 clients (update rule)."
+    idle, K = det.get("untrained") or [], len(u["size_ratios"])
+    if det.get("undecided") and 2 * len(idle) > K:         # most clients untrained: the rule abstained
+        return (f"no client flagged: {len(idle)} of the {K} clients sent no update (untrained: {_some(idle)}), "
+                "so the typical update is zero and every client that trained stands out against it, whatever "
+                "it learned: the update rule cannot decide, and every client keeps its own adapter; aggregate "
+                "the clients that trained without the others.")
     if det.get("undecided") and u.get("flagged"):         # the guard refused the set: say whom it pointed at
         parts = [f"{n} (" + "; ".join(_update_reasons(u, n)) + ")" for n in u["flagged"]]
         return (f"no client flagged: the update rule's evidence points at {', '.join(parts)}, but the clients "
@@ -376,13 +390,7 @@ def _update_reasons(u: dict, n: str) -> list:
     # typical size, own-task accuracy far below the base's): the server cannot tell it apart, so say so
     # (the size, joint and farther reasons state the size ratio already: the note does not repeat it)
     big = u["size_ratios"][n] >= u.get("farther_ratio", FARTHER_RATIO)
-    idle = _untrained(u)
-    if big and len(idle) * 2 > len(u["size_ratios"]):
-        # most clients sent no update: the typical size is zero, and every client that trained at all is
-        # "far out" against it, whatever it learned (not a sign of divergence)
-        why.append(f"the typical client sent no update ({len(idle)} of {len(u['size_ratios'])} clients untrained): "
-                   "any client that trained stands this far out, whatever it learned")
-    elif big and any(n in u.get(k, ()) for k in ("by_joint", "by_profile", "by_farther", "by_size")):
+    if big and any(n in u.get(k, ()) for k in ("by_joint", "by_profile", "by_farther", "by_size")):
         stated = any(n in u.get(k, ()) for k in ("by_joint", "by_farther", "by_size"))
         at = "at that size" if stated else f"its update is {u['size_ratios'][n]:.3g}x the typical size"
         why.append(f"{at}: an honest client whose training diverged looks alike (check its own accuracy)")
@@ -393,6 +401,11 @@ def _untrained(u: dict) -> list:
     """The clients whose update is zero in every module (PEFT's initial state)."""
     live = u.get("live_modules", -1)
     return [m for m, z in u.get("zero_modules", {}).items() if live > 0 and z == live]
+
+
+def _some(names: list, most: int = 4) -> str:
+    """``c0, c1, c2, c3 and 2 more``."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _material(u) -> bool:

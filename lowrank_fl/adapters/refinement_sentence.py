@@ -15,7 +15,10 @@ def refinement_sentence(ref: dict) -> str:
     moved = {n: c for n, c in clients.items() if c["weight"] > 0}
     if ref["mode"] == "own":
         return "refinement: refine='own', every client keeps its own adapter."
-    if not moved:
+    out = [n for n, c in clients.items() if c["weight"] == 0 and c["why"].startswith("outside")]
+    zero = [n for n, c in clients.items() if c["weight"] == 0 and c["why"].startswith("its update is zero")]
+    alone = [n for n, c in clients.items() if c["weight"] == 0 and n not in out and n not in zero]
+    if not moved and not out and not zero:
         agree = [c["agreement"] for c in clients.values() if c["agreement"] is not None]
         top = f" (largest agreement {max(agree):.3f})" if agree else ""
         return ("refinement: every client keeps its own adapter: no collaborating client's update "
@@ -26,9 +29,6 @@ def refinement_sentence(ref: dict) -> str:
     if len(moved) > _LISTED:
         changes = [c["relative_change"] for c in moved.values() if c["relative_change"] is not None] or [0.0]
         parts += f", ... ({len(moved)} clients, {min(changes):.1%} to {max(changes):.1%})"
-    out = [n for n, c in clients.items() if c["weight"] == 0 and c["why"].startswith("outside")]
-    zero = [n for n, c in clients.items() if c["weight"] == 0 and c["why"].startswith("its update is zero")]
-    alone = [n for n, c in clients.items() if c["weight"] == 0 and n not in out and n not in zero]
     target = ref["target"]
 
     def group(names, one, many):
@@ -43,6 +43,15 @@ def refinement_sentence(ref: dict) -> str:
                   "their updates do not agree with the others' mean")
             + group(zero, "its update is zero", "their updates are zero")
             + group(out, "outside the collaborative set", "outside the collaborative set"))
+    if not moved:                           # the reasons, not "no update agrees", which may not be why
+        why = [(alone, "its update does not agree with the others' mean",
+                "their updates do not agree with the others' mean"),
+               (zero, "its update is zero", "their updates are zero"),
+               (out, "it is outside the collaborative set", "they are outside the collaborative set")]
+        return "refinement: every client keeps its own adapter: " + "; ".join(
+            f"{g[0]}: {one}" if len(g) == 1 else
+            f"{', '.join(g[:_LISTED])}{', ...' if len(g) > _LISTED else ''} ({len(g)} clients): {many}"
+            for g, one, many in why if g) + "."
     return (f"refinement ({ref['mode']}, toward {target}): relative change of each output from the "
             f"client's own adapter: {parts}{tail}{_exchange_clause(ref)} (summary.json: refinement).")
 
