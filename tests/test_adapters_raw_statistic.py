@@ -265,6 +265,7 @@ def test_where_most_clients_are_untrained_the_update_rule_abstains(idle):
     nobody flagged, every client keeps its own adapter) and says why, naming how many sent nothing.
     With five of ten (not a strict majority) the rule points at the five others and the guard leaves it
     undecided, saying so; with three the rule decides: the client at 8x is flagged by size."""
+    from lowrank_fl.adapters.aggregate import client_decision
     from lowrank_fl.adapters.decision import detection_sentence
     from lowrank_fl.adapters.refinement_sentence import refinement_sentence
     U = _federation(4, shared=1.0, noise=0.3)
@@ -279,13 +280,17 @@ def test_where_most_clients_are_untrained_the_update_rule_abstains(idle):
         assert det["undecided"] and det["flagged"] == [] and "c9" in det["updates"]["by_size"]
         assert s.startswith("no client flagged: 6 of the 10 clients sent no update (untrained: c0, c1, c2, c3 "
                             "and 2 more), so the typical update is zero"), s
+        # the set the outputs apply is the same undecided one (not the zero clients as a "majority")
+        assert all(not any(mod["benign_applied"]) for mod in res.summary["modules"].values())
+        assert client_decision(res.aggregation.results, "updates").tolist() == [False] * 10
         for n in f:                                      # every output is the client's own update
             for m, (A, B, sc) in f[n].items():
                 A2, B2, s2 = res.outputs[n][m]
                 assert np.allclose(s2 * B2 @ A2, sc * B @ A, atol=1e-12)
         assert refinement_sentence(res.summary["refinement"]) == (
-            "refinement: every client keeps its own adapter: c0, c1, c2, c3, c4, c5 (6 clients): their "
-            "updates are zero; c6, c7, c8, c9 (4 clients): they are outside the collaborative set.")
+            "refinement: every client keeps its own adapter: the collaborative set is empty (the detection "
+            "could not decide, the sentence above says why).")
+        assert "pooled rule" not in s                    # no lead pointing at the trained clients either
     elif idle == 5:
         assert det["undecided"] and det["flagged"] == [] and "sent no update" not in s
         assert s.startswith("no client flagged: the update rule's evidence points at "), s

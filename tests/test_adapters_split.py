@@ -230,12 +230,24 @@ def test_a_split_client_part_is_refused_as_an_adapter_unless_it_is_the_whole_upd
                      progress=False, refine="paper", shared_weights=[0.0, 0.0] + [0.5] * (K - 2))
     parts = [tmp_path / "out" / n for n in ad.names]
     with pytest.raises(AdapterError, match=rf"{ad.names[2]}: the client's own part in a lowrank-fl split-layout output "
-                                           r".*shared weight up to 0\.5\).*load_split.*--output merged"):
+                                           r".*shared weight up to 0\.5\).*load_split.*re-run the aggregation that wrote it with --output merged"):
         load_adapters(parts)
     assert load_adapters(parts[:2]).names == ad.names[:2]            # weight 0: their whole updates
     assert load_adapters(parts, split_parts=True).names == ad.names  # as they are (inspect)
     assert main(["adapters", "aggregate", *map(str, parts), "--out", str(tmp_path / "again"), "--quiet"]) == 2
     assert "split-layout output" in capsys.readouterr().err and not (tmp_path / "again").exists()
+    man = json.loads((parts[2] / MANIFEST).read_text())
+    for w, refused in (({m: 0.0 for m in ad.modules}, False), ({m: float(m == ad.modules[-1]) for m in ad.modules},
+                       True), (float("nan"), "manifest")):
+        (parts[1] / MANIFEST).write_text(json.dumps(dict(man, shared_weight=w)))   # per module, or not a weight
+        if refused:
+            match = "not a lowrank-fl split-layout manifest" if refused == "manifest" else "shared weight up to 1\\)"
+            with pytest.raises(AdapterError, match=match):
+                load_adapters(parts[:2])
+        else:
+            assert load_adapters(parts[:2]).names == ad.names[:2]
+    (parts[1] / MANIFEST).write_text(json.dumps(dict(man, shared=None)))      # nothing shared was written
+    assert load_adapters(parts[:2]).names == ad.names[:2]
     (parts[1] / MANIFEST).write_text("{not json")
     with pytest.raises(AdapterError, match="not a lowrank-fl split-layout manifest"):
         load_adapters(parts[:2])

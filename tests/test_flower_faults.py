@@ -295,6 +295,22 @@ def test_a_module_nobody_trained_and_an_untrained_client_leave_the_round_running
     assert not np.any(glob[dead][1] @ glob[dead][0])
 
 
+def test_where_most_nodes_sent_no_update_the_round_flags_nobody(k4):
+    """Three of four nodes untrained (lora_B zero everywhere): the update rule abstains in the round as
+    in the command (the typical update is zero), so the one node that trained is not flagged and
+    every module is undecided, not a set of the three zero clients."""
+    clients = {c: ({m: (A, np.zeros_like(B), s) for m, (A, B, s) in f.items()} if c != "c0" else dict(f))
+               for c, f in k4.items()}
+    by_node = {n: (clients[f"c{k}"], f"c{k}") for k, n in enumerate(NODES)}
+    st = ClairStrategy(module_options=F64, min_available_nodes=4, min_train_nodes=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rec = _round(st, 1, _Grid(NODES), by_node)
+    det = rec.summary["detection"]
+    assert det["untrained"] == [str(n) for n in NODES[1:]] and det["undecided"] and det["flagged"] == []
+    assert rec.flagged == () and set(rec.undecided) == set(k4["c0"])
+
+
 def test_strategy_options_are_checked_and_logged(caplog):
     import logging
 

@@ -57,7 +57,7 @@ from .tuning import auto_lambdas, solve_module
 from .degenerate import IDENTICAL_RULE, identical_module, zero_pairs
 from .options import (BYZANTINE_METHODS, CLIENT_RULES, CLIP, CONTRASTS, DEFAULT_CLIENT_RULE, METHODS,
                       OUTPUT_DTYPES, ModuleOptions, check_rank)
-from .updates import outside_shares, raw_distances, update_gram, update_sq_norms
+from .updates import outside_shares, raw_distances, untrained_clients, update_gram, update_sq_norms
 
 __all__ = ["METHODS", "CLIENT_RULES", "ModuleResult", "aggregate_module", "client_decision",
            "ModuleOptions", "check_rank", "apply_robust", "refit_without", "IDENTICAL_RULE",
@@ -511,7 +511,8 @@ def client_decision(results, rule: str):
     :data:`lowrank_fl.adapters.detect.POOLED_MIN_RATIO`; ``"updates"`` (the default, ours,
     :mod:`.detect_updates`): a client is excluded everywhere iff its update stands out in
     direction, row-space share or size over all modules, or its ``A`` is the common LoRA
-    initialization reversed (:mod:`.init_reversal`); ``"raw"``: a client is excluded everywhere iff
+    initialization reversed (:mod:`.init_reversal`), and it abstains (undecided) where more than half of
+    the clients sent no update (:func:`.updates.untrained_clients`); ``"raw"``: a client is excluded everywhere iff
     the pooled modified z-score of its raw distances ``||ΔW_j - ΔW_k||_F`` (:func:`.detect.raw_flags`) exceeds
     ``c_K``. Every set passes
     :func:`lowrank_fl.adapters.guard.guard_set`: one that is not a strict majority is the
@@ -528,9 +529,11 @@ def client_decision(results, rule: str):
         return guard.guard_set(~detect.pooled_flags(np.array([r.block_norms for r in results], float),
                                                      flags.shape[1]))
     if rule == "updates":       # ... or its A factor the common initialization reversed
+        grams = np.array([r.gram for r in results], float)
+        if 2 * untrained_clients(grams).sum() > flags.shape[1]:        # most sent nothing: it abstains
+            return np.zeros(flags.shape[1], bool)
         reversed_ = reversed_init_flags([r.init_cosines for r in results], flags.shape[1])
-        return guard.guard_set(~(detect_updates.update_flags(np.array([r.gram for r in results], float),
-                                                             np.array([r.outside for r in results], float))
+        return guard.guard_set(~(detect_updates.update_flags(grams, np.array([r.outside for r in results], float))
                                  | reversed_))
     if rule == "raw":
         return guard.guard_set(~detect.raw_flags(np.array([r.gram for r in results], float)))

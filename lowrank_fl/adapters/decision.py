@@ -48,6 +48,7 @@ from .detect_updates import FARTHER_RATIO, update_evidence
 from .feature_profile import results_features
 from .init_reversal import reversed_init_flags
 from .refinement_sentence import refinement_sentence    # its home before: re-exported
+from .updates import untrained_clients
 from .updates_summary import names_where, updates_block
 
 __all__ = ["detection_summary", "detection_sentence", "raw_comparison", "refinement_sentence"]
@@ -85,15 +86,12 @@ def detection_summary(results, names, rule: str) -> dict:
     raw = None if uv is None or K < 3 else raw_evidence(grams)
     cosines = [getattr(r, "init_cosines", None) for r in results]          # duck-typed results may lack it
     reversed_ = reversed_init_flags(cosines, K)                         # the update rule's, beside uv's
-    block = None if uv is None else updates_block(uv, grams, names, results, cosines)
-    untrained = [] if block is None else _untrained(block)
+    untrained = None if grams is None else names_where(names, untrained_clients(grams))
     decided = (guard.guard_set(~ev.flagged) if rule == "pooled" else
                guard.guard_set(~(uv.flagged | reversed_)) if rule == "updates" else
                guard.guard_set(~raw.flagged) if rule == "raw" and raw is not None else
                np.ones(K, bool) if rule == "raw" else client_decision(results, rule))
-    if rule == "updates" and 2 * len(untrained) > K:
-        # most clients sent no update: the typical update is zero and every client that trained is far
-        # from it whatever it learned, so the rule's scales say nothing of contamination: it abstains
+    if rule == "updates" and 2 * len(untrained) > K:   # most sent nothing: it abstains, as client_decision
         decided = np.zeros(K, bool)
     pooled_cutoff = ev.cutoff if K >= 3 else None
     tie = K >= 3 and ev.tie
@@ -144,9 +142,9 @@ def detection_summary(results, names, rule: str) -> dict:
         "raw_threshold": None if raw is None else raw.cutoff,
         "raw_flagged": None if raw is None else names_where(names, raw.flagged),
         "raw_tie": None if raw is None else bool(raw.tie),
-        "updates": block,
+        "updates": None if uv is None else updates_block(uv, grams, names, results, cosines),
         # clients whose update is zero in every module (PEFT's initial state); None without the Grams
-        "untrained": None if block is None else untrained,
+        "untrained": untrained,
         "separated_modules": [r.name for r in results if r.separated],
         "modules": {r.name: {"flagged": [n for n, b in zip(names, r.benign) if not b and any(r.benign)],
                              "separated": bool(r.separated),
@@ -292,8 +290,8 @@ def _reversed_limit(u: dict) -> str:
 def _pooled_hint(det: dict) -> str:
     """Whom the pooled rule (8) would flag where the update rule flagged nobody: a lead, with its cost."""
     would = det.get("pooled_flagged") or []
-    if det["flagged"] or not would:
-        return ""
+    if det["flagged"] or not would or 2 * len(det.get("untrained") or []) > len(det["pooled_scores"]):
+        return ""                      # (most clients untrained: it would point at the trained ones)
     return (f" The pooled rule on (8)'s block norms would flag {', '.join(would)} (--client-rule pooled; it also "
             "flags benign clients that trained harder).")
 
@@ -395,12 +393,6 @@ def _update_reasons(u: dict, n: str) -> list:
         at = "at that size" if stated else f"its update is {u['size_ratios'][n]:.3g}x the typical size"
         why.append(f"{at}: an honest client whose training diverged looks alike (check its own accuracy)")
     return why
-
-
-def _untrained(u: dict) -> list:
-    """The clients whose update is zero in every module (PEFT's initial state)."""
-    live = u.get("live_modules", -1)
-    return [m for m, z in u.get("zero_modules", {}).items() if live > 0 and z == live]
 
 
 def _some(names: list, most: int = 4) -> str:

@@ -329,6 +329,8 @@ def _check_not_a_split_part(path: Path) -> None:
         doc = json.loads(manifest.read_text())
         w = doc["shared_weight"]
         weights = [float(v) for v in (w.values() if isinstance(w, dict) else [w])]
+        if not all(0.0 <= v <= 1.0 for v in weights):                 # NaN too
+            raise ValueError(w)
     except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, ValueError, AttributeError):
         raise AdapterError(f"{manifest}: not a lowrank-fl split-layout manifest; a client directory of a "
                            "split-layout output cannot be read as an adapter") from None
@@ -336,8 +338,8 @@ def _check_not_a_split_part(path: Path) -> None:
         raise AdapterError(f"{path}: the client's own part in a lowrank-fl split-layout output (its "
                            f"{SPLIT_MANIFEST}: shared weight up to {max(weights):g}), not its whole adapter: the "
                            f"update is this part plus that weight times {doc['shared']}. Load it with "
-                           "lowrank_fl.adapters.peft_load.load_split and save the result, or aggregate with "
-                           "--output merged")
+                           "lowrank_fl.adapters.peft_load.load_split and save the result, or re-run the "
+                           "aggregation that wrote it with --output merged (output='merged')")
 
 
 @dataclass

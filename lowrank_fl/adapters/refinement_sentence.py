@@ -43,6 +43,9 @@ def refinement_sentence(ref: dict) -> str:
                   "their updates do not agree with the others' mean")
             + group(zero, "its update is zero", "their updates are zero")
             + group(out, "outside the collaborative set", "outside the collaborative set"))
+    if len(out) == len(clients):            # an empty set: the detection could not decide (.guard)
+        return ("refinement: every client keeps its own adapter: the collaborative set is empty (the "
+                "detection could not decide, the sentence above says why).")
     if not moved:                           # the reasons, not "no update agrees", which may not be why
         why = [(alone, "its update does not agree with the others' mean",
                 "their updates do not agree with the others' mean"),

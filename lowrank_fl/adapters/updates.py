@@ -178,3 +178,15 @@ def zero_module_counts(grams, names) -> dict:
     live = n.max(axis=1) > 0
     zeros = (n[live] <= zero_floor(n)[live]).sum(axis=0).astype(int).tolist()
     return {"zero_modules": dict(zip(names, zeros)), "live_modules": int(live.sum())}
+
+
+def untrained_clients(grams) -> np.ndarray:
+    """Bool (K,): the clients whose update is zero in every module where some update is not (PEFT's
+    initial state; :func:`zero_floor`); all False where no update is. Where they are more than half,
+    the update rule abstains (:func:`lowrank_fl.adapters.aggregate.client_decision`): the typical
+    update is then zero, and every client that trained stands out against it whatever it learned."""
+    n = update_norms(grams)                                                          # (modules, K)
+    live = n.max(axis=1) > 0
+    if not live.any():
+        return np.zeros(n.shape[1], bool)
+    return (n[live] <= zero_floor(n)[live]).all(axis=0)
