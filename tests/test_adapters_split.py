@@ -230,7 +230,8 @@ def test_a_split_client_part_is_refused_as_an_adapter_unless_it_is_the_whole_upd
                      progress=False, refine="paper", shared_weights=[0.0, 0.0] + [0.5] * (K - 2))
     parts = [tmp_path / "out" / n for n in ad.names]
     with pytest.raises(AdapterError, match=rf"{ad.names[2]}: the client's own part in a lowrank-fl split-layout output "
-                                           r".*shared weight up to 0\.5\).*load_split.*re-run the aggregation "
+                                           r".*shared weight up to 0\.5\).*load_split\(\.\.\., combine='cat'\)"
+                                           r".*re-run the aggregation "
                                            r"that wrote it with --output merged"):
         load_adapters(parts)
     assert load_adapters(parts[:2]).names == ad.names[:2]            # weight 0: their whole updates

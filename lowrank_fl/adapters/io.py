@@ -338,7 +338,8 @@ def _check_not_a_split_part(path: Path) -> None:
         raise AdapterError(f"{path}: the client's own part in a lowrank-fl split-layout output (its "
                            f"{SPLIT_MANIFEST}: shared weight up to {max(weights):g}), not its whole adapter: the "
                            f"update is this part plus that weight times {doc['shared']}. Load it with "
-                           "lowrank_fl.adapters.peft_load.load_split and save the result, or re-run the "
+                           "lowrank_fl.adapters.peft_load.load_split(..., combine='cat') and save that one adapter, "
+                           "or re-run the "
                            "aggregation that wrote it with --output merged (output='merged')")
 
 
